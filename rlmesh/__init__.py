@@ -1,0 +1,3 @@
+"""rlmesh: distributed reinforcement learning without Ray."""
+
+__version__ = "0.1.0"

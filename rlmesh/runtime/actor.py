@@ -1,0 +1,254 @@
+"""The Actor base class and the server shell that exposes its methods on a ROUTER socket.
+
+What to do with a message is decided by plain methods (``resolve``, ``bind_args``); the
+socket I/O around them is thin. A bad message gets an error reply or a counted drop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import time
+import traceback
+from collections import Counter, deque
+from typing import TYPE_CHECKING, Any, Callable
+
+import zmq
+
+from ..wire import codec, messages as M
+from ..wire.sockets import AsyncSocket, bind, configure
+
+if TYPE_CHECKING:
+    from .job import Job
+
+log = logging.getLogger(__name__)
+
+_LIFECYCLE = frozenset({"on_start", "on_stop"})
+MAX_STREAM_BACKLOG = 1024  # items one channel may have waiting, whatever window a sender asks
+
+
+class Actor:
+    """Base class of every rlmesh actor.
+
+    Public methods (no leading underscore) of a subclass can be called remotely; async
+    ones run as tasks on the actor's event loop, plain ones run inline. ``on_start`` and
+    ``on_stop`` are awaited around the actor's life. ``self.job`` reaches the job: named
+    actors (``await self.job.get_actor("counter")``) and spawning children.
+    """
+
+    job: "Job"
+    name: str
+
+    async def on_start(self) -> None:
+        """Called once the actor is bound, before the first message is served."""
+
+    async def on_stop(self) -> None:
+        """Called on a graceful stop."""
+
+
+def public_methods(cls: type) -> dict[str, Callable[..., Any]]:
+    """Methods of ``cls`` callable over the wire: public, defined below ``Actor``."""
+    out: dict[str, Callable[..., Any]] = {}
+    for klass in reversed(cls.__mro__):
+        if klass is object or klass is Actor or not issubclass(klass, Actor):
+            continue
+        for name, value in vars(klass).items():
+            if name.startswith("_") or name in _LIFECYCLE:
+                continue
+            if inspect.isfunction(value):
+                out[name] = value
+            elif name in out:
+                del out[name]  # overridden by something that is not a method
+    return out
+
+
+class CallError(Exception):
+    """A request that cannot be served; becomes an ERROR reply."""
+
+    def __init__(self, etype: str, msg: str) -> None:
+        super().__init__(msg)
+        self.etype = etype
+
+
+class ActorServer:
+    """Serves one actor's methods on a ROUTER socket."""
+
+    def __init__(self, actor: Actor, name: str, *, limits: codec.Limits = codec.Limits(),
+                 ctx: zmq.Context | None = None) -> None:
+        self.actor = actor
+        self.name = name
+        self.limits = limits
+        self.ctx = ctx or zmq.Context.instance()
+        self.methods = public_methods(type(actor))
+        self.cls_path = f"{type(actor).__module__}:{type(actor).__qualname__}"
+        self.address = ""
+        self.stats: Counter[str] = Counter()
+        self.in_flight: dict[int, tuple[str, float]] = {}  # task id -> (method, start)
+        self._streams: dict[tuple[bytes, int], deque[dict[str, Any]]] = {}
+        self._stream_tasks: dict[tuple[bytes, int], asyncio.Task[None]] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._sock: AsyncSocket | None = None
+        self.stopped = asyncio.Event()
+
+    # --- decisions (no sockets) ---
+
+    def resolve(self, method: str) -> Callable[..., Any]:
+        """The bound method a message names, or CallError."""
+        if method not in self.methods:
+            close = ", ".join(sorted(self.methods)) or "none"
+            raise CallError("UnknownMethod",
+                            f"{self.cls_path} has no public method {method!r} (has: {close})")
+        return getattr(self.actor, method)
+
+    def bind_args(self, method: str, args: list[Any], kwargs: dict[str, Any]) -> Callable[[], Any]:
+        """A zero-argument callable running ``method(*args, **kwargs)``, or CallError."""
+        fn = self.resolve(method)
+        if not all(isinstance(k, str) for k in kwargs):
+            raise CallError("BadArguments", f"{method}: keyword names must be strings")
+        try:
+            inspect.signature(fn).bind(*args, **kwargs)
+        except TypeError as exc:
+            raise CallError("BadArguments", f"{method}{inspect.signature(fn)}: {exc}") from None
+        return lambda: fn(*args, **kwargs)
+
+    # --- socket shell ---
+
+    async def start(self, address: str) -> str:
+        sock = configure(self.ctx.socket(zmq.ROUTER), self.limits.max_message_bytes)
+        self.address = bind(sock, address)
+        self._sock = AsyncSocket(sock, self._on_message)
+        return self.address
+
+    def close(self) -> None:
+        for task in list(self._tasks) + list(self._stream_tasks.values()):
+            task.cancel()
+        if self._sock is not None:
+            self._sock.close()
+        self.stopped.set()
+
+    def _reply(self, identity: Any, msg: dict[str, Any]) -> None:
+        assert self._sock is not None
+        try:
+            frames = codec.encode(msg)
+        except codec.EncodeError as exc:
+            frames = codec.encode(M.make(M.ERROR, id=msg.get("id"), etype="EncodeError",
+                                         msg=f"result cannot be sent: {exc}", tb=""))
+        if not self._sock.send_nowait([identity, *frames]):
+            self.stats["replies_dropped_hwm"] += 1  # peer not reading; bounded by its HWM
+
+    def _error(self, identity: Any, call_id: int | None, etype: str, text: str,
+               tb: str = "", **extra: Any) -> None:
+        self._reply(identity, M.make(M.ERROR, id=call_id, etype=etype, msg=text, tb=tb, **extra))
+
+    def _on_message(self, frames: list[Any]) -> None:
+        self.stats["messages"] += 1
+        if len(frames) < 2:
+            self.stats["dropped_malformed"] += 1
+            log.warning("%s: dropped a message with no body", self.name)
+            return
+        identity, body = frames[0], frames[1:]
+        raw: Any = None
+        try:
+            raw = codec.decode(body, self.limits)
+            msg = M.validate(raw)
+        except (codec.DecodeError, M.ProtocolError) as exc:
+            self.stats["rejected"] += 1
+            log.warning("%s: rejected a message: %s", self.name, exc)
+            etype = "VersionMismatch" if isinstance(exc, M.VersionMismatch) else "ProtocolError"
+            self._error(identity, M.call_id_of(raw), etype, str(exc))
+            return
+        kind = msg["t"]
+        if kind == M.CALL:
+            self._spawn(self._run_call(identity, msg))
+        elif kind == M.TELL:
+            self._spawn(self._run_tell(msg))
+        elif kind == M.STREAM:
+            self._on_stream(identity, msg)
+        elif kind == M.HELLO:
+            self._reply(identity, M.make(M.HELLO_OK, id=msg["id"], actor=self.name,
+                                         cls=self.cls_path))
+        else:
+            self.stats["rejected"] += 1
+            self._error(identity, M.call_id_of(msg), "ProtocolError",
+                        f"an actor does not accept {kind!r} messages")
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _invoke(self, method: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
+        run = self.bind_args(method, args, kwargs)
+        key = id(asyncio.current_task())
+        self.in_flight[key] = (method, time.monotonic())
+        try:
+            result = run()
+            if inspect.isawaitable(result):
+                result = await result
+            return result
+        finally:
+            del self.in_flight[key]
+
+    async def _run_call(self, identity: Any, msg: dict[str, Any]) -> None:
+        call_id = msg["id"]
+        try:
+            result = await self._invoke(msg["m"], msg["a"], msg["k"])
+        except CallError as exc:
+            self.stats["errors"] += 1
+            self._error(identity, call_id, exc.etype, str(exc))
+        except Exception as exc:  # the user's method raised: send it back, keep serving
+            self.stats["errors"] += 1
+            self._error(identity, call_id, type(exc).__qualname__, str(exc),
+                        traceback.format_exc())
+        else:
+            self.stats["calls"] += 1
+            self._reply(identity, M.make(M.REPLY, id=call_id, r=result))
+
+    async def _run_tell(self, msg: dict[str, Any]) -> None:
+        try:
+            await self._invoke(msg["m"], msg["a"], msg["k"])
+            self.stats["tells"] += 1
+        except Exception as exc:  # no one to reply to: count and log
+            self.stats["tell_failures"] += 1
+            log.warning("%s: tell %s failed: %s", self.name, msg["m"], exc,
+                        exc_info=not isinstance(exc, CallError))
+
+    def _on_stream(self, identity: Any, msg: dict[str, Any]) -> None:
+        key = (bytes(identity.buffer if hasattr(identity, "buffer") else identity), msg["ch"])
+        backlog = self._streams.setdefault(key, deque())
+        if len(backlog) >= MAX_STREAM_BACKLOG:
+            self.stats["stream_dropped_over_window"] += 1
+            self._error(identity, None, "Backpressure",
+                        f"stream {msg['ch']} sent past its credit; item {msg['seq']} dropped",
+                        ch=msg["ch"])
+            return
+        backlog.append(msg)
+        if key not in self._stream_tasks:
+            task = asyncio.ensure_future(self._drain_stream(identity, key, backlog))
+            self._stream_tasks[key] = task
+
+    async def _drain_stream(self, identity: Any, key: tuple[bytes, int],
+                            backlog: deque[dict[str, Any]]) -> None:
+        try:
+            while backlog:
+                msg = backlog.popleft()
+                try:
+                    await self._invoke(msg["m"], [msg.get("p")], {})
+                    self.stats["stream_items"] += 1
+                except Exception as exc:
+                    self.stats["stream_failures"] += 1
+                    log.warning("%s: stream item for %s failed: %s", self.name, msg["m"], exc)
+                    etype = exc.etype if isinstance(exc, CallError) else type(exc).__qualname__
+                    self._error(identity, None, etype, str(exc), ch=key[1])
+                self._reply(identity, M.make(M.CREDIT, ch=key[1], n=1))
+        finally:
+            del self._stream_tasks[key]
+            if not backlog:
+                self._streams.pop(key, None)
+
+    def queue_depths(self) -> dict[str, int]:
+        return {
+            "tasks": len(self._tasks),
+            "stream_backlog": sum(len(b) for b in self._streams.values()),
+        }

@@ -1,0 +1,78 @@
+"""Entry point of an actor process: ``python -m rlmesh.runtime.bootstrap SPEC LIFELINE_FD PPID``.
+
+Ties the process's life to its parent, builds the actor from its spec, serves it, and
+registers it in the run directory once it is ready.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Ask Linux for SIGKILL when the parent dies; the lifeline pipe covers other systems."""
+    if sys.platform.startswith("linux"):
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent_pid:  # the parent died before we asked
+        os._exit(1)
+
+
+async def serve(spec_path: Path, lifeline_fd: int) -> None:
+    from ..wire.sockets import scheme_of
+    from .actor import ActorServer
+    from .job import Job, _call_hook, instantiate
+    from .process import ChildSpec
+    from .registry import RunDir
+
+    spec = ChildSpec.from_bytes(spec_path.read_bytes())
+    for path in reversed(spec.sys_path):
+        if path not in sys.path:
+            sys.path.insert(0, path)
+    mode = scheme_of(spec.address)
+    job = Job(mode, name=spec.name, role=spec.role, run_dir=RunDir(spec_path.parent.parent),
+              max_message_bytes=spec.max_message_bytes, lifeline_fd=lifeline_fd)
+    await job.start()
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, job.request_stop)
+    actor = instantiate(spec.cls_path, spec.main_path, spec.args, spec.kwargs)
+    actor.job, actor.name = job, spec.name
+    server = ActorServer(actor, spec.name, limits=job.limits)
+    address = await server.start(spec.address)
+    job.diagnostics.add_probe("server", lambda: {
+        **server.queue_depths(), "stats": dict(server.stats),
+        "in_flight": [{"method": m, "since": t} for m, t in list(server.in_flight.values())]})
+    await _call_hook(actor.on_start)
+    job.register_self(address=address, cls=spec.cls_path)
+    try:
+        await job.wait_stopped()
+        await _call_hook(actor.on_stop)
+    finally:
+        server.close()
+        await job.shutdown()
+
+
+def main() -> None:
+    spec_path, lifeline_fd, parent_pid = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    die_with_parent(parent_pid)
+    logging.basicConfig(level=os.environ.get("RLMESH_LOG_LEVEL", "INFO"),
+                        format=f"%(asctime)s %(levelname)s [{Path(spec_path).name[1:-5]}] %(name)s: %(message)s")
+    try:
+        import uvloop
+    except ImportError:  # uvloop is a dependency; this only keeps exotic platforms going
+        uvloop = None
+    coro = serve(Path(spec_path), lifeline_fd)
+    if uvloop is not None:
+        uvloop.run(coro)
+    else:
+        asyncio.run(coro)
+
+
+if __name__ == "__main__":
+    main()

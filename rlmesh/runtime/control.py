@@ -1,0 +1,99 @@
+"""The control plane of one process: a thread with its own zmq context and socket.
+
+It answers heartbeats, stack requests and stop requests while the event loop is busy or
+blocked, and watches the lifeline to the parent: when the parent goes, so does this
+process and everything it started.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+from typing import Any, Callable
+
+import zmq
+
+from ..wire import codec, messages as M
+from ..wire.sockets import bind, configure
+from .diagnostics import Diagnostics
+
+log = logging.getLogger(__name__)
+
+CONTROL_LIMITS = codec.Limits.with_max(1 << 20)
+
+
+class ControlThread(threading.Thread):
+    """Serves PING, STACK and STOP on ``address``; kills the process group on lifeline EOF."""
+
+    def __init__(self, address: str, diagnostics: Diagnostics,
+                 on_stop: Callable[[], None], lifeline_fd: int | None = None) -> None:
+        super().__init__(name="rlmesh.control", daemon=True)
+        self.diagnostics = diagnostics
+        self.on_stop = on_stop
+        self.lifeline_fd = lifeline_fd
+        self.ctx = zmq.Context(io_threads=1)
+        self.sock = configure(self.ctx.socket(zmq.ROUTER), CONTROL_LIMITS.max_message_bytes, hwm=100)
+        self.address = bind(self.sock, address)
+        self.rejected = 0
+        self._closing = threading.Event()
+
+    def run(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self.sock, zmq.POLLIN)
+        if self.lifeline_fd is not None:
+            poller.register(self.lifeline_fd, zmq.POLLIN)
+        while not self._closing.is_set():
+            try:
+                ready = dict(poller.poll(200))
+            except zmq.ZMQError:
+                break  # context terminated during shutdown
+            if self.lifeline_fd is not None and self.lifeline_fd in ready:
+                if not os.read(self.lifeline_fd, 1):
+                    self._parent_gone()
+            if self.sock in ready:
+                self._serve_one()
+        self.sock.close(linger=0)
+        self.ctx.term()
+
+    def _serve_one(self) -> None:
+        frames = self.sock.recv_multipart(copy=False)
+        if len(frames) < 2:
+            self.rejected += 1
+            return
+        identity = frames[0]
+        raw: Any = None
+        try:
+            raw = codec.decode(frames[1:], CONTROL_LIMITS)
+            msg = M.validate(raw)
+            reply = self.answer(msg)
+        except (codec.DecodeError, M.ProtocolError) as exc:
+            self.rejected += 1
+            reply = M.make(M.ERROR, id=M.call_id_of(raw), etype=type(exc).__name__, msg=str(exc))
+        self.sock.send_multipart([identity, *codec.encode(reply)], copy=False)
+
+    def answer(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """The reply to one control message (no sockets involved)."""
+        kind = msg["t"]
+        if kind == M.PING:
+            return M.make(M.PONG, id=msg["id"], status=self.diagnostics.status())
+        if kind == M.STACK:
+            return M.make(M.STACK_REPLY, id=msg["id"], report=self.diagnostics.report())
+        if kind == M.STOP:
+            self.on_stop()
+            return M.make(M.STOP_OK, id=msg["id"])
+        raise M.ProtocolError(f"the control plane does not accept {kind!r} messages")
+
+    def _parent_gone(self) -> None:
+        # The parent died without stopping us: take our own children with us. Our process
+        # group holds only us and what we spawned in-group; children in their own
+        # sessions have their own lifelines to us and follow.
+        log.warning("parent process is gone; exiting")
+        try:
+            os.killpg(os.getpgid(0), signal.SIGKILL)
+        finally:
+            os._exit(1)
+
+    def close(self) -> None:
+        self._closing.set()

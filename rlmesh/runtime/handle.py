@@ -1,0 +1,291 @@
+"""Handles to actors: request/reply with timeouts, fire-and-forget, and credit-bounded streams.
+
+``await h.call("inc", 1)`` or ``await h.inc(1)``; ``await h.tell("inc")``;
+``s = h.stream("consume", window=8); await s.send(batch)``. Sync variants for code that
+runs outside an event loop (env code, scripts): ``h.call_sync``, ``h.tell_sync``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import threading
+from typing import Any
+
+import zmq
+
+from ..wire import codec, messages as M
+from ..wire.sockets import AsyncSocket, configure
+
+
+class RemoteError(Exception):
+    """The remote method raised, or refused the request. Carries the remote traceback."""
+
+    def __init__(self, etype: str, msg: str, tb: str = "", actor: str = "") -> None:
+        where = f" in actor {actor!r}" if actor else ""
+        super().__init__(f"{etype}{where}: {msg}" + (f"\n--- remote traceback ---\n{tb}" if tb else ""))
+        self.etype = etype
+        self.remote_msg = msg
+        self.remote_traceback = tb
+
+
+class ActorUnavailable(Exception):
+    """The actor did not answer in time, or is known to be dead."""
+
+
+_call_ids = itertools.count(1)
+_channel_ids = itertools.count(1)
+
+
+class ActorHandle:
+    """A connection from this process to one actor. Not shared across event loops."""
+
+    def __init__(self, address: str, name: str = "", *, timeout: float | None = 60.0,
+                 limits: codec.Limits = codec.Limits(), ctx: zmq.Context | None = None) -> None:
+        self.address = address
+        self.name = name or address
+        self.default_timeout = timeout
+        self.limits = limits
+        self.ctx = ctx or zmq.Context.instance()
+        self.stats: dict[str, int] = {"calls": 0, "dropped_replies": 0}
+        self._pending: dict[int, asyncio.Future[Any]] = {}
+        self._streams: dict[int, StreamSender] = {}
+        self._sock: AsyncSocket | None = None
+        self._sync_sock: zmq.Socket | None = None
+        self._sync_lock = threading.Lock()
+        self._dead_reason: str | None = None
+
+    # --- async API ---
+
+    def _socket(self) -> AsyncSocket:
+        if self._sock is None:
+            sock = configure(self.ctx.socket(zmq.DEALER), self.limits.max_message_bytes)
+            sock.connect(self.address)
+            self._sock = AsyncSocket(sock, self._on_message)
+        return self._sock
+
+    async def connect(self, timeout: float | None = None) -> dict[str, Any]:
+        """Exchange HELLO: checks the protocol version and that an actor is there."""
+        reply = await self._request(M.make(M.HELLO, id=next(_call_ids)), timeout)
+        return reply
+
+    async def call(self, method: str, *args: Any, timeout: float | None = None, **kwargs: Any) -> Any:
+        """Call ``method`` remotely and return its result; RemoteError if it raised."""
+        msg = M.make(M.CALL, id=next(_call_ids), m=method, a=list(args), k=kwargs)
+        reply = await self._request(msg, timeout)
+        return reply.get("r")
+
+    async def tell(self, method: str, *args: Any, **kwargs: Any) -> None:
+        """Send without waiting for a result; waits only for room in the send queue."""
+        self._check_alive()
+        await self._socket().send(codec.encode(M.make(M.TELL, m=method, a=list(args), k=kwargs)))
+
+    def stream(self, method: str, window: int = 8) -> "StreamSender":
+        """A channel whose items are passed, in order, to ``method(item)`` on the actor.
+
+        At most ``window`` items are in flight; ``send`` waits for credit beyond that.
+        """
+        sender = StreamSender(self, method, window)
+        self._streams[sender.channel] = sender
+        return sender
+
+    def __getattr__(self, method: str) -> "_MethodProxy":
+        if method.startswith("_"):
+            raise AttributeError(method)
+        return _MethodProxy(self, method)
+
+    async def _request(self, msg: dict[str, Any], timeout: float | None) -> dict[str, Any]:
+        self._check_alive()
+        sock = self._socket()
+        fut = asyncio.get_running_loop().create_future()
+        call_id = msg["id"]
+        self._pending[call_id] = fut
+        timeout = self.default_timeout if timeout is None else timeout
+        try:
+            await sock.send(codec.encode(msg))
+            return await asyncio.wait_for(fut, timeout)
+        except asyncio.TimeoutError:
+            raise ActorUnavailable(
+                f"actor {self.name!r} at {self.address} did not answer {msg.get('m', msg['t'])!r} "
+                f"within {timeout} s") from None
+        finally:
+            self._pending.pop(call_id, None)
+
+    def _on_message(self, frames: list[Any]) -> None:
+        try:
+            msg = M.validate(codec.decode(frames, self.limits))
+        except (codec.DecodeError, M.ProtocolError) as exc:
+            self.stats["dropped_replies"] += 1
+            if isinstance(exc, M.VersionMismatch):
+                for fut in self._pending.values():  # the peer will never understand us
+                    if not fut.done():
+                        fut.set_exception(exc)
+            return
+        kind = msg["t"]
+        if kind == M.CREDIT or (kind == M.ERROR and "ch" in msg):
+            sender = self._streams.get(msg.get("ch"))  # type: ignore[arg-type]
+            if sender is not None:
+                sender._on_control(msg)
+            return
+        fut = self._pending.get(msg.get("id"))  # type: ignore[arg-type]
+        if fut is None or fut.done():
+            self.stats["dropped_replies"] += 1  # late reply after a timeout
+            return
+        if kind == M.ERROR:
+            if msg["etype"] == "VersionMismatch":  # keep the remote's wording: it names both
+                fut.set_exception(M.VersionMismatch(None, text=msg["msg"]))
+            else:
+                fut.set_exception(RemoteError(msg["etype"], msg["msg"], msg.get("tb", ""), self.name))
+        else:
+            self.stats["calls"] += 1
+            fut.set_result(msg)
+
+    def mark_dead(self, reason: str, permanent: bool = False) -> None:
+        """Fail every waiting call now (the supervisor saw the process die).
+
+        A restarted actor comes back at the same address, so the handle stays usable
+        unless ``permanent`` (no more restarts).
+        """
+        if permanent:
+            self._dead_reason = reason
+        err = ActorUnavailable(f"actor {self.name!r} died: {reason}")
+        for fut in self._pending.values():
+            if not fut.done():
+                fut.set_exception(err)
+        for sender in self._streams.values():
+            sender._fail(err)
+
+    def _check_alive(self) -> None:
+        if self._dead_reason is not None:
+            raise ActorUnavailable(f"actor {self.name!r} is gone: {self._dead_reason}")
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+        if self._sync_sock is not None:
+            self._sync_sock.close(linger=0)
+            self._sync_sock = None
+
+    # --- sync API: a blocking socket of its own, for code outside the event loop ---
+
+    def call_sync(self, method: str, *args: Any, timeout: float | None = None, **kwargs: Any) -> Any:
+        """Blocking ``call``; safe from any thread (calls are serialised)."""
+        call_id = next(_call_ids)
+        msg = M.make(M.CALL, id=call_id, m=method, a=list(args), k=kwargs)
+        timeout = self.default_timeout if timeout is None else timeout
+        with self._sync_lock:
+            sock = self._sync_socket()
+            sock.send_multipart(codec.encode(msg), copy=False)
+            while True:
+                if not sock.poll(None if timeout is None else int(timeout * 1000)):
+                    # Our socket may now hold a late reply: start afresh next time.
+                    sock.close(linger=0)
+                    self._sync_sock = None
+                    raise ActorUnavailable(
+                        f"actor {self.name!r} did not answer {method!r} within {timeout} s")
+                reply = M.validate(codec.decode(sock.recv_multipart(copy=False), self.limits))
+                if reply.get("id") == call_id:
+                    break
+        if reply["t"] == M.ERROR:
+            raise RemoteError(reply["etype"], reply["msg"], reply.get("tb", ""), self.name)
+        return reply.get("r")
+
+    def tell_sync(self, method: str, *args: Any, **kwargs: Any) -> None:
+        with self._sync_lock:
+            self._sync_socket().send_multipart(
+                codec.encode(M.make(M.TELL, m=method, a=list(args), k=kwargs)), copy=False)
+
+    def _sync_socket(self) -> zmq.Socket:
+        if self._sync_sock is None:
+            sock = configure(self.ctx.socket(zmq.DEALER), self.limits.max_message_bytes)
+            sock.connect(self.address)
+            self._sync_sock = sock
+        return self._sync_sock
+
+    def __repr__(self) -> str:
+        return f"ActorHandle({self.name!r}, {self.address!r})"
+
+
+class _MethodProxy:
+    """``await h.method(*args)`` calls; ``await h.method.tell(*args)`` tells."""
+
+    __slots__ = ("_handle", "_method")
+
+    def __init__(self, handle: ActorHandle, method: str) -> None:
+        self._handle = handle
+        self._method = method
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._handle.call(self._method, *args, **kwargs)
+
+    def tell(self, *args: Any, **kwargs: Any) -> Any:
+        return self._handle.tell(self._method, *args, **kwargs)
+
+    def sync(self, *args: Any, **kwargs: Any) -> Any:
+        return self._handle.call_sync(self._method, *args, **kwargs)
+
+
+class StreamSender:
+    """Sends items to one actor method with at most ``window`` unacknowledged."""
+
+    def __init__(self, handle: ActorHandle, method: str, window: int) -> None:
+        if window < 1:
+            raise ValueError("stream window must be at least 1")
+        self.handle = handle
+        self.method = method
+        self.window = window
+        self.channel = next(_channel_ids)
+        self.credits = window
+        self.sent = 0
+        self._seq = 0
+        self._waiter: asyncio.Future[None] | None = None
+        self._error: BaseException | None = None
+
+    @property
+    def in_flight(self) -> int:
+        return self.window - self.credits
+
+    async def send(self, item: Any) -> None:
+        """Send one item, first waiting for credit if ``window`` items are in flight."""
+        while self.credits <= 0 and self._error is None:
+            self._waiter = asyncio.get_running_loop().create_future()
+            await self._waiter
+        self._raise_pending()
+        self.handle._check_alive()
+        self.credits -= 1
+        msg = M.make(M.STREAM, ch=self.channel, seq=self._seq, m=self.method, p=item)
+        self._seq += 1
+        await self.handle._socket().send(codec.encode(msg))
+        self.sent += 1
+
+    async def flush(self) -> None:
+        """Wait until the actor has handled every item sent so far."""
+        while self.credits < self.window and self._error is None:
+            self._waiter = asyncio.get_running_loop().create_future()
+            await self._waiter
+        self._raise_pending()
+
+    def _raise_pending(self) -> None:
+        if self._error is not None:
+            err, self._error = self._error, None
+            raise err
+
+    def _on_control(self, msg: dict[str, Any]) -> None:
+        if msg["t"] == M.CREDIT:
+            self.credits = min(self.window, self.credits + msg["n"])
+        else:
+            self.credits = min(self.window, self.credits + 1) if msg["etype"] == "Backpressure" else self.credits
+            self._error = RemoteError(msg["etype"], msg["msg"], msg.get("tb", ""), self.handle.name)
+        self._wake()
+
+    def _fail(self, err: BaseException) -> None:
+        self._error = err
+        self._wake()
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    def close(self) -> None:
+        self.handle._streams.pop(self.channel, None)

@@ -1,0 +1,363 @@
+"""A job: this process's place in a mesh of actors, and the API to spawn and find them.
+
+``mode`` picks the transport: ``inproc`` runs every actor as tasks in this process,
+``ipc`` (the default) starts local processes, ``tcp`` does the same over loopback TCP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import itertools
+import logging
+import os
+import runpy
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ..wire import codec
+from .actor import Actor, ActorServer
+from .control import ControlThread
+from .diagnostics import Diagnostics, install_fallback_dump
+from .handle import ActorHandle, ActorUnavailable
+from .process import ActorStartError, ChildProcess, ChildSpec
+from .registry import ENV_RUN_DIR, ProcessRecord, RunDir
+from .supervisor import RestartPolicy, Supervised, Supervisor, Watch
+
+log = logging.getLogger(__name__)
+
+MODES = ("inproc", "ipc", "tcp")
+_current: "Job | None" = None
+
+
+def current_job() -> "Job | None":
+    """The Job of this process, if one is running."""
+    return _current
+
+
+class Job:
+    """Spawns actors, finds them by name, supervises them, and answers the control plane."""
+
+    def __init__(self, mode: str = "ipc", *, name: str = "driver", role: str = "driver",
+                 run_dir: RunDir | Path | str | None = None, job_id: str | None = None,
+                 heartbeat_interval: float = 1.0, heartbeat_timeout: float = 5.0,
+                 max_message_bytes: int = codec.DEFAULT_MAX_MESSAGE_BYTES,
+                 lifeline_fd: int | None = None) -> None:
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        self.mode = mode
+        self.name = name
+        self.role = role
+        if isinstance(run_dir, (str, Path)):
+            run_dir = RunDir(Path(run_dir))
+        self.run_dir = run_dir or RunDir.create(job_id)
+        self.heartbeat_interval = heartbeat_interval
+        self.heartbeat_timeout = heartbeat_timeout
+        self.limits = codec.Limits.with_max(max_message_bytes)
+        self.diagnostics = Diagnostics(name, role)
+        self.supervisor = Supervisor(self._restart)
+        self.handles: dict[str, ActorHandle] = {}
+        self._lifeline_fd = lifeline_fd
+        self._inproc: dict[str, ActorServer] = {}
+        self._counter = itertools.count()
+        self._control: ControlThread | None = None
+        self._dump_file: Any = None
+        self._stopping = asyncio.Event()
+        self.started = False
+
+    @property
+    def job_id(self) -> str:
+        return self.run_dir.job_id
+
+    # --- lifecycle ---
+
+    async def start(self) -> "Job":
+        global _current
+        loop = asyncio.get_running_loop()
+        self.diagnostics.monitor.start(loop)
+        self.diagnostics.add_probe("handles", lambda: {
+            n: {"pending_calls": len(h._pending), "streams": len(h._streams)}
+            for n, h in list(self.handles.items())})
+        self._dump_file = install_fallback_dump(self.run_dir.stack_dump_path(self.name, os.getpid()))
+        self._control = ControlThread(self._control_address(self.name), self.diagnostics,
+                                      lambda: loop.call_soon_threadsafe(self._stopping.set),
+                                      self._lifeline_fd)
+        self._control.start()
+        self.supervisor.start()
+        _current = self
+        self.started = True
+        if self.role == "driver":
+            self.register_self()
+        return self
+
+    def register_self(self, address: str = "", cls: str = "") -> None:
+        """Announce this process in the run directory (``rlmesh stack`` finds it there)."""
+        import psutil
+
+        assert self._control is not None
+        self.run_dir.write_process(ProcessRecord(
+            name=self.name, role=self.role, pid=os.getpid(),
+            create_time=psutil.Process().create_time(), control=self._control.address,
+            address=address, cls=cls, job=self.job_id))
+
+    async def wait_stopped(self) -> None:
+        """Until a STOP arrives on the control plane."""
+        await self._stopping.wait()
+
+    def request_stop(self) -> None:
+        self._stopping.set()
+
+    async def shutdown(self, grace: float = 3.0) -> None:
+        """Stop every actor this job started (graceful, then SIGTERM, then SIGKILL)."""
+        global _current
+        self.supervisor.stop()
+        children = list(self.supervisor.children.values())
+        await asyncio.gather(*(self._stop_child(s, grace) for s in children),
+                             return_exceptions=True)
+        self.supervisor.children.clear()
+        for server in self._inproc.values():
+            await _call_hook(server.actor.on_stop)
+            server.close()
+        self._inproc.clear()
+        for handle in self.handles.values():
+            handle.close()
+        self.diagnostics.monitor.stop()
+        if self._control is not None:
+            self._control.close()
+            self._control.join(2.0)
+        self.run_dir.remove_process(self.name)
+        if _current is self:
+            _current = None
+
+    async def __aenter__(self) -> "Job":
+        return await self.start()
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.shutdown()
+
+    # --- spawning ---
+
+    async def spawn(self, cls: type[Actor] | str, *args: Any, name: str | None = None,
+                    restart: RestartPolicy | None = None, role: str = "",
+                    start_timeout: float = 60.0, address: str = "", **kwargs: Any) -> ActorHandle:
+        """Start an actor and return its handle once it answers.
+
+        ``cls`` is an Actor subclass or its import path ``"pkg.mod:Class"``. Constructor
+        arguments must be wire-encodable (plain data, arrays). With ``name``, any process
+        of this job can find the actor with ``get_actor(name)``.
+        """
+        cls_path, main_path = _import_path(cls)
+        actor_name = name or f"{cls_path.rpartition(':')[2]}-{next(self._counter)}"
+        if actor_name in self.handles:
+            raise ValueError(f"this job already has an actor named {actor_name!r}")
+        if self.mode == "inproc":
+            handle = await self._spawn_inproc(cls_path, main_path, actor_name, args, kwargs, address)
+        else:
+            spec = ChildSpec(name=actor_name, cls_path=cls_path, args=list(args), kwargs=kwargs,
+                             role=role or cls_path.rpartition(":")[2], main_path=main_path,
+                             address=address or self._data_address(actor_name),
+                             sys_path=[p for p in sys.path if p],
+                             max_message_bytes=self.limits.max_message_bytes)
+            handle = await self._spawn_process(spec, restart or RestartPolicy(), start_timeout)
+        if name:
+            self.run_dir.register_name(name, handle.address, os.getpid())
+        self.handles[actor_name] = handle
+        return handle
+
+    async def _spawn_inproc(self, cls_path: str, main_path: str, name: str, args: Any,
+                            kwargs: Any, address: str) -> ActorHandle:
+        actor = instantiate(cls_path, main_path, args, kwargs)
+        actor.job, actor.name = self, name
+        server = ActorServer(actor, name, limits=self.limits)
+        bound = await server.start(address or f"inproc://{self.job_id}/{name}")
+        await _call_hook(actor.on_start)
+        self._inproc[name] = server
+        self.diagnostics.add_probe(f"actor:{name}", lambda: {
+            **server.queue_depths(), "in_flight": _in_flight(server), "stats": dict(server.stats)})
+        handle = ActorHandle(bound, name, limits=self.limits)
+        await handle.connect(10.0)
+        return handle
+
+    async def _spawn_process(self, spec: ChildSpec, policy: RestartPolicy,
+                             start_timeout: float) -> ActorHandle:
+        child = await self._start_child(spec, start_timeout)
+        assert child.record is not None
+        spec.address = child.record.address  # restarts bind the same address
+        handle = ActorHandle(child.record.address, spec.name, limits=self.limits)
+        sup = Supervised(child, policy, Watch(self.heartbeat_interval, self.heartbeat_timeout),
+                         handle.mark_dead)
+        sup.start_timeout = start_timeout  # type: ignore[attr-defined]
+        sup.connect_heartbeat(child.record.control)
+        self.supervisor.children[spec.name] = sup
+        try:
+            await handle.connect(start_timeout)
+        except ActorUnavailable:
+            raise ActorStartError(child.describe_exit("did not answer its first call")) from None
+        return handle
+
+    async def _start_child(self, spec: ChildSpec, start_timeout: float) -> ChildProcess:
+        child = ChildProcess(spec, self.run_dir)
+        child.start()
+        try:
+            await child.wait_ready(start_timeout)
+        except BaseException:
+            child.kill()
+            child.cleanup()
+            raise
+        return child
+
+    async def _restart(self, sup: Supervised) -> None:
+        child = await self._start_child(sup.child.spec, getattr(sup, "start_timeout", 60.0))
+        sup.child = child
+        assert child.record is not None
+        sup.connect_heartbeat(child.record.control)
+
+    async def _stop_child(self, sup: Supervised, grace: float) -> None:
+        sup.close_heartbeat()
+        child = sup.child
+        if child.poll() is None and child.record is not None:
+            await _send_stop(child.record.control, grace)
+            if not await child.wait_exit(grace):
+                log.warning("%s did not stop within %.1f s; terminating", child.spec.name, grace)
+        await child.terminate(grace)
+
+    async def stop_actor(self, name: str, grace: float = 3.0) -> None:
+        """Stop one actor started by this job."""
+        handle = self.handles.pop(name, None)
+        if name in self._inproc:
+            server = self._inproc.pop(name)
+            await _call_hook(server.actor.on_stop)
+            server.close()
+        sup = self.supervisor.children.pop(name, None)
+        if sup is not None:
+            await self._stop_child(sup, grace)
+        if handle is not None:
+            handle.mark_dead("stopped", permanent=True)
+            handle.close()
+        self.run_dir.unregister_name(name)
+
+    # --- finding actors ---
+
+    async def get_actor(self, name: str, timeout: float = 10.0) -> ActorHandle:
+        """A handle to the actor registered as ``name`` by any process of this job."""
+        if name in self.handles:
+            return self.handles[name]
+        address = await self._lookup(name, timeout)
+        handle = ActorHandle(address, name, limits=self.limits)
+        await handle.connect(timeout)
+        self.handles[name] = handle
+        return handle
+
+    async def _lookup(self, name: str, timeout: float) -> str:
+        deadline = time.monotonic() + timeout
+        while True:
+            address = self.run_dir.lookup_name(name)
+            if address:
+                return address
+            if time.monotonic() > deadline:
+                raise KeyError(f"no actor named {name!r} in job {self.job_id} "
+                               f"(after waiting {timeout} s)")
+            await asyncio.sleep(0.05)
+
+    # --- addresses ---
+
+    def _data_address(self, name: str) -> str:
+        return "tcp://127.0.0.1:0" if self.mode == "tcp" else self.run_dir.ipc_address(name, "sock")
+
+    def _control_address(self, name: str) -> str:
+        return "tcp://127.0.0.1:0" if self.mode == "tcp" else self.run_dir.ipc_address(name, "ctl")
+
+
+def get_actor_sync(name: str, timeout: float = 10.0) -> ActorHandle:
+    """A handle usable with ``call_sync``/``tell_sync`` from plain code in any process of
+    the job (env code, callbacks), found through ``$RLMESH_RUN_DIR``."""
+    job = current_job()
+    if job is not None and name in job._inproc:
+        return ActorHandle(job._inproc[name].address, name)
+    run_dir = job.run_dir if job is not None else _env_run_dir()
+    deadline = time.monotonic() + timeout
+    while (address := run_dir.lookup_name(name)) is None:
+        if time.monotonic() > deadline:
+            raise KeyError(f"no actor named {name!r} in job {run_dir.job_id}")
+        time.sleep(0.05)
+    return ActorHandle(address, name)
+
+
+def _env_run_dir() -> RunDir:
+    path = os.environ.get(ENV_RUN_DIR)
+    if not path:
+        raise RuntimeError("not inside an rlmesh job: no Job is running in this process and "
+                           f"${ENV_RUN_DIR} is not set")
+    return RunDir(Path(path))
+
+
+def _import_path(cls: type | str) -> tuple[str, str]:
+    """``("module:Qualname", main_script_path)`` for a class or its import path."""
+    if isinstance(cls, str):
+        if ":" not in cls:
+            raise ValueError(f"actor class path {cls!r} must look like 'package.module:Class'")
+        return cls, ""
+    if not (isinstance(cls, type) and issubclass(cls, Actor)):
+        raise TypeError(f"{cls!r} is not an Actor subclass")
+    if "<locals>" in cls.__qualname__:
+        raise ValueError(f"{cls.__qualname__} is defined inside a function; actor classes "
+                         "must be importable by module path")
+    main_path = ""
+    if cls.__module__ in ("__main__", "__mp_main__"):
+        main_path = os.path.abspath(getattr(sys.modules[cls.__module__], "__file__", "") or "")
+        if not main_path:
+            raise ValueError(f"{cls.__qualname__} lives in an interactive __main__; "
+                             "define it in a module or a script file")
+    return f"{cls.__module__}:{cls.__qualname__}", main_path
+
+
+def instantiate(cls_path: str, main_path: str, args: Any, kwargs: Any) -> Actor:
+    """Import ``module:Class`` (running the driver's script as __mp_main__ if needed)."""
+    module_name, _, qualname = cls_path.partition(":")
+    if module_name in ("__main__", "__mp_main__") and main_path:
+        module = sys.modules.get("__mp_main__") or sys.modules.get("__main__")
+        if module is None or getattr(module, "__file__", None) != main_path:
+            globs = runpy.run_path(main_path, run_name="__mp_main__")
+            module = type(sys)("__mp_main__")
+            module.__dict__.update(globs)
+            sys.modules["__mp_main__"] = module
+    else:
+        module = importlib.import_module(module_name)
+    obj: Any = module
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    if not (isinstance(obj, type) and issubclass(obj, Actor)):
+        raise TypeError(f"{cls_path} is not an Actor subclass")
+    return obj(*args, **kwargs)
+
+
+def _in_flight(server: ActorServer) -> list[dict[str, Any]]:
+    now = time.monotonic()
+    return [{"method": m, "age_s": round(now - t, 3)} for m, t in list(server.in_flight.values())]
+
+
+async def _call_hook(hook: Any) -> None:
+    result = hook()
+    if asyncio.iscoroutine(result):
+        await result
+
+
+async def _send_stop(control: str, timeout: float) -> None:
+    import zmq
+
+    from ..wire import messages as M
+    from ..wire.sockets import AsyncSocket, configure
+
+    done = asyncio.get_running_loop().create_future()
+    sock = AsyncSocket(configure(zmq.Context.instance().socket(zmq.DEALER), 1 << 20),
+                       lambda frames: done.done() or done.set_result(None))
+    try:
+        sock.sock.connect(control)
+        sock.send_nowait(codec.encode(M.make(M.STOP, id=1)))
+        await asyncio.wait_for(done, timeout)
+    except asyncio.TimeoutError:
+        pass
+    finally:
+        sock.close()

@@ -1,0 +1,172 @@
+"""Starting and stopping actor processes on this machine.
+
+A child is a fresh interpreter (spawn, never fork: CUDA stays safe) in its own session,
+holding the read end of a lifeline pipe and a parent-death signal, so it cannot outlive
+its parent. Its output goes to a log file whose last lines are reported when it dies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgpack
+
+from ..wire import codec
+from .registry import ENV_RUN_DIR, ProcessRecord, RunDir
+
+
+class ActorStartError(RuntimeError):
+    """A child process exited or timed out before it was ready."""
+
+
+@dataclass
+class ChildSpec:
+    """Everything a child needs to construct its actor; encoded without pickle."""
+
+    name: str
+    cls_path: str  # "package.module:Class"
+    args: list[Any] = field(default_factory=list)
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    role: str = "actor"
+    address: str = ""  # where to bind; resolved after the first start
+    main_path: str = ""  # the driver's script, when the class lives in __main__
+    sys_path: list[str] = field(default_factory=list)
+    max_message_bytes: int = codec.DEFAULT_MAX_MESSAGE_BYTES
+
+    def to_bytes(self) -> bytes:
+        frames = codec.encode(self.__dict__)
+        return msgpack.packb([bytes(f) for f in frames], use_bin_type=True)
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "ChildSpec":
+        return cls(**codec.decode(msgpack.unpackb(data, raw=False)))
+
+
+def tail(path: Path, lines: int = 20) -> list[str]:
+    """The last ``lines`` lines of a log file."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - 16384))
+            data = fh.read().decode("utf-8", "replace")
+    except FileNotFoundError:
+        return []
+    return data.splitlines()[-lines:]
+
+
+class ChildProcess:
+    """One started child: its Popen, its lifeline, its log."""
+
+    def __init__(self, spec: ChildSpec, run_dir: RunDir) -> None:
+        self.spec = spec
+        self.run_dir = run_dir
+        self.log_path = run_dir.log_path(spec.name)
+        self.popen: subprocess.Popen[bytes] | None = None
+        self._lifeline_w: int | None = None
+        self.record: ProcessRecord | None = None
+
+    @property
+    def pid(self) -> int:
+        assert self.popen is not None
+        return self.popen.pid
+
+    def start(self) -> None:
+        spec_path = self.run_dir.path / "procs" / f".{self.spec.name}.spec"
+        spec_path.write_bytes(self.spec.to_bytes())
+        read_fd, self._lifeline_w = os.pipe()  # both ends non-inheritable by default
+        env = dict(os.environ)
+        env[ENV_RUN_DIR] = str(self.run_dir.path)
+        env["PYTHONUNBUFFERED"] = "1"
+        log = open(self.log_path, "ab")
+        try:
+            self.popen = subprocess.Popen(
+                [sys.executable, "-m", "rlmesh.runtime.bootstrap", str(spec_path),
+                 str(read_fd), str(os.getpid())],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                pass_fds=(read_fd,), start_new_session=True, env=env,
+            )
+        finally:
+            os.close(read_fd)
+            log.close()
+
+    def poll(self) -> int | None:
+        return None if self.popen is None else self.popen.poll()
+
+    async def wait_ready(self, timeout: float) -> ProcessRecord:
+        """Wait for the child's process record; fail early with its output if it exits."""
+        deadline = time.monotonic() + timeout
+        while True:
+            rec = self.run_dir.read_process(self.spec.name)
+            if rec is not None and rec.pid == self.pid:
+                self.record = rec
+                return rec
+            code = self.poll()
+            if code is not None:
+                raise ActorStartError(self.describe_exit("exited during start-up"))
+            if time.monotonic() > deadline:
+                self.kill()
+                raise ActorStartError(self.describe_exit(f"not ready after {timeout} s; killed"))
+            await asyncio.sleep(0.01)
+
+    def describe_exit(self, what: str) -> str:
+        code = self.poll()
+        how = ""
+        if code is not None:
+            how = (f" (killed by {signal.Signals(-code).name})" if code < 0
+                   else f" (exit code {code})")
+        lines = "\n".join("    " + line for line in tail(self.log_path))
+        return (f"actor {self.spec.name!r} ({self.spec.cls_path}) {what}{how}; "
+                f"last output, from {self.log_path}:\n{lines or '    (nothing)'}")
+
+    def signal_group(self, sig: int) -> None:
+        if self.popen is None:
+            return
+        try:
+            os.killpg(self.popen.pid, sig)  # the child leads its own session and group
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def kill(self) -> None:
+        self.signal_group(signal.SIGKILL)
+        self._reap(2.0)
+
+    async def wait_exit(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while self.poll() is None:
+            if time.monotonic() > deadline:
+                return False
+            await asyncio.sleep(0.02)
+        return True
+
+    async def terminate(self, grace: float = 3.0) -> None:
+        """SIGTERM the child's group, then SIGKILL it if still there after ``grace``."""
+        if self.poll() is None:
+            self.signal_group(signal.SIGTERM)
+            if not await self.wait_exit(grace):
+                self.signal_group(signal.SIGKILL)
+                await self.wait_exit(5.0)
+        # Whatever the child left in its group (a grandchild that ignored SIGTERM) goes too.
+        self.signal_group(signal.SIGKILL)
+        self.cleanup()
+
+    def _reap(self, timeout: float) -> None:
+        if self.popen is not None:
+            try:
+                self.popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                pass
+
+    def cleanup(self) -> None:
+        if self._lifeline_w is not None:
+            os.close(self._lifeline_w)
+            self._lifeline_w = None
+        self.run_dir.remove_process(self.spec.name)

@@ -1,0 +1,191 @@
+"""Watching child actors: exits, missed heartbeats, and when to restart.
+
+``RestartPolicy`` and ``Watch`` hold the decisions (no processes involved); the
+``Supervisor`` task applies them to real children.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable
+
+import zmq
+
+from ..wire import codec, messages as M
+from ..wire.sockets import AsyncSocket, configure
+from .process import ChildProcess
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RestartPolicy:
+    """How often a dead actor is started again, and how long to wait before each try."""
+
+    max_restarts: int = 0
+    backoff_s: float = 0.5
+    backoff_max_s: float = 30.0
+    multiplier: float = 2.0
+
+    def delay(self, restarts_so_far: int) -> float | None:
+        """Seconds to wait before the next restart, or None to give up."""
+        if restarts_so_far >= self.max_restarts:
+            return None
+        return min(self.backoff_max_s, self.backoff_s * self.multiplier ** restarts_so_far)
+
+
+@dataclass
+class ActorEvent:
+    """Something the supervisor saw: ``died``, ``hung``, ``restarted`` or ``gave_up``."""
+
+    kind: str
+    name: str
+    detail: str
+    exit_code: int | None = None
+    last_lines: list[str] = field(default_factory=list)
+    time: float = field(default_factory=time.time)
+
+
+@dataclass
+class Watch:
+    """Heartbeat bookkeeping for one child."""
+
+    interval: float
+    timeout: float
+    last_pong: float = field(default_factory=time.monotonic)
+    last_ping: float = 0.0
+    status: dict[str, Any] = field(default_factory=dict)
+
+    def due(self, now: float) -> bool:
+        return now - self.last_ping >= self.interval
+
+    def hung(self, now: float) -> bool:
+        return now - self.last_pong > self.timeout
+
+    def pong(self, now: float, status: dict[str, Any]) -> None:
+        self.last_pong = now
+        self.status = status
+
+
+_ping_ids = itertools.count(1)
+
+
+class Supervised:
+    """A child under supervision: process, heartbeat socket, restart count."""
+
+    def __init__(self, child: ChildProcess, policy: RestartPolicy, watch: Watch,
+                 on_dead: Callable[[str, bool], None]) -> None:
+        self.child = child
+        self.policy = policy
+        self.watch = watch
+        self.on_dead = on_dead  # (reason, permanent) -> None: fails the handles' calls
+        self.restarts = 0
+        self.ping_sock: AsyncSocket | None = None
+        self.restarting = False
+
+    def connect_heartbeat(self, control_address: str) -> None:
+        self.close_heartbeat()
+        sock = configure(zmq.Context.instance().socket(zmq.DEALER), 1 << 20, hwm=10)
+        sock.connect(control_address)
+        self.ping_sock = AsyncSocket(sock, self._on_pong)
+        self.watch.last_pong = time.monotonic()
+
+    def _on_pong(self, frames: list[Any]) -> None:
+        try:
+            msg = M.validate(codec.decode(frames, codec.Limits.with_max(1 << 20)))
+        except (codec.DecodeError, M.ProtocolError):
+            return
+        if msg["t"] == M.PONG:
+            self.watch.pong(time.monotonic(), msg["status"])
+
+    def ping(self, now: float) -> None:
+        if self.ping_sock is not None:
+            self.watch.last_ping = now
+            self.ping_sock.send_nowait(codec.encode(M.make(M.PING, id=next(_ping_ids))))
+
+    def close_heartbeat(self) -> None:
+        if self.ping_sock is not None:
+            self.ping_sock.close()
+            self.ping_sock = None
+
+
+class Supervisor:
+    """Polls children for exits and missed heartbeats; restarts them per policy."""
+
+    def __init__(self, restart: Callable[[Supervised], Awaitable[None]], poll_s: float = 0.1) -> None:
+        self.children: dict[str, Supervised] = {}
+        self.events: list[ActorEvent] = []
+        self.listeners: list[Callable[[ActorEvent], None]] = []
+        self._restart = restart
+        self._poll_s = poll_s
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="rlmesh.supervisor")
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+        for sup in self.children.values():
+            sup.close_heartbeat()
+
+    def emit(self, event: ActorEvent) -> None:
+        self.events.append(event)
+        del self.events[:-1000]
+        level = logging.INFO if event.kind == "restarted" else logging.WARNING
+        log.log(level, "%s %s: %s", event.name, event.kind, event.detail)
+        for fn in self.listeners:
+            fn(event)
+
+    async def _run(self) -> None:
+        while True:
+            now = time.monotonic()
+            for sup in list(self.children.values()):
+                if sup.restarting:
+                    continue
+                code = sup.child.poll()
+                if code is not None:
+                    self._lost(sup, "died", sup.child.describe_exit("died"), code)
+                elif sup.watch.hung(now):
+                    sup.child.kill()
+                    self._lost(sup, "hung", f"actor {sup.child.spec.name!r} sent no heartbeat for "
+                               f"{now - sup.watch.last_pong:.1f} s; killed", sup.child.poll())
+                elif sup.watch.due(now):
+                    sup.ping(now)
+            await asyncio.sleep(self._poll_s)
+
+    def _lost(self, sup: Supervised, kind: str, detail: str, code: int | None) -> None:
+        from .process import tail
+
+        name = sup.child.spec.name
+        sup.close_heartbeat()
+        sup.child.signal_group(9)  # nothing of the dead actor's group stays behind
+        sup.child.cleanup()
+        delay = sup.policy.delay(sup.restarts)
+        self.emit(ActorEvent(kind, name, detail, code, tail(sup.child.log_path)))
+        sup.on_dead(detail.splitlines()[0], delay is None)
+        if delay is None:
+            del self.children[name]
+            self.emit(ActorEvent("gave_up", name,
+                                 f"not restarting {name!r}: {sup.restarts} restarts of "
+                                 f"{sup.policy.max_restarts} allowed", code))
+            return
+        sup.restarting = True
+        asyncio.get_running_loop().create_task(self._restart_later(sup, delay))
+
+    async def _restart_later(self, sup: Supervised, delay: float) -> None:
+        await asyncio.sleep(delay)
+        sup.restarts += 1
+        try:
+            await self._restart(sup)
+        except Exception as exc:
+            log.error("restart of %s failed: %s", sup.child.spec.name, exc)
+            sup.restarting = False  # the next poll sees the exit and applies the policy
+            return
+        sup.restarting = False
+        self.emit(ActorEvent("restarted", sup.child.spec.name,
+                             f"restart {sup.restarts} of {sup.policy.max_restarts}"))

@@ -1,0 +1,261 @@
+"""Encode Python values as ``[msgpack header, buffer, buffer, ...]`` frames and back.
+
+Arrays and CPU tensors above ``inline_threshold`` bytes travel as their own frames, sent
+and received without copying; smaller ones are inlined in the header. Nothing is pickled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+import warnings
+
+import msgpack
+import numpy as np
+
+try:  # torch is optional here: slim clients encode numpy only
+    import torch
+except ImportError:  # pragma: no cover - exercised by the policy client issue
+    torch = None  # type: ignore[assignment]
+
+# Ext type codes inside the msgpack header.
+_EXT_ARRAY = 1  # numpy array, payload in a separate frame
+_EXT_ARRAY_INLINE = 2  # numpy array, payload inline
+_EXT_TENSOR = 3  # torch tensor, payload in a separate frame
+_EXT_TENSOR_INLINE = 4  # torch tensor, payload inline
+_EXT_TUPLE = 5  # a tuple (msgpack alone would turn it into a list)
+
+# Every numeric dtype and bool, by numpy's byte-order-explicit name. Anything else
+# (object, str, structured, datetime) is refused rather than pickled.
+ALLOWED_DTYPES = frozenset(
+    np.dtype(n).str
+    for n in (
+        "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+        "float16", "float32", "float64", "complex64", "complex128",
+    )
+)
+
+_TORCH_DTYPES: dict[str, Any] = {}
+if torch is not None:
+    _TORCH_DTYPES = {
+        str(d).removeprefix("torch."): d
+        for d in (
+            torch.bool, torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8,
+            torch.float16, torch.bfloat16, torch.float32, torch.float64,
+            torch.complex64, torch.complex128,
+        )
+    }
+
+DEFAULT_INLINE_THRESHOLD = 64 * 1024
+DEFAULT_MAX_MESSAGE_BYTES = 1 << 30
+
+
+class EncodeError(TypeError):
+    """A value that cannot cross the wire (unsupported type or dtype)."""
+
+
+class DecodeError(ValueError):
+    """Frames that do not form a valid message. The text says what was wrong."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Bounds applied when decoding frames that came from a socket."""
+
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES  # header plus all buffers
+    max_frames: int = 4096
+    max_header_bytes: int = 16 << 20
+
+    @classmethod
+    def with_max(cls, max_message_bytes: int) -> "Limits":
+        return cls(max_message_bytes=max_message_bytes,
+                   max_header_bytes=min(max_message_bytes, 16 << 20))
+
+
+def encode(obj: Any, inline_threshold: int = DEFAULT_INLINE_THRESHOLD) -> list[Any]:
+    """Return ``[header_bytes, *buffers]``; buffers are views, not copies, of the arrays."""
+    buffers: list[Any] = []
+
+    def default(value: Any) -> Any:
+        if isinstance(value, np.ndarray):
+            return _encode_array(value, buffers, inline_threshold)
+        if isinstance(value, tuple):
+            return msgpack.ExtType(_EXT_TUPLE, _pack(list(value), default))
+        if torch is not None and isinstance(value, torch.Tensor):
+            return _encode_tensor(value, buffers, inline_threshold)
+        if isinstance(value, np.generic):
+            if value.dtype.str not in ALLOWED_DTYPES:
+                raise EncodeError(f"cannot encode numpy scalar of dtype {value.dtype}")
+            return value.item()
+        raise EncodeError(
+            f"cannot encode a {type(value).__module__}.{type(value).__qualname__}: "
+            "send plain data (dict, list, tuple, str, bytes, numbers, numpy arrays, tensors)"
+        )
+
+    header = _pack(obj, default)
+    return [header, *buffers]
+
+
+def _pack(obj: Any, default: Any) -> bytes:
+    try:
+        return msgpack.packb(obj, default=default, strict_types=True, use_bin_type=True)
+    except (OverflowError, ValueError) as exc:
+        raise EncodeError(str(exc)) from exc
+
+
+def _encode_array(arr: np.ndarray, buffers: list[Any], inline_threshold: int) -> msgpack.ExtType:
+    dtype = arr.dtype.str
+    if dtype not in ALLOWED_DTYPES:
+        raise EncodeError(f"cannot encode array of dtype {arr.dtype}: only numeric and bool")
+    arr = np.ascontiguousarray(arr)
+    meta: list[Any] = [dtype, list(arr.shape)]
+    if arr.nbytes < inline_threshold:
+        meta.append(arr.tobytes())
+        return msgpack.ExtType(_EXT_ARRAY_INLINE, msgpack.packb(meta))
+    meta.append(len(buffers))
+    buffers.append(arr.data if arr.ndim else arr.reshape(1).data)
+    return msgpack.ExtType(_EXT_ARRAY, msgpack.packb(meta))
+
+
+def _encode_tensor(t: Any, buffers: list[Any], inline_threshold: int) -> msgpack.ExtType:
+    if t.device.type != "cpu":
+        raise EncodeError(f"cannot encode a tensor on {t.device}: move it to the CPU first")
+    name = str(t.dtype).removeprefix("torch.")
+    if name not in _TORCH_DTYPES:
+        raise EncodeError(f"cannot encode tensor of dtype {t.dtype}")
+    t = t.detach().contiguous()
+    # bfloat16 has no numpy twin: ship its bits as int16.
+    raw = t.view(torch.int16) if t.dtype == torch.bfloat16 else t
+    arr = raw.numpy()
+    meta: list[Any] = [name, list(t.shape)]
+    if arr.nbytes < inline_threshold:
+        meta.append(arr.tobytes())
+        return msgpack.ExtType(_EXT_TENSOR_INLINE, msgpack.packb(meta))
+    meta.append(len(buffers))
+    buffers.append(arr.reshape(-1).data)
+    return msgpack.ExtType(_EXT_TENSOR, msgpack.packb(meta))
+
+
+def decode(frames: Sequence[Any], limits: Limits = Limits()) -> Any:
+    """Rebuild the value from ``[header, *buffers]``.
+
+    Frames may be bytes, memoryviews or ``zmq.Frame``s. Out-of-band arrays are read-only
+    views over their frame (no copy); decoded tensors share the frame's memory too.
+    Raises DecodeError on anything malformed; never executes or unpickles anything.
+    """
+    if not frames:
+        raise DecodeError("empty message")
+    if len(frames) > limits.max_frames:
+        raise DecodeError(f"message has {len(frames)} frames, limit is {limits.max_frames}")
+    views = [_as_buffer(f) for f in frames]
+    total = sum(v.nbytes for v in views)
+    if total > limits.max_message_bytes:
+        raise DecodeError(
+            f"message of {total} bytes exceeds the limit of {limits.max_message_bytes} bytes"
+        )
+    header = views[0]
+    if header.nbytes > limits.max_header_bytes:
+        raise DecodeError(f"header of {header.nbytes} bytes exceeds {limits.max_header_bytes}")
+    buffers = views[1:]
+    used = [False] * len(buffers)
+
+    def ext_hook(code: int, data: bytes) -> Any:
+        if code == _EXT_TUPLE:
+            return tuple(_unpack(data, ext_hook, limits))
+        meta = _unpack(data, None, limits)
+        if not isinstance(meta, list) or len(meta) != 3:
+            raise DecodeError(f"malformed array descriptor (ext {code})")
+        if code in (_EXT_ARRAY, _EXT_TENSOR):
+            index = meta[2]
+            if not isinstance(index, int) or not 0 <= index < len(buffers):
+                raise DecodeError(f"array refers to frame {index!r}, message has {len(buffers)}")
+            if used[index]:
+                raise DecodeError(f"frame {index} referenced twice")
+            used[index] = True
+            payload: Any = buffers[index]
+        elif code in (_EXT_ARRAY_INLINE, _EXT_TENSOR_INLINE):
+            payload = meta[2]
+            if not isinstance(payload, bytes):
+                raise DecodeError("inline array payload is not bytes")
+        else:
+            raise DecodeError(f"unknown extension type {code}")
+        if code in (_EXT_ARRAY, _EXT_ARRAY_INLINE):
+            return _build_array(meta[0], meta[1], payload)
+        return _build_tensor(meta[0], meta[1], payload)
+
+    value = _unpack(header, ext_hook, limits)
+    if not all(used):
+        raise DecodeError(f"{used.count(False)} buffer frame(s) not referenced by the header")
+    return value
+
+
+def _as_buffer(frame: Any) -> memoryview:
+    buf = getattr(frame, "buffer", frame)  # zmq.Frame exposes .buffer without copying
+    try:
+        view = memoryview(buf)
+    except TypeError as exc:
+        raise DecodeError(f"frame of type {type(frame).__name__} is not a buffer") from exc
+    return view.cast("B") if view.ndim != 1 or view.format != "B" else view
+
+
+def _unpack(data: Any, ext_hook: Any, limits: Limits) -> Any:
+    n = limits.max_header_bytes
+    try:
+        return msgpack.unpackb(
+            data, raw=False, use_list=True, strict_map_key=False,
+            ext_hook=ext_hook if ext_hook is not None else msgpack.ExtType,
+            max_str_len=n, max_bin_len=n,
+            max_array_len=n, max_map_len=n // 2, max_ext_len=n,
+        )
+    except DecodeError:
+        raise
+    except (ValueError, TypeError, msgpack.UnpackException, RecursionError) as exc:
+        raise DecodeError(f"malformed msgpack header: {exc}") from None
+
+
+def _check_shape(shape: Any) -> tuple[int, ...]:
+    if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
+        raise DecodeError(f"malformed array shape {shape!r}")
+    if len(shape) > 64:
+        raise DecodeError(f"array of {len(shape)} dimensions")
+    return tuple(shape)
+
+
+def _build_array(dtype: Any, shape: Any, payload: Any) -> np.ndarray:
+    if not isinstance(dtype, str) or dtype not in ALLOWED_DTYPES:
+        raise DecodeError(f"array dtype {dtype!r} is not allowed")
+    dt = np.dtype(dtype)
+    shape_t = _check_shape(shape)
+    count = int(np.prod(shape_t, dtype=np.int64))
+    if count * dt.itemsize != len(payload):
+        raise DecodeError(
+            f"array of shape {shape_t} and dtype {dtype} needs {count * dt.itemsize} bytes, "
+            f"frame has {len(payload)}"
+        )
+    return np.frombuffer(payload, dtype=dt, count=count).reshape(shape_t)
+
+
+def _build_tensor(dtype: Any, shape: Any, payload: Any) -> Any:
+    if torch is None:
+        raise DecodeError("received a torch tensor but torch is not installed here")
+    if not isinstance(dtype, str) or dtype not in _TORCH_DTYPES:
+        raise DecodeError(f"tensor dtype {dtype!r} is not allowed")
+    tdtype = _TORCH_DTYPES[dtype]
+    shape_t = _check_shape(shape)
+    itemsize = torch.empty((), dtype=tdtype).element_size()
+    count = int(np.prod(shape_t, dtype=np.int64))
+    if count * itemsize != len(payload):
+        raise DecodeError(
+            f"tensor of shape {shape_t} and dtype {dtype} needs {count * itemsize} bytes, "
+            f"frame has {len(payload)}"
+        )
+    if count == 0:
+        return torch.empty(shape_t, dtype=tdtype)
+    if isinstance(payload, bytes):
+        payload = bytearray(payload)  # inline: never let a tensor write into a bytes object
+    with warnings.catch_warnings():
+        # The frame is this message's own memory; torch only warns that the view we
+        # hand it is flagged read-only.
+        warnings.simplefilter("ignore", UserWarning)
+        flat = torch.frombuffer(payload, dtype=tdtype, count=count)
+    return flat.reshape(shape_t)

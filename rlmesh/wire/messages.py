@@ -1,0 +1,106 @@
+"""Every message type that crosses an rlmesh socket, its fields, and their validation.
+
+A message is a dict ``{"v": PROTOCOL_VERSION, "t": <type>, ...fields}`` encoded by the
+codec; arrays inside the fields travel as raw frames.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+PROTOCOL_VERSION = 1
+
+# --- data plane: handle <-> actor (DEALER -> ROUTER) ---
+HELLO = "hello"  # handle -> actor at connect; reply HELLO_OK (or ERROR on version mismatch)
+HELLO_OK = "hello_ok"  # actor -> handle: {"id", "actor": name, "cls": class path}
+CALL = "call"  # {"id", "m": method, "a": args, "k": kwargs}; reply REPLY or ERROR
+TELL = "tell"  # {"m", "a", "k"}; no reply, a failure is counted and logged
+REPLY = "reply"  # {"id", "r": result}
+ERROR = "error"  # {"id": call id or None, "etype", "msg", "tb"}
+STREAM = "stream"  # {"ch": channel, "seq", "m": method, "p": item}; handled in order
+CREDIT = "credit"  # actor -> handle: {"ch", "n": items the sender may now send}
+
+# --- control plane: anyone -> a process's control thread (DEALER -> ROUTER) ---
+PING = "ping"  # {"id"}; reply PONG {"id", "status": {...}}
+PONG = "pong"
+STACK = "stack"  # {"id"}; reply STACK_REPLY {"id", "report": {...}}
+STACK_REPLY = "stack_reply"
+STOP = "stop"  # {"id"}; graceful stop; reply STOP_OK
+STOP_OK = "stop_ok"
+
+_FIELDS: dict[str, dict[str, type | tuple[type, ...]]] = {
+    HELLO: {"id": int},
+    HELLO_OK: {"id": int, "actor": str, "cls": str},
+    CALL: {"id": int, "m": str, "a": list, "k": dict},
+    TELL: {"m": str, "a": list, "k": dict},
+    REPLY: {"id": int},
+    ERROR: {"etype": str, "msg": str},
+    STREAM: {"ch": int, "seq": int, "m": str},
+    CREDIT: {"ch": int, "n": int},
+    PING: {"id": int},
+    PONG: {"id": int, "status": dict},
+    STACK: {"id": int},
+    STACK_REPLY: {"id": int, "report": dict},
+    STOP: {"id": int},
+    STOP_OK: {"id": int},
+}
+MESSAGE_TYPES = frozenset(_FIELDS)
+
+
+class ProtocolError(ValueError):
+    """A message that decoded but is not a valid rlmesh message."""
+
+
+class VersionMismatch(ProtocolError):
+    """The peer speaks another protocol version."""
+
+    def __init__(self, theirs: Any, ours: int = PROTOCOL_VERSION, text: str = "") -> None:
+        super().__init__(text or (
+            f"protocol version mismatch: the peer speaks rlmesh wire protocol {theirs!r}, "
+            f"this process speaks {ours}; install the same rlmesh version on both sides"
+        ))
+        self.theirs = theirs
+        self.ours = ours
+
+
+def make(kind: str, **fields: Any) -> dict[str, Any]:
+    """Build a message of a named type."""
+    assert kind in _FIELDS, kind
+    fields["v"] = PROTOCOL_VERSION
+    fields["t"] = kind
+    return fields
+
+
+def validate(msg: Any) -> dict[str, Any]:
+    """Return ``msg`` if it is a well-formed message of a known type, else raise."""
+    if not isinstance(msg, dict):
+        raise ProtocolError(f"message is a {type(msg).__name__}, expected a map")
+    version = msg.get("v")
+    if version != PROTOCOL_VERSION:
+        raise VersionMismatch(version)
+    kind = msg.get("t")
+    fields = _FIELDS.get(kind) if isinstance(kind, str) else None
+    if fields is None:
+        raise ProtocolError(f"unknown message type {kind!r}")
+    for name, typ in fields.items():
+        value = msg.get(name)
+        if not isinstance(value, typ) or isinstance(value, bool) and typ is int:
+            raise ProtocolError(
+                f"{kind} message: field {name!r} must be {_type_name(typ)}, got {value!r:.80}"
+            )
+    return msg
+
+
+def call_id_of(msg: Any) -> int | None:
+    """Best-effort call id of a (possibly invalid) message, to address an error reply."""
+    if isinstance(msg, dict):
+        cid = msg.get("id")
+        if isinstance(cid, int) and not isinstance(cid, bool):
+            return cid
+    return None
+
+
+def _type_name(typ: type | tuple[type, ...]) -> str:
+    if isinstance(typ, tuple):
+        return " or ".join(t.__name__ for t in typ)
+    return typ.__name__
