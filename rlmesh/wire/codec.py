@@ -6,17 +6,14 @@ and received without copying; smaller ones are inlined in the header. Nothing is
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Sequence
+import sys
 import warnings
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Sequence
 
 import msgpack
 import numpy as np
-
-try:  # torch is optional here: slim clients encode numpy only
-    import torch
-except ImportError:  # pragma: no cover - exercised by the policy client issue
-    torch = None  # type: ignore[assignment]
 
 # Ext type codes inside the msgpack header.
 _EXT_ARRAY = 1  # numpy array, payload in a separate frame
@@ -35,16 +32,27 @@ ALLOWED_DTYPES = frozenset(
     )
 )
 
-_TORCH_DTYPES: dict[str, Any] = {}
-if torch is not None:
-    _TORCH_DTYPES = {
-        str(d).removeprefix("torch."): d
-        for d in (
-            torch.bool, torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8,
-            torch.float16, torch.bfloat16, torch.float32, torch.float64,
-            torch.complex64, torch.complex128,
-        )
-    }
+TORCH_DTYPE_NAMES = frozenset({
+    "bool", "int8", "int16", "int32", "int64", "uint8",
+    "float16", "bfloat16", "float32", "float64", "complex64", "complex128",
+})
+
+
+def _torch() -> Any:
+    """torch if this process has imported it, else None.
+
+    A value can only be a tensor if torch is loaded, so the codec never imports torch to
+    encode: processes that do not use it (slim clients, fast-starting actors) skip its
+    import cost entirely.
+    """
+    return sys.modules.get("torch")
+
+
+@lru_cache(maxsize=None)
+def _torch_dtype(name: str) -> Any:
+    import torch
+
+    return getattr(torch, name)
 
 DEFAULT_INLINE_THRESHOLD = 64 * 1024
 DEFAULT_MAX_MESSAGE_BYTES = 1 << 30
@@ -81,6 +89,7 @@ def encode(obj: Any, inline_threshold: int = DEFAULT_INLINE_THRESHOLD) -> list[A
             return _encode_array(value, buffers, inline_threshold)
         if isinstance(value, tuple):
             return msgpack.ExtType(_EXT_TUPLE, _pack(list(value), default))
+        torch = _torch()
         if torch is not None and isinstance(value, torch.Tensor):
             return _encode_tensor(value, buffers, inline_threshold)
         if isinstance(value, np.generic):
@@ -121,11 +130,11 @@ def _encode_tensor(t: Any, buffers: list[Any], inline_threshold: int) -> msgpack
     if t.device.type != "cpu":
         raise EncodeError(f"cannot encode a tensor on {t.device}: move it to the CPU first")
     name = str(t.dtype).removeprefix("torch.")
-    if name not in _TORCH_DTYPES:
+    if name not in TORCH_DTYPE_NAMES:
         raise EncodeError(f"cannot encode tensor of dtype {t.dtype}")
     t = t.detach().contiguous()
     # bfloat16 has no numpy twin: ship its bits as int16.
-    raw = t.view(torch.int16) if t.dtype == torch.bfloat16 else t
+    raw = t.view(_torch_dtype("int16")) if name == "bfloat16" else t
     arr = raw.numpy()
     meta: list[Any] = [name, list(t.shape)]
     if arr.nbytes < inline_threshold:
@@ -236,11 +245,13 @@ def _build_array(dtype: Any, shape: Any, payload: Any) -> np.ndarray:
 
 
 def _build_tensor(dtype: Any, shape: Any, payload: Any) -> Any:
-    if torch is None:
-        raise DecodeError("received a torch tensor but torch is not installed here")
-    if not isinstance(dtype, str) or dtype not in _TORCH_DTYPES:
+    if not isinstance(dtype, str) or dtype not in TORCH_DTYPE_NAMES:
         raise DecodeError(f"tensor dtype {dtype!r} is not allowed")
-    tdtype = _TORCH_DTYPES[dtype]
+    try:
+        import torch
+    except ImportError:
+        raise DecodeError("received a torch tensor but torch is not installed here") from None
+    tdtype = _torch_dtype(dtype)
     shape_t = _check_shape(shape)
     itemsize = torch.empty((), dtype=tdtype).element_size()
     count = int(np.prod(shape_t, dtype=np.int64))
