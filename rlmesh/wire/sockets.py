@@ -16,6 +16,17 @@ from .codec import DEFAULT_MAX_MESSAGE_BYTES
 
 SCHEMES = ("inproc", "ipc", "tcp")
 
+# Plain ints: pyzmq's enum flags cost microseconds per operation on the hot path.
+_EVENTS = int(zmq.EVENTS)
+_POLLIN = int(zmq.POLLIN)
+_POLLOUT = int(zmq.POLLOUT)
+_NOBLOCK = int(zmq.NOBLOCK)
+_SNDMORE = int(zmq.SNDMORE)
+_get = zmq.backend.Socket.get
+# Below this size a frame is copied into the message: cheaper than tracking a zero-copy
+# buffer (pyzmq does the same below its own threshold).
+ZERO_COPY_MIN = 64 * 1024
+
 
 def scheme_of(address: str) -> str:
     """The transport of an address: ``inproc``, ``ipc`` or ``tcp``."""
@@ -47,6 +58,10 @@ def bind(sock: zmq.Socket, address: str) -> str:
     return sock.getsockopt_string(zmq.LAST_ENDPOINT) if address.startswith("tcp://") else address
 
 
+def _nbytes(frame: Any) -> int:
+    return frame.nbytes if isinstance(frame, memoryview) else len(frame)
+
+
 class AsyncSocket:
     """A zmq socket driven by the running event loop.
 
@@ -76,19 +91,19 @@ class AsyncSocket:
         if self._closed:
             return
         sock = self.sock
-        events = sock.getsockopt(zmq.EVENTS)
-        if events & zmq.POLLOUT and self._send_waiters:
+        events = _get(sock, _EVENTS)
+        if events & _POLLOUT and self._send_waiters:
             self._wake_senders()
         budget = 256  # yield to other callbacks after this many messages
-        while events & zmq.POLLIN and budget:
-            frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+        while events & _POLLIN and budget:
+            frames = sock.recv_multipart(_NOBLOCK, copy=False)
             budget -= 1
             if self.on_message is not None:
                 self.on_message(frames)
             if self._closed:
                 return
-            events = sock.getsockopt(zmq.EVENTS)
-        if not budget and events & zmq.POLLIN:
+            events = _get(sock, _EVENTS)
+        if not budget and events & _POLLIN:
             self._schedule_drain()
 
     def _wake_senders(self) -> None:
@@ -98,20 +113,28 @@ class AsyncSocket:
             if not fut.done():
                 fut.set_result(None)
 
-    def send_nowait(self, frames: Sequence[Any], copy: bool = False) -> bool:
-        """Send if the socket has room right now; return False if it would block."""
+    def send_nowait(self, frames: Sequence[Any]) -> bool:
+        """Send if the socket has room right now; return False if it would block.
+
+        Small frames are copied, large ones (arrays) are sent without copying.
+        """
+        sock = self.sock
+        last = len(frames) - 1
         try:
-            self.sock.send_multipart(frames, zmq.NOBLOCK, copy=copy)
+            # Only the first part can fail with EAGAIN: zmq queues a message atomically.
+            for i, frame in enumerate(frames):
+                flags = _NOBLOCK if i == last else _NOBLOCK | _SNDMORE
+                sock.send(frame, flags, copy=_nbytes(frame) < ZERO_COPY_MIN)
         except zmq.Again:
             return False
         finally:
-            if self.sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+            if _get(sock, _EVENTS) & _POLLIN:
                 self._schedule_drain()
         return True
 
-    async def send(self, frames: Sequence[Any], copy: bool = False) -> None:
+    async def send(self, frames: Sequence[Any]) -> None:
         """Send, waiting for room when the high-water mark is reached."""
-        while not self.send_nowait(frames, copy=copy):
+        while not self.send_nowait(frames):
             fut = self.loop.create_future()
             self._send_waiters.append(fut)
             self._schedule_drain()
