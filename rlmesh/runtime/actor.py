@@ -165,7 +165,10 @@ class ActorServer:
             else:
                 self._call_inline(identity, msg)
         elif kind == M.TELL:
-            self._spawn(self._run_tell(msg))
+            if self._is_async(msg["m"]):
+                self._spawn(self._run_tell(msg))
+            else:
+                self._tell_inline(msg)
         elif kind == M.STREAM:
             self._on_stream(identity, msg)
         elif kind == M.HELLO:
@@ -245,10 +248,21 @@ class ActorServer:
         try:
             await self._invoke(msg["m"], msg["a"], msg["k"])
             self.stats["tells"] += 1
-        except Exception as exc:  # no one to reply to: count and log
-            self.stats["tell_failures"] += 1
-            log.warning("%s: tell %s failed: %s", self.name, msg["m"], exc,
-                        exc_info=not isinstance(exc, CallError))
+        except Exception as exc:
+            self._tell_failed(msg, exc)
+
+    def _tell_inline(self, msg: dict[str, Any]) -> None:
+        try:
+            self._start(msg["m"], msg["a"], msg["k"])
+            self.stats["tells"] += 1
+        except Exception as exc:
+            self._tell_failed(msg, exc)
+
+    def _tell_failed(self, msg: dict[str, Any], exc: Exception) -> None:
+        # No one to reply to: count and log.
+        self.stats["tell_failures"] += 1
+        log.warning("%s: tell %s failed: %s", self.name, msg["m"], exc,
+                    exc_info=not isinstance(exc, CallError))
 
     def _on_stream(self, identity: Any, msg: dict[str, Any]) -> None:
         key = (bytes(identity.buffer if hasattr(identity, "buffer") else identity), msg["ch"])

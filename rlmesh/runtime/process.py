@@ -50,7 +50,7 @@ class ChildSpec:
         return cls(**codec.decode(msgpack.unpackb(data, raw=False)))
 
 
-def tail(path: Path, lines: int = 20) -> list[str]:
+def tail(path: Path, lines: int = 40) -> list[str]:
     """The last ``lines`` lines of a log file."""
     try:
         with open(path, "rb") as fh:

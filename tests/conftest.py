@@ -1,0 +1,45 @@
+"""Shared fixtures: a private run-directory root per test, and a check that no process
+the test started outlives it."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def runs_root(tmp_path_factory, monkeypatch):
+    # Short path: ipc socket paths must stay under 108 bytes.
+    root = tmp_path_factory.mktemp("r")
+    monkeypatch.setenv("RLMESH_RUNS_ROOT", str(root))
+    return root
+
+
+def rlmesh_processes(root: Path) -> list[psutil.Process]:
+    """Live processes started for run directories under ``root``, wherever they were
+    reparented: every actor process has its spec path, inside the run dir, in its argv."""
+    found = []
+    for p in psutil.process_iter(["cmdline", "status"]):
+        try:
+            if p.info["status"] == psutil.STATUS_ZOMBIE:
+                continue
+            if any(str(root) in arg for arg in p.info["cmdline"] or ()):
+                found.append(p)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return found
+
+
+@pytest.fixture(autouse=True)
+def no_orphans(runs_root):
+    """Fail a test that leaves any actor process running (checked for up to 5 s)."""
+    yield
+    deadline = time.monotonic() + 5.0
+    while (left := rlmesh_processes(runs_root)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for p in left:
+        p.kill()
+    assert not left, f"processes left running after the test: {[p.info['cmdline'] for p in left]}"

@@ -1,0 +1,82 @@
+"""Actor classes for the runtime integration tests (importable, so child processes find them)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+from typing import Any
+
+import numpy as np
+
+from rlmesh.runtime import Actor, get_actor_sync
+
+
+class Counter(Actor):
+    """A named counter, as in RLlib's global-coordination example."""
+
+    def __init__(self, start: int = 0) -> None:
+        self.n = start
+
+    def inc(self, k: int = 1) -> int:
+        self.n += k
+        return self.n
+
+    def get(self) -> int:
+        return self.n
+
+
+class Worker(Actor):
+    """Does work that touches other actors and the process itself."""
+
+    def __init__(self) -> None:
+        self.items: list[float] = []
+
+    async def slow(self, seconds: float) -> float:
+        await asyncio.sleep(seconds)
+        return seconds
+
+    async def consume(self, arr: np.ndarray) -> None:
+        await asyncio.sleep(0.01)  # slower than the sender: credits must hold it back
+        self.items.append(float(arr.sum()))
+
+    def received(self) -> list[float]:
+        return self.items
+
+    def bump_counter_like_env_code(self, times: int) -> int:
+        """Plain code (as in an env's step()) reaching a named actor synchronously."""
+        counter = get_actor_sync("counter")
+        for _ in range(times):
+            counter.tell_sync("inc", 1)
+        return counter.call_sync("get")
+
+    async def bump_counter_async(self, times: int) -> int:
+        counter = await self.job.get_actor("counter")
+        for _ in range(times):
+            await counter.inc(1)
+        return await counter.get()
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def crash(self, code: int) -> None:
+        print(f"worker about to exit with {code}", flush=True)
+        os._exit(code)
+
+    async def spawn_grandchild(self) -> int:
+        h = await self.job.spawn(Counter, name="grandchild")
+        return await h.call("get")
+
+    def echo(self, value: Any) -> Any:
+        return value
+
+
+class FailsToStart(Actor):
+    def __init__(self) -> None:
+        print("loading something that is not there", flush=True)
+        raise RuntimeError("cannot find the simulator binary")
+
+
+def log_to(path: str) -> None:
+    sys.stdout.flush()

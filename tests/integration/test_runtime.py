@@ -1,0 +1,214 @@
+"""The runtime end to end with real processes and sockets: calls, streams, named actors,
+supervision and restarts, start failures, and no orphans."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import psutil
+import pytest
+import uvloop
+
+from rlmesh.runtime import (ActorStartError, ActorUnavailable, Job, RemoteError,
+                            RestartPolicy)
+
+from .runtime_actors import Counter, FailsToStart, Worker
+
+MODES = ["inproc", "ipc", "tcp"]
+
+
+def run(coro):
+    return uvloop.run(coro)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_call_tell_proxy_errors_and_timeouts(mode):
+    async def main():
+        async with Job(mode) as job:
+            c = await job.spawn(Counter, 10)
+            assert await c.call("inc", 5) == 15
+            assert await c.inc(k=2) == 17  # method-proxy form
+            await c.tell("inc", 100)
+            await c.inc.tell(1000)
+            assert await c.get() == 1117  # tells are processed in order before this call
+            with pytest.raises(RemoteError) as err:
+                await c.call("nope")
+            assert err.value.etype == "UnknownMethod" and "inc" in str(err.value)
+            with pytest.raises(RemoteError) as err:
+                await c.inc(1, 2, 3)
+            assert err.value.etype == "BadArguments"
+            with pytest.raises(RemoteError) as err:
+                await c.inc("a string")  # the method itself raises TypeError
+            assert err.value.etype == "TypeError" and "str" in err.value.remote_msg
+            w = await job.spawn(Worker)
+            with pytest.raises(ActorUnavailable, match="within 0.2 s"):
+                await w.call("slow", 5.0, timeout=0.2)
+            assert await w.call("slow", 0.01) == 0.01  # the late reply did not confuse it
+            arr = np.arange(100_000, dtype=np.float64).reshape(100, 1000)[:, ::3]
+            back = await w.echo({"a": arr, "t": (1, "x")})
+            np.testing.assert_array_equal(back["a"], arr)
+            assert back["t"] == (1, "x")
+    run(main())
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_stream_is_ordered_and_bounded_by_credit(mode):
+    async def main():
+        async with Job(mode) as job:
+            w = await job.spawn(Worker)
+            stream = w.stream("consume", window=3)
+            peak = 0
+            for i in range(30):
+                await stream.send(np.full(50_000, i, dtype=np.float32))
+                peak = max(peak, stream.in_flight)
+                assert stream.in_flight <= 3
+            await stream.flush()
+            assert stream.in_flight == 0
+            assert peak == 3  # the consumer is slower: the window was used, never exceeded
+            assert await w.received() == [50_000.0 * i for i in range(30)]
+    run(main())
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_named_actor_reached_from_another_actor(mode):
+    async def main():
+        async with Job(mode) as job:
+            counter = await job.spawn(Counter, name="counter")
+            workers = [await job.spawn(Worker) for _ in range(2)]
+            await asyncio.gather(*(w.bump_counter_async(5) for w in workers))
+            if mode != "inproc":  # blocking sync calls would deadlock a single event loop
+                await asyncio.gather(*(w.bump_counter_like_env_code(3) for w in workers))
+            expected = 10 if mode == "inproc" else 16
+            assert await counter.get() == expected
+            assert await (await job.get_actor("counter")).get() == expected
+            with pytest.raises(ValueError, match="already"):
+                await job.spawn(Counter, name="counter")
+            with pytest.raises(KeyError, match="no actor named 'nobody'"):
+                await job.get_actor("nobody", timeout=0.2)
+    run(main())
+
+
+def test_dead_actor_is_reported_with_exit_code_and_output_then_restarted():
+    async def main():
+        async with Job("ipc", heartbeat_interval=0.2, heartbeat_timeout=2.0) as job:
+            events = []
+            job.supervisor.listeners.append(events.append)
+            w = await job.spawn(Worker, restart=RestartPolicy(max_restarts=1, backoff_s=0.1))
+            first_pid = await w.pid()
+            with pytest.raises(ActorUnavailable, match="died"):
+                await w.call("crash", 3)
+            await _wait_for(lambda: any(e.kind == "restarted" for e in events))
+            died = next(e for e in events if e.kind == "died")
+            assert died.exit_code == 3
+            assert any("worker about to exit with 3" in line for line in died.last_lines)
+            assert "exit code 3" in died.detail
+            second_pid = await w.pid()  # same handle, new process
+            assert second_pid != first_pid
+            with pytest.raises(ActorUnavailable):
+                await w.call("crash", 4)
+            await _wait_for(lambda: any(e.kind == "gave_up" for e in events))
+            with pytest.raises(ActorUnavailable, match="gone"):
+                await w.pid()
+    run(main())
+
+
+def test_hung_actor_is_detected_and_restarted():
+    async def main():
+        async with Job("ipc", heartbeat_interval=0.2, heartbeat_timeout=1.5) as job:
+            events = []
+            job.supervisor.listeners.append(events.append)
+            w = await job.spawn(Worker, restart=RestartPolicy(max_restarts=1, backoff_s=0.1))
+            pid = await w.pid()
+            os.kill(pid, signal.SIGSTOP)  # frozen: neither its loop nor its control thread runs
+            await _wait_for(lambda: any(e.kind == "restarted" for e in events), timeout=15)
+            hung = next(e for e in events if e.kind == "hung")
+            assert "no heartbeat" in hung.detail
+            assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+            assert await w.pid() != pid
+    run(main())
+
+
+def test_start_failure_reports_the_error_and_output():
+    async def main():
+        async with Job("ipc") as job:
+            with pytest.raises(ActorStartError) as err:
+                await job.spawn(FailsToStart)
+            text = str(err.value)
+            assert "cannot find the simulator binary" in text
+            assert "loading something that is not there" in text
+            assert "exit code 1" in text
+            with pytest.raises(ActorStartError, match="No module named"):
+                await job.spawn("no_such_module.anywhere:Thing")
+    run(main())
+
+
+def test_graceful_stop_removes_process_and_name():
+    async def main():
+        async with Job("ipc") as job:
+            c = await job.spawn(Counter, name="counter")
+            pid = (job.run_dir.read_process("counter")).pid
+            await job.stop_actor("counter")
+            assert job.run_dir.lookup_name("counter") is None
+            await _wait_for(lambda: not _alive(pid))
+            with pytest.raises(ActorUnavailable):
+                await c.get()
+    run(main())
+
+
+DRIVER = textwrap.dedent("""
+    import asyncio, json, os, sys, uvloop
+    sys.path.insert(0, {root!r})
+    from rlmesh.runtime import Job
+    from tests.integration.runtime_actors import Worker
+
+    async def main():
+        job = await Job("ipc").start()
+        workers = [await job.spawn(Worker) for _ in range(2)]
+        pids = [await w.pid() for w in workers]
+        await workers[0].spawn_grandchild()
+        grandchild = job.run_dir.read_process("grandchild").pid
+        print(json.dumps(pids + [grandchild]), flush=True)
+        await asyncio.sleep(3600)
+
+    uvloop.run(main())
+""")
+
+
+def test_sigkill_of_the_driver_leaves_no_actor_alive():
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    driver = subprocess.Popen([sys.executable, "-c", DRIVER.format(root=root)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        pids = json.loads(driver.stdout.readline())
+        assert len(pids) == 3 and all(_alive(p) for p in pids)
+        driver.send_signal(signal.SIGKILL)
+        driver.wait(5)
+        deadline = time.monotonic() + 5.0
+        while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not [p for p in pids if _alive(p)], "actor processes outlived the driver"
+    finally:
+        driver.kill()
+        driver.wait()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+async def _wait_for(cond, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.05)
