@@ -77,6 +77,7 @@ class AsyncSocket:
         self._fd = sock.getsockopt(zmq.FD)
         self._send_waiters: deque[asyncio.Future[None]] = deque()
         self._drain_scheduled = False
+        self._draining = False
         self._closed = False
         self.loop.add_reader(self._fd, self._drain)
         self._schedule_drain()  # messages may already be waiting; the FD is edge-triggered
@@ -95,14 +96,18 @@ class AsyncSocket:
         if events & _POLLOUT and self._send_waiters:
             self._wake_senders()
         budget = 256  # yield to other callbacks after this many messages
-        while events & _POLLIN and budget:
-            frames = sock.recv_multipart(_NOBLOCK, copy=False)
-            budget -= 1
-            if self.on_message is not None:
-                self.on_message(frames)
-            if self._closed:
-                return
-            events = _get(sock, _EVENTS)
+        self._draining = True
+        try:
+            while events & _POLLIN and budget:
+                frames = sock.recv_multipart(_NOBLOCK, copy=False)
+                budget -= 1
+                if self.on_message is not None:
+                    self.on_message(frames)  # may send replies: see send_nowait
+                if self._closed:
+                    return
+                events = _get(sock, _EVENTS)
+        finally:
+            self._draining = False
         if not budget and events & _POLLIN:
             self._schedule_drain()
 
@@ -128,7 +133,9 @@ class AsyncSocket:
         except zmq.Again:
             return False
         finally:
-            if _get(sock, _EVENTS) & _POLLIN:
+            # The send may have consumed the FD's edge for a message that arrived
+            # meanwhile; look now, unless the drain loop we are called from looks next.
+            if not self._draining and _get(sock, _EVENTS) & _POLLIN:
                 self._schedule_drain()
         return True
 
