@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import itertools
 import logging
 import time
 import traceback
@@ -84,7 +85,8 @@ class ActorServer:
         self.cls_path = f"{type(actor).__module__}:{type(actor).__qualname__}"
         self.address = ""
         self.stats: Counter[str] = Counter()
-        self.in_flight: dict[int, tuple[str, float]] = {}  # task id -> (method, start)
+        self.in_flight: dict[int, tuple[str, float]] = {}  # call key -> (method, start)
+        self._keys = itertools.count()
         self._streams: dict[tuple[bytes, int], deque[dict[str, Any]]] = {}
         self._stream_tasks: dict[tuple[bytes, int], asyncio.Task[None]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -199,8 +201,16 @@ class ActorServer:
                 raise bad from None
             raise
 
+    def _run_sync(self, method: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
+        key = next(self._keys)
+        self.in_flight[key] = (method, time.monotonic())
+        try:
+            return self._start(method, args, kwargs)
+        finally:
+            del self.in_flight[key]
+
     async def _invoke(self, method: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
-        key = id(asyncio.current_task())
+        key = next(self._keys)
         self.in_flight[key] = (method, time.monotonic())
         try:
             result = self._start(method, args, kwargs)
@@ -210,6 +220,11 @@ class ActorServer:
         finally:
             del self.in_flight[key]
 
+    def in_flight_report(self) -> list[dict[str, Any]]:
+        """Calls being served now, with their age (seconds)."""
+        now = time.monotonic()
+        return [{"method": m, "age_s": round(now - t, 3)} for m, t in list(self.in_flight.values())]
+
     def _is_async(self, method: str) -> bool:
         fn = self.methods.get(method)
         # Unknown methods go the async way too, where the error reply is made.
@@ -218,7 +233,7 @@ class ActorServer:
     def _call_inline(self, identity: Any, msg: dict[str, Any]) -> None:
         """A plain (non-async) method runs right here: no task, no extra loop turn."""
         try:
-            result = self._start(msg["m"], msg["a"], msg["k"])
+            result = self._run_sync(msg["m"], msg["a"], msg["k"])
         except CallError as exc:
             self.stats["errors"] += 1
             self._error(identity, msg["id"], exc.etype, str(exc))
@@ -253,7 +268,7 @@ class ActorServer:
 
     def _tell_inline(self, msg: dict[str, Any]) -> None:
         try:
-            self._start(msg["m"], msg["a"], msg["k"])
+            self._run_sync(msg["m"], msg["a"], msg["k"])
             self.stats["tells"] += 1
         except Exception as exc:
             self._tell_failed(msg, exc)
@@ -297,8 +312,11 @@ class ActorServer:
             if not backlog:
                 self._streams.pop(key, None)
 
-    def queue_depths(self) -> dict[str, int]:
+    def probe(self) -> dict[str, Any]:
+        """Counters for diagnostics: queue depths, in-flight calls, message stats."""
         return {
             "tasks": len(self._tasks),
             "stream_backlog": sum(len(b) for b in self._streams.values()),
+            "in_flight": self.in_flight_report(),
+            "stats": dict(self.stats),
         }

@@ -45,9 +45,7 @@ async def serve(spec_path: Path, lifeline_fd: int) -> None:
     actor.job, actor.name = job, spec.name
     server = ActorServer(actor, spec.name, limits=job.limits)
     address = await server.start(spec.address)
-    job.diagnostics.add_probe("server", lambda: {
-        **server.queue_depths(), "stats": dict(server.stats),
-        "in_flight": [{"method": m, "since": t} for m, t in list(server.in_flight.values())]})
+    job.diagnostics.add_probe("server", server.probe)
     await _call_hook(actor.on_start)
     job.register_self(address=address, cls=spec.cls_path)
     try:

@@ -97,16 +97,29 @@ def task_stacks(loop: asyncio.AbstractEventLoop | None) -> list[dict[str, Any]]:
     out = []
     for task in tasks:
         coro = task.get_coro()
-        frames: list[dict[str, Any]] = []
-        for frame in task.get_stack():
-            frames.extend(_frames(frame)[-1:])
         out.append({
             "name": task.get_name(),
             "coro": getattr(coro, "__qualname__", repr(coro)),
             "done": task.done(),
-            "stack": frames,
+            "stack": _await_chain(coro),
         })
     return out
+
+
+def _await_chain(coro: Any) -> list[dict[str, Any]]:
+    """One frame per coroutine, from the task's own down to the innermost awaited one
+    (``task.get_stack()`` stops at the first)."""
+    frames: list[dict[str, Any]] = []
+    for _ in range(100):  # bounded: a chain is short; never loop on a cycle
+        frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
+        if frame is None:
+            break
+        frames.append({"file": frame.f_code.co_filename, "line": frame.f_lineno,
+                       "func": frame.f_code.co_name, "code": ""})
+        coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+        if coro is None:
+            break
+    return frames
 
 
 class Diagnostics:
@@ -148,3 +161,9 @@ def install_fallback_dump(path: Path) -> Any:
     fh = open(path, "a", buffering=1)
     faulthandler.register(DUMP_SIGNAL, file=fh, all_threads=True, chain=False)
     return fh
+
+
+def uninstall_fallback_dump(fh: Any) -> None:
+    if fh is not None:
+        faulthandler.unregister(DUMP_SIGNAL)
+        fh.close()

@@ -20,7 +20,7 @@ from typing import Any
 from ..wire import codec
 from .actor import Actor, ActorServer
 from .control import ControlThread
-from .diagnostics import Diagnostics, install_fallback_dump
+from .diagnostics import Diagnostics, install_fallback_dump, uninstall_fallback_dump
 from .handle import ActorHandle, ActorUnavailable
 from .process import ActorStartError, ChildProcess, ChildSpec
 from .registry import ENV_RUN_DIR, ProcessRecord, RunDir
@@ -124,6 +124,7 @@ class Job:
         for handle in self.handles.values():
             handle.close()
         self.diagnostics.monitor.stop()
+        uninstall_fallback_dump(self._dump_file)
         if self._control is not None:
             self._control.close()
             self._control.join(2.0)
@@ -174,8 +175,7 @@ class Job:
         bound = await server.start(address or f"inproc://{self.job_id}/{name}")
         await _call_hook(actor.on_start)
         self._inproc[name] = server
-        self.diagnostics.add_probe(f"actor:{name}", lambda: {
-            **server.queue_depths(), "in_flight": _in_flight(server), "stats": dict(server.stats)})
+        self.diagnostics.add_probe(f"actor:{name}", server.probe)
         handle = ActorHandle(bound, name, limits=self.limits)
         await handle.connect(10.0)
         return handle
@@ -331,11 +331,6 @@ def instantiate(cls_path: str, main_path: str, args: Any, kwargs: Any) -> Actor:
     if not (isinstance(obj, type) and issubclass(obj, Actor)):
         raise TypeError(f"{cls_path} is not an Actor subclass")
     return obj(*args, **kwargs)
-
-
-def _in_flight(server: ActorServer) -> list[dict[str, Any]]:
-    now = time.monotonic()
-    return [{"method": m, "age_s": round(now - t, 3)} for m, t in list(server.in_flight.values())]
 
 
 async def _call_hook(hook: Any) -> None:

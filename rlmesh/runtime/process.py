@@ -127,6 +127,14 @@ class ChildProcess:
         return (f"actor {self.spec.name!r} ({self.spec.cls_path}) {what}{how}; "
                 f"last output, from {self.log_path}:\n{lines or '    (nothing)'}")
 
+    def signal(self, sig: int) -> None:
+        """Signal the child process alone."""
+        if self.popen is not None and self.popen.poll() is None:
+            try:
+                os.kill(self.popen.pid, sig)
+            except ProcessLookupError:
+                pass
+
     def signal_group(self, sig: int) -> None:
         if self.popen is None:
             return

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import signal
 import time
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
@@ -17,7 +18,8 @@ import zmq
 
 from ..wire import codec, messages as M
 from ..wire.sockets import AsyncSocket, configure
-from .process import ChildProcess
+from .diagnostics import DUMP_SIGNAL
+from .process import ChildProcess, tail
 
 log = logging.getLogger(__name__)
 
@@ -151,22 +153,41 @@ class Supervisor:
                 if code is not None:
                     self._lost(sup, "died", sup.child.describe_exit("died"), code)
                 elif sup.watch.hung(now):
-                    sup.child.kill()
-                    self._lost(sup, "hung", f"actor {sup.child.spec.name!r} sent no heartbeat for "
-                               f"{now - sup.watch.last_pong:.1f} s; killed", sup.child.poll())
+                    sup.restarting = True  # not polled while we take its stacks
+                    asyncio.get_running_loop().create_task(self._dump_and_kill(sup, now))
                 elif sup.watch.due(now):
                     sup.ping(now)
             await asyncio.sleep(self._poll_s)
 
-    def _lost(self, sup: Supervised, kind: str, detail: str, code: int | None) -> None:
-        from .process import tail
+    async def _dump_and_kill(self, sup: Supervised, now: float) -> None:
+        """A hung actor's stacks go into the event before it is killed: the reason it hung."""
+        child = sup.child
+        dump = child.run_dir.stack_dump_path(child.spec.name, child.pid)
+        before = dump.stat().st_size if dump.exists() else None
+        if before is not None:  # without the handler, the signal would just kill it
+            child.signal(DUMP_SIGNAL)
+            await asyncio.sleep(0.5)
+        child.kill()
+        detail = (f"actor {child.spec.name!r} sent no heartbeat for "
+                  f"{now - sup.watch.last_pong:.1f} s; killed")
+        lines = []
+        if before is not None and dump.exists():
+            with open(dump, errors="replace") as fh:
+                fh.seek(before)
+                lines = fh.read().splitlines()
+            detail += f"; its stacks when it hung are in {dump}"
+        sup.restarting = False
+        self._lost(sup, "hung", detail, child.poll(), lines)
 
+    def _lost(self, sup: Supervised, kind: str, detail: str, code: int | None,
+              lines: list[str] | None = None) -> None:
         name = sup.child.spec.name
         sup.close_heartbeat()
-        sup.child.signal_group(9)  # nothing of the dead actor's group stays behind
+        sup.child.signal_group(signal.SIGKILL)  # nothing of the dead actor's group stays behind
         sup.child.cleanup()
         delay = sup.policy.delay(sup.restarts)
-        self.emit(ActorEvent(kind, name, detail, code, tail(sup.child.log_path)))
+        self.emit(ActorEvent(kind, name, detail, code,
+                             tail(sup.child.log_path) if lines is None else lines))
         sup.on_dead(detail.splitlines()[0], delay is None)
         if delay is None:
             del self.children[name]

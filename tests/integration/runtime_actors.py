@@ -71,12 +71,13 @@ class Worker(Actor):
     def echo(self, value: Any) -> Any:
         return value
 
+    def spin_holding_gil(self) -> None:
+        sys.setswitchinterval(1000)  # no other thread (not even the control thread) runs
+        while True:
+            pass
+
 
 class FailsToStart(Actor):
     def __init__(self) -> None:
         print("loading something that is not there", flush=True)
         raise RuntimeError("cannot find the simulator binary")
-
-
-def log_to(path: str) -> None:
-    sys.stdout.flush()

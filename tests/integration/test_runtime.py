@@ -131,8 +131,24 @@ def test_hung_actor_is_detected_and_restarted():
             await _wait_for(lambda: any(e.kind == "restarted" for e in events), timeout=15)
             hung = next(e for e in events if e.kind == "hung")
             assert "no heartbeat" in hung.detail
+            # SIGUSR2 cannot be handled while it is stopped: no stacks, but no hang either
+            assert hung.exit_code == -signal.SIGKILL
             assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
             assert await w.pid() != pid
+    run(main())
+
+
+def test_hung_actor_stacks_are_taken_before_it_is_killed():
+    async def main():
+        async with Job("ipc", heartbeat_interval=0.2, heartbeat_timeout=1.5) as job:
+            events = []
+            job.supervisor.listeners.append(events.append)
+            w = await job.spawn(Worker)
+            await w.tell("spin_holding_gil")
+            await _wait_for(lambda: any(e.kind == "gave_up" for e in events), timeout=15)
+            hung = next(e for e in events if e.kind == "hung")
+            assert "its stacks when it hung are in" in hung.detail
+            assert any("spin_holding_gil" in line for line in hung.last_lines)
     run(main())
 
 

@@ -1,0 +1,60 @@
+"""The ``rlmesh`` console entry: argparse subcommands, each imported only when it runs.
+
+Argument definitions live here so ``rlmesh --help`` never imports zmq, numpy or torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from typing import Sequence
+
+
+def _stack_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--pid", type=int, action="append", default=[], metavar="PID",
+                   help="only this process (repeat for several)")
+    p.add_argument("--job", metavar="JOB_ID", help="only processes of this job")
+    p.add_argument("--json", action="store_true", help="print one JSON document with every report")
+    p.add_argument("--timeout", type=float, default=2.0, metavar="S",
+                   help="seconds to wait for control threads to answer (default 2)")
+    p.add_argument("--root", metavar="DIR",
+                   help="run-directory root (default $RLMESH_RUNS_ROOT or /tmp/rlmesh-<uid>)")
+
+
+def _demo_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--actors", type=int, default=4, metavar="N", help="actors to start (default 4)")
+    p.add_argument("--seconds", type=float, default=5.0, metavar="S", help="how long to run (default 5)")
+    p.add_argument("--mode", choices=("ipc", "tcp", "inproc"), default="ipc",
+                   help="transport: local processes over ipc (default), over tcp, or all in one process")
+
+
+# name -> (module under rlmesh.cli, one-line help, argument definitions)
+COMMANDS = {
+    "stack": ("stack", "threads, asyncio tasks and blocked loops of every rlmesh process here",
+              _stack_args),
+    "demo": ("demo", "start a small mesh of actors and show it working", _demo_args),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rlmesh", description="rlmesh: distributed reinforcement learning without Ray")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (_, help_text, add_args) in COMMANDS.items():
+        add_args(sub.add_parser(name, help=help_text, description=help_text))
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    module = importlib.import_module(f"rlmesh.cli.{COMMANDS[args.command][0]}")
+    return int(module.main(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
