@@ -1,0 +1,68 @@
+# rlmesh: the commands a newcomer types, and the ones CI runs (.ci/run).
+#   make install      .venv with torch (CPU build where there is no GPU) and rlmesh editable
+#   make test         unit + integration + cluster tests
+#   make wheel-check  build the wheel, install it in a fresh venv, import it from outside the repo
+
+PY ?= python3
+VENV ?= .venv
+WHEEL_VENV ?= build/wheel-venv
+PYTHON := $(VENV)/bin/python
+PIP := $(PYTHON) -m pip
+# Test folders that exist: git keeps no empty folder, and pytest stops on a missing path.
+TEST_DIRS := $(wildcard tests/unit tests/integration tests/cluster)
+
+.PHONY: venv install test test-unit bench demo wheel-check clean
+
+# $(call make-venv,DIR): reuse a torch the base python already has (--system-site-packages),
+# so no second copy is downloaded; else a plain venv.
+define make-venv
+	@if $(PY) -c 'import torch' >/dev/null 2>&1; then \
+		echo "venv: $(PY) already has torch; creating $(1) with --system-site-packages"; \
+		$(PY) -m venv --system-site-packages $(1); \
+	else \
+		echo "venv: creating $(1)"; \
+		$(PY) -m venv $(1); \
+	fi
+endef
+
+venv: $(PYTHON)
+$(PYTHON):
+	$(call make-venv,$(VENV))
+
+# pip is not upgraded on purpose: the index may be unreachable offline. The stamp lives in
+# the venv, so a new venv, or a change to the dependencies, installs again.
+install: $(VENV)/.installed
+$(VENV)/.installed: $(PYTHON) pyproject.toml deploy/ensure_torch.py
+	$(PYTHON) deploy/ensure_torch.py
+	$(PIP) install -e '.[test]'
+	touch $@
+
+test: install
+	$(PYTHON) -m pytest -q $(TEST_DIRS)
+
+test-unit: install
+	$(PYTHON) -m pytest -q tests/unit
+
+bench: install
+	$(PYTHON) -m tests.benchmarks.run
+
+demo: install
+	$(VENV)/bin/rlmesh demo
+
+# The wheel must work on its own: installed in a fresh venv and imported from outside
+# the repo, so nothing is found through the source tree or the working directory.
+wheel-check: venv
+	@# a stale build/lib would carry deleted modules into the wheel
+	rm -rf build dist
+	$(PIP) wheel --no-deps -w dist .
+	$(call make-venv,$(WHEEL_VENV))
+	$(WHEEL_VENV)/bin/python deploy/ensure_torch.py
+	$(WHEEL_VENV)/bin/python -m pip install dist/rlmesh-*.whl
+	cd / && $(abspath $(WHEEL_VENV))/bin/python $(CURDIR)/deploy/check_wheel.py $(CURDIR) $(CURDIR)/dist/rlmesh-*.whl
+	cd / && $(abspath $(WHEEL_VENV))/bin/rlmesh --help
+	@echo "wheel-check: OK"
+
+# Keeps $(VENV); `rm -rf $(VENV)` for a fresh one.
+clean:
+	rm -rf build dist *.egg-info .pytest_cache .hypothesis
+	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
