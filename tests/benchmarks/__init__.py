@@ -1,0 +1,1 @@
+"""Benchmarks: measured, never asserted on time. Run ``python -m tests.benchmarks.run``."""
