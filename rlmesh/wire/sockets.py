@@ -92,24 +92,29 @@ class AsyncSocket:
         if self._closed:
             return
         sock = self.sock
-        events = _get(sock, _EVENTS)
-        if events & _POLLOUT and self._send_waiters:
+        if self._send_waiters and _get(sock, _EVENTS) & _POLLOUT:
             self._wake_senders()
-        budget = 256  # yield to other callbacks after this many messages
+        # Receive until EAGAIN rather than asking EVENTS before each message: a failed
+        # receive is the one place libzmq must look at its command mailbox (a syscall),
+        # and reading it re-arms the edge-triggered FD.
         self._draining = True
         try:
-            while events & _POLLIN and budget:
-                frames = sock.recv_multipart(_NOBLOCK, copy=False)
-                budget -= 1
+            for _ in range(256):  # then yield to other callbacks
+                try:
+                    frame = sock.recv(_NOBLOCK, copy=False)
+                except zmq.Again:
+                    return
+                frames = [frame]
+                while frame.more:  # the rest of a multipart message is already here
+                    frame = sock.recv(_NOBLOCK, copy=False)
+                    frames.append(frame)
                 if self.on_message is not None:
                     self.on_message(frames)  # may send replies: see send_nowait
                 if self._closed:
                     return
-                events = _get(sock, _EVENTS)
+            self._schedule_drain()
         finally:
             self._draining = False
-        if not budget and events & _POLLIN:
-            self._schedule_drain()
 
     def _wake_senders(self) -> None:
         # Wake them all: each retries, and those that still find no room queue again.
