@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 
 _LIFECYCLE = frozenset({"on_start", "on_stop"})
 MAX_STREAM_BACKLOG = 1024  # items one channel may have waiting, whatever window a sender asks
+CREDIT_BATCH = 4  # a busy channel returns credit for this many items in one message
 
 
 class Actor:
@@ -295,19 +296,29 @@ class ActorServer:
 
     async def _drain_stream(self, identity: Any, key: tuple[bytes, int],
                             backlog: deque[dict[str, Any]]) -> None:
+        owed = 0  # credits earned but not yet sent: sent together, fewer messages
         try:
             while backlog:
                 msg = backlog.popleft()
                 try:
-                    await self._invoke(msg["m"], [msg.get("p")], {})
+                    if self._is_async(msg["m"]):
+                        await self._invoke(msg["m"], [msg.get("p")], {})
+                    else:
+                        self._run_sync(msg["m"], [msg.get("p")], {})
                     self.stats["stream_items"] += 1
                 except Exception as exc:
                     self.stats["stream_failures"] += 1
                     log.warning("%s: stream item for %s failed: %s", self.name, msg["m"], exc)
                     etype = exc.etype if isinstance(exc, CallError) else type(exc).__qualname__
                     self._error(identity, None, etype, str(exc), ch=key[1])
-                self._reply(identity, M.make(M.CREDIT, ch=key[1], n=1))
+                owed += 1
+                if not backlog or owed >= CREDIT_BATCH:
+                    self._reply(identity, M.make(M.CREDIT, ch=key[1], n=owed))
+                    owed = 0
+                    await asyncio.sleep(0)  # let the socket bring in what the credit freed
         finally:
+            if owed:
+                self._reply(identity, M.make(M.CREDIT, ch=key[1], n=owed))
             del self._stream_tasks[key]
             if not backlog:
                 self._streams.pop(key, None)
