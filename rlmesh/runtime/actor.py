@@ -50,19 +50,26 @@ class Actor:
 
 
 def public_methods(cls: type) -> dict[str, Callable[..., Any]]:
-    """Methods of ``cls`` callable over the wire: public, defined below ``Actor``."""
+    """Methods of ``cls`` callable over the wire: public ones of the class, its Actor
+    bases and its mixins (plain, static and class methods), not those of ``Actor``."""
     out: dict[str, Callable[..., Any]] = {}
     for klass in reversed(cls.__mro__):
-        if klass is object or klass is Actor or not issubclass(klass, Actor):
+        if klass in Actor.__mro__:
             continue
         for name, value in vars(klass).items():
             if name.startswith("_") or name in _LIFECYCLE:
                 continue
+            if isinstance(value, (staticmethod, classmethod)):
+                value = value.__func__
             if inspect.isfunction(value):
                 out[name] = value
             elif name in out:
                 del out[name]  # overridden by something that is not a method
     return out
+
+
+def _buffer(frame: Any) -> Any:
+    return getattr(frame, "buffer", frame)
 
 
 class CallError(Exception):
@@ -120,7 +127,8 @@ class ActorServer:
     async def start(self, address: str) -> str:
         sock = configure(self.ctx.socket(zmq.ROUTER), self.limits.max_message_bytes)
         self.address = bind(sock, address)
-        self._sock = AsyncSocket(sock, self._on_message)
+        self._sock = AsyncSocket(sock, self._on_message,
+                                 zero_copy=not self.address.startswith("inproc://"))
         return self.address
 
     def close(self) -> None:
@@ -134,7 +142,7 @@ class ActorServer:
         assert self._sock is not None
         try:
             frames = codec.encode(msg)
-        except codec.EncodeError as exc:
+        except Exception as exc:  # EncodeError, or a library's own error on odd values
             frames = codec.encode(M.make(M.ERROR, id=msg.get("id"), etype="EncodeError",
                                          msg=f"result cannot be sent: {exc}", tb=""))
         if not self._sock.send_nowait([identity, *frames]):
@@ -159,7 +167,8 @@ class ActorServer:
             self.stats["rejected"] += 1
             log.warning("%s: rejected a message: %s", self.name, exc)
             etype = "VersionMismatch" if isinstance(exc, M.VersionMismatch) else "ProtocolError"
-            self._error(identity, M.call_id_of(raw), etype, str(exc))
+            call_id = M.call_id_of(raw) if raw is not None else M.peek_call_id(_buffer(body[0]))
+            self._error(identity, call_id, etype, str(exc))
             return
         kind = msg["t"]
         if kind == M.CALL:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import faulthandler
 import logging
 import os
 import signal
@@ -79,6 +80,7 @@ async def serve(spec_path: Path, lifeline_fd: int) -> None:
 def main() -> None:
     spec_path, lifeline_fd, parent_pid = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     die_with_parent(parent_pid)
+    faulthandler.enable()  # a crash in C (SIGSEGV, ...) leaves its stacks in the log
     keep_receive_buffers()
     logging.basicConfig(level=os.environ.get("RLMESH_LOG_LEVEL", "INFO"),
                         format=f"%(asctime)s %(levelname)s [{Path(spec_path).name[1:-5]}] %(name)s: %(message)s")

@@ -61,7 +61,8 @@ class ActorHandle:
         if self._sock is None:
             sock = configure(self.ctx.socket(zmq.DEALER), self.limits.max_message_bytes)
             sock.connect(self.address)
-            self._sock = AsyncSocket(sock, self._on_message)
+            self._sock = AsyncSocket(sock, self._on_message,
+                                     zero_copy=not self.address.startswith("inproc://"))
         return self._sock
 
     async def connect(self, timeout: float | None = None) -> dict[str, Any]:

@@ -37,7 +37,10 @@ class RestartPolicy:
         """Seconds to wait before the next restart, or None to give up."""
         if restarts_so_far >= self.max_restarts:
             return None
-        return min(self.backoff_max_s, self.backoff_s * self.multiplier ** restarts_so_far)
+        try:
+            return min(self.backoff_max_s, self.backoff_s * self.multiplier ** restarts_so_far)
+        except OverflowError:  # after ~1000 restarts of a policy meant to go on for ever
+            return self.backoff_max_s
 
 
 @dataclass

@@ -6,6 +6,7 @@ and received without copying; smaller ones are inlined in the header. Nothing is
 
 from __future__ import annotations
 
+import math
 import sys
 import warnings
 from dataclasses import dataclass
@@ -55,6 +56,7 @@ def _torch_dtype(name: str) -> Any:
     return getattr(torch, name)
 
 DEFAULT_INLINE_THRESHOLD = 64 * 1024
+MAX_TUPLE_DEPTH = 64
 DEFAULT_MAX_MESSAGE_BYTES = 1 << 30
 
 
@@ -93,9 +95,12 @@ def encode(obj: Any, inline_threshold: int = DEFAULT_INLINE_THRESHOLD) -> list[A
         if torch is not None and isinstance(value, torch.Tensor):
             return _encode_tensor(value, buffers, inline_threshold)
         if isinstance(value, np.generic):
-            if value.dtype.str not in ALLOWED_DTYPES:
-                raise EncodeError(f"cannot encode numpy scalar of dtype {value.dtype}")
+            if value.dtype.str not in ALLOWED_DTYPES or value.dtype.kind == "c":
+                raise EncodeError(f"cannot encode a numpy {value.dtype} scalar: send a "
+                                  "0-d array (np.asarray(x)) instead")
             return value.item()
+        if isinstance(value, int):
+            raise EncodeError(f"integer {value} does not fit in 64 bits")
         raise EncodeError(
             f"cannot encode a {type(value).__module__}.{type(value).__qualname__}: "
             "send plain data (dict, list, tuple, str, bytes, numbers, numpy arrays, tensors)"
@@ -116,13 +121,13 @@ def _encode_array(arr: np.ndarray, buffers: list[Any], inline_threshold: int) ->
     dtype = arr.dtype.str
     if dtype not in ALLOWED_DTYPES:
         raise EncodeError(f"cannot encode array of dtype {arr.dtype}: only numeric and bool")
-    arr = np.ascontiguousarray(arr)
+    arr = np.ascontiguousarray(arr).reshape(arr.shape)  # (ascontiguousarray makes 0-d 1-d)
     meta: list[Any] = [dtype, list(arr.shape)]
     if arr.nbytes < inline_threshold:
         meta.append(arr.tobytes())
         return msgpack.ExtType(_EXT_ARRAY_INLINE, msgpack.packb(meta))
     meta.append(len(buffers))
-    buffers.append(arr.data if arr.ndim else arr.reshape(1).data)
+    buffers.append(arr.reshape(-1).data)
     return msgpack.ExtType(_EXT_ARRAY, msgpack.packb(meta))
 
 
@@ -132,7 +137,9 @@ def _encode_tensor(t: Any, buffers: list[Any], inline_threshold: int) -> msgpack
     name = str(t.dtype).removeprefix("torch.")
     if name not in TORCH_DTYPE_NAMES:
         raise EncodeError(f"cannot encode tensor of dtype {t.dtype}")
-    t = t.detach().contiguous()
+    if t.layout != _torch().strided:
+        raise EncodeError(f"cannot encode a {t.layout} tensor: send t.to_dense()")
+    t = t.detach().resolve_conj().resolve_neg().contiguous()
     # bfloat16 has no numpy twin: ship its bits as int16.
     raw = t.view(_torch_dtype("int16")) if name == "bfloat16" else t
     arr = raw.numpy()
@@ -167,10 +174,19 @@ def decode(frames: Sequence[Any], limits: Limits = Limits()) -> Any:
         raise DecodeError(f"header of {header.nbytes} bytes exceeds {limits.max_header_bytes}")
     buffers = views[1:]
     used = [False] * len(buffers)
+    depth = 0
 
     def ext_hook(code: int, data: bytes) -> Any:
+        nonlocal depth
         if code == _EXT_TUPLE:
-            return tuple(_unpack(data, ext_hook, limits))
+            # Each level re-enters the unpacker: bound it before the C stack is.
+            if depth >= MAX_TUPLE_DEPTH:
+                raise DecodeError(f"tuples nested deeper than {MAX_TUPLE_DEPTH} levels")
+            depth += 1
+            try:
+                return tuple(_unpack(data, ext_hook, limits))
+            finally:
+                depth -= 1
         meta = _unpack(data, None, limits)
         if not isinstance(meta, list) or len(meta) != 3:
             raise DecodeError(f"malformed array descriptor (ext {code})")
@@ -204,7 +220,14 @@ def _as_buffer(frame: Any) -> memoryview:
         view = memoryview(buf)
     except TypeError as exc:
         raise DecodeError(f"frame of type {type(frame).__name__} is not a buffer") from exc
-    return view.cast("B") if view.ndim != 1 or view.format != "B" else view
+    if view.ndim != 1 or view.format != "B":
+        try:
+            view = view.cast("B")
+        except TypeError as exc:
+            raise DecodeError(f"frame is not a contiguous buffer: {exc}") from None
+    # Decoded arrays are views of this memory: read-only, so a receiver cannot write into
+    # a buffer it does not own (over inproc, the sender's own array).
+    return view.toreadonly()
 
 
 def _unpack(data: Any, ext_hook: Any, limits: Limits) -> Any:
@@ -235,7 +258,7 @@ def _build_array(dtype: Any, shape: Any, payload: Any) -> np.ndarray:
         raise DecodeError(f"array dtype {dtype!r} is not allowed")
     dt = np.dtype(dtype)
     shape_t = _check_shape(shape)
-    count = int(np.prod(shape_t, dtype=np.int64))
+    count = math.prod(shape_t)  # exact: np.prod would wrap around on a hostile shape
     if count * dt.itemsize != len(payload):
         raise DecodeError(
             f"array of shape {shape_t} and dtype {dtype} needs {count * dt.itemsize} bytes, "
@@ -254,19 +277,22 @@ def _build_tensor(dtype: Any, shape: Any, payload: Any) -> Any:
     tdtype = _torch_dtype(dtype)
     shape_t = _check_shape(shape)
     itemsize = torch.empty((), dtype=tdtype).element_size()
-    count = int(np.prod(shape_t, dtype=np.int64))
+    count = math.prod(shape_t)
     if count * itemsize != len(payload):
         raise DecodeError(
             f"tensor of shape {shape_t} and dtype {dtype} needs {count * itemsize} bytes, "
             f"frame has {len(payload)}"
         )
-    if count == 0:
-        return torch.empty(shape_t, dtype=tdtype)
     if isinstance(payload, bytes):
         payload = bytearray(payload)  # inline: never let a tensor write into a bytes object
-    with warnings.catch_warnings():
-        # The frame is this message's own memory; torch only warns that the view we
-        # hand it is flagged read-only.
-        warnings.simplefilter("ignore", UserWarning)
-        flat = torch.frombuffer(payload, dtype=tdtype, count=count)
-    return flat.reshape(shape_t)
+    try:
+        if count == 0:
+            return torch.empty(shape_t, dtype=tdtype)
+        with warnings.catch_warnings():
+            # torch has no read-only tensors and warns about the read-only view: the
+            # memory is this message's own (sockets copy over inproc, see AsyncSocket).
+            warnings.simplefilter("ignore", UserWarning)
+            flat = torch.frombuffer(payload, dtype=tdtype, count=count)
+        return flat.reshape(shape_t)
+    except RuntimeError as exc:
+        raise DecodeError(f"tensor of shape {shape_t}: {exc}") from None

@@ -76,7 +76,7 @@ def validate(msg: Any) -> dict[str, Any]:
     if not isinstance(msg, dict):
         raise ProtocolError(f"message is a {type(msg).__name__}, expected a map")
     version = msg.get("v")
-    if version != PROTOCOL_VERSION:
+    if type(version) is not int or version != PROTOCOL_VERSION:  # True == 1 == 1.0
         raise VersionMismatch(version)
     kind = msg.get("t")
     fields = _FIELDS.get(kind) if isinstance(kind, str) else None
@@ -89,6 +89,21 @@ def validate(msg: Any) -> dict[str, Any]:
                 f"{kind} message: field {name!r} must be {_type_name(typ)}, got {value!r:.80}"
             )
     return msg
+
+
+def peek_call_id(header: Any) -> int | None:
+    """The call id in a header whose message failed to decode, so that the error reply
+    reaches the waiting call at once; None when even that cannot be read."""
+    import msgpack
+
+    try:
+        return call_id_of(msgpack.unpackb(header, raw=False, strict_map_key=False,
+                                          ext_hook=lambda code, data: None,
+                                          max_str_len=1 << 16, max_bin_len=1 << 20,
+                                          max_array_len=1 << 16, max_map_len=1 << 10,
+                                          max_ext_len=1 << 20))
+    except Exception:  # anything at all: this is best effort on hostile bytes
+        return None
 
 
 def call_id_of(msg: Any) -> int | None:

@@ -7,12 +7,15 @@ drains every ready message per wake-up, which costs less per message than zmq.as
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import deque
 from typing import Any, Callable, Sequence
 
 import zmq
 
 from .codec import DEFAULT_MAX_MESSAGE_BYTES
+
+log = logging.getLogger(__name__)
 
 SCHEMES = ("inproc", "ipc", "tcp")
 
@@ -70,8 +73,12 @@ class AsyncSocket:
     """
 
     def __init__(self, sock: zmq.Socket, on_message: Callable[[list[Any]], None] | None,
-                 loop: asyncio.AbstractEventLoop | None = None) -> None:
+                 loop: asyncio.AbstractEventLoop | None = None, zero_copy: bool = True) -> None:
         self.sock = sock
+        # Over inproc a zero-copy frame is the sender's own memory, handed to the receiver:
+        # such sockets pass zero_copy=False so every transport gives the receiver its own.
+        self.zero_copy_min = ZERO_COPY_MIN if zero_copy else 1 << 62
+        self.errors = 0
         self.on_message = on_message
         self.loop = loop or asyncio.get_running_loop()
         self._fd = sock.getsockopt(zmq.FD)
@@ -109,7 +116,11 @@ class AsyncSocket:
                     frame = sock.recv(_NOBLOCK, copy=False)
                     frames.append(frame)
                 if self.on_message is not None:
-                    self.on_message(frames)  # may send replies: see send_nowait
+                    try:
+                        self.on_message(frames)  # may send replies: see send_nowait
+                    except Exception:  # a bug in a handler must not stall the socket
+                        self.errors += 1
+                        log.exception("message handler failed; message dropped")
                 if self._closed:
                     return
             self._schedule_drain()
@@ -134,7 +145,7 @@ class AsyncSocket:
             # Only the first part can fail with EAGAIN: zmq queues a message atomically.
             for i, frame in enumerate(frames):
                 flags = _NOBLOCK if i == last else _NOBLOCK | _SNDMORE
-                sock.send(frame, flags, copy=_nbytes(frame) < ZERO_COPY_MIN)
+                sock.send(frame, flags, copy=_nbytes(frame) < self.zero_copy_min)
         except zmq.Again:
             return False
         finally:

@@ -56,6 +56,11 @@ def test_call_tell_proxy_errors_and_timeouts(mode):
             back = await w.echo({"a": arr, "t": (1, "x")})
             np.testing.assert_array_equal(back["a"], arr)
             assert back["t"] == (1, "x")
+            import torch
+
+            t = torch.ones(100_000)  # out of band
+            assert await w.double_in_place(t) == 200_000.0
+            assert float(t.sum()) == 100_000.0  # every transport, inproc too, gave it a copy
     run(main())
 
 
