@@ -90,6 +90,7 @@ class ActorServer:
         self.limits = limits
         self.ctx = ctx or zmq.Context.instance()
         self.methods = public_methods(type(actor))
+        self._async = {n: inspect.iscoroutinefunction(f) for n, f in self.methods.items()}
         self.cls_path = f"{type(actor).__module__}:{type(actor).__qualname__}"
         self.address = ""
         self.stats: Counter[str] = Counter()
@@ -236,9 +237,8 @@ class ActorServer:
         return [{"method": m, "age_s": round(now - t, 3)} for m, t in list(self.in_flight.values())]
 
     def _is_async(self, method: str) -> bool:
-        fn = self.methods.get(method)
         # Unknown methods go the async way too, where the error reply is made.
-        return fn is None or inspect.iscoroutinefunction(fn)
+        return self._async.get(method, True)
 
     def _call_inline(self, identity: Any, msg: dict[str, Any]) -> None:
         """A plain (non-async) method runs right here: no task, no extra loop turn."""

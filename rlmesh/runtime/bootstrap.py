@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import faulthandler
+import gc
 import logging
 import os
 import signal
@@ -68,6 +69,8 @@ async def serve(spec_path: Path, lifeline_fd: int) -> None:
     address = await server.start(spec.address)
     job.diagnostics.add_probe("server", server.probe)
     await _call_hook(actor.on_start)
+    # What start-up created lives as long as the process: keep it out of every collection.
+    gc.freeze()
     job.register_self(address=address, cls=spec.cls_path)
     try:
         await job.wait_stopped()
