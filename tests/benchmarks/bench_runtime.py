@@ -94,6 +94,22 @@ def _serve_rep(address: str) -> None:
         sock.send(sock.recv())
 
 
+def _serve_arep(address: str) -> None:
+    """Echo every request from an asyncio loop (zmq.asyncio REP on uvloop): the cost of
+    asyncio itself, with nothing of rlmesh."""
+    import uvloop
+    import zmq.asyncio
+
+    async def serve() -> None:
+        ctx = zmq.asyncio.Context()
+        sock = ctx.socket(zmq.REP)
+        print(_bind(sock, address), flush=True)
+        while True:
+            await sock.send(await sock.recv())
+
+    uvloop.run(serve())
+
+
 def _serve_pull(data_address: str, ack_address: str) -> None:
     """Receive ``[header, array]`` without copying and count bytes; answer each b"end"."""
     ctx = zmq.Context()
@@ -193,41 +209,68 @@ async def _timed_calls(h: Any, payload: bytes, n: int) -> np.ndarray:
     return times
 
 
-async def _rtt_rounds(mode: str, endpoint: str, payload: bytes,
-                      sizes: Sizes) -> tuple[np.ndarray, np.ndarray]:
+async def _timed_asyncio_req(sock: Any, payload: bytes, n: int) -> np.ndarray:
+    clock = time.perf_counter_ns
+    times = np.empty(n, dtype=np.int64)
+    reply = b""
+    for i in range(n):
+        t0 = clock()
+        await sock.send(payload)
+        reply = await sock.recv()
+        times[i] = clock() - t0
+    assert reply == payload
+    return times
+
+
+async def _rtt_rounds(mode: str, endpoint: str, aendpoint: str, payload: bytes,
+                      sizes: Sizes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    import zmq.asyncio
+
     from rlmesh.runtime import Job
 
     from .bench_actors import EchoActor
 
     raw = RawReq(endpoint)
+    actx = zmq.asyncio.Context()
+    areq = actx.socket(zmq.REQ)
+    areq.connect(aendpoint)
     ours: list[np.ndarray] = []
     theirs: list[np.ndarray] = []
+    asyncio_ref: list[np.ndarray] = []
     try:
         async with Job(mode) as job:
             h = await job.spawn(EchoActor)
             await _blocking(raw.timed, payload, sizes.rtt_warmup)
+            await _timed_asyncio_req(areq, payload, sizes.rtt_warmup)
             await _timed_calls(h, payload, sizes.rtt_warmup)
             n = sizes.rtt_iters // ROUNDS
-            for _ in range(ROUNDS):  # alternate, so both see the same background load
+            for _ in range(ROUNDS):  # alternate, so all see the same background load
                 gc.collect()
                 theirs.append(await _blocking(raw.timed, payload, n))
+                gc.collect()
+                asyncio_ref.append(await _timed_asyncio_req(areq, payload, n))
                 gc.collect()
                 ours.append(await _timed_calls(h, payload, n))
     finally:
         raw.close()
-    return np.concatenate(ours), np.concatenate(theirs)
+        actx.destroy(linger=0)
+    return np.concatenate(ours), np.concatenate(theirs), np.concatenate(asyncio_ref)
 
 
 def bench_rtt(mode: str, sizes: Sizes, tmp: Path) -> list[Row]:
     payload = bytes(range(256)) * 4  # 1 KB
-    with raw_peer("rep", *_addresses(mode, tmp, "rep")) as (endpoint,):
-        ours, raw = _run(lambda: _rtt_rounds(mode, endpoint, payload, sizes))
+    with raw_peer("rep", *_addresses(mode, tmp, "rep")) as (endpoint,), \
+            raw_peer("arep", *_addresses(mode, tmp, "arep")) as (aendpoint,):
+        ours, raw, aref = _run(lambda: _rtt_rounds(mode, endpoint, aendpoint, payload, sizes))
     rows = []
     for metric, fn in (("p50 µs", lambda a: np.percentile(a, 50)),
                        ("p99 µs", lambda a: np.percentile(a, 99)),
                        ("mean µs", np.mean)):
         rows.append(Row(f"round trip, {mode}, 1 KB", metric, float(fn(ours)) / 1e3,
                         float(fn(raw)) / 1e3, "raw pyzmq REQ/REP", goal=1.5))
+    # Context, not a goal: the same echo with both ends on asyncio (uvloop + zmq.asyncio).
+    rows.append(Row(f"round trip, {mode}, 1 KB", "p50 µs", float(np.percentile(ours, 50)) / 1e3,
+                    float(np.percentile(aref, 50)) / 1e3, "pyzmq zmq.asyncio REQ/REP, both ends"))
     return rows
 
 
@@ -368,6 +411,6 @@ BENCHMARKS: dict[str, Callable[[Sizes, Path], list[Row]]] = {
 if __name__ == "__main__":
     role, *addresses = sys.argv[1:]
     try:
-        {"rep": _serve_rep, "pull": _serve_pull}[role](*addresses)
+        {"rep": _serve_rep, "arep": _serve_arep, "pull": _serve_pull}[role](*addresses)
     except KeyboardInterrupt:
         pass
