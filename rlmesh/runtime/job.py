@@ -17,7 +17,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..wire import codec
+import psutil
+import zmq
+
+from ..wire import codec, messages as M
+from ..wire.sockets import AsyncSocket, configure
 from .actor import Actor, ActorServer
 from .control import ControlThread
 from .diagnostics import Diagnostics, install_fallback_dump, uninstall_fallback_dump
@@ -94,8 +98,6 @@ class Job:
 
     def register_self(self, address: str = "", cls: str = "") -> None:
         """Announce this process in the run directory (``rlmesh stack`` finds it there)."""
-        import psutil
-
         assert self._control is not None
         self.run_dir.write_process(ProcessRecord(
             name=self.name, role=self.role, pid=os.getpid(),
@@ -187,8 +189,7 @@ class Job:
         spec.address = child.record.address  # restarts bind the same address
         handle = ActorHandle(child.record.address, spec.name, limits=self.limits)
         sup = Supervised(child, policy, Watch(self.heartbeat_interval, self.heartbeat_timeout),
-                         handle.mark_dead)
-        sup.start_timeout = start_timeout  # type: ignore[attr-defined]
+                         handle.mark_dead, start_timeout)
         sup.connect_heartbeat(child.record.control)
         self.supervisor.children[spec.name] = sup
         try:
@@ -209,7 +210,7 @@ class Job:
         return child
 
     async def _restart(self, sup: Supervised) -> None:
-        child = await self._start_child(sup.child.spec, getattr(sup, "start_timeout", 60.0))
+        child = await self._start_child(sup.child.spec, sup.start_timeout)
         sup.child = child
         assert child.record is not None
         sup.connect_heartbeat(child.record.control)
@@ -340,11 +341,6 @@ async def _call_hook(hook: Any) -> None:
 
 
 async def _send_stop(control: str, timeout: float) -> None:
-    import zmq
-
-    from ..wire import messages as M
-    from ..wire.sockets import AsyncSocket, configure
-
     done = asyncio.get_running_loop().create_future()
     sock = AsyncSocket(configure(zmq.Context.instance().socket(zmq.DEALER), 1 << 20),
                        lambda frames: done.done() or done.set_result(None))

@@ -83,9 +83,10 @@ class Supervised:
     """A child under supervision: process, heartbeat socket, restart count."""
 
     def __init__(self, child: ChildProcess, policy: RestartPolicy, watch: Watch,
-                 on_dead: Callable[[str, bool], None]) -> None:
+                 on_dead: Callable[[str, bool], None], start_timeout: float = 60.0) -> None:
         self.child = child
         self.policy = policy
+        self.start_timeout = start_timeout  # for restarts, as for the first start
         self.watch = watch
         self.on_dead = on_dead  # (reason, permanent) -> None: fails the handles' calls
         self.restarts = 0
