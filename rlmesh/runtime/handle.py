@@ -285,7 +285,10 @@ class StreamSender:
         if msg["t"] == M.CREDIT:
             self.credits = min(self.window, self.credits + msg["n"])
         else:
-            self.credits = min(self.window, self.credits + 1) if msg["etype"] == "Backpressure" else self.credits
+            # A failed item still returns its credit in a CREDIT message, except one the
+            # actor dropped for arriving past its backlog bound: that one comes back here.
+            if msg["etype"] == "Backpressure":
+                self.credits = min(self.window, self.credits + 1)
             self._error = RemoteError(msg["etype"], msg["msg"], msg.get("tb", ""), self.handle.name)
         self._wake()
 
