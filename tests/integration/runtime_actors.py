@@ -41,6 +41,11 @@ class Worker(Actor):
         await asyncio.sleep(0.01)  # slower than the sender: credits must hold it back
         self.items.append(float(arr.sum()))
 
+    def picky(self, item: int) -> None:
+        if item == 3:
+            raise ValueError("three is not allowed")
+        self.items.append(float(item))
+
     def received(self) -> list[float]:
         return self.items
 

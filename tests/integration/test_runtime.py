@@ -82,6 +82,25 @@ def test_stream_is_ordered_and_bounded_by_credit(mode):
     run(main())
 
 
+@pytest.mark.parametrize("mode", ["inproc", "ipc"])
+def test_stream_item_failure_surfaces_at_the_sender_and_the_stream_goes_on(mode):
+    async def main():
+        async with Job(mode) as job:
+            w = await job.spawn(Worker)
+            stream = w.stream("picky", window=2)
+            with pytest.raises(RemoteError, match="three is not allowed"):
+                for i in range(6):
+                    await stream.send(i)
+                await stream.flush()
+            for i in range(6, 8):
+                await stream.send(i)
+            await stream.flush()
+            assert stream.in_flight == 0  # the failed item's credit came back too
+            got = await w.received()
+            assert 3.0 not in got and got[-2:] == [6.0, 7.0]
+    run(main())
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_named_actor_reached_from_another_actor(mode):
     async def main():
