@@ -144,12 +144,15 @@ class Job:
 
     async def spawn(self, cls: type[Actor] | str, *args: Any, name: str | None = None,
                     restart: RestartPolicy | None = None, role: str = "",
-                    start_timeout: float = 60.0, address: str = "", **kwargs: Any) -> ActorHandle:
+                    start_timeout: float = 60.0, address: str = "",
+                    env: dict[str, str] | None = None, **kwargs: Any) -> ActorHandle:
         """Start an actor and return its handle once it answers.
 
         ``cls`` is an Actor subclass or its import path ``"pkg.mod:Class"``. Constructor
         arguments must be wire-encodable (plain data, arrays). With ``name``, any process
-        of this job can find the actor with ``get_actor(name)``.
+        of this job can find the actor with ``get_actor(name)``. ``env`` adds environment
+        variables for the actor's process (numeric libraries get one thread each unless
+        this or the driver's environment says otherwise).
         """
         cls_path, main_path = _import_path(cls)
         actor_name = name or f"{cls_path.rpartition(':')[2]}-{next(self._counter)}"
@@ -162,7 +165,7 @@ class Job:
                              role=role or cls_path.rpartition(":")[2], main_path=main_path,
                              address=address or self._data_address(actor_name),
                              sys_path=[p for p in sys.path if p],
-                             max_message_bytes=self.limits.max_message_bytes)
+                             max_message_bytes=self.limits.max_message_bytes, env=env or {})
             handle = await self._spawn_process(spec, restart or RestartPolicy(), start_timeout)
         if name:
             self.run_dir.register_name(name, handle.address, os.getpid())

@@ -23,6 +23,15 @@ from ..wire import codec
 from .registry import ENV_RUN_DIR, ProcessRecord, RunDir
 
 
+# Numeric libraries start a thread per core by default; in a mesh of many processes on few
+# cores those threads only compete (OpenBLAS's spin-waiting ones took 4% of a core each in
+# every actor, doing nothing). One each, unless the user's environment or the actor's
+# ``env`` says otherwise (a learner wanting torch threads passes OMP_NUM_THREADS).
+ONE_THREAD_PER_LIBRARY = {
+    "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+}
+
+
 class ActorStartError(RuntimeError):
     """A child process exited or timed out before it was ready."""
 
@@ -40,6 +49,7 @@ class ChildSpec:
     main_path: str = ""  # the driver's script, when the class lives in __main__
     sys_path: list[str] = field(default_factory=list)
     max_message_bytes: int = codec.DEFAULT_MAX_MESSAGE_BYTES
+    env: dict[str, str] = field(default_factory=dict)  # set in the child's environment
 
     def to_bytes(self) -> bytes:
         frames = codec.encode(self.__dict__)
@@ -83,7 +93,7 @@ class ChildProcess:
         spec_path = self.run_dir.path / "procs" / f".{self.spec.name}.spec"
         spec_path.write_bytes(self.spec.to_bytes())
         read_fd, self._lifeline_w = os.pipe()  # both ends non-inheritable by default
-        env = dict(os.environ)
+        env = {**ONE_THREAD_PER_LIBRARY, **os.environ, **self.spec.env}
         env[ENV_RUN_DIR] = str(self.run_dir.path)
         env["PYTHONUNBUFFERED"] = "1"
         log = open(self.log_path, "ab")

@@ -65,6 +65,9 @@ class Worker(Actor):
     def pid(self) -> int:
         return os.getpid()
 
+    def getenv(self, name: str) -> str | None:
+        return os.environ.get(name)
+
     def crash(self, code: int) -> None:
         print(f"worker about to exit with {code}", flush=True)
         os._exit(code)

@@ -190,6 +190,21 @@ def test_start_failure_reports_the_error_and_output():
     run(main())
 
 
+def test_actor_environment(monkeypatch):
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    monkeypatch.setenv("MKL_NUM_THREADS", "3")  # the user's own setting wins
+
+    async def main():
+        async with Job("ipc") as job:
+            w = await job.spawn(Worker, env={"OMP_NUM_THREADS": "2", "MY_SETTING": "x"})
+            assert await w.getenv("MY_SETTING") == "x"
+            assert await w.getenv("OMP_NUM_THREADS") == "2"
+            assert await w.getenv("OPENBLAS_NUM_THREADS") == "1"
+            assert await w.getenv("MKL_NUM_THREADS") == "3"
+            assert await w.getenv("RLMESH_RUN_DIR") == str(job.run_dir.path)
+    run(main())
+
+
 def test_graceful_stop_removes_process_and_name():
     async def main():
         async with Job("ipc") as job:
