@@ -1,0 +1,468 @@
+"""AlgorithmConfig: the settings every algorithm shares. Each is one dataclass field made
+by ``setting()``; its metadata (doc, builder group, aliases, bounds) drives the RLlib-style
+builders, from_dict/to_dict, validate() and fields_table(), so nothing is written twice."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import difflib
+import logging
+import operator
+import types
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal, NamedTuple, Union, get_args, get_origin, get_type_hints
+
+from rlmesh.algorithms.schedules import validate_schedule, value_at
+
+logger = logging.getLogger(__name__)
+
+#: The builder methods, in RLlib's names; every setting belongs to exactly one.
+GROUPS = (
+    "environment", "env_runners", "training", "learners",
+    "resources", "framework", "callbacks", "debugging",
+)
+
+#: RLlib's MODEL_DEFAULTS for the keys rlmesh's default networks read.
+MODEL_DEFAULTS = {"fcnet_hiddens": [256, 256], "fcnet_activation": "tanh", "vf_share_layers": True}
+
+
+class ConfigError(ValueError):
+    """A config key or value that rlmesh cannot use; the message says which and why."""
+
+
+class Setting(NamedTuple):
+    """One row of ``fields_table()``: what a CLI ``--help`` or a docs page shows."""
+
+    name: str  # attribute name
+    key: str  # name in dicts and builder kwargs ("lambda" for lambda_)
+    group: str  # builder method that sets it
+    type: str
+    default: Any
+    doc: str
+    aliases: tuple[str, ...]
+
+
+_BOUNDS = (("ge", ">=", operator.ge), ("gt", ">", operator.gt), ("le", "<=", operator.le))
+_UNSET = object()  # a builder argument the caller did not pass (None is a real value)
+
+
+def setting(default, group, *, doc, key=None, aliases=(), ge=None, gt=None, le=None,
+            merge=False):
+    """Declare one hyperparameter: its default, the builder ``group`` that sets it, what it
+    does, old names still accepted (``aliases``), numeric bounds checked by validate(), and
+    whether a dict given for it updates the current dict (``merge``) instead of replacing it."""
+    if group not in GROUPS:
+        raise ValueError(f"unknown group {group!r}; expected one of {GROUPS}")
+    meta = {"group": group, "doc": doc, "key": key, "aliases": tuple(aliases),
+            "ge": ge, "gt": gt, "le": le, "merge": merge}
+    if isinstance(default, (dict, list)):
+        return field(default_factory=lambda: copy.deepcopy(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+@dataclass(kw_only=True)
+class AlgorithmConfig:
+    """Settings shared by every algorithm, set by chained builders as in RLlib::
+
+        PPOConfig().environment("CartPole-v1").env_runners(num_env_runners=2).training(lr=3e-4)
+
+    A subclass adds its own settings and changes inherited defaults with
+    ``class PPOConfig(AlgorithmConfig, defaults={"lr": 5e-5})``.
+    """
+
+    # --- environment ---
+    env: str | Callable | None = setting(
+        None, "environment",
+        doc="The environment: a gymnasium id ('CartPole-v1') or the import path "
+            "'pkg.module:make_env' of a factory called with env_config. to_dict() writes a "
+            "class or function given from Python as its import path.")
+    env_config: dict = setting(
+        {}, "environment",
+        doc="Passed to the env: keyword arguments of gymnasium.make for a registered id, "
+            "the one argument of a factory.")
+    clip_rewards: bool | float | None = setting(
+        None, "environment",
+        doc="True: train on the reward's sign (as for Atari); a float c: clip rewards to "
+            "[-c, c]; None or False: raw rewards.")
+    normalize_actions: bool = setting(
+        True, "environment",
+        doc="The policy acts in [-1, 1] on Box action spaces; actions are rescaled to the "
+            "space's bounds before the env sees them.")
+    clip_actions: bool = setting(
+        False, "environment",
+        doc="Clip actions to the bounds of the Box action space before the env sees them.")
+
+    # --- env_runners ---
+    num_env_runners: int = setting(
+        0, "env_runners", ge=0, aliases=("num_workers", "num_rollout_workers"),
+        doc="Env-runner processes sampling in parallel; 0 samples in the driver process.")
+    num_envs_per_env_runner: int = setting(
+        1, "env_runners", ge=1, aliases=("num_envs_per_worker",),
+        doc="Envs each runner steps together, with one batched forward pass per step.")
+    num_cpus_per_env_runner: float = setting(
+        1, "env_runners", ge=0, aliases=("num_cpus_per_worker",),
+        doc="CPUs the scheduler reserves for each env runner.")
+    num_gpus_per_env_runner: float = setting(
+        0, "env_runners", ge=0, aliases=("num_gpus_per_worker",),
+        doc="GPUs the scheduler reserves for each env runner (for policy inference).")
+    rollout_fragment_length: int | Literal["auto"] = setting(
+        200, "env_runners", gt=0,
+        doc="Steps per env in each fragment a runner ships; 'auto' splits the train batch "
+            "over all envs (see get_rollout_fragment_length).")
+    batch_mode: Literal["truncate_episodes", "complete_episodes"] = setting(
+        "truncate_episodes", "env_runners",
+        doc="'truncate_episodes': fragments of exactly rollout_fragment_length steps per "
+            "env, episodes cut at their edges; 'complete_episodes': a fragment runs on to "
+            "the ends of its episodes.")
+    explore: bool = setting(
+        True, "env_runners",
+        doc="Sample actions from the policy's distribution; False takes its likeliest one.")
+    sample_timeout_s: float | None = setting(
+        60.0, "env_runners", gt=0,
+        doc="Seconds to wait for a runner's fragment before treating the runner as failed; "
+            "None waits forever.")
+
+    # --- training ---
+    gamma: float = setting(0.99, "training", ge=0, le=1, doc="Discount factor of the MDP.")
+    lr: float = setting(
+        0.001, "training", ge=0,
+        doc="Learning rate of the optimizer; lr_schedule replaces it when set.")
+    lr_schedule: list | None = setting(
+        None, "training",
+        doc="Learning rate by env steps sampled, [[timestep, lr], ...], linear between "
+            "points; the first value before the first point, the last after the last.")
+    grad_clip: float | None = setting(
+        None, "training", gt=0,
+        doc="Clip gradients at this threshold, as grad_clip_by says; None: no clipping.")
+    grad_clip_by: Literal["value", "norm", "global_norm"] = setting(
+        "global_norm", "training",
+        doc="'global_norm': scale all gradients so their joint L2 norm is at most "
+            "grad_clip; 'norm': each tensor's L2 norm; 'value': each element to "
+            "[-grad_clip, grad_clip].")
+    train_batch_size: int = setting(
+        32, "training", gt=0,
+        doc="Env steps per training iteration over all learners (ignored when "
+            "train_batch_size_per_learner is set).")
+    train_batch_size_per_learner: int | None = setting(
+        None, "training", gt=0,
+        doc="Env steps each learner trains on per iteration; when set, an iteration "
+            "trains on this x max(1, num_learners) steps.")
+    minibatch_size: int | None = setting(
+        None, "training", gt=0, aliases=("sgd_minibatch_size",),
+        doc="Env steps per gradient step; None: the whole train batch at once.")
+    num_epochs: int = setting(
+        1, "training", ge=1, aliases=("num_sgd_iter",),
+        doc="Passes over each train batch per iteration.")
+    shuffle_batch_per_epoch: bool = setting(
+        False, "training",
+        doc="Shuffle the train batch before cutting each epoch's minibatches.")
+    model: dict = setting(
+        MODEL_DEFAULTS, "training", merge=True,
+        doc="Network settings in RLlib's names (fcnet_hiddens, fcnet_activation, "
+            "vf_share_layers); a dict given updates the current one key by key, as in RLlib.")
+
+    # --- learners ---
+    num_learners: int = setting(
+        0, "learners", ge=0, aliases=("num_learner_workers",),
+        doc="Learner processes training data-parallel (torch.distributed); 0 trains in the "
+            "driver process.")
+    num_gpus_per_learner: float = setting(
+        0, "learners", ge=0, aliases=("num_gpus_per_learner_worker",),
+        doc="GPUs per learner; 0 trains on CPU.")
+    num_cpus_per_learner: int | Literal["auto"] = setting(
+        "auto", "learners", ge=0, aliases=("num_cpus_per_learner_worker",),
+        doc="CPUs per learner; 'auto': 1 on CPU, 0 when the learner has a GPU.")
+
+    # --- resources ---
+    num_cpus_for_main_process: float = setting(
+        1, "resources", ge=0, aliases=("num_cpus_for_driver", "num_cpus_for_local_worker"),
+        doc="CPUs the scheduler reserves for the driver process.")
+
+    # --- framework ---
+    framework_str: Literal["torch"] = setting(
+        "torch", "framework", key="framework",
+        doc="Deep-learning framework; rlmesh runs torch only (the key exists so that RLlib "
+            "configs naming it load).")
+
+    # --- callbacks ---
+    callbacks_class: str | type | None = setting(
+        None, "callbacks", aliases=("callbacks",),
+        doc="Class (or import path 'pkg.module:Class') whose hooks run on episode, sample "
+            "and training events; None: no callbacks.")
+
+    # --- debugging ---
+    seed: int | None = setting(
+        None, "debugging",
+        doc="Seed for torch, numpy and the envs (each runner and env derives its own from "
+            "it); None: unseeded.")
+    log_level: Literal["DEBUG", "INFO", "WARN", "WARNING", "ERROR"] = setting(
+        "WARN", "debugging", doc="Log level of every rlmesh process.")
+
+    def __init_subclass__(cls, defaults: dict | None = None, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if not defaults:
+            return
+        # Re-declare each inherited field with the new default and the same metadata, so
+        # the subclass's @dataclass __init__, fields() and fields_table() show its defaults
+        # while the docs stay where they were written.
+        inherited = {f.name: f for f in dataclasses.fields(cls)}
+        hints = get_type_hints(cls.__mro__[1])
+        own = cls.__dict__.get("__annotations__")
+        if own is None:
+            own = {}
+            cls.__annotations__ = own
+        for name, value in defaults.items():
+            if name not in inherited:
+                raise TypeError(f"{cls.__name__} sets a default for unknown setting {name!r}")
+            own[name] = hints[name]
+            setattr(cls, name, setting(value, **inherited[name].metadata))
+
+    # --- builders: one per group, each taking exactly that group's keys ---
+
+    def environment(self, env=_UNSET, **kwargs):
+        """Set the environment group (see ``fields_table("environment")``)."""
+        return self._set("environment", {"env": env, **kwargs})
+
+    def env_runners(self, **kwargs):
+        """Set the env_runners group (see ``fields_table("env_runners")``)."""
+        return self._set("env_runners", kwargs)
+
+    def training(self, **kwargs):
+        """Set the training group, the algorithm's own settings included."""
+        return self._set("training", kwargs)
+
+    def learners(self, **kwargs):
+        """Set the learners group (see ``fields_table("learners")``)."""
+        return self._set("learners", kwargs)
+
+    def resources(self, **kwargs):
+        """Set the resources group (see ``fields_table("resources")``)."""
+        return self._set("resources", kwargs)
+
+    def framework(self, framework=_UNSET, **kwargs):
+        """Set the framework group; only "torch" validates."""
+        return self._set("framework", {"framework": framework, **kwargs})
+
+    def callbacks(self, callbacks_class=_UNSET, **kwargs):
+        """Set the callbacks class (see ``fields_table("callbacks")``)."""
+        return self._set("callbacks", {"callbacks_class": callbacks_class, **kwargs})
+
+    def debugging(self, **kwargs):
+        """Set the debugging group (see ``fields_table("debugging")``)."""
+        return self._set("debugging", kwargs)
+
+    def _set(self, group: str, values: dict):
+        fields = _fields(type(self))
+        for key, value in values.items():
+            if value is _UNSET:
+                continue
+            name = self._resolve(key)
+            owner = fields[name].metadata["group"]
+            if owner != group:
+                raise ConfigError(f"{key!r} is not a {group} setting; set it with "
+                                  f".{owner}({fields[name].metadata['key'] or name}=...)")
+            self._assign(name, value)
+        return self
+
+    def _assign(self, name: str, value) -> None:
+        if _fields(type(self))[name].metadata["merge"] and isinstance(value, dict):
+            merged = copy.deepcopy(getattr(self, name))
+            merged.update(copy.deepcopy(value))
+            value = merged
+        setattr(self, name, value)
+
+    # --- dicts ---
+
+    @classmethod
+    def from_dict(cls, d: dict):
+        """A config with the defaults of ``cls`` updated by ``d`` (keys, names or aliases)."""
+        return cls().update_from_dict(d)
+
+    def update_from_dict(self, d: dict):
+        """Set each key of ``d`` whatever its group; an unknown key raises ConfigError."""
+        for key, value in d.items():
+            self._assign(self._resolve(key), value)
+        return self
+
+    def to_dict(self) -> dict:
+        """Every setting under its key, as JSON-able data (classes become import paths)."""
+        out = {}
+        for f in dataclasses.fields(self):
+            key = f.metadata["key"] or f.name
+            try:
+                out[key] = _jsonable(getattr(self, f.name))
+            except TypeError as e:
+                raise ConfigError(f"{key}: {e}") from None
+        return out
+
+    def copy(self):
+        """A deep copy: changing its dicts (model, env_config) leaves this one alone."""
+        return copy.deepcopy(self)
+
+    @classmethod
+    def _resolve(cls, key) -> str:
+        names = _names(cls)
+        name = names.get(key)
+        if name is None:
+            raise ConfigError(_unknown_key_message(str(key), names, cls))
+        if key in _fields(cls)[name].metadata["aliases"]:
+            logger.debug("config key %r is RLlib's old name for %r", key, name)
+        return name
+
+    # --- derived values ---
+
+    @property
+    def total_train_batch_size(self) -> int:
+        """Env steps trained on per iteration, over all learners."""
+        if self.train_batch_size_per_learner is not None:
+            return self.train_batch_size_per_learner * max(1, self.num_learners)
+        return self.train_batch_size
+
+    def get_rollout_fragment_length(self, worker_index: int = 0) -> int:
+        """Steps per env in one fragment of runner ``worker_index`` (1..num_env_runners;
+        0 is the driver's runner when num_env_runners is 0).
+
+        'auto' is total_train_batch_size / (max(1, num_env_runners) x envs per runner).
+        When that is not whole, RLlib's rule applies: the first runners take one more step
+        per env, so one round of fragments is never short of a train batch (it may exceed
+        it by less than num_envs_per_env_runner x num_env_runners steps).
+        """
+        if self.rollout_fragment_length != "auto":
+            return self.rollout_fragment_length
+        envs = self.num_envs_per_env_runner
+        length, rest = divmod(self.total_train_batch_size, max(1, self.num_env_runners) * envs)
+        if rest and (worker_index - 1) * envs < rest:
+            return length + 1
+        return length
+
+    def lr_at(self, timestep: int) -> float:
+        """The learning rate after ``timestep`` env steps sampled."""
+        return value_at(self.lr_schedule, timestep) if self.lr_schedule else self.lr
+
+    # --- checks ---
+
+    def validate(self) -> None:
+        """Raise ConfigError listing every value that is of the wrong type, out of bounds,
+        or inconsistent with another; build() calls it."""
+        hints = get_type_hints(type(self))
+        problems = [p for f in dataclasses.fields(self) if (p := self._check_field(f, hints))]
+        if not problems:  # cross checks assume well-typed values
+            problems = self._cross_checks()
+        if problems:
+            raise ConfigError("invalid config:\n  " + "\n  ".join(problems))
+
+    def _check_field(self, f: dataclasses.Field, hints: dict) -> str | None:
+        key, value, meta = f.metadata["key"] or f.name, getattr(self, f.name), f.metadata
+        hint = hints[f.name]
+        if not _matches(value, hint):
+            return f"{key}: expected {_describe(hint)}, got {value!r}"
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            for bound, symbol, ok in _BOUNDS:
+                if meta[bound] is not None and not ok(value, meta[bound]):
+                    return f"{key}: expected {symbol} {meta[bound]}, got {value!r}"
+        return None
+
+    def _cross_checks(self) -> list[str]:
+        """Checks that read several settings; a subclass extends the list."""
+        problems = []
+        if self.lr_schedule is not None:
+            try:
+                validate_schedule(self.lr_schedule)
+            except ValueError as e:
+                problems.append(f"lr_schedule: {e}")
+        per_learner = self.train_batch_size_per_learner or self.train_batch_size
+        if self.minibatch_size is not None and self.minibatch_size > per_learner:
+            problems.append(f"minibatch_size: expected <= the train batch per learner "
+                            f"({per_learner}), got {self.minibatch_size}")
+        envs = max(1, self.num_env_runners) * self.num_envs_per_env_runner
+        if self.rollout_fragment_length == "auto" and self.total_train_batch_size < envs:
+            problems.append(f"rollout_fragment_length: 'auto' needs a train batch of at least "
+                            f"one step per env ({envs}), got {self.total_train_batch_size}")
+        try:  # the config crosses process boundaries as plain data, never pickled
+            self.to_dict()
+        except ConfigError as e:
+            problems.append(str(e))
+        return problems
+
+    @classmethod
+    def fields_table(cls, group: str | None = None) -> list[Setting]:
+        """Every setting of ``cls`` (or of one group) with its key, default and doc."""
+        rows, hints = [], get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            if group is None or f.metadata["group"] == group:
+                default = f.default_factory() if f.default is dataclasses.MISSING else f.default
+                rows.append(Setting(f.name, f.metadata["key"] or f.name, f.metadata["group"],
+                                    _describe(hints[f.name]), default, f.metadata["doc"],
+                                    f.metadata["aliases"]))
+        return rows
+
+
+def _fields(cls) -> dict[str, dataclasses.Field]:
+    return {f.name: f for f in dataclasses.fields(cls)}
+
+
+def _names(cls) -> dict[str, str]:
+    """Every accepted spelling (attribute name, key, alias) -> attribute name."""
+    names = {}
+    for f in dataclasses.fields(cls):
+        for spelling in (f.name, f.metadata["key"], *f.metadata["aliases"]):
+            if spelling:
+                names[spelling] = f.name
+    return names
+
+
+def _unknown_key_message(key: str, names: dict[str, str], cls) -> str:
+    fields = _fields(cls)
+    # Only the matches nearly as close as the best: 'num_env_runner' should not also offer
+    # 'num_gpus_per_env_runner', nor 'lamda' offer 'gamma'.
+    scored = sorted(((difflib.SequenceMatcher(None, key.lower(), c).ratio(), c) for c in names),
+                    reverse=True)
+    close = [c for ratio, c in scored if ratio >= max(0.7, scored[0][0] - 0.1)]
+    # Suggest each matching setting once, under its current key, not its old alias.
+    keys = list(dict.fromkeys(fields[names[c]].metadata["key"] or names[c] for c in close))
+    if not keys:
+        return f"unknown config key {key!r} ({cls.__name__}.fields_table() lists the valid keys)"
+    return f"unknown config key {key!r}; did you mean {' or '.join(map(repr, keys[:3]))}?"
+
+
+def _matches(value, hint) -> bool:
+    origin = get_origin(hint)
+    if hint is Any:
+        return True
+    if origin is Literal:
+        return any(value == a and type(value) is type(a) for a in get_args(hint))
+    if origin in (Union, types.UnionType):
+        return any(_matches(value, a) for a in get_args(hint))
+    if hint is type(None):
+        return value is None
+    if hint in (int, float):  # bool is an int to Python, never to a user; 1 is a fine float
+        accepted = (int,) if hint is int else (int, float)
+        return isinstance(value, accepted) and not isinstance(value, bool)
+    return isinstance(value, origin or hint)
+
+
+def _describe(hint) -> str:
+    origin = get_origin(hint)
+    if origin is Literal:
+        return " or ".join(map(repr, get_args(hint)))
+    if origin in (Union, types.UnionType):
+        return " or ".join(_describe(a) for a in get_args(hint))
+    if hint is type(None):
+        return "None"
+    return getattr(origin or hint, "__name__", str(hint))
+
+
+def _jsonable(value):
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, type) or isinstance(value, types.FunctionType):
+        if "<" in value.__qualname__:  # a lambda or a local: no path can import it
+            raise TypeError(f"{value!r} cannot be imported by path; define it at module level")
+        return f"{value.__module__}:{value.__qualname__}"
+    raise TypeError(f"{value!r} is not plain data (JSON types, a class or a function)")

@@ -1,0 +1,81 @@
+"""Generalized Advantage Estimation (Schulman et al., 2016) over time-major fragments.
+
+Where an episode ends inside a fragment, by termination or by truncation, is decided here.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def compute_gae(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    bootstrap_values: torch.Tensor,
+    terminateds: torch.Tensor,
+    truncateds: torch.Tensor,
+    gamma: float,
+    lambda_: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Advantages and value targets for a fragment of ``T`` steps of ``B`` envs.
+
+    Every argument is a tensor of shape ``[T, B]`` (any trailing shape works, as long as
+    all five agree), on any one device:
+
+    - ``rewards[t, b]``: r_t, the reward of step t.
+    - ``values[t, b]``: V(s_t), the critic's value of the observation step t acted on.
+    - ``bootstrap_values[t, b]``: V(s_{t+1}) of the *true* next observation of step t.
+      For a truncated step that is the final observation the env returned, not the reset
+      observation that follows it. Only two kinds of entries are read: those where
+      ``truncateds`` is set (and ``terminateds`` is not), and the last step ``t = T-1``.
+      Every other entry is ignored; it may hold anything, NaN included.
+    - ``terminateds[t, b]``: step t reached a terminal state. Its next value is 0 (there is
+      nothing to bootstrap from) and the recursion is cut.
+    - ``truncateds[t, b]``: step t ended the episode by a time limit (or another cut that
+      is not part of the MDP). It bootstraps from ``bootstrap_values[t]`` and the
+      recursion is cut. A step both terminated and truncated counts as terminated.
+
+    A step that is the last of the fragment and not done bootstraps from
+    ``bootstrap_values[T-1]``; any other step uses ``values[t+1]`` and the recursion goes on:
+
+        delta_t = r_t + gamma * V_next(t) - V(s_t)
+        A_t     = delta_t + gamma * lambda * (1 - done_t) * A_{t+1}
+
+    ``lambda_ = 1`` gives Monte-Carlo returns (bootstrapped where the data stops) minus
+    V(s_t); ``lambda_ = 0`` gives the TD(0) error. Returns ``(advantages, value_targets)``
+    with ``value_targets = advantages + values``, both shaped and typed like ``values``.
+    No gradient is meant to flow through them: call this under ``torch.no_grad()`` or
+    pass detached values.
+    """
+    _check_shapes(values, rewards=rewards, bootstrap_values=bootstrap_values,
+                  terminateds=terminateds, truncateds=truncateds)
+    rewards = rewards.to(values.dtype)
+    terminated = terminateds.bool()
+    truncated = truncateds.bool()
+
+    # V_next(t): values[t+1] inside the fragment, the bootstrap value at its end or where
+    # the episode was truncated, zero where it terminated. torch.where (not arithmetic
+    # masking) so that NaN in an ignored bootstrap entry cannot leak into the result.
+    # Termination is applied last: a step both terminated and truncated gets no bootstrap.
+    next_values = torch.cat([values[1:], bootstrap_values[-1:]], dim=0)
+    next_values = torch.where(truncated, bootstrap_values, next_values)
+    next_values = torch.where(terminated, torch.zeros_like(next_values), next_values)
+    deltas = rewards + gamma * next_values - values
+
+    # The recursion carries A_{t+1} into A_t only within an episode.
+    carry = gamma * lambda_ * (~(terminated | truncated)).to(values.dtype)
+    advantages = torch.empty_like(values)
+    last = torch.zeros_like(values[0])
+    for t in reversed(range(values.shape[0])):
+        last = deltas[t] + carry[t] * last
+        advantages[t] = last
+    return advantages, advantages + values
+
+
+def _check_shapes(values: torch.Tensor, **others: torch.Tensor) -> None:
+    shape = tuple(values.shape)
+    for name, x in others.items():
+        if tuple(x.shape) != shape:
+            raise ValueError(f"compute_gae: {name} has shape {tuple(x.shape)}, values has {shape}")
+    if not shape or shape[0] == 0:
+        raise ValueError(f"compute_gae: need at least one time step, values has shape {shape}")
