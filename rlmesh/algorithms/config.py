@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import difflib
+import importlib
 import logging
 import operator
 import types
@@ -21,7 +22,7 @@ logger = logging.getLogger(__name__)
 #: The builder methods, in RLlib's names; every setting belongs to exactly one.
 GROUPS = (
     "environment", "env_runners", "training", "learners",
-    "resources", "framework", "callbacks", "debugging",
+    "resources", "framework", "callbacks", "debugging", "fault_tolerance",
 )
 
 #: RLlib's MODEL_DEFAULTS for the keys rlmesh's default networks read.
@@ -200,6 +201,15 @@ class AlgorithmConfig:
     log_level: Literal["DEBUG", "INFO", "WARN", "WARNING", "ERROR"] = setting(
         "WARN", "debugging", doc="Log level of every rlmesh process.")
 
+    # --- fault_tolerance ---
+    restart_failed_env_runners: bool = setting(
+        True, "fault_tolerance", aliases=("recreate_failed_env_runners", "recreate_failed_workers"),
+        doc="Start an env runner whose process died again, and go on sampling with the "
+            "others meanwhile; False: a dead runner stops the run.")
+    max_num_env_runner_restarts: int = setting(
+        1000, "fault_tolerance", ge=0,
+        doc="Restarts allowed per env runner before it is given up.")
+
     def __init_subclass__(cls, defaults: dict | None = None, **kwargs):
         super().__init_subclass__(**kwargs)
         if not defaults:
@@ -252,6 +262,18 @@ class AlgorithmConfig:
     def debugging(self, **kwargs):
         """Set the debugging group (see ``fields_table("debugging")``)."""
         return self._set("debugging", kwargs)
+
+    def build(self):
+        """Validate and start the algorithm this config is for (its processes included)."""
+        path = getattr(type(self), "algorithm_path", None)
+        if path is None:
+            raise ConfigError(f"{type(self).__name__} names no algorithm to build")
+        module, _, name = path.partition(":")
+        return getattr(importlib.import_module(module), name)(self)
+
+    def fault_tolerance(self, **kwargs):
+        """Set the fault_tolerance group (see ``fields_table("fault_tolerance")``)."""
+        return self._set("fault_tolerance", kwargs)
 
     def _set(self, group: str, values: dict):
         fields = _fields(type(self))

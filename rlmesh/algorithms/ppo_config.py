@@ -27,6 +27,9 @@ class PPOConfig(AlgorithmConfig, defaults=_PPO_DEFAULTS):
         PPOConfig().environment("CartPole-v1").training(lr=3e-4, **{"lambda": 0.95})
     """
 
+    #: The algorithm build() makes from this config.
+    algorithm_path = "rlmesh.algorithms.ppo:PPO"
+
     use_critic: bool = setting(
         True, "training",
         doc="Learn a value function as the baseline; GAE needs it.")

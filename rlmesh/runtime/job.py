@@ -145,20 +145,25 @@ class Job:
     async def spawn(self, cls: type[Actor] | str, *args: Any, name: str | None = None,
                     restart: RestartPolicy | None = None, role: str = "",
                     start_timeout: float = 60.0, address: str = "",
-                    env: dict[str, str] | None = None, **kwargs: Any) -> ActorHandle:
+                    env: dict[str, str] | None = None, in_process: bool = False,
+                    **kwargs: Any) -> ActorHandle:
         """Start an actor and return its handle once it answers.
 
         ``cls`` is an Actor subclass or its import path ``"pkg.mod:Class"``. Constructor
         arguments must be wire-encodable (plain data, arrays). With ``name``, any process
         of this job can find the actor with ``get_actor(name)``. ``env`` adds environment
         variables for the actor's process (numeric libraries get one thread each unless
-        this or the driver's environment says otherwise).
+        this or the driver's environment says otherwise). ``in_process`` serves the actor
+        from this process's event loop (on the job's transport, so other processes reach it
+        too), as RLlib's local env runner samples in the driver.
         """
         cls_path, main_path = _import_path(cls)
         actor_name = name or f"{cls_path.rpartition(':')[2]}-{next(self._counter)}"
         if actor_name in self.handles:
             raise ValueError(f"this job already has an actor named {actor_name!r}")
-        if self.mode == "inproc":
+        if self.mode == "inproc" or in_process:
+            if self.mode != "inproc" and not address:
+                address = self._data_address(actor_name)
             handle = await self._spawn_inproc(cls_path, main_path, actor_name, args, kwargs, address)
         else:
             spec = ChildSpec(name=actor_name, cls_path=cls_path, args=list(args), kwargs=kwargs,

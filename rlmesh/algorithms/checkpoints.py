@@ -1,0 +1,80 @@
+"""The checkpoint format: a directory written atomically, no pickled classes.
+
+    checkpoint_000010/
+      rlmesh_checkpoint.msgpack   {"format": "rlmesh-checkpoint", "format_version": 1,
+                                   "algorithm": "rlmesh.algorithms.ppo:PPO", "config": {...},
+                                   "counters": {...}, "created": unix time}
+      learner.pt                  torch.save({"model": state_dict, "optimizer": state_dict,
+                                              "state": {...}, ...}); read with weights_only=True
+
+The directory is written under a temporary name and renamed into place, so a crash mid-save
+leaves the previous checkpoint (and no half-written one) behind.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import torch
+
+FORMAT = "rlmesh-checkpoint"
+FORMAT_VERSION = 1
+META = "rlmesh_checkpoint.msgpack"
+STATE = "learner.pt"
+
+
+class CheckpointError(ValueError):
+    """A directory that is not a checkpoint this rlmesh can read."""
+
+
+def write(path: Path, algo: Any, learner_state: dict[str, Any]) -> str:
+    path = path.expanduser().resolve()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    meta = {
+        "format": FORMAT, "format_version": FORMAT_VERSION,
+        "algorithm": f"{type(algo).__module__}:{type(algo).__qualname__}",
+        "config": algo.config.to_dict(),
+        "counters": {"training_iteration": algo.iteration, "timesteps_total": algo.timesteps_total,
+                     "episodes_total": algo.episodes_total, "time_total_s": algo.time_total_s},
+        "created": time.time(),
+    }
+    torch.save(learner_state, tmp / STATE)
+    (tmp / META).write_bytes(msgpack.packb(meta, use_bin_type=True))
+    _fsync_dir(tmp)
+    old = path.with_name(f".{path.name}.old-{os.getpid()}")
+    if path.exists():
+        path.rename(old)
+    tmp.rename(path)
+    shutil.rmtree(old, ignore_errors=True)
+    _fsync_dir(path.parent)
+    return str(path)
+
+
+def read(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    path = Path(path).expanduser()
+    meta_path = path / META
+    if not meta_path.is_file():
+        raise CheckpointError(f"{path} is not an rlmesh checkpoint (no {META} in it)")
+    meta = msgpack.unpackb(meta_path.read_bytes(), raw=False)
+    if meta.get("format") != FORMAT or meta.get("format_version") != FORMAT_VERSION:
+        raise CheckpointError(
+            f"{path}: checkpoint format {meta.get('format')!r} version "
+            f"{meta.get('format_version')!r}; this rlmesh reads {FORMAT!r} version {FORMAT_VERSION}")
+    state = torch.load(path / STATE, map_location="cpu", weights_only=True)
+    return meta, state
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
