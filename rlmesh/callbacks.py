@@ -1,0 +1,121 @@
+"""User hooks on episode and training events (RLlib's callback names), the ``Episode`` view
+they receive, and the aggregation of their custom metrics. A callbacks class crosses
+processes as its import path and is built in each env runner."""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+from rlmesh.envs import import_object, path_of
+
+log = logging.getLogger(__name__)
+
+
+class Episode:
+    """One episode of one env, as the callbacks see it while it runs.
+
+    ``user_data`` is free for the callbacks' own state between steps; ``custom_metrics``
+    (name -> number) is reported with the episode when it ends and averaged per training
+    iteration (``<name>_mean``, ``_min``, ``_max``).
+    """
+
+    __slots__ = ("env_index", "episode_id", "length", "total_reward", "last_observation",
+                 "last_reward", "last_info", "user_data", "custom_metrics")
+
+    def __init__(self, env_index: int, episode_id: int, observation: Any = None,
+                 info: dict | None = None) -> None:
+        self.env_index = env_index
+        self.episode_id = episode_id
+        self.length = 0  # steps taken so far
+        self.total_reward = 0.0  # undiscounted, unclipped
+        self.last_observation = observation
+        self.last_reward: float | None = None
+        self.last_info: dict = info or {}
+        self.user_data: dict[str, Any] = {}
+        self.custom_metrics: dict[str, float] = {}
+
+    def record_step(self, observation: Any, reward: float, info: dict) -> None:
+        self.length += 1
+        self.total_reward += reward
+        self.last_observation, self.last_reward, self.last_info = observation, reward, info
+
+    def summary(self) -> dict[str, Any]:
+        """What the fragment carries for a finished episode (plain data)."""
+        return {"return": float(self.total_reward), "length": int(self.length),
+                "custom_metrics": _numbers(self.custom_metrics)}
+
+
+def _numbers(metrics: dict[str, Any]) -> dict[str, float]:
+    out = {}
+    for name, value in metrics.items():
+        try:
+            out[str(name)] = float(value)
+        except (TypeError, ValueError):
+            log.warning("custom metric %r is %r, not a number: dropped", name, value)
+    return out
+
+
+class Callbacks:
+    """Subclass and override what you need; every hook takes keyword arguments only and
+    may ignore the ones it does not use (accept ``**kwargs`` to stay compatible).
+
+    The episode hooks run in the env runner process that steps the env (``env_runner`` is
+    that EnvRunner: ``env_runner.worker_index``, ``env_runner.envs``); ``on_train_result``
+    runs in the driver. Name the class by import path (``"my_pkg.cb:MyCallbacks"``) or
+    pass it, defined at module level, to ``config.callbacks(...)``.
+    """
+
+    def on_episode_start(self, *, episode: Episode, env_runner: Any, env_index: int,
+                         **kwargs: Any) -> None:
+        """After the env's reset; ``episode.last_observation`` is the first observation."""
+
+    def on_episode_step(self, *, episode: Episode, env_runner: Any, env_index: int,
+                        **kwargs: Any) -> None:
+        """After each step, the last one included (before ``on_episode_end``)."""
+
+    def on_episode_end(self, *, episode: Episode, env_runner: Any, env_index: int,
+                       **kwargs: Any) -> None:
+        """When the episode terminated or was truncated; set ``episode.custom_metrics`` here."""
+
+    def on_train_result(self, *, algorithm: Any, result: dict, **kwargs: Any) -> None:
+        """In the driver, after each training iteration; may add keys to ``result``."""
+
+
+DefaultCallbacks = Callbacks  # RLlib's older name
+
+
+def callbacks_path(callbacks: str | type | None) -> str | None:
+    """The import path of a callbacks class given as a class or a path (None: none)."""
+    if callbacks is None or isinstance(callbacks, str):
+        return callbacks
+    return path_of(callbacks, "callbacks class")
+
+
+def load_callbacks(callbacks: str | type | None) -> Callbacks | None:
+    """An instance of the callbacks class named by ``callbacks``, or None."""
+    if callbacks is None:
+        return None
+    cls = import_object(callbacks, "callbacks class") if isinstance(callbacks, str) else callbacks
+    if not (isinstance(cls, type) and issubclass(cls, Callbacks)):
+        raise TypeError(f"callbacks {callbacks!r} is {cls!r}, not a subclass of "
+                        "rlmesh.callbacks.Callbacks")
+    return cls()
+
+
+def summarize_custom_metrics(metrics: list[dict[str, float]]) -> dict[str, float]:
+    """``{"<name>_mean", "<name>_min", "<name>_max"}`` over the episodes' custom metrics;
+    a name absent from some episodes is summarised over those that have it, and NaNs are
+    left out (a name that is only NaN gives NaN)."""
+    values: dict[str, list[float]] = {}
+    for m in metrics:
+        for name, value in m.items():
+            values.setdefault(name, []).append(float(value))
+    out: dict[str, float] = {}
+    for name, vs in values.items():
+        finite = [v for v in vs if not math.isnan(v)] or [math.nan]
+        out[f"{name}_mean"] = sum(finite) / len(finite)
+        out[f"{name}_min"] = min(finite)
+        out[f"{name}_max"] = max(finite)
+    return out

@@ -1,0 +1,217 @@
+"""Environments named by plain data: RLlib's ``register_env``, ``make_env`` for a registered
+name, an import path or a gymnasium id, spaces as plain data, and actions as the env takes
+them. Nothing is pickled: a creator crosses processes as its import path."""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import os
+import runpy
+import sys
+from typing import Any, Callable
+
+import gymnasium as gym
+import numpy as np
+
+from rlmesh.rl.distributions import clip_actions
+
+_REGISTRY: dict[str, str] = {}  # name -> "module:qualname" of its creator
+
+
+class EnvContext(dict):
+    """The ``env_config`` a creator receives (RLlib's EnvContext): the user's dict, plus
+    ``worker_index`` (the env runner, from 1; 0 is the driver) and ``vector_index`` (the
+    env within its runner) as attributes, so that envs can differ per copy."""
+
+    def __init__(self, env_config: dict | None = None, worker_index: int = 0,
+                 vector_index: int = 0, num_workers: int = 0) -> None:
+        super().__init__(env_config or {})
+        self.worker_index = worker_index
+        self.vector_index = vector_index
+        self.num_workers = num_workers
+
+
+# --- import paths ---
+
+def path_of(obj: Any, what: str = "object") -> str:
+    """``"module:qualname"`` of a module-level function or class, refusing what no other
+    process could import (a lambda, a nested function, one from an interactive session).
+
+    A function in the script run as ``__main__`` is named by the script's file
+    (``/abs/script.py:make_env``); other processes run the script as ``__mp_main__``
+    (its ``if __name__ == "__main__":`` block does not run), as multiprocessing does.
+    """
+    qualname = getattr(obj, "__qualname__", None)
+    module = getattr(obj, "__module__", None)
+    if not callable(obj) or not qualname or not module:
+        raise TypeError(f"{what} must be a module-level function or class, got {obj!r}")
+    if "<" in qualname:  # <lambda>, <locals>
+        raise ValueError(
+            f"{what} {qualname} cannot be sent to other processes (nothing is pickled): define "
+            f"it as a module-level function, e.g. `def make_env(env_config): return MyEnv(env_config)`")
+    if module in ("__main__", "__mp_main__"):
+        main_file = getattr(sys.modules.get(module), "__file__", None)
+        if not main_file:
+            raise ValueError(f"{what} {qualname} lives in an interactive session; define it "
+                             "in a module or a script file")
+        return f"{os.path.abspath(main_file)}:{qualname}"
+    return f"{module}:{qualname}"
+
+
+def import_object(path: str, what: str = "object") -> Any:
+    """The object named by ``"package.module:qualname"`` (or ``"/abs/script.py:qualname"``)."""
+    module_name, sep, qualname = path.partition(":")
+    if not sep or not module_name or not qualname:
+        raise ValueError(f"{what} {path!r} must look like 'package.module:name'")
+    module = _import_module(module_name, what, path)
+    obj: Any = module
+    for part in qualname.split("."):
+        if not hasattr(obj, part):
+            raise ValueError(f"{what} {path!r}: {module_name} has no attribute {qualname!r}")
+        obj = getattr(obj, part)
+    return obj
+
+
+def _import_module(name: str, what: str, path: str) -> Any:
+    if name.endswith(".py"):
+        main = sys.modules.get("__mp_main__")
+        if main is None or getattr(main, "__file__", None) != name:
+            main = type(sys)("__mp_main__")
+            main.__dict__.update(runpy.run_path(name, run_name="__mp_main__"))
+            sys.modules["__mp_main__"] = main
+        return main
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        raise ValueError(f"{what} {path!r}: cannot import module {name!r}: {exc}") from exc
+
+
+# --- registry ---
+
+def register_env(name: str, creator: Callable[[dict], gym.Env]) -> None:
+    """Register ``creator(env_config) -> gymnasium.Env`` under ``name``, as RLlib's
+    ``ray.tune.registry.register_env``. The creator must be a module-level function or
+    class: env runners import it by path in their own processes."""
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"env name must be a non-empty string, got {name!r}")
+    _REGISTRY[name] = path_of(creator, f"env creator for {name!r}")
+
+
+def env_registry() -> dict[str, str]:
+    """``{name: "module:creator"}`` of every registered env, for the config runners get."""
+    return dict(_REGISTRY)
+
+
+def make_env(env_spec: Any, env_config: dict | None = None,
+             registry: dict[str, str] | None = None) -> gym.Env:
+    """Build one env from a registered name, a ``"module:callable"`` path (called with
+    ``env_config``), a creator itself, or a gymnasium id (``gym.make(id, **env_config)``)."""
+    env_config = env_config if env_config is not None else {}
+    registry = _REGISTRY if registry is None else registry
+    if env_spec is None:
+        raise ValueError("no env configured: set it with config.environment('CartPole-v1') "
+                         "or a registered name or 'pkg.module:make_env'")
+    if callable(env_spec):
+        env = env_spec(env_config)
+    elif not isinstance(env_spec, str):
+        raise TypeError(f"env must be a string (id, registered name or import path), got {env_spec!r}")
+    elif env_spec in registry:
+        env = import_object(registry[env_spec], f"registered env {env_spec!r}")(env_config)
+    elif ":" in env_spec:
+        env = _make_from_path(env_spec, env_config)
+    else:
+        env = _gym_make(env_spec, env_config, registry)
+    if not isinstance(env, gym.Env):
+        raise TypeError(f"env {env_spec!r} made a {type(env).__name__}, not a gymnasium.Env")
+    return env
+
+
+def _make_from_path(env_spec: str, env_config: dict) -> gym.Env:
+    module_name, _, attr = env_spec.partition(":")
+    module = _import_module(module_name, "env", env_spec)
+    creator = getattr(module, attr, None)
+    if callable(creator):
+        return creator(env_config)
+    try:  # gymnasium's own "module:EnvId-v0": the import registered the id
+        return gym.make(env_spec, **env_config)
+    except gym.error.Error as exc:
+        raise ValueError(f"env {env_spec!r}: module {module_name!r} has no callable {attr!r}, "
+                         f"and it is not a gymnasium id either ({exc})") from None
+
+
+def _gym_make(env_id: str, env_config: dict, registry: dict[str, str]) -> gym.Env:
+    try:
+        return gym.make(env_id, **env_config)
+    except gym.error.Error as exc:
+        known = list(gym.envs.registry) + list(registry)
+        close = difflib.get_close_matches(env_id, known, n=3, cutoff=0.6)
+        hint = f" Did you mean {' or '.join(map(repr, close))}?" if close else ""
+        raise ValueError(
+            f"env {env_id!r} not found: it is not a registered name (registered: "
+            f"{sorted(registry) or 'none'}), not an import path 'pkg.module:make_env', and "
+            f"gymnasium says: {exc}.{hint}") from None
+
+
+def spaces_of(env_spec: Any, env_config: dict | None = None,
+              registry: dict[str, str] | None = None) -> tuple[gym.Space, gym.Space]:
+    """``(observation_space, action_space)`` of the env, from one copy built and closed."""
+    env = make_env(env_spec, env_config, registry)
+    try:
+        return env.observation_space, env.action_space
+    finally:
+        env.close()
+
+
+# --- spaces as plain data ---
+
+def space_to_data(space: gym.Space) -> dict[str, Any]:
+    """A space as wire-encodable plain data; ``space_from_data`` reverses it."""
+    if isinstance(space, gym.spaces.Discrete):
+        return {"type": "Discrete", "n": int(space.n), "start": int(space.start)}
+    if isinstance(space, gym.spaces.Box):
+        return {"type": "Box", "low": space.low, "high": space.high, "dtype": space.dtype.str}
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        return {"type": "MultiDiscrete", "nvec": space.nvec}
+    if isinstance(space, gym.spaces.MultiBinary):
+        return {"type": "MultiBinary", "n": np.asarray(space.n).tolist()}
+    if isinstance(space, gym.spaces.Tuple):
+        return {"type": "Tuple", "spaces": [space_to_data(s) for s in space.spaces]}
+    if isinstance(space, gym.spaces.Dict):
+        return {"type": "Dict", "spaces": {k: space_to_data(s) for k, s in space.spaces.items()}}
+    raise TypeError(f"space {space} cannot be described as plain data")
+
+
+def space_from_data(data: dict[str, Any]) -> gym.Space:
+    kind = data["type"]
+    if kind == "Discrete":
+        return gym.spaces.Discrete(data["n"], start=data["start"])
+    if kind == "Box":
+        return gym.spaces.Box(np.array(data["low"]), np.array(data["high"]), dtype=np.dtype(data["dtype"]))
+    if kind == "MultiDiscrete":
+        return gym.spaces.MultiDiscrete(np.array(data["nvec"]))
+    if kind == "MultiBinary":
+        return gym.spaces.MultiBinary(data["n"])
+    if kind == "Tuple":
+        return gym.spaces.Tuple([space_from_data(s) for s in data["spaces"]])
+    if kind == "Dict":
+        return gym.spaces.Dict({k: space_from_data(s) for k, s in data["spaces"].items()})
+    raise ValueError(f"unknown space type {kind!r}")
+
+
+# --- actions as the env takes them ---
+
+def actions_for_env(actions: np.ndarray, action_space: gym.Space,
+                    normalize_actions: bool = True) -> np.ndarray:
+    """The actions to step envs with, from what the policy sampled (which is what gets
+    stored and scored). Box spaces with finite bounds and ``normalize_actions``: the
+    policy acts in [-1, 1], clipped to it and rescaled to the bounds (RLlib's
+    ``unsquash_action``); otherwise Box actions are clipped to the bounds. Other spaces
+    pass through. Works on one action or a batch."""
+    if not isinstance(action_space, gym.spaces.Box):
+        return actions
+    low, high = action_space.low, action_space.high
+    if normalize_actions and np.all(np.isfinite(low)) and np.all(np.isfinite(high)):
+        scaled = low + (np.clip(actions, -1.0, 1.0) + 1.0) * ((high - low) / 2.0)
+        return np.clip(scaled, low, high).astype(action_space.dtype, copy=False)
+    return clip_actions(actions, action_space)

@@ -1,0 +1,418 @@
+"""The EnvRunner: steps its own envs with a local copy of the policy and ships time-major
+fragments stamped with the policy version they were sampled with.
+
+``EnvSampler`` is the sampling logic (stepping, resets, episodes, fragment layout, env
+failures) as plain code tested without sockets; ``EnvRunner`` is the actor around it:
+config, weights from the param server, metrics, calls into the envs.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from rlmesh.algorithms.config import AlgorithmConfig
+from rlmesh.callbacks import Callbacks, Episode, load_callbacks
+from rlmesh.envs import EnvContext, actions_for_env, import_object, make_env, space_to_data
+from rlmesh.rl.distributions import distribution_for
+from rlmesh.rl.models import build_model
+from rlmesh.runtime import Actor, current_job
+
+log = logging.getLogger(__name__)
+
+SEED_STRIDE = 1000  # env i of runner w starts from seed + SEED_STRIDE * w + i
+RESEED_STRIDE = 7919  # a recreated env gets a new seed, so it does not replay its failure
+MAX_RESET_ATTEMPTS = 3  # recreate-and-reset tries in a row before the env counts as broken
+
+# policy(obs [N, ...], explore) -> (actions [N, ...], logp [N], dist_inputs [N, n])
+PolicyFn = Callable[[np.ndarray, "bool | None"], tuple[np.ndarray, np.ndarray, np.ndarray]]
+
+
+def column_layout(space: gym.Space) -> tuple[tuple[int, ...], np.dtype]:
+    """Shape and dtype of one observation or action in a fragment: int64 for Discrete,
+    float32 for Box (uint8 Box observations, i.e. pixels, stay uint8)."""
+    if isinstance(space, gym.spaces.Discrete):
+        return (), np.dtype(np.int64)
+    if isinstance(space, gym.spaces.Box):
+        return tuple(space.shape), np.dtype(np.uint8 if space.dtype == np.uint8 else np.float32)
+    return tuple(space.shape or ()), np.dtype(space.dtype)
+
+
+class TorchPolicy:
+    """Batched inference: one forward pass over the observations of all stepping envs."""
+
+    def __init__(self, model: torch.nn.Module, action_space: gym.Space, explore: bool = True):
+        self.model = model
+        self.dist_cls, _ = distribution_for(action_space)
+        self.explore = explore
+        self.action_dtype = column_layout(action_space)[1]
+
+    def __call__(self, obs: np.ndarray, explore: bool | None = None):
+        explore = self.explore if explore is None else explore
+        with torch.no_grad():
+            inputs, _ = self.model(torch.as_tensor(obs))
+            dist = self.dist_cls.from_inputs(inputs)
+            actions = dist.sample() if explore else dist.deterministic_sample()
+            logp = dist.logp(actions)
+        return (actions.numpy().astype(self.action_dtype, copy=False),
+                logp.numpy().astype(np.float32, copy=False),
+                inputs.numpy().astype(np.float32, copy=False))
+
+
+class FragmentBuffer:
+    """The ``[T, B, ...]`` columns of one fragment, a row added per step of the envs. A new
+    row is padding (zeros, mask False) until an env's step fills its entry."""
+
+    def __init__(self, num_rows: int, num_envs: int, obs_space: gym.Space,
+                 action_space: gym.Space, num_inputs: int) -> None:
+        self.obs_layout = column_layout(obs_space)
+        act_shape, act_dtype = column_layout(action_space)
+        self._specs = {
+            "obs": self.obs_layout, "actions": (act_shape, act_dtype),
+            "action_logp": ((), np.dtype(np.float32)),
+            "action_dist_inputs": ((num_inputs,), np.dtype(np.float32)),
+            "rewards": ((), np.dtype(np.float32)), "terminateds": ((), np.dtype(bool)),
+            "truncateds": ((), np.dtype(bool)), "mask": ((), np.dtype(bool)),
+        }
+        self.num_envs = num_envs
+        self.cols = self._alloc(max(1, num_rows))
+        self.rows = 0
+        self.trunc: list[tuple[int, int, Any]] = []  # (t, b, final obs) of truncated steps
+
+    def _alloc(self, rows: int) -> dict[str, np.ndarray]:
+        return {k: np.zeros((rows, self.num_envs, *shape), dtype)
+                for k, (shape, dtype) in self._specs.items()}
+
+    def add_row(self) -> int:
+        capacity = len(self.cols["mask"])
+        if self.rows == capacity:  # complete_episodes runs past T: grow by doubling
+            more = self._alloc(capacity)
+            self.cols = {k: np.concatenate([v, more[k]]) for k, v in self.cols.items()}
+        self.rows += 1
+        return self.rows - 1
+
+    def build(self, next_obs: list[Any]) -> dict[str, Any]:
+        """The fragment: columns cut to the rows used, ``next_obs``, and the final
+        observations of truncated steps before the last row (the last row's is next_obs)."""
+        T = self.rows
+        shape, dtype = self.obs_layout
+        out: dict[str, Any] = {k: v[:T] for k, v in self.cols.items()}
+        out["next_obs"] = np.asarray(np.stack(next_obs), dtype=dtype)
+        trunc = [(t, b, o) for t, b, o in self.trunc if t < T - 1]
+        out["trunc_index"] = np.array([(t, b) for t, b, _ in trunc], dtype=np.int64).reshape(-1, 2)
+        out["trunc_obs"] = (np.asarray(np.stack([o for _, _, o in trunc]), dtype=dtype) if trunc
+                            else np.zeros((0, *shape), dtype))
+        return out
+
+
+@dataclass
+class _Slot:
+    """One env and where its current episode stands."""
+
+    env: gym.Env
+    seed: int | None  # for the next reset; used once
+    obs: Any = None  # what the next action is taken from
+    episode: Episode | None = None
+    start_row: int = 0  # row of the current fragment where the episode began
+    restarts: int = 0
+
+
+class EnvSampler:
+    """Steps ``num_envs`` envs in a Python loop with one batched policy call per step and
+    assembles fragments (layout: see ``sample``). No sockets, no asyncio."""
+
+    def __init__(self, make_env: Callable[[int], gym.Env], num_envs: int,
+                 policy: PolicyFn | None = None, *, seeds: list[int | None] | None = None,
+                 callbacks: Callbacks | None = None, env_runner: Any = None,
+                 normalize_actions: bool = True, clip_rewards: bool | float | None = None) -> None:
+        self.make_env = make_env
+        seeds = seeds or [None] * num_envs
+        self.slots = [_Slot(make_env(i), seeds[i]) for i in range(num_envs)]
+        self.base_seeds = list(seeds)
+        self.observation_space = self.slots[0].env.observation_space
+        self.action_space = self.slots[0].env.action_space
+        self.num_inputs = distribution_for(self.action_space)[1]
+        self.policy = policy
+        self.callbacks = callbacks
+        self.env_runner = env_runner if env_runner is not None else self
+        self.normalize_actions = normalize_actions
+        self.clip_rewards = clip_rewards
+        self.counters = {"num_env_steps_sampled": 0, "num_episodes": 0, "env_errors": 0}
+        self._episode_ids = itertools.count()
+        self._started = False
+        self._next_obs: list[Any] = []
+        self._episodes: list[dict[str, Any]] = []
+
+    @property
+    def envs(self) -> list[gym.Env]:
+        return [s.env for s in self.slots]
+
+    def sample(self, num_steps: int, complete_episodes: bool = False,
+               explore: bool | None = None) -> dict[str, Any]:
+        """One fragment: ``num_steps`` rows of every env (truncate_episodes), or, with
+        ``complete_episodes``, ``num_steps`` rows and then further rows that step only
+        the envs whose episode has not ended yet, until each has; the entries of envs
+        already done are padding (mask False) and those envs are not stepped.
+
+        An env whose episode ends is reset at once: the next row's obs is the reset
+        observation and the final one is in ``trunc_obs`` (truncated before the last
+        row) or ``next_obs`` (last row). Returns the columns of ``FragmentBuffer.build``
+        plus ``env_steps`` and ``episodes`` (those that ended in this fragment).
+        """
+        if self.policy is None:
+            raise RuntimeError("EnvSampler has no policy")
+        if not self._started:
+            for b in range(len(self.slots)):
+                self._reset(b, 0)
+            self._started = True
+        buf = FragmentBuffer(num_steps, len(self.slots), self.observation_space,
+                             self.action_space, self.num_inputs)
+        for slot in self.slots:
+            slot.start_row = 0
+        self._next_obs = [s.obs for s in self.slots]
+        self._episodes = []
+        active = list(range(len(self.slots)))
+        while active:
+            t = buf.add_row()
+            ended = self._step_row(t, active, buf, explore)
+            if t + 1 >= num_steps:
+                active = [b for b in active if b not in ended] if complete_episodes else []
+        fragment = buf.build(self._next_obs)
+        fragment["env_steps"] = int(fragment["mask"].sum())
+        fragment["episodes"] = self._episodes
+        self.counters["num_env_steps_sampled"] += fragment["env_steps"]
+        return fragment
+
+    def _step_row(self, t: int, active: list[int], buf: FragmentBuffer,
+                  explore: bool | None) -> set[int]:
+        """Step every active env once; the envs whose episode ended (or failed) here."""
+        cols = buf.cols
+        idx: Any = active if len(active) < len(self.slots) else slice(None)
+        cols["obs"][t, idx] = np.stack([self.slots[b].obs for b in active])
+        actions, logp, inputs = self.policy(cols["obs"][t, idx], explore)
+        cols["actions"][t, idx] = actions
+        cols["action_logp"][t, idx] = logp
+        cols["action_dist_inputs"][t, idx] = inputs
+        env_actions = actions_for_env(actions, self.action_space, self.normalize_actions)
+        ended = set()
+        for k, b in enumerate(active):
+            if not self._step_env(b, t, env_actions[k], buf):
+                ended.add(b)
+        return ended
+
+    def _step_env(self, b: int, t: int, action: Any, buf: FragmentBuffer) -> bool:
+        """Step env ``b`` and record row ``t``; False if its episode ended or it failed."""
+        slot = self.slots[b]
+        try:
+            obs, reward, terminated, truncated, info = slot.env.step(action)
+        except Exception:
+            log.exception("env %d raised in step(): its unfinished episode is discarded and "
+                          "the env recreated", b)
+            self._discard_episode(b, t, buf)
+            return False
+        reward = float(reward)
+        cols = buf.cols
+        cols["rewards"][t, b] = self._clip_reward(reward)
+        cols["terminateds"][t, b] = terminated
+        cols["truncateds"][t, b] = truncated
+        cols["mask"][t, b] = True
+        self._next_obs[b] = obs
+        slot.episode.record_step(obs, reward, info)
+        if self.callbacks is not None:
+            self.callbacks.on_episode_step(episode=slot.episode, env_runner=self.env_runner,
+                                           env_index=b)
+        if not (terminated or truncated):
+            slot.obs = obs
+            return True
+        if truncated and not terminated:
+            buf.trunc.append((t, b, obs))
+        self._end_episode(b)
+        self._reset(b, t + 1)
+        return False
+
+    def _clip_reward(self, reward: float) -> float:
+        if self.clip_rewards is True:
+            return float(np.sign(reward))
+        if self.clip_rewards:  # a number c: [-c, c]
+            return float(np.clip(reward, -self.clip_rewards, self.clip_rewards))
+        return reward
+
+    def _end_episode(self, b: int) -> None:
+        episode = self.slots[b].episode
+        if self.callbacks is not None:
+            self.callbacks.on_episode_end(episode=episode, env_runner=self.env_runner, env_index=b)
+        self._episodes.append(episode.summary())
+        self.counters["num_episodes"] += 1
+
+    def _discard_episode(self, b: int, t: int, buf: FragmentBuffer) -> None:
+        """After a failed step: the rows of the unfinished episode in this fragment become
+        invalid (an earlier part, already shipped, ended there as a cut fragment would),
+        the env is recreated and reset, and its next episode starts at row t + 1."""
+        self.counters["env_errors"] += 1
+        buf.cols["mask"][self.slots[b].start_row:t + 1, b] = False
+        self._recreate(b)
+        self._reset(b, t + 1)
+        self._next_obs[b] = self.slots[b].obs
+
+    def _recreate(self, b: int) -> None:
+        slot = self.slots[b]
+        try:
+            slot.env.close()
+        except Exception:
+            log.warning("env %d raised in close() after failing", b, exc_info=True)
+        slot.restarts += 1
+        slot.env = self.make_env(b)
+        base = self.base_seeds[b]
+        slot.seed = None if base is None else base + RESEED_STRIDE * slot.restarts
+
+    def _reset(self, b: int, start_row: int) -> None:
+        slot = self.slots[b]
+        for attempt in range(MAX_RESET_ATTEMPTS):
+            try:
+                obs, info = slot.env.reset(seed=slot.seed)
+                break
+            except Exception:
+                log.exception("env %d raised in reset() (attempt %d of %d); recreating it",
+                              b, attempt + 1, MAX_RESET_ATTEMPTS)
+                self.counters["env_errors"] += 1
+                self._recreate(b)
+        else:
+            raise RuntimeError(f"env {b} failed to reset {MAX_RESET_ATTEMPTS} times in a row, "
+                               "each time recreated; the log has the tracebacks")
+        slot.seed = None
+        slot.obs, slot.start_row = obs, start_row
+        slot.episode = Episode(b, next(self._episode_ids), obs, info)
+        if self.callbacks is not None:
+            self.callbacks.on_episode_start(episode=slot.episode, env_runner=self.env_runner,
+                                            env_index=b)
+
+
+def runner_config(config: dict[str, Any]) -> AlgorithmConfig:
+    """The shared settings of an algorithm's config dict (``to_dict()``); the keys of one
+    algorithm (PPO's ``lambda``, ...) are not the runner's business and are ignored."""
+    known = {spelling for s in AlgorithmConfig.fields_table()
+             for spelling in (s.name, s.key, *s.aliases)}
+    return AlgorithmConfig.from_dict({k: v for k, v in config.items() if k in known})
+
+
+class EnvRunner(Actor):
+    """Samples fragments with ``num_envs_per_env_runner`` envs (RLlib's EnvRunner).
+
+    ``config`` is an algorithm config as a dict (``to_dict()``) with the driver's env
+    registry under ``"_env_registry"``; ``worker_index`` counts from 1 (0: the runner in
+    the driver). Before each fragment it asks the actor named ``param_server`` for weights
+    newer than its own (``param_server=None``: weights only by ``set_weights``).
+    """
+
+    def __init__(self, config: dict[str, Any], worker_index: int = 1,
+                 param_server: str | None = "param_server") -> None:
+        config = dict(config)
+        registry = config.pop("_env_registry", None) or {}
+        cfg = self.config = runner_config(config)
+        self.worker_index = worker_index
+        job = current_job()
+        if job is None or job.role != "driver":  # our own process: leave the driver's torch alone
+            torch.set_num_threads(1)
+            if cfg.seed is not None:
+                torch.manual_seed(cfg.seed + SEED_STRIDE * worker_index)
+        n = cfg.num_envs_per_env_runner
+        seeds = ([None] * n if cfg.seed is None
+                 else [cfg.seed + SEED_STRIDE * worker_index + i for i in range(n)])
+
+        def create(i: int) -> gym.Env:
+            context = EnvContext(cfg.env_config, worker_index, i, cfg.num_env_runners)
+            return make_env(cfg.env, context, registry)
+
+        self.sampler = EnvSampler(create, n, seeds=seeds, callbacks=load_callbacks(cfg.callbacks_class),
+                                  env_runner=self, normalize_actions=cfg.normalize_actions,
+                                  clip_rewards=cfg.clip_rewards)
+        self.model = build_model(self.sampler.observation_space, self.sampler.action_space, cfg.model)
+        self.sampler.policy = TorchPolicy(self.model, self.sampler.action_space, cfg.explore)
+        self.fragment_length = cfg.get_rollout_fragment_length(worker_index)
+        self.complete_episodes = cfg.batch_mode == "complete_episodes"
+        self.version = -1  # no weights from the param server yet
+        self._ps_name = param_server
+        self._ps: Any = None
+        self._stats = {"num_fragments": 0, "num_weight_updates": 0, "sample_time_s": 0.0}
+
+    @property
+    def envs(self) -> list[gym.Env]:
+        return self.sampler.envs
+
+    async def sample(self, explore: bool | None = None) -> dict[str, Any]:
+        """A fragment (see ``EnvSampler.sample``) with ``policy_version`` and ``worker_index``;
+        first loads newer weights from the param server, if there are any."""
+        await self._pull_weights()
+        start = time.perf_counter()
+        fragment = self.sampler.sample(self.fragment_length, self.complete_episodes, explore)
+        self._stats["sample_time_s"] += time.perf_counter() - start
+        self._stats["num_fragments"] += 1
+        fragment["policy_version"] = self.version
+        fragment["worker_index"] = self.worker_index
+        return fragment
+
+    async def _pull_weights(self) -> None:
+        if self._ps_name is None:
+            return
+        if self._ps is None:
+            self._ps = await self.job.get_actor(self._ps_name)
+        got = await self._ps.get_weights(self.version)
+        if got is not None and got[0] > self.version:
+            self.set_weights(*got)
+
+    def set_weights(self, version: int, weights: dict[str, Any]) -> None:
+        """Load ``{name: array}`` (the model's state_dict) as policy version ``version``."""
+        self.model.load_state_dict({k: torch.as_tensor(np.array(v)) for k, v in weights.items()})
+        self.version = version
+        self._stats["num_weight_updates"] += 1
+
+    def get_weights(self) -> dict[str, np.ndarray]:
+        return {k: v.detach().numpy().copy() for k, v in self.model.state_dict().items()}
+
+    def compute_actions(self, obs: np.ndarray, explore: bool | None = None) -> dict[str, np.ndarray]:
+        """The policy on a batch of observations: actions (as sampled, before clipping or
+        rescaling), their logp and the distribution inputs."""
+        actions, logp, inputs = self.sampler.policy(np.array(obs), explore)
+        return {"actions": actions, "action_logp": logp, "action_dist_inputs": inputs}
+
+    def get_spaces(self) -> dict[str, Any]:
+        """The spaces as plain data (``rlmesh.envs.space_from_data`` rebuilds them)."""
+        return {"observation_space": space_to_data(self.sampler.observation_space),
+                "action_space": space_to_data(self.sampler.action_space)}
+
+    def foreach_env(self, fn_path: str, *args: Any) -> list[Any]:
+        """``fn(env.unwrapped, *args)`` for each env, ``fn`` named by its import path
+        ``"pkg.module:func"``: a lambda cannot cross processes (nothing is pickled), so
+        define the function at module level. Results must be plain data."""
+        fn = import_object(fn_path, "foreach_env function")
+        return [fn(env.unwrapped, *args) for env in self.envs]
+
+    def call_env_method(self, name: str, *args: Any, **kwargs: Any) -> list[Any]:
+        """``env.unwrapped.<name>(*args, **kwargs)`` for each env (curriculum: ``set_phase``)."""
+        return [getattr(env.unwrapped, name)(*args, **kwargs) for env in self.envs]
+
+    def metrics(self) -> dict[str, Any]:
+        """Counters since the runner started."""
+        stats = {**self.sampler.counters, **self._stats}
+        secs = stats["sample_time_s"]
+        return {**stats, "worker_index": self.worker_index, "policy_version": self.version,
+                "env_steps_per_s": stats["num_env_steps_sampled"] / secs if secs else 0.0}
+
+    def pid(self) -> int:
+        """This runner's process id (tests kill it to exercise restarts)."""
+        return os.getpid()
+
+    async def on_stop(self) -> None:
+        for env in self.envs:
+            try:
+                env.close()
+            except Exception:
+                log.warning("env raised in close()", exc_info=True)
