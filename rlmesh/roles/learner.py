@@ -99,8 +99,7 @@ class Learner:
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 if cfg.grad_clip is not None:
-                    stats["gradients_norm"] = torch.nn.utils.clip_grad_norm_(
-                        self.model.parameters(), cfg.grad_clip)
+                    stats["gradients_norm"] = self._clip_gradients()
                 self.optimizer.step()
                 for k, v in stats.items():
                     sums[k] = sums.get(k, 0.0) + float(v)
@@ -111,6 +110,19 @@ class Learner:
         self.hooks.after_update(self, result)
         result.update(cur_lr=lr, num_grad_updates=count, num_env_steps_trained=n, **self.state)
         return result
+
+    def _clip_gradients(self) -> torch.Tensor:
+        """Clip as ``grad_clip_by`` says; returns the global gradient norm before clipping."""
+        cfg, params = self.config, [p for p in self.model.parameters() if p.grad is not None]
+        if cfg.grad_clip_by == "global_norm":
+            return torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+        norm = torch.nn.utils.get_total_norm([p.grad for p in params])
+        for p in params:
+            if cfg.grad_clip_by == "value":
+                p.grad.clamp_(-cfg.grad_clip, cfg.grad_clip)
+            else:  # "norm": each tensor on its own
+                torch.nn.utils.clip_grad_norm_(p, cfg.grad_clip)
+        return norm
 
     # --- weights and state ---
 

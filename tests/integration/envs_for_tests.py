@@ -1,0 +1,92 @@
+"""Small deterministic envs for the env-runner tests (importable, so runner processes find
+them): observations encode the step count, failures happen at a chosen step."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import gymnasium as gym
+import numpy as np
+
+from rlmesh.callbacks import Callbacks
+
+_instances: Counter = Counter()  # envs made so far in this process, per vector_index
+
+
+class CountEnv(gym.Env):
+    """obs = [steps taken in this episode, a number drawn from the env's RNG at reset];
+    reward 1 per step. ``env_config``: ``terminate_at`` (terminated on that step),
+    ``fail_at`` (step() raises on that step of episode ``fail_episode``, default the first,
+    in the first env made for each vector index in this process), ``fail_reset`` (the
+    first env made for each vector index raises in its first reset)."""
+
+    observation_space = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, env_config: dict | None = None) -> None:
+        config = dict(env_config or {})
+        vector_index = getattr(env_config, "vector_index", 0)
+        first = _instances[vector_index] == 0
+        _instances[vector_index] += 1
+        self.terminate_at = config.get("terminate_at")
+        self.fail_at = config.get("fail_at") if first else None
+        self.fail_episode = config.get("fail_episode", 0)
+        self.fail_reset = bool(config.get("fail_reset")) and first
+        self.phase = 0
+        self.t = 0
+        self.start = 0.0
+        self.total_steps = 0  # over all episodes: how often the runner stepped this env
+        self.episode = -1  # resets so far, minus one
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        if self.fail_reset:
+            self.fail_reset = False
+            raise RuntimeError("CountEnv: failing in reset, as configured")
+        self.episode += 1
+        self.t, self.start = 0, float(self.np_random.integers(0, 1000))
+        return self._obs(), {"phase": self.phase}
+
+    def step(self, action):
+        if self.episode == self.fail_episode and self.t + 1 == self.fail_at:
+            raise RuntimeError(f"CountEnv: failing at step {self.fail_at}, as configured")
+        self.t += 1
+        self.total_steps += 1
+        terminated = self.terminate_at is not None and self.t >= self.terminate_at
+        return self._obs(), 1.0, terminated, False, {"t": self.t}
+
+    def _obs(self) -> np.ndarray:
+        return np.array([self.t, self.start], dtype=np.float32)
+
+    def set_phase(self, phase: int) -> int:
+        self.phase = phase
+        return phase
+
+
+def make_count_env(env_config: dict) -> gym.Env:
+    """CountEnv, cut by a TimeLimit when ``env_config["max_episode_steps"]`` is set; with
+    ``limit_step`` the env at vector index i gets ``limit_step * i`` steps more."""
+    env = CountEnv(env_config)
+    limit = env_config.get("max_episode_steps")
+    if limit:
+        limit += env_config.get("limit_step", 0) * getattr(env_config, "vector_index", 0)
+    return gym.wrappers.TimeLimit(env, limit) if limit else env
+
+
+def phase_of(env: gym.Env, offset: int = 0) -> int:
+    """For foreach_env: the (unwrapped) env's phase, plus ``offset``."""
+    return env.phase + offset
+
+
+class EpisodeCallbacks(Callbacks):
+    """Counts steps in user_data and reports them, and the env index, as custom metrics."""
+
+    def on_episode_start(self, *, episode, env_runner, env_index, **kwargs):
+        episode.user_data["steps"] = 0
+
+    def on_episode_step(self, *, episode, env_runner, env_index, **kwargs):
+        episode.user_data["steps"] += 1
+
+    def on_episode_end(self, *, episode, env_runner, env_index, **kwargs):
+        episode.custom_metrics["steps_seen"] = episode.user_data["steps"]
+        episode.custom_metrics["env_index"] = env_index

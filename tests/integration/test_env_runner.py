@@ -1,0 +1,181 @@
+"""EnvRunner processes end to end: fragments of real envs, truncation and complete
+episodes, weights from the param server, Box actions, registered envs, a failing env, and
+calls into every env."""
+
+from __future__ import annotations
+
+import asyncio
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+import uvloop
+
+from rlmesh.envs import env_registry, register_env, space_from_data
+from rlmesh.rl.distributions import DiagGaussian
+from rlmesh.rl.models import build_model
+from rlmesh.roles.env_runner import runner_config
+from rlmesh.runtime import Job, RemoteError
+
+from .envs_for_tests import make_count_env
+
+RUNNER = "rlmesh.roles.env_runner:EnvRunner"
+PARAM_SERVER = "rlmesh.roles.paramserver:ParamServer"
+SMALL_MODEL = {"fcnet_hiddens": [16]}
+
+
+def run(coro):
+    return uvloop.run(coro)
+
+
+async def spawn_runner(job, config, worker_index=1, **kwargs):
+    config = {"model": SMALL_MODEL, "_env_registry": env_registry(), **config}
+    return await job.spawn(RUNNER, config, worker_index, **kwargs)
+
+
+def test_cartpole_fragments_seeds_stats_and_weights_from_the_param_server():
+    config = {"env": "CartPole-v1", "num_envs_per_env_runner": 2, "rollout_fragment_length": 40,
+              "seed": 3, "model": SMALL_MODEL}
+
+    async def main():
+        async with Job("ipc") as job:
+            ps = await job.spawn(PARAM_SERVER, name="param_server")
+            runner = await spawn_runner(job, config, worker_index=2)
+            first = await runner.sample()
+
+            spaces = await runner.get_spaces()
+            obs_space = space_from_data(spaces["observation_space"])
+            action_space = space_from_data(spaces["action_space"])
+            torch.manual_seed(0)
+            # The runner's model: the config's defaults updated by SMALL_MODEL.
+            model = build_model(obs_space, action_space, runner_config(config).model)
+            with torch.no_grad():
+                for p in model.parameters():
+                    p.add_(torch.randn_like(p))
+            weights = {k: v.numpy() for k, v in model.state_dict().items()}
+            probe = first["obs"][:5, 0]
+            before = (await runner.compute_actions(probe, False))["action_dist_inputs"]
+            await ps.set_weights(1, weights)
+            second = await runner.sample()
+            after = (await runner.compute_actions(probe, False))["action_dist_inputs"]
+            third = await runner.sample()  # nothing newer: the same weights
+            return first, second, third, before, after, model, obs_space, await runner.metrics()
+
+    first, second, third, before, after, model, obs_space, metrics = run(main())
+    assert obs_space.shape == (4,)
+    for key, shape, dtype in [("obs", (40, 2, 4), np.float32), ("actions", (40, 2), np.int64),
+                              ("action_logp", (40, 2), np.float32),
+                              ("action_dist_inputs", (40, 2, 2), np.float32),
+                              ("rewards", (40, 2), np.float32), ("terminateds", (40, 2), np.bool_),
+                              ("truncateds", (40, 2), np.bool_), ("mask", (40, 2), np.bool_),
+                              ("next_obs", (2, 4), np.float32), ("trunc_index", (0, 2), np.int64)]:
+        assert first[key].shape == shape and first[key].dtype == dtype, key
+    assert first["mask"].all() and first["env_steps"] == 80 and first["worker_index"] == 2
+    # Env i of runner w is first reset with seed + 1000 w + i.
+    for i in range(2):
+        np.testing.assert_array_equal(first["obs"][0, i], gym.make("CartPole-v1").reset(seed=3 + 2000 + i)[0])
+    # Episode stats agree with the columns: CartPole pays 1 per step.
+    frags = [first, second, third]
+    ends = sum(int(f["terminateds"].sum()) for f in frags)
+    episodes = [e for f in frags for e in f["episodes"]]
+    assert len(episodes) == ends > 0
+    assert all(e["return"] == e["length"] >= 1 for e in episodes)
+    assert metrics["num_episodes"] == ends and metrics["num_env_steps_sampled"] == 240
+    assert metrics["num_fragments"] == 3 and metrics["env_errors"] == 0
+    assert metrics["num_weight_updates"] == 1 and metrics["env_steps_per_s"] > 0
+    # Versions: none before the first publish, then the param server's.
+    assert [f["policy_version"] for f in frags] == [-1, 1, 1] and metrics["policy_version"] == 1
+    assert not np.allclose(before, after)
+    with torch.no_grad():
+        expected = model(torch.as_tensor(np.array(second["obs"]).reshape(-1, 4)))[0].numpy()
+    np.testing.assert_allclose(second["action_dist_inputs"].reshape(-1, 2), expected, atol=1e-5)
+    with torch.no_grad():
+        np.testing.assert_allclose(after, model(torch.as_tensor(np.array(first["obs"][:5, 0])))[0].numpy(), atol=1e-5)
+
+
+def test_registered_env_truncation_complete_episodes_and_callbacks():
+    register_env("count-env", make_count_env)
+    base = {"env": "count-env", "num_envs_per_env_runner": 2, "rollout_fragment_length": 5,
+            "callbacks": "tests.integration.envs_for_tests:EpisodeCallbacks"}
+
+    async def main():
+        async with Job("ipc") as job:
+            truncating, completing = await asyncio.gather(*(
+                spawn_runner(job, {**base, **extra}, i + 1, param_server=None)
+                for i, extra in enumerate([
+                    {"env_config": {"max_episode_steps": 3}},
+                    {"env_config": {"max_episode_steps": 3, "limit_step": 4},
+                     "batch_mode": "complete_episodes"}])))
+            return [await truncating.sample(), await truncating.sample(),
+                    await completing.sample(), await completing.sample()]
+
+    cut1, cut2, done1, done2 = run(main())
+    # truncate_episodes: obs count steps; each episode is cut after 3 steps.
+    np.testing.assert_array_equal(cut1["obs"][:, :, 0], [[0, 0], [1, 1], [2, 2], [0, 0], [1, 1]])
+    np.testing.assert_array_equal(cut1["trunc_index"], [[2, 0], [2, 1]])
+    np.testing.assert_array_equal(cut1["trunc_obs"][:, 0], [3, 3])  # the true final obs
+    np.testing.assert_array_equal(cut1["next_obs"][:, 0], [2, 2])
+    np.testing.assert_array_equal(cut2["obs"][:, :, 0], [[2, 2], [0, 0], [1, 1], [2, 2], [0, 0]])
+    np.testing.assert_array_equal(cut2["trunc_index"], [[0, 0], [0, 1], [3, 0], [3, 1]])
+    np.testing.assert_array_equal(cut2["next_obs"][:, 0], [1, 1])
+    assert not cut1["terminateds"].any()
+    for e in cut1["episodes"] + cut2["episodes"]:
+        assert e["length"] == 3 and e["custom_metrics"]["steps_seen"] == 3
+    # complete_episodes: episodes of 3 and 7 steps, T = 5.
+    for frag in (done1, done2):
+        mask = frag["mask"]
+        assert mask.shape == (7, 2)
+        np.testing.assert_array_equal(mask.sum(0), [6, 7])
+        for b in range(2):
+            last = np.flatnonzero(mask[:, b])[-1]
+            assert frag["truncateds"][last, b] or frag["terminateds"][last, b]
+        assert not frag["obs"][~mask].any()
+        np.testing.assert_array_equal(frag["obs"][0, :, 0], [0, 0])
+        np.testing.assert_array_equal(frag["trunc_index"], [[2, 0], [5, 0]])
+        assert frag["next_obs"][1, 0] == 7  # truncated on the last row: the final obs
+        assert sorted(e["length"] for e in frag["episodes"]) == [3, 3, 7]
+
+
+def test_pendulum_box_actions():
+    config = {"env": "Pendulum-v1", "env_config": {"max_episode_steps": 10},
+              "num_envs_per_env_runner": 2, "rollout_fragment_length": 15, "seed": 1}
+
+    async def main():
+        async with Job("ipc") as job:
+            runner = await spawn_runner(job, config, param_server=None)
+            return await runner.sample(), await runner.sample(explore=False)
+
+    frag, greedy = run(main())
+    assert frag["obs"].shape == (15, 2, 3) and frag["actions"].shape == (15, 2, 1)
+    assert frag["actions"].dtype == np.float32 and frag["action_dist_inputs"].shape == (15, 2, 2)
+    assert (frag["rewards"] <= 0).all() and frag["mask"].all()
+    np.testing.assert_array_equal(frag["trunc_index"], [[9, 0], [9, 1]])
+    assert frag["trunc_obs"].shape == (2, 3)
+    dist = DiagGaussian(torch.tensor(frag["action_dist_inputs"]))
+    np.testing.assert_allclose(dist.logp(torch.tensor(frag["actions"])).numpy(),
+                               frag["action_logp"], rtol=1e-5, atol=1e-5)
+    mean = greedy["action_dist_inputs"][..., :1]
+    np.testing.assert_array_equal(greedy["actions"], mean)  # explore=False: the mean
+
+
+def test_faulty_env_is_recovered_and_env_calls_reach_every_env():
+    config = {"env": "tests.integration.envs_for_tests:CountEnv", "env_config": {"fail_at": 3},
+              "num_envs_per_env_runner": 3, "rollout_fragment_length": 5}
+
+    async def main():
+        async with Job("ipc") as job:
+            runner = await spawn_runner(job, config, param_server=None)
+            frag = await runner.sample()
+            phases = await runner.call_env_method("set_phase", 7)
+            seen = await runner.foreach_env("tests.integration.envs_for_tests:phase_of", 1)
+            with pytest.raises(RemoteError, match="no_such_method"):
+                await runner.call_env_method("no_such_method")
+            return frag, phases, seen, await runner.sample(), await runner.metrics()
+
+    frag, phases, seen, after, metrics = run(main())
+    np.testing.assert_array_equal(frag["mask"], [[False] * 3] * 3 + [[True] * 3] * 2)
+    np.testing.assert_array_equal(frag["obs"][3:, :, 0], [[0] * 3, [1] * 3])
+    assert frag["env_steps"] == 6 and metrics["env_errors"] == 3
+    assert after["mask"].all() and metrics["num_env_steps_sampled"] == 21
+    assert phases == [7, 7, 7] and seen == [8, 8, 8]

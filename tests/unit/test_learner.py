@@ -1,0 +1,106 @@
+"""The learner without processes: merging fragments, PPO's batch preparation and KL
+adaptation, gradient clipping, state round trip."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from rlmesh.algorithms.ppo import PPOConfig, PPOLearnerHooks
+from rlmesh.roles.learner import Learner, merge_fragments
+
+OBS = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
+ACT = gym.spaces.Discrete(2)
+
+
+def fragment(t: int, b: int, start: float = 0.0, terminated_at: tuple[int, int] | None = None,
+             truncated_at: tuple[int, int] | None = None) -> dict:
+    obs = (start + np.arange(t * b * 2, dtype=np.float32)).reshape(t, b, 2)
+    f = {
+        "obs": obs, "actions": np.zeros((t, b), np.int64),
+        "action_logp": np.full((t, b), np.log(0.5), np.float32),
+        "action_dist_inputs": np.zeros((t, b, 2), np.float32),
+        "rewards": np.ones((t, b), np.float32),
+        "terminateds": np.zeros((t, b), bool), "truncateds": np.zeros((t, b), bool),
+        "mask": np.ones((t, b), bool),
+        "next_obs": np.full((b, 2), 100 + start, np.float32),
+        "trunc_index": np.zeros((0, 2), np.int64), "trunc_obs": np.zeros((0, 2), np.float32),
+    }
+    if terminated_at:
+        f["terminateds"][terminated_at] = True
+    if truncated_at:
+        f["truncateds"][truncated_at] = True
+        f["trunc_index"] = np.array([truncated_at], np.int64)
+        f["trunc_obs"] = np.full((1, 2), -7, np.float32)
+    return f
+
+
+def test_merge_pads_short_fragments_and_bootstraps_their_open_columns():
+    long = fragment(3, 2, truncated_at=(0, 1))
+    short = fragment(2, 2, start=50, terminated_at=(1, 0))
+    batch = merge_fragments([long, short])
+    assert batch["obs"].shape == (3, 4, 2)
+    # The short fragment's padding row: masked out and cut off from the recursion.
+    assert not batch["mask"][2, 2:].any() and batch["terminateds"][2, 2:].all()
+    # Its column 1 was still running at its last real row: now a truncation that
+    # bootstraps from that fragment's next_obs; column 0 terminated and needs nothing.
+    assert batch["truncateds"][1, 3] and not batch["truncateds"][1, 2]
+    rows = {tuple(i): o.tolist() for i, o in zip(batch["trunc_index"], batch["trunc_obs"])}
+    assert rows == {(0, 1): [-7.0, -7.0], (1, 3): [150.0, 150.0]}
+    assert batch["next_obs"].shape == (4, 2)
+
+
+def make_learner(**training) -> Learner:
+    cfg = PPOConfig().training(minibatch_size=4, num_epochs=2, **training)
+    return Learner(cfg, OBS, ACT, PPOLearnerHooks)
+
+
+def test_prepare_batch_keeps_only_valid_steps_and_normalises_advantages():
+    learner = make_learner()
+    f = fragment(3, 2)
+    f["mask"][2, 1] = False
+    batch = {k: torch.as_tensor(v) for k, v in f.items()}
+    train = PPOLearnerHooks.prepare_batch(learner, batch)
+    assert len(train["advantages"]) == 5
+    assert abs(float(train["advantages"].mean())) < 1e-5
+    assert float(train["advantages"].std()) == pytest.approx(1.0, abs=1e-4)
+
+
+def test_kl_coefficient_adapts_toward_the_target():
+    learner = make_learner(kl_coeff=0.2, kl_target=0.01)
+    PPOLearnerHooks.after_update(learner, {"mean_kl_loss": 0.05})
+    assert learner.state["cur_kl_coeff"] == pytest.approx(0.3)
+    PPOLearnerHooks.after_update(learner, {"mean_kl_loss": 0.001})
+    assert learner.state["cur_kl_coeff"] == pytest.approx(0.15)
+    PPOLearnerHooks.after_update(learner, {"mean_kl_loss": 0.01})
+    assert learner.state["cur_kl_coeff"] == pytest.approx(0.15)
+
+
+@pytest.mark.parametrize("mode", ["value", "norm", "global_norm"])
+def test_gradient_clipping_modes(mode):
+    learner = make_learner(grad_clip=1e-3, grad_clip_by=mode)
+    for p in learner.model.parameters():
+        p.grad = torch.full_like(p, 5.0)
+    learner._clip_gradients()
+    grads = [p.grad for p in learner.model.parameters()]
+    if mode == "value":
+        assert all(float(g.abs().max()) <= 1e-3 + 1e-9 for g in grads)
+    elif mode == "norm":
+        assert all(float(g.norm()) <= 1e-3 * 1.0001 for g in grads)
+    else:
+        assert float(torch.nn.utils.get_total_norm(grads)) <= 1e-3 * 1.0001
+
+
+def test_update_then_state_round_trip():
+    learner = make_learner(lr=1e-2)
+    before = {k: v.clone() for k, v in learner.model.state_dict().items()}
+    stats = learner.update_from_episodes([fragment(4, 2), fragment(4, 2, start=9)], timesteps=16)
+    assert stats["num_env_steps_trained"] == 16 and stats["num_grad_updates"] == 8
+    assert any(not torch.equal(before[k], v) for k, v in learner.model.state_dict().items())
+    other = make_learner(lr=1e-2)
+    other.set_state(learner.get_state())
+    for k, v in learner.model.state_dict().items():
+        assert torch.equal(other.model.state_dict()[k], v)
+    assert other.num_updates == 1 and other.state == learner.state
