@@ -34,6 +34,11 @@ COMMANDS = {
     "stack": ("stack", "threads, asyncio tasks and blocked loops of every rlmesh process here",
               _stack_args),
     "demo": ("demo", "start a small mesh of actors and show it working", _demo_args),
+    # train and rollout define their own arguments; their modules import only the stdlib.
+    "train": ("train", "train an algorithm (PPO) on an env, from flags or a tuned-example file",
+              lambda p: importlib.import_module("rlmesh.cli.train").add_arguments(p)),
+    "rollout": ("rollout", "run a checkpoint's policy in an env and print episode returns",
+                lambda p: importlib.import_module("rlmesh.cli.rollout").add_arguments(p)),
 }
 
 

@@ -1,0 +1,118 @@
+"""``rlmesh rollout``: restore a policy from a checkpoint and run it in a local env,
+printing each episode's return and the mean at the end."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+from pathlib import Path
+
+DEFAULT_EPISODES = 10
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("checkpoint", metavar="CHECKPOINT",
+                   help="a checkpoint folder, or a trial folder (its newest checkpoint is used)")
+    p.add_argument("--env", metavar="ID", help="env to run in (default: the checkpoint's env)")
+    length = p.add_mutually_exclusive_group()
+    length.add_argument("--steps", type=int, metavar="N", help="run N env steps in all")
+    length.add_argument("--episodes", type=int, metavar="N",
+                        help=f"run N episodes (default {DEFAULT_EPISODES})")
+    p.add_argument("--explore", action="store_true",
+                   help="sample actions from the policy's distribution (default: its likeliest)")
+    p.add_argument("--seed", type=int, metavar="S", help="seed of the env's first reset")
+
+
+def resolve_checkpoint(path: str) -> Path:
+    """``path`` itself, or the newest ``checkpoint_*`` folder in it (a trial folder)."""
+    p = Path(os.path.expanduser(path))
+    if not p.exists():
+        raise FileNotFoundError(f"no such checkpoint: {path}")
+    found = sorted(c for c in p.glob("checkpoint_*") if c.is_dir())
+    return found[-1] if found else p
+
+
+def make_env(env, env_config: dict):
+    """A local env: a gymnasium id, a name registered with rlmesh.envs.register_env, or a
+    'pkg.mod:make_env' path, exactly as the env runners make theirs."""
+    from rlmesh.envs import make_env as _make
+
+    return _make(env, env_config)
+
+
+def _config_value(algo, key, default=None):
+    config = getattr(algo, "config", None)
+    if config is None:
+        return default
+    if isinstance(config, dict):
+        return config.get(key, default)
+    return getattr(config, key, default)
+
+
+def run_episodes(algo, env, steps: int | None, episodes: int | None, explore: bool,
+                 seed: int | None, returns: list[float], out=print) -> list[float]:
+    """Step ``env`` with the policy, appending each completed episode's return to
+    ``returns`` as it ends (so a Ctrl-C keeps those already run)."""
+    obs, _ = env.reset(seed=seed)
+    ret, length, taken = 0.0, 0, 0
+    while (steps is None or taken < steps) and (episodes is None or len(returns) < episodes):
+        action = algo.compute_single_action(obs, explore=explore)
+        obs, reward, terminated, truncated, _ = env.step(action)
+        ret, length, taken = ret + float(reward), length + 1, taken + 1
+        if terminated or truncated:
+            returns.append(ret)
+            out(f"episode {len(returns)}: return {ret:.2f}, length {length}")
+            ret, length = 0.0, 0
+            obs, _ = env.reset()
+    if length:
+        out(f"(episode {len(returns) + 1} cut at {length} steps, return so far {ret:.2f}; "
+            "not counted)")
+    return returns
+
+
+def summary(returns: list[float]) -> str:
+    if not returns:
+        return "no episode completed (give more --steps)"
+    mean = sum(returns) / len(returns)
+    std = math.sqrt(sum((r - mean) ** 2 for r in returns) / len(returns))
+    return (f"mean return over {len(returns)} episode{'s' * (len(returns) != 1)}: {mean:.2f} "
+            f"(std {std:.2f}, min {min(returns):.2f}, max {max(returns):.2f})")
+
+
+def main(args: argparse.Namespace) -> int:
+    for flag in ("steps", "episodes"):
+        if getattr(args, flag) is not None and getattr(args, flag) < 1:
+            print(f"rlmesh rollout: error: --{flag} must be >= 1", file=sys.stderr)
+            return 2
+    try:
+        checkpoint = resolve_checkpoint(args.checkpoint)
+    except FileNotFoundError as e:
+        print(f"rlmesh rollout: error: {e}", file=sys.stderr)
+        return 2
+    from rlmesh.algorithms.algorithm import Algorithm
+
+    algo = Algorithm.from_checkpoint(str(checkpoint))
+    returns: list[float] = []
+    code = 0
+    try:
+        env_id = args.env or _config_value(algo, "env")
+        if not env_id:
+            print("rlmesh rollout: error: the checkpoint names no env; give --env ID",
+                  file=sys.stderr)
+            return 2
+        env = make_env(env_id, {} if args.env else dict(_config_value(algo, "env_config") or {}))
+        episodes = args.episodes if args.steps is None and args.episodes else None
+        if args.steps is None and episodes is None:
+            episodes = DEFAULT_EPISODES
+        print(f"rlmesh rollout: {checkpoint} in {env_id}")
+        try:
+            run_episodes(algo, env, args.steps, episodes, args.explore, args.seed, returns)
+        except KeyboardInterrupt:
+            code = 130
+        env.close()
+    finally:
+        algo.stop()
+    print(summary(returns))
+    return code

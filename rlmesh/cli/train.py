@@ -1,0 +1,377 @@
+"""``rlmesh train``: build an algorithm from flags and/or a tuned-example file, train it
+until a stop criterion is met, log every result (rlmesh.results) and checkpoint.
+
+Only the standard library is imported at module level: ``rlmesh --help`` builds this
+parser, and must stay fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import difflib
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+# --run name -> its config class; the config's build() makes the algorithm.
+ALGORITHMS = {"PPO": "rlmesh.algorithms.ppo_config:PPOConfig"}
+DEFAULT_STOP = {"training_iteration": 100}
+EXIT_USAGE, EXIT_SIGINT, EXIT_SIGTERM = 2, 130, 143
+
+EPILOG = """\
+-f FILE takes YAML, TOML or JSON in either of RLlib's tuned-example shapes:
+  {{"run": "PPO", "env": ..., "config": {{...}}, "stop": {{...}}}}   or
+  {{"<experiment name>": {{"run": ..., "env": ..., "config": ..., "stop": ...}}}}
+A FILE that does not exist is looked up among rlmesh's own tuned examples by name
+({examples}). Flags override the file: --config is merged into
+the file's config key by key (nested dicts too), --stop replaces the file's stop.
+
+Stop: training ends at the first criterion met, a result value >= its threshold
+(nested keys with "/", e.g. "info/learner/default_policy/kl"); without one from
+--stop or the file: {default_stop}.
+
+Results: <local-dir>/<experiment>/<run>_<env>_<id>_00000_0_<date>/ with params.json,
+result.json, progress.csv, a TensorBoard file and checkpoint_<iteration>/ folders.
+Ctrl-C stops after the current iteration (a second one quits at once, exit 130).
+Resuming an interrupted run is not supported yet. --config-help lists the config keys."""
+
+
+class UsageError(Exception):
+    """A problem with the command line or the -f file, printed as one line (exit 2)."""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from rlmesh import tuned_examples  # the standard library only
+
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.epilog = EPILOG.format(examples=", ".join(tuned_examples.names()),
+                             default_stop=json.dumps(DEFAULT_STOP))
+    p.add_argument("--run", metavar="ALGO", help=f"algorithm to train ({', '.join(ALGORITHMS)})")
+    p.add_argument("--env", metavar="ID", help="gymnasium id, registered name or 'pkg.mod:make_env'")
+    p.add_argument("-f", "--config-file", metavar="FILE", help="experiment file (see below)")
+    p.add_argument("--config", metavar="JSON", help='config overrides, e.g. \'{"lr": 3e-4}\'')
+    p.add_argument("--stop", metavar="JSON", help='stop criteria, e.g. \'{"timesteps_total": 1e5}\'')
+    p.add_argument("--checkpoint-freq", type=int, metavar="N",
+                   help="save a checkpoint every N iterations (default: never)")
+    p.add_argument("--checkpoint-at-end", action="store_true", default=None,
+                   help="save a checkpoint when training ends (Ctrl-C included)")
+    p.add_argument("--local-dir", metavar="DIR", help="results root (default ~/rlmesh_results)")
+    p.add_argument("--experiment-name", metavar="NAME",
+                   help="experiment folder (default: the file's experiment key, else "
+                        "<run>_<env>_<date>)")
+    p.add_argument("--num-env-runners", type=int, metavar="N", help="sets num_env_runners")
+    p.add_argument("--seed", type=int, metavar="S", help="sets seed")
+    p.add_argument("--log-level", type=str.upper, metavar="L",
+                   choices=("DEBUG", "INFO", "WARN", "WARNING", "ERROR"),
+                   help="sets log_level: DEBUG, INFO, WARN or ERROR")
+    p.add_argument("--config-help", action="store_true",
+                   help="list the config keys of --run (default PPO) with their docs, and exit")
+
+
+@dataclasses.dataclass
+class TrainSpec:
+    """Everything one `rlmesh train` run needs, flags and file merged."""
+
+    run: str
+    env: Any
+    config: dict
+    stop: dict
+    experiment: str | None = None
+    local_dir: str | None = None
+    checkpoint_freq: int = 0
+    checkpoint_at_end: bool = False
+
+
+# --- reading the experiment ---
+
+def _json_arg(flag: str, text: str | None) -> dict | None:
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError as e:
+        raise UsageError(f"{flag}: not valid JSON ({e})") from None
+    if not isinstance(value, dict):
+        raise UsageError(f"{flag}: expected a JSON object, got {text}")
+    return value
+
+
+def deep_merge(base: dict, override: dict) -> dict:
+    """``base`` updated by ``override``, dicts inside merged key by key."""
+    out = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def config_class(run: str):
+    """The config class of algorithm ``run`` (case-insensitive); UsageError if unknown."""
+    import importlib
+
+    names = {n.lower(): n for n in ALGORITHMS}
+    if run.lower() not in names:
+        close = difflib.get_close_matches(run.upper(), list(ALGORITHMS), n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise UsageError(f"unknown algorithm {run!r}; {hint}known: {', '.join(ALGORITHMS)}")
+    module, _, cls = ALGORITHMS[names[run.lower()]].partition(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+def canonical_keys(cls, config: dict) -> dict:
+    """``config`` with every known spelling (attribute name, alias) turned into its key, so a
+    file's "num_workers" and a flag's "num_env_runners" meet; unknown keys stay for from_dict
+    to reject with its "did you mean"."""
+    spelling = {}
+    for row in cls.fields_table():
+        for s in (row.name, row.key, *row.aliases):
+            spelling[s] = row.key
+    return {spelling.get(k, k): v for k, v in config.items()}
+
+
+def parse_stop(stop: dict, where: str) -> dict[str, float]:
+    from rlmesh.results import flatten
+
+    out = {}
+    for key, value in flatten(stop).items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise UsageError(f"{where}: stop threshold of {key!r} must be a number, got {value!r}")
+        out[key] = value
+    return out
+
+
+def resolve_spec(args: argparse.Namespace) -> TrainSpec:
+    """Merge the -f file and the flags (flags win) into one TrainSpec."""
+    name, exp, where = None, {}, "-f"
+    if args.config_file:
+        from rlmesh.tuned_examples import ExperimentFileError, load_experiment
+
+        try:
+            name, exp, where = load_experiment(args.config_file)
+        except ExperimentFileError as e:
+            raise UsageError(str(e)) from None
+    run = args.run or exp.get("run")
+    if not run:
+        raise UsageError(f"no algorithm: give --run ({', '.join(ALGORITHMS)}) or run: in a -f file")
+    cls = config_class(str(run))
+    run = next(n for n in ALGORITHMS if n.lower() == str(run).lower())
+    config = deep_merge(canonical_keys(cls, exp.get("config") or {}),
+                        canonical_keys(cls, _json_arg("--config", args.config) or {}))
+    for key, flag in (("num_env_runners", args.num_env_runners), ("seed", args.seed),
+                      ("log_level", args.log_level)):
+        if flag is not None:
+            config[key] = flag
+    env = args.env or exp.get("env") or config.get("env")
+    if not env:
+        raise UsageError("no environment: give --env ID, or env: in the -f file")
+    config["env"] = env
+    stop_flag = _json_arg("--stop", args.stop)
+    if stop_flag is not None:
+        stop = parse_stop(stop_flag, "--stop")
+    elif exp.get("stop"):
+        stop = parse_stop(exp["stop"], where)
+    else:
+        stop = dict(DEFAULT_STOP)
+    freq = args.checkpoint_freq if args.checkpoint_freq is not None else exp.get("checkpoint_freq", 0)
+    if not isinstance(freq, int) or freq < 0:
+        raise UsageError(f"checkpoint frequency must be an integer >= 0, got {freq!r}")
+    return TrainSpec(
+        run=run, env=env, config=config, stop=stop,
+        experiment=args.experiment_name or name,
+        local_dir=args.local_dir or exp.get("local_dir") or exp.get("storage_path"),
+        checkpoint_freq=freq,
+        checkpoint_at_end=bool(args.checkpoint_at_end or exp.get("checkpoint_at_end", False)))
+
+
+def make_config(spec: TrainSpec):
+    """The validated config object; raises ConfigError before any process starts."""
+    config = config_class(spec.run).from_dict(spec.config)
+    config.validate()
+    return config
+
+
+def build_algorithm(config):
+    """Start the algorithm (tests replace this to train without processes)."""
+    return config.build()
+
+
+def config_help(run: str) -> str:
+    """Every config key of ``run`` with type, default and doc, from fields_table()."""
+    from rlmesh.algorithms.config import GROUPS
+    from rlmesh.results import to_jsonable
+
+    rows = config_class(run).fields_table()
+    out = [f"{run} config keys: set them with --config '{{\"key\": value}}' or under "
+           "config: in a -f file."]
+    for group in GROUPS:
+        out += ["", f"{group}:"]
+        for row in (r for r in rows if r.group == group):
+            also = f"  (also: {', '.join(row.aliases)})" if row.aliases else ""
+            out.append(f"  {row.key}: {row.type} = {json.dumps(to_jsonable(row.default))}{also}")
+            out += textwrap.wrap(row.doc, 88, initial_indent="      ", subsequent_indent="      ")
+    return "\n".join(out)
+
+
+# --- training ---
+
+class Stopper:
+    """The first stop criterion a result meets (value >= threshold), in words."""
+
+    def __init__(self, stop: dict[str, float]):
+        self.stop = stop
+        self._checked_keys = False
+
+    def met(self, result: dict, warn=print) -> str | None:
+        from rlmesh.results import as_number, flatten
+
+        flat = flatten(result)
+        if not self._checked_keys:  # a misspelled key would train forever: say so once
+            self._checked_keys = True
+            for key in (k for k in self.stop if k not in flat):
+                close = difflib.get_close_matches(key, list(flat), n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                warn(f"stop key {key!r} is not in the results{hint}")
+        for key, threshold in self.stop.items():
+            value = as_number(flat.get(key))
+            if value is not None and value >= threshold:
+                return f"{key} = {value:g} >= {threshold:g}"
+        return None
+
+
+def _exit_now(code: int) -> None:
+    """Quit at once (the second Ctrl-C); child processes follow through their lifelines."""
+    sys.stdout.flush()
+    os.write(2, b"\nrlmesh train: quitting now\n")
+    os._exit(code)
+
+
+class _Signals:
+    """First SIGINT/SIGTERM: finish the current iteration, then stop. Second: quit."""
+
+    def __init__(self):
+        self.signum: int | None = None
+        self._old = {}
+
+    def __enter__(self):
+        for s in (signal.SIGINT, signal.SIGTERM):
+            self._old[s] = signal.signal(s, self._handle)
+        return self
+
+    def __exit__(self, *exc):
+        for s, handler in self._old.items():
+            signal.signal(s, handler)
+
+    def _handle(self, signum, frame):
+        if self.signum is not None:
+            _exit_now(128 + signum)
+            return
+        self.signum = signum
+        os.write(2, b"\nrlmesh train: stopping after this iteration "
+                    b"(Ctrl-C again to quit at once)\n")
+
+
+def _save(algo, trial_dir: Path, iteration: int) -> str:
+    path = trial_dir / f"checkpoint_{iteration:06d}"
+    saved = algo.save(str(path))
+    return os.fspath(saved) if isinstance(saved, (str, os.PathLike)) else str(path)
+
+
+def _one_line(message: str) -> str:
+    lines = [line.strip() for line in str(message).splitlines() if line.strip()]
+    if len(lines) > 1 and lines[0].endswith(":"):
+        return f"{lines[0]} {'; '.join(lines[1:])}"
+    return "; ".join(lines)
+
+
+def _fail(error: Exception) -> int:
+    print(f"rlmesh train: error: {_one_line(str(error))}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def main(args: argparse.Namespace) -> int:
+    from rlmesh.algorithms.config import ConfigError
+
+    try:
+        if args.config_help:
+            print(config_help(args.run or "PPO"))
+            return 0
+        spec = resolve_spec(args)
+        config = make_config(spec)
+        config_dict = config.to_dict()
+    except (UsageError, ConfigError) as e:
+        return _fail(e)
+    level = str(spec.config.get("log_level", "WARNING")).upper()
+    logging.basicConfig(level={"WARN": "WARNING"}.get(level, level),
+                        format="%(levelname)s %(name)s: %(message)s")
+    try:
+        algo = build_algorithm(config)
+    except ConfigError as e:
+        return _fail(e)
+    except KeyboardInterrupt:  # started processes follow us out through their lifelines
+        print("rlmesh train: interrupted while starting", file=sys.stderr)
+        return EXIT_SIGINT
+    from rlmesh.cli.progress import ProgressReporter
+    from rlmesh.results import ResultLogger, default_experiment_name, make_trial_dir
+
+    try:
+        experiment = spec.experiment or default_experiment_name(spec.run, spec.env)
+        trial_dir, trial_id = make_trial_dir(spec.local_dir, experiment, spec.run, spec.env)
+        logger = ResultLogger(trial_dir, config_dict)
+    except BaseException:
+        algo.stop()
+        raise
+    stops = " or ".join(f"{k} >= {v:g}" for k, v in spec.stop.items())
+    print(f"rlmesh train: {spec.run} on {spec.env} until {stops}\nresults: {trial_dir}")
+    return _train_loop(algo, spec, trial_dir, trial_id, ProgressReporter(), logger)
+
+
+def _train_loop(algo, spec: TrainSpec, trial_dir: Path, trial_id: str, reporter, logger) -> int:
+    stopper = Stopper(spec.stop)
+    last_checkpoint, saved_at, iteration, why = None, None, 0, None
+    signals = _Signals()
+    try:
+        with signals:
+            while not signals.signum:
+                result = algo.train()
+                result.update({k: v for k, v in _tune_fields(trial_id).items() if k not in result})
+                iteration = int(result.get("training_iteration") or getattr(algo, "iteration", 0))
+                logger.log(result)
+                reporter.report(result)
+                if spec.checkpoint_freq and iteration % spec.checkpoint_freq == 0:
+                    last_checkpoint, saved_at = _save(algo, trial_dir, iteration), iteration
+                    reporter.message(f"checkpoint: {last_checkpoint}")
+                why = stopper.met(result, warn=lambda m: reporter.message(f"warning: {m}"))
+                if why:
+                    break
+            if spec.checkpoint_at_end and iteration and saved_at != iteration:
+                last_checkpoint = _save(algo, trial_dir, iteration)
+    finally:
+        reporter.finish()
+        logger.close()
+        with signals:  # a Ctrl-C while the mesh shuts down quits at once
+            algo.stop()
+    if signals.signum:
+        why = f"{signal.Signals(signals.signum).name} after iteration {iteration}"
+    print(f"stopped: {why}")
+    print(f"results: {trial_dir}  (tensorboard --logdir {trial_dir.parent})")
+    print(f"last checkpoint: {last_checkpoint}" if last_checkpoint else
+          "last checkpoint: none (save with --checkpoint-freq N or --checkpoint-at-end)")
+    if signals.signum:
+        return EXIT_SIGINT if signals.signum == signal.SIGINT else EXIT_SIGTERM
+    return 0
+
+
+def _tune_fields(trial_id: str) -> dict:
+    """The bookkeeping fields Tune adds to each result, for scripts that read them."""
+    return {"trial_id": trial_id, "date": time.strftime("%Y-%m-%d_%H-%M-%S"),
+            "timestamp": int(time.time()), "hostname": socket.gethostname(), "pid": os.getpid()}

@@ -1,0 +1,225 @@
+"""Where a training run's results go and in what form: RLlib/Tune's trial directory with
+params.json, result.json, progress.csv and a TensorBoard event file, so tools that read
+Ray results (pandas, TensorBoard, ExperimentAnalysis-style scripts) read rlmesh's too.
+
+Layout::
+
+    <local_dir>/<experiment>/<trial>/        local_dir: ~/rlmesh_results by default
+        params.json                          the full config, once (sorted keys, indented)
+        result.json                          one JSON object per line per iteration
+        progress.csv                         the same results, flattened ("info/learner/...")
+        events.out.tfevents.<time>.<host>    TensorBoard scalars "ray/tune/<flat key>"
+        checkpoint_000010/                   written by `rlmesh train` through algo.save()
+
+Names: experiment ``<run>_<env>_<YYYY-MM-DD_HH-MM-SS>`` unless given (the top-level key of
+an RLlib-style tuned-example file gives it); trial ``<run>_<env>_<id>_00000_0_<date>`` as
+Tune names its first trial, ``<id>`` five random hex digits so two runs never collide.
+
+Values that JSON cannot hold: NaN and +-inf (a mean over no episodes yet) are written as
+``null`` in result.json and params.json, so both stay strict JSON any parser reads; in
+progress.csv as ``nan``/``inf``/``-inf`` (pandas reads those as floats); in TensorBoard they
+are left out, as RLlib leaves out NaN. numpy scalars become numbers, arrays lists; any other
+object its ``str()``.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as _dt
+import json
+import math
+import os
+import re
+import secrets
+from pathlib import Path
+from typing import Any
+
+DEFAULT_LOCAL_DIR = "~/rlmesh_results"
+DATE_FORMAT = "%Y-%m-%d_%H-%M-%S"  # Tune's
+TB_PREFIX = "ray/tune/"  # RLlib's tag prefix, so dashboards built for RLlib runs carry over
+# Not curves worth plotting (RLlib's TBX logger drops these too).
+_TB_SKIP = frozenset({"config", "pid", "timestamp"})
+
+
+# --- names and directories ---
+
+def safe_name(text: str) -> str:
+    """``text`` usable as one path component: 'pkg.envs:make_env' -> 'pkg.envs_make_env'."""
+    return re.sub(r"[^A-Za-z0-9._=+-]+", "_", str(text)).strip("_.") or "_"
+
+
+def date_str(now: _dt.datetime | None = None) -> str:
+    return (now or _dt.datetime.now()).strftime(DATE_FORMAT)
+
+
+def default_experiment_name(run: str, env: Any, now: _dt.datetime | None = None) -> str:
+    return f"{safe_name(run)}_{safe_name(env)}_{date_str(now)}"
+
+
+def make_trial_dir(local_dir: str | os.PathLike | None, experiment: str, run: str,
+                   env: Any) -> tuple[Path, str]:
+    """Create a new ``<local_dir>/<experiment>/<trial>/`` and return it with the trial id."""
+    root = Path(os.path.expanduser(str(local_dir or DEFAULT_LOCAL_DIR))) / safe_name(experiment)
+    root.mkdir(parents=True, exist_ok=True)
+    while True:
+        trial_id = f"{secrets.token_hex(3)[:5]}_00000"
+        path = root / f"{safe_name(run)}_{safe_name(env)}_{trial_id}_0_{date_str()}"
+        try:
+            path.mkdir()
+            return path, trial_id
+        except FileExistsError:  # same second and same five hex digits: draw again
+            continue
+
+
+# --- values ---
+
+def to_jsonable(value: Any) -> Any:
+    """``value`` as strict-JSON data: numpy to Python, non-finite floats to None."""
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [to_jsonable(v) for v in value]
+    if hasattr(value, "tolist") and hasattr(value, "dtype"):  # numpy scalar or array
+        return to_jsonable(value.tolist())
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    return str(value)
+
+
+def flatten(d: dict, prefix: str = "", sep: str = "/") -> dict[str, Any]:
+    """Nested dicts to one level, keys joined by ``sep`` as RLlib's ``flatten_dict``;
+    empty dicts vanish (there is nothing to put in a column)."""
+    out: dict[str, Any] = {}
+    for key, value in d.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(flatten(value, name + sep, sep))
+        else:
+            out[name] = value
+    return out
+
+
+def as_number(value: Any) -> float | None:
+    """``value`` as a float when it is a numeric scalar (bools and numpy included), else None."""
+    if isinstance(value, (int, float)):
+        return float(value)
+    if hasattr(value, "dtype") and getattr(value, "shape", None) == ():
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            return None
+    return None
+
+
+def _csv_cell(value: Any) -> Any:
+    if hasattr(value, "dtype") and getattr(value, "shape", None) == ():
+        value = value.item()  # numpy scalar -> int, float or bool
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return repr(value)  # 'nan', 'inf', '-inf' for the non-finite
+    if isinstance(value, (str, int)):
+        return value
+    return json.dumps(to_jsonable(value), allow_nan=False)  # lists and arrays as JSON text
+
+
+# --- the logger ---
+
+class ResultLogger:
+    """Writes each iteration's result to ``trial_dir`` in Tune's formats.
+
+    progress.csv's columns are the keys seen so far, in first-seen order. When a result
+    brings new keys (custom metrics after the first episode, evaluation results), the file
+    is rewritten once with the wider header and earlier rows get empty cells there; a key
+    missing from a later result gets an empty cell too. Every file is flushed after each
+    result, so a crash or a kill loses nothing already logged.
+    """
+
+    def __init__(self, trial_dir: str | os.PathLike, config_dict: dict | None = None,
+                 tensorboard: bool = True):
+        self.trial_dir = Path(trial_dir)
+        self.trial_dir.mkdir(parents=True, exist_ok=True)
+        self.result_path = self.trial_dir / "result.json"
+        self.progress_path = self.trial_dir / "progress.csv"
+        self.params_path = self.trial_dir / "params.json"
+        if config_dict is not None:
+            text = json.dumps(to_jsonable(config_dict), indent=2, sort_keys=True, allow_nan=False)
+            self.params_path.write_text(text + "\n")
+        self._json = open(self.result_path, "a", encoding="utf-8")
+        self._csv_file = None
+        self._columns: list[str] = []
+        self._rows = 0
+        self._tb = None
+        if tensorboard:
+            from tensorboardX import SummaryWriter  # imported here: it pulls in protobuf
+
+            self._tb = SummaryWriter(logdir=str(self.trial_dir), flush_secs=30)
+
+    def log(self, result: dict) -> None:
+        """Append one iteration's result to every file."""
+        clean = to_jsonable(result)
+        self._json.write(json.dumps(clean, allow_nan=False) + "\n")
+        self._json.flush()
+        flat = flatten({k: v for k, v in result.items() if k != "config"})
+        self._write_csv(flat)
+        if self._tb is not None:
+            self._write_tb(flat, result)
+
+    def _write_csv(self, flat: dict[str, Any]) -> None:
+        known = set(self._columns)
+        new = [k for k in flat if k not in known]
+        if new:
+            self._columns.extend(new)
+            self._rewrite_csv()
+        writer = csv.DictWriter(self._csv_file, fieldnames=self._columns, restval="")
+        writer.writerow({k: _csv_cell(v) for k, v in flat.items()})
+        self._csv_file.flush()
+        self._rows += 1
+
+    def _rewrite_csv(self) -> None:
+        """(Re)open progress.csv with the current columns, keeping the rows written so far."""
+        rows = []
+        if self._csv_file is not None:
+            self._csv_file.close()
+            with open(self.progress_path, newline="", encoding="utf-8") as f:
+                rows = list(csv.DictReader(f))
+        tmp = self.progress_path.with_suffix(".csv.tmp")
+        with open(tmp, "w", newline="", encoding="utf-8") as f:
+            writer = csv.DictWriter(f, fieldnames=self._columns, restval="")
+            writer.writeheader()
+            writer.writerows(rows)
+        os.replace(tmp, self.progress_path)
+        self._csv_file = open(self.progress_path, "a", newline="", encoding="utf-8")
+
+    def _write_tb(self, flat: dict[str, Any], result: dict) -> None:
+        step = as_number(result.get("timesteps_total"))
+        if step is None or not math.isfinite(step):
+            step = as_number(result.get("training_iteration")) or self._rows
+        for key, value in flat.items():
+            if key in _TB_SKIP:
+                continue
+            number = as_number(value)
+            if number is not None and math.isfinite(number):
+                self._tb.add_scalar(TB_PREFIX + key, number, global_step=int(step))
+        self._tb.flush()
+
+    def close(self) -> None:
+        """Flush and close every file; safe to call twice."""
+        for f in (self._json, self._csv_file):
+            if f is not None and not f.closed:
+                f.close()
+        if self._tb is not None:
+            self._tb.close()
+            self._tb = None
+
+    def __enter__(self) -> "ResultLogger":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,72 @@
+"""`rlmesh train` and `rlmesh rollout` as a user runs them: a short PPO CartPole run that
+learns, writes its results and a checkpoint, replays it, and stops cleanly on Ctrl-C."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+RLMESH = [sys.executable, "-m", "rlmesh.cli.main"]
+
+
+def _trial_dir(local_dir: Path) -> Path:
+    (params,) = local_dir.glob("*/*/params.json")
+    return params.parent
+
+
+def test_train_learns_writes_results_and_rollout_replays(tmp_path):
+    local = tmp_path / "results"
+    run = subprocess.run(
+        [*RLMESH, "train", "-f", "cartpole-ppo.yaml", "--local-dir", str(local),
+         "--stop", '{"episode_reward_mean": 150, "timesteps_total": 100000}',
+         "--checkpoint-at-end"],
+        capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "warning" not in (run.stdout + run.stderr).lower()
+    trial = _trial_dir(local)
+    results = [json.loads(line) for line in (trial / "result.json").read_text().splitlines()]
+    assert results[-1]["episode_reward_mean"] >= 150, results[-1]["episode_reward_mean"]
+    assert [r["training_iteration"] for r in results] == list(range(1, len(results) + 1))
+    assert json.loads((trial / "params.json").read_text())["env"] == "CartPole-v1"
+    header = (trial / "progress.csv").read_text().splitlines()[0].split(",")
+    assert "info/learner/default_policy/policy_loss" in header
+    assert list(trial.glob("events.out.tfevents.*"))
+    (checkpoint,) = trial.glob("checkpoint_*")
+    replay = subprocess.run([*RLMESH, "rollout", str(checkpoint), "--episodes", "3"],
+                            capture_output=True, text=True, timeout=120)
+    assert replay.returncode == 0, replay.stdout + replay.stderr
+    returns = [float(line.split()[-1]) for line in replay.stdout.splitlines()
+               if line.startswith("episode")]
+    assert len(returns) == 3 and min(returns) > 50, replay.stdout
+
+
+def test_ctrl_c_stops_cleanly_with_a_final_checkpoint(tmp_path):
+    local = tmp_path / "results"
+    proc = subprocess.Popen(
+        [*RLMESH, "train", "--run", "PPO", "--env", "CartPole-v1", "--local-dir", str(local),
+         "--stop", '{"training_iteration": 10000}', "--checkpoint-at-end",
+         "--config", '{"train_batch_size": 500, "minibatch_size": 100, "num_epochs": 2}'],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            files = list(local.glob("*/*/result.json"))
+            if files and len(files[0].read_text().splitlines()) >= 2:
+                break
+            time.sleep(0.2)
+        else:
+            raise AssertionError("no results within 120 s")
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, out
+    trial = _trial_dir(local)
+    assert list(trial.glob("checkpoint_*/rlmesh_checkpoint.msgpack")), out
+    # The conftest fixture checks that none of the run's processes is left.
