@@ -11,7 +11,7 @@ PIP := $(PYTHON) -m pip
 # Test folders that exist: git keeps no empty folder, and pytest stops on a missing path.
 TEST_DIRS := $(wildcard tests/unit tests/integration tests/cluster)
 
-.PHONY: venv install test test-unit bench demo wheel-check clean
+.PHONY: venv install test test-unit bench demo runtime-demo wheel-check clean
 
 # $(call make-venv,DIR): reuse a torch the base python already has (--system-site-packages),
 # so no second copy is downloaded; else a plain venv.
@@ -46,7 +46,13 @@ test-unit: install
 bench: install
 	$(PYTHON) -m tests.benchmarks.run
 
+# The main job: PPO learns CartPole-v1 with 2 env-runner processes (the tuned example
+# shipped in rlmesh/tuned_examples), results under ~/rlmesh_results.
 demo: install
+	$(VENV)/bin/rlmesh train -f cartpole-ppo.yaml --checkpoint-at-end
+
+# The runtime alone: actor processes streaming arrays, one killed and restarted.
+runtime-demo: install
 	$(VENV)/bin/rlmesh demo
 
 # The wheel must work on its own: installed in a fresh venv and imported from outside
