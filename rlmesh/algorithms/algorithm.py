@@ -175,7 +175,7 @@ class Algorithm:
 
     def compute_single_action(self, observation: Any, explore: bool = False) -> Any:
         """The action for one observation, from the newest weights (driver-side copy)."""
-        obs = torch.as_tensor(np.asarray(observation)[None])
+        obs = torch.as_tensor(np.asarray(observation, dtype=self.obs_space.dtype)[None])
         with torch.no_grad():
             dist_inputs, _ = self._policy(obs)
             dist = self._dist_cls.from_inputs(dist_inputs)
