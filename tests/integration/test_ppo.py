@@ -91,3 +91,24 @@ def test_config_errors_speak_to_the_user():
         PPOConfig.from_dict({"lamda": 0.9})
     with pytest.raises(ValueError, match="CartPole"):
         PPOConfig().environment("CartPol-v1").build()
+
+
+def test_callbacks_custom_metrics_and_the_curriculum_api():
+    from tests.integration.envs_for_tests import EpisodeCallbacks, phase_of
+
+    config = (PPOConfig()
+              .environment("tests.integration.envs_for_tests:make_count_env",
+                           env_config={"terminate_at": 5})
+              .env_runners(num_env_runners=2, num_envs_per_env_runner=2)
+              .training(train_batch_size=200, minibatch_size=50, num_epochs=1)
+              .callbacks(EpisodeCallbacks))
+    with config.build() as algo:
+        result = algo.train()
+        metrics = result["custom_metrics"]
+        assert metrics["steps_seen_mean"] == metrics["steps_seen_min"] == 5.0
+        assert metrics["env_index_min"] == 0 and metrics["env_index_max"] == 1
+        # The curriculum example: set a phase on every env of every runner.
+        assert algo.env_runners.foreach_env("set_phase", 3) == [3, 3, 3, 3]
+        assert algo.env_runners.foreach_env(phase_of, 1) == [4, 4, 4, 4]
+        with pytest.raises(ValueError, match="lambda"):
+            algo.env_runners.foreach_env(lambda env: env.phase)
