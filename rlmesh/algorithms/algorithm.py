@@ -22,9 +22,8 @@ from rlmesh.algorithms import checkpoints
 from rlmesh.algorithms.config import AlgorithmConfig
 from rlmesh.algorithms.topology import Mesh
 from rlmesh.callbacks import load_callbacks, summarize_custom_metrics
-from rlmesh.envs import actions_for_env, env_registry, spaces_of
-from rlmesh.rl.distributions import distribution_for
-from rlmesh.rl.models import build_model
+from rlmesh.algorithms.inference import InferencePolicy
+from rlmesh.envs import env_registry, spaces_of
 from rlmesh.envs import import_object
 from rlmesh.roles.learner import LearnerGroup, load_weights, merge_fragments
 
@@ -75,8 +74,7 @@ class Algorithm:
                                                       env_registry())
         self.learner_group = LearnerGroup(config, self.obs_space, self.action_space,
                                           self.learner_hooks)
-        self._policy = build_model(self.obs_space, self.action_space, config.model)
-        self._dist_cls = distribution_for(self.action_space)[0]
+        self._policy = InferencePolicy(config, self.obs_space, self.action_space)
         self.callbacks = load_callbacks(config.callbacks_class)
         self._loop = LoopThread()
         self.mesh = Mesh(config, self._loop)
@@ -117,7 +115,7 @@ class Algorithm:
 
     def _publish(self) -> None:
         weights = self.get_weights()
-        load_weights(self._policy, weights)
+        load_weights(self._policy.model, weights)
         self._loop.run(self.mesh.publish(weights))
 
     def _result(self, fragments: list[dict[str, Any]], steps: int, stats: dict[str, float],
@@ -175,14 +173,7 @@ class Algorithm:
 
     def compute_single_action(self, observation: Any, explore: bool = False) -> Any:
         """The action for one observation, from the newest weights (driver-side copy)."""
-        obs = torch.as_tensor(np.asarray(observation, dtype=self.obs_space.dtype)[None])
-        with torch.no_grad():
-            dist_inputs, _ = self._policy(obs)
-            dist = self._dist_cls.from_inputs(dist_inputs)
-            action = (dist.sample() if explore else dist.deterministic_sample())[0].numpy()
-        if action.ndim == 0:
-            return int(action)
-        return actions_for_env(action, self.action_space, self.config.normalize_actions)
+        return self._policy.compute_single_action(observation, explore)
 
     @property
     def env_runners(self) -> "EnvRunnerGroup":

@@ -91,9 +91,10 @@ def main(args: argparse.Namespace) -> int:
     except FileNotFoundError as e:
         print(f"rlmesh rollout: error: {e}", file=sys.stderr)
         return 2
-    from rlmesh.algorithms.algorithm import Algorithm
+    from rlmesh.algorithms.inference import InferencePolicy
 
-    algo = Algorithm.from_checkpoint(str(checkpoint))
+    # Acting needs only the policy: no env runners or learner are started.
+    algo = InferencePolicy.from_checkpoint(checkpoint)
     returns: list[float] = []
     code = 0
     try:

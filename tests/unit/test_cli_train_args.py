@@ -430,15 +430,15 @@ def test_rollout_command_uses_the_newest_checkpoint(tmp_path, monkeypatch, capsy
     loaded = []
     policy = ZeroPolicy()
 
-    class Algorithm:
+    class InferencePolicy:
         @staticmethod
         def from_checkpoint(path):
-            loaded.append(path)
+            loaded.append(str(path))
             return policy
 
-    module = types.ModuleType("rlmesh.algorithms.algorithm")
-    module.Algorithm = Algorithm
-    monkeypatch.setitem(sys.modules, "rlmesh.algorithms.algorithm", module)
+    module = types.ModuleType("rlmesh.algorithms.inference")
+    module.InferencePolicy = InferencePolicy
+    monkeypatch.setitem(sys.modules, "rlmesh.algorithms.inference", module)
     assert cli_main(["rollout", str(tmp_path), "--episodes", "2", "--seed", "1"]) == 0
     assert loaded == [str(tmp_path / "checkpoint_000010")] and policy.stopped
     out = capsys.readouterr().out
