@@ -68,6 +68,7 @@ class Algorithm:
         self.iteration = 0
         self.timesteps_total = 0
         self.episodes_total = 0
+        self.num_env_steps_trained = 0  # what the learner consumed, apart from what was sampled
         self.time_total_s = 0.0
         self._episodes: deque[dict[str, Any]] = deque(maxlen=SMOOTHING_EPISODES)
         self.obs_space, self.action_space = spaces_of(config.to_dict()["env"], config.env_config,
@@ -96,6 +97,7 @@ class Algorithm:
         self.timesteps_total += steps
         learn_start = time.perf_counter()
         stats = self.learner_group_update(fragments)
+        self.num_env_steps_trained += int(stats.get("num_env_steps_trained", 0))
         learn_time = time.perf_counter() - learn_start
         self._publish()
         self.iteration += 1
@@ -135,7 +137,7 @@ class Algorithm:
             "episodes_total": self.episodes_total,
             "timesteps_total": self.timesteps_total,
             "num_env_steps_sampled": self.timesteps_total,
-            "num_env_steps_trained": self._steps_trained(stats),
+            "num_env_steps_trained": self.num_env_steps_trained,
             "num_env_steps_sampled_this_iter": steps,
             "num_env_steps_sampled_throughput_per_sec": steps / sample_time if sample_time else nan,
             "time_this_iter_s": elapsed,
@@ -147,10 +149,6 @@ class Algorithm:
             "custom_metrics": summarize_custom_metrics([e.get("custom_metrics", {}) for e in new]),
             "info": {"learner": {"default_policy": stats}},
         }
-
-    def _steps_trained(self, stats: dict[str, float]) -> int:
-        self._trained = getattr(self, "_trained", 0) + int(stats.get("num_env_steps_trained", 0))
-        return self._trained
 
     # --- policy access ---
 
@@ -202,6 +200,7 @@ class Algorithm:
         self.iteration = counters["training_iteration"]
         self.timesteps_total = counters["timesteps_total"]
         self.episodes_total = counters["episodes_total"]
+        self.num_env_steps_trained = counters.get("num_env_steps_trained", 0)
         self.time_total_s = counters["time_total_s"]
         self._publish()
 

@@ -35,15 +35,17 @@ class CheckpointError(ValueError):
 def write(path: Path, algo: Any, learner_state: dict[str, Any]) -> str:
     path = path.expanduser().resolve()
     path.parent.mkdir(parents=True, exist_ok=True)
+    for stale in path.parent.glob(f".{path.name}.tmp-*"):  # from a save that crashed
+        shutil.rmtree(stale, ignore_errors=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     meta = {
         "format": FORMAT, "format_version": FORMAT_VERSION,
         "algorithm": f"{type(algo).__module__}:{type(algo).__qualname__}",
         "config": algo.config.to_dict(),
         "counters": {"training_iteration": algo.iteration, "timesteps_total": algo.timesteps_total,
-                     "episodes_total": algo.episodes_total, "time_total_s": algo.time_total_s},
+                     "episodes_total": algo.episodes_total, "time_total_s": algo.time_total_s,
+                     "num_env_steps_trained": algo.num_env_steps_trained},
         "created": time.time(),
     }
     torch.save(learner_state, tmp / STATE)
