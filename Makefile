@@ -72,3 +72,16 @@ wheel-check: venv
 clean:
 	rm -rf build dist *.egg-info .pytest_cache .hypothesis
 	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
+
+# The peers of the PPO benchmarks (tests/benchmarks/peer_sb3.py): stable-baselines3 in a
+# venv of its own, so it never shapes rlmesh's dependencies. ensure_torch first: left to
+# itself, pip would pull a CUDA torch of several GB. Without it, `make bench` still runs;
+# ppo_learning then shows rlmesh's side alone.
+PEERS_VENV ?= .venv-peers
+.PHONY: bench-peers
+bench-peers: $(PEERS_VENV)/.installed
+$(PEERS_VENV)/.installed: deploy/ensure_torch.py
+	$(PY) -m venv $(PEERS_VENV)
+	$(PEERS_VENV)/bin/python deploy/ensure_torch.py
+	$(PEERS_VENV)/bin/pip install stable-baselines3 gymnasium
+	touch $@

@@ -2,11 +2,14 @@
 
 ``python -m tests.benchmarks.run [--quick] [--only NAME[,NAME]] [--json FILE]``
 Figures are measured, never asserted: a missed goal is reported, not failed.
+Two suites: the runtime's (bench_runtime: rtt_*, stream_*, cold_start, about 1 min) and
+PPO's (bench_ppo: ppo_*, about 5 min; ``--only ppo``). Each suite has its own sizes.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import os
 import platform
@@ -17,7 +20,21 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .bench_runtime import BENCHMARKS, DEFAULT, QUICK, Row
+from . import bench_ppo, bench_runtime
+from .bench_runtime import Row
+
+# name -> (benchmark, its suite's default sizes, its suite's --quick sizes)
+BENCHMARKS: dict[str, tuple[Any, Any, Any]] = {
+    name: (fn, suite.DEFAULT, suite.QUICK)
+    for suite in (bench_runtime, bench_ppo) for name, fn in suite.BENCHMARKS.items()}
+
+
+def _version(dist: str) -> str:
+    """A package's version without importing it (torch must stay out of this process)."""
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
 
 
 def machine() -> dict[str, Any]:
@@ -40,6 +57,7 @@ def machine() -> dict[str, Any]:
         "python": platform.python_version(), "pyzmq": zmq.__version__,
         "libzmq": zmq.zmq_version(), "msgpack": ".".join(map(str, msgpack.version)),
         "numpy": numpy.__version__, "uvloop": uvloop.__version__,
+        "torch": _version("torch"), "gymnasium": _version("gymnasium"),
     }
 
 
@@ -59,6 +77,8 @@ def revision() -> str:
 
 
 def _fmt(value: float) -> str:
+    if value != value:  # nan: no figure (a reference not installed)
+        return "–"
     if value >= 100:
         return f"{value:,.0f}"
     if value >= 10:
@@ -67,6 +87,8 @@ def _fmt(value: float) -> str:
 
 
 def _goal(row: Row) -> str:
+    if hasattr(row, "goal_text"):  # absolute goals (bench_ppo.PPORow)
+        return row.goal_text()
     if row.goal is None:
         return ""
     return f"{'≥' if row.higher_is_better else '≤'} {row.goal:g}x: {row.verdict}"
@@ -76,7 +98,8 @@ HEADER = ["benchmark", "metric", "rlmesh", "reference", "rlmesh/ref", "goal", "r
 
 
 def cells(row: Row) -> list[str]:
-    return [row.bench, row.metric, _fmt(row.rlmesh), _fmt(row.reference), f"{row.ratio:.2f}x",
+    ratio = "–" if row.ratio != row.ratio else f"{row.ratio:.2f}x"
+    return [row.bench, row.metric, _fmt(row.rlmesh), _fmt(row.reference), ratio,
             _goal(row), row.peer]
 
 
@@ -101,7 +124,8 @@ def markdown_table(rows: list[Row], info: dict[str, Any], date: str, quick: bool
                    load: tuple[str, str]) -> str:
     lines = [
         f"Measured {date} on {info['cpus']} CPUs ({info['cpu_model']}), Python {info['python']}, "
-        f"pyzmq {info['pyzmq']} / libzmq {info['libzmq']}{', --quick' if quick else ''}; "
+        f"pyzmq {info['pyzmq']} / libzmq {info['libzmq']}, torch {info['torch']}, "
+        f"gymnasium {info['gymnasium']}{', --quick' if quick else ''}; "
         f"load average (1/5/15 min) {load[0]} before, {load[1]} after; code {info['code']}.",
         "",
         "| " + " | ".join(HEADER) + " |",
@@ -139,13 +163,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.benchmarks.run",
                                      description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true",
-                        help="fewer iterations: about 20 s instead of about 1 min")
+                        help="fewer iterations: runtime about 20 s instead of about 1 min, "
+                             "PPO about 1.5 min instead of about 5")
     parser.add_argument("--only", metavar="NAME", help="comma-separated names or prefixes: "
                         + ", ".join(BENCHMARKS))
     parser.add_argument("--json", metavar="FILE", help="also write the rows and the machine here")
     args = parser.parse_args(argv)
     names = select(args.only)
-    sizes = QUICK if args.quick else DEFAULT
     info = {**machine(), "code": revision()}
     date = time.strftime("%Y-%m-%d")
     print(f"rlmesh benchmarks, {date}: {', '.join(names)}{' (quick)' if args.quick else ''}")
@@ -160,7 +184,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for name in names:
             t0 = time.perf_counter()
-            new = BENCHMARKS[name](sizes, tmp)
+            fn, default, quick = BENCHMARKS[name]
+            new = fn(quick if args.quick else default, tmp)
             timings[name] = time.perf_counter() - t0
             rows += new
             print(f"\n{name} ({timings[name]:.1f} s)\n{text_table(new)}", flush=True)

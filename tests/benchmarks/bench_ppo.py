@@ -1,0 +1,443 @@
+"""PPO benchmarks on one machine: sampling rate, start-up, memory and time to solve CartPole,
+each beside a reference measured in the same run.
+
+Every side runs in a process of its own (``python -m tests.benchmarks.bench_ppo raw|rlmesh``
+serves the sampling sides), so the benchmark process never imports torch: a torch loaded
+here would share its pages with the processes measured and lower their PSS.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from .bench_runtime import NEW_SESSION, ROOT, Row
+
+ENV = "CartPole-v1"
+TUNED = "cartpole-ppo.yaml"  # rlmesh/tuned_examples
+NUM_RUNNERS, NUM_ENVS = 2, 8
+PEERS_PYTHON = ROOT / ".venv-peers" / "bin" / "python"
+PEERS_READY = ROOT / ".venv-peers" / ".installed"  # make bench-peers finished
+PEER_SB3 = ROOT / "tests" / "benchmarks" / "peer_sb3.py"
+NOT_INSTALLED = "reference: not installed (make bench-peers)"
+# Quoted from the issue, not measured here: RLlib 2.60's PPO on CartPole with 2 runners x 8
+# envs on this machine took 1.5 GB and sampled 4,443 env steps/s.
+RLLIB_MEMORY_MB = 1500
+SOLVED = 475.0
+STARTUP_CONFIG = {"num_env_runners": NUM_RUNNERS, "num_envs_per_env_runner": NUM_ENVS,
+                  "train_batch_size": 512, "minibatch_size": 256, "num_epochs": 1}
+
+
+@dataclass(frozen=True)
+class PPOSizes:
+    """How much work each PPO benchmark does."""
+
+    sampling_steps: int  # env steps per side and round
+    sampling_rounds: int  # rounds of taking turns; the median rate is reported
+    startup_runs: int  # of each side, after one warm-up each; the median is reported
+    memory_samples: int  # samples 0.5 s apart once training runs; the max is reported
+    seeds: tuple[int, ...]  # of ppo_learning
+
+
+DEFAULT = PPOSizes(sampling_steps=60_000, sampling_rounds=5, startup_runs=3, memory_samples=10,
+                   seeds=(0, 1, 2))
+QUICK = PPOSizes(sampling_steps=16_000, sampling_rounds=2, startup_runs=1, memory_samples=4,
+                 seeds=(0,))
+
+
+@dataclass
+class PPORow(Row):
+    """A Row whose goal may also be absolute: ``limit`` on rlmesh's own figure."""
+
+    limit: float | None = None  # rlmesh's figure must be at most this (in the metric's unit)
+    limit_basis: str = ""  # where the limit comes from
+    failed: str = ""  # why the figure does not count (a run that did not solve), if so
+
+    @property
+    def verdict(self) -> str:
+        if self.failed:
+            return f"missed ({self.failed})"
+        if self.limit is not None:
+            return "met" if self.rlmesh <= self.limit else "missed"
+        if self.goal is not None and math.isnan(self.ratio):
+            return "no reference"
+        return super().verdict
+
+    def goal_text(self) -> str:
+        if self.limit is not None:
+            basis = f" ({self.limit_basis})" if self.limit_basis else ""
+            return f"≤ {self.limit:g} {self.metric.split()[0]}{basis}: {self.verdict}"
+        if self.goal is None:
+            return self.verdict if self.failed else ""
+        return f"{'≥' if self.higher_is_better else '≤'} {self.goal:g}x: {self.verdict}"
+
+
+# --- processes: started in their own session, always stopped with their descendants ---
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
+
+
+def _stop_tree(proc: subprocess.Popen, descendants: set[int], grace: float = 30) -> None:
+    """Stop ``proc`` (SIGINT first: rlmesh train stops after its iteration), then any
+    descendant seen earlier that outlived it."""
+    import psutil
+
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+    for pid in descendants:
+        try:
+            child = psutil.Process(pid)
+            child.wait(5)  # lifelines: actors follow their driver out
+        except psutil.NoSuchProcess:
+            continue
+        except psutil.TimeoutExpired:
+            print(f"warning: pid {pid} outlived its driver; killing it", file=sys.stderr)
+            child.kill()
+
+
+@contextmanager
+def started(cmd: list[str], **kwargs: Any) -> Iterator[tuple[subprocess.Popen, set[int]]]:
+    """Popen ``cmd`` in a new session; yields it and a set to record descendants in."""
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(), start_new_session=NEW_SESSION, **kwargs)
+    descendants: set[int] = set()
+    try:
+        yield proc, descendants
+    finally:
+        _stop_tree(proc, descendants)
+
+
+def _train_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "rlmesh.cli.main", "train", *args]
+
+
+def _results(local_dir: Path) -> list[dict[str, Any]]:
+    """The result lines logged so far under ``local_dir`` (one trial)."""
+    found = sorted(local_dir.glob("*/*/result.json"))
+    if not found:
+        return []
+    lines = found[0].read_text().split("\n")[:-1]  # the last piece: "" or a line half written
+    return [json.loads(line) for line in lines]
+
+
+# --- 1. sampling rate: rlmesh's runners vs one process stepping a vector env ---
+
+class SamplerPeer:
+    """A sampling side in its own process: ``run(n)`` -> (env steps, seconds)."""
+
+    def __init__(self, *args: str) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", __name__, *args], cwd=ROOT,
+                                     env=_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     text=True, start_new_session=NEW_SESSION)
+        ready = self.proc.stdout.readline().split()  # type: ignore[union-attr]
+        if not ready or ready[0] != "ready":
+            self.close()
+            raise RuntimeError(f"sampler {args} did not start (exit code {self.proc.returncode})")
+        self.info = ready[1:]
+
+    def run(self, steps: int) -> tuple[int, float]:
+        self.proc.stdin.write(f"{steps}\n")  # type: ignore[union-attr]
+        self.proc.stdin.flush()  # type: ignore[union-attr]
+        done, secs = self.proc.stdout.readline().split()  # type: ignore[union-attr]
+        return int(done), float(secs)
+
+    def close(self) -> None:
+        if self.proc.stdin:
+            self.proc.stdin.close()  # EOF: the rlmesh side stops its algorithm and exits
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5)
+        if self.proc.stdout:
+            self.proc.stdout.close()
+
+
+def _serve(run: Callable[[int], tuple[int, float]], warmup: int, info: str) -> None:
+    run(warmup)
+    print("ready", info, flush=True)
+    for line in sys.stdin:
+        steps, secs = run(int(line))
+        print(steps, secs, flush=True)
+
+
+def _tuned_model() -> dict[str, Any]:
+    from rlmesh.tuned_examples import load_experiment
+
+    return load_experiment(TUNED)[1]["config"]["model"]
+
+
+def serve_rlmesh(warmup: int, fragment: str) -> None:
+    """PPO's env runners, learning off: ``mesh.sample(n)`` as ``train()`` calls it."""
+    from rlmesh.algorithms.ppo_config import PPOConfig
+
+    length = fragment if fragment == "auto" else int(fragment)
+    config = (PPOConfig().environment(ENV)
+              .env_runners(num_env_runners=NUM_RUNNERS, num_envs_per_env_runner=NUM_ENVS,
+                           rollout_fragment_length=length)
+              .training(model=_tuned_model()))
+    algo = config.build()
+    try:
+        def run(steps: int) -> tuple[int, float]:
+            t0 = time.perf_counter()
+            fragments = algo._loop.run(algo.mesh.sample(steps))
+            return sum(f["env_steps"] for f in fragments), time.perf_counter() - t0
+
+        _serve(run, warmup, str(config.get_rollout_fragment_length(1)))
+    finally:
+        algo.stop()
+
+
+def serve_raw(warmup: int) -> None:
+    """One process: a SyncVectorEnv of 8 and one batched forward pass of the same MLP per step."""
+    import gymnasium as gym
+    import numpy as np
+    import torch
+
+    torch.set_num_threads(1)
+    model = _tuned_model()
+    assert model["fcnet_activation"] == "tanh", model
+    layers: list[torch.nn.Module] = []
+    width = 4  # CartPole's observation
+    for hidden in model["fcnet_hiddens"]:
+        layers += [torch.nn.Linear(width, hidden), torch.nn.Tanh()]
+        width = hidden
+    policy = torch.nn.Sequential(*layers, torch.nn.Linear(width, 2))
+    # SAME_STEP: every step is a real env step, reset inside it, as rlmesh's runners count.
+    envs = gym.vector.SyncVectorEnv([lambda: gym.make(ENV) for _ in range(NUM_ENVS)],
+                                    autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    obs = envs.reset(seed=0)[0]
+
+    def run(steps: int) -> tuple[int, float]:
+        nonlocal obs
+        n = -(-steps // NUM_ENVS)
+        t0 = time.perf_counter()
+        for _ in range(n):
+            with torch.no_grad():
+                dist = torch.distributions.Categorical(logits=policy(torch.as_tensor(obs)))
+                actions = dist.sample()
+                dist.log_prob(actions)  # PPO keeps it; rlmesh's runners compute it too
+            obs = envs.step(actions.numpy().astype(np.int64))[0]
+        return n * NUM_ENVS, time.perf_counter() - t0
+
+    _serve(run, warmup, "-")
+
+
+def bench_sampling(sizes: PPOSizes, tmp: Path) -> list[Row]:
+    n, warm = sizes.sampling_steps, max(4000, sizes.sampling_steps // 8)
+    rows = []
+    raw = SamplerPeer("raw", str(warm))
+    try:
+        for fragment in ("auto", "32"):
+            ours = SamplerPeer("rlmesh", str(warm), fragment)
+            rates: dict[str, list[float]] = {"ours": [], "raw": []}
+            try:
+                for _ in range(sizes.sampling_rounds):  # take turns: both see the same load
+                    steps, secs = raw.run(n)
+                    rates["raw"].append(steps / secs)
+                    steps, secs = ours.run(n)
+                    rates["ours"].append(steps / secs)
+            finally:
+                ours.close()
+            length = ours.info[0]
+            why = "PPO's default train batch, 4000" if fragment == "auto" else TUNED
+            rows.append(PPORow(
+                f"sampling, {NUM_RUNNERS} runners x {NUM_ENVS} envs, fragments of {length} "
+                f"steps per env ({why})", "env steps/s",
+                statistics.median(rates["ours"]), statistics.median(rates["raw"]),
+                f"1 process: SyncVectorEnv of {NUM_ENVS} + batched torch MLP",
+                goal=1.5 if fragment == "auto" else None, higher_is_better=True))
+    finally:
+        raw.close()
+    return rows
+
+
+# --- 2. start-up: `rlmesh train` to its first result line ---
+
+def _first_result_s(local_dir: Path, timeout: float = 120) -> float:
+    cmd = _train_cmd("--run", "PPO", "--env", ENV, "--stop", '{"training_iteration": 1}',
+                     "--local-dir", str(local_dir), "--config", json.dumps(STARTUP_CONFIG))
+    t0 = time.perf_counter()
+    with started(cmd, stdout=subprocess.DEVNULL) as (proc, _):
+        while not _results(local_dir):
+            if proc.poll() is not None:
+                raise RuntimeError(f"rlmesh train exited ({proc.returncode}) before a result")
+            if time.perf_counter() - t0 > timeout:
+                raise RuntimeError(f"no result from rlmesh train in {timeout} s")
+            time.sleep(0.01)
+        elapsed = time.perf_counter() - t0
+        proc.wait(60)  # not timed: the run ends by itself after its one iteration
+    return elapsed
+
+
+def _bare_s(code: str) -> float:
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-c", code], check=True, start_new_session=NEW_SESSION)
+    return time.perf_counter() - t0
+
+
+def bench_startup(sizes: PPOSizes, tmp: Path) -> list[Row]:
+    bare = "import torch, gymnasium"
+    _bare_s(bare)  # warm-up: file caches, first-use costs
+    _first_result_s(tmp / "startup-warm")
+    ours, ref = [], []
+    for i in range(sizes.startup_runs):  # take turns
+        ref.append(_bare_s(bare))
+        ours.append(_first_result_s(tmp / f"startup-{i}"))
+    return [PPORow("start-up, rlmesh train PPO CartPole (2 runners) to its first result", "s",
+                   statistics.median(ours), statistics.median(ref), f"python -c '{bare}'",
+                   limit=3.0)]
+
+
+# --- 3. memory: summed PSS of a training job's processes ---
+
+def _tree_memory(pid: int, descendants: set[int]) -> tuple[float, float, int]:
+    """(PSS, USS) in MB summed over ``pid`` and all its descendants, and their count."""
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return 0.0, 0.0, 0
+    pss = uss = 0
+    counted = 0
+    for p in procs:
+        try:
+            mem = p.memory_full_info()
+        except (psutil.NoSuchProcess, psutil.ZombieProcess):
+            continue
+        descendants.add(p.pid)
+        pss, uss, counted = pss + mem.pss, uss + mem.uss, counted + 1
+    return pss / 2**20, uss / 2**20, counted
+
+
+def _sample_memory(proc: subprocess.Popen, descendants: set[int], samples: int,
+                   ready: Callable[[], bool], timeout: float = 120) -> tuple[float, float, int]:
+    t0 = time.perf_counter()
+    while not ready():
+        if proc.poll() is not None or time.perf_counter() - t0 > timeout:
+            raise RuntimeError(f"{proc.args[:4]} did not get going (exit code {proc.poll()})")
+        time.sleep(0.05)
+    got = []
+    for _ in range(samples):
+        got.append(_tree_memory(proc.pid, descendants))
+        time.sleep(0.5)
+    return max(g[0] for g in got), max(g[1] for g in got), max(g[2] for g in got)
+
+
+def bench_memory(sizes: PPOSizes, tmp: Path) -> list[Row]:
+    local_dir = tmp / "memory"
+    cmd = _train_cmd("-f", TUNED, "--local-dir", str(local_dir),
+                     "--stop", '{"training_iteration": 1000000}')
+    with started(cmd, stdout=subprocess.DEVNULL) as (proc, seen):
+        pss, uss, count = _sample_memory(proc, seen, sizes.memory_samples,
+                                         lambda: bool(_results(local_dir)))
+    code = "import torch, sys, time; print('ready', flush=True); time.sleep(30)"
+    with started([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True) as (ref, seen):
+        ref_pss, ref_uss, _ = _sample_memory(ref, seen, max(3, sizes.memory_samples // 2),
+                                             lambda: ref.stdout.readline() != "")
+        ref.stdout.close()  # type: ignore[union-attr]
+    name = f"memory, rlmesh train -f {TUNED} ({count} processes)"
+    peer = "python -c 'import torch' (one process)"
+    return [
+        PPORow(name, "MB PSS, summed", pss, ref_pss, peer, limit=RLLIB_MEMORY_MB / 3,
+               limit_basis=f"1/3 of RLlib's {RLLIB_MEMORY_MB / 1000:g} GB"),
+        PPORow(name, "MB USS, summed", uss, ref_uss, peer),
+    ]
+
+
+# --- 4. learning: CartPole solved, rlmesh's tuned example vs stable-baselines3 ---
+
+def _rlmesh_learns(seed: int, tmp: Path) -> dict[str, Any]:
+    local_dir = tmp / f"learn-{seed}"
+    t0 = time.perf_counter()
+    with started(_train_cmd("-f", TUNED, "--local-dir", str(local_dir), "--seed", str(seed)),
+                 stdout=subprocess.DEVNULL) as (proc, _):
+        code = proc.wait()
+    wall = time.perf_counter() - t0
+    results = _results(local_dir)
+    if code != 0 or not results:
+        raise RuntimeError(f"rlmesh train --seed {seed} exited with {code}")
+    last = results[-1]
+    return {"wall": wall, "timesteps": last["timesteps_total"], "inside": last["time_total_s"],
+            "solved": last["episode_reward_mean"] >= SOLVED}
+
+
+def _sb3_learns(seed: int) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    with started([str(PEERS_PYTHON), str(PEER_SB3), "--seed", str(seed)],
+                 stdout=subprocess.PIPE, text=True) as (proc, _):
+        out, _ = proc.communicate()
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise RuntimeError(f"peer_sb3.py --seed {seed} exited with {proc.returncode}")
+    got = json.loads(out.strip().splitlines()[-1])
+    return {"wall": wall, "timesteps": got["timesteps"], "inside": got["learn_s"],
+            "solved": got["solved"], "version": got["stable_baselines3"]}
+
+
+def bench_learning(sizes: PPOSizes, tmp: Path) -> list[Row]:
+    have_peer = PEERS_READY.exists()
+    nan = float("nan")
+    none = {"wall": nan, "timesteps": nan, "inside": nan, "solved": True, "version": "?"}
+    runs = []
+    for seed in sizes.seeds:  # take turns, seed by seed
+        ours = _rlmesh_learns(seed, tmp)
+        theirs = _sb3_learns(seed) if have_peer else none
+        runs.append((seed, ours, theirs))
+        print(f"  seed {seed}: rlmesh {ours['wall']:.1f} s {ours['timesteps']} steps, "
+              f"sb3 {theirs['wall']:.1f} s {theirs['timesteps']} steps", flush=True)
+    version = runs[0][2]["version"]
+    peer = (f"stable-baselines3 {version} PPO, rl-zoo's CartPole-v1 hyperparameters"
+            if have_peer else NOT_INSTALLED)
+    rows = []
+    for seed, ours, theirs in runs:
+        failed = ", ".join(f"{who} did not reach {SOLVED:g}"
+                           for who, r in (("rlmesh", ours), ("sb3", theirs)) if not r["solved"])
+        name = f"learning, {ENV} to {SOLVED:g}, seed {seed}"
+        rows += [
+            PPORow(name, "s, process start to exit", ours["wall"], theirs["wall"], peer,
+                   goal=0.5, failed=failed),
+            PPORow(name, "env steps", ours["timesteps"], theirs["timesteps"], peer),
+            PPORow(name, "s in the training loop", ours["inside"], theirs["inside"], peer),
+        ]
+    if len(runs) > 1:
+        med = lambda side, key: statistics.median(r[side][key] for r in runs)  # noqa: E731
+        rows.append(PPORow(f"learning, {ENV} to {SOLVED:g}, median of {len(runs)} seeds",
+                           "s, process start to exit", med(1, "wall"), med(2, "wall"), peer,
+                           goal=0.5, failed="some run did not solve" if any(
+                               not (r[1]["solved"] and r[2]["solved"]) for r in runs) else ""))
+    return rows
+
+
+BENCHMARKS: dict[str, Callable[[PPOSizes, Path], list[Row]]] = {
+    "ppo_sampling": bench_sampling,
+    "ppo_startup": bench_startup,
+    "ppo_memory": bench_memory,
+    "ppo_learning": bench_learning,
+}
+
+
+if __name__ == "__main__":
+    role, *args = sys.argv[1:]
+    try:
+        {"rlmesh": serve_rlmesh, "raw": serve_raw}[role](int(args[0]), *args[1:])
+    except KeyboardInterrupt:
+        pass

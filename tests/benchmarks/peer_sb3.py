@@ -1,0 +1,95 @@
+"""The reference of the ``ppo_learning`` benchmark: stable-baselines3 PPO on CartPole-v1 with
+rl-baselines3-zoo's tuned hyperparameters, stopped by rlmesh's rule (the mean return of the
+last 100 episodes >= 475, checked after each rollout and its update).
+
+Runs with the peers' venv (``make bench-peers``), never rlmesh's, and imports nothing of
+rlmesh: ``.venv-peers/bin/python tests/benchmarks/peer_sb3.py --seed 0`` prints one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from typing import Any, Callable
+
+# rl-baselines3-zoo, hyperparams/ppo.yml, CartPole-v1 (n_timesteps 1e5, MlpPolicy).
+N_ENVS = 8
+N_TIMESTEPS = 100_000
+ZOO = {"n_steps": 32, "batch_size": 256, "n_epochs": 20, "gamma": 0.98, "gae_lambda": 0.8,
+       "ent_coef": 0.0}
+LEARNING_RATE = 0.001  # lin_0.001: linear to 0 over n_timesteps
+CLIP_RANGE = 0.2  # lin_0.2
+
+
+def linear(start: float) -> Callable[[float], float]:
+    """rl-zoo's ``lin_<start>``: SB3 passes progress_remaining, 1 at the start and 0 at the end."""
+    return lambda progress_remaining: progress_remaining * start
+
+
+def make_stopper(threshold: float) -> Any:
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    class StopAtMeanReturn(BaseCallback):
+        """Ends training at the first rollout after which the mean return of the last 100
+        episodes (SB3's ep_info_buffer) is >= threshold. The rollout's update has run by the
+        time SB3 next calls ``_on_step``, as rlmesh's stop is checked after ``train()``."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.solved_at: int | None = None
+            self.rollouts = 0
+            self.mean = math.nan
+
+        def _on_rollout_end(self) -> None:
+            self.rollouts += 1
+            returns = [info["r"] for info in self.model.ep_info_buffer]
+            self.mean = sum(returns) / len(returns) if returns else math.nan
+            if self.solved_at is None and self.mean >= threshold:
+                self.solved_at = self.num_timesteps
+
+        def _on_step(self) -> bool:
+            return self.solved_at is None
+
+    return StopAtMeanReturn()
+
+
+def versions() -> dict[str, str]:
+    import gymnasium
+    import stable_baselines3
+    import torch
+
+    return {"stable_baselines3": stable_baselines3.__version__, "torch": torch.__version__,
+            "gymnasium": gymnasium.__version__}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threshold", type=float, default=475.0)
+    parser.add_argument("--versions", action="store_true", help="print the versions and exit")
+    args = parser.parse_args()
+    if args.versions:
+        print(json.dumps(versions()))
+        return
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.env_util import make_vec_env
+
+    env = make_vec_env("CartPole-v1", n_envs=N_ENVS, seed=args.seed)  # DummyVecEnv + Monitor
+    model = PPO("MlpPolicy", env, learning_rate=linear(LEARNING_RATE),
+                clip_range=linear(CLIP_RANGE), seed=args.seed, device="cpu", verbose=0, **ZOO)
+    stopper = make_stopper(args.threshold)
+    t0 = time.perf_counter()
+    model.learn(total_timesteps=N_TIMESTEPS, callback=stopper)
+    learn_s = time.perf_counter() - t0
+    solved = stopper.solved_at is not None
+    print(json.dumps({
+        "seed": args.seed, "solved": solved,
+        "timesteps": stopper.solved_at if solved else model.num_timesteps,
+        "episode_reward_mean": stopper.mean, "rollouts": stopper.rollouts, "learn_s": learn_s,
+        **versions()}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
