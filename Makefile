@@ -73,15 +73,23 @@ clean:
 	rm -rf build dist *.egg-info .pytest_cache .hypothesis
 	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
 
-# The peers of the PPO benchmarks (tests/benchmarks/peer_sb3.py): stable-baselines3 in a
-# venv of its own, so it never shapes rlmesh's dependencies. ensure_torch first: left to
-# itself, pip would pull a CUDA torch of several GB. Without it, `make bench` still runs;
-# ppo_learning then shows rlmesh's side alone.
+# The peers of the PPO benchmarks: stable-baselines3 (tests/benchmarks/peer_sb3.py) and
+# RLlib (tests/benchmarks/peer_rllib.py), each in a venv of its own, so neither shapes
+# rlmesh's dependencies nor the other's (ray pins its own). ensure_torch first: left to
+# itself, pip would pull a CUDA torch of several GB. Without them, `make bench` still runs;
+# the PPO rows then show rlmesh's side alone, or RLlib's figures as quoted in the issue.
 PEERS_VENV ?= .venv-peers
+RLLIB_VENV ?= .venv-rllib
+RLLIB_SPEC ?= ray[rllib]==2.60.0
 .PHONY: bench-peers
-bench-peers: $(PEERS_VENV)/.installed
+bench-peers: $(PEERS_VENV)/.installed $(RLLIB_VENV)/.installed
 $(PEERS_VENV)/.installed: deploy/ensure_torch.py
 	$(PY) -m venv $(PEERS_VENV)
 	$(PEERS_VENV)/bin/python deploy/ensure_torch.py
 	$(PEERS_VENV)/bin/pip install stable-baselines3 gymnasium
+	touch $@
+$(RLLIB_VENV)/.installed: deploy/ensure_torch.py
+	$(PY) -m venv $(RLLIB_VENV)
+	$(RLLIB_VENV)/bin/python deploy/ensure_torch.py
+	$(RLLIB_VENV)/bin/pip install '$(RLLIB_SPEC)' psutil
 	touch $@

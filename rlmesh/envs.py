@@ -14,7 +14,7 @@ from typing import Any, Callable
 import gymnasium as gym
 import numpy as np
 
-from rlmesh.rl.distributions import clip_actions
+from rlmesh.rl.spec import clip_actions
 
 _REGISTRY: dict[str, str] = {}  # name -> "module:qualname" of its creator
 

@@ -26,7 +26,8 @@ class InferencePolicy:
         self.config = config
         self.obs_space, self.action_space = obs_space, action_space
         self.model = build_model(obs_space, action_space, config.model)
-        self.dist_cls = distribution_for(action_space)[0]
+        self.squash = bool(config.model.get("squash_actions", False))
+        self.dist_cls = distribution_for(action_space, self.squash)[0]
 
     @classmethod
     def from_checkpoint(cls, path: str | Path) -> "InferencePolicy":
@@ -46,7 +47,9 @@ class InferencePolicy:
             action = (dist.sample() if explore else dist.deterministic_sample())[0].numpy()
         if action.ndim == 0:
             return int(action)
-        return actions_for_env(action, self.action_space, self.config.normalize_actions)
+        # Squashed actions are in the bounds already (as the env runner steps them).
+        return actions_for_env(action, self.action_space,
+                               self.config.normalize_actions and not self.squash)
 
     def stop(self) -> None:
         """Nothing to stop (the same call as an Algorithm's, for code that takes either)."""

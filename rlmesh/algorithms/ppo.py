@@ -68,7 +68,9 @@ class PPOLearnerHooks:
             vf_loss = torch.clamp(vf_error, 0, cfg.vf_clip_param).mean()
         else:
             vf_error = vf_loss = torch.zeros((), device=values.device)
-        entropy = dist.entropy().mean()
+        # A squashed Gaussian has no closed-form entropy: a one-sample estimate instead.
+        entropy = (dist.entropy_estimate() if hasattr(dist, "entropy_estimate")
+                   else dist.entropy()).mean()
         kl = old.kl(dist).mean()
         total = policy_loss + cfg.vf_loss_coeff * vf_loss - cfg.entropy_coeff * entropy
         if cfg.use_kl_loss:

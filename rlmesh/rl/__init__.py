@@ -1,34 +1,29 @@
 """The RL math the learner and env runners share, free of sockets and processes:
 GAE, action distributions, the default actor-critic model, and sample batches.
+
+Names load on first use: an env runner with the default model imports only ``spec`` and
+``numpy_policy``, and must not pay for torch because this package was imported.
 """
 
-from rlmesh.rl.batch import Columns, concat_fragments, flatten_time, minibatches, to_tensors
-from rlmesh.rl.distributions import (
-    Categorical,
-    DiagGaussian,
-    Distribution,
-    SquashedGaussian,
-    clip_actions,
-    distribution_for,
-)
-from rlmesh.rl.gae import compute_gae
-from rlmesh.rl.models import MODEL_DEFAULTS, ActorCriticMLP, build_model, preprocess_obs
+import importlib
 
-__all__ = [
-    "ActorCriticMLP",
-    "Categorical",
-    "Columns",
-    "DiagGaussian",
-    "Distribution",
-    "MODEL_DEFAULTS",
-    "SquashedGaussian",
-    "build_model",
-    "clip_actions",
-    "compute_gae",
-    "concat_fragments",
-    "distribution_for",
-    "flatten_time",
-    "minibatches",
-    "preprocess_obs",
-    "to_tensors",
-]
+_EXPORTS = {
+    "Columns": "batch", "concat_fragments": "batch", "flatten_time": "batch",
+    "minibatches": "batch", "to_tensors": "batch",
+    "Categorical": "distributions", "DiagGaussian": "distributions",
+    "Distribution": "distributions", "SquashedGaussian": "distributions",
+    "clip_actions": "spec", "distribution_for": "distributions",
+    "compute_gae": "gae",
+    "ActorCriticMLP": "models", "build_model": "models", "preprocess_obs": "models",
+    "MODEL_DEFAULTS": "spec", "NumpyPolicy": "numpy_policy",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'rlmesh.rl' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"rlmesh.rl.{_EXPORTS[name]}"), name)
+    globals()[name] = value
+    return value

@@ -13,6 +13,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from rlmesh.rl.spec import CATEGORICAL, GAUSSIAN, action_dist, clip_actions  # noqa: F401 (re-exported)
+
 _LOG_2PI = math.log(2 * math.pi)
 
 
@@ -196,40 +198,11 @@ def distribution_for(action_space: gym.Space, squash: bool = False) -> tuple[typ
     ``Discrete(n)`` -> ``Categorical``; 1-D ``Box`` -> ``DiagGaussian`` (``squash=False``,
     actions clipped by the env runner) or ``SquashedGaussian`` bound to the Box's bounds
     (``squash=True``, which needs finite bounds). Build one with ``cls.from_inputs(x)``.
+    Which spaces are supported, and the errors for the others: ``spec.action_dist``.
     """
-    if isinstance(action_space, gym.spaces.Discrete):
-        if int(action_space.start) != 0:
-            raise ValueError(
-                f"action space {action_space} starts at {action_space.start}; only Discrete "
-                f"spaces starting at 0 are supported for now"
-            )
-        return Categorical, Categorical.required_input_size(action_space)
-    if isinstance(action_space, gym.spaces.Box):
-        if len(action_space.shape) != 1:
-            raise ValueError(
-                f"action space {action_space} has shape {action_space.shape}; only 1-D Box "
-                f"action spaces are supported for now (flatten the actions in a wrapper)"
-            )
-        if not squash:
-            return DiagGaussian, DiagGaussian.required_input_size(action_space)
-        if not (np.all(np.isfinite(action_space.low)) and np.all(np.isfinite(action_space.high))):
-            raise ValueError(
-                f"squash=True needs finite bounds, action space {action_space} has infinite "
-                f"ones; use squash=False (a Gaussian clipped to the bounds)"
-            )
-        cls = SquashedGaussian.with_bounds(action_space.low, action_space.high)
-        return cls, cls.required_input_size(action_space)
-    raise ValueError(
-        f"action space {action_space} is not supported: rlmesh.rl supports Discrete and 1-D "
-        f"Box action spaces (MultiDiscrete, MultiBinary, Tuple and Dict are unsupported for now)"
-    )
-
-
-def clip_actions(actions: np.ndarray, action_space: gym.Space) -> np.ndarray:
-    """What the env runner steps the env with: a Box action clipped to the bounds.
-
-    Other spaces pass through. The unclipped action is what gets stored and scored.
-    """
-    if isinstance(action_space, gym.spaces.Box):
-        return np.clip(actions, action_space.low, action_space.high).astype(action_space.dtype, copy=False)
-    return actions
+    kind, size = action_dist(action_space, squash)
+    if kind == CATEGORICAL:
+        return Categorical, size
+    if kind == GAUSSIAN:
+        return DiagGaussian, size
+    return SquashedGaussian.with_bounds(action_space.low, action_space.high), size

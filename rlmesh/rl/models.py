@@ -4,7 +4,6 @@ validates a ``model_config`` and builds the default model or a user's by import 
 
 from __future__ import annotations
 
-import difflib
 import importlib
 
 import gymnasium as gym
@@ -14,30 +13,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from rlmesh.rl.distributions import distribution_for
-
-MODEL_DEFAULTS: dict = {
-    "fcnet_hiddens": [256, 256],  # sizes of the hidden layers of each trunk
-    "fcnet_activation": "tanh",  # one of ACTIVATIONS
-    "vf_share_layers": False,  # True: one trunk feeds both heads (RLlib's default is False)
-    "free_log_std": False,  # Box actions: log_std a learned parameter, not a model output
-    "custom_model": None,  # "package.module:ClassName" of a torch.nn.Module, see build_model
-    "custom_model_config": {},  # passed through, untouched, for a custom model's own use
-}
+from rlmesh.rl.spec import ACTIVATION_NAMES, MODEL_DEFAULTS, check_model_config, obs_size
 
 ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "swish": nn.SiLU, "linear": nn.Identity}
-
-
-def obs_size(obs_space: gym.Space) -> int:
-    """Width of ``preprocess_obs``'s output for one observation."""
-    if isinstance(obs_space, gym.spaces.Box):
-        return int(np.prod(obs_space.shape))
-    if isinstance(obs_space, gym.spaces.Discrete):
-        return int(obs_space.n)
-    raise ValueError(
-        f"observation space {obs_space} is not supported by the default model: it takes Box "
-        f"and Discrete observations (flatten Dict/Tuple ones with "
-        f"gymnasium.wrappers.FlattenObservation, or write a custom_model)"
-    )
+assert set(ACTIVATIONS) == set(ACTIVATION_NAMES)
 
 
 def preprocess_obs(obs: torch.Tensor, obs_space: gym.Space) -> torch.Tensor:
@@ -107,21 +86,6 @@ class ActorCriticMLP(nn.Module):
         if self.free_log_std:
             dist_inputs = torch.cat([dist_inputs, self.log_std.expand_as(dist_inputs)], dim=-1)
         return dist_inputs, self.vf_head(vf_features).squeeze(-1)
-
-
-def check_model_config(model_config: dict) -> dict:
-    """``model_config`` over the defaults; an unknown key is an error naming the closest."""
-    for key in model_config:
-        if key not in MODEL_DEFAULTS:
-            close = difflib.get_close_matches(key, MODEL_DEFAULTS, n=1)
-            hint = f"did you mean {close[0]!r}?" if close else f"valid keys: {sorted(MODEL_DEFAULTS)}"
-            raise ValueError(f"unknown model_config key {key!r}: {hint}")
-    config = {**MODEL_DEFAULTS, **model_config}
-    if config["fcnet_activation"] not in ACTIVATIONS:
-        raise ValueError(
-            f"fcnet_activation {config['fcnet_activation']!r} is not one of {sorted(ACTIVATIONS)}"
-        )
-    return config
 
 
 def import_model_class(path: str) -> type[nn.Module]:

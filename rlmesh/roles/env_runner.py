@@ -17,13 +17,12 @@ from typing import Any, Callable
 
 import gymnasium as gym
 import numpy as np
-import torch
 
 from rlmesh.algorithms.config import AlgorithmConfig
 from rlmesh.callbacks import Callbacks, Episode, load_callbacks
 from rlmesh.envs import EnvContext, actions_for_env, import_object, make_env, space_to_data
-from rlmesh.rl.distributions import distribution_for
-from rlmesh.rl.models import build_model
+from rlmesh.rl.numpy_policy import NumpyPolicy
+from rlmesh.rl.spec import action_dist
 from rlmesh.runtime import Actor, current_job
 
 log = logging.getLogger(__name__)
@@ -47,15 +46,22 @@ def column_layout(space: gym.Space) -> tuple[tuple[int, ...], np.dtype]:
 
 
 class TorchPolicy:
-    """Batched inference: one forward pass over the observations of all stepping envs."""
+    """Batched inference with a torch model: one forward pass over the observations of
+    all stepping envs. Runners use it for custom models only (the default one runs in
+    numpy, ``NumpyPolicy``), so torch is imported here and not at the top."""
 
-    def __init__(self, model: torch.nn.Module, action_space: gym.Space, explore: bool = True):
+    def __init__(self, model: Any, action_space: gym.Space, explore: bool = True,
+                 squash: bool = False):
+        from rlmesh.rl.distributions import distribution_for
+
         self.model = model
-        self.dist_cls, _ = distribution_for(action_space)
+        self.dist_cls, self.num_inputs = distribution_for(action_space, squash)
         self.explore = explore
         self.action_dtype = column_layout(action_space)[1]
 
     def __call__(self, obs: np.ndarray, explore: bool | None = None):
+        import torch
+
         explore = self.explore if explore is None else explore
         with torch.no_grad():
             inputs, _ = self.model(torch.as_tensor(obs))
@@ -65,6 +71,34 @@ class TorchPolicy:
         return (actions.numpy().astype(self.action_dtype, copy=False),
                 logp.numpy().astype(np.float32, copy=False),
                 inputs.numpy().astype(np.float32, copy=False))
+
+    def set_weights(self, weights: dict[str, Any]) -> None:
+        import torch
+
+        self.model.load_state_dict({k: torch.as_tensor(np.array(v)) for k, v in weights.items()})
+
+    def get_weights(self) -> dict[str, np.ndarray]:
+        return {k: v.detach().numpy().copy() for k, v in self.model.state_dict().items()}
+
+
+def make_policy(obs_space: gym.Space, action_space: gym.Space, cfg: AlgorithmConfig,
+                seed: int | None, own_process: bool) -> NumpyPolicy | TorchPolicy:
+    """The runner's policy: numpy for the default model, torch for a custom one (torch is
+    imported only then; in a runner process of its own with one thread and its own seed)."""
+    model_config = cfg.model
+    squash = bool(model_config.get("squash_actions", False))
+    if model_config.get("custom_model") is None:
+        return NumpyPolicy(obs_space, action_space, model_config, cfg.explore, seed)
+    import torch
+
+    from rlmesh.rl.models import build_model
+
+    if own_process:  # leave the driver's torch settings alone
+        torch.set_num_threads(1)
+        if seed is not None:
+            torch.manual_seed(seed)
+    model = build_model(obs_space, action_space, model_config)
+    return TorchPolicy(model, action_space, cfg.explore, squash)
 
 
 class FragmentBuffer:
@@ -139,7 +173,7 @@ class EnvSampler:
         self.base_seeds = list(seeds)
         self.observation_space = self.slots[0].env.observation_space
         self.action_space = self.slots[0].env.action_space
-        self.num_inputs = distribution_for(self.action_space)[1]
+        self.num_inputs = action_dist(self.action_space)[1]
         self.policy = policy
         self.callbacks = callbacks
         self.env_runner = env_runner if env_runner is not None else self
@@ -318,11 +352,6 @@ class EnvRunner(Actor):
         registry = config.pop("_env_registry", None) or {}
         cfg = self.config = runner_config(config)
         self.worker_index = worker_index
-        job = current_job()
-        if job is None or job.role != "driver":  # our own process: leave the driver's torch alone
-            torch.set_num_threads(1)
-            if cfg.seed is not None:
-                torch.manual_seed(cfg.seed + SEED_STRIDE * worker_index)
         n = cfg.num_envs_per_env_runner
         seeds = ([None] * n if cfg.seed is None
                  else [cfg.seed + SEED_STRIDE * worker_index + i for i in range(n)])
@@ -331,11 +360,17 @@ class EnvRunner(Actor):
             context = EnvContext(cfg.env_config, worker_index, i, cfg.num_env_runners)
             return make_env(cfg.env, context, registry)
 
+        # Squashed actions are in the bounds already: stepped as drawn, never rescaled.
+        normalize = cfg.normalize_actions and not cfg.model.get("squash_actions", False)
         self.sampler = EnvSampler(create, n, seeds=seeds, callbacks=load_callbacks(cfg.callbacks_class),
-                                  env_runner=self, normalize_actions=cfg.normalize_actions,
+                                  env_runner=self, normalize_actions=normalize,
                                   clip_rewards=cfg.clip_rewards)
-        self.model = build_model(self.sampler.observation_space, self.sampler.action_space, cfg.model)
-        self.sampler.policy = TorchPolicy(self.model, self.sampler.action_space, cfg.explore)
+        job = current_job()
+        self.policy = make_policy(
+            self.sampler.observation_space, self.sampler.action_space, cfg,
+            None if cfg.seed is None else cfg.seed + SEED_STRIDE * worker_index,
+            own_process=job is None or job.role != "driver")
+        self.sampler.policy = self.policy
         self.fragment_length = cfg.get_rollout_fragment_length(worker_index)
         self.complete_episodes = cfg.batch_mode == "complete_episodes"
         self.version = -1  # no weights from the param server yet
@@ -370,12 +405,13 @@ class EnvRunner(Actor):
 
     def set_weights(self, version: int, weights: dict[str, Any]) -> None:
         """Load ``{name: array}`` (the model's state_dict) as policy version ``version``."""
-        self.model.load_state_dict({k: torch.as_tensor(np.array(v)) for k, v in weights.items()})
+        self.policy.set_weights(weights)
         self.version = version
         self._stats["num_weight_updates"] += 1
 
     def get_weights(self) -> dict[str, np.ndarray]:
-        return {k: v.detach().numpy().copy() for k, v in self.model.state_dict().items()}
+        """The policy's weights (the default model's: only the policy trunk and head)."""
+        return self.policy.get_weights()
 
     def compute_actions(self, obs: np.ndarray, explore: bool | None = None) -> dict[str, np.ndarray]:
         """The policy on a batch of observations: actions (as sampled, before clipping or

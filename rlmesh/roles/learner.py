@@ -20,6 +20,7 @@ from rlmesh.envs import import_object, space_from_data, space_to_data
 from rlmesh.rl.batch import minibatches
 from rlmesh.rl.distributions import distribution_for
 from rlmesh.rl.models import build_model
+from rlmesh.rl.optim import Adam
 from rlmesh.runtime import Actor
 
 
@@ -63,8 +64,8 @@ class Learner:
         torch.set_num_threads(1 if threads == "auto" else max(1, int(threads)))
         self.obs_space, self.action_space = obs_space, action_space
         self.model = build_model(obs_space, action_space, config.model).to(self.device)
-        self.dist_cls, _ = distribution_for(action_space)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr)
+        self.dist_cls, _ = distribution_for(action_space, config.model.get("squash_actions", False))
+        self.optimizer = Adam(self.model.parameters(), lr=config.lr)
         self.state: dict[str, float] = {}  # algorithm state that checkpoints keep (kl_coeff)
         self.num_updates = 0
         self.num_env_steps_trained = 0

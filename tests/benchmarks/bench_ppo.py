@@ -2,8 +2,9 @@
 each beside a reference measured in the same run.
 
 Every side runs in a process of its own (``python -m tests.benchmarks.bench_ppo raw|rlmesh``
-serves the sampling sides), so the benchmark process never imports torch: a torch loaded
-here would share its pages with the processes measured and lower their PSS.
+serves the sampling sides, ``peer_rllib.py`` in RLlib's venv the RLlib side), so the
+benchmark process never imports torch or ray: either loaded here would share its pages with
+the processes measured and lower their PSS.
 """
 
 from __future__ import annotations
@@ -30,9 +31,15 @@ PEERS_PYTHON = ROOT / ".venv-peers" / "bin" / "python"
 PEERS_READY = ROOT / ".venv-peers" / ".installed"  # make bench-peers finished
 PEER_SB3 = ROOT / "tests" / "benchmarks" / "peer_sb3.py"
 NOT_INSTALLED = "reference: not installed (make bench-peers)"
-# Quoted from the issue, not measured here: RLlib 2.60's PPO on CartPole with 2 runners x 8
-# envs on this machine took 1.5 GB and sampled 4,443 env steps/s.
+RLLIB_PYTHON = ROOT / ".venv-rllib" / "bin" / "python"
+RLLIB_READY = ROOT / ".venv-rllib" / ".installed"  # make bench-peers finished
+PEER_RLLIB = ROOT / "tests" / "benchmarks" / "peer_rllib.py"
+# Quoted from the issue, used only where .venv-rllib is not installed: RLlib 2.60's PPO on
+# CartPole with 2 runners x 8 envs on this machine took 1.5 GB and sampled 4,443 env steps/s.
 RLLIB_MEMORY_MB = 1500
+RLLIB_SAMPLING = 4443
+RLLIB_SAMPLING_GOAL = 5.0  # rlmesh samples at least 5x RLlib's rate, same runner count
+RLLIB_MEMORY_GOAL = 1 / 3  # rlmesh's job takes at most a third of RLlib's memory
 SOLVED = 475.0
 STARTUP_CONFIG = {"num_env_runners": NUM_RUNNERS, "num_envs_per_env_runner": NUM_ENVS,
                   "train_batch_size": 512, "minibatch_size": 256, "num_epochs": 1}
@@ -76,7 +83,7 @@ class PPORow(Row):
     def goal_text(self) -> str:
         if self.limit is not None:
             basis = f" ({self.limit_basis})" if self.limit_basis else ""
-            return f"≤ {self.limit:g} {self.metric.split()[0]}{basis}: {self.verdict}"
+            return f"≤ {self.limit:.3g} {self.metric.split()[0]}{basis}: {self.verdict}"
         if self.goal is None:
             return self.verdict if self.failed else ""
         return f"{'≥' if self.higher_is_better else '≤'} {self.goal:g}x: {self.verdict}"
@@ -89,18 +96,35 @@ def _env() -> dict[str, str]:
         [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
 
 
-def _stop_tree(proc: subprocess.Popen, descendants: set[int], grace: float = 30) -> None:
-    """Stop ``proc`` (SIGINT first: rlmesh train stops after its iteration), then any
-    descendant seen earlier that outlived it."""
+def _note_descendants(pid: int, descendants: set[int]) -> None:
+    """Add ``pid``'s descendants now alive to ``descendants`` (ray's daemons outlive a driver
+    killed outright: only pids noted while it ran can find them afterwards)."""
     import psutil
 
+    try:
+        descendants.update(p.pid for p in psutil.Process(pid).children(recursive=True))
+    except psutil.NoSuchProcess:
+        pass
+
+
+def _stop_tree(proc: subprocess.Popen, descendants: set[int], grace: float = 30) -> None:
+    """Stop ``proc`` (SIGINT first: rlmesh train stops after its iteration, RLlib's peer
+    shuts ray down), then any descendant seen earlier that outlived it."""
     if proc.poll() is None:
+        _note_descendants(proc.pid, descendants)
         proc.send_signal(signal.SIGINT)
         try:
             proc.wait(grace)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(5)
+    _reap(descendants)
+
+
+def _reap(descendants: set[int]) -> None:
+    """Wait a little for each of ``descendants`` to exit; kill those that do not."""
+    import psutil
+
     for pid in descendants:
         try:
             child = psutil.Process(pid)
@@ -139,17 +163,21 @@ def _results(local_dir: Path) -> list[dict[str, Any]]:
 # --- 1. sampling rate: rlmesh's runners vs one process stepping a vector env ---
 
 class SamplerPeer:
-    """A sampling side in its own process: ``run(n)`` -> (env steps, seconds)."""
+    """A sampling side in its own process: ``run(n)`` -> (env steps, seconds). ``cmd`` runs
+    the side (default: this module with rlmesh's python); ``args`` follow it."""
 
-    def __init__(self, *args: str) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", __name__, *args], cwd=ROOT,
+    def __init__(self, *args: str, cmd: list[str] | None = None) -> None:
+        cmd = cmd or [sys.executable, "-m", __name__]
+        self.proc = subprocess.Popen([*cmd, *args], cwd=ROOT,
                                      env=_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      text=True, start_new_session=NEW_SESSION)
+        self.descendants: set[int] = set()
         ready = self.proc.stdout.readline().split()  # type: ignore[union-attr]
         if not ready or ready[0] != "ready":
             self.close()
             raise RuntimeError(f"sampler {args} did not start (exit code {self.proc.returncode})")
         self.info = ready[1:]
+        _note_descendants(self.proc.pid, self.descendants)
 
     def run(self, steps: int) -> tuple[int, float]:
         self.proc.stdin.write(f"{steps}\n")  # type: ignore[union-attr]
@@ -158,8 +186,9 @@ class SamplerPeer:
         return int(done), float(secs)
 
     def close(self) -> None:
+        _note_descendants(self.proc.pid, self.descendants)
         if self.proc.stdin:
-            self.proc.stdin.close()  # EOF: the rlmesh side stops its algorithm and exits
+            self.proc.stdin.close()  # EOF: the side stops its algorithm (and ray) and exits
         try:
             self.proc.wait(30)
         except subprocess.TimeoutExpired:
@@ -167,6 +196,20 @@ class SamplerPeer:
             self.proc.wait(5)
         if self.proc.stdout:
             self.proc.stdout.close()
+        _reap(self.descendants)
+
+
+def _rllib_version() -> str | None:
+    """The installed ray's version, read from .venv-rllib without importing it; None when
+    ``make bench-peers`` has not installed RLlib's venv."""
+    if not RLLIB_READY.exists():
+        return None
+    found = sorted(RLLIB_PYTHON.parents[1].glob("lib/python*/site-packages/ray-*.dist-info"))
+    return found[-1].name.removesuffix(".dist-info").split("-")[1] if found else "?"
+
+
+def _rllib_quoted(figure: str) -> str:
+    return f"RLlib 2.60 PPO, {figure} quoted from the issue, not measured (make bench-peers)"
 
 
 def _serve(run: Callable[[int], tuple[int, float]], warmup: int, info: str) -> None:
@@ -241,28 +284,46 @@ def serve_raw(warmup: int) -> None:
 
 def bench_sampling(sizes: PPOSizes, tmp: Path) -> list[Row]:
     n, warm = sizes.sampling_steps, max(4000, sizes.sampling_steps // 8)
+    rllib_version = _rllib_version()
     rows = []
     raw = SamplerPeer("raw", str(warm))
     try:
         for fragment in ("auto", "32"):
             ours = SamplerPeer("rlmesh", str(warm), fragment)
-            rates: dict[str, list[float]] = {"ours": [], "raw": []}
+            # RLlib takes its turns at PPO's default fragments only: its idle daemons would
+            # load the other rounds too.
+            rllib = (SamplerPeer("sample", str(warm), cmd=[str(RLLIB_PYTHON), str(PEER_RLLIB)])
+                     if rllib_version and fragment == "auto" else None)
+            rates: dict[str, list[float]] = {"ours": [], "raw": [], "rllib": []}
             try:
-                for _ in range(sizes.sampling_rounds):  # take turns: both see the same load
-                    steps, secs = raw.run(n)
-                    rates["raw"].append(steps / secs)
-                    steps, secs = ours.run(n)
-                    rates["ours"].append(steps / secs)
+                for _ in range(sizes.sampling_rounds):  # take turns: all see the same load
+                    for side, peer in (("raw", raw), ("ours", ours), ("rllib", rllib)):
+                        if peer is not None:
+                            steps, secs = peer.run(n)
+                            rates[side].append(steps / secs)
             finally:
                 ours.close()
+                if rllib is not None:
+                    rllib.close()
             length = ours.info[0]
             why = "PPO's default train batch, 4000" if fragment == "auto" else TUNED
+            name = (f"sampling, {NUM_RUNNERS} runners x {NUM_ENVS} envs, fragments of {length} "
+                    f"steps per env ({why})")
+            ours_rate = statistics.median(rates["ours"])
             rows.append(PPORow(
-                f"sampling, {NUM_RUNNERS} runners x {NUM_ENVS} envs, fragments of {length} "
-                f"steps per env ({why})", "env steps/s",
-                statistics.median(rates["ours"]), statistics.median(rates["raw"]),
+                name, "env steps/s", ours_rate, statistics.median(rates["raw"]),
                 f"1 process: SyncVectorEnv of {NUM_ENVS} + batched torch MLP",
                 goal=1.5 if fragment == "auto" else None, higher_is_better=True))
+            if fragment != "auto":
+                continue
+            if rllib is not None:
+                peer = (f"RLlib {rllib_version} PPO, same runners, envs and MLP: "
+                        f"synchronous_parallel_sample, fragments of {rllib.info[0]} (measured)")
+                ref = statistics.median(rates["rllib"])
+            else:
+                peer, ref = _rllib_quoted(f"{RLLIB_SAMPLING:,} env steps/s"), RLLIB_SAMPLING
+            rows.append(PPORow(name, "env steps/s", ours_rate, ref, peer,
+                               goal=RLLIB_SAMPLING_GOAL, higher_is_better=True))
     finally:
         raw.close()
     return rows
@@ -286,6 +347,22 @@ def _first_result_s(local_dir: Path, timeout: float = 120) -> float:
     return elapsed
 
 
+def _rllib_first_result_s(timeout: float = 180) -> float:
+    """RLlib's peer with the same settings: process start (ray.init included) to the end of
+    its first ``algo.train()``; its shutdown after that is not timed."""
+    cmd = [str(RLLIB_PYTHON), str(PEER_RLLIB), "startup", "--config", json.dumps(STARTUP_CONFIG)]
+    t0 = time.perf_counter()
+    with started(cmd, stdout=subprocess.PIPE, text=True) as (proc, seen):
+        line = proc.stdout.readline()  # type: ignore[union-attr]
+        elapsed = time.perf_counter() - t0
+        _note_descendants(proc.pid, seen)
+        if line.strip() != "result":
+            raise RuntimeError(f"peer_rllib.py startup exited ({proc.wait()}) before a result")
+        proc.wait(timeout)
+        proc.stdout.close()  # type: ignore[union-attr]
+    return elapsed
+
+
 def _bare_s(code: str) -> float:
     t0 = time.perf_counter()
     subprocess.run([sys.executable, "-c", code], check=True, start_new_session=NEW_SESSION)
@@ -294,15 +371,24 @@ def _bare_s(code: str) -> float:
 
 def bench_startup(sizes: PPOSizes, tmp: Path) -> list[Row]:
     bare = "import torch, gymnasium"
+    rllib_version = _rllib_version()
     _bare_s(bare)  # warm-up: file caches, first-use costs
     _first_result_s(tmp / "startup-warm")
-    ours, ref = [], []
+    if rllib_version:
+        _rllib_first_result_s()
+    ours, ref, rllib = [], [], []
     for i in range(sizes.startup_runs):  # take turns
         ref.append(_bare_s(bare))
         ours.append(_first_result_s(tmp / f"startup-{i}"))
-    return [PPORow("start-up, rlmesh train PPO CartPole (2 runners) to its first result", "s",
-                   statistics.median(ours), statistics.median(ref), f"python -c '{bare}'",
-                   limit=3.0)]
+        if rllib_version:
+            rllib.append(_rllib_first_result_s())
+    name = "start-up, rlmesh train PPO CartPole (2 runners) to its first result"
+    peer = (f"RLlib {rllib_version} PPO, same config: ray.init(), build_algo(), first train() "
+            "(measured)" if rllib_version else "RLlib: not installed (make bench-peers)")
+    return [PPORow(name, "s", statistics.median(ours), statistics.median(ref),
+                   f"python -c '{bare}'", limit=3.0),
+            PPORow(name, "s", statistics.median(ours),
+                   statistics.median(rllib) if rllib else float("nan"), peer)]
 
 
 # --- 3. memory: summed PSS of a training job's processes ---
@@ -342,6 +428,18 @@ def _sample_memory(proc: subprocess.Popen, descendants: set[int], samples: int,
     return max(g[0] for g in got), max(g[1] for g in got), max(g[2] for g in got)
 
 
+def _rllib_memory(samples: int) -> tuple[float, float, int]:
+    """RLlib's peer training PPO (2 runners x 8 envs), sampled like rlmesh's job: the driver
+    and every process it started (ray.init's GCS, raylet and agents, the env runners)."""
+    with started([str(RLLIB_PYTHON), str(PEER_RLLIB), "train"], stdout=subprocess.PIPE,
+                 text=True) as (proc, seen):
+        got = _sample_memory(proc, seen, samples,
+                             lambda: proc.stdout.readline().startswith("result"),  # type: ignore[union-attr]
+                             timeout=240)
+        proc.stdout.close()  # type: ignore[union-attr]
+    return got
+
+
 def bench_memory(sizes: PPOSizes, tmp: Path) -> list[Row]:
     local_dir = tmp / "memory"
     cmd = _train_cmd("-f", TUNED, "--local-dir", str(local_dir),
@@ -354,13 +452,27 @@ def bench_memory(sizes: PPOSizes, tmp: Path) -> list[Row]:
         ref_pss, ref_uss, _ = _sample_memory(ref, seen, max(3, sizes.memory_samples // 2),
                                              lambda: ref.stdout.readline() != "")
         ref.stdout.close()  # type: ignore[union-attr]
+    rllib_version = _rllib_version()
+    if rllib_version:
+        rl_pss, rl_uss, rl_count = _rllib_memory(sizes.memory_samples)
+        basis = f"1/3 of RLlib's {rl_pss / 1000:.2g} GB, measured"
+        rl_peer = (f"RLlib {rllib_version} PPO training, 2 runners x 8 envs "
+                   f"({rl_count} processes: driver, ray's daemons, runners; measured)")
+    else:
+        rl_pss, rl_uss = RLLIB_MEMORY_MB, float("nan")
+        basis = f"1/3 of RLlib's {RLLIB_MEMORY_MB / 1000:g} GB, quoted"
+        rl_peer = _rllib_quoted(f"{RLLIB_MEMORY_MB / 1000:g} GB")
     name = f"memory, rlmesh train -f {TUNED} ({count} processes)"
     peer = "python -c 'import torch' (one process)"
-    return [
-        PPORow(name, "MB PSS, summed", pss, ref_pss, peer, limit=RLLIB_MEMORY_MB / 3,
-               limit_basis=f"1/3 of RLlib's {RLLIB_MEMORY_MB / 1000:g} GB"),
+    rows = [
+        PPORow(name, "MB PSS, summed", pss, ref_pss, peer, limit=rl_pss * RLLIB_MEMORY_GOAL,
+               limit_basis=basis),
         PPORow(name, "MB USS, summed", uss, ref_uss, peer),
+        PPORow(name, "MB PSS, summed", pss, rl_pss, rl_peer),
     ]
+    if rllib_version:
+        rows.append(PPORow(name, "MB USS, summed", uss, rl_uss, rl_peer))
+    return rows
 
 
 # --- 4. learning: CartPole solved, rlmesh's tuned example vs stable-baselines3 ---

@@ -90,3 +90,10 @@ class EpisodeCallbacks(Callbacks):
     def on_episode_end(self, *, episode, env_runner, env_index, **kwargs):
         episode.custom_metrics["steps_seen"] = episode.user_data["steps"]
         episode.custom_metrics["env_index"] = env_index
+
+
+def modules_loaded(env: gym.Env, name: str) -> bool:
+    """For ``foreach_env``: whether the runner process has imported module ``name``."""
+    import sys
+
+    return name in sys.modules

@@ -179,3 +179,24 @@ def test_faulty_env_is_recovered_and_env_calls_reach_every_env():
     assert frag["env_steps"] == 6 and metrics["env_errors"] == 3
     assert after["mask"].all() and metrics["num_env_steps_sampled"] == 21
     assert phases == [7, 7, 7] and seen == [8, 8, 8]
+
+
+def test_runners_import_torch_only_for_a_custom_model():
+    """The default model runs in numpy: its runner process never imports torch (1.4 s and
+    ~150 MB a process); a custom torch model's runner does, and acts with it."""
+    custom = {"custom_model": "tests.unit.test_rl_models:TinyNet", "custom_model_config": {"width": 4}}
+    probe = "tests.integration.envs_for_tests:modules_loaded"
+
+    async def main():
+        async with Job("ipc") as job:
+            default, torch_runner = await asyncio.gather(
+                spawn_runner(job, {"env": "CartPole-v1"}, 1, param_server=None),
+                spawn_runner(job, {"env": "CartPole-v1", "model": custom}, 2, param_server=None))
+            frags = [await default.sample(), await torch_runner.sample()]
+            loaded = [await r.foreach_env(probe, "torch") for r in (default, torch_runner)]
+            return frags, loaded, await torch_runner.get_weights()
+
+    frags, loaded, weights = run(main())
+    assert loaded == [[False], [True]]
+    assert all(f["env_steps"] > 0 and f["action_dist_inputs"].shape[-1] == 2 for f in frags)
+    assert set(weights) == {"body.weight", "body.bias", "pi.weight", "pi.bias", "vf.weight", "vf.bias"}

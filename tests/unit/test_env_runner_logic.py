@@ -4,6 +4,7 @@ env registry and lookups of rlmesh.envs."""
 
 from __future__ import annotations
 
+import asyncio
 import sys
 
 import gymnasium as gym
@@ -17,7 +18,8 @@ from rlmesh.envs import (EnvContext, actions_for_env, env_registry, make_env, pa
                          register_env, space_from_data, space_to_data, spaces_of)
 from rlmesh.rl.distributions import DiagGaussian
 from rlmesh.rl.models import build_model
-from rlmesh.roles.env_runner import RESEED_STRIDE, EnvSampler, TorchPolicy, runner_config
+from rlmesh.rl.numpy_policy import NumpyPolicy
+from rlmesh.roles.env_runner import RESEED_STRIDE, EnvRunner, EnvSampler, TorchPolicy, runner_config
 from tests.integration import envs_for_tests
 from tests.integration.envs_for_tests import CountEnv, EpisodeCallbacks, make_count_env
 
@@ -279,6 +281,31 @@ def test_box_actions_stepped_clipped_or_rescaled_while_stored_unclipped(normaliz
     dist = DiagGaussian(torch.as_tensor(frag["action_dist_inputs"]))
     np.testing.assert_allclose(dist.logp(torch.as_tensor(stored)).numpy(), frag["action_logp"],
                                rtol=1e-5, atol=1e-5)
+
+
+def make_recording_box_env(env_config):
+    return RecordingBoxEnv()
+
+
+@pytest.mark.parametrize("squash", [False, True])
+def test_runner_steps_squashed_actions_as_drawn_and_others_clipped_or_rescaled(squash):
+    register_env("unit-recording-box", make_recording_box_env)
+    config = PPOConfig().environment("unit-recording-box").env_runners(num_envs_per_env_runner=2)
+    config = config.training(model={"fcnet_hiddens": [8], "squash_actions": squash}).debugging(seed=1)
+    runner = EnvRunner({**config.to_dict(), "_env_registry": env_registry()}, param_server=None)
+    assert isinstance(runner.policy, NumpyPolicy)
+    weights = runner.get_weights()
+    weights["pi_head.bias"] = np.array([0.5, 1.5], np.float32)  # wide: many draws beyond [-2, 2]
+    runner.set_weights(1, weights)
+    frag = asyncio.run(runner.sample())
+    stored = frag["actions"]
+    received = np.stack([np.stack(env.received) for env in runner.envs], axis=1)
+    if squash:  # in the bounds as drawn: stepped as stored
+        assert np.abs(stored).max() <= 2.0
+        np.testing.assert_array_equal(received, stored)
+    else:  # normalize_actions (the default): clipped to [-1, 1], rescaled to the bounds
+        assert np.abs(stored).max() > 2.0
+        np.testing.assert_allclose(received, actions_for_env(stored, RecordingBoxEnv.action_space, True))
 
 
 def test_actions_for_env():

@@ -1,0 +1,163 @@
+"""The default model's policy computed with numpy, for env runners.
+
+A runner whose model is the default MLP acts with this instead of torch: the same
+forward pass and the same action distributions, reading the weights the learner's
+``ActorCriticMLP`` publishes. Its process never imports torch, which costs 1.4 s and about
+150 MB of private memory per process here (docs/benchmarks.md), and a forward pass over a
+few envs is a few small matrix products, where numpy's overhead per call is lower than
+torch's. Custom models need torch in the runner (``TorchPolicy`` in ``roles.env_runner``).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any, Callable
+
+import gymnasium as gym
+import numpy as np
+
+from rlmesh.rl.spec import CATEGORICAL, SQUASHED, action_dist, check_model_config, obs_size
+
+_LOG_2PI = math.log(2 * math.pi)
+# SquashedGaussian's clamps (rlmesh.rl.distributions), which scoring on the learner repeats.
+LOG_STD_MIN, LOG_STD_MAX, SQUASH_EPS = -20.0, 2.0, 1e-6
+
+ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "tanh": np.tanh,
+    "relu": lambda x: np.maximum(x, 0.0),
+    "swish": lambda x: x / (1.0 + np.exp(-x)),
+    "linear": lambda x: x,
+}
+
+
+def orthogonal(rng: np.random.Generator, rows: int, cols: int, gain: float) -> np.ndarray:
+    """A (semi-)orthogonal matrix times ``gain``: the default model's initialisation."""
+    a = rng.standard_normal((max(rows, cols), min(rows, cols)))
+    q, r = np.linalg.qr(a)
+    q *= np.sign(np.diag(r))
+    return (gain * (q if rows >= cols else q.T)).astype(np.float32)
+
+
+class NumpyPolicy:
+    """``policy(obs [N, ...], explore) -> (actions, logp, dist_inputs)`` for the default model.
+
+    Weights are the learner model's ``state_dict`` as arrays; only the policy's part
+    (``pi_trunk.*``, ``pi_head.*``, ``log_std``) is read. Until the first ``set_weights``
+    the policy has freshly initialised weights of its own.
+    """
+
+    def __init__(self, obs_space: gym.Space, action_space: gym.Space, model_config: dict,
+                 explore: bool = True, seed: int | None = None) -> None:
+        config = check_model_config(model_config)
+        if config["custom_model"] is not None:
+            raise ValueError("NumpyPolicy computes the default model only; a custom_model "
+                             "needs torch (TorchPolicy)")
+        self.obs_space, self.action_space = obs_space, action_space
+        self.kind, self.num_inputs = action_dist(action_space, config["squash_actions"])
+        self.activation = ACTIVATIONS[config["fcnet_activation"]]
+        self.free_log_std = bool(config["free_log_std"])
+        self.explore = explore
+        self.rng = np.random.default_rng(seed)
+        if self.kind == SQUASHED:
+            self.low = action_space.low.astype(np.float32)
+            self.half_range = ((action_space.high - action_space.low) / 2).astype(np.float32)
+        self.action_dtype = np.dtype(np.int64 if self.kind == CATEGORICAL else np.float32)
+        self.weights = self._initial_weights(list(config["fcnet_hiddens"]))
+        self._layers: list[tuple[np.ndarray, np.ndarray]] = []
+        self._load()
+
+    def _initial_weights(self, hiddens: list[int]) -> dict[str, np.ndarray]:
+        w: dict[str, np.ndarray] = {}
+        size, outputs = obs_size(self.obs_space), self.num_inputs
+        if self.free_log_std:
+            outputs //= 2
+            w["log_std"] = np.zeros(outputs, np.float32)
+        for i, width in enumerate(hiddens):
+            w[f"pi_trunk.{2 * i}.weight"] = orthogonal(self.rng, width, size, math.sqrt(2))
+            w[f"pi_trunk.{2 * i}.bias"] = np.zeros(width, np.float32)
+            size = width
+        w["pi_head.weight"] = orthogonal(self.rng, outputs, size, 0.01)
+        w["pi_head.bias"] = np.zeros(outputs, np.float32)
+        return w
+
+    def set_weights(self, weights: dict[str, Any]) -> None:
+        """Take the policy's part of a model ``state_dict`` (``{name: array}``)."""
+        mine = {k: np.array(weights[k], dtype=np.float32) for k in self.weights if k in weights}
+        missing = sorted(set(self.weights) - set(mine))
+        if missing:
+            raise ValueError(f"weights lack {missing}: not the default model's state_dict "
+                             f"for this config (fcnet_hiddens, free_log_std)")
+        for k, v in mine.items():
+            if v.shape != self.weights[k].shape:
+                raise ValueError(f"weights {k!r} have shape {v.shape}, this policy's "
+                                 f"{self.weights[k].shape}")
+        self.weights = mine
+        self._load()
+
+    def get_weights(self) -> dict[str, np.ndarray]:
+        return {k: v.copy() for k, v in self.weights.items()}
+
+    def _load(self) -> None:
+        trunk = sorted((int(m.group(1)), k[:-len(".weight")]) for k in self.weights
+                       if (m := re.fullmatch(r"pi_trunk\.(\d+)\.weight", k)))
+        # x @ W.T + b with W.T stored contiguous, so the product runs on a plain layout.
+        self._layers = [(np.ascontiguousarray(self.weights[f"{name}.weight"].T),
+                         self.weights[f"{name}.bias"]) for _, name in trunk]
+        self._head = (np.ascontiguousarray(self.weights["pi_head.weight"].T),
+                      self.weights["pi_head.bias"])
+
+    def dist_inputs(self, obs: np.ndarray) -> np.ndarray:
+        """The model's distribution inputs ``[N, num_inputs]`` for raw observations."""
+        x = self._preprocess(obs)
+        for weight, bias in self._layers:
+            x = self.activation(x @ weight + bias)
+        out = x @ self._head[0] + self._head[1]
+        if self.free_log_std:
+            out = np.concatenate([out, np.broadcast_to(self.weights["log_std"], out.shape)], -1)
+        return out.astype(np.float32, copy=False)
+
+    def _preprocess(self, obs: np.ndarray) -> np.ndarray:
+        if isinstance(self.obs_space, gym.spaces.Discrete):
+            index = np.asarray(obs, np.int64).reshape(-1) - int(self.obs_space.start)
+            return np.eye(int(self.obs_space.n), dtype=np.float32)[index]
+        return np.asarray(obs, np.float32).reshape(len(obs), -1)
+
+    def __call__(self, obs: np.ndarray, explore: bool | None = None
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        explore = self.explore if explore is None else explore
+        inputs = self.dist_inputs(obs)
+        if self.kind == CATEGORICAL:
+            actions, logp = self._categorical(inputs, explore)
+        else:
+            actions, logp = self._gaussian(inputs, explore)
+        return actions.astype(self.action_dtype, copy=False), logp.astype(np.float32), inputs
+
+    def _categorical(self, logits: np.ndarray, explore: bool) -> tuple[np.ndarray, np.ndarray]:
+        shifted = logits - logits.max(-1, keepdims=True)
+        log_probs = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+        if explore:  # inverse CDF: the first action whose cumulative probability passes u
+            cdf = np.cumsum(np.exp(log_probs), -1)
+            u = self.rng.random((len(logits), 1)) * cdf[:, -1:]
+            actions = np.minimum((cdf <= u).sum(-1), logits.shape[-1] - 1)
+        else:
+            actions = log_probs.argmax(-1)
+        return actions, np.take_along_axis(log_probs, actions[:, None], -1)[:, 0]
+
+    def _gaussian(self, inputs: np.ndarray, explore: bool) -> tuple[np.ndarray, np.ndarray]:
+        mean, log_std = np.split(inputs.astype(np.float64), 2, axis=-1)
+        squashed = self.kind == SQUASHED
+        if squashed:
+            log_std = np.clip(log_std, LOG_STD_MIN, LOG_STD_MAX)
+        u = mean + np.exp(log_std) * self.rng.standard_normal(mean.shape) if explore else mean
+        if not squashed:
+            z = (u - mean) / np.exp(log_std)
+            return u, (-0.5 * z ** 2 - log_std - 0.5 * _LOG_2PI).sum(-1)
+        actions = (self.low + (np.tanh(u) + 1.0) * self.half_range).astype(np.float32)
+        # Scored as the learner scores what is stored: the float32 action, pulled in from
+        # the bounds by SQUASH_EPS before tanh is inverted (SquashedGaussian.logp).
+        y = np.clip((actions - self.low) / self.half_range - 1.0, -1 + SQUASH_EPS, 1 - SQUASH_EPS)
+        u = np.arctanh(y)
+        z = (u - mean) / np.exp(log_std)
+        log_det = 2.0 * (math.log(2.0) - u - np.logaddexp(0.0, -2.0 * u)) + np.log(self.half_range)
+        return actions, (-0.5 * z ** 2 - log_std - 0.5 * _LOG_2PI - log_det).sum(-1)

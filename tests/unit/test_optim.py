@@ -1,0 +1,90 @@
+"""rlmesh's Adam against torch.optim.Adam: the same parameters after the same steps, a
+state_dict each loads from the other, and no torch._dynamo import on the way."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from rlmesh.rl.optim import Adam
+
+
+def net(seed=0):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(5, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+
+
+def train(model, optimizer, steps, seed=1, lr_at=None):
+    gen = torch.Generator().manual_seed(seed)
+    for i in range(steps):
+        if lr_at is not None:
+            optimizer.param_groups[0]["lr"] = lr_at(i)
+        x = torch.randn(16, 5, generator=gen)
+        loss = model(x).pow(2).sum(-1).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+
+def assert_same_parameters(a, b):
+    for p, q in zip(a.parameters(), b.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+
+
+def test_steps_match_torch_adam_with_a_changing_learning_rate():
+    ours, theirs = net(), net()
+    def lr(i):
+        return 0.01 * (1 - i / 60)
+    train(ours, Adam(ours.parameters(), lr=0.01, betas=(0.8, 0.99), eps=1e-7), 50, lr_at=lr)
+    train(theirs, torch.optim.Adam(theirs.parameters(), lr=0.01, betas=(0.8, 0.99), eps=1e-7), 50, lr_at=lr)
+    assert not torch.equal(next(ours.parameters()), next(net().parameters()))  # it did train
+    assert_same_parameters(ours, theirs)
+
+
+@pytest.mark.parametrize("direction", ["ours->torch", "torch->ours"])
+def test_state_dict_loads_across_implementations(direction):
+    first, second = (Adam, torch.optim.Adam) if direction == "ours->torch" else (torch.optim.Adam, Adam)
+    a = net()
+    opt_a = first(a.parameters(), lr=0.005)
+    train(a, opt_a, 20)
+    b = net()
+    b.load_state_dict(a.state_dict())
+    opt_b = second(b.parameters(), lr=0.5)  # lr, moments and step counts come from the state
+    opt_b.load_state_dict(copy.deepcopy(opt_a.state_dict()))  # as through a checkpoint file
+    train(a, opt_a, 10, seed=2)
+    train(b, opt_b, 10, seed=2)
+    assert_same_parameters(a, b)
+
+
+def test_a_parameter_without_gradient_keeps_its_moments_and_count():
+    model = net()
+    opt = Adam(model.parameters(), lr=0.01)
+    train(model, opt, 3)
+    frozen = model[2].bias
+    before = frozen.detach().clone()
+    frozen.requires_grad_(False)
+    train(model, opt, 2)
+    assert torch.equal(frozen, before)
+    assert opt.steps == [5, 5, 5, 3]
+
+
+def test_wrong_state_is_a_clear_error():
+    opt = Adam(net().parameters())
+    other = torch.optim.Adam(torch.nn.Linear(2, 2).parameters())
+    with pytest.raises(ValueError, match="this Adam has one group of 4"):
+        opt.load_state_dict(other.state_dict())
+
+
+def test_training_with_it_never_imports_dynamo():
+    code = ("import sys, torch; from rlmesh.rl.optim import Adam\n"
+            "m = torch.nn.Linear(3, 1); o = Adam(m.parameters())\n"
+            "for _ in range(3):\n"
+            "    o.zero_grad(); m(torch.randn(4, 3)).sum().backward()\n"
+            "    torch.nn.utils.clip_grad_norm_(m.parameters(), 0.5); o.step()\n"
+            "print('torch._dynamo' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
