@@ -121,7 +121,10 @@ class AlgorithmConfig:
     model: dict = setting(
         MODEL_DEFAULTS, "training", merge=True,
         doc="Network settings in RLlib's names (fcnet_hiddens, fcnet_activation, "
-            "vf_share_layers); a dict given updates the current one key by key, as in RLlib.")
+            "vf_share_layers, free_log_std, custom_model, custom_model_config) and "
+            "squash_actions (Box actions tanh-squashed into the bounds instead of clipped); "
+            "every key with its meaning: rlmesh.rl.spec.MODEL_DEFAULTS. A dict given updates "
+            "the current one key by key, as in RLlib.")
 
     # --- learners ---
     num_learners: int = setting(

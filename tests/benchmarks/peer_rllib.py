@@ -208,8 +208,8 @@ def learn(args: argparse.Namespace) -> None:
         mean, steps = float("nan"), 0
         while steps < budget:
             runners = algo.train()[ENV_RUNNER_RESULTS]
-            mean = runners.get(EPISODE_RETURN_MEAN, float("nan"))
-            steps = runners[NUM_ENV_STEPS_SAMPLED_LIFETIME]
+            mean = float(runners.get(EPISODE_RETURN_MEAN, float("nan")))
+            steps = int(runners[NUM_ENV_STEPS_SAMPLED_LIFETIME])
             if mean >= threshold:
                 break
         out.update(seed=args.seed, solved=mean >= threshold, timesteps=steps,
