@@ -165,6 +165,15 @@ def spaces_of(env_spec: Any, env_config: dict | None = None,
 
 # --- spaces as plain data ---
 
+def as_space(value: Any) -> gym.Space:
+    """A gymnasium space given as one or as its data form (``space_to_data``)."""
+    if isinstance(value, gym.Space):
+        return value
+    if not isinstance(value, dict):
+        raise TypeError(f"expected a gymnasium space or its data form (a dict), got {value!r}")
+    return space_from_data(value)
+
+
 def space_to_data(space: gym.Space) -> dict[str, Any]:
     """A space as wire-encodable plain data; ``space_from_data`` reverses it."""
     if isinstance(space, gym.spaces.Discrete):
@@ -187,7 +196,9 @@ def space_from_data(data: dict[str, Any]) -> gym.Space:
     if kind == "Discrete":
         return gym.spaces.Discrete(data["n"], start=data["start"])
     if kind == "Box":
-        return gym.spaces.Box(np.array(data["low"]), np.array(data["high"]), dtype=np.dtype(data["dtype"]))
+        dtype = np.dtype(data["dtype"])  # bounds as lists (from JSON) come back as float64
+        return gym.spaces.Box(np.asarray(data["low"], dtype), np.asarray(data["high"], dtype),
+                              dtype=dtype)
     if kind == "MultiDiscrete":
         return gym.spaces.MultiDiscrete(np.array(data["nvec"]))
     if kind == "MultiBinary":

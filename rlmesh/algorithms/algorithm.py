@@ -23,7 +23,7 @@ from rlmesh.algorithms.config import AlgorithmConfig
 from rlmesh.algorithms.topology import Mesh
 from rlmesh.callbacks import load_callbacks, summarize_custom_metrics
 from rlmesh.algorithms.inference import InferencePolicy
-from rlmesh.envs import env_registry, spaces_of
+from rlmesh.envs import as_space, env_registry, spaces_of
 from rlmesh.envs import import_object
 from rlmesh.roles.learner import LearnerGroup, load_weights, merge_fragments
 
@@ -71,8 +71,7 @@ class Algorithm:
         self.num_env_steps_trained = 0  # what the learner consumed, apart from what was sampled
         self.time_total_s = 0.0
         self._episodes: deque[dict[str, Any]] = deque(maxlen=SMOOTHING_EPISODES)
-        self.obs_space, self.action_space = spaces_of(config.to_dict()["env"], config.env_config,
-                                                      env_registry())
+        self.obs_space, self.action_space = self._spaces(config)
         self.learner_group = LearnerGroup(config, self.obs_space, self.action_space,
                                           self.learner_hooks)
         self._policy = InferencePolicy(config, self.obs_space, self.action_space)
@@ -86,6 +85,17 @@ class Algorithm:
             self.stop()
             raise
 
+    @staticmethod
+    def _spaces(config: AlgorithmConfig) -> tuple[Any, Any]:
+        """The spaces the config gives, else those of one env built here."""
+        if config.observation_space is not None and config.action_space is not None:
+            return as_space(config.observation_space), as_space(config.action_space)
+        if config.env is None:
+            raise ValueError("no env: set .environment('CartPole-v1') (a gymnasium id or "
+                             "'pkg.module:make_env'), or, for external simulators, "
+                             "policy_server_address with observation_space and action_space")
+        return spaces_of(config.to_dict()["env"], config.env_config, env_registry())
+
     # --- training ---
 
     def train(self) -> dict[str, Any]:
@@ -96,10 +106,13 @@ class Algorithm:
         steps = sum(f["env_steps"] for f in fragments)
         self.timesteps_total += steps
         learn_start = time.perf_counter()
-        stats = self.learner_group_update(fragments)
-        self.num_env_steps_trained += int(stats.get("num_env_steps_trained", 0))
+        stats: dict[str, float] = {}
+        if steps:  # none: policy-server clients sent nothing in time (an idle iteration)
+            stats = self.learner_group_update(fragments)
+            self.num_env_steps_trained += int(stats.get("num_env_steps_trained", 0))
         learn_time = time.perf_counter() - learn_start
-        self._publish()
+        if steps:
+            self._publish()
         self.iteration += 1
         elapsed = time.perf_counter() - start
         self.time_total_s += elapsed
@@ -139,6 +152,7 @@ class Algorithm:
             "num_env_steps_sampled": self.timesteps_total,
             "num_env_steps_trained": self.num_env_steps_trained,
             "num_env_steps_sampled_this_iter": steps,
+            "idle_iteration": steps == 0,
             "num_env_steps_sampled_throughput_per_sec": steps / sample_time if sample_time else nan,
             "time_this_iter_s": elapsed,
             "time_total_s": self.time_total_s,

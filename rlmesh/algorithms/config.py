@@ -10,7 +10,7 @@ import importlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal, get_type_hints
+from typing import Any, Literal, get_type_hints
 
 from rlmesh.algorithms.schedules import validate_schedule, value_at
 
@@ -53,6 +53,14 @@ class AlgorithmConfig:
     clip_actions: bool = setting(
         False, "environment",
         doc="Clip actions to the bounds of the Box action space before the env sees them.")
+    observation_space: Any = setting(
+        None, "environment",
+        doc="The observation space, for runs without an env of their own (external "
+            "simulators through policy_server_address): a gymnasium space, or its plain-data "
+            "form (rlmesh.envs.space_to_data). None: taken from the env.")
+    action_space: Any = setting(
+        None, "environment",
+        doc="The action space, as observation_space.")
 
     # --- env_runners ---
     num_env_runners: int = setting(
@@ -79,6 +87,25 @@ class AlgorithmConfig:
     explore: bool = setting(
         True, "env_runners",
         doc="Sample actions from the policy's distribution; False takes its likeliest one.")
+    policy_server_address: str | None = setting(
+        None, "env_runners",
+        doc="Take experience from PolicyClients (rlmesh.client) embedded in external "
+            "simulators instead of stepping envs (RLlib's PolicyServerInput): runners listen "
+            "here, e.g. 'tcp://127.0.0.1:9900' (runner i > 1 on the port + i - 1). Needs "
+            "observation_space and action_space; env may be None.")
+    policy_server_idle_timeout_s: float = setting(
+        10.0, "env_runners", gt=0,
+        doc="A policy server returns what it has (maybe nothing: an empty iteration) once "
+            "this long passes without client experience, so training never blocks for ever.")
+    policy_server_episode_timeout_s: float = setting(
+        60.0, "env_runners", gt=0,
+        doc="A client episode with no call for this long is closed (its client is gone): "
+            "its complete steps are trained on as a truncated episode.")
+    policy_server_curve_keys: str | None = setting(
+        None, "env_runners",
+        doc="A directory of CURVE keys (rlmesh.client.make_curve_keys): with it, a policy "
+            "server on tcp:// encrypts and accepts only clients whose public key file is in "
+            "its clients/ folder.")
     sample_timeout_s: float | None = setting(
         60.0, "env_runners", gt=0,
         doc="Seconds to wait for a runner's fragment before treating the runner as failed; "
@@ -364,10 +391,28 @@ class AlgorithmConfig:
         if self.rollout_fragment_length == "auto" and self.total_train_batch_size < envs:
             problems.append(f"rollout_fragment_length: 'auto' needs a train batch of at least "
                             f"one step per env ({envs}), got {self.total_train_batch_size}")
+        problems += self._policy_server_checks()
         try:  # the config crosses process boundaries as plain data, never pickled
             self.to_dict()
         except ConfigError as e:
             problems.append(str(e))
+        return problems
+
+    def _policy_server_checks(self) -> list[str]:
+        problems = []
+        for key in ("observation_space", "action_space"):
+            value = getattr(self, key)
+            if value is None:
+                if self.policy_server_address is not None and self.env is None:
+                    problems.append(f"{key}: policy_server_address without an env needs the "
+                                    f"spaces; set .environment({key}=...)")
+                continue
+            try:
+                from rlmesh.envs import as_space
+
+                as_space(value)
+            except (TypeError, ValueError, KeyError) as e:
+                problems.append(f"{key}: not a gymnasium space or its data form: {e}")
         return problems
 
     @classmethod

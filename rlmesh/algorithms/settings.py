@@ -119,6 +119,12 @@ def _jsonable(value):
         return {str(k): _jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_jsonable(v) for v in value]
+    if hasattr(value, "tolist") and hasattr(value, "dtype"):  # numpy arrays and scalars
+        return value.tolist()
+    if type(value).__module__.startswith("gymnasium.spaces"):  # a space: its data form
+        from rlmesh.envs import space_to_data
+
+        return _jsonable(space_to_data(value))
     if isinstance(value, type) or isinstance(value, types.FunctionType):
         if "<" in value.__qualname__:  # a lambda or a local: no path can import it
             raise TypeError(f"{value!r} cannot be imported by path; define it at module level")

@@ -19,6 +19,7 @@ from rlmesh.runtime import ActorUnavailable, Job, RestartPolicy
 log = logging.getLogger(__name__)
 
 ENV_RUNNER = "rlmesh.roles.env_runner:EnvRunner"
+POLICY_SERVER_RUNNER = "rlmesh.roles.policy_server:PolicyServerRunner"
 PARAM_SERVER = "rlmesh.roles.paramserver:ParamServer"
 
 
@@ -43,13 +44,15 @@ class Mesh:
         runner_config = {**cfg.to_dict(), "_env_registry": env_registry()}
         policy = RestartPolicy(max_restarts=cfg.max_num_env_runner_restarts
                                if cfg.restart_failed_env_runners else 0)
+        # External simulators: runners that serve PolicyClients instead of stepping envs.
+        runner_cls = ENV_RUNNER if cfg.policy_server_address is None else POLICY_SERVER_RUNNER
         if cfg.num_env_runners == 0:
             # As RLlib's local env runner: sampling happens in the driver process.
-            self.runners = [await self.job.spawn(ENV_RUNNER, runner_config, 0, name="env_runner-0",
+            self.runners = [await self.job.spawn(runner_cls, runner_config, 0, name="env_runner-0",
                                                  in_process=True)]
         else:
             self.runners = list(await asyncio.gather(*(
-                self.job.spawn(ENV_RUNNER, runner_config, i, name=f"env_runner-{i}",
+                self.job.spawn(runner_cls, runner_config, i, name=f"env_runner-{i}",
                                restart=policy, role="EnvRunner")
                 for i in range(1, cfg.num_env_runners + 1))))
         await learner_group.start_remote(self.job)
@@ -87,6 +90,8 @@ class Mesh:
             deadline = None
             fragments.extend(got)
             steps += sum(f["env_steps"] for f in got)
+            if all(f.get("idle") for f in got):
+                break  # policy servers whose clients sent nothing in time: an idle iteration
         return fragments
 
     async def _sample_one(self, runner: Any) -> dict[str, Any] | None:

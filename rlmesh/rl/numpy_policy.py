@@ -125,39 +125,52 @@ class NumpyPolicy:
 
     def __call__(self, obs: np.ndarray, explore: bool | None = None
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        explore = self.explore if explore is None else explore
         inputs = self.dist_inputs(obs)
+        actions = self.sample(inputs, self.explore if explore is None else explore)
+        return actions, self.logp(inputs, actions), inputs
+
+    def sample(self, inputs: np.ndarray, explore: bool = True) -> np.ndarray:
+        """Actions drawn from the distributions ``inputs`` describe (their modes without
+        ``explore``), in the dtype fragments store them in."""
         if self.kind == CATEGORICAL:
-            actions, logp = self._categorical(inputs, explore)
-        else:
-            actions, logp = self._gaussian(inputs, explore)
-        return actions.astype(self.action_dtype, copy=False), logp.astype(np.float32), inputs
-
-    def _categorical(self, logits: np.ndarray, explore: bool) -> tuple[np.ndarray, np.ndarray]:
-        shifted = logits - logits.max(-1, keepdims=True)
-        log_probs = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
-        if explore:  # inverse CDF: the first action whose cumulative probability passes u
+            log_probs = _log_softmax(inputs)
+            if not explore:
+                return log_probs.argmax(-1).astype(np.int64)
+            # Inverse CDF: the first action whose cumulative probability passes u.
             cdf = np.cumsum(np.exp(log_probs), -1)
-            u = self.rng.random((len(logits), 1)) * cdf[:, -1:]
-            actions = np.minimum((cdf <= u).sum(-1), logits.shape[-1] - 1)
-        else:
-            actions = log_probs.argmax(-1)
-        return actions, np.take_along_axis(log_probs, actions[:, None], -1)[:, 0]
-
-    def _gaussian(self, inputs: np.ndarray, explore: bool) -> tuple[np.ndarray, np.ndarray]:
-        mean, log_std = np.split(inputs.astype(np.float64), 2, axis=-1)
-        squashed = self.kind == SQUASHED
-        if squashed:
-            log_std = np.clip(log_std, LOG_STD_MIN, LOG_STD_MAX)
+            u = self.rng.random((len(inputs), 1)) * cdf[:, -1:]
+            return np.minimum((cdf <= u).sum(-1), inputs.shape[-1] - 1).astype(np.int64)
+        mean, log_std = self._gaussian_params(inputs)
         u = mean + np.exp(log_std) * self.rng.standard_normal(mean.shape) if explore else mean
-        if not squashed:
-            z = (u - mean) / np.exp(log_std)
-            return u, (-0.5 * z ** 2 - log_std - 0.5 * _LOG_2PI).sum(-1)
-        actions = (self.low + (np.tanh(u) + 1.0) * self.half_range).astype(np.float32)
-        # Scored as the learner scores what is stored: the float32 action, pulled in from
-        # the bounds by SQUASH_EPS before tanh is inverted (SquashedGaussian.logp).
-        y = np.clip((actions - self.low) / self.half_range - 1.0, -1 + SQUASH_EPS, 1 - SQUASH_EPS)
-        u = np.arctanh(y)
+        if self.kind == SQUASHED:
+            u = self.low + (np.tanh(u) + 1.0) * self.half_range
+        return u.astype(np.float32)
+
+    def logp(self, inputs: np.ndarray, actions: np.ndarray) -> np.ndarray:
+        """Log-probability (density) of ``actions`` as the learner's distribution scores them."""
+        if self.kind == CATEGORICAL:
+            index = np.asarray(actions, np.int64).reshape(-1, 1)
+            return np.take_along_axis(_log_softmax(inputs), index, -1)[:, 0].astype(np.float32)
+        mean, log_std = self._gaussian_params(inputs)
+        u = np.asarray(actions, np.float64).reshape(mean.shape)
+        log_det = 0.0
+        if self.kind == SQUASHED:
+            # As SquashedGaussian.logp: pulled in from the bounds by SQUASH_EPS, tanh inverted,
+            # in float32 as the learner does it (near the bounds atanh magnifies rounding).
+            y = np.clip((actions.astype(np.float32) - self.low) / self.half_range - np.float32(1),
+                        np.float32(-1 + SQUASH_EPS), np.float32(1 - SQUASH_EPS)).astype(np.float64)
+            u = np.arctanh(y)
+            log_det = 2.0 * (math.log(2.0) - u - np.logaddexp(0.0, -2.0 * u)) + np.log(self.half_range)
         z = (u - mean) / np.exp(log_std)
-        log_det = 2.0 * (math.log(2.0) - u - np.logaddexp(0.0, -2.0 * u)) + np.log(self.half_range)
-        return actions, (-0.5 * z ** 2 - log_std - 0.5 * _LOG_2PI - log_det).sum(-1)
+        return (-0.5 * z ** 2 - log_std - 0.5 * _LOG_2PI - log_det).sum(-1).astype(np.float32)
+
+    def _gaussian_params(self, inputs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        mean, log_std = np.split(np.asarray(inputs, np.float64), 2, axis=-1)
+        if self.kind == SQUASHED:
+            log_std = np.clip(log_std, LOG_STD_MIN, LOG_STD_MAX)
+        return mean, log_std
+
+
+def _log_softmax(logits: np.ndarray) -> np.ndarray:
+    shifted = logits - logits.max(-1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))

@@ -153,6 +153,8 @@ def merge_fragments(fragments: list[dict[str, Any]]) -> dict[str, np.ndarray]:
     more) are padded at the end with masked rows marked terminated; a padded column's last
     real step, if not already done, becomes a truncation that bootstraps from its next_obs.
     """
+    # Fragments without steps (an idle policy server's) only carry episode ends.
+    fragments = [f for f in fragments if f["obs"].shape[0] and f["obs"].shape[1]]
     t_max = max(f["obs"].shape[0] for f in fragments)
     cols: dict[str, list[np.ndarray]] = {k: [] for k in _TIME_MAJOR}
     next_obs, trunc_index, trunc_obs = [], [], []

@@ -125,8 +125,13 @@ class ActorServer:
 
     # --- socket shell ---
 
-    async def start(self, address: str) -> str:
+    async def start(self, address: str,
+                    configure_socket: Callable[[zmq.Socket], None] | None = None) -> str:
+        """Bind and serve; ``configure_socket`` sets options that must precede the bind
+        (CURVE server keys)."""
         sock = configure(self.ctx.socket(zmq.ROUTER), self.limits.max_message_bytes)
+        if configure_socket is not None:
+            configure_socket(sock)
         self.address = bind(sock, address)
         self._sock = AsyncSocket(sock, self._on_message,
                                  zero_copy=not self.address.startswith("inproc://"))

@@ -505,28 +505,31 @@ def _sb3_learns(seed: int) -> dict[str, Any]:
             "solved": got["solved"], "version": got["stable_baselines3"]}
 
 
-def bench_learning(sizes: PPOSizes, tmp: Path) -> list[Row]:
-    have_peer = PEERS_READY.exists()
-    nan = float("nan")
-    none = {"wall": nan, "timesteps": nan, "inside": nan, "solved": True, "version": "?"}
-    runs = []
-    for seed in sizes.seeds:  # take turns, seed by seed
-        ours = _rlmesh_learns(seed, tmp)
-        theirs = _sb3_learns(seed) if have_peer else none
-        runs.append((seed, ours, theirs))
-        print(f"  seed {seed}: rlmesh {ours['wall']:.1f} s {ours['timesteps']} steps, "
-              f"sb3 {theirs['wall']:.1f} s {theirs['timesteps']} steps", flush=True)
-    version = runs[0][2]["version"]
-    peer = (f"stable-baselines3 {version} PPO, rl-zoo's CartPole-v1 hyperparameters"
-            if have_peer else NOT_INSTALLED)
+def _rllib_learns(seed: int) -> dict[str, Any]:
+    """RLlib running rlmesh's tuned example (same hyperparameters, network and stop)."""
+    t0 = time.perf_counter()
+    with started([str(RLLIB_PYTHON), str(PEER_RLLIB), "learn", "--seed", str(seed)],
+                 stdout=subprocess.PIPE, text=True) as (proc, _):
+        out, _ = proc.communicate()  # the peer stops ray and its processes itself
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0 or not out.strip():
+        raise RuntimeError(f"peer_rllib.py learn --seed {seed} exited with {proc.returncode}")
+    got = json.loads(out.strip().splitlines()[-1])
+    return {"wall": wall, "timesteps": got["timesteps"], "inside": got["learn_s"],
+            "solved": got["solved"], "version": got["ray"]}
+
+
+def _learning_rows(runs: list[tuple[int, dict[str, Any], dict[str, Any]]], peer: str,
+                   who: str, goal: float | None) -> list[Row]:
+    """rlmesh's runs beside one peer's: per seed, then the median of the seeds."""
     rows = []
     for seed, ours, theirs in runs:
-        failed = ", ".join(f"{who} did not reach {SOLVED:g}"
-                           for who, r in (("rlmesh", ours), ("sb3", theirs)) if not r["solved"])
+        failed = ", ".join(f"{name} did not reach {SOLVED:g}"
+                           for name, r in (("rlmesh", ours), (who, theirs)) if not r["solved"])
         name = f"learning, {ENV} to {SOLVED:g}, seed {seed}"
         rows += [
             PPORow(name, "s, process start to exit", ours["wall"], theirs["wall"], peer,
-                   goal=0.5, failed=failed),
+                   goal=goal, failed=failed),
             PPORow(name, "env steps", ours["timesteps"], theirs["timesteps"], peer),
             PPORow(name, "s in the training loop", ours["inside"], theirs["inside"], peer),
         ]
@@ -534,8 +537,35 @@ def bench_learning(sizes: PPOSizes, tmp: Path) -> list[Row]:
         med = lambda side, key: statistics.median(r[side][key] for r in runs)  # noqa: E731
         rows.append(PPORow(f"learning, {ENV} to {SOLVED:g}, median of {len(runs)} seeds",
                            "s, process start to exit", med(1, "wall"), med(2, "wall"), peer,
-                           goal=0.5, failed="some run did not solve" if any(
+                           goal=goal, failed="some run did not solve" if any(
                                not (r[1]["solved"] and r[2]["solved"]) for r in runs) else ""))
+    return rows
+
+
+def bench_learning(sizes: PPOSizes, tmp: Path) -> list[Row]:
+    have_peer, have_rllib = PEERS_READY.exists(), RLLIB_READY.exists()
+    nan = float("nan")
+    none = {"wall": nan, "timesteps": nan, "inside": nan, "solved": True, "version": "?"}
+    runs, rllib_runs = [], []
+    for seed in sizes.seeds:  # take turns, seed by seed
+        ours = _rlmesh_learns(seed, tmp)
+        theirs = _sb3_learns(seed) if have_peer else none
+        runs.append((seed, ours, theirs))
+        note = ""
+        if have_rllib:
+            rllib = _rllib_learns(seed)
+            rllib_runs.append((seed, ours, rllib))
+            note = f", rllib {rllib['wall']:.1f} s {rllib['timesteps']} steps"
+        print(f"  seed {seed}: rlmesh {ours['wall']:.1f} s {ours['timesteps']} steps, "
+              f"sb3 {theirs['wall']:.1f} s {theirs['timesteps']} steps{note}", flush=True)
+    version = runs[0][2]["version"]
+    peer = (f"stable-baselines3 {version} PPO, rl-zoo's CartPole-v1 hyperparameters"
+            if have_peer else NOT_INSTALLED)
+    rows = _learning_rows(runs, peer, "sb3", goal=0.5)
+    if rllib_runs:
+        rllib_peer = (f"RLlib {rllib_runs[0][2]['version']} PPO, {TUNED}'s hyperparameters "
+                      "and stop")
+        rows += _learning_rows(rllib_runs, rllib_peer, "rllib", goal=None)
     return rows
 
 

@@ -184,13 +184,22 @@ def train(args: argparse.Namespace) -> None:
     run_with_session(body)
 
 
+def keep_return(*, episode: Any, prev_episode_chunks: Any = None, env_runner: Any = None,
+                **_: Any) -> None:
+    """on_episode_end, in an env runner: note the whole episode's return (its earlier chunks
+    went out with earlier samples) for ``learn`` to collect."""
+    ret = episode.get_return() + sum(c.get_return() for c in prev_episode_chunks or ())
+    env_runner.__dict__.setdefault("bench_returns", []).append(float(ret))
+
+
 def learn(args: argparse.Namespace) -> None:
-    """rlmesh's tuned example run by RLlib (its hyperparameters, network and stop: mean
+    """rlmesh's tuned example run by RLlib (its hyperparameters, network and stop: the mean
     return of the last 100 episodes >= 475, or its step budget), like ppo_learning's rlmesh
-    side. RLlib's ``episode_return_mean`` averages a window of 100 episodes per runner
-    (``metrics_num_episodes_for_smoothing``), then over the runners."""
-    from ray.rllib.utils.metrics import (ENV_RUNNER_RESULTS, EPISODE_RETURN_MEAN,
-                                         NUM_ENV_STEPS_SAMPLED_LIFETIME)
+    side. The returns are collected from the runners after each ``train()``: RLlib's own
+    ``episode_return_mean`` is not a plain mean of the last 100 episodes."""
+    from collections import deque
+
+    from ray.rllib.utils.metrics import ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME
 
     experiment = tuned()
     settings = dict(experiment["config"])
@@ -199,21 +208,28 @@ def learn(args: argparse.Namespace) -> None:
         settings["lr"] = settings.pop("lr_schedule")
     threshold = experiment["stop"]["episode_reward_mean"]
     budget = experiment["stop"]["timesteps_total"]
-    config = make_config(model, **settings, seed=args.seed)
+    config = make_config(model, **settings, seed=args.seed).callbacks(on_episode_end=keep_return)
     out: dict[str, Any] = {}
 
     def body(session: Session) -> Any:
         algo = config.build_algo()
+        group = algo.env_runner_group
         t0 = time.perf_counter()
-        mean, steps = float("nan"), 0
+        last: deque[float] = deque(maxlen=100)
+        mean, steps, iterations = float("nan"), 0, 0
         while steps < budget:
-            runners = algo.train()[ENV_RUNNER_RESULTS]
-            mean = float(runners.get(EPISODE_RETURN_MEAN, float("nan")))
-            steps = int(runners[NUM_ENV_STEPS_SAMPLED_LIFETIME])
+            result = algo.train()
+            iterations += 1
+            steps = int(result[ENV_RUNNER_RESULTS][NUM_ENV_STEPS_SAMPLED_LIFETIME])
+            for returns in group.foreach_env_runner(
+                    lambda r: r.__dict__.pop("bench_returns", []), local_env_runner=False):
+                last.extend(returns)
+            mean = sum(last) / len(last) if last else float("nan")
             if mean >= threshold:
                 break
         out.update(seed=args.seed, solved=mean >= threshold, timesteps=steps,
-                   episode_reward_mean=mean, learn_s=time.perf_counter() - t0)
+                   iterations=iterations, episode_reward_mean=mean,
+                   learn_s=time.perf_counter() - t0)
         return algo
 
     run_with_session(body)

@@ -84,7 +84,9 @@ def test_categorical_samples_follow_the_probabilities():
     policy = NumpyPolicy(BOX_OBS, DISCRETE_ACT, {"fcnet_hiddens": []}, seed=3)
     logits = np.log(np.array([0.5, 0.25, 0.15, 0.1, 0.0]) + 1e-30).astype(np.float32)
     n = 40_000
-    actions, logp = policy._categorical(np.tile(logits, (n, 1)), explore=True)
+    inputs = np.tile(logits, (n, 1))
+    actions = policy.sample(inputs, explore=True)
+    logp = policy.logp(inputs, actions)
     freq = np.bincount(actions, minlength=5) / n
     np.testing.assert_allclose(freq, [0.5, 0.25, 0.15, 0.1, 0.0], atol=0.01)
     assert freq[4] == 0  # probability 0 (a masked action) is never drawn
@@ -94,7 +96,7 @@ def test_categorical_samples_follow_the_probabilities():
 def test_gaussian_samples_have_the_models_mean_and_std():
     policy = NumpyPolicy(BOX_OBS, BOX_ACT, {"fcnet_hiddens": []}, seed=4)
     inputs = np.tile(np.array([1.0, -3.0, np.log(0.5), np.log(2.0)], np.float32), (40_000, 1))
-    actions, _ = policy._gaussian(inputs, explore=True)
+    actions = policy.sample(inputs, explore=True)
     np.testing.assert_allclose(actions.mean(0), [1.0, -3.0], atol=0.03)
     np.testing.assert_allclose(actions.std(0), [0.5, 2.0], rtol=0.03)
 

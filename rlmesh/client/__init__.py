@@ -1,0 +1,11 @@
+"""Embed rlmesh in a simulator that owns its main loop: ``PolicyClient`` asks a policy
+server for actions (or computes them locally) and reports rewards and episode ends.
+
+Importing this and using remote inference loads pyzmq, msgpack and numpy only.
+"""
+
+from rlmesh.client.client import PolicyClient, PolicyServerError, PolicyServerUnavailable
+from rlmesh.client.keys import curve_client_options, make_curve_keys
+
+__all__ = ["PolicyClient", "PolicyServerError", "PolicyServerUnavailable",
+           "curve_client_options", "make_curve_keys"]

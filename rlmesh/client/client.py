@@ -1,0 +1,237 @@
+"""PolicyClient: a simulator with its own main loop reports experience to rlmesh and asks
+it for actions (RLlib's PolicyClient, over ZeroMQ and msgpack instead of HTTP and pickle).
+
+Remote inference needs only pyzmq, msgpack and numpy: every call is a request to the
+policy server. Local inference keeps a numpy copy of the policy (gymnasium for the
+spaces, no torch), refreshes its weights when the server has newer ones (at most every
+``update_interval`` seconds), and ships experience in chunks.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from typing import Any
+
+import zmq
+
+from rlmesh.client.episodes import Episodes, check_reward
+from rlmesh.wire import codec
+from rlmesh.wire import messages as M
+from rlmesh.wire.sockets import configure
+
+_call_ids = itertools.count(1)
+
+
+class PolicyServerError(RuntimeError):
+    """The server refused a call (its message says why); the client can go on."""
+
+    def __init__(self, etype: str, msg: str) -> None:
+        super().__init__(f"{etype}: {msg}")
+        self.etype = etype
+
+
+class PolicyServerUnavailable(ConnectionError):
+    """No reply from the server in time."""
+
+
+class PolicyClient:
+    """``PolicyClient("tcp://127.0.0.1:9900", inference_mode="remote")``.
+
+    Thread-safe: calls from several threads are serialised on the one connection.
+    ``curve_server_key`` (the server's public key, z85) and ``curve_keypair`` (this
+    client's ``(public, secret)``) encrypt and authenticate a TCP connection to a server
+    that requires CURVE.
+    """
+
+    def __init__(self, address: str, inference_mode: str = "remote", update_interval: float = 10.0,
+                 timeout: float = 30.0, curve_server_key: bytes | str | None = None,
+                 curve_keypair: tuple[bytes | str, bytes | str] | None = None) -> None:
+        if inference_mode not in ("remote", "local"):
+            raise ValueError(f"inference_mode must be 'remote' or 'local', got {inference_mode!r}")
+        self.address, self.inference_mode = address, inference_mode
+        self.update_interval, self.timeout = float(update_interval), float(timeout)
+        self._lock = threading.Lock()
+        self._ctx = zmq.Context.instance()
+        self._sock = configure(self._ctx.socket(zmq.DEALER))
+        if curve_server_key is not None:
+            if curve_keypair is None:
+                curve_keypair = zmq.curve_keypair()
+            self._sock.curve_serverkey = _key(curve_server_key)
+            self._sock.curve_publickey, self._sock.curve_secretkey = map(_key, curve_keypair)
+        self._sock.connect(address)
+        self._closed = False
+        try:
+            self._request(M.make(M.HELLO, id=next(_call_ids)))
+            self.server_info = self._call("server_info")
+        except BaseException:
+            self._sock.close(0)
+            raise
+        self._local: _LocalInference | None = None
+        if inference_mode == "local":
+            self._local = _LocalInference(self, self.server_info)
+
+    # --- RLlib's PolicyClient API ---
+
+    def start_episode(self, episode_id: str | None = None, training_enabled: bool = True) -> str:
+        if self._local is not None:
+            return self._local.episodes.start(episode_id, training_enabled)
+        return self._call("start_episode", episode_id, training_enabled)
+
+    def get_action(self, episode_id: str, observation: Any) -> Any:
+        if self._local is not None:
+            return self._local.get_action(episode_id, observation)
+        return self._call("get_action", episode_id, observation)
+
+    def log_action(self, episode_id: str, observation: Any, action: Any) -> None:
+        if self._local is not None:
+            return self._local.log_action(episode_id, observation, action)
+        self._call("log_action", episode_id, observation, action)
+
+    def log_returns(self, episode_id: str, reward: float, info: dict | None = None) -> None:
+        if self._local is not None:
+            return self._local.episodes.reward(episode_id, check_reward(reward))
+        self._call("log_returns", episode_id, reward, info)
+
+    def end_episode(self, episode_id: str, observation: Any, truncated: bool = False) -> None:
+        """Close the episode with its final observation; ``truncated``: it was cut short
+        (a time limit), not ended by the task, so its value is bootstrapped."""
+        if self._local is not None:
+            return self._local.end_episode(episode_id, observation, truncated)
+        self._call("end_episode", episode_id, observation, truncated)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        if self._local is not None:
+            try:
+                self._local.flush()
+            except (PolicyServerError, PolicyServerUnavailable):
+                pass  # the server is gone or refuses: nothing left to deliver to
+        self._sock.close(0)
+
+    def __enter__(self) -> "PolicyClient":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # --- requests ---
+
+    def _call(self, method: str, *args: Any) -> Any:
+        msg = M.make(M.CALL, id=next(_call_ids), m=method, a=list(args), k={})
+        return self._request(msg).get("r")
+
+    def _request(self, msg: dict[str, Any]) -> dict[str, Any]:
+        frames = codec.encode(msg)
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("PolicyClient is closed")
+            self._sock.send_multipart(frames, copy=False)
+            deadline = time.monotonic() + self.timeout
+            while True:  # replies to calls that timed out earlier are skipped
+                left = deadline - time.monotonic()
+                if left <= 0 or not self._sock.poll(left * 1000):
+                    raise PolicyServerUnavailable(
+                        f"no reply from the policy server at {self.address} within "
+                        f"{self.timeout:g} s (is it running, and is this the right address?)")
+                reply = M.validate(codec.decode(self._sock.recv_multipart(copy=False)))
+                if reply.get("id") == msg["id"]:
+                    break
+        if reply["t"] == M.ERROR:
+            if reply["etype"] == "VersionMismatch":
+                raise M.VersionMismatch(None, text=reply["msg"])
+            raise PolicyServerError(reply["etype"], reply["msg"])
+        return reply
+
+
+class _LocalInference:
+    """The client's own policy and episodes: actions computed here, chunks shipped."""
+
+    def __init__(self, client: PolicyClient, info: dict[str, Any]) -> None:
+        from rlmesh.envs import actions_for_env, space_from_data
+        from rlmesh.rl.numpy_policy import NumpyPolicy
+
+        self.client = client
+        self.obs_space = space_from_data(info["observation_space"])
+        self.action_space = space_from_data(info["action_space"])
+        model = info["model"]
+        if model.get("custom_model") is not None:
+            raise ValueError("inference_mode='local' computes the default model in numpy; this "
+                             f"server's model is {model['custom_model']!r}: use 'remote'")
+        self.policy = NumpyPolicy(self.obs_space, self.action_space, model, info["explore"])
+        self.normalize = info["normalize_actions"]
+        self._to_env = actions_for_env
+        self.episodes = Episodes(info["chunk_len"])
+        self.version = -1
+        self._checked = -float("inf")
+        self._refresh(force=True)
+
+    def _refresh(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._checked < self.client.update_interval:
+            return
+        self._checked = now
+        got = self.client._call("get_weights", self.version)
+        if got is not None:
+            self.version, weights = got
+            self.policy.set_weights(weights)
+
+    def _obs(self, observation: Any) -> Any:
+        import numpy as np
+
+        obs = np.asarray(observation, dtype=self.obs_space.dtype)
+        if obs.shape != self.obs_space.shape:
+            raise ValueError(f"observation of shape {obs.shape}, the space is {self.obs_space}")
+        return obs
+
+    def get_action(self, episode_id: str, observation: Any) -> Any:
+        self.episodes.get(episode_id)  # unknown ids fail before any work
+        self._refresh()
+        obs = self._obs(observation)
+        actions, logp, inputs = self.policy(obs[None])
+        self.episodes.act(episode_id, obs, actions[0], logp[0], inputs[0])
+        self._ship(enough=True)
+        return _plain(self._to_env(actions[0], self.action_space, self.normalize))
+
+    def log_action(self, episode_id: str, observation: Any, action: Any) -> None:
+        import numpy as np
+
+        self.episodes.get(episode_id)
+        obs = self._obs(observation)
+        action = np.asarray(action, dtype=self.policy.action_dtype)
+        if not self.action_space.contains(action.astype(self.action_space.dtype)):
+            raise ValueError(f"action {action!r} is outside the action space {self.action_space}")
+        inputs = self.policy.dist_inputs(obs[None])
+        logp = self.policy.logp(inputs, action[None])
+        self.episodes.act(episode_id, obs, action, logp[0], inputs[0])
+        self._ship(enough=True)
+
+    def end_episode(self, episode_id: str, observation: Any, truncated: bool) -> None:
+        self.episodes.end(episode_id, self._obs(observation), truncated)
+        self._ship(enough=False)
+
+    def _ship(self, enough: bool) -> None:
+        """Send the chunks cut so far: at once after an episode ends, else once a chunk's
+        worth of steps is waiting."""
+        if not self.episodes.chunks:
+            return
+        if enough and self.episodes.steps_ready() < self.episodes.chunk_len:
+            return
+        chunks = self.episodes.take_chunks()
+        self.client._call("report_chunks", chunks, self.version)
+
+    def flush(self) -> None:
+        self._ship(enough=False)
+
+
+def _plain(action: Any) -> Any:
+    """An action as the simulator wants it: a Python int for Discrete, else an array."""
+    return int(action) if getattr(action, "ndim", 1) == 0 else action
+
+
+def _key(key: bytes | str) -> bytes:
+    return key.encode("ascii") if isinstance(key, str) else key

@@ -1,0 +1,223 @@
+"""Episodes reported by external simulators, cut into chunks the learner can use.
+
+Shared by the policy server (remote inference: it records what it computed) and the
+policy client (local inference: it records, then ships chunks). Only numpy: a simulator
+that embeds the client does not load torch or gymnasium for this.
+
+A step becomes complete when the next observation of its episode arrives (the next
+``act``) or the episode ends; its reward is what ``reward`` added meanwhile. Complete
+steps are cut into chunks of at most ``chunk_len`` steps; a chunk's ``next_obs`` is the
+observation after its last step, so a chunk cut mid-episode bootstraps from it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+STEP_COLUMNS = ("obs", "actions", "action_logp", "action_dist_inputs", "rewards")
+
+
+@dataclass
+class _Episode:
+    episode_id: str
+    training_enabled: bool
+    last_seen: float
+    steps: list[tuple[Any, Any, float, Any, float]] = field(default_factory=list)  # complete
+    current: list[Any] | None = None  # [obs, action, logp, dist_inputs, reward so far]
+    total_reward: float = 0.0
+    length: int = 0  # complete steps so far, over every chunk
+
+
+class Episodes:
+    """Open episodes by id and the chunks cut from them (``take_chunks``)."""
+
+    def __init__(self, chunk_len: int, max_open: int = 10_000) -> None:
+        if chunk_len < 1:
+            raise ValueError(f"chunk_len must be at least 1, got {chunk_len}")
+        self.chunk_len = chunk_len
+        self.max_open = max_open
+        self.open: dict[str, _Episode] = {}
+        self.chunks: list[dict[str, Any]] = []
+        self.counters = {"episodes_started": 0, "episodes_ended": 0, "episodes_expired": 0,
+                         "steps_complete": 0, "steps_discarded": 0}
+        self._ids = itertools.count()
+        self._prefix = f"{os.getpid():x}-{time.monotonic_ns():x}-"
+
+    def start(self, episode_id: str | None = None, training_enabled: bool = True) -> str:
+        if episode_id is None:
+            episode_id = self._prefix + str(next(self._ids))
+        if not isinstance(episode_id, str) or not episode_id:
+            raise ValueError(f"episode_id must be a non-empty string, got {episode_id!r}")
+        if episode_id in self.open:
+            raise ValueError(f"episode {episode_id!r} is already open")
+        if len(self.open) >= self.max_open:
+            raise ValueError(f"{len(self.open)} episodes are open, the most this server keeps; "
+                             f"end some (end_episode) before starting more")
+        self.open[episode_id] = _Episode(episode_id, bool(training_enabled), time.monotonic())
+        self.counters["episodes_started"] += 1
+        return episode_id
+
+    def get(self, episode_id: Any) -> _Episode:
+        episode = self.open.get(episode_id) if isinstance(episode_id, str) else None
+        if episode is None:
+            raise KeyError(f"unknown episode id {episode_id!r}: never started, already ended, "
+                           f"or closed after its client went silent")
+        episode.last_seen = time.monotonic()
+        return episode
+
+    def act(self, episode_id: str, obs: Any, action: Any, logp: float, dist_inputs: Any) -> None:
+        """A new step from ``obs``; the step before it (if any) is complete now."""
+        episode = self.get(episode_id)
+        self._complete_current(episode)
+        episode.current = [obs, action, float(logp), dist_inputs, 0.0]
+        if len(episode.steps) >= self.chunk_len:
+            self._cut(episode, next_obs=obs, terminated=False, truncated=False)
+
+    def reward(self, episode_id: str, reward: float) -> None:
+        episode = self.get(episode_id)
+        if episode.current is None:
+            raise ValueError(f"episode {episode_id!r}: log_returns before any action; a reward "
+                             f"belongs to the step an action started")
+        episode.current[4] += reward
+        episode.total_reward += reward
+
+    def end(self, episode_id: str, obs: Any, truncated: bool = False) -> dict[str, Any]:
+        """Close the episode: its last step is complete, ``obs`` its final observation.
+        ``truncated``: stopped from outside (a time limit), so values bootstrap from ``obs``."""
+        episode = self.get(episode_id)
+        self._complete_current(episode)
+        del self.open[episode_id]
+        self.counters["episodes_ended"] += 1
+        self._cut(episode, next_obs=obs, terminated=not truncated, truncated=bool(truncated),
+                  final=True)
+        return self.summary(episode)
+
+    def expire(self, timeout_s: float, now: float | None = None) -> list[str]:
+        """Close the episodes no call has touched for ``timeout_s``: their complete steps are
+        kept as a truncated chunk (bootstrapped from the observation after them); the step in
+        progress, whose outcome never came, is dropped."""
+        now = time.monotonic() if now is None else now
+        gone = [e for e in self.open.values() if now - e.last_seen > timeout_s]
+        for episode in gone:
+            del self.open[episode.episode_id]
+            self.counters["episodes_expired"] += 1
+            if episode.current is not None:
+                self.counters["steps_discarded"] += 1
+                self._cut(episode, next_obs=episode.current[0], terminated=False, truncated=True,
+                          final=True)
+            else:
+                self._cut(episode, next_obs=None, terminated=False, truncated=True, final=True)
+        return [e.episode_id for e in gone]
+
+    def cut_open(self) -> None:
+        """Chunk the complete steps of every open episode now (before a train batch)."""
+        for episode in self.open.values():
+            if episode.steps and episode.current is not None:
+                self._cut(episode, next_obs=episode.current[0], terminated=False, truncated=False)
+
+    def take_chunks(self) -> list[dict[str, Any]]:
+        chunks, self.chunks = self.chunks, []
+        return chunks
+
+    def steps_ready(self) -> int:
+        return sum(len(c["rewards"]) for c in self.chunks)
+
+    @staticmethod
+    def summary(episode: _Episode) -> dict[str, Any]:
+        return {"return": float(episode.total_reward), "length": int(episode.length),
+                "custom_metrics": {}, "episode_id": episode.episode_id}
+
+    def _complete_current(self, episode: _Episode) -> None:
+        if episode.current is None:
+            return
+        episode.steps.append(tuple(episode.current))
+        episode.current = None
+        episode.length += 1
+        self.counters["steps_complete"] += 1
+
+    def _cut(self, episode: _Episode, next_obs: Any, terminated: bool, truncated: bool,
+             final: bool = False) -> None:
+        steps, episode.steps = episode.steps, []
+        if not episode.training_enabled:
+            return
+        if not steps:
+            if final:
+                # An episode whose steps all went out in earlier chunks still reports its
+                # end (return, length) with an empty chunk.
+                self.chunks.append(_empty_end(self.summary(episode)))
+            return
+        if next_obs is None:  # expired with no observation after its last complete step
+            steps, next_obs = steps[:-1], steps[-1][0]
+            self.counters["steps_discarded"] += 1
+            if not steps:
+                return
+        columns = list(zip(*steps))
+        chunk = {name: np.asarray(col) for name, col in zip(STEP_COLUMNS, columns)}
+        chunk["action_logp"] = chunk["action_logp"].astype(np.float32)
+        chunk["rewards"] = chunk["rewards"].astype(np.float32)
+        chunk["next_obs"] = np.asarray(next_obs)
+        chunk["terminated"], chunk["truncated"] = terminated, truncated
+        chunk["episode"] = self.summary(episode) if final else None
+        self.chunks.append(chunk)
+
+
+def fragment_from_chunks(chunks: list[dict[str, Any]], obs_layout: tuple[tuple[int, ...], Any],
+                         action_layout: tuple[tuple[int, ...], Any], num_inputs: int) -> dict[str, Any]:
+    """Chunks side by side as one time-major fragment ``[T, B]`` in the env runner's layout
+    (``roles.env_runner.FragmentBuffer``): chunk b fills rows 0..L-1 of column b; rows after
+    are padding (mask False, terminated, as ``merge_fragments`` pads). A chunk that did not
+    end in a termination is a truncation at its last row, bootstrapped from its next_obs.
+    Empty chunks only carry an episode's end into ``episodes``."""
+    full = [c for c in chunks if len(c["rewards"])]
+    episodes = [c["episode"] for c in chunks if c.get("episode") is not None]
+    (obs_shape, obs_dtype), (act_shape, act_dtype) = obs_layout, action_layout
+    T, B = max((len(c["rewards"]) for c in full), default=0), len(full)
+    specs = {"obs": (obs_shape, obs_dtype), "actions": (act_shape, act_dtype),
+             "action_logp": ((), np.float32), "action_dist_inputs": ((num_inputs,), np.float32),
+             "rewards": ((), np.float32), "terminateds": ((), bool), "truncateds": ((), bool),
+             "mask": ((), bool)}
+    out: dict[str, Any] = {k: np.zeros((T, B, *shape), dtype) for k, (shape, dtype) in specs.items()}
+    out["next_obs"] = np.zeros((B, *obs_shape), obs_dtype)
+    trunc_index, trunc_obs = [], []
+    for b, chunk in enumerate(full):
+        n = len(chunk["rewards"])
+        for k in STEP_COLUMNS:
+            out[k][:n, b] = np.asarray(chunk[k]).reshape(n, *out[k].shape[2:])
+        out["mask"][:n, b] = True
+        out["terminateds"][n:, b] = True
+        if chunk["terminated"]:
+            out["terminateds"][n - 1, b] = True
+        else:
+            out["truncateds"][n - 1, b] = True
+            if n < T:
+                trunc_index.append((n - 1, b))
+                trunc_obs.append(chunk["next_obs"])
+        if n == T:
+            out["next_obs"][b] = np.asarray(chunk["next_obs"]).reshape(obs_shape)
+    out["trunc_index"] = np.array(trunc_index, np.int64).reshape(-1, 2)
+    out["trunc_obs"] = (np.stack(trunc_obs).astype(obs_dtype).reshape(-1, *obs_shape) if trunc_obs
+                        else np.zeros((0, *obs_shape), obs_dtype))
+    out["env_steps"] = int(out["mask"].sum())
+    out["episodes"] = episodes
+    return out
+
+
+def _empty_end(summary: dict[str, Any]) -> dict[str, Any]:
+    return {"rewards": np.zeros(0, np.float32), "episode": summary}
+
+
+def check_reward(reward: Any) -> float:
+    """A reward as a float, or a clear error (NaN and infinities included)."""
+    if isinstance(reward, bool) or not isinstance(reward, (int, float, np.integer, np.floating)):
+        raise TypeError(f"reward must be a number, got {type(reward).__name__} {reward!r}")
+    value = float(reward)
+    if not math.isfinite(value):
+        raise ValueError(f"reward must be finite, got {value}")
+    return value

@@ -1,0 +1,353 @@
+"""The policy server: an env runner whose experience comes from ``PolicyClient``s embedded
+in external simulators instead of envs it steps (RLlib's PolicyServerInput).
+
+``PolicyServerRunner`` is the runner the driver samples from, like ``EnvRunner``;
+``PolicyService`` is what clients may call, served by a second ActorServer of the same
+process on the configured public address. Remote inference computes actions here and
+records the steps; local inference receives chunks the clients recorded themselves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+import time
+from collections import deque
+from typing import Any
+
+import numpy as np
+
+from rlmesh.algorithms.config import AlgorithmConfig
+from rlmesh.client.episodes import Episodes, check_reward, fragment_from_chunks
+from rlmesh.envs import actions_for_env, as_space, space_to_data, spaces_of
+from rlmesh.roles.env_runner import SEED_STRIDE, column_layout, make_policy, runner_config
+from rlmesh.runtime import Actor, current_job
+from rlmesh.runtime.actor import ActorServer
+
+log = logging.getLogger(__name__)
+
+MAX_BUFFERED_FRAGMENTS = 16  # received steps kept: this many fragments' worth, then oldest dropped
+
+
+def public_address(base: str, worker_index: int) -> str:
+    """Where runner ``worker_index`` listens: the configured address for runner 0 (the
+    driver's) and 1, then the next ports (tcp) or numbered paths (ipc) for 2, 3, ..."""
+    offset = max(worker_index, 1) - 1
+    if offset == 0:
+        return base
+    match = re.fullmatch(r"(tcp://.+):(\d+)", base)
+    if match:
+        return f"{match.group(1)}:{int(match.group(2)) + offset}"
+    return f"{base}.{offset}"
+
+
+def check_observation(space: Any, observation: Any) -> np.ndarray:
+    """``observation`` as an array of the space's dtype, or a clear error."""
+    arr = np.asarray(observation)
+    if arr.dtype.kind not in "biuf":
+        raise TypeError(f"observation of dtype {arr.dtype} is not numeric; the observation "
+                        f"space is {space}")
+    if arr.shape != tuple(space.shape):
+        raise ValueError(f"observation of shape {arr.shape}, the observation space is {space} "
+                         f"(shape {tuple(space.shape)})")
+    obs = arr.astype(space.dtype, copy=False)
+    if not space.contains(obs):
+        raise ValueError(f"observation {observation!r} is outside the observation space {space}")
+    return obs
+
+
+class PolicyServerRunner(Actor):
+    """Fragments of client-reported experience, in the layout of ``EnvRunner.sample``.
+
+    ``config`` as for ``EnvRunner``, with ``policy_server_address`` and the spaces set.
+    ``training=False`` serves inference only (``rlmesh serve``): nothing is recorded.
+    """
+
+    def __init__(self, config: dict[str, Any], worker_index: int = 1,
+                 param_server: str | None = "param_server", training: bool = True) -> None:
+        config = dict(config)
+        registry = config.pop("_env_registry", None) or {}
+        cfg = self.config = runner_config(config)
+        if cfg.policy_server_address is None:
+            raise ValueError("PolicyServerRunner needs policy_server_address in the config")
+        self.worker_index = worker_index
+        self.training = training
+        if cfg.observation_space is not None and cfg.action_space is not None:
+            self.observation_space = as_space(cfg.observation_space)
+            self.action_space = as_space(cfg.action_space)
+        else:  # the spaces of the config's env, built once here
+            self.observation_space, self.action_space = spaces_of(cfg.env, cfg.env_config, registry)
+        job = current_job()
+        self.policy = make_policy(self.observation_space, self.action_space, cfg,
+                                  None if cfg.seed is None else cfg.seed + SEED_STRIDE * worker_index,
+                                  own_process=job is None or job.role != "driver")
+        self.squash = bool(cfg.model.get("squash_actions", False))
+        self.fragment_length = cfg.get_rollout_fragment_length(worker_index)
+        self.episodes = Episodes(self.fragment_length)
+        self.received: deque[dict[str, Any]] = deque()  # chunks from local-inference clients
+        self.received_steps = 0
+        self.version = -1
+        self._ps_name = param_server
+        self._ps: Any = None
+        self._new_data = asyncio.Event()
+        self._server: ActorServer | None = None
+        self._auth: Any = None  # the CURVE authenticator thread, with policy_server_curve_keys
+        self.address = public_address(cfg.policy_server_address, worker_index)
+        self._stats = {"num_fragments": 0, "num_weight_updates": 0, "idle_fragments": 0,
+                       "client_errors": 0, "steps_dropped": 0, "chunks_received": 0}
+
+    async def on_start(self) -> None:
+        self._server = ActorServer(PolicyService(self), f"policy_service-{self.worker_index}")
+        configure = None
+        if self.config.policy_server_curve_keys is not None:
+            self._auth, configure = _curve(self._server.ctx, self.config.policy_server_curve_keys)
+        self.address = await self._server.start(self.address, configure)
+        log.info("policy server %d listening on %s", self.worker_index, self.address)
+
+    async def on_stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        if self._auth is not None:
+            self._auth.stop()
+
+    # --- the driver's side ---
+
+    async def sample(self, explore: bool | None = None) -> dict[str, Any]:
+        """A fragment of at least ``rollout_fragment_length`` client steps, or of what came
+        before ``policy_server_idle_timeout_s`` passed without any (maybe nothing: then
+        ``idle`` is True). Episodes silent for ``policy_server_episode_timeout_s`` are closed."""
+        await self._pull_weights()
+        cfg = self.config
+        while self._steps_ready() < self.fragment_length:
+            self._new_data.clear()
+            try:
+                await asyncio.wait_for(self._new_data.wait(), cfg.policy_server_idle_timeout_s)
+            except asyncio.TimeoutError:
+                break
+            self.episodes.expire(cfg.policy_server_episode_timeout_s)
+        self.episodes.expire(cfg.policy_server_episode_timeout_s)
+        self.episodes.cut_open()
+        chunks = self.episodes.take_chunks() + list(self.received)
+        self.received.clear()
+        self.received_steps = 0
+        fragment = fragment_from_chunks(chunks, column_layout(self.observation_space),
+                                        column_layout(self.action_space), self.policy.num_inputs)
+        fragment["policy_version"] = self.version
+        fragment["worker_index"] = self.worker_index
+        fragment["idle"] = fragment["env_steps"] == 0
+        self._stats["num_fragments"] += 1
+        self._stats["idle_fragments"] += int(fragment["idle"])
+        return fragment
+
+    def _steps_ready(self) -> int:
+        open_steps = sum(len(e.steps) for e in self.episodes.open.values())
+        return self.episodes.steps_ready() + open_steps + self.received_steps
+
+    async def _pull_weights(self) -> None:
+        if self._ps_name is None:
+            return
+        if self._ps is None:
+            self._ps = await self.job.get_actor(self._ps_name)
+        got = await self._ps.get_weights(self.version)
+        if got is not None and got[0] > self.version:
+            self.set_weights(*got)
+
+    def set_weights(self, version: int, weights: dict[str, Any]) -> None:
+        self.policy.set_weights(weights)
+        self.version = version
+        self._stats["num_weight_updates"] += 1
+
+    def get_weights(self) -> dict[str, np.ndarray]:
+        return self.policy.get_weights()
+
+    def get_spaces(self) -> dict[str, Any]:
+        return {"observation_space": space_to_data(self.observation_space),
+                "action_space": space_to_data(self.action_space)}
+
+    def get_address(self) -> str:
+        """The address clients connect to (a tcp port 0 resolved)."""
+        return self.address
+
+    def foreach_env(self, fn_path: str, *args: Any) -> list[Any]:
+        return []  # the envs live in the clients' simulators
+
+    def call_env_method(self, name: str, *args: Any, **kwargs: Any) -> list[Any]:
+        return []
+
+    def metrics(self) -> dict[str, Any]:
+        return {**self.episodes.counters, **self._stats, "worker_index": self.worker_index,
+                "policy_version": self.version, "open_episodes": len(self.episodes.open),
+                "address": self.address}
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    # --- what PolicyService does for clients ---
+
+    def _received_chunks(self, chunks: list[dict[str, Any]]) -> None:
+        limit = MAX_BUFFERED_FRAGMENTS * self.fragment_length
+        for chunk in chunks:
+            self.received.append(chunk)
+            self.received_steps += len(chunk["rewards"])
+        while self.received_steps > limit and len(self.received) > 1:
+            dropped = self.received.popleft()
+            self.received_steps -= len(dropped["rewards"])
+            self._stats["steps_dropped"] += len(dropped["rewards"])
+        self._stats["chunks_received"] += len(chunks)
+        self._new_data.set()
+
+
+class PolicyService(Actor):
+    """The calls a ``PolicyClient`` makes. Each checks what it is given; a bad call gets an
+    error reply and changes nothing, so the server and its other clients carry on."""
+
+    def __init__(self, runner: PolicyServerRunner) -> None:
+        self._r = runner
+
+    def server_info(self) -> dict[str, Any]:
+        r = self._r
+        return {"observation_space": space_to_data(r.observation_space),
+                "action_space": space_to_data(r.action_space), "model": dict(r.config.model),
+                "explore": r.config.explore, "chunk_len": r.fragment_length,
+                "normalize_actions": r.config.normalize_actions and not r.squash,
+                "training": r.training, "policy_version": r.version}
+
+    def start_episode(self, episode_id: str | None = None, training_enabled: bool = True) -> str:
+        return self._r.episodes.start(episode_id, training_enabled and self._r.training)
+
+    def get_action(self, episode_id: str, observation: Any) -> Any:
+        r = self._r
+        r.episodes.get(episode_id)
+        obs = check_observation(r.observation_space, observation)
+        actions, logp, inputs = r.policy(obs[None])
+        r.episodes.act(episode_id, obs, actions[0], logp[0], inputs[0])
+        r._new_data.set()
+        action = actions_for_env(actions[0], r.action_space,
+                                 r.config.normalize_actions and not r.squash)
+        return int(action) if np.ndim(action) == 0 else action
+
+    def log_action(self, episode_id: str, observation: Any, action: Any) -> None:
+        r = self._r
+        r.episodes.get(episode_id)
+        obs = check_observation(r.observation_space, observation)
+        stored = np.asarray(action, dtype=column_layout(r.action_space)[1])
+        if not r.action_space.contains(stored.astype(r.action_space.dtype)):
+            raise ValueError(f"action {action!r} is outside the action space {r.action_space}")
+        inputs = _dist_inputs(r.policy, obs)
+        logp = _logp(r.policy, inputs, stored)
+        r.episodes.act(episode_id, obs, stored, logp, inputs[0])
+        r._new_data.set()
+
+    def log_returns(self, episode_id: str, reward: Any, info: dict | None = None) -> None:
+        self._r.episodes.reward(episode_id, check_reward(reward))
+
+    def end_episode(self, episode_id: str, observation: Any, truncated: bool = False) -> None:
+        r = self._r
+        r.episodes.get(episode_id)
+        obs = check_observation(r.observation_space, observation)
+        r.episodes.end(episode_id, obs, bool(truncated))
+        r._new_data.set()
+
+    def get_weights(self, have_version: int) -> list[Any] | None:
+        """``[version, weights]`` if newer than ``have_version`` (local inference)."""
+        r = self._r
+        if r.version <= have_version and have_version >= 0:
+            return None
+        return [r.version, r.policy.get_weights()]
+
+    def report_chunks(self, chunks: list[dict[str, Any]], policy_version: int) -> int:
+        """Chunks a local-inference client recorded; returns how many steps were taken."""
+        r = self._r
+        if not isinstance(chunks, list):
+            raise TypeError(f"chunks must be a list, got {type(chunks).__name__}")
+        checked = [_check_chunk(r, c) for c in chunks]
+        if r.training:
+            r._received_chunks(checked)
+        return sum(len(c["rewards"]) for c in checked)
+
+
+def _dist_inputs(policy: Any, obs: np.ndarray) -> np.ndarray:
+    if hasattr(policy, "dist_inputs"):
+        return policy.dist_inputs(obs[None])
+    return policy(obs[None], False)[2]
+
+
+def _logp(policy: Any, inputs: np.ndarray, action: np.ndarray) -> float:
+    if hasattr(policy, "logp"):
+        return float(policy.logp(inputs, action[None])[0])
+    import torch  # a custom torch model's distribution scores it
+
+    dist = policy.dist_cls.from_inputs(torch.as_tensor(inputs))
+    return float(dist.logp(torch.as_tensor(action[None])).numpy()[0])
+
+
+_CHUNK_KEYS = {"obs", "actions", "action_logp", "action_dist_inputs", "rewards", "next_obs",
+               "terminated", "truncated", "episode"}
+
+
+def _check_chunk(r: PolicyServerRunner, chunk: Any) -> dict[str, Any]:
+    """A client's chunk with every column the shape and dtype the learner expects."""
+    if not isinstance(chunk, dict):
+        raise TypeError(f"a chunk must be a dict, got {type(chunk).__name__}")
+    if "obs" not in chunk:  # an episode end whose steps all went out earlier
+        rewards = np.asarray(chunk.get("rewards", []), np.float32)
+        if len(rewards):
+            raise ValueError("a chunk with rewards must have obs, actions, ...")
+        return {"rewards": rewards, "episode": _check_summary(chunk.get("episode"))}
+    missing = _CHUNK_KEYS - set(chunk)
+    if missing:
+        raise ValueError(f"chunk lacks {sorted(missing)}")
+    n = len(np.asarray(chunk["rewards"]))
+    obs_shape, obs_dtype = column_layout(r.observation_space)
+    act_shape, act_dtype = column_layout(r.action_space)
+    specs = {"obs": ((n, *obs_shape), obs_dtype), "actions": ((n, *act_shape), act_dtype),
+             "action_logp": ((n,), np.float32), "rewards": ((n,), np.float32),
+             "action_dist_inputs": ((n, r.policy.num_inputs), np.float32),
+             "next_obs": (tuple(obs_shape), obs_dtype)}
+    out: dict[str, Any] = {}
+    for key, (shape, dtype) in specs.items():
+        arr = np.asarray(chunk[key])
+        if arr.dtype.kind not in "biuf" or arr.shape != shape:
+            raise ValueError(f"chunk column {key!r}: expected shape {shape} of numbers, got "
+                             f"{arr.shape} of {arr.dtype}")
+        if not np.all(np.isfinite(arr)):
+            raise ValueError(f"chunk column {key!r} has NaN or infinite values")
+        out[key] = arr.astype(dtype, copy=False)
+    out["terminated"], out["truncated"] = bool(chunk["terminated"]), bool(chunk["truncated"])
+    out["episode"] = _check_summary(chunk["episode"])
+    return out
+
+
+def _check_summary(summary: Any) -> dict[str, Any] | None:
+    if summary is None:
+        return None
+    if not isinstance(summary, dict) or not {"return", "length"} <= set(summary):
+        raise ValueError(f"a chunk's episode must be a dict with return and length, got {summary!r}")
+    return {"return": check_reward(summary["return"]), "length": int(summary["length"]),
+            "custom_metrics": {}}
+
+
+def _curve(ctx: Any, keys_dir: str) -> tuple[Any, Any]:
+    """A ZAP authenticator admitting the clients whose public keys are in
+    ``keys_dir/clients``, and the socket hook making a socket a CURVE server with the key
+    pair in ``keys_dir/server.key_secret`` (the layout of ``make_curve_keys``)."""
+    import zmq.auth
+    from zmq.auth.thread import ThreadAuthenticator
+
+    server_file = os.path.join(keys_dir, "server.key_secret")
+    clients_dir = os.path.join(keys_dir, "clients")
+    if not os.path.isfile(server_file) or not os.path.isdir(clients_dir):
+        raise ValueError(f"policy_server_curve_keys {keys_dir!r} lacks server.key_secret or "
+                         f"clients/ (make them with rlmesh.client.make_curve_keys)")
+    public, secret = zmq.auth.load_certificate(server_file)
+    auth = ThreadAuthenticator(ctx)
+    auth.start()
+    auth.configure_curve(domain="*", location=clients_dir)
+
+    def configure(sock: Any) -> None:
+        sock.curve_server = True
+        sock.curve_publickey, sock.curve_secretkey = public, secret
+
+    return auth, configure
