@@ -76,7 +76,8 @@ class PPOLearnerHooks:
         if cfg.use_kl_loss:
             total = total + learner.state.setdefault("cur_kl_coeff", cfg.kl_coeff) * kl
         with torch.no_grad():
-            var = mb["value_targets"].var()
+            # A one-sample minibatch (a policy server's first steps) has no variance.
+            var = mb["value_targets"].var() if len(values) > 1 else values.new_zeros(())
             explained = 1 - (mb["value_targets"] - values).var() / var if var > 0 else var
             clipped = ((ratio - 1).abs() > cfg.clip_param).float().mean()
         return total, {"total_loss": total.detach(), "policy_loss": policy_loss.detach(),

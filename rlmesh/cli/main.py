@@ -39,6 +39,8 @@ COMMANDS = {
               lambda p: importlib.import_module("rlmesh.cli.train").add_arguments(p)),
     "rollout": ("rollout", "run a checkpoint's policy in an env and print episode returns",
                 lambda p: importlib.import_module("rlmesh.cli.rollout").add_arguments(p)),
+    "serve": ("serve", "serve a checkpoint's policy to PolicyClients (inference only)",
+              lambda p: importlib.import_module("rlmesh.cli.serve").add_arguments(p)),
 }
 
 

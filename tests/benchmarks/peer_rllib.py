@@ -20,6 +20,7 @@ started that outlived them (ray's daemons and workers), so nothing of ray stays 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -56,7 +57,12 @@ def make_config(model: dict[str, Any] | None = None, **settings: Any) -> Any:
     config = (PPOConfig().environment(ENV)
               .env_runners(num_env_runners=NUM_RUNNERS, num_envs_per_env_runner=NUM_ENVS))
     if model is not None:
-        config = config.rl_module(model_config=DefaultModelConfig(**model))
+        known = {f.name for f in dataclasses.fields(DefaultModelConfig)}
+        if set(model) - known:
+            print(f"peer_rllib: model keys RLlib does not know, left out: "
+                  f"{sorted(set(model) - known)}", file=sys.stderr)
+        config = config.rl_module(model_config=DefaultModelConfig(
+            **{k: v for k, v in model.items() if k in known}))
     if settings:
         config = config.update_from_dict(settings)
     return config

@@ -1,0 +1,59 @@
+"""``rlmesh serve CHECKPOINT --address ADDR``: serve a trained policy to PolicyClients,
+for inference only (what clients report is not recorded), until Ctrl-C or SIGTERM."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("checkpoint", metavar="CHECKPOINT",
+                   help="a checkpoint folder, or a trial folder (its newest checkpoint is used)")
+    p.add_argument("--address", default="tcp://127.0.0.1:9900",
+                   help="where clients connect (default tcp://127.0.0.1:9900)")
+    p.add_argument("--curve-keys", metavar="DIR",
+                   help="require CURVE: keys made by rlmesh.client.make_curve_keys")
+    p.add_argument("--explore", action="store_true",
+                   help="sample actions from the policy's distribution (default: its likeliest)")
+
+
+async def serve(checkpoint: str, address: str, curve_keys: str | None, explore: bool,
+                ready: "asyncio.Event | None" = None) -> None:
+    from rlmesh.algorithms import checkpoints
+    from rlmesh.cli.rollout import resolve_checkpoint
+    from rlmesh.envs import env_registry
+    from rlmesh.runtime import Job
+
+    path = resolve_checkpoint(checkpoint)
+    meta, state = checkpoints.read(path)
+    config = {**meta["config"], "policy_server_address": address, "explore": explore,
+              "policy_server_curve_keys": curve_keys, "_env_registry": env_registry()}
+    weights = {k: v.detach().cpu().numpy() for k, v in state["model"].items()}
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    async with Job("ipc") as job:
+        server = await job.spawn("rlmesh.roles.policy_server:PolicyServerRunner", config, 0,
+                                 param_server=None, training=False, name="policy_server",
+                                 in_process=True)
+        await server.set_weights(0, weights)
+        print(f"serving {path} on {await server.get_address()} (Ctrl-C stops)", flush=True)
+        if ready is not None:
+            ready.set()
+        await stop.wait()
+    print("stopped", flush=True)
+
+
+def main(args: argparse.Namespace) -> int:
+    import uvloop
+
+    try:
+        uvloop.run(serve(args.checkpoint, args.address, args.curve_keys, args.explore))
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"rlmesh serve: {exc}", file=sys.stderr)
+        return 2
+    return 0

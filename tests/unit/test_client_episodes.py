@@ -1,0 +1,147 @@
+"""Client-reported episodes cut into chunks, and chunks laid out as fragments the learner
+takes: step completion, cuts mid-episode with the right bootstrap observation, episode
+ends, silent clients, and the errors a bad call gets."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rlmesh.client.episodes import Episodes, check_reward, fragment_from_chunks
+from rlmesh.roles.learner import merge_fragments
+
+OBS = ((2,), np.float32)
+ACT = ((), np.int64)
+
+
+def obs(i):
+    return np.array([i, -i], np.float32)
+
+
+def play(episodes, eid, first, steps, reward=1.0):
+    """``steps`` actions from observations first, first+1, ...; each rewarded."""
+    for i in range(first, first + steps):
+        episodes.act(eid, obs(i), i % 2, -0.5, np.array([0.1, 0.2], np.float32))
+        episodes.reward(eid, reward)
+
+
+def test_a_terminated_episode_becomes_one_chunk_with_its_summary():
+    eps = Episodes(chunk_len=10)
+    eid = eps.start()
+    play(eps, eid, 0, 3)
+    summary = eps.end(eid, obs(3))
+    (chunk,) = eps.take_chunks()
+    np.testing.assert_array_equal(chunk["obs"], [obs(0), obs(1), obs(2)])
+    np.testing.assert_array_equal(chunk["actions"], [0, 1, 0])
+    np.testing.assert_array_equal(chunk["rewards"], [1, 1, 1])
+    assert chunk["terminated"] and not chunk["truncated"]
+    assert summary["return"] == 3.0 and summary["length"] == 3 and chunk["episode"] == summary
+    assert eid not in eps.open and eps.counters["episodes_ended"] == 1
+
+
+def test_long_episodes_are_cut_and_each_cut_bootstraps_from_the_next_observation():
+    eps = Episodes(chunk_len=2)
+    eid = eps.start("sim-1")
+    play(eps, eid, 0, 5)
+    eps.end(eid, obs(5), truncated=True)
+    chunks = eps.take_chunks()
+    assert [len(c["rewards"]) for c in chunks] == [2, 2, 1]
+    np.testing.assert_array_equal(chunks[0]["next_obs"], obs(2))
+    np.testing.assert_array_equal(chunks[1]["obs"], [obs(2), obs(3)])
+    np.testing.assert_array_equal(chunks[1]["next_obs"], obs(4))
+    assert not any(c["terminated"] or c["truncated"] for c in chunks[:2])
+    assert chunks[2]["truncated"] and not chunks[2]["terminated"]
+    np.testing.assert_array_equal(chunks[2]["next_obs"], obs(5))
+    assert [c["episode"] is None for c in chunks] == [True, True, False]
+    assert chunks[2]["episode"]["length"] == 5
+
+
+def test_cut_open_takes_complete_steps_and_keeps_the_one_in_progress():
+    eps = Episodes(chunk_len=100)
+    eid = eps.start()
+    play(eps, eid, 0, 3)  # steps 0 and 1 complete, 2 in progress
+    eps.cut_open()
+    (chunk,) = eps.take_chunks()
+    assert len(chunk["rewards"]) == 2 and not chunk["terminated"]
+    np.testing.assert_array_equal(chunk["next_obs"], obs(2))
+    eps.end(eid, obs(3))
+    (rest,) = eps.take_chunks()
+    np.testing.assert_array_equal(rest["obs"], [obs(2)])
+    assert rest["episode"]["length"] == 3 and rest["episode"]["return"] == 3.0
+
+
+def test_a_silent_clients_episode_expires_as_a_truncation_without_its_open_step():
+    eps = Episodes(chunk_len=100)
+    eid = eps.start()
+    play(eps, eid, 0, 4)
+    assert eps.expire(timeout_s=60) == []  # not yet
+    assert eps.expire(timeout_s=1, now=eps.open[eid].last_seen + 2) == [eid]
+    (chunk,) = eps.take_chunks()
+    assert len(chunk["rewards"]) == 3 and chunk["truncated"]
+    np.testing.assert_array_equal(chunk["next_obs"], obs(3))
+    assert eps.counters["episodes_expired"] == 1 and eps.counters["steps_discarded"] == 1
+    with pytest.raises(KeyError, match="closed after its client went silent"):
+        eps.act(eid, obs(4), 0, 0.0, np.zeros(2, np.float32))
+
+
+def test_bad_calls_are_refused_and_change_nothing():
+    eps = Episodes(chunk_len=4, max_open=1)
+    with pytest.raises(KeyError, match="unknown episode id 'nope'"):
+        eps.act("nope", obs(0), 0, 0.0, np.zeros(2))
+    eid = eps.start("a")
+    with pytest.raises(ValueError, match="already open"):
+        eps.start("a")
+    with pytest.raises(ValueError, match="1 episodes are open"):
+        eps.start("b")
+    with pytest.raises(ValueError, match="log_returns before any action"):
+        eps.reward(eid, 1.0)
+    for bad in ("1", None, float("nan"), float("inf"), True, [1.0]):
+        with pytest.raises((TypeError, ValueError), match="reward must be"):
+            check_reward(bad)
+    assert check_reward(np.float32(2.5)) == 2.5 and check_reward(3) == 3.0
+    assert eps.open[eid].steps == [] and eps.chunks == []
+
+
+def test_episodes_without_training_record_nothing():
+    eps = Episodes(chunk_len=2)
+    eid = eps.start(training_enabled=False)
+    play(eps, eid, 0, 5)
+    summary = eps.end(eid, obs(5))
+    assert eps.take_chunks() == [] and summary["length"] == 5
+
+
+def test_chunks_as_a_fragment_the_learner_merges():
+    eps = Episodes(chunk_len=3)
+    done, cut = eps.start(), eps.start()
+    play(eps, done, 0, 2)
+    eps.end(done, obs(2))
+    play(eps, cut, 10, 4)  # chunk of 3 cut at the 4th action, the 4th in progress
+    eps.cut_open()  # nothing more: no complete step since the cut
+    chunks = eps.take_chunks()
+    frag = fragment_from_chunks(chunks, OBS, ACT, num_inputs=2)
+    assert frag["obs"].shape == (3, 2, 2) and frag["action_dist_inputs"].shape == (3, 2, 2)
+    np.testing.assert_array_equal(frag["mask"], [[True, True], [True, True], [False, True]])
+    np.testing.assert_array_equal(frag["terminateds"][:, 0], [False, True, True])  # padding too
+    np.testing.assert_array_equal(frag["truncateds"][:, 1], [False, False, True])
+    np.testing.assert_array_equal(frag["next_obs"][1], obs(13))  # full length: next_obs
+    assert frag["trunc_index"].shape == (0, 2) and frag["env_steps"] == 5
+    assert [e["length"] for e in frag["episodes"]] == [2]
+    batch = merge_fragments([frag])
+    assert batch["obs"].shape == (3, 2, 2) and batch["mask"].sum() == 5
+
+
+def test_a_short_cut_chunk_bootstraps_through_trunc_obs():
+    eps = Episodes(chunk_len=10)
+    a, b = eps.start(), eps.start()
+    play(eps, a, 0, 4)
+    play(eps, b, 20, 2)
+    eps.cut_open()
+    frag = fragment_from_chunks(eps.take_chunks(), OBS, ACT, num_inputs=2)
+    np.testing.assert_array_equal(frag["trunc_index"], [[0, 1]])
+    np.testing.assert_array_equal(frag["trunc_obs"], [obs(21)])
+    np.testing.assert_array_equal(frag["next_obs"][0], obs(3))
+
+
+def test_nothing_to_report_is_an_empty_fragment():
+    frag = fragment_from_chunks([], OBS, ACT, num_inputs=2)
+    assert frag["obs"].shape == (0, 0, 2) and frag["env_steps"] == 0 and frag["episodes"] == []
