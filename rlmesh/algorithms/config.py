@@ -400,6 +400,12 @@ class AlgorithmConfig:
 
     def _policy_server_checks(self) -> list[str]:
         problems = []
+        timeout = self.sample_timeout_s
+        if (self.policy_server_address is not None and timeout is not None
+                and timeout <= self.policy_server_idle_timeout_s):
+            problems.append(f"sample_timeout_s: must exceed policy_server_idle_timeout_s "
+                            f"({self.policy_server_idle_timeout_s}), or an idle policy server "
+                            f"counts as failed; got {timeout}")
         for key in ("observation_space", "action_space"):
             value = getattr(self, key)
             if value is None:

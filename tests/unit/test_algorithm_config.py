@@ -309,3 +309,21 @@ def test_auto_fragment_length_uses_the_per_learner_batch_when_set():
 
 def test_explicit_fragment_length_is_returned_as_is():
     assert PPOConfig().env_runners(rollout_fragment_length=64).get_rollout_fragment_length(3) == 64
+
+
+def test_policy_server_settings_are_checked_together():
+    import gymnasium as gym
+
+    base = PPOConfig().env_runners(policy_server_address="tcp://127.0.0.1:9900")
+    with pytest.raises(ConfigError, match="observation_space: policy_server_address without an env"):
+        base.validate()
+    box = gym.spaces.Box(-1.0, 1.0, (3,))
+    ok = base.environment(observation_space=box, action_space=gym.spaces.Discrete(2))
+    ok.validate()
+    data = ok.to_dict()
+    assert data["observation_space"]["type"] == "Box" and data["observation_space"]["low"] == [-1.0] * 3
+    assert PPOConfig.from_dict(data).to_dict() == data  # plain data both ways (params.json)
+    with pytest.raises(ConfigError, match="must exceed policy_server_idle_timeout_s"):
+        ok.env_runners(sample_timeout_s=5.0, policy_server_idle_timeout_s=10.0).validate()
+    with pytest.raises(ConfigError, match="action_space: not a gymnasium space"):
+        ok.environment(action_space="Discrete(2)").validate()
