@@ -63,6 +63,8 @@ class NumpyPolicy:
             self.low = action_space.low.astype(np.float32)
             self.half_range = ((action_space.high - action_space.low) / 2).astype(np.float32)
         self.action_dtype = np.dtype(np.int64 if self.kind == CATEGORICAL else np.float32)
+        self._one_hot = (np.eye(int(obs_space.n), dtype=np.float32)
+                         if isinstance(obs_space, gym.spaces.Discrete) else None)
         self.weights = self._initial_weights(list(config["fcnet_hiddens"]))
         self._layers: list[tuple[np.ndarray, np.ndarray]] = []
         self._load()
@@ -118,28 +120,36 @@ class NumpyPolicy:
         return out.astype(np.float32, copy=False)
 
     def _preprocess(self, obs: np.ndarray) -> np.ndarray:
-        if isinstance(self.obs_space, gym.spaces.Discrete):
+        if self._one_hot is not None:
             index = np.asarray(obs, np.int64).reshape(-1) - int(self.obs_space.start)
-            return np.eye(int(self.obs_space.n), dtype=np.float32)[index]
-        return np.asarray(obs, np.float32).reshape(len(obs), -1)
+            return self._one_hot[index]
+        obs = np.asarray(obs, np.float32)
+        return obs if obs.ndim == 2 else obs.reshape(len(obs), -1)
 
     def __call__(self, obs: np.ndarray, explore: bool | None = None
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         inputs = self.dist_inputs(obs)
-        actions = self.sample(inputs, self.explore if explore is None else explore)
+        explore = self.explore if explore is None else explore
+        if self.kind == CATEGORICAL:  # the log-softmax serves both the draw and its logp
+            log_probs = _log_softmax(inputs)
+            actions = self._categorical(log_probs, explore)
+            return actions, log_probs[np.arange(len(actions)), actions], inputs
+        actions = self.sample(inputs, explore)
         return actions, self.logp(inputs, actions), inputs
+
+    def _categorical(self, log_probs: np.ndarray, explore: bool) -> np.ndarray:
+        if not explore:
+            return log_probs.argmax(-1)
+        # Inverse CDF: the first action whose cumulative probability passes u.
+        cdf = np.cumsum(np.exp(log_probs), -1)
+        u = self.rng.random((len(log_probs), 1)) * cdf[:, -1:]
+        return np.minimum((cdf <= u).sum(-1), log_probs.shape[-1] - 1)
 
     def sample(self, inputs: np.ndarray, explore: bool = True) -> np.ndarray:
         """Actions drawn from the distributions ``inputs`` describe (their modes without
         ``explore``), in the dtype fragments store them in."""
         if self.kind == CATEGORICAL:
-            log_probs = _log_softmax(inputs)
-            if not explore:
-                return log_probs.argmax(-1).astype(np.int64)
-            # Inverse CDF: the first action whose cumulative probability passes u.
-            cdf = np.cumsum(np.exp(log_probs), -1)
-            u = self.rng.random((len(inputs), 1)) * cdf[:, -1:]
-            return np.minimum((cdf <= u).sum(-1), inputs.shape[-1] - 1).astype(np.int64)
+            return self._categorical(_log_softmax(inputs), explore).astype(np.int64)
         mean, log_std = self._gaussian_params(inputs)
         u = mean + np.exp(log_std) * self.rng.standard_normal(mean.shape) if explore else mean
         if self.kind == SQUASHED:
@@ -149,8 +159,8 @@ class NumpyPolicy:
     def logp(self, inputs: np.ndarray, actions: np.ndarray) -> np.ndarray:
         """Log-probability (density) of ``actions`` as the learner's distribution scores them."""
         if self.kind == CATEGORICAL:
-            index = np.asarray(actions, np.int64).reshape(-1, 1)
-            return np.take_along_axis(_log_softmax(inputs), index, -1)[:, 0].astype(np.float32)
+            index = np.asarray(actions, np.int64).reshape(-1)
+            return _log_softmax(inputs)[np.arange(len(index)), index].astype(np.float32)
         mean, log_std = self._gaussian_params(inputs)
         u = np.asarray(actions, np.float64).reshape(mean.shape)
         log_det = 0.0
@@ -173,4 +183,5 @@ class NumpyPolicy:
 
 def _log_softmax(logits: np.ndarray) -> np.ndarray:
     shifted = logits - logits.max(-1, keepdims=True)
-    return shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+    shifted -= np.log(np.exp(shifted).sum(-1, keepdims=True))
+    return shifted

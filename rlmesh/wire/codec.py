@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import sys
+import threading
 import warnings
 from dataclasses import dataclass
 from functools import lru_cache
@@ -84,16 +85,48 @@ class Limits:
 
 def encode(obj: Any, inline_threshold: int = DEFAULT_INLINE_THRESHOLD) -> list[Any]:
     """Return ``[header_bytes, *buffers]``; buffers are views, not copies, of the arrays."""
-    buffers: list[Any] = []
+    encoder = getattr(_local, "encoder", None)
+    if encoder is None:
+        encoder = _local.encoder = _Encoder()
+    if encoder.busy:  # re-entered (a value's encoding encodes again): a fresh one
+        return _Encoder().encode(obj, inline_threshold)
+    return encoder.encode(obj, inline_threshold)
 
-    def default(value: Any) -> Any:
+
+_local = threading.local()
+
+
+class _Encoder:
+    """One thread's msgpack packers, kept across messages: ``msgpack.packb`` builds a new
+    Packer on every call, and that was most of the time a small message took to encode."""
+
+    def __init__(self) -> None:
+        self.buffers: list[Any] = []
+        self.inline_threshold = DEFAULT_INLINE_THRESHOLD
+        self.busy = False
+        self.header = msgpack.Packer(default=self.default, strict_types=True, use_bin_type=True)
+        self.meta = msgpack.Packer(use_bin_type=True)  # array descriptors: plain data only
+
+    def encode(self, obj: Any, inline_threshold: int) -> list[Any]:
+        self.busy, self.buffers, self.inline_threshold = True, [], inline_threshold
+        try:
+            header = self.header.pack(obj)
+        except (OverflowError, ValueError) as exc:
+            raise EncodeError(str(exc)) from exc
+        finally:
+            self.busy = False
+            self.header.reset()  # a failed pack leaves a partial message behind
+        buffers, self.buffers = self.buffers, []
+        return [header, *buffers]
+
+    def default(self, value: Any) -> Any:
         if isinstance(value, np.ndarray):
-            return _encode_array(value, buffers, inline_threshold)
+            return _encode_array(value, self.buffers, self.inline_threshold, self.meta.pack)
         if isinstance(value, tuple):
-            return msgpack.ExtType(_EXT_TUPLE, _pack(list(value), default))
+            return msgpack.ExtType(_EXT_TUPLE, _pack(list(value), self.default))
         torch = _torch()
         if torch is not None and isinstance(value, torch.Tensor):
-            return _encode_tensor(value, buffers, inline_threshold)
+            return _encode_tensor(value, self.buffers, self.inline_threshold)
         if isinstance(value, np.generic):
             if value.dtype.str not in ALLOWED_DTYPES or value.dtype.kind == "c":
                 raise EncodeError(f"cannot encode a numpy {value.dtype} scalar: send a "
@@ -106,9 +139,6 @@ def encode(obj: Any, inline_threshold: int = DEFAULT_INLINE_THRESHOLD) -> list[A
             "send plain data (dict, list, tuple, str, bytes, numbers, numpy arrays, tensors)"
         )
 
-    header = _pack(obj, default)
-    return [header, *buffers]
-
 
 def _pack(obj: Any, default: Any) -> bytes:
     try:
@@ -117,18 +147,20 @@ def _pack(obj: Any, default: Any) -> bytes:
         raise EncodeError(str(exc)) from exc
 
 
-def _encode_array(arr: np.ndarray, buffers: list[Any], inline_threshold: int) -> msgpack.ExtType:
+def _encode_array(arr: np.ndarray, buffers: list[Any], inline_threshold: int,
+                  pack: Any = msgpack.packb) -> msgpack.ExtType:
     dtype = arr.dtype.str
     if dtype not in ALLOWED_DTYPES:
         raise EncodeError(f"cannot encode array of dtype {arr.dtype}: only numeric and bool")
-    arr = np.ascontiguousarray(arr).reshape(arr.shape)  # (ascontiguousarray makes 0-d 1-d)
+    if not arr.flags.c_contiguous:
+        arr = np.ascontiguousarray(arr).reshape(arr.shape)  # (ascontiguousarray makes 0-d 1-d)
     meta: list[Any] = [dtype, list(arr.shape)]
     if arr.nbytes < inline_threshold:
         meta.append(arr.tobytes())
-        return msgpack.ExtType(_EXT_ARRAY_INLINE, msgpack.packb(meta))
+        return msgpack.ExtType(_EXT_ARRAY_INLINE, pack(meta))
     meta.append(len(buffers))
     buffers.append(arr.reshape(-1).data)
-    return msgpack.ExtType(_EXT_ARRAY, msgpack.packb(meta))
+    return msgpack.ExtType(_EXT_ARRAY, pack(meta))
 
 
 def _encode_tensor(t: Any, buffers: list[Any], inline_threshold: int) -> msgpack.ExtType:
