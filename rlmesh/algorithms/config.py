@@ -91,7 +91,8 @@ class AlgorithmConfig:
         None, "env_runners",
         doc="Take experience from PolicyClients (rlmesh.client) embedded in external "
             "simulators instead of stepping envs (RLlib's PolicyServerInput): runners listen "
-            "here, e.g. 'tcp://127.0.0.1:9900' (runner i > 1 on the port + i - 1). Needs "
+            "here, e.g. 'tcp://127.0.0.1:9900', or '9900' for that (runner i > 1 on the port "
+            "+ i - 1). Needs "
             "observation_space and action_space; env may be None.")
     policy_server_idle_timeout_s: float = setting(
         10.0, "env_runners", gt=0,

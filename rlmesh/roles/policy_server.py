@@ -34,6 +34,8 @@ MAX_BUFFERED_FRAGMENTS = 16  # received steps kept: this many fragments' worth, 
 def public_address(base: str, worker_index: int) -> str:
     """Where runner ``worker_index`` listens: the configured address for runner 0 (the
     driver's) and 1, then the next ports (tcp) or numbered paths (ipc) for 2, 3, ..."""
+    if base.isdigit():  # a bare port: loopback
+        base = f"tcp://127.0.0.1:{base}"
     offset = max(worker_index, 1) - 1
     if offset == 0:
         return base
@@ -217,7 +219,11 @@ class PolicyService(Actor):
                 "training": r.training, "policy_version": r.version}
 
     def start_episode(self, episode_id: str | None = None, training_enabled: bool = True) -> str:
-        return self._r.episodes.start(episode_id, training_enabled and self._r.training)
+        r = self._r
+        # Silent clients' episodes go here too, not only when the driver samples: a server
+        # for inference only (rlmesh serve) never samples.
+        r.episodes.expire(r.config.policy_server_episode_timeout_s)
+        return r.episodes.start(episode_id, training_enabled and r.training)
 
     def get_action(self, episode_id: str, observation: Any) -> Any:
         r = self._r

@@ -145,3 +145,11 @@ def test_a_short_cut_chunk_bootstraps_through_trunc_obs():
 def test_nothing_to_report_is_an_empty_fragment():
     frag = fragment_from_chunks([], OBS, ACT, num_inputs=2)
     assert frag["obs"].shape == (0, 0, 2) and frag["env_steps"] == 0 and frag["episodes"] == []
+
+
+def test_each_policy_server_runner_has_its_own_address():
+    from rlmesh.roles.policy_server import public_address
+
+    assert public_address("9900", 0) == public_address("9900", 1) == "tcp://127.0.0.1:9900"
+    assert public_address("tcp://127.0.0.1:9900", 3) == "tcp://127.0.0.1:9902"
+    assert public_address("ipc:///tmp/sim", 2) == "ipc:///tmp/sim.1"
