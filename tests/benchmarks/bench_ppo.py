@@ -433,10 +433,11 @@ def _rllib_memory(samples: int) -> tuple[float, float, int]:
     and every process it started (ray.init's GCS, raylet and agents, the env runners)."""
     with started([str(RLLIB_PYTHON), str(PEER_RLLIB), "train"], stdout=subprocess.PIPE,
                  text=True) as (proc, seen):
-        got = _sample_memory(proc, seen, samples,
-                             lambda: proc.stdout.readline().startswith("result"),  # type: ignore[union-attr]
+        out = proc.stdout
+        assert out is not None
+        got = _sample_memory(proc, seen, samples, lambda: out.readline().startswith("result"),
                              timeout=240)
-        proc.stdout.close()  # type: ignore[union-attr]
+        out.close()
     return got
 
 
