@@ -39,7 +39,8 @@ class PolicyServerUnavailable(ConnectionError):
 class PolicyClient:
     """``PolicyClient("tcp://127.0.0.1:9900", inference_mode="remote")``.
 
-    Thread-safe: calls from several threads are serialised on the one connection.
+    Thread-safe: calls from several threads are serialised on the one connection (and,
+    with local inference, on the one policy and episode book).
     ``curve_server_key`` (the server's public key, z85) and ``curve_keypair`` (this
     client's ``(public, secret)``) encrypt and authenticate a TCP connection to a server
     that requires CURVE.
@@ -52,7 +53,9 @@ class PolicyClient:
             raise ValueError(f"inference_mode must be 'remote' or 'local', got {inference_mode!r}")
         self.address, self.inference_mode = address, inference_mode
         self.update_interval, self.timeout = float(update_interval), float(timeout)
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
+        self._waiting: set[int] = set()  # calls sent whose replies are still wanted
+        self._replies: dict[int, dict[str, Any]] = {}  # replies received, not yet collected
         self._ctx = zmq.Context.instance()
         self._sock = configure(self._ctx.socket(zmq.DEALER))
         if curve_server_key is not None:
@@ -63,7 +66,7 @@ class PolicyClient:
         self._sock.connect(address)
         self._closed = False
         try:
-            self._request(M.make(M.HELLO, id=next(_call_ids)))
+            self._result(self._request(M.make(M.HELLO, id=next(_call_ids))))
             self.server_info = self._call("server_info")
         except BaseException:
             self._sock.close(0)
@@ -76,42 +79,50 @@ class PolicyClient:
 
     def start_episode(self, episode_id: str | None = None, training_enabled: bool = True) -> str:
         if self._local is not None:
-            return self._local.episodes.start(episode_id, training_enabled)
+            with self._lock:
+                return self._local.episodes.start(episode_id, training_enabled)
         return self._call("start_episode", episode_id, training_enabled)
 
     def get_action(self, episode_id: str, observation: Any) -> Any:
         if self._local is not None:
-            return self._local.get_action(episode_id, observation)
+            with self._lock:
+                return self._local.get_action(episode_id, observation)
         return self._call("get_action", episode_id, observation)
 
     def log_action(self, episode_id: str, observation: Any, action: Any) -> None:
         if self._local is not None:
-            return self._local.log_action(episode_id, observation, action)
+            with self._lock:
+                return self._local.log_action(episode_id, observation, action)
         self._call("log_action", episode_id, observation, action)
 
     def log_returns(self, episode_id: str, reward: float, info: dict | None = None) -> None:
         if self._local is not None:
-            return self._local.episodes.reward(episode_id, check_reward(reward))
+            with self._lock:
+                return self._local.episodes.reward(episode_id, check_reward(reward))
         self._call("log_returns", episode_id, reward, info)
 
     def end_episode(self, episode_id: str, observation: Any, truncated: bool = False) -> None:
         """Close the episode with its final observation; ``truncated``: it was cut short
         (a time limit), not ended by the task, so its value is bootstrapped."""
         if self._local is not None:
-            return self._local.end_episode(episode_id, observation, truncated)
+            with self._lock:
+                return self._local.end_episode(episode_id, observation, truncated)
         self._call("end_episode", episode_id, observation, truncated)
 
     def close(self) -> None:
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-        if self._local is not None:
-            try:
-                self._local.flush()
-            except (PolicyServerError, PolicyServerUnavailable):
-                pass  # the server is gone or refuses: nothing left to deliver to
-        self._sock.close(0)
+        """Ship what local inference still holds, then close the connection."""
+        if self._closed:
+            return
+        try:
+            if self._local is not None:
+                with self._lock:
+                    self._local.flush()
+        except (PolicyServerError, PolicyServerUnavailable):
+            pass  # the server is gone or refuses: nothing left to deliver to
+        finally:
+            with self._lock:
+                self._closed = True
+                self._sock.close(0)
 
     def __enter__(self) -> "PolicyClient":
         return self
@@ -122,30 +133,49 @@ class PolicyClient:
     # --- requests ---
 
     def _call(self, method: str, *args: Any) -> Any:
-        msg = M.make(M.CALL, id=next(_call_ids), m=method, a=list(args), k={})
-        return self._request(msg).get("r")
+        return self._result(self._request(self._send_call(method, args)))
 
-    def _request(self, msg: dict[str, Any]) -> dict[str, Any]:
+    def _send_call(self, method: str, args: tuple[Any, ...]) -> int:
+        """Send a call without waiting; its reply is collected by ``_request(id)``."""
+        msg = M.make(M.CALL, id=next(_call_ids), m=method, a=list(args), k={})
         frames = codec.encode(msg)
         with self._lock:
             if self._closed:
                 raise RuntimeError("PolicyClient is closed")
             self._sock.send_multipart(frames, copy=False)
+            self._waiting.add(msg["id"])
+        return msg["id"]
+
+    def _request(self, call_id: int | dict[str, Any]) -> dict[str, Any]:
+        """The reply to call ``call_id`` (sent by ``_send_call``), or send ``msg`` and wait."""
+        if isinstance(call_id, dict):  # a whole message (HELLO)
+            with self._lock:
+                self._sock.send_multipart(codec.encode(call_id), copy=False)
+                self._waiting.add(call_id["id"])
+            call_id = call_id["id"]
+        with self._lock:
             deadline = time.monotonic() + self.timeout
-            while True:  # replies to calls that timed out earlier are skipped
-                left = deadline - time.monotonic()
-                if left <= 0 or not self._sock.poll(left * 1000):
-                    raise PolicyServerUnavailable(
-                        f"no reply from the policy server at {self.address} within "
-                        f"{self.timeout:g} s (is it running, and is this the right address?)")
-                reply = M.validate(codec.decode(self._sock.recv_multipart(copy=False)))
-                if reply.get("id") == msg["id"]:
-                    break
+            try:
+                while call_id not in self._replies:
+                    left = deadline - time.monotonic()
+                    if left <= 0 or not self._sock.poll(left * 1000):
+                        raise PolicyServerUnavailable(
+                            f"no reply from the policy server at {self.address} within "
+                            f"{self.timeout:g} s (is it running, and is this the right address?)")
+                    reply = M.validate(codec.decode(self._sock.recv_multipart(copy=False)))
+                    if reply.get("id") in self._waiting:  # else: late, its call timed out
+                        self._replies[reply["id"]] = reply
+                return self._replies.pop(call_id)
+            finally:
+                self._waiting.discard(call_id)
+
+    @staticmethod
+    def _result(reply: dict[str, Any]) -> Any:
         if reply["t"] == M.ERROR:
             if reply["etype"] == "VersionMismatch":
                 raise M.VersionMismatch(None, text=reply["msg"])
             raise PolicyServerError(reply["etype"], reply["msg"])
-        return reply
+        return reply.get("r")
 
 
 class _LocalInference:
@@ -167,6 +197,7 @@ class _LocalInference:
         self._to_env = actions_for_env
         self.episodes = Episodes(info["chunk_len"])
         self.version = -1
+        self._in_flight: int | None = None  # the report_chunks call whose reply is due
         self._checked = -float("inf")
         self._refresh(force=True)
 
@@ -215,17 +246,26 @@ class _LocalInference:
         self._ship(enough=False)
 
     def _ship(self, enough: bool) -> None:
-        """Send the chunks cut so far: at once after an episode ends, else once a chunk's
-        worth of steps is waiting."""
+        """Send the chunks cut so far (at once after an episode ends, else once a chunk's
+        worth of steps is waiting) without waiting for the server's check of them: its
+        reply, an error included, is collected at the next ship, so one shipment at most
+        is in flight and the simulator steps on meanwhile."""
         if not self.episodes.chunks:
             return
         if enough and self.episodes.steps_ready() < self.episodes.chunk_len:
             return
-        chunks = self.episodes.take_chunks()
-        self.client._call("report_chunks", chunks, self.version)
+        self._collect()
+        self._in_flight = self.client._send_call("report_chunks",
+                                                 (self.episodes.take_chunks(), self.version))
+
+    def _collect(self) -> None:
+        call_id, self._in_flight = self._in_flight, None
+        if call_id is not None:
+            self.client._result(self.client._request(call_id))
 
     def flush(self) -> None:
         self._ship(enough=False)
+        self._collect()
 
 
 def _plain(action: Any) -> Any:

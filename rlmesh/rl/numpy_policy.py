@@ -130,12 +130,30 @@ class NumpyPolicy:
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         inputs = self.dist_inputs(obs)
         explore = self.explore if explore is None else explore
+        if self.kind == CATEGORICAL and len(inputs) == 1 and inputs.shape[1] <= 64:
+            return (*self._categorical_one(inputs[0].tolist(), explore), inputs)
         if self.kind == CATEGORICAL:  # the log-softmax serves both the draw and its logp
             log_probs = _log_softmax(inputs)
             actions = self._categorical(log_probs, explore)
             return actions, log_probs[np.arange(len(actions)), actions], inputs
         actions = self.sample(inputs, explore)
         return actions, self.logp(inputs, actions), inputs
+
+    def _categorical_one(self, logits: list[float], explore: bool) -> tuple[np.ndarray, np.ndarray]:
+        """One observation's draw in plain Python: a policy server answers one client
+        request at a time, where numpy's per-call overhead is most of the work."""
+        top = max(logits)
+        weights = [math.exp(x - top) for x in logits]
+        total = sum(weights)
+        if explore:
+            u, action = self.rng.random() * total, 0
+            while action < len(weights) - 1 and u >= weights[action]:
+                u -= weights[action]
+                action += 1
+        else:
+            action = logits.index(top)
+        logp = logits[action] - top - math.log(total)
+        return np.array([action], np.int64), np.array([logp], np.float32)
 
     def _categorical(self, log_probs: np.ndarray, explore: bool) -> np.ndarray:
         if not explore:

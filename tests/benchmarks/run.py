@@ -2,8 +2,9 @@
 
 ``python -m tests.benchmarks.run [--quick] [--only NAME[,NAME]] [--json FILE]``
 Figures are measured, never asserted: a missed goal is reported, not failed.
-Two suites: the runtime's (bench_runtime: rtt_*, stream_*, cold_start, about 1 min) and
-PPO's (bench_ppo: ppo_*, about 5 min; ``--only ppo``). Each suite has its own sizes.
+Three suites: the runtime's (bench_runtime: rtt_*, stream_*, cold_start, about 1 min),
+PPO's (bench_ppo: ppo_*, about 5 min; ``--only ppo``) and the policy client's (bench_client:
+client_*, about 1 min; ``--only client``). Each suite has its own sizes.
 """
 
 from __future__ import annotations
@@ -20,13 +21,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import bench_ppo, bench_runtime
+from . import bench_client, bench_ppo, bench_runtime
 from .bench_runtime import Row
 
 # name -> (benchmark, its suite's default sizes, its suite's --quick sizes)
 BENCHMARKS: dict[str, tuple[Any, Any, Any]] = {
     name: (fn, suite.DEFAULT, suite.QUICK)
-    for suite in (bench_runtime, bench_ppo) for name, fn in suite.BENCHMARKS.items()}
+    for suite in (bench_runtime, bench_ppo, bench_client)
+    for name, fn in suite.BENCHMARKS.items()}
 
 
 def _version(dist: str) -> str:

@@ -128,3 +128,22 @@ def test_weights_that_do_not_fit_are_refused_and_the_old_ones_kept():
 def test_custom_models_are_refused():
     with pytest.raises(ValueError, match="custom_model needs torch"):
         NumpyPolicy(BOX_OBS, DISCRETE_ACT, {"custom_model": "pkg.mod:Net"})
+
+
+def test_one_observation_at_a_time_draws_and_scores_as_a_batch_does():
+    """The plain-Python path a policy server takes for a single observation."""
+    policy = NumpyPolicy(BOX_OBS, DISCRETE_ACT, {"fcnet_hiddens": []}, seed=5)
+    weights = policy.get_weights()
+    weights["pi_head.weight"][:] = 0.0
+    weights["pi_head.bias"] = np.log(np.array([0.5, 0.25, 0.15, 0.1, 1e-12], np.float32))
+    policy.set_weights(weights)
+    obs = observations(BOX_OBS, 1)
+    draws = [policy(obs, explore=True) for _ in range(20_000)]
+    actions = np.array([a[0] for a, _, _ in draws])
+    np.testing.assert_allclose(np.bincount(actions, minlength=5) / len(actions),
+                               [0.5, 0.25, 0.15, 0.1, 0.0], atol=0.01)
+    for actions, logp, inputs in draws[:50]:
+        assert actions.dtype == np.int64 and logp.dtype == np.float32
+        np.testing.assert_allclose(logp, policy.logp(inputs, actions), rtol=1e-5)
+    best, _, _ = policy(obs, explore=False)
+    assert best.tolist() == [0]
