@@ -37,6 +37,7 @@ from typing import Any
 DEFAULT_LOCAL_DIR = "~/rlmesh_results"
 DATE_FORMAT = "%Y-%m-%d_%H-%M-%S"  # Tune's
 TB_PREFIX = "ray/tune/"  # RLlib's tag prefix, so dashboards built for RLlib runs carry over
+TB_FLUSH_SECS = 5  # how stale a live TensorBoard view may be
 # Not curves worth plotting (RLlib's TBX logger drops these too).
 _TB_SKIP = frozenset({"config", "pid", "timestamp"})
 
@@ -159,7 +160,9 @@ class ResultLogger:
         if tensorboard:
             from tensorboardX import SummaryWriter  # imported here: it pulls in protobuf
 
-            self._tb = SummaryWriter(logdir=str(self.trial_dir), flush_secs=30)
+            # Flushed by its own writer thread every few seconds (and at close), not after
+            # every iteration: a flush per iteration cost ~5 ms of a 50 ms PPO iteration.
+            self._tb = SummaryWriter(logdir=str(self.trial_dir), flush_secs=TB_FLUSH_SECS)
 
     def log(self, result: dict) -> None:
         """Append one iteration's result to every file."""
@@ -207,7 +210,6 @@ class ResultLogger:
             number = as_number(value)
             if number is not None and math.isfinite(number):
                 self._tb.add_scalar(TB_PREFIX + key, number, global_step=int(step))
-        self._tb.flush()
 
     def close(self) -> None:
         """Flush and close every file; safe to call twice."""
