@@ -72,16 +72,23 @@ class Algorithm:
         self.time_total_s = 0.0
         self._episodes: deque[dict[str, Any]] = deque(maxlen=SMOOTHING_EPISODES)
         self.obs_space, self.action_space = self._spaces(config)
-        self.learner_group = LearnerGroup(config, self.obs_space, self.action_space,
-                                          self.learner_hooks)
-        self._policy = InferencePolicy(config, self.obs_space, self.action_space)
-        self.callbacks = load_callbacks(config.callbacks_class)
         self._loop = LoopThread()
         self.mesh = Mesh(config, self._loop)
+        # The runner processes start (imports, envs) while this thread builds the learner.
+        runners = asyncio.run_coroutine_threadsafe(self.mesh.start_runners(), self._loop.loop)
         try:
-            self._loop.run(self.mesh.start(self.learner_group))
+            self.learner_group = LearnerGroup(config, self.obs_space, self.action_space,
+                                              self.learner_hooks)
+            self._policy = InferencePolicy(config, self.obs_space, self.action_space)
+            self.callbacks = load_callbacks(config.callbacks_class)
+            runners.result()
+            self._loop.run(self.learner_group.start_remote(self.mesh.job))
             self._publish()
         except BaseException:
+            try:  # let a spawn in progress finish before the job shuts down
+                runners.result(60)
+            except BaseException:
+                pass
             self.stop()
             raise
 

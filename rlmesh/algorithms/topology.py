@@ -37,6 +37,11 @@ class Mesh:
         self._gone: set[str] = set()
 
     async def start(self, learner_group: Any) -> None:
+        await self.start_runners()
+        await learner_group.start_remote(self.job)
+
+    async def start_runners(self) -> None:
+        """The job, the param server and the env runners (or policy servers)."""
         cfg = self.config
         self.job = await Job("ipc").start()
         self.job.supervisor.listeners.append(self._on_event)
@@ -55,7 +60,6 @@ class Mesh:
                 self.job.spawn(runner_cls, runner_config, i, name=f"env_runner-{i}",
                                restart=policy, role="EnvRunner")
                 for i in range(1, cfg.num_env_runners + 1))))
-        await learner_group.start_remote(self.job)
 
     def _on_event(self, event: Any) -> None:
         if event.kind == "restarted":
