@@ -337,7 +337,38 @@ def runner_config(config: dict[str, Any]) -> AlgorithmConfig:
     return AlgorithmConfig.from_dict({k: v for k, v in config.items() if k in known})
 
 
-class EnvRunner(Actor):
+class VersionedPolicy:
+    """A runner's policy and its version, refreshed from the param server named
+    ``self._ps_name`` when it has a newer one (EnvRunner and PolicyServerRunner)."""
+
+    policy: Any
+    version: int
+    job: Any
+    _ps_name: str | None
+    _ps: Any
+    _stats: dict[str, Any]
+
+    async def _pull_weights(self) -> None:
+        if self._ps_name is None:
+            return
+        if self._ps is None:
+            self._ps = await self.job.get_actor(self._ps_name)
+        got = await self._ps.get_weights(self.version)
+        if got is not None and got[0] > self.version:
+            self.set_weights(*got)
+
+    def set_weights(self, version: int, weights: dict[str, Any]) -> None:
+        """Load ``{name: array}`` (the model's state_dict) as policy version ``version``."""
+        self.policy.set_weights(weights)
+        self.version = version
+        self._stats["num_weight_updates"] += 1
+
+    def get_weights(self) -> dict[str, np.ndarray]:
+        """The policy's weights (the default model's: only the policy trunk and head)."""
+        return self.policy.get_weights()
+
+
+class EnvRunner(VersionedPolicy, Actor):
     """Samples fragments with ``num_envs_per_env_runner`` envs (RLlib's EnvRunner).
 
     ``config`` is an algorithm config as a dict (``to_dict()``) with the driver's env
@@ -393,25 +424,6 @@ class EnvRunner(Actor):
         fragment["policy_version"] = self.version
         fragment["worker_index"] = self.worker_index
         return fragment
-
-    async def _pull_weights(self) -> None:
-        if self._ps_name is None:
-            return
-        if self._ps is None:
-            self._ps = await self.job.get_actor(self._ps_name)
-        got = await self._ps.get_weights(self.version)
-        if got is not None and got[0] > self.version:
-            self.set_weights(*got)
-
-    def set_weights(self, version: int, weights: dict[str, Any]) -> None:
-        """Load ``{name: array}`` (the model's state_dict) as policy version ``version``."""
-        self.policy.set_weights(weights)
-        self.version = version
-        self._stats["num_weight_updates"] += 1
-
-    def get_weights(self) -> dict[str, np.ndarray]:
-        """The policy's weights (the default model's: only the policy trunk and head)."""
-        return self.policy.get_weights()
 
     def compute_actions(self, obs: np.ndarray, explore: bool | None = None) -> dict[str, np.ndarray]:
         """The policy on a batch of observations: actions (as sampled, before clipping or

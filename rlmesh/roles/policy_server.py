@@ -22,7 +22,8 @@ import numpy as np
 from rlmesh.algorithms.config import AlgorithmConfig
 from rlmesh.client.episodes import Episodes, check_reward, fragment_from_chunks
 from rlmesh.envs import actions_for_env, as_space, space_to_data, spaces_of
-from rlmesh.roles.env_runner import SEED_STRIDE, column_layout, make_policy, runner_config
+from rlmesh.roles.env_runner import (SEED_STRIDE, VersionedPolicy, column_layout, make_policy,
+                                     runner_config)
 from rlmesh.runtime import Actor, current_job
 from rlmesh.runtime.actor import ActorServer
 
@@ -62,7 +63,7 @@ def check_observation(space: Any, observation: Any) -> np.ndarray:
     return obs
 
 
-class PolicyServerRunner(Actor):
+class PolicyServerRunner(VersionedPolicy, Actor):
     """Fragments of client-reported experience, in the layout of ``EnvRunner.sample``.
 
     ``config`` as for ``EnvRunner``, with ``policy_server_address`` and the spaces set.
@@ -148,23 +149,6 @@ class PolicyServerRunner(Actor):
     def _steps_ready(self) -> int:
         open_steps = sum(len(e.steps) for e in self.episodes.open.values())
         return self.episodes.steps_ready() + open_steps + self.received_steps
-
-    async def _pull_weights(self) -> None:
-        if self._ps_name is None:
-            return
-        if self._ps is None:
-            self._ps = await self.job.get_actor(self._ps_name)
-        got = await self._ps.get_weights(self.version)
-        if got is not None and got[0] > self.version:
-            self.set_weights(*got)
-
-    def set_weights(self, version: int, weights: dict[str, Any]) -> None:
-        self.policy.set_weights(weights)
-        self.version = version
-        self._stats["num_weight_updates"] += 1
-
-    def get_weights(self) -> dict[str, np.ndarray]:
-        return self.policy.get_weights()
 
     def get_spaces(self) -> dict[str, Any]:
         return {"observation_space": space_to_data(self.observation_space),
