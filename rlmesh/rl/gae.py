@@ -72,10 +72,10 @@ def compute_gae(
     return advantages, advantages + values
 
 
-def _check_shapes(values: torch.Tensor, **others: torch.Tensor) -> None:
+def _check_shapes(values: torch.Tensor, where: str = "compute_gae", **others: torch.Tensor) -> None:
     shape = tuple(values.shape)
     for name, x in others.items():
         if tuple(x.shape) != shape:
-            raise ValueError(f"compute_gae: {name} has shape {tuple(x.shape)}, values has {shape}")
+            raise ValueError(f"{where}: {name} has shape {tuple(x.shape)}, values has {shape}")
     if not shape or shape[0] == 0:
-        raise ValueError(f"compute_gae: need at least one time step, values has shape {shape}")
+        raise ValueError(f"{where}: need at least one time step, values has shape {shape}")
