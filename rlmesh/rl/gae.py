@@ -53,14 +53,7 @@ def compute_gae(
     terminated = terminateds.bool()
     truncated = truncateds.bool()
 
-    # V_next(t): values[t+1] inside the fragment, the bootstrap value at its end or where
-    # the episode was truncated, zero where it terminated. torch.where (not arithmetic
-    # masking) so that NaN in an ignored bootstrap entry cannot leak into the result.
-    # Termination is applied last: a step both terminated and truncated gets no bootstrap.
-    next_values = torch.cat([values[1:], bootstrap_values[-1:]], dim=0)
-    next_values = torch.where(truncated, bootstrap_values, next_values)
-    next_values = torch.where(terminated, torch.zeros_like(next_values), next_values)
-    deltas = rewards + gamma * next_values - values
+    deltas = rewards + gamma * values_after(values, bootstrap_values, terminated, truncated) - values
 
     # The recursion carries A_{t+1} into A_t only within an episode.
     carry = gamma * lambda_ * (~(terminated | truncated)).to(values.dtype)
@@ -70,6 +63,18 @@ def compute_gae(
         last = deltas[t] + carry[t] * last
         advantages[t] = last
     return advantages, advantages + values
+
+
+def values_after(values: torch.Tensor, bootstrap_values: torch.Tensor,
+                 terminated: torch.Tensor, truncated: torch.Tensor) -> torch.Tensor:
+    """V_next(t): values[t+1] inside the fragment, the bootstrap value at its end or where
+    the episode was truncated, zero where it terminated (also when truncated as well).
+
+    torch.where, not arithmetic masking, so NaN in an ignored bootstrap entry cannot leak.
+    """
+    after = torch.cat([values[1:], bootstrap_values[-1:]], dim=0)
+    after = torch.where(truncated, bootstrap_values, after)
+    return torch.where(terminated, torch.zeros_like(after), after)
 
 
 def _check_shapes(values: torch.Tensor, where: str = "compute_gae", **others: torch.Tensor) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from rlmesh.rl.gae import _check_shapes
+from rlmesh.rl.gae import _check_shapes, values_after
 
 
 def vtrace(
@@ -54,10 +54,7 @@ def vtrace(
     cs = ratios if clip_c_threshold is None else ratios.clamp(max=clip_c_threshold)
     pg_rhos = ratios if clip_pg_rho_threshold is None else ratios.clamp(max=clip_pg_rho_threshold)
 
-    # V_next(t), as in compute_gae (torch.where keeps NaN in ignored entries out).
-    next_values = torch.cat([values[1:], bootstrap_values[-1:]], dim=0)
-    next_values = torch.where(truncated, bootstrap_values, next_values)
-    next_values = torch.where(terminated, torch.zeros_like(next_values), next_values)
+    next_values = values_after(values, bootstrap_values, terminated, truncated)
     deltas = rhos * (rewards + gamma * next_values - values)
 
     inside = (~(terminated | truncated)).to(dtype)  # the recursion goes on to t + 1
