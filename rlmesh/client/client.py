@@ -212,12 +212,9 @@ class _LocalInference:
             self.policy.set_weights(weights)
 
     def _obs(self, observation: Any) -> Any:
-        import numpy as np
+        from rlmesh.rl.spec import check_observation  # gymnasium: local inference only
 
-        obs = np.asarray(observation, dtype=self.obs_space.dtype)
-        if obs.shape != self.obs_space.shape:
-            raise ValueError(f"observation of shape {obs.shape}, the space is {self.obs_space}")
-        return obs
+        return check_observation(self.obs_space, observation)
 
     def get_action(self, episode_id: str, observation: Any) -> Any:
         self.episodes.get(episode_id)  # unknown ids fail before any work
@@ -229,13 +226,11 @@ class _LocalInference:
         return _plain(self._to_env(actions[0], self.action_space, self.normalize))
 
     def log_action(self, episode_id: str, observation: Any, action: Any) -> None:
-        import numpy as np
+        from rlmesh.rl.spec import check_action
 
         self.episodes.get(episode_id)
         obs = self._obs(observation)
-        action = np.asarray(action, dtype=self.policy.action_dtype)
-        if not self.action_space.contains(action.astype(self.action_space.dtype)):
-            raise ValueError(f"action {action!r} is outside the action space {self.action_space}")
+        action = check_action(self.action_space, action, self.policy.action_dtype)
         inputs = self.policy.dist_inputs(obs[None])
         logp = self.policy.logp(inputs, action[None])
         self.episodes.act(episode_id, obs, action, logp[0], inputs[0])

@@ -8,6 +8,7 @@ never import torch; ``models`` and ``distributions`` build the torch side from t
 from __future__ import annotations
 
 import difflib
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -99,3 +100,29 @@ def clip_actions(actions: np.ndarray, action_space: gym.Space) -> np.ndarray:
     if isinstance(action_space, gym.spaces.Box):
         return np.clip(actions, action_space.low, action_space.high).astype(action_space.dtype, copy=False)
     return actions
+
+
+def check_observation(space: gym.Space, observation: Any) -> np.ndarray:
+    """An observation reported from outside (a policy client) as an array of the space's
+    dtype, or a clear error. Box bounds are not enforced (envs report values past them,
+    e.g. at a failure); a Discrete observation must be one of its values."""
+    arr = np.asarray(observation)
+    if arr.dtype.kind not in "biuf":
+        raise TypeError(f"observation of dtype {arr.dtype} is not numeric; the observation "
+                        f"space is {space}")
+    if arr.shape != tuple(space.shape):
+        raise ValueError(f"observation of shape {arr.shape}, the observation space is {space} "
+                         f"(shape {tuple(space.shape)})")
+    obs = arr.astype(space.dtype, copy=False)
+    if isinstance(space, gym.spaces.Discrete) and not space.contains(obs):
+        raise ValueError(f"observation {observation!r} is outside the observation space {space}")
+    return obs
+
+
+def check_action(space: gym.Space, action: Any, dtype: Any) -> np.ndarray:
+    """An action a simulator chose itself (``log_action``) as stored (``dtype``), or a
+    clear error when it is outside the action space."""
+    stored = np.asarray(action, dtype=dtype)
+    if not space.contains(stored.astype(space.dtype)):
+        raise ValueError(f"action {action!r} is outside the action space {space}")
+    return stored

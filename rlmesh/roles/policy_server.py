@@ -13,17 +13,16 @@ import asyncio
 import logging
 import os
 import re
-import time
 from collections import deque
 from typing import Any
 
 import numpy as np
 
-from rlmesh.algorithms.config import AlgorithmConfig
 from rlmesh.client.episodes import Episodes, check_reward, fragment_from_chunks
 from rlmesh.envs import actions_for_env, as_space, space_to_data, spaces_of
-from rlmesh.roles.env_runner import (SEED_STRIDE, VersionedPolicy, column_layout, make_policy,
-                                     runner_config)
+from rlmesh.rl.spec import check_action, check_observation
+from rlmesh.roles.env_runner import SEED_STRIDE, runner_config
+from rlmesh.roles.runner_policy import VersionedPolicy, column_layout, make_policy
 from rlmesh.runtime import Actor, current_job
 from rlmesh.runtime.actor import ActorServer
 
@@ -44,23 +43,6 @@ def public_address(base: str, worker_index: int) -> str:
     if match:
         return f"{match.group(1)}:{int(match.group(2)) + offset}"
     return f"{base}.{offset}"
-
-
-def check_observation(space: Any, observation: Any) -> np.ndarray:
-    """``observation`` as an array of the space's dtype, or a clear error."""
-    arr = np.asarray(observation)
-    if arr.dtype.kind not in "biuf":
-        raise TypeError(f"observation of dtype {arr.dtype} is not numeric; the observation "
-                        f"space is {space}")
-    if arr.shape != tuple(space.shape):
-        raise ValueError(f"observation of shape {arr.shape}, the observation space is {space} "
-                         f"(shape {tuple(space.shape)})")
-    obs = arr.astype(space.dtype, copy=False)
-    # Box bounds are not enforced (envs report values past them, e.g. at a failure);
-    # a Discrete observation must be one of its values.
-    if not hasattr(space, "low") and not space.contains(obs):
-        raise ValueError(f"observation {observation!r} is outside the observation space {space}")
-    return obs
 
 
 class PolicyServerRunner(VersionedPolicy, Actor):
@@ -224,11 +206,9 @@ class PolicyService(Actor):
         r = self._r
         r.episodes.get(episode_id)
         obs = check_observation(r.observation_space, observation)
-        stored = np.asarray(action, dtype=column_layout(r.action_space)[1])
-        if not r.action_space.contains(stored.astype(r.action_space.dtype)):
-            raise ValueError(f"action {action!r} is outside the action space {r.action_space}")
-        inputs = _dist_inputs(r.policy, obs)
-        logp = _logp(r.policy, inputs, stored)
+        stored = check_action(r.action_space, action, column_layout(r.action_space)[1])
+        inputs = r.policy.dist_inputs(obs[None])
+        logp = r.policy.logp(inputs, stored[None])[0]
         r.episodes.act(episode_id, obs, stored, logp, inputs[0])
         r._new_data.set()
 
@@ -258,21 +238,6 @@ class PolicyService(Actor):
         if r.training:
             r._received_chunks(checked)
         return sum(len(c["rewards"]) for c in checked)
-
-
-def _dist_inputs(policy: Any, obs: np.ndarray) -> np.ndarray:
-    if hasattr(policy, "dist_inputs"):
-        return policy.dist_inputs(obs[None])
-    return policy(obs[None], False)[2]
-
-
-def _logp(policy: Any, inputs: np.ndarray, action: np.ndarray) -> float:
-    if hasattr(policy, "logp"):
-        return float(policy.logp(inputs, action[None])[0])
-    import torch  # a custom torch model's distribution scores it
-
-    dist = policy.dist_cls.from_inputs(torch.as_tensor(inputs))
-    return float(dist.logp(torch.as_tensor(action[None])).numpy()[0])
 
 
 _CHUNK_KEYS = {"obs", "actions", "action_logp", "action_dist_inputs", "rewards", "next_obs",

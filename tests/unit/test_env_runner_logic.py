@@ -19,7 +19,8 @@ from rlmesh.envs import (EnvContext, actions_for_env, env_registry, make_env, pa
 from rlmesh.rl.distributions import DiagGaussian
 from rlmesh.rl.models import build_model
 from rlmesh.rl.numpy_policy import NumpyPolicy
-from rlmesh.roles.env_runner import RESEED_STRIDE, EnvRunner, EnvSampler, TorchPolicy, runner_config
+from rlmesh.roles.env_runner import RESEED_STRIDE, EnvRunner, EnvSampler, runner_config
+from rlmesh.roles.runner_policy import TorchPolicy
 from tests.integration import envs_for_tests
 from tests.integration.envs_for_tests import CountEnv, EpisodeCallbacks, make_count_env
 
@@ -400,3 +401,15 @@ def test_script_function_is_named_by_its_file(tmp_path, monkeypatch):
 ])
 def test_spaces_as_plain_data(space):
     assert space_from_data(space_to_data(space)) == space
+
+
+def test_torch_policy_scores_actions_as_it_draws_them():
+    """A policy server asks any runner policy for dist_inputs and logp (log_action)."""
+    torch.manual_seed(0)
+    space = RecordingBoxEnv.action_space
+    policy = TorchPolicy(build_model(RecordingBoxEnv.observation_space, space,
+                                     {"fcnet_hiddens": [8]}), space)
+    obs = np.random.default_rng(0).uniform(-1, 1, (6, 3)).astype(np.float32)
+    actions, logp, inputs = policy(obs)
+    np.testing.assert_allclose(policy.dist_inputs(obs), inputs, rtol=1e-6)
+    np.testing.assert_allclose(policy.logp(inputs, actions), logp, rtol=1e-5)
