@@ -56,6 +56,7 @@ class Algorithm:
 
     config_class: type[AlgorithmConfig] = AlgorithmConfig
     learner_hooks: Any = None
+    mesh_class: type[Mesh] = Mesh
 
     def __init__(self, config: AlgorithmConfig | dict[str, Any]) -> None:
         if isinstance(config, dict):
@@ -72,18 +73,19 @@ class Algorithm:
         self.time_total_s = 0.0
         self._episodes: deque[dict[str, Any]] = deque(maxlen=SMOOTHING_EPISODES)
         self.obs_space, self.action_space = self._spaces(config)
+        self.last_checkpoint: str | None = None
         self._loop = LoopThread()
-        self.mesh = Mesh(config, self._loop)
+        self.mesh = self.mesh_class(config, self._loop)
         # The runner processes start (imports, envs) while this thread builds the learner.
         runners = asyncio.run_coroutine_threadsafe(self.mesh.start_runners(), self._loop.loop)
         try:
-            self.learner_group = LearnerGroup(config, self.obs_space, self.action_space,
-                                              self.learner_hooks)
+            self.learner_group = self._make_learner_group()
             self._policy = InferencePolicy(config, self.obs_space, self.action_space)
             self.callbacks = load_callbacks(config.callbacks_class)
             runners.result()
-            self._loop.run(self.learner_group.start_remote(self.mesh.job))
+            self._loop.run(self._start_learners())
             self._publish()
+            self._on_started()
         except BaseException:
             try:  # let a spawn in progress finish before the job shuts down
                 runners.result(60)
@@ -91,6 +93,15 @@ class Algorithm:
                 pass
             self.stop()
             raise
+
+    def _make_learner_group(self) -> Any:
+        return LearnerGroup(self.config, self.obs_space, self.action_space, self.learner_hooks)
+
+    async def _start_learners(self) -> None:
+        await self.learner_group.start_remote(self.mesh.job)
+
+    def _on_started(self) -> None:
+        """Called once every process is up and the first weights are published."""
 
     @staticmethod
     def _spaces(config: AlgorithmConfig) -> tuple[Any, Any]:
@@ -208,7 +219,8 @@ class Algorithm:
                 f"/checkpoint_{self.iteration:06d}")
         state = (self.learner_group.local.get_state() if self.learner_group.local is not None
                  else self._loop.run(self.learner_group.remote.get_state()))
-        return checkpoints.write(Path(checkpoint_dir), self, state)
+        self.last_checkpoint = checkpoints.write(Path(checkpoint_dir), self, state)
+        return self.last_checkpoint
 
     def restore(self, path: str | Path) -> None:
         meta, state = checkpoints.read(Path(path))

@@ -170,6 +170,10 @@ class AlgorithmConfig:
     num_cpus_for_main_process: float = setting(
         1, "resources", ge=0, aliases=("num_cpus_for_driver", "num_cpus_for_local_worker"),
         doc="CPUs the scheduler reserves for the driver process.")
+    fake_gpus: bool = setting(
+        False, "resources", key="_fake_gpus",
+        doc="Learners that ask for GPUs (num_gpus_per_learner) run on the CPU when no CUDA "
+            "device is visible, through the same code path (data-parallel learners in CI).")
 
     # --- framework ---
     framework_str: Literal["torch"] = setting(
@@ -248,6 +252,10 @@ class AlgorithmConfig:
     def callbacks(self, callbacks_class=_UNSET, **kwargs):
         """Set the callbacks class (see ``fields_table("callbacks")``)."""
         return self._set("callbacks", {"callbacks_class": callbacks_class, **kwargs})
+
+    def reporting(self, **kwargs):
+        """Set the reporting group (see ``fields_table("reporting")``)."""
+        return self._set("reporting", kwargs)
 
     def debugging(self, **kwargs):
         """Set the debugging group (see ``fields_table("debugging")``)."""

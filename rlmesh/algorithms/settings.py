@@ -15,7 +15,7 @@ from typing import Any, Literal, NamedTuple, Union, get_args, get_origin
 #: The builder methods, in RLlib's names; every setting belongs to exactly one.
 GROUPS = (
     "environment", "env_runners", "training", "learners",
-    "resources", "framework", "callbacks", "debugging", "fault_tolerance",
+    "resources", "framework", "callbacks", "reporting", "debugging", "fault_tolerance",
 )
 
 #: RLlib's MODEL_DEFAULTS for the keys rlmesh's default networks read.

@@ -62,7 +62,7 @@ class Mesh:
                 for i in range(1, cfg.num_env_runners + 1))))
 
     def _on_event(self, event: Any) -> None:
-        if event.kind == "restarted":
+        if event.kind == "restarted" and event.name.startswith("env_runner-"):
             self.restarts += 1
         elif event.kind == "gave_up":
             self._gone.add(event.name)
@@ -122,3 +122,125 @@ class Mesh:
         if self.job is not None:
             await self.job.shutdown()
             self.job = None
+
+
+LEARNER = "rlmesh.roles.async_learner:AsyncLearner"
+AGGREGATOR = "rlmesh.roles.aggregator:Aggregator"
+
+
+class AsyncMesh(Mesh):
+    """The processes of an asynchronous run (IMPALA, APPO): env runners stream fragments
+    to aggregators (``num_aggregation_workers``) or straight to the learners, which train
+    on their own and publish weights to the param server.
+
+    ``max(1, num_learners)`` learners (in the driver process when ``num_learners`` is 0),
+    data-parallel when more than one. A runner or aggregator that dies is restarted and
+    the streams into it are started afresh; a learner that dies ends the run
+    (``learner_failure``), as its optimizer state exists nowhere else.
+    """
+
+    def __init__(self, config: Any, loop_thread: Any) -> None:
+        super().__init__(config, loop_thread)
+        self.learners: list[Any] = []
+        self.aggregators: list[Any] = []
+        self.learner_failure: str | None = None
+        self.aggregator_restarts = 0
+
+    async def start_learners(self, config_cls: str, spaces: list[Any], hooks: str) -> None:
+        from rlmesh.roles.data_parallel import free_port
+
+        cfg = self.config
+        n = max(1, cfg.num_learners)
+        dp_address = f"tcp://127.0.0.1:{free_port()}" if n > 1 else ""
+        threads = cfg.num_cpus_per_learner if isinstance(cfg.num_cpus_per_learner, (int, float)) else 1
+        self.learners = list(await asyncio.gather(*(
+            self.job.spawn(LEARNER, cfg.to_dict(), config_cls, spaces, hooks, rank, n, dp_address,
+                           name=f"learner-{rank}", role="Learner",
+                           in_process=cfg.num_learners == 0,
+                           restart=RestartPolicy(max_restarts=0),
+                           env={"OMP_NUM_THREADS": str(max(1, int(threads)))})
+            for rank in range(n))))
+
+    async def start_aggregators(self) -> None:
+        cfg = self.config
+        names = [h.name for h in self.learners]
+        policy = RestartPolicy(max_restarts=cfg.max_num_env_runner_restarts
+                               if cfg.restart_failed_env_runners else 0)
+        self.aggregators = list(await asyncio.gather(*(
+            self.job.spawn(AGGREGATOR, cfg.to_dict(), names, j, name=f"aggregator-{j}",
+                           role="Aggregator", restart=policy)
+            for j in range(cfg.num_aggregation_workers))))
+
+    def sinks_of(self, runner_index: int) -> list[str]:
+        """Where runner ``runner_index`` (0-based position) ships: its aggregator, or every
+        learner in turn (so data-parallel learners get equal shares)."""
+        if self.aggregators:
+            return [self.aggregators[runner_index % len(self.aggregators)].name]
+        return [h.name for h in self.learners]
+
+    async def start_streaming(self) -> None:
+        window = self.config.max_sample_requests_in_flight_per_worker
+        await asyncio.gather(*(r.call("start_streaming", self.sinks_of(i), window)
+                               for i, r in enumerate(self.runners)))
+
+    async def publish(self, weights: dict[str, Any] | None = None) -> None:
+        """The learners' weights to the param server now (rank 0 publishes)."""
+        self.version = await self.learners[0].call("publish")
+
+    def _on_event(self, event: Any) -> None:
+        super()._on_event(event)
+        name = event.name
+        if name.startswith("learner-") and event.kind in ("died", "hung"):
+            self.learner_failure = f"{name} {event.kind}: {event.detail}"
+            if event.last_lines:
+                self.learner_failure += "\n  last lines:\n    " + "\n    ".join(event.last_lines[-10:])
+        if event.kind != "restarted":
+            return
+        loop = asyncio.get_running_loop()
+        if name.startswith("env_runner-"):
+            index = [r.name for r in self.runners].index(name)
+            loop.create_task(self._restream(self.runners[index], index))
+        elif name.startswith("aggregator-"):
+            self.aggregator_restarts += 1
+            index = [a.name for a in self.aggregators].index(name)
+            feeders = [r for i, r in enumerate(self.runners)
+                       if self.sinks_of(i) == [self.aggregators[index].name]]
+            for r in feeders:
+                loop.create_task(self._tell(r, "reset_streams", f"{name} restarted"))
+
+    async def _restream(self, runner: Any, index: int) -> None:
+        try:
+            await runner.call("start_streaming", self.sinks_of(index),
+                              self.config.max_sample_requests_in_flight_per_worker)
+        except Exception as exc:
+            log.warning("could not restart streaming on %s: %s", runner.name, exc)
+
+    async def _tell(self, actor: Any, method: str, *args: Any) -> None:
+        try:
+            await actor.call(method, *args, timeout=10)
+        except Exception as exc:
+            log.warning("%s.%s failed: %s", actor.name, method, exc)
+
+    async def pop_sampled(self) -> list[dict[str, Any]]:
+        """Episodes and env steps of every reachable runner since the last call."""
+        got = await asyncio.gather(*(r.call("pop_sampled", timeout=10)
+                                     for r in self.healthy_runners()), return_exceptions=True)
+        out = []
+        for runner, g in zip(self.healthy_runners(), got):
+            if isinstance(g, ActorUnavailable):
+                continue  # restarting: its episodes come next time, or died with it
+            if isinstance(g, BaseException):
+                raise g
+            out.append(g)
+        return out
+
+    async def learner_metrics(self) -> list[dict[str, Any]]:
+        return list(await asyncio.gather(*(h.call("pop_metrics", timeout=60) for h in self.learners)))
+
+    async def num_updates(self) -> int:
+        return await self.learners[0].call("num_updates", timeout=60)
+
+    async def aggregator_stats(self) -> list[dict[str, Any]]:
+        got = await asyncio.gather(*(a.call("stats", timeout=10) for a in self.aggregators),
+                                   return_exceptions=True)
+        return [g for g in got if isinstance(g, dict)]

@@ -91,3 +91,110 @@ class Adam:
             self.steps[position] = int(float(entry["step"]))
             self.exp_avg[position] = entry["exp_avg"].to(p.device, p.dtype).clone()
             self.exp_avg_sq[position] = entry["exp_avg_sq"].to(p.device, p.dtype).clone()
+
+
+class RMSprop:
+    """``torch.optim.RMSprop``'s algorithm (not centered, no weight decay) without its
+    ``torch._dynamo`` import, as ``Adam`` above; its ``state_dict`` has torch's layout.
+    ``alpha`` is RLlib's ``decay``, ``eps`` its ``epsilon``."""
+
+    def __init__(self, params: Iterable[torch.Tensor], lr: float = 1e-2, alpha: float = 0.99,
+                 eps: float = 1e-8, momentum: float = 0.0) -> None:
+        self.params = list(params)
+        if not self.params:
+            raise ValueError("RMSprop got no parameters")
+        self.param_groups = [{"params": self.params, "lr": float(lr), "alpha": float(alpha),
+                              "eps": float(eps), "momentum": float(momentum), "centered": False,
+                              "weight_decay": 0.0, "maximize": False}]
+        self.steps = [0] * len(self.params)
+        self.square_avg = [torch.zeros_like(p) for p in self.params]
+        self.momentum_buffer = [torch.zeros_like(p) for p in self.params]
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        Adam.zero_grad(self, set_to_none)  # type: ignore[arg-type]
+
+    @torch.no_grad()
+    def step(self) -> None:
+        group = self.param_groups[0]
+        lr, alpha, eps, momentum = group["lr"], group["alpha"], group["eps"], group["momentum"]
+        live = [i for i, p in enumerate(self.params) if p.grad is not None]
+        if not live:
+            return
+        params = [self.params[i] for i in live]
+        grads = [self.params[i].grad for i in live]
+        square = [self.square_avg[i] for i in live]
+        torch._foreach_mul_(square, alpha)
+        torch._foreach_addcmul_(square, grads, grads, 1 - alpha)
+        denom = torch._foreach_sqrt(square)
+        torch._foreach_add_(denom, eps)
+        if momentum > 0:
+            buf = [self.momentum_buffer[i] for i in live]
+            torch._foreach_mul_(buf, momentum)
+            torch._foreach_addcdiv_(buf, grads, denom)
+            torch._foreach_add_(params, buf, alpha=-lr)
+        else:
+            torch._foreach_addcdiv_(params, grads, denom, value=-lr)
+        for i in live:
+            self.steps[i] += 1
+
+    def state_dict(self) -> dict[str, Any]:
+        state = {}
+        for i in range(len(self.params)):
+            if self.steps[i] == 0:
+                continue
+            entry = {"step": torch.tensor(float(self.steps[i])), "square_avg": self.square_avg[i]}
+            if self.param_groups[0]["momentum"] > 0:
+                entry["momentum_buffer"] = self.momentum_buffer[i]
+            state[i] = entry
+        group = {k: v for k, v in self.param_groups[0].items() if k != "params"}
+        return {"state": state, "param_groups": [{**group, "params": list(range(len(self.params)))}]}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        groups = state_dict["param_groups"]
+        if len(groups) != 1 or len(groups[0]["params"]) != len(self.params):
+            raise ValueError(f"optimizer state for {[len(g['params']) for g in groups]} "
+                             f"parameters in {len(groups)} group(s); this RMSprop has one group "
+                             f"of {len(self.params)}")
+        for key in ("lr", "alpha", "eps", "momentum"):
+            self.param_groups[0][key] = float(groups[0][key])
+        for position, index in enumerate(groups[0]["params"]):
+            entry = state_dict["state"].get(index) or {}
+            p = self.params[position]
+            self.steps[position] = int(float(entry.get("step", 0)))
+            for name, store in (("square_avg", self.square_avg), ("momentum_buffer", self.momentum_buffer)):
+                saved = entry.get(name)
+                store[position] = (saved.to(p.device, p.dtype).clone() if saved is not None
+                                   else torch.zeros_like(p))
+
+
+class Optimizers:
+    """Several optimizers stepped as one (a policy optimizer and a value optimizer).
+
+    ``param_groups`` shows the first one's, so a learning-rate schedule drives the policy
+    optimizer and the others keep their own rate."""
+
+    def __init__(self, *optimizers: Any) -> None:
+        self.optimizers = optimizers
+
+    @property
+    def param_groups(self) -> list[dict[str, Any]]:
+        return self.optimizers[0].param_groups
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for opt in self.optimizers:
+            opt.zero_grad(set_to_none)
+
+    def step(self) -> None:
+        for opt in self.optimizers:
+            opt.step()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"optimizers": [opt.state_dict() for opt in self.optimizers]}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        saved = state_dict.get("optimizers")
+        if saved is None or len(saved) != len(self.optimizers):
+            raise ValueError(f"optimizer state for {len(saved or [])} optimizers; this learner "
+                             f"has {len(self.optimizers)}")
+        for opt, state in zip(self.optimizers, saved):
+            opt.load_state_dict(state)

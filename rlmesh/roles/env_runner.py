@@ -8,6 +8,7 @@ config, weights from the param server, metrics, calls into the envs.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 import os
@@ -23,7 +24,7 @@ from rlmesh.callbacks import Callbacks, Episode, load_callbacks
 from rlmesh.envs import EnvContext, actions_for_env, import_object, make_env, space_to_data
 from rlmesh.rl.spec import action_dist
 from rlmesh.roles.runner_policy import PolicyFn, VersionedPolicy, column_layout, make_policy
-from rlmesh.runtime import Actor, current_job
+from rlmesh.runtime import Actor, ActorUnavailable, RemoteError, current_job
 
 log = logging.getLogger(__name__)
 
@@ -308,7 +309,13 @@ class EnvRunner(VersionedPolicy, Actor):
         self.version = -1  # no weights from the param server yet
         self._ps_name = param_server
         self._ps: Any = None
-        self._stats = {"num_fragments": 0, "num_weight_updates": 0, "sample_time_s": 0.0}
+        self._stats = {"num_fragments": 0, "num_weight_updates": 0, "sample_time_s": 0.0,
+                       "num_fragments_lost": 0}
+        # Streaming (asynchronous algorithms): what was sampled since the driver last asked.
+        self._stream_task: asyncio.Task[None] | None = None
+        self._senders: list[Any] | None = None
+        self._sampled: dict[str, Any] = {"episodes": [], "env_steps": 0}
+        self._stream_error: str | None = None
 
     @property
     def envs(self) -> list[gym.Env]:
@@ -325,6 +332,62 @@ class EnvRunner(VersionedPolicy, Actor):
         fragment["policy_version"] = self.version
         fragment["worker_index"] = self.worker_index
         return fragment
+
+    # --- streaming: sampling without being asked (IMPALA, APPO) ---
+
+    async def start_streaming(self, sinks: list[str], window: int) -> None:
+        """Sample on and on: fragments go round robin to the actors named ``sinks`` (their
+        ``add_fragment``), at most ``window`` in flight to each; weights are pulled from the
+        param server before each fragment when it has newer ones."""
+        self._sinks, self._window = list(sinks), window
+        if self._stream_task is None:
+            self._stream_task = asyncio.ensure_future(self._stream_loop())
+
+    def reset_streams(self, reason: str) -> None:
+        """A sink restarted: its in-flight fragments are lost, so start new streams."""
+        for sender in self._senders or ():
+            sender.abort(reason)
+
+    async def _stream_loop(self) -> None:
+        try:
+            for i in itertools.count():
+                if self._senders is None:
+                    handles = [await self.job.get_actor(n, timeout=60) for n in self._sinks]
+                    self._senders = [h.stream("add_fragment", self._window) for h in handles]
+                fragment = await self.sample()
+                self._sampled["episodes"].extend(fragment.pop("episodes"))
+                self._sampled["env_steps"] += fragment["env_steps"]
+                await self._ship(self._senders[i % len(self._senders)], fragment)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.exception("env runner %d stopped sampling", self.worker_index)
+            self._stream_error = f"{type(exc).__name__}: {exc}"
+            if self.job.role != "driver":  # a runner process of its own: the supervisor restarts it
+                os._exit(70)
+
+    async def _ship(self, sender: Any, fragment: dict[str, Any]) -> None:
+        try:
+            await sender.send(fragment)
+        except ActorUnavailable as exc:  # the sink restarted (or is gone): new streams
+            self._stats["num_fragments_lost"] += sender.in_flight + 1
+            log.warning("env runner %d: %s", self.worker_index, str(exc).splitlines()[0])
+            for s in self._senders or ():
+                s.close()
+            self._senders = None
+        except RemoteError as exc:  # the sink refused an earlier fragment; credit came back
+            self._stats["num_fragments_lost"] += 1
+            log.warning("env runner %d: a fragment was refused: %s", self.worker_index,
+                        str(exc).splitlines()[0])
+
+    def pop_sampled(self) -> dict[str, Any]:
+        """Episodes that ended and env steps sampled since the last call (streaming)."""
+        if self._stream_error is not None:
+            raise RuntimeError(f"env runner {self.worker_index} stopped sampling: "
+                               f"{self._stream_error}")
+        out, self._sampled = self._sampled, {"episodes": [], "env_steps": 0}
+        out["num_fragments_lost"] = self._stats["num_fragments_lost"]
+        return out
 
     def compute_actions(self, obs: np.ndarray, explore: bool | None = None) -> dict[str, np.ndarray]:
         """The policy on a batch of observations: actions (as sampled, before clipping or
@@ -360,6 +423,8 @@ class EnvRunner(VersionedPolicy, Actor):
         return os.getpid()
 
     async def on_stop(self) -> None:
+        if self._stream_task is not None:
+            self._stream_task.cancel()
         for env in self.envs:
             try:
                 env.close()

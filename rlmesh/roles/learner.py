@@ -65,10 +65,16 @@ class Learner:
         self.obs_space, self.action_space = obs_space, action_space
         self.model = build_model(obs_space, action_space, config.model).to(self.device)
         self.dist_cls, _ = distribution_for(action_space, config.model.get("squash_actions", False))
-        self.optimizer = Adam(self.model.parameters(), lr=config.lr)
+        make_optimizer = getattr(hooks, "make_optimizer", None)
+        self.optimizer = (make_optimizer(self) if make_optimizer is not None
+                          else Adam(self.model.parameters(), lr=config.lr))
         self.state: dict[str, float] = {}  # algorithm state that checkpoints keep (kl_coeff)
         self.num_updates = 0
         self.num_env_steps_trained = 0
+        self.timesteps = 0  # env steps sampled, as of the batch in hand (schedules read it)
+        self.data_parallel: Any = None  # a DataParallel when learners train together
+        after = getattr(config, "after_train_step", None)
+        self._after_train_step = import_object(after) if isinstance(after, str) else after
 
     def current_lr(self, timesteps: int) -> float:
         if self.config.lr_schedule:
@@ -79,8 +85,11 @@ class Learner:
         """Update from episode chunks as env runners ship them (time-major fragments)."""
         return self.update_from_batch(merge_fragments(fragments), timesteps)
 
-    def update_from_batch(self, batch: dict[str, Any], timesteps: int) -> dict[str, float]:
-        """``num_epochs`` passes of minibatch SGD over one batch; returns mean statistics."""
+    def update_from_batch(self, batch: dict[str, Any], timesteps: int,
+                          num_epochs: int | None = None) -> dict[str, float]:
+        """``num_epochs`` (default: the config's) passes of minibatch SGD over one batch;
+        returns mean statistics."""
+        self.timesteps = timesteps
         tensors = {k: _tensor(v, self.device) for k, v in batch.items() if _is_array(v)}
         train = self.hooks.prepare_batch(self, tensors)
         n = len(next(iter(train.values())))
@@ -92,13 +101,15 @@ class Learner:
         rng = np.random.default_rng(None if cfg.seed is None else cfg.seed + self.num_updates)
         sums: dict[str, float] = {}
         count = 0
-        for _ in range(cfg.num_epochs):
+        for _ in range(cfg.num_epochs if num_epochs is None else num_epochs):
             for idx in minibatches(n, mb_size, rng):
                 index = torch.as_tensor(idx, device=self.device)
                 mb = {k: v[index] for k, v in train.items()}
                 loss, stats = self.hooks.compute_loss(self, mb)
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
+                if self.data_parallel is not None:  # every learner steps on the mean gradient
+                    self.data_parallel.average_gradients(self.model.parameters())
                 if cfg.grad_clip is not None:
                     stats["gradients_norm"] = self._clip_gradients()
                 self.optimizer.step()
@@ -109,6 +120,8 @@ class Learner:
         self.num_updates += 1
         self.num_env_steps_trained += n
         self.hooks.after_update(self, result)
+        if self._after_train_step is not None:
+            self._after_train_step(self, result)
         result.update(cur_lr=lr, num_grad_updates=count, num_env_steps_trained=n, **self.state)
         return result
 

@@ -296,6 +296,11 @@ class StreamSender:
         self._error = err
         self._wake()
 
+    def abort(self, reason: str) -> None:
+        """Fail a ``send`` waiting for credit (and the next one) with ActorUnavailable: the
+        receiver restarted, so the credit of the items it had will never come back."""
+        self._fail(ActorUnavailable(f"stream to {self.handle.name!r} aborted: {reason}"))
+
     def _wake(self) -> None:
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)

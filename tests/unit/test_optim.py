@@ -88,3 +88,51 @@ def test_training_with_it_never_imports_dynamo():
             "print('torch._dynamo' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+# --- RMSprop and Optimizers ---
+
+from rlmesh.rl.optim import Optimizers, RMSprop  # noqa: E402
+
+
+@pytest.mark.parametrize("momentum", [0.0, 0.9])
+def test_rmsprop_steps_match_torch_rmsprop(momentum):
+    ours, theirs = net(), net()
+    mine = RMSprop(ours.parameters(), lr=1e-2, alpha=0.9, eps=0.1, momentum=momentum)
+    ref = torch.optim.RMSprop(theirs.parameters(), lr=1e-2, alpha=0.9, eps=0.1, momentum=momentum)
+    train(ours, mine, 25)
+    train(theirs, ref, 25)
+    assert_same_parameters(ours, theirs)
+    assert not all(torch.equal(p, q) for p, q in zip(ours.parameters(), net().parameters()))
+
+
+def test_rmsprop_state_dict_round_trips_through_torch():
+    ours, theirs = net(), net()
+    mine = RMSprop(ours.parameters(), lr=1e-2, momentum=0.5)
+    train(ours, mine, 5)
+    theirs.load_state_dict(ours.state_dict())
+    ref = torch.optim.RMSprop(theirs.parameters(), lr=1e-2, momentum=0.5)
+    ref.load_state_dict(copy.deepcopy(mine.state_dict()))  # torch keeps the tensors it is given
+    train(ours, mine, 5, seed=3)
+    train(theirs, ref, 5, seed=3)
+    assert_same_parameters(ours, theirs)
+    again = RMSprop(net().parameters(), lr=1.0)
+    again.load_state_dict(ref.state_dict())
+    assert again.param_groups[0]["lr"] == 1e-2 and again.steps == mine.steps
+
+
+def test_optimizers_step_each_part_at_its_own_rate():
+    model = net()
+    first, second = list(model[0].parameters()), list(model[2].parameters())
+    both = Optimizers(Adam(first, lr=1e-2), Adam(second, lr=0.0))
+    before = [p.detach().clone() for p in second]
+    both.param_groups[0]["lr"] = 5e-2  # a schedule drives the first optimizer only
+    train(model, both, 3)
+    assert all(torch.equal(p, q) for p, q in zip(second, before))
+    assert both.optimizers[0].param_groups[0]["lr"] == 5e-2
+    state = both.state_dict()
+    fresh = Optimizers(Adam(first), Adam(second))
+    fresh.load_state_dict(state)
+    assert fresh.optimizers[0].steps == both.optimizers[0].steps
+    with pytest.raises(ValueError, match="2 optimizers"):
+        Optimizers(Adam(first)).load_state_dict(state)

@@ -1,0 +1,159 @@
+"""The driver of asynchronous algorithms (IMPALA, APPO): the runners, aggregators and learners
+run on their own once started; an iteration waits ``min_time_s_per_reporting`` (and for at
+least one update), then gathers what happened into one result."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+import numpy as np
+
+from rlmesh.algorithms.algorithm import Algorithm
+from rlmesh.algorithms.topology import AsyncMesh
+from rlmesh.envs import space_to_data
+from rlmesh.roles.learner import load_weights
+from rlmesh.runtime import ActorUnavailable, RemoteError
+
+log = logging.getLogger(__name__)
+
+POLL_S = 0.02  # how often an iteration past its minimum time asks whether an update happened
+
+
+class LearnerFailed(RuntimeError):
+    """A learner died or its update loop raised: the run cannot go on."""
+
+
+class _AllLearners:
+    """Rank 0 answers for the learners' weights and state; new weights and state go to all."""
+
+    def __init__(self, mesh: AsyncMesh) -> None:
+        self.mesh = mesh
+
+    async def get_weights(self) -> Any:
+        return await self.mesh.learners[0].call("get_weights")
+
+    async def get_state(self) -> Any:
+        return await self.mesh.learners[0].call("get_state", timeout=120)
+
+    async def set_weights(self, weights: dict[str, Any]) -> None:
+        await asyncio.gather(*(h.call("set_weights", weights) for h in self.mesh.learners))
+
+    async def set_state(self, state: dict[str, Any]) -> None:
+        await asyncio.gather(*(h.call("set_state", state, timeout=120) for h in self.mesh.learners))
+
+
+class _AsyncLearnerGroup:
+    local = None
+
+    def __init__(self, mesh: AsyncMesh) -> None:
+        self.remote = _AllLearners(mesh)
+
+
+class AsyncAlgorithm(Algorithm):
+    """Base of IMPALA and APPO; subclasses name their config class and learner hooks."""
+
+    mesh_class = AsyncMesh
+    mesh: AsyncMesh
+
+    def _make_learner_group(self) -> Any:
+        for warning in self.config.warnings():
+            log.warning("%s", warning)
+        return _AsyncLearnerGroup(self.mesh)
+
+    async def _start_learners(self) -> None:
+        hooks = self.learner_hooks
+        cfg = type(self.config)
+        await self.mesh.start_learners(
+            f"{cfg.__module__}:{cfg.__qualname__}",
+            [space_to_data(self.obs_space), space_to_data(self.action_space)],
+            f"{hooks.__module__}:{hooks.__qualname__}")
+        await self.mesh.start_aggregators()
+
+    def _on_started(self) -> None:
+        self._loop.run(self.mesh.start_streaming())
+        self._updates_seen = 0
+
+    def train(self) -> dict[str, Any]:
+        """One iteration: at least ``min_time_s_per_reporting`` seconds and one update."""
+        start = time.perf_counter()
+        self._wait_for_update(start)
+        learners = self._ask(self.mesh.learner_metrics())
+        sampled = self._ask(self.mesh.pop_sampled())
+        aggregators = self._ask(self.mesh.aggregator_stats())
+        steps = sum(s["env_steps"] for s in sampled)
+        self.timesteps_total += steps
+        trained = sum(m["num_env_steps_trained"] for m in learners)
+        self.num_env_steps_trained += trained
+        load_weights(self._policy.model, self.get_weights())  # compute_single_action's copy
+        self.iteration += 1
+        elapsed = time.perf_counter() - start
+        self.time_total_s += elapsed
+        episodes = [{"episodes": s["episodes"]} for s in sampled]
+        stats = _mean_stats(learners)
+        result = self._result(episodes, steps, stats, elapsed, elapsed, elapsed)
+        result.update(self._pipeline_metrics(learners, sampled, aggregators))
+        if self.callbacks is not None:
+            self.callbacks.on_train_result(algorithm=self, result=result)
+        return result
+
+    def _wait_for_update(self, start: float) -> None:
+        cfg = self.config
+        time.sleep(cfg.min_time_s_per_reporting)
+        while True:
+            updates = self._ask(self.mesh.num_updates())
+            if updates > self._updates_seen:
+                self._updates_seen = updates
+                return
+            if time.perf_counter() - start > cfg.learner_queue_timeout + 30:
+                raise LearnerFailed(f"no update in {cfg.learner_queue_timeout + 30:.0f} s")
+            time.sleep(POLL_S)
+
+    def _ask(self, coro: Any) -> Any:
+        """Run a call on the mesh; a learner's death or failure becomes LearnerFailed."""
+        try:
+            if self.mesh.learner_failure is not None:
+                raise ActorUnavailable(self.mesh.learner_failure)
+            return self._loop.run(coro)
+        except (ActorUnavailable, RemoteError) as exc:
+            if self.mesh.learner_failure is None and not isinstance(exc, RemoteError):
+                raise
+            raise LearnerFailed(self._failure_message(exc)) from None
+        finally:
+            if asyncio.iscoroutine(coro):
+                coro.close()
+
+    def _failure_message(self, exc: BaseException) -> str:
+        what = self.mesh.learner_failure or str(exc)
+        where = (f"the last checkpoint is {self.last_checkpoint}: resume with `rlmesh train "
+                 f"... --resume` or Algorithm.restore('{self.last_checkpoint}')"
+                 if self.last_checkpoint else
+                 "no checkpoint was saved in this run (checkpoint_freq or algo.save() "
+                 "would give one to resume from)")
+        return (f"the learner failed, so the run stops (its weights and optimizer state "
+                f"exist nowhere else): {what}\n{where}")
+
+    def _pipeline_metrics(self, learners: list[dict[str, Any]], sampled: list[dict[str, Any]],
+                          aggregators: list[dict[str, Any]]) -> dict[str, Any]:
+        lag_weights = [m["num_updates"] for m in learners]
+        total = sum(lag_weights)
+        return {
+            "num_learner_updates": sum(m["num_updates"] for m in learners),
+            "policy_lag_mean": (sum(m["policy_lag_mean"] * w for m, w in zip(learners, lag_weights))
+                                / total if total else 0.0),
+            "policy_lag_max": max((m["policy_lag_max"] for m in learners), default=0),
+            "learner_queue_size": [m["learner_queue_size"] for m in learners],
+            "num_batches_replayed": sum(m["num_batches_replayed"] for m in learners),
+            "num_batches_dropped_stale": sum(m["num_batches_dropped_stale"] for m in learners),
+            "num_fragments_lost": sum(s["num_fragments_lost"] for s in sampled),
+            "num_aggregator_restarts": self.mesh.aggregator_restarts,
+            "aggregators": aggregators,
+        }
+
+
+def _mean_stats(learners: list[dict[str, Any]]) -> dict[str, float]:
+    """Each statistic averaged over the learners that updated in the iteration."""
+    keys = {k for m in learners for k in m["stats"]}
+    return {k: float(np.mean([m["stats"][k] for m in learners if k in m["stats"]])) for k in keys}

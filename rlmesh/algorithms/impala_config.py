@@ -1,0 +1,149 @@
+"""ImpalaConfig: the settings of the asynchronous pipeline (in-flight fragments, the learner
+queue, replay, broadcasts, aggregators) and of IMPALA's V-trace loss, in RLlib's names."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from rlmesh.algorithms.config import MODEL_DEFAULTS, AlgorithmConfig, setting
+from rlmesh.algorithms.schedules import validate_schedule
+
+# RLlib's IMPALAConfig.__init__ values for settings AlgorithmConfig already declares.
+_IMPALA_DEFAULTS = {
+    "lr": 5e-4,
+    "rollout_fragment_length": 50,
+    "train_batch_size": 500,
+    "num_env_runners": 2,
+    "grad_clip": 40.0,
+    "num_epochs": 1,
+    "model": {**MODEL_DEFAULTS},
+}
+
+
+@dataclass(kw_only=True)
+class ImpalaConfig(AlgorithmConfig, defaults=_IMPALA_DEFAULTS):
+    """IMPALA (Espeholt et al. 2018): runners sample without waiting for the learner, the
+    learner corrects for their policy lag with V-trace. Configured as in RLlib::
+
+        ImpalaConfig().environment("CartPole-v1").training(lr=5e-4, vf_loss_coeff=0.5)
+    """
+
+    #: The algorithm build() makes from this config.
+    algorithm_path = "rlmesh.algorithms.impala:IMPALA"
+
+    # --- V-trace ---
+    vtrace_clip_rho_threshold: float = setting(
+        1.0, "training", gt=0,
+        doc="V-trace's rho-bar: importance weights in the value targets are clipped here.")
+    vtrace_clip_pg_rho_threshold: float = setting(
+        1.0, "training", gt=0,
+        doc="Clip of the importance weights in the policy-gradient advantages.")
+    vtrace_drop_last_ts: bool = setting(
+        False, "training",
+        doc="True: drop each fragment's last step and bootstrap from its observation (older "
+            "RLlib); False: train on every step and bootstrap from the observation after it.")
+
+    # --- loss ---
+    vf_loss_coeff: float = setting(
+        0.5, "training", ge=0, doc="Weight of the value loss in the total loss.")
+    entropy_coeff: float = setting(
+        0.01, "training", ge=0, doc="Weight of the entropy bonus subtracted from the loss.")
+    entropy_coeff_schedule: list | None = setting(
+        None, "training",
+        doc="entropy_coeff by env steps, [[timestep, coeff], ...], linear between points; "
+            "replaces entropy_coeff when set.")
+
+    # --- optimizer ---
+    opt_type: Literal["adam", "rmsprop"] = setting(
+        "adam", "training", doc="The optimizer: 'adam' or 'rmsprop' (decay, momentum, epsilon).")
+    decay: float = setting(
+        0.99, "training", ge=0, le=1, doc="RMSProp's decay of the squared-gradient average.")
+    momentum: float = setting(0.0, "training", ge=0, doc="RMSProp's momentum.")
+    epsilon: float = setting(0.1, "training", gt=0, doc="RMSProp's epsilon (denominator floor).")
+    separate_vf_optimizer: bool = setting(
+        False, "training", key="_separate_vf_optimizer",
+        doc="Train the value branch with an optimizer of its own at _lr_vf (needs "
+            "vf_share_layers=False).")
+    lr_vf: float = setting(
+        5e-4, "training", key="_lr_vf", gt=0,
+        doc="Learning rate of the value optimizer when _separate_vf_optimizer is set.")
+    after_train_step: Any = setting(
+        None, "training",
+        doc="A function (or its import path 'pkg.mod:fn') called in the learner process as "
+            "fn(learner, stats) after every update.")
+
+    # --- the asynchronous pipeline ---
+    max_sample_requests_in_flight_per_worker: int = setting(
+        2, "env_runners", ge=1, aliases=("max_requests_in_flight_per_env_runner",),
+        doc="Fragments a runner may have shipped and not yet seen taken in; it samples on "
+            "until this many are in flight, then waits.")
+    learner_queue_size: int = setting(
+        16, "training", ge=1, doc="Train batches waiting for each learner, at most.")
+    learner_queue_timeout: float = setting(
+        300.0, "training", gt=0,
+        doc="Seconds a learner waits for a train batch before the run stops with an error "
+            "(runners dead or stuck).")
+    minibatch_buffer_size: int = setting(
+        1, "training", ge=1,
+        doc="Train batches the learner cycles through; with num_sgd_iter > 1 each is "
+            "trained on num_sgd_iter times before it is replaced.")
+    replay_proportion: float = setting(
+        0.0, "training", ge=0,
+        doc="Replayed train batches mixed in per new one (0.5: one replayed per two new).")
+    replay_buffer_num_slots: int = setting(
+        0, "training", ge=0, doc="Train batches kept for replay (replay_proportion > 0).")
+    broadcast_interval: int = setting(
+        1, "training", ge=1,
+        doc="Updates between two weight broadcasts to the runners (through the param server).")
+    max_policy_lag: int | None = setting(
+        None, "training", ge=0,
+        doc="Train batches sampled more than this many policy versions ago are dropped "
+            "(and counted); None keeps every batch.")
+    num_aggregation_workers: int = setting(
+        0, "learners", ge=0,
+        doc="Aggregator processes between runners and learners: each takes the fragments "
+            "of its share of the runners and builds train batches; 0: the learners do.")
+    min_time_s_per_reporting: float = setting(
+        10.0, "reporting", ge=0, aliases=("min_time_s_per_iteration",),
+        doc="An iteration (one train() call, one result) lasts at least this long, and at "
+            "least one update.")
+
+    def _cross_checks(self) -> list[str]:
+        problems = super()._cross_checks()
+        if self.entropy_coeff_schedule is not None:
+            try:
+                validate_schedule(self.entropy_coeff_schedule)
+            except ValueError as e:
+                problems.append(f"entropy_coeff_schedule: {e}")
+        if self.rollout_fragment_length == "auto":
+            problems.append("rollout_fragment_length: IMPALA needs a number of steps per "
+                            "fragment (RLlib's default: 50), got 'auto'")
+        if self.batch_mode != "truncate_episodes":
+            problems.append("batch_mode: IMPALA samples 'truncate_episodes' fragments, got "
+                            f"{self.batch_mode!r}")
+        if self.num_aggregation_workers > max(1, self.num_env_runners):
+            problems.append(f"num_aggregation_workers: more aggregators "
+                            f"({self.num_aggregation_workers}) than env runners "
+                            f"({self.num_env_runners}) leaves some with no input; use at most "
+                            f"{max(1, self.num_env_runners)}")
+        if self.replay_proportion > 0 and self.replay_buffer_num_slots < 1:
+            problems.append("replay_buffer_num_slots: replay_proportion > 0 needs at least one "
+                            "slot")
+        if self.separate_vf_optimizer and self.model.get("vf_share_layers", True):
+            problems.append("_separate_vf_optimizer: needs a value branch of its own; set "
+                            "model={'vf_share_layers': False}")
+        if self.policy_server_address is not None:
+            problems.append("policy_server_address: external simulators feed synchronous "
+                            "algorithms (PPO) only so far")
+        return problems
+
+    def warnings(self) -> list[str]:
+        """Settings that work but are probably not what was meant."""
+        out = []
+        if self.num_aggregation_workers > 1 and self.num_aggregation_workers > self.num_env_runners / 2:
+            out.append(f"num_aggregation_workers={self.num_aggregation_workers} is more than half "
+                       f"the env runners ({self.num_env_runners}): each aggregator would serve "
+                       f"fewer than two; {max(1, self.num_env_runners // 2)} or fewer is "
+                       "usually enough")
+        return out

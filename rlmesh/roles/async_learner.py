@@ -1,0 +1,236 @@
+"""The learner of asynchronous algorithms (IMPALA, APPO): fed by streams of fragments or
+train batches, it updates in one straight loop on a thread of its own and publishes weights
+to the param server every ``broadcast_interval`` updates.
+
+The event loop only receives and queues; the thread trains. With ``world_size`` > 1 the
+learners average gradients with torch.distributed and rank 0 publishes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import traceback
+from typing import Any
+
+import numpy as np
+
+from rlmesh.envs import import_object, space_from_data
+from rlmesh.roles.learner import Learner
+from rlmesh.roles.learner_input import BatchBuilder, BatchQueue, LearnerInput, LearnerQueueTimeout
+from rlmesh.runtime import Actor
+
+log = logging.getLogger(__name__)
+
+POLL_S = 0.5  # the update thread's longest wait before it looks at the stop flag again
+
+
+def batch_size_per_learner(cfg: Any) -> int:
+    if cfg.train_batch_size_per_learner is not None:
+        return cfg.train_batch_size_per_learner
+    return -(-cfg.train_batch_size // max(1, cfg.num_learners))
+
+
+class AsyncLearner(Actor):
+    """One learner of an asynchronous run (rank ``rank`` of ``world_size``).
+
+    ``add_fragment`` (a stream from runners) joins fragments into train batches here;
+    ``add_batch`` (a stream from aggregators) takes batches they joined.
+    """
+
+    def __init__(self, config: dict[str, Any], config_cls: str, spaces: list[Any], hooks: str,
+                 rank: int = 0, world_size: int = 1, dp_address: str = "",
+                 param_server: str = "param_server") -> None:
+        from rlmesh.roles.data_parallel import learner_device
+
+        cfg = self.config = import_object(config_cls).from_dict(config)
+        obs_space, action_space = (space_from_data(s) for s in spaces)
+        device = learner_device(cfg.num_gpus_per_learner, rank, cfg.fake_gpus)
+        self.learner = Learner(cfg, obs_space, action_space, import_object(hooks), str(device))
+        self.rank, self.world_size, self.dp_address = rank, world_size, dp_address
+        self.queue = BatchQueue(cfg.learner_queue_size)
+        self.input = LearnerInput(
+            self.queue.get, buffer_size=cfg.minibatch_buffer_size, num_passes=cfg.num_epochs,
+            replay_proportion=cfg.replay_proportion, replay_slots=cfg.replay_buffer_num_slots,
+            max_policy_lag=cfg.max_policy_lag,
+            seed=None if cfg.seed is None else cfg.seed + 7 * rank)
+        self.builder = BatchBuilder(batch_size_per_learner(cfg))
+        self._ps_name = param_server
+        self._lock = threading.Lock()  # the model: update thread vs. weights and state calls
+        self._stop = threading.Event()
+        self._error: str | None = None
+        self.version = 0  # policy version: +1 per update and per set_weights/set_state
+        self._published = 0
+        self._outbox: tuple[int, dict[str, Any]] | None = None
+        self._outbox_ready = asyncio.Event()
+        self._published_event = asyncio.Event()
+        self._received_steps = 0
+        self._report = _Report()
+
+    async def on_start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._ps = await self.job.get_actor(self._ps_name) if self.rank == 0 else None
+        self._publisher = asyncio.ensure_future(self._publish_loop())
+        self._thread = threading.Thread(target=self._run, name=f"rlmesh.learner-{self.rank}",
+                                        daemon=True)
+        self._thread.start()
+
+    async def on_stop(self) -> None:
+        self._stop.set()
+        self._publisher.cancel()
+        await asyncio.get_running_loop().run_in_executor(None, self._thread.join, 5.0)
+
+    # --- input (event loop) ---
+
+    async def add_fragment(self, fragment: dict[str, Any]) -> None:
+        """A runner's fragment; a train batch goes to the queue once enough have come."""
+        self._received_steps += int(fragment["env_steps"])
+        batch = self.builder.add(fragment)
+        if batch is not None:
+            await self.queue.put(batch)
+
+    async def add_batch(self, batch: dict[str, Any]) -> None:
+        """A train batch an aggregator joined (see ``BatchBuilder``)."""
+        self._received_steps += int(batch["env_steps"])
+        await self.queue.put(batch)
+
+    # --- the update loop (its own thread) ---
+
+    def _run(self) -> None:
+        try:
+            if self.world_size > 1:
+                self._join_group()
+            while not self._stop.is_set():
+                try:
+                    batch, is_new = self.input.next(self.version, self.config.learner_queue_timeout)
+                except LearnerQueueTimeout:
+                    if self._stop.is_set():
+                        return
+                    raise
+                self._update(batch, is_new)
+        except Exception:
+            if not self._stop.is_set():
+                self._error = traceback.format_exc()
+                log.error("learner %d stopped: %s", self.rank, self._error)
+
+    def _join_group(self) -> None:
+        from rlmesh.roles.data_parallel import DataParallel, backend_for
+
+        dp = DataParallel(self.rank, self.world_size, self.dp_address,
+                          backend_for(self.learner.device), self.config.learner_queue_timeout)
+        with self._lock:
+            dp.broadcast_module(self.learner.model)
+        self.learner.data_parallel = dp
+
+    def _update(self, batch: dict[str, Any], is_new: bool) -> None:
+        lag = self.version - np.asarray(batch["policy_versions"])
+        timesteps = self._received_steps * self.world_size  # env steps sampled, near enough
+        with self._lock:
+            stats = self.learner.update_from_batch(batch, timesteps, num_epochs=1)
+            self.version += 1
+            due = self.rank == 0 and self.version % self.config.broadcast_interval == 0
+            snapshot = (self.version, self.learner.get_weights()) if due else None
+        self._report.add(stats, lag, int(batch["env_steps"]) if is_new else 0)
+        if snapshot is not None:
+            self._loop.call_soon_threadsafe(self._offer, snapshot)
+
+    # --- publishing (event loop): one sender, so versions reach the param server in order ---
+
+    def _offer(self, snapshot: tuple[int, dict[str, Any]]) -> None:
+        if self._outbox is None or snapshot[0] > self._outbox[0]:
+            self._outbox = snapshot  # an older one not yet sent is superseded
+        self._outbox_ready.set()
+
+    async def _publish_loop(self) -> None:
+        while True:
+            await self._outbox_ready.wait()
+            self._outbox_ready.clear()
+            snapshot, self._outbox = self._outbox, None
+            if snapshot is None or snapshot[0] <= self._published:
+                continue
+            try:
+                await self._ps.set_weights(*snapshot)
+                self._published = snapshot[0]
+                self._published_event.set()
+            except Exception as exc:
+                log.warning("learner %d: publishing version %d failed: %s", self.rank,
+                            snapshot[0], exc)
+
+    async def publish(self) -> int:
+        """Publish the current weights now (after set_weights or a restore); their version."""
+        if self.rank != 0:
+            return self.version
+        with self._lock:
+            self.version += 1
+            snapshot = (self.version, self.learner.get_weights())
+        self._offer(snapshot)
+        while self._published < snapshot[0]:
+            self._published_event.clear()
+            await self._published_event.wait()
+        return snapshot[0]
+
+    # --- the driver's calls ---
+
+    def pop_metrics(self) -> dict[str, Any]:
+        """What happened since the last call; raises the update thread's error, if any."""
+        if self._error is not None:
+            raise RuntimeError(f"learner {self.rank} failed:\n{self._error}")
+        report, self._report = self._report, _Report()
+        return {**report.summary(), **self.input.counters, "rank": self.rank,
+                "policy_version": self.version, "learner_queue_size": self.queue.qsize(),
+                "pending_env_steps": self.builder.pending_steps}
+
+    def num_updates(self) -> int:
+        if self._error is not None:
+            raise RuntimeError(f"learner {self.rank} failed:\n{self._error}")
+        return self.learner.num_updates
+
+    def get_weights(self) -> dict[str, np.ndarray]:
+        with self._lock:
+            return self.learner.get_weights()
+
+    def set_weights(self, weights: dict[str, Any]) -> None:
+        with self._lock:
+            self.learner.set_weights(weights)
+
+    def get_state(self) -> dict[str, Any]:
+        with self._lock:
+            return {**self.learner.get_state(), "policy_version": self.version}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        with self._lock:
+            self.learner.set_state(state)
+            self.version = max(self.version, int(state.get("policy_version", 0)))
+
+
+class _Report:
+    """Learner statistics summed between two reports."""
+
+    def __init__(self) -> None:
+        self.sums: dict[str, float] = {}
+        self.updates = 0
+        self.env_steps = 0
+        self.trained = 0
+        self.lag_sum = 0.0
+        self.lag_count = 0
+        self.lag_max = 0
+
+    def add(self, stats: dict[str, float], lag: np.ndarray, new_steps: int) -> None:
+        for k, v in stats.items():
+            self.sums[k] = self.sums.get(k, 0.0) + float(v)
+        self.updates += 1
+        self.env_steps += new_steps
+        self.trained += int(stats.get("num_env_steps_trained", 0))
+        self.lag_sum += float(lag.sum())
+        self.lag_count += lag.size
+        self.lag_max = max(self.lag_max, int(lag.max()) if lag.size else 0)
+
+    def summary(self) -> dict[str, Any]:
+        n = max(self.updates, 1)
+        stats = {k: v / n for k, v in self.sums.items()}
+        stats.pop("num_env_steps_trained", None)
+        return {"stats": stats, "num_updates": self.updates,
+                "num_env_steps_trained": self.trained, "num_new_env_steps_trained": self.env_steps,
+                "policy_lag_mean": self.lag_sum / self.lag_count if self.lag_count else 0.0,
+                "policy_lag_max": self.lag_max}

@@ -1,0 +1,153 @@
+"""What feeds an asynchronous learner: fragments joined into train batches, a bounded queue
+between the event loop and the update thread, replay mixing and the minibatch buffer.
+
+Plain code, no sockets: the aggregator and the learner actor put these together.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+from rlmesh.roles.learner import merge_fragments
+
+
+class LearnerQueueTimeout(RuntimeError):
+    """No train batch reached the learner within ``learner_queue_timeout``."""
+
+
+class BatchBuilder:
+    """Joins fragments until they hold ``batch_size`` env steps, then hands out the batch:
+    time-major columns side by side (``merge_fragments``) plus ``policy_versions`` (one per
+    column: the version each fragment was sampled with) and ``env_steps``."""
+
+    def __init__(self, batch_size: int) -> None:
+        self.batch_size = batch_size
+        self._fragments: list[dict[str, Any]] = []
+        self._steps = 0
+
+    def add(self, fragment: dict[str, Any]) -> dict[str, Any] | None:
+        if not fragment["env_steps"]:
+            return None
+        self._fragments.append(fragment)
+        self._steps += int(fragment["env_steps"])
+        if self._steps < self.batch_size:
+            return None
+        fragments, self._fragments, steps, self._steps = self._fragments, [], self._steps, 0
+        batch: dict[str, Any] = merge_fragments(fragments)
+        batch["policy_versions"] = np.concatenate([
+            np.full(f["obs"].shape[1], f["policy_version"], np.int64) for f in fragments])
+        batch["env_steps"] = steps
+        return batch
+
+    @property
+    def pending_steps(self) -> int:
+        return self._steps
+
+
+class BatchQueue:
+    """A queue from the event loop (``await put``) to a thread (``get``), bounded: ``put``
+    waits while ``maxsize`` items are queued, so a stream's credit is returned only once its
+    item has room, and senders slow down to the learner's pace."""
+
+    def __init__(self, maxsize: int) -> None:
+        self.maxsize = maxsize
+        self._items: queue.Queue[Any] = queue.Queue()
+        self._room: asyncio.Semaphore | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def put(self, item: Any) -> None:
+        if self._room is None:
+            self._loop = asyncio.get_running_loop()
+            self._room = asyncio.Semaphore(self.maxsize)
+        await self._room.acquire()
+        self._items.put(item)
+
+    def get(self, timeout: float) -> Any:
+        """The oldest item; ``queue.Empty`` after ``timeout`` seconds without one."""
+        item = self._items.get(timeout=timeout)
+        assert self._loop is not None and self._room is not None
+        self._loop.call_soon_threadsafe(self._room.release)
+        return item
+
+    def qsize(self) -> int:
+        return self._items.qsize()
+
+
+class LearnerInput:
+    """The batches a learner trains on, one per update: new ones from ``take`` (a callable
+    returning the next queued batch), each replayed ``num_passes`` times from a buffer of
+    ``buffer_size`` (RLlib's minibatch buffer, cycled so consecutive updates see different
+    batches), with ``replay_proportion`` older batches from ``replay_slots`` mixed in per new
+    one, and batches older than ``max_policy_lag`` versions dropped."""
+
+    def __init__(self, take: Callable[[float], Any], *, buffer_size: int = 1, num_passes: int = 1,
+                 replay_proportion: float = 0.0, replay_slots: int = 0,
+                 max_policy_lag: int | None = None, seed: int | None = None) -> None:
+        self.take = take
+        self.num_passes = num_passes
+        self.replay_proportion = replay_proportion
+        self.max_policy_lag = max_policy_lag
+        self._buffer: list[Any] = [None] * buffer_size
+        self._passes_left = [0] * buffer_size
+        self._slot = 0
+        self._replay: list[Any] = []
+        self._replay_slots = replay_slots
+        self._replay_next = 0
+        self._owed = 0.0  # replayed batches due, fractional
+        self._rng = np.random.default_rng(seed)
+        self.counters = {"num_batches_new": 0, "num_batches_replayed": 0,
+                         "num_batches_dropped_stale": 0}
+
+    def next(self, version: int, timeout: float) -> tuple[Any, bool]:
+        """The batch for the next update, and whether it is new (first pass, not replayed).
+        ``version`` is the learner's policy version now; LearnerQueueTimeout if no new batch
+        comes within ``timeout`` seconds when one is needed."""
+        slot = self._slot
+        self._slot = (slot + 1) % len(self._buffer)
+        fresh = self._passes_left[slot] <= 0
+        if fresh:
+            self._buffer[slot] = self._next_batch(version, timeout)
+            self._passes_left[slot] = self.num_passes
+        self._passes_left[slot] -= 1
+        batch, is_new = self._buffer[slot]
+        return batch, fresh and is_new
+
+    def _next_batch(self, version: int, timeout: float) -> tuple[Any, bool]:
+        if self._owed >= 1 and self._replay:
+            self._owed -= 1
+            self.counters["num_batches_replayed"] += 1
+            return self._replay[int(self._rng.integers(len(self._replay)))], False
+        batch = self._take_fresh(version, timeout)
+        self.counters["num_batches_new"] += 1
+        if self._replay_slots:
+            if len(self._replay) < self._replay_slots:
+                self._replay.append(batch)
+            else:
+                self._replay[self._replay_next] = batch
+            self._replay_next = (self._replay_next + 1) % self._replay_slots
+            self._owed += self.replay_proportion
+        return batch, True
+
+    def _take_fresh(self, version: int, timeout: float) -> Any:
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise LearnerQueueTimeout(
+                    f"no train batch reached the learner within learner_queue_timeout={timeout} s: "
+                    "the env runners (or aggregators) delivered nothing in that time. Check that "
+                    "they are alive and sampling (rlmesh stack), or raise learner_queue_timeout")
+            try:
+                batch = self.take(left)
+            except queue.Empty:
+                continue
+            lag = version - int(np.min(batch["policy_versions"]))
+            if self.max_policy_lag is not None and lag > self.max_policy_lag:
+                self.counters["num_batches_dropped_stale"] += 1
+                continue
+            return batch
