@@ -145,7 +145,7 @@ class ResultLogger:
     """
 
     def __init__(self, trial_dir: str | os.PathLike, config_dict: dict | None = None,
-                 tensorboard: bool = True):
+                 tensorboard: bool = True, resume: bool = False):
         self.trial_dir = Path(trial_dir)
         self.trial_dir.mkdir(parents=True, exist_ok=True)
         self.result_path = self.trial_dir / "result.json"
@@ -158,6 +158,10 @@ class ResultLogger:
         self._csv_file = None
         self._columns: list[str] = []
         self._rows = 0
+        if resume and self.progress_path.exists():  # go on after the rows already there
+            with open(self.progress_path, newline="", encoding="utf-8") as f:
+                self._columns = next(csv.reader(f), [])
+            self._csv_file = open(self.progress_path, "a", newline="", encoding="utf-8")
         self._tb = None
         if tensorboard:
             from tensorboardX import SummaryWriter  # imported here: it pulls in protobuf

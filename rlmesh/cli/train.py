@@ -22,7 +22,9 @@ from pathlib import Path
 from typing import Any
 
 # --run name -> its config class; the config's build() makes the algorithm.
-ALGORITHMS = {"PPO": "rlmesh.algorithms.ppo_config:PPOConfig"}
+ALGORITHMS = {"PPO": "rlmesh.algorithms.ppo_config:PPOConfig",
+              "IMPALA": "rlmesh.algorithms.impala_config:ImpalaConfig",
+              "APPO": "rlmesh.algorithms.appo_config:APPOConfig"}
 DEFAULT_STOP = {"training_iteration": 100}
 EXIT_USAGE, EXIT_SIGINT, EXIT_SIGTERM = 2, 130, 143
 
@@ -41,7 +43,9 @@ Stop: training ends at the first criterion met, a result value >= its threshold
 Results: <local-dir>/<experiment>/<run>_<env>_<id>_00000_0_<date>/ with params.json,
 result.json, progress.csv, a TensorBoard file and checkpoint_<iteration>/ folders.
 Ctrl-C stops after the current iteration (a second one quits at once, exit 130).
-Resuming an interrupted run is not supported yet. --config-help lists the config keys."""
+--resume goes on from the newest checkpoint of the newest trial of this run and env in
+the experiment (--experiment-name, the file's name, or else the newest experiment of
+this run and env), logging into the same trial folder. --config-help lists the keys."""
 
 
 class UsageError(Exception):
@@ -67,6 +71,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--experiment-name", metavar="NAME",
                    help="experiment folder (default: the file's experiment key, else "
                         "<run>_<env>_<date>)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the newest trial from its newest checkpoint (see below)")
     p.add_argument("--num-env-runners", type=int, metavar="N", help="sets num_env_runners")
     p.add_argument("--seed", type=int, metavar="S", help="sets seed")
     p.add_argument("--log-level", type=str.upper, metavar="L",
@@ -324,15 +330,50 @@ def main(args: argparse.Namespace) -> int:
     from rlmesh.results import ResultLogger, default_experiment_name, make_trial_dir
 
     try:
-        experiment = spec.experiment or default_experiment_name(spec.run, spec.env)
-        trial_dir, trial_id = make_trial_dir(spec.local_dir, experiment, spec.run, spec.env)
-        logger = ResultLogger(trial_dir, config_dict)
+        if args.resume:
+            trial_dir, checkpoint = find_resume_point(spec)
+            trial_id = _trial_id(trial_dir)
+            algo.restore(checkpoint)
+            print(f"rlmesh train: resuming from {checkpoint}")
+        else:
+            experiment = spec.experiment or default_experiment_name(spec.run, spec.env)
+            trial_dir, trial_id = make_trial_dir(spec.local_dir, experiment, spec.run, spec.env)
+        logger = ResultLogger(trial_dir, config_dict, resume=args.resume)
+    except UsageError as e:
+        algo.stop()
+        return _fail(e)
     except BaseException:
         algo.stop()
         raise
     stops = " or ".join(f"{k} >= {v:g}" for k, v in spec.stop.items())
     print(f"rlmesh train: {spec.run} on {spec.env} until {stops}\nresults: {trial_dir}")
     return _train_loop(algo, spec, trial_dir, trial_id, ProgressReporter(), logger)
+
+
+def find_resume_point(spec: TrainSpec) -> tuple[Path, str]:
+    """The trial folder to go on in and its newest checkpoint; UsageError if none."""
+    from rlmesh.results import DEFAULT_LOCAL_DIR, safe_name
+
+    root = Path(os.path.expanduser(str(spec.local_dir or DEFAULT_LOCAL_DIR)))
+    prefix = f"{safe_name(spec.run)}_{safe_name(spec.env)}_"
+    if spec.experiment:
+        experiments = [root / safe_name(spec.experiment)]
+    else:
+        experiments = sorted((d for d in root.glob(f"{prefix}*") if d.is_dir()),
+                             key=lambda d: d.stat().st_mtime)
+    trials = [t for e in experiments[-1:] for t in e.glob(f"{prefix}*") if t.is_dir()]
+    for trial in sorted(trials, key=lambda d: d.stat().st_mtime, reverse=True):
+        checkpoints = sorted(trial.glob("checkpoint_*"))
+        if checkpoints:
+            return trial, str(checkpoints[-1])
+    where = experiments[-1] if experiments else root / f"{prefix}*"
+    raise UsageError(f"--resume: no checkpoint of {spec.run} on {spec.env} under {where}; "
+                     "train with --checkpoint-freq N to have one")
+
+
+def _trial_id(trial_dir: Path) -> str:
+    parts = trial_dir.name.split("_")
+    return next((f"{a}_{b}" for a, b in zip(parts, parts[1:]) if b == "00000"), "resumed")
 
 
 def _train_loop(algo, spec: TrainSpec, trial_dir: Path, trial_id: str, reporter, logger) -> int:

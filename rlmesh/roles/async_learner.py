@@ -9,16 +9,19 @@ learners average gradients with torch.distributed and rank 0 publishes.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
+import os
 import threading
 import traceback
+from collections import deque
 from typing import Any
 
 import numpy as np
 
 from rlmesh.envs import import_object, space_from_data
 from rlmesh.roles.learner import Learner
-from rlmesh.roles.learner_input import BatchBuilder, BatchQueue, LearnerInput, LearnerQueueTimeout
+from rlmesh.roles.learner_input import BatchBuilder, BatchQueue, LearnerInput
 from rlmesh.runtime import Actor
 
 log = logging.getLogger(__name__)
@@ -51,7 +54,7 @@ class AsyncLearner(Actor):
         self.rank, self.world_size, self.dp_address = rank, world_size, dp_address
         self.queue = BatchQueue(cfg.learner_queue_size)
         self.input = LearnerInput(
-            self.queue.get, buffer_size=cfg.minibatch_buffer_size, num_passes=cfg.num_epochs,
+            self._take, buffer_size=cfg.minibatch_buffer_size, num_passes=cfg.num_epochs,
             replay_proportion=cfg.replay_proportion, replay_slots=cfg.replay_buffer_num_slots,
             max_policy_lag=cfg.max_policy_lag,
             seed=None if cfg.seed is None else cfg.seed + 7 * rank)
@@ -67,6 +70,9 @@ class AsyncLearner(Actor):
         self._published_event = asyncio.Event()
         self._received_steps = 0
         self._report = _Report()
+        # Data-parallel learners: a digest of the weights after each recent update, so a
+        # test can check that every rank holds the same weights at every version.
+        self._digests: deque[tuple[int, str]] = deque(maxlen=512)
 
     async def on_start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -97,18 +103,20 @@ class AsyncLearner(Actor):
 
     # --- the update loop (its own thread) ---
 
+    def _take(self, timeout: float) -> dict[str, Any]:
+        if self._stop.is_set():
+            raise _Stopped
+        return self.queue.get(min(timeout, POLL_S))
+
     def _run(self) -> None:
         try:
             if self.world_size > 1:
                 self._join_group()
             while not self._stop.is_set():
-                try:
-                    batch, is_new = self.input.next(self.version, self.config.learner_queue_timeout)
-                except LearnerQueueTimeout:
-                    if self._stop.is_set():
-                        return
-                    raise
+                batch, is_new = self.input.next(self.version, self.config.learner_queue_timeout)
                 self._update(batch, is_new)
+        except _Stopped:
+            return
         except Exception:
             if not self._stop.is_set():
                 self._error = traceback.format_exc()
@@ -131,6 +139,8 @@ class AsyncLearner(Actor):
             self.version += 1
             due = self.rank == 0 and self.version % self.config.broadcast_interval == 0
             snapshot = (self.version, self.learner.get_weights()) if due else None
+            if self.world_size > 1:
+                self._digests.append((self.learner.num_updates, self._digest()))
         self._report.add(stats, lag, int(batch["env_steps"]) if is_new else 0)
         if snapshot is not None:
             self._loop.call_soon_threadsafe(self._offer, snapshot)
@@ -186,6 +196,20 @@ class AsyncLearner(Actor):
             raise RuntimeError(f"learner {self.rank} failed:\n{self._error}")
         return self.learner.num_updates
 
+    def _digest(self) -> str:
+        h = hashlib.sha1()
+        for p in self.learner.model.parameters():
+            h.update(p.detach().cpu().numpy().tobytes())
+        return h.hexdigest()
+
+    def weight_digests(self) -> list[list[Any]]:
+        """``[update count, digest of the weights after that update]`` for recent updates
+        (data-parallel learners only)."""
+        return [list(d) for d in self._digests]
+
+    def pid(self) -> int:
+        return os.getpid()
+
     def get_weights(self) -> dict[str, np.ndarray]:
         with self._lock:
             return self.learner.get_weights()
@@ -202,6 +226,10 @@ class AsyncLearner(Actor):
         with self._lock:
             self.learner.set_state(state)
             self.version = max(self.version, int(state.get("policy_version", 0)))
+
+
+class _Stopped(Exception):
+    """The learner is stopping: the update loop ends."""
 
 
 class _Report:

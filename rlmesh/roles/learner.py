@@ -151,7 +151,8 @@ class Learner:
         load_weights(self.model, weights)
 
     def get_state(self) -> dict[str, Any]:
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+        # Plain dicts: the state crosses a socket when the learner has a process of its own.
+        return {"model": dict(self.model.state_dict()), "optimizer": self.optimizer.state_dict(),
                 "state": dict(self.state), "num_updates": self.num_updates,
                 "num_env_steps_trained": self.num_env_steps_trained}
 

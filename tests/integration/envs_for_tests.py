@@ -3,6 +3,7 @@ them): observations encode the step count, failures happen at a chosen step."""
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 
 import gymnasium as gym
@@ -16,7 +17,7 @@ _instances: Counter = Counter()  # envs made so far in this process, per vector_
 class CountEnv(gym.Env):
     """obs = [steps taken in this episode, a number drawn from the env's RNG at reset];
     reward 1 per step. ``env_config``: ``terminate_at`` (terminated on that step),
-    ``fail_at`` (step() raises on that step of episode ``fail_episode``, default the first,
+    ``step_sleep_s`` (each step sleeps this long: a slow env), ``fail_at`` (step() raises on that step of episode ``fail_episode``, default the first,
     in the first env made for each vector index in this process), ``fail_reset`` (the
     first env made for each vector index raises in its first reset)."""
 
@@ -32,6 +33,7 @@ class CountEnv(gym.Env):
         self.fail_at = config.get("fail_at") if first else None
         self.fail_episode = config.get("fail_episode", 0)
         self.fail_reset = bool(config.get("fail_reset")) and first
+        self.step_sleep_s = float(config.get("step_sleep_s", 0.0))
         self.phase = 0
         self.t = 0
         self.start = 0.0
@@ -50,6 +52,8 @@ class CountEnv(gym.Env):
     def step(self, action):
         if self.episode == self.fail_episode and self.t + 1 == self.fail_at:
             raise RuntimeError(f"CountEnv: failing at step {self.fail_at}, as configured")
+        if self.step_sleep_s:
+            time.sleep(self.step_sleep_s)
         self.t += 1
         self.total_steps += 1
         terminated = self.terminate_at is not None and self.t >= self.terminate_at

@@ -1,0 +1,36 @@
+"""APPOConfig: APPO's own settings (clipped surrogate, target network, KL term) on top of
+IMPALA's, in RLlib's names."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rlmesh.algorithms.config import setting
+from rlmesh.algorithms.impala_config import ImpalaConfig
+
+
+@dataclass(kw_only=True)
+class APPOConfig(ImpalaConfig):
+    """Asynchronous PPO, configured as in RLlib::
+
+        APPOConfig().environment("CartPole-v1").training(clip_param=0.4, use_kl_loss=True)
+    """
+
+    algorithm_path = "rlmesh.algorithms.appo:APPO"
+
+    clip_param: float = setting(
+        0.4, "training", gt=0,
+        doc="The surrogate's ratio to the target network is clipped to [1 - clip_param, "
+            "1 + clip_param].")
+    target_network_update_freq: int = setting(
+        1, "training", ge=1,
+        doc="Updates between two copies of the policy into the target network.")
+    use_kl_loss: bool = setting(
+        False, "training",
+        doc="Add kl_coeff x KL(target network || policy) to the loss, kl_coeff adapting "
+            "toward kl_target.")
+    kl_coeff: float = setting(1.0, "training", ge=0, doc="Initial coefficient of the KL term.")
+    kl_target: float = setting(
+        0.01, "training", gt=0,
+        doc="KL per update that the adaptive kl_coeff aims for: x1.5 above twice the "
+            "target, x0.5 below half of it.")

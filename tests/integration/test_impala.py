@@ -1,0 +1,170 @@
+"""IMPALA and APPO end to end through the Python API: they learn, report the pipeline
+(policy lag, queues, aggregators), data-parallel learners stay identical, killed runners
+and aggregators are replaced, a dead learner stops the run naming the checkpoint, and
+`rlmesh train --resume` goes on from it."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from rlmesh.algorithms import ConfigError
+from rlmesh.algorithms.appo_config import APPOConfig
+from rlmesh.algorithms.asynchronous import LearnerFailed
+from rlmesh.algorithms.impala_config import ImpalaConfig
+
+RLMESH = [sys.executable, "-m", "rlmesh.cli.main"]
+
+
+def cartpole(cls=ImpalaConfig, runners: int = 2, **training):
+    return (cls().environment("CartPole-v1")
+            .env_runners(num_env_runners=runners, num_envs_per_env_runner=4,
+                         rollout_fragment_length=50)
+            .training(**{"lr": 1e-3, "train_batch_size": 400, "vf_loss_coeff": 0.5,
+                         "entropy_coeff": 0.0,
+                         "model": {"fcnet_hiddens": [64, 64], "vf_share_layers": False},
+                         **training})
+            .reporting(min_time_s_per_reporting=0.5)
+            .debugging(seed=3))
+
+
+def train_until(algo, reward: float, iterations: int) -> tuple[float, dict]:
+    best = -math.inf
+    for _ in range(iterations):
+        result = algo.train()
+        best = max(best, result["episode_reward_mean"])
+        if best >= reward:
+            break
+    return best, result
+
+
+def test_impala_learns_cartpole_through_an_aggregator():
+    config = cartpole().learners(num_aggregation_workers=1)
+    with config.build() as algo:
+        best, result = train_until(algo, 100, 60)
+        assert best >= 100, f"IMPALA did not learn CartPole: best mean reward {best}"
+        assert 0 < result["num_env_steps_trained"] <= result["timesteps_total"]
+        assert result["num_learner_updates"] > 0
+        assert 0 <= result["policy_lag_mean"] <= result["policy_lag_max"]
+        (aggregator,) = result["aggregators"]
+        assert aggregator["num_batches"] > 0 and aggregator["num_fragments"] > 0
+        stats = result["info"]["learner"]["default_policy"]
+        for key in ("policy_loss", "vf_loss", "entropy", "vf_explained_var", "gradients_norm"):
+            assert np.isfinite(stats[key]), key
+        # the driver's copy follows the learner: compute_single_action acts
+        assert algo.compute_single_action(np.zeros(4, np.float32)) in (0, 1)
+
+
+def test_appo_learns_cartpole_with_a_learner_process_and_replay():
+    config = cartpole(APPOConfig, use_kl_loss=True, num_sgd_iter=2, minibatch_buffer_size=2,
+                      replay_proportion=0.5, replay_buffer_num_slots=4).learners(num_learners=1)
+    with config.build() as algo:
+        best, result = train_until(algo, 100, 60)
+        assert best >= 100, f"APPO did not learn CartPole: best mean reward {best}"
+        assert result["num_batches_replayed"] > 0
+        stats = result["info"]["learner"]["default_policy"]
+        assert np.isfinite(stats["mean_kl_loss"]) and stats["cur_kl_coeff"] > 0
+        assert stats["num_target_updates"] > 0
+
+
+def test_data_parallel_learners_hold_identical_weights_after_every_update():
+    config = (cartpole(train_batch_size=800, opt_type="rmsprop")
+              .learners(num_learners=2, num_gpus_per_learner=1)
+              .resources(_fake_gpus=True))  # the GPU configuration, on the CPU
+    with config.build() as algo:
+        for _ in range(3):
+            result = algo.train()
+        first, second = ({v: d for v, d in algo._loop.run(learner.call("weight_digests"))}
+                         for learner in algo.mesh.learners)
+    common = sorted(set(first) & set(second))
+    assert len(common) >= 5, (len(first), len(second))
+    assert [first[v] for v in common] == [second[v] for v in common]
+    assert len({first[v] for v in common}) == len(common)  # the weights did change
+    assert result["num_learner_updates"] > 0
+
+
+def test_killed_runner_and_aggregator_are_replaced_and_training_continues():
+    config = cartpole().learners(num_aggregation_workers=1)
+    with config.build() as algo:
+        algo.train()
+        runner_pid = algo.env_runners.foreach_env_runner("pid")[0]
+        aggregator_pid = algo._loop.run(algo.mesh.aggregators[0].call("pid"))
+        os.kill(runner_pid, signal.SIGKILL)
+        os.kill(aggregator_pid, signal.SIGKILL)
+        results = [algo.train() for _ in range(6)]
+        assert results[-1]["num_env_runner_restarts"] >= 1
+        assert results[-1]["num_aggregator_restarts"] >= 1
+        assert results[-1]["num_healthy_env_runners"] == 2
+        assert algo.env_runners.foreach_env_runner("pid")[0] != runner_pid
+        late = results[-2:]
+        assert all(r["num_learner_updates"] > 0 for r in late)
+        assert all(r["aggregators"] and r["aggregators"][0]["num_batches"] > 0 for r in late)
+
+
+def test_a_dead_learner_stops_the_run_and_names_the_checkpoint(tmp_path):
+    config = cartpole(runners=1).learners(num_learners=1)
+    with config.build() as algo:
+        algo.train()
+        path = algo.save(tmp_path / "ckpt")
+        os.kill(algo._loop.run(algo.mesh.learners[0].call("pid")), signal.SIGKILL)
+        with pytest.raises(LearnerFailed) as failed:
+            for _ in range(20):
+                algo.train()
+    message = str(failed.value)
+    assert "learner-0 died" in message and path in message and "--resume" in message
+
+
+def test_no_batch_in_time_is_a_clear_error():
+    config = (cartpole(runners=1, learner_queue_timeout=2.0)
+              .environment("tests.integration.envs_for_tests:make_count_env",
+                           env_config={"step_sleep_s": 0.2})
+              .env_runners(rollout_fragment_length=100))
+    with config.build() as algo:
+        with pytest.raises(LearnerFailed, match="learner_queue_timeout=2.0 s"):
+            for _ in range(5):
+                algo.train()
+
+
+def test_config_checks_as_rllib(caplog):
+    with pytest.raises(ConfigError, match="num_aggregation_workers"):
+        cartpole(runners=2).learners(num_aggregation_workers=3).validate()
+    with pytest.raises(ConfigError, match="_separate_vf_optimizer"):
+        ImpalaConfig().training(_separate_vf_optimizer=True).validate()
+    with pytest.raises(ConfigError, match="did you mean 'vtrace_drop_last_ts'"):
+        ImpalaConfig.from_dict({"vtrace_drop_last_step": True})
+    warnings = cartpole(runners=3).learners(num_aggregation_workers=2).warnings()
+    assert len(warnings) == 1 and "1 or fewer" in warnings[0]
+    assert not cartpole(runners=4).learners(num_aggregation_workers=2).warnings()
+
+
+def test_cli_resume_goes_on_from_the_newest_checkpoint(tmp_path):
+    local = tmp_path / "results"
+    base = [*RLMESH, "train", "--run", "IMPALA", "--env", "CartPole-v1", "--local-dir",
+            str(local), "--experiment-name", "resume-test", "--checkpoint-freq", "1",
+            "--config", json.dumps({"min_time_s_per_reporting": 0.3, "num_env_runners": 1,
+                                    "num_envs_per_env_runner": 2})]
+    first = subprocess.run([*base, "--stop", '{"training_iteration": 2}'],
+                           capture_output=True, text=True, timeout=180)
+    assert first.returncode == 0, first.stdout + first.stderr
+    second = subprocess.run([*base, "--resume", "--stop", '{"training_iteration": 4}'],
+                            capture_output=True, text=True, timeout=180)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert "resuming from" in second.stdout and "checkpoint_000002" in second.stdout
+    (trial,) = (local / "resume-test").iterdir()
+    results = [json.loads(line) for line in (trial / "result.json").read_text().splitlines()]
+    assert [r["training_iteration"] for r in results] == [1, 2, 3, 4]
+    assert results[2]["timesteps_total"] > results[1]["timesteps_total"]
+    rows = (trial / "progress.csv").read_text().splitlines()
+    assert len(rows) == 5 and rows[0].startswith(rows[0].split(",")[0])
+    none = subprocess.run([*RLMESH, "train", "--run", "APPO", "--env", "CartPole-v1",
+                           "--local-dir", str(local), "--resume"],
+                          capture_output=True, text=True, timeout=120)
+    assert none.returncode == 2 and "no checkpoint of APPO" in none.stderr
