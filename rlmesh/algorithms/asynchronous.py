@@ -145,6 +145,7 @@ class AsyncAlgorithm(Algorithm):
                                 / total if total else 0.0),
             "policy_lag_max": max((m["policy_lag_max"] for m in learners), default=0),
             "learner_queue_size": [m["learner_queue_size"] for m in learners],
+            "learner_idle_fraction": float(np.mean([m["learner_idle_fraction"] for m in learners])),
             "num_batches_replayed": sum(m["num_batches_replayed"] for m in learners),
             "num_batches_dropped_stale": sum(m["num_batches_dropped_stale"] for m in learners),
             "num_fragments_lost": sum(s["num_fragments_lost"] for s in sampled),

@@ -13,6 +13,7 @@ import hashlib
 import logging
 import os
 import threading
+import time
 import traceback
 from collections import deque
 from typing import Any
@@ -113,8 +114,12 @@ class AsyncLearner(Actor):
             if self.world_size > 1:
                 self._join_group()
             while not self._stop.is_set():
+                waited = time.perf_counter()
                 batch, is_new = self.input.next(self.version, self.config.learner_queue_timeout)
+                started = time.perf_counter()
                 self._update(batch, is_new)
+                self._report.wait_s += started - waited
+                self._report.busy_s += time.perf_counter() - started
         except _Stopped:
             return
         except Exception:
@@ -243,6 +248,8 @@ class _Report:
         self.lag_sum = 0.0
         self.lag_count = 0
         self.lag_max = 0
+        self.wait_s = 0.0  # the update thread waiting for a batch
+        self.busy_s = 0.0  # ... and updating
 
     def add(self, stats: dict[str, float], lag: np.ndarray, new_steps: int) -> None:
         for k, v in stats.items():
@@ -261,4 +268,6 @@ class _Report:
         return {"stats": stats, "num_updates": self.updates,
                 "num_env_steps_trained": self.trained, "num_new_env_steps_trained": self.env_steps,
                 "policy_lag_mean": self.lag_sum / self.lag_count if self.lag_count else 0.0,
-                "policy_lag_max": self.lag_max}
+                "policy_lag_max": self.lag_max,
+                "learner_idle_fraction": (self.wait_s / (self.wait_s + self.busy_s)
+                                          if self.wait_s + self.busy_s else 0.0)}

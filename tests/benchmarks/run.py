@@ -4,7 +4,8 @@
 Figures are measured, never asserted: a missed goal is reported, not failed.
 Three suites: the runtime's (bench_runtime: rtt_*, stream_*, cold_start, about 1 min),
 PPO's (bench_ppo: ppo_*, about 5 min; ``--only ppo``) and the policy client's (bench_client:
-client_*, about 1 min; ``--only client``). Each suite has its own sizes.
+client_*, about 1 min; ``--only client``) and the scheduler's (bench_scheduler: scheduler_*,
+simulated, no processes, under 1 min; ``--only scheduler``). Each suite has its own sizes.
 """
 
 from __future__ import annotations
@@ -21,13 +22,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import bench_client, bench_ppo, bench_runtime
+from . import bench_client, bench_ppo, bench_runtime, bench_scheduler
 from .bench_runtime import Row
 
 # name -> (benchmark, its suite's default sizes, its suite's --quick sizes)
 BENCHMARKS: dict[str, tuple[Any, Any, Any]] = {
     name: (fn, suite.DEFAULT, suite.QUICK)
-    for suite in (bench_runtime, bench_ppo, bench_client)
+    for suite in (bench_runtime, bench_ppo, bench_client, bench_scheduler)
     for name, fn in suite.BENCHMARKS.items()}
 
 
