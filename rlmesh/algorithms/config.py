@@ -357,6 +357,31 @@ class AlgorithmConfig:
             return length + 1
         return length
 
+    def resource_request(self) -> list[Any]:
+        """What a run of this config asks of the cluster scheduler (``rlmesh launch``), as
+        RLlib's default_resource_request: a group with the driver and the learners, packed
+        on one node where it fits (they exchange the most data; the driver's bundle holds
+        the learner when num_learners is 0), and the env runners spread over the nodes."""
+        from rlmesh.runtime.resources import Bundle, PlacementGroup
+
+        auto = self.num_cpus_per_learner == "auto"
+        learner_cpus = (0 if self.num_gpus_per_learner else 1) if auto else self.num_cpus_per_learner
+        driver = {"CPU": self.num_cpus_for_main_process + self._driver_side_cpus()}
+        if self.num_learners == 0:
+            driver["GPU"] = self.num_gpus_per_learner
+        learners = [Bundle({"CPU": learner_cpus, "GPU": self.num_gpus_per_learner}, f"learner-{i}")
+                    for i in range(self.num_learners)]
+        runners = [Bundle({"CPU": self.num_cpus_per_env_runner, "GPU": self.num_gpus_per_env_runner},
+                          f"env_runner-{i}") for i in range(1, self.num_env_runners + 1)]
+        groups = [PlacementGroup((Bundle(driver, "driver"), *learners), "PACK", "learners")]
+        if runners:
+            groups.append(PlacementGroup(tuple(runners), "SPREAD", "env_runners"))
+        return groups
+
+    def _driver_side_cpus(self) -> float:
+        """CPUs of processes placed with the driver besides it (IMPALA's aggregators)."""
+        return 0
+
     def lr_at(self, timestep: int) -> float:
         """The learning rate after ``timestep`` env steps sampled."""
         return value_at(self.lr_schedule, timestep) if self.lr_schedule else self.lr

@@ -138,6 +138,10 @@ class ImpalaConfig(AlgorithmConfig, defaults=_IMPALA_DEFAULTS):
                             "algorithms (PPO) only so far")
         return problems
 
+    def _driver_side_cpus(self) -> float:
+        # RLlib's IMPALA: the aggregators join the driver's bundle, next to the learner.
+        return float(self.num_aggregation_workers)
+
     def warnings(self) -> list[str]:
         """Settings that work but are probably not what was meant."""
         out = []

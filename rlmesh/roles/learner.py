@@ -90,7 +90,13 @@ class Learner:
         """``num_epochs`` (default: the config's) passes of minibatch SGD over one batch;
         returns mean statistics."""
         self.timesteps = timesteps
-        tensors = {k: _tensor(v, self.device) for k, v in batch.items() if _is_array(v)}
+        arrays = {k: v for k, v in batch.items() if _is_array(v)}
+        if self.device.type == "cuda":  # from page-locked host memory, without blocking
+            from rlmesh.roles.data_parallel import to_device
+
+            tensors = to_device(arrays, self.device)
+        else:
+            tensors = {k: _tensor(v, self.device) for k, v in arrays.items()}
         train = self.hooks.prepare_batch(self, tensors)
         n = len(next(iter(train.values())))
         lr = self.current_lr(timesteps)

@@ -382,3 +382,26 @@ def test_replace_keeps_the_living_and_respects_every_constraint(data, groups, no
     for (g, b), name in p.assignment.items():
         if name != dead and not (g in hit and groups[g].strategy == "STRICT_PACK"):
             assert after[(g, b)] == name
+
+
+def test_impala_resource_request_places_the_learner_side_on_the_gpu_node():
+    from rlmesh.algorithms.impala_config import ImpalaConfig
+
+    config = (ImpalaConfig().env_runners(num_env_runners=4)
+              .learners(num_learners=1, num_gpus_per_learner=1, num_aggregation_workers=2))
+    groups = config.resource_request()
+    driver, learner = groups[0].bundles
+    assert driver.resources["CPU"] == 3  # the driver and its two aggregators
+    assert learner.resources == {"CPU": 0, "GPU": 1}  # 'auto' CPUs: none beside a GPU
+    assert [b.resources["CPU"] for b in groups[1].bundles] == [1, 1, 1, 1]
+    nodes = [Node("head", {"CPU": 4, "GPU": 1}), Node("w1", {"CPU": 2}), Node("w2", {"CPU": 2})]
+    placement = place(groups, nodes)
+    assert set(placement.group(0)) == {"head"}
+    assert placement.used["head"]["GPU"] == 1
+    # runners spread over every node with room, the GPU node's last CPU included
+    assert sorted(placement.group(1)) == ["head", "w1", "w2", "w2"] or \
+        sorted(placement.group(1)) == ["head", "w1", "w1", "w2"]
+    assert all(placement.free[n]["CPU"] >= 0 for n in ("head", "w1", "w2"))
+    short = [Node("head", {"CPU": 4}), Node("w1", {"CPU": 2})]
+    with pytest.raises(PlacementError, match="learner-0.*GPU"):
+        place(groups, short)

@@ -1,0 +1,292 @@
+"""Data-parallel learners: gradient and statistics averaging over torch.distributed on this
+machine, the choice of a learner's device, and moving a batch onto it.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+import zlib
+from contextlib import contextmanager
+from datetime import timedelta
+from types import TracebackType
+from typing import Callable, Iterable, Iterator
+from urllib.parse import urlsplit
+
+import numpy as np
+import psutil
+import torch
+import torch.distributed as dist
+
+
+class DataParallelError(RuntimeError):
+    """A collective failed: a peer learner died, hung past the timeout, or disagreed."""
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (another process may take it
+    before rank 0 binds it; callers retry on a bind error)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def backend_for(device: torch.device, devices_shared: bool = False) -> str:
+    """NCCL for CUDA devices, gloo otherwise.
+
+    NCCL (2.5 on) refuses two ranks on one GPU ("Duplicate GPU detected"), so learners
+    that share a device (fractional ``num_gpus_per_learner``) pass ``devices_shared=True``
+    and get gloo, which reduces CUDA tensors through host memory.
+    """
+    return "nccl" if device.type == "cuda" and not devices_shared else "gloo"
+
+
+def loopback_address(init_address: str) -> tuple[str, int]:
+    """``tcp://127.0.0.1:PORT`` -> (host, port); anything but a loopback host is refused,
+    since torch.distributed traffic is neither authenticated nor encrypted."""
+    url = urlsplit(init_address if "://" in init_address else f"tcp://{init_address}")
+    host = "127.0.0.1" if url.hostname == "localhost" else url.hostname or ""
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if url.scheme != "tcp" or not loopback or url.port is None:
+        raise ValueError(f"init_address {init_address!r}: data-parallel learners rendezvous on "
+                         "this machine only; give tcp://127.0.0.1:PORT (see free_port())")
+    return host, url.port
+
+
+class DataParallel:
+    """One learner's membership of a group of ``world_size`` learners on this machine.
+
+    Every rank must call the same collectives in the same order with tensors of the same
+    shapes (the same model, the same stat keys). One instance per process at a time: it
+    owns torch's default process group and destroys it on ``close()``. For NCCL, pass the
+    learner's ``device`` so the rank binds to its own GPU before the group forms.
+    """
+
+    def __init__(self, rank: int, world_size: int, init_address: str, backend: str = "gloo",
+                 timeout_s: float = 60.0, device: torch.device | None = None) -> None:
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank {rank} is not in [0, world_size={world_size})")
+        if dist.is_initialized():
+            raise RuntimeError("a torch.distributed process group already exists in this "
+                               "process; close() the other DataParallel first")
+        host, port = loopback_address(init_address)
+        self._open = False
+        self.rank, self.world_size, self.backend = rank, world_size, backend
+        self.timeout_s = timeout_s
+        if device is not None and device.type == "cuda":
+            torch.cuda.set_device(device)
+        timeout = timedelta(seconds=timeout_s)
+        try:
+            self._store: dist.TCPStore | None = _loopback_store(host, port, rank, world_size,
+                                                                timeout)
+            with _loopback_interfaces(backend):
+                dist.init_process_group(backend, store=self._store, rank=rank,
+                                        world_size=world_size, timeout=timeout)
+        except RuntimeError as e:  # DistNetworkError, DistStoreError: a rendezvous timeout
+            self._store = None
+            raise DataParallelError(
+                f"rank {rank} of {world_size}: the learners did not all meet at {host}:{port} "
+                f"within timeout_s={timeout_s:g}; a learner process failed to start or died "
+                f"({str(e).splitlines()[0]})") from e
+        self._open = True
+
+    def __enter__(self) -> DataParallel:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Leave the group; safe to call twice, and after a failed collective."""
+        if self._open:
+            self._open = False
+            if dist.is_initialized():
+                dist.destroy_process_group()
+            self._store = None  # rank 0's store stops listening when dropped
+
+    def barrier(self) -> None:
+        self._collective("barrier", dist.barrier)
+
+    @torch.no_grad()
+    def broadcast_module(self, module: torch.nn.Module) -> None:
+        """Rank 0's parameters and buffers, copied into every rank's ``module``."""
+        tensors = [t.detach() for t in (*module.parameters(), *module.buffers())]
+        for group in _buckets(tensors).values():
+            members = [tensors[i] for i in group]
+            flat = torch.cat([t.reshape(-1) for t in members])
+            self._collective("broadcast of module state", lambda: dist.broadcast(flat, src=0))
+            for t, chunk in zip(members, flat.split([t.numel() for t in members])):
+                t.copy_(chunk.view_as(t))
+
+    @torch.no_grad()
+    def average_gradients(self, params: Iterable[torch.nn.Parameter]) -> None:
+        """Every ``.grad`` becomes the mean over ranks, in one all-reduce per dtype/device.
+
+        A missing gradient counts as zeros, so ranks whose losses touch different
+        parameters still call the same collective; a parameter no rank has a gradient
+        for keeps ``grad=None``, so the optimizer skips it as it would on one learner.
+        """
+        tensors = list(params)
+        for group in _buckets(tensors).values():
+            members = [tensors[i] for i in group]
+            grads = [torch.zeros_like(p) if p.grad is None else p.grad for p in members]
+            # Who had a gradient rides in the same bucket: one collective, not two.
+            present = torch.tensor([p.grad is not None for p in members],
+                                   dtype=members[0].dtype, device=members[0].device)
+            flat = torch.cat([g.reshape(-1) for g in grads] + [present])
+            self._collective("all_reduce of gradients", lambda: dist.all_reduce(flat))
+            flat.div_(self.world_size)
+            sizes = [p.numel() for p in members] + [len(members)]
+            *chunks, anyone = flat.split(sizes)
+            for p, chunk, seen in zip(members, chunks, anyone.tolist()):
+                if seen == 0:
+                    continue
+                if p.grad is None:
+                    p.grad = chunk.view_as(p).clone()
+                else:
+                    p.grad.copy_(chunk.view_as(p))
+
+    def average_stats(self, stats: dict[str, float]) -> dict[str, float]:
+        """The mean over ranks of each statistic; every rank must pass the same keys."""
+        keys = sorted(stats)
+        # A checksum h of the key names, sent as h and h*h: the sums equal n*h and n*h*h
+        # only if every rank sent the same h, so mismatched keys raise instead of
+        # averaging unrelated numbers.
+        h = float(zlib.crc32("\0".join(keys).encode()) % (1 << 20))
+        values = torch.tensor([float(stats[k]) for k in keys] + [h, h * h], dtype=torch.float64)
+        if self.backend == "nccl":
+            values = values.to(torch.device("cuda", torch.cuda.current_device()))
+        self._collective("all_reduce of stats", lambda: dist.all_reduce(values))
+        *sums, h_sum, h2_sum = values.cpu().tolist()
+        n = self.world_size
+        if h_sum != n * h or h2_sum != n * h * h:
+            raise DataParallelError(f"rank {self.rank}: average_stats got different keys on "
+                                    f"different ranks (this rank: {keys})")
+        return {k: s / n for k, s in zip(keys, sums)}
+
+    def _collective(self, what: str, call: Callable[[], object]) -> None:
+        if not self._open:
+            raise DataParallelError(f"rank {self.rank}: {what} after close()")
+        try:
+            call()
+        except RuntimeError as e:  # gloo and NCCL errors (DistBackendError) derive from it
+            raise DataParallelError(
+                f"rank {self.rank} of {self.world_size}: {what} failed; another learner "
+                f"process died or did not answer within timeout_s={self.timeout_s:g} ({e})"
+            ) from e
+
+
+def _buckets(tensors: list[torch.Tensor]) -> dict[tuple[torch.device, torch.dtype], list[int]]:
+    """Indices of ``tensors`` grouped by (device, dtype), in order of first appearance,
+    which is the same on every rank given the same module."""
+    groups: dict[tuple[torch.device, torch.dtype], list[int]] = {}
+    for i, t in enumerate(tensors):
+        if t.is_sparse:
+            raise ValueError("DataParallel averages dense tensors only (got a sparse one)")
+        groups.setdefault((t.device, t.dtype), []).append(i)
+    return groups
+
+
+def _loopback_store(host: str, port: int, rank: int, world_size: int,
+                    timeout: timedelta) -> dist.TCPStore:
+    """The rendezvous store. Given a port alone, torch's store server listens on every
+    interface; rank 0 binds the socket itself to loopback and hands it over."""
+    if rank != 0:
+        return dist.TCPStore(host, port, world_size, False, timeout)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(max(world_size, 16))
+    except OSError:
+        sock.close()
+        raise
+    # The store owns the descriptor from here on and closes it, also when it fails (a
+    # second close here could hit a descriptor reused by another thread).
+    fd = sock.detach()
+    return dist.TCPStore(host, port, world_size, True, timeout, master_listen_fd=fd)
+
+
+@contextmanager
+def _loopback_interfaces(backend: str) -> Iterator[None]:
+    """Gloo otherwise listens on the address the hostname resolves to, often a public one,
+    and NCCL's bootstrap on the first non-loopback interface."""
+    name = _loopback_interface()
+    if backend == "nccl":
+        # NCCL reads it when its communicator forms, at the first collective, after
+        # init_process_group has returned: set for the process, unless the user chose one.
+        os.environ.setdefault("NCCL_SOCKET_IFNAME", name)
+    saved = os.environ.get("GLOO_SOCKET_IFNAME")
+    os.environ["GLOO_SOCKET_IFNAME"] = name  # read as the gloo group is created
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("GLOO_SOCKET_IFNAME", None)
+        else:
+            os.environ["GLOO_SOCKET_IFNAME"] = saved
+
+
+def _loopback_interface() -> str:
+    for name, addrs in psutil.net_if_addrs().items():
+        if any(a.family == socket.AF_INET and a.address.startswith("127.") for a in addrs):
+            return name
+    raise RuntimeError("no loopback network interface (127.0.0.1) found on this machine")
+
+
+def learner_device(num_gpus_per_learner: float, local_rank: int,
+                   fake_gpus: bool = False) -> torch.device:
+    """Where learner ``local_rank`` on this machine trains.
+
+    With CUDA, learners go round-robin over the visible GPUs, so fractional requests put
+    several learners on one device. ``fake_gpus`` (RLlib's ``_fake_gpus``) runs the GPU
+    configuration on the CPU, so CI without GPUs exercises multi-learner GPU setups.
+    """
+    if num_gpus_per_learner < 0:
+        raise ValueError(f"num_gpus_per_learner={num_gpus_per_learner} must be >= 0")
+    if num_gpus_per_learner == 0:
+        return torch.device("cpu")
+    if torch.cuda.is_available():
+        return torch.device("cuda", local_rank % torch.cuda.device_count())
+    if fake_gpus:
+        return torch.device("cpu")
+    raise RuntimeError(
+        f"num_gpus_per_learner={num_gpus_per_learner:g} was asked for, but no CUDA device is "
+        "visible to this process (torch.cuda.is_available() is False); set "
+        "num_gpus_per_learner=0 to train on the CPU, or _fake_gpus=True to run the GPU "
+        "configuration on the CPU")
+
+
+def to_device(tensors: dict[str, torch.Tensor | np.ndarray],
+              device: torch.device) -> dict[str, torch.Tensor]:
+    """A batch of host arrays as tensors on ``device``, dtypes unchanged.
+
+    On the CPU, numpy arrays are shared, not copied, unless torch cannot use their memory
+    (read-only views of a receive buffer, negative strides). To a GPU, the copy goes from
+    page-locked memory and does not block the host; later work on the current CUDA
+    stream is ordered after it.
+    """
+    out: dict[str, torch.Tensor] = {}
+    for key, value in tensors.items():
+        t = value if isinstance(value, torch.Tensor) else _from_numpy(value)
+        if device.type == "cuda":
+            if t.device.type == "cpu":
+                t = t.pin_memory()
+            t = t.to(device, non_blocking=True)
+        else:
+            t = t.to(device)
+        out[key] = t
+    return out
+
+
+def _from_numpy(array: np.ndarray) -> torch.Tensor:
+    array = np.asarray(array)
+    if not array.flags.writeable or any(s < 0 for s in array.strides):
+        array = array.copy()
+    return torch.from_numpy(array)

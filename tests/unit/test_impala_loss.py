@@ -1,0 +1,112 @@
+"""IMPALA's and APPO's learner hooks without processes: V-trace targets on a real learner's
+batch (on-policy they are the n-step returns), dropping the last step, the target network,
+the optimizers, schedules and the after_train_step hook."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from rlmesh.algorithms.appo import APPOConfig, APPOLearnerHooks, target_model
+from rlmesh.algorithms.impala import ImpalaConfig, ImpalaLearnerHooks, drop_last_step
+from rlmesh.rl.gae import compute_gae
+from rlmesh.rl.optim import Optimizers, RMSprop
+from rlmesh.roles.learner import Learner, _tensor
+from tests.unit.test_learner import ACT, OBS, fragment
+
+CALLS: list = []
+
+
+def record_step(learner, stats) -> None:
+    CALLS.append((learner.num_updates, dict(stats)))
+
+
+def learner(cls=ImpalaConfig, hooks=ImpalaLearnerHooks, **training) -> Learner:
+    config = cls().training(**{"model": {"fcnet_hiddens": [8], "vf_share_layers": False},
+                               **training}).debugging(seed=0)
+    torch.manual_seed(0)
+    return Learner(config, OBS, ACT, hooks)
+
+
+def on_policy_batch(lrn: Learner, t: int = 6, b: int = 3) -> dict:
+    """A fragment whose behaviour logp is the learner's own: V-trace's on-policy case."""
+    f = fragment(t, b, terminated_at=(2, 1), truncated_at=(3, 2))
+    f["obs"] = np.random.default_rng(1).normal(size=f["obs"].shape).astype(np.float32)
+    f["actions"] = np.random.default_rng(2).integers(0, 2, (t, b))
+    with torch.no_grad():
+        inputs, _ = lrn.model(torch.as_tensor(f["obs"]).flatten(0, 1))
+        logp = lrn.dist_cls.from_inputs(inputs).logp(torch.as_tensor(f["actions"]).flatten())
+    f["action_logp"] = logp.reshape(t, b).numpy()
+    return {k: _tensor(v, lrn.device) for k, v in f.items() if isinstance(v, np.ndarray)}
+
+
+def test_on_policy_vtrace_targets_are_the_n_step_returns():
+    lrn = learner()
+    batch = on_policy_batch(lrn)
+    train = ImpalaLearnerHooks.prepare_batch(lrn, batch)
+    with torch.no_grad():
+        t, b = batch["rewards"].shape
+        values = lrn.model(batch["obs"].flatten(0, 1))[1].reshape(t, b)
+        bootstrap = torch.zeros_like(values)
+        bootstrap[t - 1] = lrn.model(batch["next_obs"])[1]
+        idx = batch["trunc_index"]
+        if len(idx):
+            bootstrap[idx[:, 0], idx[:, 1]] = lrn.model(batch["trunc_obs"])[1]
+        _, returns = compute_gae(batch["rewards"], values, bootstrap, batch["terminateds"],
+                                 batch["truncateds"], lrn.config.gamma, 1.0)
+    valid = batch["mask"].flatten()
+    torch.testing.assert_close(train["vs"], returns.flatten()[valid], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(train["pg_advantages"].mean(), train["pg_advantages"].mean())
+    assert len(train["obs"]) == int(valid.sum())
+
+
+def test_drop_last_ts_bootstraps_from_the_dropped_row():
+    lrn = learner(vtrace_drop_last_ts=True)
+    batch = on_policy_batch(lrn, t=5, b=3)
+    short = drop_last_step(batch)
+    assert short["rewards"].shape == (4, 3)
+    torch.testing.assert_close(short["next_obs"], batch["obs"][4])
+    assert (short["trunc_index"][:, 0] < 4).all()
+    train = ImpalaLearnerHooks.prepare_batch(lrn, batch)
+    assert len(train["vs"]) == int(batch["mask"][:4].sum())
+
+
+def test_an_update_trains_and_calls_after_train_step():
+    CALLS.clear()
+    lrn = learner(after_train_step="tests.unit.test_impala_loss:record_step",
+                  entropy_coeff_schedule=[[0, 0.5], [1000, 0.0]], opt_type="rmsprop")
+    assert isinstance(lrn.optimizer, RMSprop)
+    before = [p.detach().clone() for p in lrn.model.parameters()]
+    batch = on_policy_batch(lrn)
+    stats = lrn.update_from_batch({k: v.numpy() for k, v in batch.items()}, timesteps=500,
+                                  num_epochs=1)
+    assert stats["entropy_coeff"] == 0.25  # halfway down the schedule
+    assert np.isfinite(stats["policy_loss"]) and np.isfinite(stats["vf_loss"])
+    assert any(not torch.equal(p, q) for p, q in zip(lrn.model.parameters(), before))
+    assert CALLS and CALLS[0][0] == 1 and "vf_loss" in CALLS[0][1]
+
+
+def test_separate_value_optimizer_has_its_own_rate():
+    lrn = learner(_separate_vf_optimizer=True, _lr_vf=1e-4, lr=1e-2)
+    assert isinstance(lrn.optimizer, Optimizers)
+    policy, value = lrn.optimizer.optimizers
+    assert value.param_groups[0]["lr"] == 1e-4 and policy.param_groups[0]["lr"] == 1e-2
+    names = {n for n, _ in lrn.model.named_parameters() if n.startswith("vf_")}
+    assert len(value.params) == len(names) > 0
+
+
+def test_appo_target_network_follows_every_nth_update():
+    lrn = learner(APPOConfig, APPOLearnerHooks, target_network_update_freq=2, use_kl_loss=True)
+    batch = {k: v.numpy() for k, v in on_policy_batch(lrn).items()}
+    target = target_model(lrn)
+
+    def same() -> bool:
+        return all(torch.equal(p, q) for p, q in zip(target.parameters(), lrn.model.parameters()))
+    assert same()
+    stats = lrn.update_from_batch(batch, 0, num_epochs=1)
+    assert not same()  # one update: the target still holds the old policy
+    assert np.isfinite(stats["mean_kl_loss"]) and stats["cur_kl_coeff"] > 0
+    lrn.update_from_batch(batch, 0, num_epochs=1)
+    assert same() and lrn.state["num_target_updates"] == 1
+    assert not any(p.requires_grad for p in target.parameters())
