@@ -13,7 +13,7 @@ _EXPORTS = {
     "Categorical": "distributions", "DiagGaussian": "distributions",
     "Distribution": "distributions", "SquashedGaussian": "distributions",
     "clip_actions": "spec", "distribution_for": "distributions",
-    "compute_gae": "gae", "vtrace": "vtrace",
+    "compute_gae": "gae",  # vtrace: import rlmesh.rl.vtrace (its module has the name)
     "ActorCriticMLP": "models", "build_model": "models", "preprocess_obs": "models",
     "MODEL_DEFAULTS": "spec", "NumpyPolicy": "numpy_policy",
 }

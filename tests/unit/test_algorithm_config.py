@@ -10,6 +10,8 @@ import logging
 import pytest
 
 from rlmesh.algorithms import AlgorithmConfig, ConfigError, PPOConfig
+from rlmesh.algorithms.appo_config import APPOConfig
+from rlmesh.algorithms.impala_config import ImpalaConfig
 from rlmesh.algorithms.config import GROUPS
 from rlmesh.algorithms.schedules import validate_schedule, value_at
 
@@ -47,7 +49,7 @@ def test_builder_leaves_unmentioned_settings_alone():
     assert PPOConfig().environment(env=None).env is None  # None is a value, not "unset"
 
 
-@pytest.mark.parametrize("cls", [AlgorithmConfig, PPOConfig])
+@pytest.mark.parametrize("cls", [AlgorithmConfig, PPOConfig, ImpalaConfig, APPOConfig])
 def test_every_setting_is_set_by_exactly_its_groups_builder(cls):
     builders = {g: getattr(cls, g) for g in GROUPS}
     for row in cls.fields_table():
@@ -64,8 +66,8 @@ def test_every_setting_is_set_by_exactly_its_groups_builder(cls):
 
 def test_every_setting_has_a_doc_and_a_known_group():
     rows = PPOConfig.fields_table()
-    assert {r.group for r in rows} == set(GROUPS)
-    assert all(len(r.doc) > 20 for r in rows)
+    assert {r.group for r in rows} | {r.group for r in APPOConfig.fields_table()} == set(GROUPS)
+    assert all(len(r.doc) > 20 for r in rows + APPOConfig.fields_table())
     assert {r.key for r in PPOConfig.fields_table("training")} >= {"lambda", "lr", "clip_param"}
 
 

@@ -229,18 +229,21 @@ def test_packaged_tuned_example_found_by_bare_name(tmp_path, built, monkeypatch)
 
 @pytest.mark.parametrize("name", tuned_examples.names())
 def test_every_tuned_example_is_a_valid_config(name):
+    from rlmesh.cli.train import config_class
+
     experiment, exp, _ = tuned_examples.load_experiment(name)
-    assert experiment and exp["run"] == "PPO"
+    assert experiment and exp["run"] in ("PPO", "IMPALA", "APPO")
+    assert name.split("-")[1].startswith(exp["run"].lower())
     assert set(exp["stop"]) == {"episode_reward_mean", "timesteps_total"}
-    PPOConfig.from_dict({**exp["config"], "env": exp["env"]}).validate()
+    config_class(exp["run"]).from_dict({**exp["config"], "env": exp["env"]}).validate()
 
 
 # --- errors: one line, exit 2, nothing started ---
 
 @pytest.mark.parametrize("argv,expected", [
     (["--run", "PPOO", "--env", "CartPole-v1"], "unknown algorithm 'PPOO'; did you mean 'PPO'? "
-                                                "known: PPO"),
-    (["--run", "DQN", "--env", "CartPole-v1"], "unknown algorithm 'DQN'; known: PPO"),
+                                                "known: PPO, IMPALA, APPO"),
+    (["--run", "DQN", "--env", "CartPole-v1"], "unknown algorithm 'DQN'; known: PPO, IMPALA, APPO"),
     (["--env", "CartPole-v1"], "no algorithm: give --run"),
     (["--run", "PPO"], "no environment"),
     (["--run", "PPO", "--env", "CartPole-v1", "--config", '{"lamda": 0.9}'],
@@ -248,7 +251,8 @@ def test_every_tuned_example_is_a_valid_config(name):
     (["--run", "PPO", "--env", "CartPole-v1", "--config", '{"gamma": 2, "lr": -1}'],
      "invalid config: gamma: expected <= 1, got 2; lr: expected >= 0, got -1"),
     (["-f", "no-such-example.yaml"], "no such file: no-such-example.yaml (rlmesh's tuned "
-                                     "examples: cartpole-ppo.yaml, pendulum-ppo.yaml)"),
+                                     "examples: cartpole-appo.yaml, cartpole-impala.yaml, "
+                                     "cartpole-ppo.yaml, pendulum-ppo.yaml)"),
 ])
 def test_errors_are_one_line_with_exit_2(tmp_path, built, capsys, argv, expected):
     assert run_train(tmp_path, *argv) == 2

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from rlmesh.rl import compute_gae, vtrace
+from rlmesh.rl import compute_gae
+from rlmesh.rl.vtrace import vtrace
 
 
 def reference(mu, pi, r, v, boot, term, trunc, gamma, rho_bar, pg_bar, c_bar):
