@@ -59,7 +59,8 @@ class ImpalaConfig(AlgorithmConfig, defaults=_IMPALA_DEFAULTS):
         "adam", "training", doc="The optimizer: 'adam' or 'rmsprop' (decay, momentum, epsilon).")
     decay: float = setting(
         0.99, "training", ge=0, le=1, doc="RMSProp's decay of the squared-gradient average.")
-    momentum: float = setting(0.0, "training", ge=0, doc="RMSProp's momentum.")
+    momentum: float = setting(
+        0.0, "training", ge=0, doc="RMSProp's momentum (0: none, the update is the scaled gradient).")
     epsilon: float = setting(0.1, "training", gt=0, doc="RMSProp's epsilon (denominator floor).")
     separate_vf_optimizer: bool = setting(
         False, "training", key="_separate_vf_optimizer",

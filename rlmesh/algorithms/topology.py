@@ -14,7 +14,8 @@ from typing import Any
 
 from rlmesh.algorithms.config import AlgorithmConfig
 from rlmesh.envs import env_registry
-from rlmesh.runtime import ActorUnavailable, Job, RestartPolicy
+from rlmesh.runtime import ActorUnavailable, RestartPolicy
+from rlmesh.runtime.job import make_job
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +44,9 @@ class Mesh:
     async def start_runners(self) -> None:
         """The job, the param server and the env runners (or policy servers)."""
         cfg = self.config
-        self.job = await Job("ipc").start()
+        # Local processes over ipc, or, under `rlmesh launch`, the cluster's job, which
+        # places each actor on a node by this request.
+        self.job = await make_job(cfg.resource_request())
         self.job.supervisor.listeners.append(self._on_event)
         self.param_server = await self.job.spawn(PARAM_SERVER, name="param_server", in_process=True)
         runner_config = {**cfg.to_dict(), "_env_registry": env_registry()}

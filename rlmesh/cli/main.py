@@ -20,6 +20,12 @@ def _stack_args(p: argparse.ArgumentParser) -> None:
                    help="seconds to wait for control threads to answer (default 2)")
     p.add_argument("--root", metavar="DIR",
                    help="run-directory root (default $RLMESH_RUNS_ROOT or /tmp/rlmesh-<uid>)")
+    p.add_argument("cluster_file", nargs="?", metavar="CLUSTER_TOML",
+                   help="every process on every node of this cluster instead (through its agents)")
+
+
+def _cluster(command: str):
+    return lambda p: importlib.import_module("rlmesh.launcher.cli").add_arguments(p, command)
 
 
 def _demo_args(p: argparse.ArgumentParser) -> None:
@@ -41,6 +47,16 @@ COMMANDS = {
                 lambda p: importlib.import_module("rlmesh.cli.rollout").add_arguments(p)),
     "serve": ("serve", "serve a checkpoint's policy to PolicyClients (inference only)",
               lambda p: importlib.import_module("rlmesh.cli.serve").add_arguments(p)),
+    # The cluster layer (rlmesh.launcher), each command with a cluster file.
+    "launch": ("rlmesh.launcher.cli", "run a cluster file's job: agents on its nodes over SSH, "
+               "the actors placed on them, logs home", _cluster("launch")),
+    "up": ("rlmesh.launcher.cli", "start the cluster's node agents and hold them", _cluster("up")),
+    "down": ("rlmesh.launcher.cli", "stop the cluster's head and everything on its nodes",
+             _cluster("down")),
+    "status": ("rlmesh.launcher.cli", "nodes, resources and processes of a running cluster",
+               _cluster("status")),
+    "exec": ("rlmesh.launcher.cli", "run a command on every node of the cluster",
+             _cluster("exec")),
 }
 
 
@@ -59,7 +75,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
-    module = importlib.import_module(f"rlmesh.cli.{COMMANDS[args.command][0]}")
+    name = COMMANDS[args.command][0]
+    if args.command == "stack" and args.cluster_file:
+        name = "rlmesh.launcher.cli"
+    module = importlib.import_module(name if "." in name else f"rlmesh.cli.{name}")
     return int(module.main(args) or 0)
 
 

@@ -92,6 +92,7 @@ def ask_all(targets: list[Target], timeout: float) -> tuple[dict[int, tuple[dict
     import zmq
 
     from ..wire import codec, messages as M
+    from ..wire.sockets import connect
 
     limits = codec.Limits.with_max(REPLY_LIMIT_BYTES)
     ctx = zmq.Context()
@@ -104,7 +105,7 @@ def ask_all(targets: list[Target], timeout: float) -> tuple[dict[int, tuple[dict
             sock = ctx.socket(zmq.DEALER)
             sock.setsockopt(zmq.LINGER, 0)
             sock.setsockopt(zmq.MAXMSGSIZE, REPLY_LIMIT_BYTES)
-            sock.connect(target.record.control)
+            connect(sock, target.record.control)
             try:
                 sock.send_multipart(codec.encode(M.make(M.STACK, id=call_id)), zmq.NOBLOCK)
             except zmq.Again:

@@ -312,6 +312,17 @@ def main(args: argparse.Namespace) -> int:
             print(config_help(args.run or "PPO"))
             return 0
         spec = resolve_spec(args)
+    except (UsageError, ConfigError) as e:
+        return _fail(e)
+    return run_spec(spec, resume=args.resume)
+
+
+def run_spec(spec: TrainSpec, resume: bool = False) -> int:
+    """Train as ``spec`` says, with results, progress and checkpoints (``rlmesh train``, and
+    ``rlmesh launch``'s job on the head); the exit code."""
+    from rlmesh.algorithms.config import ConfigError
+
+    try:
         config = make_config(spec)
         config_dict = config.to_dict()
     except (UsageError, ConfigError) as e:
@@ -330,7 +341,7 @@ def main(args: argparse.Namespace) -> int:
     from rlmesh.results import ResultLogger, default_experiment_name, make_trial_dir
 
     try:
-        if args.resume:
+        if resume:
             trial_dir, checkpoint = find_resume_point(spec)
             trial_id = _trial_id(trial_dir)
             algo.restore(checkpoint)
@@ -338,7 +349,7 @@ def main(args: argparse.Namespace) -> int:
         else:
             experiment = spec.experiment or default_experiment_name(spec.run, spec.env)
             trial_dir, trial_id = make_trial_dir(spec.local_dir, experiment, spec.run, spec.env)
-        logger = ResultLogger(trial_dir, config_dict, resume=args.resume)
+        logger = ResultLogger(trial_dir, config_dict, resume=resume)
     except UsageError as e:
         algo.stop()
         return _fail(e)

@@ -11,11 +11,13 @@ import logging
 import os
 import signal
 import threading
+import time
 from typing import Any, Callable
 
 import zmq
 
 from ..wire import codec, messages as M
+from ..wire.security import release
 from ..wire.sockets import bind, configure
 from .diagnostics import Diagnostics
 
@@ -28,7 +30,8 @@ class ControlThread(threading.Thread):
     """Serves PING, STACK and STOP on ``address``; kills the process group on lifeline EOF."""
 
     def __init__(self, address: str, diagnostics: Diagnostics,
-                 on_stop: Callable[[], None], lifeline_fd: int | None = None) -> None:
+                 on_stop: Callable[[], None], lifeline_fd: int | None = None,
+                 ping_timeout: float | None = None) -> None:
         super().__init__(name="rlmesh.control", daemon=True)
         self.diagnostics = diagnostics
         self.on_stop = on_stop
@@ -38,6 +41,10 @@ class ControlThread(threading.Thread):
         self.address = bind(self.sock, address)
         self.rejected = 0
         self._closing = threading.Event()
+        # A process whose parent is on another machine (a node agent): no PING for this
+        # long means the parent, or the network to it, is gone.
+        self.ping_timeout = ping_timeout
+        self.last_ping = time.monotonic()
 
     def run(self) -> None:
         poller = zmq.Poller()
@@ -54,7 +61,11 @@ class ControlThread(threading.Thread):
                     self._parent_gone()
             if self.sock in ready:
                 self._serve_one()
+            if self.ping_timeout and time.monotonic() - self.last_ping > self.ping_timeout:
+                log.warning("no heartbeat from the parent for %.0f s", self.ping_timeout)
+                self._parent_gone()
         self.sock.close(linger=0)
+        release(self.ctx)
         self.ctx.term()
 
     def _serve_one(self) -> None:
@@ -77,6 +88,7 @@ class ControlThread(threading.Thread):
         """The reply to one control message (no sockets involved)."""
         kind = msg["t"]
         if kind == M.PING:
+            self.last_ping = time.monotonic()
             return M.make(M.PONG, id=msg["id"], status=self.diagnostics.status())
         if kind == M.STACK:
             return M.make(M.STACK_REPLY, id=msg["id"], report=self.diagnostics.report())

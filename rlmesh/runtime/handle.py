@@ -15,7 +15,7 @@ from typing import Any
 import zmq
 
 from ..wire import codec, messages as M
-from ..wire.sockets import AsyncSocket, configure
+from ..wire.sockets import AsyncSocket, configure, connect
 
 
 class RemoteError(Exception):
@@ -60,7 +60,7 @@ class ActorHandle:
     def _socket(self) -> AsyncSocket:
         if self._sock is None:
             sock = configure(self.ctx.socket(zmq.DEALER), self.limits.max_message_bytes)
-            sock.connect(self.address)
+            connect(sock, self.address)
             self._sock = AsyncSocket(sock, self._on_message,
                                      zero_copy=not self.address.startswith("inproc://"))
         return self._sock
@@ -161,6 +161,13 @@ class ActorHandle:
         if self._dead_reason is not None:
             raise ActorUnavailable(f"actor {self.name!r} is gone: {self._dead_reason}")
 
+    def retarget(self, address: str) -> None:
+        """Reach the actor at ``address`` from now on (it was started again elsewhere);
+        calls waiting on the old address fail as if it had died."""
+        self.mark_dead(f"moved to {address}")
+        self.close()
+        self.address = address
+
     def close(self) -> None:
         if self._sock is not None:
             self._sock.close()
@@ -201,7 +208,7 @@ class ActorHandle:
     def _sync_socket(self) -> zmq.Socket:
         if self._sync_sock is None:
             sock = configure(self.ctx.socket(zmq.DEALER), self.limits.max_message_bytes)
-            sock.connect(self.address)
+            connect(sock, self.address)
             self._sync_sock = sock
         return self._sync_sock
 

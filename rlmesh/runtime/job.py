@@ -15,13 +15,13 @@ import runpy
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 import psutil
 import zmq
 
 from ..wire import codec, messages as M
-from ..wire.sockets import AsyncSocket, configure
+from ..wire.sockets import AsyncSocket, configure, connect
 from .actor import Actor, ActorServer
 from .control import ControlThread
 from .diagnostics import Diagnostics, install_fallback_dump, uninstall_fallback_dump
@@ -33,7 +33,24 @@ from .supervisor import RestartPolicy, Supervised, Supervisor, Watch
 log = logging.getLogger(__name__)
 
 MODES = ("inproc", "ipc", "tcp")
+ENV_BIND_HOST = "RLMESH_BIND_HOST"  # the address tcp sockets bind to (a node's cluster interface)
 _current: "Job | None" = None
+_job_factory: "Callable[[Any], Awaitable[Job]] | None" = None
+
+
+def set_job_factory(factory: "Callable[[Any], Awaitable[Job]] | None") -> None:
+    """Make ``make_job`` return the jobs ``factory`` makes (the cluster launcher's, whose
+    actors land on the cluster's nodes); None restores the local default."""
+    global _job_factory
+    _job_factory = factory
+
+
+async def make_job(request: Any = None) -> "Job":
+    """A started job for a run: local processes over ipc, unless a factory was set.
+    ``request`` is what the run asks of the cluster (the factory places it)."""
+    if _job_factory is not None:
+        return await _job_factory(request)
+    return await Job("ipc").start()
 
 
 def current_job() -> "Job | None":
@@ -48,7 +65,8 @@ class Job:
                  run_dir: RunDir | Path | str | None = None, job_id: str | None = None,
                  heartbeat_interval: float = 1.0, heartbeat_timeout: float = 5.0,
                  max_message_bytes: int = codec.DEFAULT_MAX_MESSAGE_BYTES,
-                 lifeline_fd: int | None = None) -> None:
+                 lifeline_fd: int | None = None, host: str | None = None,
+                 ping_timeout: float | None = None) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         self.mode = mode
@@ -63,7 +81,15 @@ class Job:
         self.diagnostics = Diagnostics(name, role)
         self.supervisor = Supervisor(self._restart)
         self.handles: dict[str, ActorHandle] = {}
+        self.host = host or os.environ.get(ENV_BIND_HOST, "127.0.0.1")
+        # Other machines: node name -> a link that starts children there (make_child) and
+        # learns names (register_name); placement: actor name -> node it goes to.
+        self.nodes: dict[str, Any] = {}
+        self.placement: dict[str, str] = {}
+        self.replace_node: Callable[[str], str] | None = None  # actor name -> a live node
         self._lifeline_fd = lifeline_fd
+        self._ping_timeout = ping_timeout
+        self._factories: dict[str, Callable[[ChildSpec, RunDir], Any]] = {}
         self._inproc: dict[str, ActorServer] = {}
         self._counter = itertools.count()
         self._control: ControlThread | None = None
@@ -87,7 +113,7 @@ class Job:
         self._dump_file = install_fallback_dump(self.run_dir.stack_dump_path(self.name, os.getpid()))
         self._control = ControlThread(self._control_address(self.name), self.diagnostics,
                                       lambda: loop.call_soon_threadsafe(self._stopping.set),
-                                      self._lifeline_fd)
+                                      self._lifeline_fd, self._ping_timeout)
         self._control.start()
         self.supervisor.start()
         _current = self
@@ -116,9 +142,15 @@ class Job:
         global _current
         self.supervisor.stop()
         children = list(self.supervisor.children.values())
-        await asyncio.gather(*(self._stop_child(s, grace) for s in children),
-                             return_exceptions=True)
+        # Actors first, then what started them elsewhere (node agents), which the
+        # actors' stopping still needs.
+        hosts = [s for s in children if s.child.spec.name in self._factories]
+        for batch in ([s for s in children if s not in hosts], hosts):
+            await asyncio.gather(*(self._stop_child(s, grace) for s in batch),
+                                 return_exceptions=True)
         self.supervisor.children.clear()
+        for link in self.nodes.values():
+            link.close()
         for server in self._inproc.values():
             await _call_hook(server.actor.on_stop)
             server.close()
@@ -146,7 +178,7 @@ class Job:
                     restart: RestartPolicy | None = None, role: str = "",
                     start_timeout: float = 60.0, address: str = "",
                     env: dict[str, str] | None = None, in_process: bool = False,
-                    **kwargs: Any) -> ActorHandle:
+                    node: str | None = None, **kwargs: Any) -> ActorHandle:
         """Start an actor and return its handle once it answers.
 
         ``cls`` is an Actor subclass or its import path ``"pkg.mod:Class"``. Constructor
@@ -155,7 +187,8 @@ class Job:
         variables for the actor's process (numeric libraries get one thread each unless
         this or the driver's environment says otherwise). ``in_process`` serves the actor
         from this process's event loop (on the job's transport, so other processes reach it
-        too), as RLlib's local env runner samples in the driver.
+        too), as RLlib's local env runner samples in the driver. ``node`` (default: the
+        job's ``placement`` of the name) starts it on another machine of ``nodes``.
         """
         cls_path, main_path = _import_path(cls)
         actor_name = name or f"{cls_path.rpartition(':')[2]}-{next(self._counter)}"
@@ -166,16 +199,25 @@ class Job:
                 address = self._data_address(actor_name)
             handle = await self._spawn_inproc(cls_path, main_path, actor_name, args, kwargs, address)
         else:
+            node = node or self.placement.get(actor_name)
+            if node is not None and node not in self.nodes:
+                node = None  # placed on this machine
             spec = ChildSpec(name=actor_name, cls_path=cls_path, args=list(args), kwargs=kwargs,
                              role=role or cls_path.rpartition(":")[2], main_path=main_path,
-                             address=address or self._data_address(actor_name),
+                             address=address or ("" if node else self._data_address(actor_name)),
                              sys_path=[p for p in sys.path if p],
-                             max_message_bytes=self.limits.max_message_bytes, env=env or {})
+                             max_message_bytes=self.limits.max_message_bytes, env=env or {},
+                             node=node or "")
             handle = await self._spawn_process(spec, restart or RestartPolicy(), start_timeout)
         if name:
-            self.run_dir.register_name(name, handle.address, os.getpid())
+            await self._register_name(name, handle.address)
         self.handles[actor_name] = handle
         return handle
+
+    async def _register_name(self, name: str, address: str) -> None:
+        """Record a name here and on every node, where that node's processes look it up."""
+        self.run_dir.register_name(name, address, os.getpid())
+        await asyncio.gather(*(link.register_name(name, address) for link in self.nodes.values()))
 
     async def _spawn_inproc(self, cls_path: str, main_path: str, name: str, args: Any,
                             kwargs: Any, address: str) -> ActorHandle:
@@ -206,8 +248,23 @@ class Job:
             raise ActorStartError(child.describe_exit("did not answer its first call")) from None
         return handle
 
+    async def spawn_child(self, spec: ChildSpec, make_child: Callable[[ChildSpec, RunDir], Any],
+                          restart: RestartPolicy | None = None,
+                          start_timeout: float = 60.0) -> ActorHandle:
+        """Start and supervise an actor process that ``make_child`` starts (an object with
+        ChildProcess's methods: a node agent started over SSH, say)."""
+        self._factories[spec.name] = make_child
+        handle = await self._spawn_process(spec, restart or RestartPolicy(), start_timeout)
+        self.handles[spec.name] = handle
+        return handle
+
     async def _start_child(self, spec: ChildSpec, start_timeout: float) -> ChildProcess:
-        child = ChildProcess(spec, self.run_dir)
+        if spec.name in self._factories:
+            child = self._factories[spec.name](spec, self.run_dir)
+        elif spec.node:
+            child = self.nodes[spec.node].make_child(spec, self.run_dir)
+        else:
+            child = ChildProcess(spec, self.run_dir)
         child.start()
         try:
             await child.wait_ready(start_timeout)
@@ -218,10 +275,23 @@ class Job:
         return child
 
     async def _restart(self, sup: Supervised) -> None:
-        child = await self._start_child(sup.child.spec, sup.start_timeout)
+        spec = sup.child.spec
+        if spec.node and not self.nodes[spec.node].alive:
+            # Its machine is gone: start it again on one the placement still has.
+            if self.replace_node is None:
+                raise ActorStartError(f"{spec.name}: node {spec.node} is gone")
+            spec.node = self.replace_node(spec.name)
+            spec.node = spec.node if spec.node in self.nodes else ""
+            spec.address = "" if spec.node else self._data_address(spec.name)
+        child = await self._start_child(spec, sup.start_timeout)
         sup.child = child
         assert child.record is not None
+        spec.address = child.record.address
         sup.connect_heartbeat(child.record.control)
+        handle = self.handles.get(spec.name)
+        if handle is not None and handle.address != child.record.address:
+            handle.retarget(child.record.address)
+            await self._register_name(spec.name, child.record.address)
 
     async def _stop_child(self, sup: Supervised, grace: float) -> None:
         sup.close_heartbeat()
@@ -252,7 +322,11 @@ class Job:
     async def get_actor(self, name: str, timeout: float = 10.0) -> ActorHandle:
         """A handle to the actor registered as ``name`` by any process of this job."""
         if name in self.handles:
-            return self.handles[name]
+            handle = self.handles[name]
+            moved = self.run_dir.lookup_name(name) if self.nodes or self.mode == "tcp" else None
+            if moved and moved != handle.address:  # restarted on another machine
+                handle.retarget(moved)
+            return handle
         address = await self._lookup(name, timeout)
         handle = ActorHandle(address, name, limits=self.limits)
         await handle.connect(timeout)
@@ -273,10 +347,10 @@ class Job:
     # --- addresses ---
 
     def _data_address(self, name: str) -> str:
-        return "tcp://127.0.0.1:0" if self.mode == "tcp" else self.run_dir.ipc_address(name, "sock")
+        return f"tcp://{self.host}:0" if self.mode == "tcp" else self.run_dir.ipc_address(name, "sock")
 
     def _control_address(self, name: str) -> str:
-        return "tcp://127.0.0.1:0" if self.mode == "tcp" else self.run_dir.ipc_address(name, "ctl")
+        return f"tcp://{self.host}:0" if self.mode == "tcp" else self.run_dir.ipc_address(name, "ctl")
 
 
 def get_actor_sync(name: str, timeout: float = 10.0) -> ActorHandle:
@@ -353,7 +427,7 @@ async def _send_stop(control: str, timeout: float) -> None:
     sock = AsyncSocket(configure(zmq.Context.instance().socket(zmq.DEALER), 1 << 20),
                        lambda frames: done.done() or done.set_result(None))
     try:
-        sock.sock.connect(control)
+        connect(sock.sock, control)
         sock.send_nowait(codec.encode(M.make(M.STOP, id=1)))
         await asyncio.wait_for(done, timeout)
     except asyncio.TimeoutError:

@@ -50,6 +50,7 @@ class ChildSpec:
     sys_path: list[str] = field(default_factory=list)
     max_message_bytes: int = codec.DEFAULT_MAX_MESSAGE_BYTES
     env: dict[str, str] = field(default_factory=dict)  # set in the child's environment
+    node: str = ""  # the machine it runs on ("": this one)
 
     def to_bytes(self) -> bytes:
         frames = codec.encode(self.__dict__)

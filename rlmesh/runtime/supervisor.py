@@ -17,7 +17,7 @@ from typing import Any, Awaitable, Callable
 import zmq
 
 from ..wire import codec, messages as M
-from ..wire.sockets import AsyncSocket, configure
+from ..wire.sockets import AsyncSocket, configure, connect
 from .diagnostics import DUMP_SIGNAL
 from .process import ChildProcess, tail
 
@@ -96,7 +96,7 @@ class Supervised:
     def connect_heartbeat(self, control_address: str) -> None:
         self.close_heartbeat()
         sock = configure(zmq.Context.instance().socket(zmq.DEALER), 1 << 20, hwm=10)
-        sock.connect(control_address)
+        connect(sock, control_address)
         self.ping_sock = AsyncSocket(sock, self._on_pong)
         self.watch.last_pong = time.monotonic()
 

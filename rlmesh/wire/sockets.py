@@ -14,6 +14,7 @@ from typing import Any, Callable, Sequence
 import zmq
 
 from .codec import DEFAULT_MAX_MESSAGE_BYTES
+from .security import secure_client, secure_server
 
 log = logging.getLogger(__name__)
 
@@ -53,12 +54,21 @@ def configure(sock: zmq.Socket, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYT
 
 
 def bind(sock: zmq.Socket, address: str) -> str:
-    """Bind and return the address peers should connect to (tcp port 0 resolved)."""
+    """Bind and return the address peers should connect to (tcp port 0 resolved). On tcp,
+    a process with the cluster's keys binds as a CURVE server (``security``)."""
     scheme_of(address)
+    secure_server(sock, address)
     if address.startswith("tcp://") and address.endswith(":0"):
         address = address[:-2] + ":*"
     sock.bind(address)
     return sock.getsockopt_string(zmq.LAST_ENDPOINT) if address.startswith("tcp://") else address
+
+
+def connect(sock: zmq.Socket, address: str) -> zmq.Socket:
+    """Connect; on tcp, as a CURVE client when the process has the cluster's keys."""
+    secure_client(sock, address)
+    sock.connect(address)
+    return sock
 
 
 def _nbytes(frame: Any) -> int:

@@ -1,0 +1,172 @@
+"""The node agent: one per node, started by the head over SSH without a terminal.
+
+It reports the node's resources, starts the job's actor processes on its node (each in its
+own session, tied to the agent by a lifeline), reports their exits and output, and takes
+everything down when the head goes: its stdin (the SSH session) closing, or the head's
+heartbeats stopping. ``python -m rlmesh.launcher.agent NODE HOST RUNS_ROOT JOB_ID CURVE_DIR``
+prints one ``RLMESH_READY {record}`` line once it serves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from rlmesh.runtime import Actor
+from rlmesh.runtime.process import ChildProcess, ChildSpec, tail
+from rlmesh.runtime.registry import RunDir
+
+log = logging.getLogger(__name__)
+
+READY = "RLMESH_READY "
+MAX_OUTPUT_BYTES = 64 * 1024  # of one child's new output per poll: the rest comes next time
+HEAD_SILENCE_S = 15.0  # no heartbeat from the head for this long: the head is gone
+
+
+class NodeAgent(Actor):
+    """Starts and watches the actor processes of one node for the head."""
+
+    def __init__(self, node: str, host: str) -> None:
+        self.node = node
+        self.host = host
+        self.children: dict[str, ChildProcess] = {}
+        self._offsets: dict[str, int] = {}  # bytes of each child's log already sent home
+
+    def resources(self) -> dict[str, float]:
+        from rlmesh.launcher.cluster_config import detect_resources
+
+        return detect_resources()
+
+    async def start_child(self, spec: dict[str, Any], timeout: float = 60.0) -> dict[str, Any]:
+        """Start an actor process from its spec (ChildSpec's fields); its process record."""
+        child_spec = ChildSpec(**spec)
+        child_spec.node = ""
+        child_spec.address = child_spec.address or f"tcp://{self.host}:0"
+        old = self.children.pop(child_spec.name, None)
+        if old is not None:
+            old.kill()
+            old.cleanup()
+        child = ChildProcess(child_spec, self.job.run_dir)
+        child.start()
+        record = await child.wait_ready(timeout)
+        self.children[child_spec.name] = child
+        self._offsets[child_spec.name] = 0
+        return dataclasses.asdict(record)
+
+    def poll(self) -> dict[str, Any]:
+        """Children that exited since the last poll (exit code, last lines) and every
+        child's new output."""
+        exits, output = [], {}
+        for name, child in list(self.children.items()):
+            text = self._new_output(name, child)
+            if text:
+                output[name] = text
+            code = child.poll()
+            if code is not None:
+                exits.append({"name": name, "pid": child.pid, "code": code,
+                              "lines": tail(child.log_path)})
+                child.cleanup()
+                del self.children[name]
+        return {"exits": exits, "output": output}
+
+    def _new_output(self, name: str, child: ChildProcess) -> str:
+        try:
+            with open(child.log_path, "rb") as fh:
+                fh.seek(self._offsets.get(name, 0))
+                data = fh.read(MAX_OUTPUT_BYTES)
+        except FileNotFoundError:
+            return ""
+        self._offsets[name] = self._offsets.get(name, 0) + len(data)
+        return data.decode("utf-8", "replace")
+
+    def signal(self, name: str, signum: int) -> None:
+        child = self.children.get(name)
+        if child is not None:
+            child.signal_group(signum)
+
+    async def stop_child(self, name: str, grace: float = 3.0) -> None:
+        child = self.children.get(name)
+        if child is not None:
+            await child.terminate(grace)
+
+    def register_name(self, name: str, address: str) -> None:
+        """Record a named actor of the job, so processes on this node find it."""
+        self.job.run_dir.register_name(name, address, os.getpid())
+
+    def processes(self) -> list[dict[str, Any]]:
+        """The process records of this node's live children (and the agent's own)."""
+        return [dataclasses.asdict(r) for r in self.job.run_dir.processes()]
+
+    async def stacks(self, timeout: float = 3.0) -> list[dict[str, Any]]:
+        """``rlmesh stack``'s entries for this node's processes of the job (the agent's
+        own included), each marked with the node."""
+        from rlmesh.cli.stack import Target, collect, read_records
+
+        run_dir = self.job.run_dir
+        targets = [Target(r, run_dir) for r in read_records(run_dir) if r.is_alive()]
+        entries = await asyncio.get_running_loop().run_in_executor(None, collect, targets, timeout)
+        for entry in entries:
+            entry["node"] = self.node
+        return entries
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    async def on_stop(self) -> None:
+        await asyncio.gather(*(c.terminate(2.0) for c in self.children.values()),
+                             return_exceptions=True)
+        self.children.clear()
+
+
+async def serve(node: str, host: str, runs_root: str, job_id: str) -> None:
+    from rlmesh.runtime.actor import ActorServer
+    from rlmesh.runtime.job import Job
+
+    run_dir = RunDir.create(job_id, Path(runs_root))
+    name = f"agent-{node}"
+    # stdin is the SSH session: its end (the head's ssh client gone) is the lifeline's.
+    job = Job("tcp", name=name, role="NodeAgent", run_dir=run_dir, lifeline_fd=0, host=host,
+              ping_timeout=HEAD_SILENCE_S)
+    await job.start()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, job.request_stop)
+    agent = NodeAgent(node, host)
+    agent.job, agent.name = job, name
+    server = ActorServer(agent, name, limits=job.limits)
+    address = await server.start(f"tcp://{host}:0")
+    job.diagnostics.add_probe("server", server.probe)
+    job.register_self(address=address, cls="rlmesh.launcher.agent:NodeAgent")
+    record = run_dir.read_process(name)
+    print(READY + json.dumps(dataclasses.asdict(record)), flush=True)
+    try:
+        await job.wait_stopped()
+    finally:
+        await agent.on_stop()
+        server.close()
+        await job.shutdown()
+
+
+def main() -> None:
+    from rlmesh.runtime.job import ENV_BIND_HOST
+    from rlmesh.wire.security import ENV_CURVE_DIR
+
+    node, host, runs_root, job_id, curve_dir = sys.argv[1:6]
+    os.environ[ENV_BIND_HOST] = host  # the children bind their sockets there too
+    if curve_dir != "-":
+        os.environ[ENV_CURVE_DIR] = os.path.expanduser(curve_dir)
+    os.environ["RLMESH_RUNS_ROOT"] = runs_root
+    logging.basicConfig(level=os.environ.get("RLMESH_LOG_LEVEL", "INFO"),
+                        format=f"%(asctime)s %(levelname)s [agent-{node}] %(name)s: %(message)s")
+    import uvloop
+
+    uvloop.run(serve(node, host, runs_root, job_id))
+
+
+if __name__ == "__main__":
+    main()

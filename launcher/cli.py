@@ -1,0 +1,267 @@
+"""``rlmesh launch | up | down | status | exec | stack`` with a cluster file.
+
+``launch`` runs the file's job with its driver here (the head), the actors on the nodes;
+``up`` holds the agents only, until Ctrl-C; ``status`` and ``stack`` ask a running head's
+agents; ``down`` stops the head and clears every node; ``exec`` runs a command on each node.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import runpy
+import signal
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+EXIT_USAGE = 2
+
+
+def add_arguments(p: argparse.ArgumentParser, command: str) -> None:
+    p.add_argument("cluster_file", metavar="CLUSTER_TOML", help="the cluster file (see "
+                   "deploy/cluster.example.toml)")
+    if command in ("launch", "up"):
+        p.add_argument("-v", "--verbose", action="store_true",
+                       help="echo every line the nodes' processes print (default: warnings "
+                            "and errors)")
+    if command == "launch":
+        p.add_argument("--resume", action="store_true",
+                       help="go on from the job's newest checkpoint (as rlmesh train --resume)")
+    if command == "exec":
+        p.add_argument("remote_command", nargs=argparse.REMAINDER, metavar="COMMAND",
+                       help="the shell command to run on every node")
+    if command == "status":
+        p.add_argument("--json", action="store_true", help="one JSON document")
+        p.add_argument("--timeout", type=float, default=3.0, metavar="S",
+                       help="seconds to wait for each node (default 3)")
+
+
+def _load(path: str) -> Any:
+    from rlmesh.launcher.cluster_config import ClusterConfigError, load_cluster
+
+    try:
+        return load_cluster(path)
+    except ClusterConfigError as exc:
+        print(f"rlmesh: error: {exc}", file=sys.stderr)
+        return None
+
+
+def main(args: argparse.Namespace) -> int:
+    cluster = _load(args.cluster_file)
+    if cluster is None:
+        return EXIT_USAGE
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    command = {"launch": launch, "up": up, "down": down, "status": status,
+               "exec": exec_command, "stack": stack}[args.command]
+    return command(cluster, args)
+
+
+def _session(cluster: Any, args: argparse.Namespace) -> Any:
+    from rlmesh.launcher.session import ClusterSession, load_state
+
+    running = load_state(cluster)
+    if running is not None:
+        raise RuntimeError(f"cluster {cluster.cluster_name!r} already has a head running (pid "
+                           f"{running['pid']}); `rlmesh down {args.cluster_file}` first")
+    session = ClusterSession(cluster, verbose=getattr(args, "verbose", False))
+    print(f"rlmesh: preparing {len(cluster.nodes)} nodes of {cluster.cluster_name!r} "
+          "(keys, files, setup)", file=sys.stderr)
+    session.prepare()
+    return session
+
+
+def launch(cluster: Any, args: argparse.Namespace) -> int:
+    """The job of the file, its driver here and its actors on the nodes."""
+    from rlmesh.launcher.ssh import SSHError
+
+    try:
+        session = _session(cluster, args)
+    except (RuntimeError, SSHError) as exc:
+        print(f"rlmesh launch: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    session.install()
+    try:
+        job = cluster.job
+        if job.kind == "script":
+            sys.argv = [str(job.script), *job.args]
+            runpy.run_path(str(job.script), run_name="__main__")
+            return 0
+        from rlmesh.cli.train import run_spec
+
+        return run_spec(job.train_spec(), resume=args.resume)
+    finally:
+        session.close()
+
+
+def up(cluster: Any, args: argparse.Namespace) -> int:
+    """Start the agents and hold them (Ctrl-C or `rlmesh down` ends it)."""
+    from rlmesh.launcher.ssh import SSHError
+
+    try:
+        session = _session(cluster, args)
+    except (RuntimeError, SSHError) as exc:
+        print(f"rlmesh up: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+    async def hold() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await session.start()
+        print(f"rlmesh up: agents on {', '.join(session.links)}; Ctrl-C stops them",
+              file=sys.stderr)
+        await stop.wait()
+        await session.shutdown()
+
+    try:
+        asyncio.run(hold())
+    finally:
+        session.close()
+    return 0
+
+
+def _agents(cluster: Any) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    from rlmesh.launcher.session import load_state
+    from rlmesh.wire.security import ClusterKeys, use_keys
+
+    state = load_state(cluster)
+    if state is None:
+        print(f"rlmesh: no head of {cluster.cluster_name!r} is running here "
+              f"(`rlmesh launch` or `rlmesh up` starts one)", file=sys.stderr)
+        return None
+    keys = cluster.state_dir / "keys"
+    if cluster.security.curve and keys.exists():
+        use_keys(ClusterKeys.load(keys))
+    return state, state["agents"]
+
+
+async def _ask_agents(agents: dict[str, str], method: str, timeout: float) -> dict[str, Any]:
+    from rlmesh.runtime import ActorHandle
+
+    async def one(address: str) -> Any:
+        handle = ActorHandle(address, timeout=timeout)
+        try:
+            return await handle.call(method, timeout=timeout)
+        except Exception as exc:  # a node that does not answer is reported, not fatal
+            return {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0]}"}
+        finally:
+            handle.close()
+    got = await asyncio.gather(*(one(a) for a in agents.values()))
+    return dict(zip(agents, got))
+
+
+def status(cluster: Any, args: argparse.Namespace) -> int:
+    """Nodes, their resources (total, placed), and every process with its role and state."""
+    found = _agents(cluster)
+    if found is None:
+        return 1
+    state, agents = found
+    replies = asyncio.run(_ask_agents(agents, "processes", args.timeout))
+    if args.json:
+        print(json.dumps({"head": state, "nodes": replies}, indent=1, default=str))
+        return 0
+    placed: dict[str, list[str]] = {}
+    for actor, node in state.get("placement", {}).items():
+        placed.setdefault(node, []).append(actor)
+    print(f"cluster {cluster.cluster_name}: head {state['head']} (pid {state['pid']}), "
+          f"job {state['job_id']}")
+    for node, reply in replies.items():
+        resources = state.get("resources", {}).get(node, {})
+        res = ", ".join(f"{k} {v:g}" for k, v in sorted(resources.items()) if k != "memory")
+        print(f"\n{node} ({res}); placed: {', '.join(sorted(placed.get(node, []))) or 'nothing'}")
+        if isinstance(reply, dict) and "error" in reply:
+            print(f"  unreachable: {reply['error']}")
+            continue
+        for record in reply:
+            print(f"  {record['name']:<20} {record['role']:<14} pid {record['pid']:<8} "
+                  f"{record['address']}")
+    return 0
+
+
+def stack(cluster: Any, args: argparse.Namespace) -> int:
+    """Stacks of every process on every node, grouped by role and identical stack."""
+    from rlmesh.cli.stack import format_text
+
+    found = _agents(cluster)
+    if found is None:
+        return 1
+    _, agents = found
+    replies = asyncio.run(_ask_agents(agents, "stacks", args.timeout + 5))
+    entries, errors = [], []
+    for node, reply in replies.items():
+        if isinstance(reply, dict):
+            errors.append(f"{node}: {reply['error']}")
+            continue
+        for entry in reply:
+            entry["role"] = f"{entry['role']} @{node}" if not args.json else entry["role"]
+            entries.append(entry)
+    if args.json:
+        print(json.dumps({"processes": entries, "errors": errors}, indent=1, default=str))
+    else:
+        sys.stdout.write(format_text(entries))
+        for err in errors:
+            print(f"rlmesh stack: {err}", file=sys.stderr)
+    return 0 if entries else 1
+
+
+def exec_command(cluster: Any, args: argparse.Namespace) -> int:
+    """``COMMAND`` on every node at once, its output prefixed by the node."""
+    from rlmesh.launcher.ssh import SSH, SSHError
+
+    command = " ".join(args.remote_command).strip()
+    if not command:
+        print("rlmesh exec: error: no command given", file=sys.stderr)
+        return EXIT_USAGE
+
+    def one(node: str) -> int:
+        ssh = SSH(cluster.ssh_target(node), cluster.state_dir / "ssh")
+        try:
+            done = ssh.run(command, timeout=600, check=False)
+        except SSHError as exc:
+            print(f"[{node}] error: {exc}")
+            return 255
+        for stream in (done.stdout, done.stderr):
+            for line in stream.decode("utf-8", "replace").splitlines():
+                print(f"[{node}] {line}")
+        return done.returncode
+
+    with ThreadPoolExecutor(max_workers=min(16, len(cluster.nodes) or 1)) as pool:
+        codes = list(pool.map(one, [n.name for n in cluster.nodes]))
+    return max(codes, default=0) and 1
+
+
+def down(cluster: Any, args: argparse.Namespace) -> int:
+    """Stop the head (it stops its agents), then make sure nothing of the cluster is left
+    on any node."""
+    from rlmesh.launcher.session import load_state
+    from rlmesh.launcher.ssh import SSH, SSHError
+
+    state = load_state(cluster)
+    if state is not None:
+        os.kill(state["pid"], signal.SIGTERM)
+        deadline = time.monotonic() + 15
+        while load_state(cluster) is not None and time.monotonic() < deadline:
+            time.sleep(0.2)
+    # Whatever survived (a head killed with SIGKILL whose agents have not yet noticed):
+    # the agents of this cluster, and with them their children's lifelines.
+    pattern = f"rlmesh.launcher.agent [^ ]+ [^ ]+ [^ ]+ [^ ]+-"
+    failed = 0
+    for node in cluster.nodes:
+        ssh = SSH(cluster.ssh_target(node.name), cluster.state_dir / "ssh")
+        try:
+            ssh.run(f"pkill -KILL -f {json.dumps(pattern)} || true", timeout=30, check=False)
+        except SSHError as exc:
+            print(f"rlmesh down: {node.name}: {exc}", file=sys.stderr)
+            failed += 1
+        finally:
+            ssh.close()
+    (cluster.state_dir / "head.json").unlink(missing_ok=True)
+    print(f"rlmesh down: {cluster.cluster_name} stopped"
+          + (f" ({failed} nodes unreachable)" if failed else ""))
+    return 1 if failed else 0

@@ -1,0 +1,239 @@
+"""One cluster job's head side: prepares the nodes over SSH (CURVE keys, synced files,
+setup commands), starts an agent per node as a supervised child of the head's Job, places
+the run's actors with the scheduler, re-places runners when a node dies, and brings the
+nodes' output home prefixed by node and actor.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shlex
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Callable
+
+from rlmesh.launcher.cluster_config import ClusterConfig
+from rlmesh.launcher.remote import AgentProcess, NodeLink
+from rlmesh.launcher.scheduler import Placement, PlacementError, place, replace
+from rlmesh.launcher.ssh import SSH
+from rlmesh.runtime import ActorEvent, Job, RestartPolicy
+from rlmesh.runtime.process import ChildSpec
+from rlmesh.runtime.registry import runs_root
+from rlmesh.runtime.resources import PlacementGroup
+from rlmesh.wire.security import ClusterKeys, PUBLIC, SECRET, make_cluster_keys, use_keys
+
+log = logging.getLogger(__name__)
+
+REMOTE_STATE = "~/.rlmesh/clusters"  # on each node: keys/ and the setup hash
+NOISY = ("WARNING", "ERROR", "CRITICAL", "Traceback", "Error", "error:")
+
+
+class ClusterSession:
+    """The head of one cluster job: ``prepare()`` (blocking), then ``job_for(request)`` on
+    the run's event loop (installed as the runtime's job factory by ``install()``)."""
+
+    def __init__(self, cluster: ClusterConfig, *, verbose: bool = False,
+                 echo: Callable[[str], None] | None = None) -> None:
+        self.cluster = cluster
+        self.verbose = verbose
+        self.echo = echo or (lambda line: print(line, file=sys.stderr, flush=True))
+        self.state_dir = cluster.state_dir
+        self.keys: ClusterKeys | None = None
+        self.ssh = {n.name: SSH(cluster.ssh_target(n.name), self.state_dir / "ssh")
+                    for n in cluster.nodes}
+        self.job: Job | None = None
+        self.links: dict[str, NodeLink] = {}
+        self.detected: dict[str, dict[str, float]] = {}
+        self.dead: set[str] = set()
+        self._groups: list[PlacementGroup] = []
+        self._placement: Placement | None = None
+        self._labels: dict[str, tuple[int, int]] = {}
+
+    # --- before the run: nodes over SSH ---
+
+    def prepare(self) -> None:
+        """CURVE keys made here and copied to every node, files synced, setup run."""
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        if self.cluster.security.curve:
+            self.keys = make_cluster_keys(self.state_dir / "keys")
+            use_keys(self.keys)
+        with ThreadPoolExecutor(max_workers=min(16, len(self.ssh) or 1)) as pool:
+            list(pool.map(self._prepare_node, self.ssh))
+
+    def _prepare_node(self, node: str) -> None:
+        ssh = self.ssh[node]
+        remote = f"{REMOTE_STATE}/{self.cluster.cluster_name}"
+        if self.keys is not None:
+            for name in (PUBLIC, SECRET):
+                ssh.put_bytes((self.keys.directory / name).read_bytes(), f"{remote}/keys/{name}")
+        for entry in self.cluster.sync:
+            ssh.sync(entry)
+        commands = list(self.cluster.setup_commands)
+        if not commands:
+            return
+        digest = self.cluster.setup_hash()
+        marker = f"{remote}/setup.hash"
+        done = ssh.run(f"cat {marker} 2>/dev/null || true", timeout=30).stdout.decode().strip()
+        if done == digest:
+            log.info("%s: setup unchanged, skipped", node)
+            return
+        script = " && ".join(f"({c})" for c in commands)
+        ssh.run(["bash", "-lc", script], timeout=1800)
+        ssh.run(f"mkdir -p {remote} && echo {digest} > {marker}", timeout=30)
+
+    # --- the run's job ---
+
+    def install(self) -> None:
+        from rlmesh.runtime.job import set_job_factory
+
+        set_job_factory(self.job_for)
+
+    async def start(self) -> Job:
+        """The head's Job on the cluster interface, with an agent on every node."""
+        if self.job is not None:
+            return self.job
+        head = self.cluster.head.host
+        job = self.job = await Job("tcp", host=head).start()
+        job.supervisor.listeners.append(self._on_event)
+        job.replace_node = self._replace_node
+        try:
+            import asyncio
+
+            await asyncio.gather(*(self._start_agent(job, n) for n in self.ssh))
+            got = await asyncio.gather(*(l.agent.call("resources", timeout=30)
+                                         for l in self.links.values()))
+        except BaseException:
+            await job.shutdown()
+            raise
+        self.detected = dict(zip(self.links, got))
+        self._write_state()
+        return job
+
+    async def _start_agent(self, job: Job, node: str) -> None:
+        target = self.cluster.ssh_target(node)
+        curve = f"{REMOTE_STATE}/{self.cluster.cluster_name}/keys" if self.keys else "-"
+        command = [*self._env_prefix(), target.python, "-m", "rlmesh.launcher.agent", node,
+                   self.cluster.node(node).host, str(runs_root()), f"{job.job_id}-{node}", curve]
+        # "~" reaches the remote shell unquoted, so the node expands it to its own home.
+        text = " ".join(shlex.quote(c) if not c.startswith("~") else c for c in command)
+        spec = ChildSpec(name=f"agent-{node}", cls_path="rlmesh.launcher.agent:NodeAgent",
+                         role="NodeAgent")
+        ssh = self.ssh[node]
+
+        def make(spec: ChildSpec, run_dir: Any) -> AgentProcess:
+            import subprocess
+
+            return AgentProcess(spec, run_dir, lambda: ssh.start(
+                text, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT), node)
+
+        handle = await job.spawn_child(spec, make, RestartPolicy(max_restarts=0), start_timeout=60)
+        link = NodeLink(node, handle, self._on_output)
+        job.nodes[node] = link
+        self.links[node] = link
+        link.start_watching()
+
+    def _env_prefix(self) -> list[str]:
+        env = {"PYTHONUNBUFFERED": "1", **dict(self.cluster.env)}
+        return ["env", *(f"{k}={v}" for k, v in env.items())]
+
+    async def job_for(self, request: list[PlacementGroup] | None) -> Job:
+        """The job of a run asking for ``request``: each bundle's actor placed on a node
+        (the driver's stays here, on the head); PlacementError if it cannot fit."""
+        job = await self.start()
+        if request:
+            job.placement = self.place(request)
+        return job
+
+    def place(self, request: list[PlacementGroup]) -> dict[str, str]:
+        groups = []
+        for g in request:
+            bundles = tuple(b for b in g.bundles if b.label != "driver")  # the head runs it
+            if bundles:
+                groups.append(PlacementGroup(bundles, g.strategy, g.name))
+        nodes = self.cluster.scheduler_nodes(self.detected)
+        self._placement = place(groups, nodes)
+        self._groups = groups
+        self._labels = {b.label: (gi, bi) for gi, g in enumerate(groups)
+                        for bi, b in enumerate(g.bundles)}
+        names = {label: self._placement[key] for label, key in self._labels.items()}
+        log.info("placement: %s", names)
+        self._write_state(names)
+        return names
+
+    def _replace_node(self, actor: str) -> str:
+        """Where ``actor`` goes now that its node is gone (``dead``): the scheduler again,
+        everything else staying put."""
+        if self._placement is None or actor not in self._labels:
+            return "head"
+        nodes = self.cluster.scheduler_nodes({n: r for n, r in self.detected.items()
+                                              if n not in self.dead})
+        nodes = [n for n in nodes if n.name not in self.dead]
+        try:
+            self._placement = replace(self._placement, sorted(self.dead), self._groups, nodes)
+        except PlacementError as exc:
+            raise RuntimeError(f"cannot place {actor} again: {exc}") from None
+        return self._placement[self._labels[actor]]
+
+    # --- events and output ---
+
+    def _on_event(self, event: ActorEvent) -> None:
+        if event.name.startswith("agent-") and event.kind in ("died", "hung"):
+            node = event.name[len("agent-"):]
+            self.dead.add(node)
+            link = self.links.get(node)
+            if link is not None:
+                link.lost(event.detail.splitlines()[0])
+            self.echo(f"[{node}] node lost: {event.detail.splitlines()[0]}")
+
+    def _on_output(self, node: str, name: str, text: str) -> None:
+        assert self.job is not None
+        with open(self.job.run_dir.log_path(name), "a", encoding="utf-8") as fh:
+            fh.write(text)
+        for line in text.splitlines():
+            if self.verbose or any(word in line for word in NOISY):
+                self.echo(f"[{node} {name}] {line}")
+
+    def _write_state(self, placement: dict[str, str] | None = None) -> None:
+        """What `rlmesh status|stack|down` read to find this head and its agents."""
+        assert self.job is not None
+        state = {"pid": os.getpid(), "job_id": self.job.job_id,
+                 "run_dir": str(self.job.run_dir.path), "head": self.cluster.head.host,
+                 "agents": {n: l.agent.address for n, l in self.links.items()},
+                 "resources": self.detected, "placement": placement or {}}
+        path = self.state_dir / "head.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state, indent=1))
+        os.replace(tmp, path)
+
+    async def shutdown(self) -> None:
+        for link in self.links.values():
+            link.close()
+        if self.job is not None:
+            await self.job.shutdown()
+            self.job = None
+        (self.state_dir / "head.json").unlink(missing_ok=True)
+
+    def close(self) -> None:
+        for ssh in self.ssh.values():
+            ssh.close()
+        from rlmesh.runtime.job import set_job_factory
+
+        set_job_factory(None)
+
+
+def load_state(cluster: ClusterConfig) -> dict[str, Any] | None:
+    """The running head's state file, if its process is alive."""
+    path = Path(cluster.state_dir) / "head.json"
+    try:
+        state = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    try:
+        os.kill(state["pid"], 0)
+    except (ProcessLookupError, PermissionError):
+        return None
+    return state
