@@ -98,7 +98,7 @@ class NodeAgent(Actor):
 
     def register_name(self, name: str, address: str) -> None:
         """Record a named actor of the job, so processes on this node find it."""
-        self.job.run_dir.register_name(name, address, os.getpid())
+        self.job.run_dir.register_name(name, address, os.getpid(), replace=True)
 
     def processes(self) -> list[dict[str, Any]]:
         """The process records of this node's live children (and the agent's own)."""

@@ -221,7 +221,8 @@ class ClusterConfig:
     @property
     def state_dir(self) -> Path:
         """This cluster's folder on the head: known hosts, CURVE keys, logs."""
-        return Path(STATE_ROOT).expanduser() / self.cluster_name
+        # $RLMESH_CLUSTERS_DIR moves it (tests keep their clusters out of the home folder).
+        return Path(os.environ.get("RLMESH_CLUSTERS_DIR", STATE_ROOT)).expanduser() / self.cluster_name
 
     @property
     def known_hosts(self) -> Path:

@@ -5,11 +5,13 @@ session for the node agent, and copying bytes and folders over."""
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import math
 import os
 import queue
 import shlex
 import signal
+import stat
 import subprocess
 import sys
 import tarfile
@@ -26,7 +28,7 @@ __all__ = ["AuthFailed", "HostKeyChanged", "SSH", "SSHError", "Unreachable", "qu
 SSH_FAILED = 255  # ssh's own exit status; a remote command's is passed through
 CONTROL_PERSIST_S = 60  # an idle master lingers this long (or until close())
 # sun_path holds 108 bytes with its NUL; ssh binds "<ControlPath>.<16 random chars>" first and
-# renames it, and %C is 40 hex digits: the control dir may take 107 - 17 - 41 bytes.
+# renames it, and %C is 40 hex digits: a control dir may take 107 - 17 - 41 bytes.
 MAX_CONTROL_DIR_BYTES = 107 - 17 - 41
 STDERR_TAIL_CHARS = 2000
 MESSAGE_COMMAND_CHARS = 200
@@ -87,14 +89,8 @@ class SSH:
         if target.identity_file is not None and "%" in str(target.identity_file):
             raise ValueError(f"node {target.node}: ssh reads '%' in the identity file "
                              f"{target.identity_file} as a token; rename or link it")
-        control_dir = Path(control_dir).absolute()
-        if len(os.fsencode(control_dir)) > MAX_CONTROL_DIR_BYTES:
-            raise ValueError(f"control_dir {control_dir} is too long for ssh's control sockets "
-                             f"(unix socket paths are short): use a folder of at most "
-                             f"{MAX_CONTROL_DIR_BYTES} bytes, e.g. under /tmp")
-        self.target, self.control_dir = target, control_dir
-        control_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        os.chmod(control_dir, 0o700)  # others must not reach our master through its socket
+        self.target = target
+        self.control_dir = _socket_dir(Path(control_dir).absolute())  # where the sockets are
         target.known_hosts.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
 
     def __enter__(self) -> SSH:
@@ -158,9 +154,12 @@ class SSH:
         return self._run(command, timeout=timeout, input=input, check=check)
 
     def _run(self, command: str | Sequence[str], *, timeout: float, input: bytes | None = None,
-             stdin: IO[bytes] | None = None,
-             check: bool = True) -> subprocess.CompletedProcess[bytes]:
+             stdin: IO[bytes] | None = None, check: bool = True,
+             label: str | None = None) -> subprocess.CompletedProcess[bytes]:
+        """run(), with a file as stdin and a ``label`` naming the command in errors (where the
+        command itself is a long script)."""
         argv = self.argv(command)
+        label = label or f"`{_short(argv[-1])}`"
         # Without input, ssh must not read the head's own stdin (it would eat a terminal's keys).
         source: Any = subprocess.PIPE if input is not None else stdin or subprocess.DEVNULL
         proc = subprocess.Popen(argv, stdin=source, stdout=subprocess.PIPE,
@@ -171,7 +170,7 @@ class SSH:
             proc.kill()
             err = _leftover_stderr(proc)
             raise SSHError(
-                f"node {self.target.node}: `{_short(argv[-1])}` took longer than {timeout:g} s; "
+                f"node {self.target.node}: {label} took longer than {timeout:g} s; "
                 "its ssh was killed (the remote command may still run). Give it a longer "
                 "timeout if it needs one, or look at what the node is doing.",
                 node=self.target.node, command=argv[-1], returncode=None,
@@ -181,48 +180,53 @@ class SSH:
             _leftover_stderr(proc)
             raise
         done = subprocess.CompletedProcess(argv, proc.returncode, out, err)
-        self._raise_for(done, check)
+        self._raise_for(done, check, label)
         return done
 
-    def _raise_for(self, done: subprocess.CompletedProcess[bytes], check: bool) -> None:
+    def _raise_for(self, done: subprocess.CompletedProcess[bytes], check: bool,
+                   label: str) -> None:
         """The error of a finished ssh, if it is one."""
         if done.returncode == 0:
             return
-        t, command, stderr = self.target, done.args[-1], _tail(done.stderr)
-        fields = dict(node=t.node, command=command, returncode=done.returncode, stderr=stderr)
+        t, stderr = self.target, _tail(done.stderr)
+
+        def error(kind: type[SSHError], message: str) -> SSHError:
+            return kind(message, node=t.node, command=done.args[-1], returncode=done.returncode,
+                        stderr=stderr)
+
         where = f"{t.user + '@' if t.user else ''}{t.host}:{t.port}"
         if done.returncode == SSH_FAILED:
             if _has(stderr, _HOST_KEY_CHANGED):
                 # known_hosts names a host on a port other than 22 as "[host]:port".
                 entry = t.host if t.port == 22 else f"[{t.host}]:{t.port}"
                 fix = f"ssh-keygen -R {shlex.quote(entry)} -f {shlex.quote(str(t.known_hosts))}"
-                raise HostKeyChanged(
+                raise error(HostKeyChanged,
                     f"node {t.node} ({where}): its SSH host key differs from the one recorded "
                     f"in {t.known_hosts}; refusing to connect. Another machine may be answering "
                     f"at that address. If the change is expected (the node was reinstalled or "
                     f"its key regenerated), remove the old key with `{fix}` and retry; the new "
-                    f"key is recorded on the next contact.", **fields)
+                    f"key is recorded on the next contact.")
             if _has(stderr, _AUTH_FAILED):
                 key = f"key {t.identity_file}" if t.identity_file else "ssh's default keys"
-                raise AuthFailed(
+                raise error(AuthFailed,
                     f"node {t.node} ({where}) refused the login with {key}: "
                     f"{_line_with(stderr, _AUTH_FAILED)}. Check user and identity_file in the "
                     f"cluster file, and that the public key is in the user's "
-                    f"~/.ssh/authorized_keys on the node.", **fields)
+                    f"~/.ssh/authorized_keys on the node.")
             if _has(stderr, _UNREACHABLE):
-                raise Unreachable(
+                raise error(Unreachable,
                     f"cannot reach node {t.node} at {where}: {_line_with(stderr, _UNREACHABLE)}. "
                     f"Check that the node is up, that its host and port in the cluster file are "
-                    f"right and that sshd runs there (gave up after "
-                    f"{t.connect_timeout_s:g} s).", **fields)
+                    f"right and that sshd runs there (connect timeout "
+                    f"{t.connect_timeout_s:g} s).")
         if not check:
             return
         if done.returncode == SSH_FAILED:
             what = "ssh failed (exit status 255: a connection error, or the command's own 255)"
         else:
-            what = f"`{_short(command)}` exited with status {done.returncode}"
+            what = f"{label} exited with status {done.returncode}"
         said = f"; its stderr ends with:\n{stderr}" if stderr else " and wrote no stderr"
-        raise SSHError(f"node {t.node} ({where}): {what}{said}", **fields)
+        raise error(SSHError, f"node {t.node} ({where}): {what}{said}")
 
     def start(self, command: str | Sequence[str], **popen_kwargs: Any) -> subprocess.Popen[bytes]:
         """Start a long-running ``command`` (the node agent) on a connection of its own. Its
@@ -246,7 +250,8 @@ class SSH:
         """Write ``data`` to ``remote_path`` on the node atomically, with ``mode``; missing
         parent folders are made 0700. One ssh call."""
         self._run(["sh", "-c", _PUT_SCRIPT, "sh", remote_path, format(mode, "o")],
-                  input=data, timeout=SYNC_MIN_TIMEOUT_S + len(data) / SYNC_BYTES_PER_S)
+                  input=data, timeout=SYNC_MIN_TIMEOUT_S + len(data) / SYNC_BYTES_PER_S,
+                  label=f"writing {remote_path}")
 
     def sync(self, entry: SyncEntry) -> None:
         """Copy ``entry``'s files (its excludes left out, symlinks as links, modes kept) into
@@ -260,7 +265,8 @@ class SSH:
             size = spool.tell()
             spool.seek(0)
             self._run(["sh", "-c", _SYNC_SCRIPT, "sh", entry.dst], stdin=spool,
-                      timeout=SYNC_MIN_TIMEOUT_S + size / SYNC_BYTES_PER_S)
+                      timeout=SYNC_MIN_TIMEOUT_S + size / SYNC_BYTES_PER_S,
+                      label=f"copying {entry.src} to {entry.dst}")
 
     def close(self) -> None:
         """End the master connection, if any; errors are ignored (there may be none)."""
@@ -272,6 +278,26 @@ class SSH:
 
 
 # --- helpers -----------------------------------------------------------------------------------
+
+def _socket_dir(control_dir: Path) -> Path:
+    """``control_dir`` (made 0700: others must not reach our masters through their sockets),
+    or where its sockets' paths would be too long, a private short folder standing for it."""
+    if len(os.fsencode(control_dir)) <= MAX_CONTROL_DIR_BYTES:
+        control_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(control_dir, 0o700)
+        return control_dir
+    # /tmp, not $TMPDIR: that can be long itself (macOS). Shared by all users, so the folder
+    # must be ours and private, not one someone else made for us.
+    base = Path("/tmp") / f"rlmesh-ssh-{os.getuid()}"
+    base.mkdir(mode=0o700, exist_ok=True)
+    info = os.lstat(base)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+        raise RuntimeError(f"{base}, the folder of ssh's control sockets, is not a private "
+                           "folder of yours (mode 0700); remove it and retry")
+    short = base / hashlib.sha256(os.fsencode(control_dir)).hexdigest()[:16]
+    short.mkdir(mode=0o700, exist_ok=True)
+    return short
+
 
 def _config_path(path: Path) -> str:
     """``path`` as an ssh -o value: '%' starts a token there, and blanks split a value."""
@@ -350,7 +376,7 @@ def _die_with(parent: int) -> Callable[[], None]:
 
     def preexec() -> None:
         if _PRCTL is not None:
-            _PRCTL(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            _PRCTL(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
         if os.getppid() != parent:  # the head died before prctl took hold
             os._exit(1)
 

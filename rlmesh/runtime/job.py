@@ -214,9 +214,9 @@ class Job:
         self.handles[actor_name] = handle
         return handle
 
-    async def _register_name(self, name: str, address: str) -> None:
+    async def _register_name(self, name: str, address: str, replace: bool = False) -> None:
         """Record a name here and on every node, where that node's processes look it up."""
-        self.run_dir.register_name(name, address, os.getpid())
+        self.run_dir.register_name(name, address, os.getpid(), replace)
         await asyncio.gather(*(link.register_name(name, address) for link in self.nodes.values()))
 
     async def _spawn_inproc(self, cls_path: str, main_path: str, name: str, args: Any,
@@ -291,7 +291,7 @@ class Job:
         handle = self.handles.get(spec.name)
         if handle is not None and handle.address != child.record.address:
             handle.retarget(child.record.address)
-            await self._register_name(spec.name, child.record.address)
+            await self._register_name(spec.name, child.record.address, replace=True)
 
     async def _stop_child(self, sup: Supervised, grace: float) -> None:
         sup.close_heartbeat()

@@ -97,10 +97,14 @@ class RunDir:
 
     # --- named actors ---
 
-    def register_name(self, name: str, address: str, owner_pid: int) -> None:
+    def register_name(self, name: str, address: str, owner_pid: int,
+                      replace: bool = False) -> None:
+        """Record ``name`` at ``address``; ``replace`` moves a name already taken (its actor
+        was started again elsewhere)."""
         path = self.path / "names" / f"{name}.json"
         current = _read_json(path)
-        if current and current["address"] != address and psutil.pid_exists(current["pid"]):
+        if (not replace and current and current["address"] != address
+                and psutil.pid_exists(current["pid"])):
             raise ValueError(f"an actor named {name!r} already exists in job {self.job_id} "
                              f"(at {current['address']}); pick another name")
         _write_json_atomic(path, {"address": address, "pid": owner_pid})

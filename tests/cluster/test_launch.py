@@ -1,0 +1,210 @@
+"""`rlmesh launch` on three nodes in network namespaces, each with its own sshd: an IMPALA
+job learns with its learner on one node and runners on the others; `rlmesh status` and
+`rlmesh stack` see every process on every node; a node killed mid-run loses its runners to
+the others and training goes on; a launcher killed with SIGKILL leaves every node clean; a
+process without the cluster's CURVE keys cannot talk to an agent."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import zmq
+
+from rlmesh.wire import codec, messages as M
+
+RLMESH = [sys.executable, "-m", "rlmesh.cli.main"]
+
+
+def cluster_file(tmp: Path, cluster, *, stop: dict, runners: int = 2, **config) -> Path:
+    """A cluster file for the fixture's nodes; the head is this machine's bridge address."""
+    name = f"t{secrets.token_hex(3)}"
+    nodes = "\n".join(f'[[nodes]]\nname = "{n}"\nhost = "{cluster.nodes[n].address}"\n'
+                      f"resources = {{ CPU = 2, GPU = 0 }}\n" for n in cluster.names)
+    settings = {"num_env_runners": runners, "num_envs_per_env_runner": 4, "num_learners": 1,
+                "lr": 0.001, "num_sgd_iter": 2, "minibatch_buffer_size": 2,
+                "vf_loss_coeff": 0.5, "entropy_coeff": 0.0, "min_time_s_per_reporting": 1,
+                "model": {"fcnet_hiddens": [64, 64], "vf_share_layers": False}, **config}
+    text = f'''cluster_name = "{name}"
+[ssh]
+user = "{cluster.user}"
+identity_file = "{cluster.identity_file}"
+known_hosts = "{cluster.known_hosts}"
+connect_timeout_s = 5
+python = "{sys.executable}"
+[head]
+host = "{cluster.bridge_address}"
+{nodes}
+[job]
+run = "IMPALA"
+env = "CartPole-v1"
+local_dir = "{tmp / 'results'}"
+experiment_name = "{name}"
+stop = {json.dumps(stop).replace(":", " =")}
+config = {_toml_table(settings)}
+'''
+    path = tmp / "cluster.toml"
+    path.write_text(text)
+    return path
+
+
+def _toml_table(d: dict) -> str:
+    def value(v):
+        if isinstance(v, dict):
+            return _toml_table(v)
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        return json.dumps(v)
+    return "{ " + ", ".join(f"{k} = {value(v)}" for k, v in d.items()) + " }"
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch):
+    monkeypatch.setenv("RLMESH_CLUSTERS_DIR", str(tmp_path / "clusters"))
+    return {**os.environ}
+
+
+def rlmesh(*args, env, timeout=60) -> subprocess.CompletedProcess:
+    return subprocess.run([*RLMESH, *args], capture_output=True, text=True, env=env,
+                          timeout=timeout)
+
+
+def wait_for_state(path: Path, key: str, launch: subprocess.Popen, timeout: float = 90) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and launch.poll() is None:
+        try:
+            state = json.loads(path.read_text())
+            if state.get(key):
+                return state
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.2)
+    launch.kill()
+    out = launch.communicate()[0] if launch.stdout is not None else ""
+    raise AssertionError(f"no {key} in {path} (launch exit {launch.returncode}):\n{out}")
+
+
+def results(tmp: Path) -> list[dict]:
+    (result,) = (tmp / "results").glob("*/*/result.json")
+    return [json.loads(line) for line in result.read_text().splitlines()]
+
+
+def test_launch_learns_with_status_stack_and_curve(tmp_path, netns_cluster, env):
+    path = cluster_file(tmp_path, netns_cluster,
+                        stop={"episode_reward_mean": 150, "timesteps_total": 3000000})
+    name = path.read_text().split('"')[1]
+    launch = subprocess.Popen([*RLMESH, "launch", str(path)], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, env=env)
+    try:
+        state = wait_for_state(tmp_path / "clusters" / name / "head.json", "placement", launch)
+        placement = state["placement"]
+        learner_node = placement["learner-0"]
+        assert learner_node in netns_cluster.names
+        assert {placement["env_runner-1"], placement["env_runner-2"]} <= set(netns_cluster.names)
+        deadline = time.monotonic() + 60
+        while True:  # until every actor is up
+            status = rlmesh("status", str(path), "--json", env=env)
+            assert status.returncode == 0, status.stderr
+            nodes = json.loads(status.stdout)["nodes"]
+            running = {r["name"]: node for node, records in nodes.items() for r in records}
+            if {"learner-0", "env_runner-1", "env_runner-2"} <= set(running):
+                break
+            assert time.monotonic() < deadline, running
+            time.sleep(0.5)
+        assert running["learner-0"] == learner_node
+        assert all(f"agent-{n}" in running for n in netns_cluster.names)
+        stack = rlmesh("stack", str(path), "--json", env=env)
+        assert stack.returncode == 0, stack.stderr
+        entries = json.loads(stack.stdout)["processes"]
+        assert {e["node"] for e in entries} == set(netns_cluster.names)
+        assert {"Learner", "EnvRunner", "NodeAgent"} <= {e["role"] for e in entries}
+        # Without the cluster's keys, an agent does not even answer a HELLO.
+        agent = state["agents"][learner_node]
+        ctx = zmq.Context()
+        sock = ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.connect(agent)
+        sock.send_multipart(codec.encode(M.make(M.HELLO, id=1)))
+        assert not sock.poll(1500)
+        sock.close()
+        ctx.term()
+        out, _ = launch.communicate(timeout=240)
+    finally:
+        if launch.poll() is None:
+            launch.kill()
+    assert launch.returncode == 0, out
+    final = results(tmp_path)[-1]
+    assert final["episode_reward_mean"] >= 150, final["episode_reward_mean"]
+    assert final["num_healthy_env_runners"] == 2
+
+
+def test_a_dead_node_loses_its_runner_to_the_others(tmp_path, netns_cluster, env):
+    path = cluster_file(tmp_path, netns_cluster, runners=2,
+                        stop={"training_iteration": 14, "timesteps_total": 10000000})
+    name = path.read_text().split('"')[1]
+    launch = subprocess.Popen([*RLMESH, "launch", str(path)], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, env=env)
+    try:
+        state = wait_for_state(tmp_path / "clusters" / name / "head.json", "placement", launch)
+        placement = state["placement"]
+        victim = next(placement[r] for r in ("env_runner-1", "env_runner-2")
+                      if placement[r] != placement["learner-0"])
+        time.sleep(4)  # a few iterations first
+        netns = netns_cluster.nodes[victim].netns
+        pids = subprocess.run(["ip", "netns", "pids", netns], capture_output=True,
+                              text=True).stdout.split()
+        for pid in pids:  # the node dies: sshd, agent, runner, all of it
+            os.kill(int(pid), signal.SIGKILL)
+        out, _ = launch.communicate(timeout=240)
+    finally:
+        if launch.poll() is None:
+            launch.kill()
+        netns_cluster.restart_sshd(victim)
+    assert launch.returncode == 0, out
+    assert "node lost" in out
+    rows = results(tmp_path)
+    assert rows[-1]["training_iteration"] == 14
+    assert rows[-1]["num_env_runner_restarts"] >= 1
+    assert rows[-1]["num_healthy_env_runners"] == 2
+    assert rows[-1]["timesteps_total"] > rows[-5]["timesteps_total"]  # sampling went on
+
+
+def test_a_killed_launcher_leaves_every_node_clean(tmp_path, netns_cluster, env, runs_root):
+    path = cluster_file(tmp_path, netns_cluster,
+                        stop={"timesteps_total": 100000000})
+    name = path.read_text().split('"')[1]
+    launch = subprocess.Popen([*RLMESH, "launch", str(path)], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, env=env)
+    try:
+        wait_for_state(tmp_path / "clusters" / name / "head.json", "placement", launch)
+        time.sleep(2)
+        assert len(mesh_processes(runs_root)) >= 5  # agents, learner, runners
+    finally:
+        launch.kill()  # SIGKILL: no teardown of its own
+    launch.wait(10)
+    deadline = time.monotonic() + 20
+    while (left := mesh_processes(runs_root)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not left, [p.info["cmdline"] for p in left]
+    down = rlmesh("down", str(path), env=env)
+    assert down.returncode == 0, down.stdout + down.stderr
+
+
+def mesh_processes(root: Path) -> list[psutil.Process]:
+    found = []
+    for p in psutil.process_iter(["cmdline", "status"]):
+        try:
+            if p.info["status"] != psutil.STATUS_ZOMBIE and any(
+                    str(root) in a for a in p.info["cmdline"] or ()):
+                found.append(p)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return found
