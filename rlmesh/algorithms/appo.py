@@ -15,8 +15,8 @@ import torch
 
 from rlmesh.algorithms.appo_config import APPOConfig
 from rlmesh.algorithms.impala import (
-    IMPALA, ImpalaLearnerHooks, drop_last_step, entropy_coeff, evaluate, flat_valid,
-    vtrace_targets)
+    IMPALA, ImpalaLearnerHooks, drop_last_step, entropy_coeff, evaluate, flat_valid, forward,
+    loss_terms, vtrace_targets, whole_batch)
 
 __all__ = ["APPO", "APPOConfig"]
 
@@ -38,10 +38,13 @@ class APPOLearnerHooks(ImpalaLearnerHooks):
         if learner.config.vtrace_drop_last_ts:
             batch = drop_last_step(batch)
         with torch.no_grad():
-            _, values, bootstrap = evaluate(learner, batch, learner.model)
             old_inputs = target_model(learner)(batch["obs"].flatten(0, 1))[0]
             old_logp = learner.dist_cls.from_inputs(old_inputs).logp(
-                batch["actions"].flatten(0, 1)).reshape(values.shape)
+                batch["actions"].flatten(0, 1)).reshape(batch["rewards"].shape)
+            whole = whole_batch(learner, batch)
+            if whole is not None:  # V-trace in the loss, from its own forward pass
+                return {**whole, "old_logp": old_logp, "old_dist_inputs": old_inputs}
+            _, values, bootstrap = evaluate(learner, batch, learner.model)
             vs, pg_advantages = vtrace_targets(learner, batch, old_logp, values, bootstrap)
         flat = flat_valid(batch, vs=vs, pg_advantages=pg_advantages, old_logp=old_logp)
         flat["old_dist_inputs"] = old_inputs[batch["mask"].flatten()]
@@ -50,33 +53,41 @@ class APPOLearnerHooks(ImpalaLearnerHooks):
     @staticmethod
     def compute_loss(learner: Any, mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         cfg = learner.config
-        dist_inputs, values = learner.model(mb["obs"])
+        if "vs" in mb:  # a flat minibatch with its V-trace targets
+            dist_inputs, values = learner.model(mb["obs"])
+            mask = torch.ones_like(values, dtype=torch.bool)
+            actions, vs, adv = mb["actions"], mb["vs"], mb["pg_advantages"]
+            behaviour, old_logp = mb["action_logp"], mb["old_logp"]
+        else:  # the whole time-major batch
+            dist_inputs, values, bootstrap = forward(mb, learner.model)
+            with torch.no_grad():
+                vs, adv = vtrace_targets(learner, mb, mb["old_logp"], values.detach(),
+                                         bootstrap.detach())
+            mask = mb["mask"].flatten().bool()
+            values, vs, adv = values.flatten(), vs.flatten(), adv.flatten()
+            actions = mb["actions"].flatten(0, 1)
+            behaviour, old_logp = mb["action_logp"].flatten(), mb["old_logp"].flatten()
         dist = learner.dist_cls.from_inputs(dist_inputs)
-        logp = dist.logp(mb["actions"])
+        logp = dist.logp(actions)
         # The ratio to the target network, through the behaviour policy: pi/mu * mu/target,
         # the second factor clipped to [0, 2] as in RLlib so a stale sample cannot blow it up.
-        is_ratio = torch.exp(mb["action_logp"] - mb["old_logp"]).clamp(0.0, 2.0)
-        ratio = is_ratio * torch.exp(logp - mb["action_logp"])
-        adv = mb["pg_advantages"]
+        is_ratio = torch.exp(behaviour - old_logp).clamp(0.0, 2.0)
+        ratio = (is_ratio * torch.exp(logp - behaviour))[mask]
+        adv = adv[mask]
         surrogate = torch.min(adv * ratio,
                               adv * torch.clamp(ratio, 1 - cfg.clip_param, 1 + cfg.clip_param))
         policy_loss = -surrogate.mean()
-        vf_loss = 0.5 * (values - mb["vs"]).pow(2).mean()
-        entropy = (dist.entropy_estimate() if hasattr(dist, "entropy_estimate")
-                   else dist.entropy()).mean()
-        kl = learner.dist_cls.from_inputs(mb["old_dist_inputs"]).kl(dist).mean()
+        vf_loss, entropy, stats = loss_terms(learner, dist, values, vs, mask)
+        kl = learner.dist_cls.from_inputs(mb["old_dist_inputs"]).kl(dist)[mask].mean()
         coeff = entropy_coeff(learner)
         total = policy_loss + cfg.vf_loss_coeff * vf_loss - coeff * entropy
         if cfg.use_kl_loss:
             total = total + learner.state.setdefault("cur_kl_coeff", cfg.kl_coeff) * kl
         with torch.no_grad():
-            var = mb["vs"].var() if len(values) > 1 else values.new_zeros(())
-            explained = 1 - (mb["vs"] - values).var() / var if var > 0 else var
             clipped = ((ratio - 1).abs() > cfg.clip_param).float().mean()
         return total, {"total_loss": total.detach(), "policy_loss": policy_loss.detach(),
-                       "vf_loss": vf_loss.detach(), "entropy": entropy.detach(),
                        "entropy_coeff": torch.tensor(coeff), "mean_kl_loss": kl.detach(),
-                       "vf_explained_var": explained, "clip_fraction": clipped}
+                       "clip_fraction": clipped, **stats}
 
     @staticmethod
     def after_update(learner: Any, stats: dict[str, float]) -> None:

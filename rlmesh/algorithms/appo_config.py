@@ -8,9 +8,12 @@ from dataclasses import dataclass
 from rlmesh.algorithms.config import setting
 from rlmesh.algorithms.impala_config import ImpalaConfig
 
+# RLlib's APPOConfig.__init__ values for settings IMPALA already declares.
+_APPO_DEFAULTS = {"learner_queue_size": 16}
+
 
 @dataclass(kw_only=True)
-class APPOConfig(ImpalaConfig):
+class APPOConfig(ImpalaConfig, defaults=_APPO_DEFAULTS):
     """Asynchronous PPO, configured as in RLlib::
 
         APPOConfig().environment("CartPole-v1").training(clip_param=0.4, use_kl_loss=True)

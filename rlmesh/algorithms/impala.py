@@ -34,20 +34,30 @@ def drop_last_step(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return out
 
 
+def forward(batch: dict[str, torch.Tensor], model: torch.nn.Module
+            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``model`` on a time-major batch in one pass: distribution inputs ``[T*B, n]``,
+    values ``[T, B]``, and bootstrap values ``[T, B]`` (after the last row, and at
+    truncations; zero elsewhere)."""
+    t, b = batch["rewards"].shape
+    obs = torch.cat([batch["obs"].flatten(0, 1), batch["next_obs"], batch["trunc_obs"]])
+    dist_inputs, all_values = model(obs)
+    values = all_values[:t * b].reshape(t, b)
+    bootstrap = torch.zeros_like(values)
+    bootstrap[t - 1] = all_values[t * b:t * b + b]
+    index = batch["trunc_index"]
+    if len(index):
+        bootstrap[index[:, 0], index[:, 1]] = all_values[t * b + b:]
+    return dist_inputs[:t * b], values, bootstrap
+
+
 def evaluate(learner: Any, batch: dict[str, torch.Tensor], model: torch.nn.Module
              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``model``'s action log-probabilities and values ``[T, B]`` on a time-major batch,
-    and the bootstrap values (after the last row, and at truncations)."""
-    t, b = batch["rewards"].shape
-    dist_inputs, values = model(batch["obs"].flatten(0, 1))
+    and the bootstrap values (see ``forward``)."""
+    dist_inputs, values, bootstrap = forward(batch, model)
     logp = learner.dist_cls.from_inputs(dist_inputs).logp(batch["actions"].flatten(0, 1))
-    values = values.reshape(t, b)
-    bootstrap = torch.zeros_like(values)
-    bootstrap[t - 1] = model(batch["next_obs"])[1]
-    index = batch["trunc_index"]
-    if len(index):
-        bootstrap[index[:, 0], index[:, 1]] = model(batch["trunc_obs"])[1]
-    return logp.reshape(t, b), values, bootstrap
+    return logp.reshape(values.shape), values, bootstrap
 
 
 def vtrace_targets(learner: Any, batch: dict[str, torch.Tensor],
@@ -97,6 +107,28 @@ def make_optimizer(learner: Any) -> Any:
     return Optimizers(build(pi, cfg.lr), build(vf, cfg.lr_vf))
 
 
+def whole_batch(learner: Any, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor] | None:
+    """Without minibatches, the batch stays time-major and the loss computes V-trace from
+    its own forward pass (one pass instead of two); None when minibatches are asked for."""
+    if learner.config.minibatch_size is not None:
+        return None
+    return {**batch, "_whole_batch": True}
+
+
+def loss_terms(learner: Any, dist: Any, values: torch.Tensor, vs: torch.Tensor,
+               mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+    """The value loss and entropy over the valid samples, and the value statistics."""
+    vf_loss = 0.5 * (values[mask] - vs[mask]).pow(2).mean()
+    entropy = (dist.entropy_estimate() if hasattr(dist, "entropy_estimate")
+               else dist.entropy())[mask].mean()
+    with torch.no_grad():
+        v, target = values[mask], vs[mask]
+        var = target.var() if len(v) > 1 else v.new_zeros(())
+        explained = 1 - (target - v).var() / var if var > 0 else var
+    return vf_loss, entropy, {"vf_loss": vf_loss.detach(), "entropy": entropy.detach(),
+                              "vf_explained_var": explained}
+
+
 class ImpalaLearnerHooks:
     """The IMPALA-specific part of a learner update (see rlmesh.roles.learner.LearnerHooks)."""
 
@@ -104,10 +136,13 @@ class ImpalaLearnerHooks:
 
     @staticmethod
     def prepare_batch(learner: Any, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        # V-trace's outputs are constants of the loss (no gradient flows through them), so
-        # they are computed once per pass with the current weights, before the minibatches.
         if learner.config.vtrace_drop_last_ts:
             batch = drop_last_step(batch)
+        whole = whole_batch(learner, batch)
+        if whole is not None:
+            return whole
+        # Minibatches: V-trace's outputs are constants of the loss (no gradient flows
+        # through them), computed once per pass with the current weights.
         with torch.no_grad():
             target_logp, values, bootstrap = evaluate(learner, batch, learner.model)
             vs, pg_advantages = vtrace_targets(learner, batch, target_logp, values, bootstrap)
@@ -116,21 +151,28 @@ class ImpalaLearnerHooks:
     @staticmethod
     def compute_loss(learner: Any, mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         cfg = learner.config
-        dist_inputs, values = learner.model(mb["obs"])
-        dist = learner.dist_cls.from_inputs(dist_inputs)
-        logp = dist.logp(mb["actions"])
-        policy_loss = -(logp * mb["pg_advantages"]).mean()
-        vf_loss = 0.5 * (values - mb["vs"]).pow(2).mean()
-        entropy = (dist.entropy_estimate() if hasattr(dist, "entropy_estimate")
-                   else dist.entropy()).mean()
+        if "vs" in mb:  # a flat minibatch with its V-trace targets
+            dist_inputs, values = learner.model(mb["obs"])
+            dist = learner.dist_cls.from_inputs(dist_inputs)
+            logp = dist.logp(mb["actions"])
+            vs, pg_advantages = mb["vs"], mb["pg_advantages"]
+            mask = torch.ones_like(vs, dtype=torch.bool)
+        else:  # the whole time-major batch
+            dist_inputs, values, bootstrap = forward(mb, learner.model)
+            dist = learner.dist_cls.from_inputs(dist_inputs)
+            logp = dist.logp(mb["actions"].flatten(0, 1)).reshape(values.shape)
+            with torch.no_grad():
+                vs, pg_advantages = vtrace_targets(learner, mb, logp.detach(), values.detach(),
+                                                   bootstrap.detach())
+            mask = mb["mask"].bool()
+            values, vs, pg_advantages = values.flatten(), vs.flatten(), pg_advantages.flatten()
+            logp, mask = logp.flatten(), mask.flatten()
+        policy_loss = -(logp[mask] * pg_advantages[mask]).mean()
+        vf_loss, entropy, stats = loss_terms(learner, dist, values, vs, mask)
         coeff = entropy_coeff(learner)
         total = policy_loss + cfg.vf_loss_coeff * vf_loss - coeff * entropy
-        with torch.no_grad():
-            var = mb["vs"].var() if len(values) > 1 else values.new_zeros(())
-            explained = 1 - (mb["vs"] - values).var() / var if var > 0 else var
         return total, {"total_loss": total.detach(), "policy_loss": policy_loss.detach(),
-                       "vf_loss": vf_loss.detach(), "entropy": entropy.detach(),
-                       "entropy_coeff": torch.tensor(coeff), "vf_explained_var": explained}
+                       "entropy_coeff": torch.tensor(coeff), **stats}
 
     @staticmethod
     def after_update(learner: Any, stats: dict[str, float]) -> None:

@@ -80,7 +80,9 @@ class ImpalaConfig(AlgorithmConfig, defaults=_IMPALA_DEFAULTS):
         doc="Fragments a runner may have shipped and not yet seen taken in; it samples on "
             "until this many are in flight, then waits.")
     learner_queue_size: int = setting(
-        16, "training", ge=1, doc="Train batches waiting for each learner, at most.")
+        3, "training", ge=1,
+        doc="Train batches waiting for each learner, at most: each waiting batch adds to "
+            "the policy lag of those behind it.")
     learner_queue_timeout: float = setting(
         300.0, "training", gt=0,
         doc="Seconds a learner waits for a train batch before the run stops with an error "

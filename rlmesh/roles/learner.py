@@ -98,7 +98,10 @@ class Learner:
         else:
             tensors = {k: _tensor(v, self.device) for k, v in arrays.items()}
         train = self.hooks.prepare_batch(self, tensors)
-        n = len(next(iter(train.values())))
+        # A hook may keep the batch time-major and step on all of it at once (IMPALA's
+        # V-trace from the loss's own forward pass): no minibatches to cut then.
+        whole = bool(train.pop("_whole_batch", False))
+        n = int(train["mask"].sum()) if whole else len(next(iter(train.values())))
         lr = self.current_lr(timesteps)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
@@ -108,9 +111,12 @@ class Learner:
         sums: dict[str, float] = {}
         count = 0
         for _ in range(cfg.num_epochs if num_epochs is None else num_epochs):
-            for idx in minibatches(n, mb_size, rng):
-                index = torch.as_tensor(idx, device=self.device)
-                mb = {k: v[index] for k, v in train.items()}
+            for idx in ([None] if whole else minibatches(n, mb_size, rng)):
+                if idx is None:
+                    mb = train
+                else:
+                    index = torch.as_tensor(idx, device=self.device)
+                    mb = {k: v[index] for k, v in train.items()}
                 loss, stats = self.hooks.compute_loss(self, mb)
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()

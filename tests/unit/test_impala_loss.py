@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gymnasium as gym
 import numpy as np
+import pytest
 import torch
 
 from rlmesh.algorithms.appo import APPOConfig, APPOLearnerHooks, target_model
@@ -42,7 +43,7 @@ def on_policy_batch(lrn: Learner, t: int = 6, b: int = 3) -> dict:
 
 
 def test_on_policy_vtrace_targets_are_the_n_step_returns():
-    lrn = learner()
+    lrn = learner(minibatch_size=4)  # minibatches: V-trace computed before the loss
     batch = on_policy_batch(lrn)
     train = ImpalaLearnerHooks.prepare_batch(lrn, batch)
     with torch.no_grad():
@@ -62,7 +63,7 @@ def test_on_policy_vtrace_targets_are_the_n_step_returns():
 
 
 def test_drop_last_ts_bootstraps_from_the_dropped_row():
-    lrn = learner(vtrace_drop_last_ts=True)
+    lrn = learner(vtrace_drop_last_ts=True, minibatch_size=4)
     batch = on_policy_batch(lrn, t=5, b=3)
     short = drop_last_step(batch)
     assert short["rewards"].shape == (4, 3)
@@ -110,3 +111,22 @@ def test_appo_target_network_follows_every_nth_update():
     lrn.update_from_batch(batch, 0, num_epochs=1)
     assert same() and lrn.state["num_target_updates"] == 1
     assert not any(p.requires_grad for p in target.parameters())
+
+
+@pytest.mark.parametrize("cls,hooks", [(ImpalaConfig, ImpalaLearnerHooks),
+                                       (APPOConfig, APPOLearnerHooks)])
+def test_one_pass_over_the_whole_batch_equals_one_full_minibatch(cls, hooks):
+    """The time-major path (V-trace from the loss's own forward pass) and the minibatch
+    path (V-trace first) take the same step when the minibatch is the whole batch."""
+    fused = learner(cls, hooks)
+    batch = {k: v.numpy() for k, v in on_policy_batch(fused).items()}
+    batch["action_logp"] = batch["action_logp"] - 0.3  # off-policy: ratios away from 1
+    n = int(batch["mask"].sum())
+    split = learner(cls, hooks, minibatch_size=n)
+    a = fused.update_from_batch(batch, 0, num_epochs=1)
+    b = split.update_from_batch(batch, 0, num_epochs=1)
+    for p, q in zip(fused.model.parameters(), split.model.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+    for key in ("total_loss", "policy_loss", "vf_loss", "entropy"):
+        assert a[key] == pytest.approx(b[key], rel=1e-5), key
+    assert a["num_env_steps_trained"] == b["num_env_steps_trained"] == n
