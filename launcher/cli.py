@@ -77,6 +77,7 @@ def _session(cluster: Any, args: argparse.Namespace) -> Any:
 
 def launch(cluster: Any, args: argparse.Namespace) -> int:
     """The job of the file, its driver here and its actors on the nodes."""
+    from rlmesh.launcher.scheduler import PlacementError
     from rlmesh.launcher.ssh import SSHError
 
     try:
@@ -94,6 +95,9 @@ def launch(cluster: Any, args: argparse.Namespace) -> int:
         from rlmesh.cli.train import run_spec
 
         return run_spec(job.train_spec(), resume=args.resume)
+    except PlacementError as exc:  # raised before any of the job's processes started
+        print(f"rlmesh launch: error: the job does not fit the cluster: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     finally:
         session.close()
 

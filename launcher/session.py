@@ -81,7 +81,7 @@ class ClusterSession:
             log.info("%s: setup unchanged, skipped", node)
             return
         script = " && ".join(f"({c})" for c in commands)
-        ssh.run(["bash", "-lc", script], timeout=1800)
+        ssh.run([*self._env_prefix(), "bash", "-lc", script], timeout=1800)
         ssh.run(f"mkdir -p {remote} && echo {digest} > {marker}", timeout=30)
 
     # --- the run's job ---

@@ -26,7 +26,7 @@ ALGORITHMS = {"PPO": "rlmesh.algorithms.ppo_config:PPOConfig",
               "IMPALA": "rlmesh.algorithms.impala_config:ImpalaConfig",
               "APPO": "rlmesh.algorithms.appo_config:APPOConfig"}
 DEFAULT_STOP = {"training_iteration": 100}
-EXIT_USAGE, EXIT_SIGINT, EXIT_SIGTERM = 2, 130, 143
+EXIT_FAILED, EXIT_USAGE, EXIT_SIGINT, EXIT_SIGTERM = 1, 2, 130, 143
 
 EPILOG = """\
 -f FILE takes YAML, TOML or JSON in either of RLlib's tuned-example shapes:
@@ -358,7 +358,13 @@ def run_spec(spec: TrainSpec, resume: bool = False) -> int:
         raise
     stops = " or ".join(f"{k} >= {v:g}" for k, v in spec.stop.items())
     print(f"rlmesh train: {spec.run} on {spec.env} until {stops}\nresults: {trial_dir}")
-    return _train_loop(algo, spec, trial_dir, trial_id, ProgressReporter(), logger)
+    from rlmesh.algorithms.asynchronous import LearnerFailed
+
+    try:
+        return _train_loop(algo, spec, trial_dir, trial_id, ProgressReporter(), logger)
+    except LearnerFailed as e:  # the learner died: the message names the checkpoint
+        print(f"rlmesh train: error: {e}", file=sys.stderr)
+        return EXIT_FAILED
 
 
 def find_resume_point(spec: TrainSpec) -> tuple[Path, str]:

@@ -24,7 +24,8 @@ from rlmesh.wire import codec, messages as M
 RLMESH = [sys.executable, "-m", "rlmesh.cli.main"]
 
 
-def cluster_file(tmp: Path, cluster, *, stop: dict, runners: int = 2, **config) -> Path:
+def cluster_file(tmp: Path, cluster, *, stop: dict, runners: int = 2, job: str = "",
+                 **config) -> Path:
     """A cluster file for the fixture's nodes; the head is this machine's bridge address."""
     name = f"t{secrets.token_hex(3)}"
     nodes = "\n".join(f'[[nodes]]\nname = "{n}"\nhost = "{cluster.nodes[n].address}"\n'
@@ -50,6 +51,7 @@ local_dir = "{tmp / 'results'}"
 experiment_name = "{name}"
 stop = {json.dumps(stop).replace(":", " =")}
 config = {_toml_table(settings)}
+{job}
 '''
     path = tmp / "cluster.toml"
     path.write_text(text)
@@ -208,3 +210,38 @@ def mesh_processes(root: Path) -> list[psutil.Process]:
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
     return found
+
+
+def test_losing_the_learners_node_stops_the_job_naming_the_checkpoint(tmp_path, netns_cluster,
+                                                                      env):
+    path = cluster_file(tmp_path, netns_cluster, stop={"training_iteration": 1000},
+                        job="checkpoint_freq = 1")
+    name = path.read_text().split('"')[1]
+    launch = subprocess.Popen([*RLMESH, "launch", str(path)], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, env=env)
+    try:
+        state = wait_for_state(tmp_path / "clusters" / name / "head.json", "placement", launch)
+        deadline = time.monotonic() + 60
+        while not list((tmp_path / "results").glob("*/*/checkpoint_000002")):
+            assert time.monotonic() < deadline and launch.poll() is None
+            time.sleep(0.2)
+        victim = state["placement"]["learner-0"]
+        for pid in subprocess.run(["ip", "netns", "pids", netns_cluster.nodes[victim].netns],
+                                  capture_output=True, text=True).stdout.split():
+            os.kill(int(pid), signal.SIGKILL)
+        out, _ = launch.communicate(timeout=120)
+    finally:
+        if launch.poll() is None:
+            launch.kill()
+        netns_cluster.restart_sshd(victim)
+    assert launch.returncode == 1, out
+    assert "learner-0" in out and "the last checkpoint is" in out and "--resume" in out
+
+
+def test_a_job_that_does_not_fit_is_an_error_naming_the_bundle(tmp_path, netns_cluster, env):
+    path = cluster_file(tmp_path, netns_cluster, stop={"training_iteration": 1},
+                        num_gpus_per_learner=1)
+    done = rlmesh("launch", str(path), env=env, timeout=120)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "learner-0" in done.stderr and "GPU" in done.stderr
+    assert "training_iteration" not in done.stdout  # nothing trained
