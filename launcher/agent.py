@@ -16,6 +16,7 @@ import logging
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,7 @@ class NodeAgent(Actor):
         self.host = host
         self.children: dict[str, ChildProcess] = {}
         self._offsets: dict[str, int] = {}  # bytes of each child's log already sent home
+        self._counts: dict[int, tuple[float, int]] = {}  # pid -> (when, messages handled)
 
     def resources(self) -> dict[str, float]:
         from rlmesh.launcher.cluster_config import detect_resources
@@ -100,9 +102,29 @@ class NodeAgent(Actor):
         """Record a named actor of the job, so processes on this node find it."""
         self.job.run_dir.register_name(name, address, os.getpid(), replace=True)
 
-    def processes(self) -> list[dict[str, Any]]:
-        """The process records of this node's live children (and the agent's own)."""
-        return [dataclasses.asdict(r) for r in self.job.run_dir.processes()]
+    async def processes(self, timeout: float = 1.0) -> list[dict[str, Any]]:
+        """This node's processes of the job (the agent's own included): each record, with
+        its heartbeat (a PING answered now: round trip, loop lag, blocked) and the messages
+        it handles per second since the last call."""
+        records = [dataclasses.asdict(r) for r in self.job.run_dir.processes()]
+        loop = asyncio.get_running_loop()
+        pongs = await asyncio.gather(*(loop.run_in_executor(None, _ping, r["control"], timeout)
+                                       for r in records))
+        now = time.monotonic()
+        for record, (rtt, status) in zip(records, pongs):
+            record["heartbeat_ms"] = None if rtt is None else round(rtt * 1000, 2)
+            record["state"] = ("unresponsive" if status is None else
+                               "blocked" if status["loop"]["blocked"] else "running")
+            if status is None:
+                continue
+            record["loop_lag_ms"] = round(status["loop"]["lag_mean_s"] * 1000, 2)
+            count = sum(p.get("stats", {}).get("messages", 0)
+                        for p in status["probes"].values() if isinstance(p, dict))
+            before = self._counts.get(record["pid"])
+            self._counts[record["pid"]] = (now, count)
+            if before is not None and now > before[0]:
+                record["messages_per_s"] = round((count - before[1]) / (now - before[0]), 1)
+        return records
 
     async def stacks(self, timeout: float = 3.0) -> list[dict[str, Any]]:
         """``rlmesh stack``'s entries for this node's processes of the job (the agent's
@@ -150,6 +172,30 @@ async def serve(node: str, host: str, runs_root: str, job_id: str) -> None:
         await agent.on_stop()
         server.close()
         await job.shutdown()
+
+
+def _ping(control: str, timeout: float) -> tuple[float | None, dict[str, Any] | None]:
+    """One PING to a control thread: (round trip, its status), or (None, None)."""
+    import zmq
+
+    from rlmesh.wire import codec, messages as M
+    from rlmesh.wire.sockets import connect
+
+    ctx = zmq.Context.instance()
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    try:
+        connect(sock, control)
+        start = time.monotonic()
+        sock.send_multipart(codec.encode(M.make(M.PING, id=1)))
+        if not sock.poll(int(timeout * 1000)):
+            return None, None
+        reply = codec.decode(sock.recv_multipart(copy=False))
+        return time.monotonic() - start, reply.get("status")
+    except Exception:
+        return None, None
+    finally:
+        sock.close()
 
 
 def main() -> None:

@@ -183,8 +183,12 @@ def status(cluster: Any, args: argparse.Namespace) -> int:
             print(f"  unreachable: {reply['error']}")
             continue
         for record in reply:
-            print(f"  {record['name']:<20} {record['role']:<14} pid {record['pid']:<8} "
-                  f"{record['address']}")
+            beat = record.get("heartbeat_ms")
+            rate = record.get("messages_per_s")
+            print(f"  {record['name']:<16} {record['role']:<12} pid {record['pid']:<8} "
+                  f"{record.get('state', '?'):<12} heartbeat "
+                  f"{'-' if beat is None else f'{beat:.1f} ms':<9} loop lag "
+                  f"{record.get('loop_lag_ms', '-')} ms  {rate if rate is not None else '-'} msg/s")
     return 0
 
 

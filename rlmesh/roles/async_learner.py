@@ -130,8 +130,11 @@ class AsyncLearner(Actor):
     def _join_group(self) -> None:
         from rlmesh.roles.data_parallel import DataParallel, backend_for
 
+        # NCCL refuses two ranks on one GPU: fractional GPUs all-reduce over gloo.
+        shared = 0 < self.config.num_gpus_per_learner < 1
         dp = DataParallel(self.rank, self.world_size, self.dp_address,
-                          backend_for(self.learner.device), self.config.learner_queue_timeout)
+                          backend_for(self.learner.device, shared), self.config.learner_queue_timeout,
+                          device=self.learner.device)
         with self._lock:
             dp.broadcast_module(self.learner.model)
         self.learner.data_parallel = dp
