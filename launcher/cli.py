@@ -75,15 +75,23 @@ def _session(cluster: Any, args: argparse.Namespace) -> Any:
     return session
 
 
-def launch(cluster: Any, args: argparse.Namespace) -> int:
-    """The job of the file, its driver here and its actors on the nodes."""
-    from rlmesh.launcher.scheduler import PlacementError
+def _session_or_error(cluster: Any, args: argparse.Namespace) -> Any:
+    """A prepared session, or None after saying why not (a head already up, SSH failed)."""
     from rlmesh.launcher.ssh import SSHError
 
     try:
-        session = _session(cluster, args)
+        return _session(cluster, args)
     except (RuntimeError, SSHError) as exc:
-        print(f"rlmesh launch: error: {exc}", file=sys.stderr)
+        print(f"rlmesh {args.command}: error: {exc}", file=sys.stderr)
+        return None
+
+
+def launch(cluster: Any, args: argparse.Namespace) -> int:
+    """The job of the file, its driver here and its actors on the nodes."""
+    from rlmesh.launcher.scheduler import PlacementError
+
+    session = _session_or_error(cluster, args)
+    if session is None:
         return EXIT_USAGE
     session.install()
     try:
@@ -104,12 +112,8 @@ def launch(cluster: Any, args: argparse.Namespace) -> int:
 
 def up(cluster: Any, args: argparse.Namespace) -> int:
     """Start the agents and hold them (Ctrl-C or `rlmesh down` ends it)."""
-    from rlmesh.launcher.ssh import SSHError
-
-    try:
-        session = _session(cluster, args)
-    except (RuntimeError, SSHError) as exc:
-        print(f"rlmesh up: error: {exc}", file=sys.stderr)
+    session = _session_or_error(cluster, args)
+    if session is None:
         return EXIT_USAGE
 
     async def hold() -> None:

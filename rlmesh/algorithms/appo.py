@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from rlmesh.algorithms.appo_config import APPOConfig
+from rlmesh.algorithms.ppo import adapt_kl_coeff
 from rlmesh.algorithms.impala import (
     IMPALA, ImpalaLearnerHooks, drop_last_step, entropy_coeff, evaluate, flat_valid, forward,
     loss_terms, vtrace_targets, whole_batch)
@@ -96,13 +97,7 @@ class APPOLearnerHooks(ImpalaLearnerHooks):
             target_model(learner).load_state_dict(learner.model.state_dict())
             learner.state["num_target_updates"] = learner.state.get("num_target_updates", 0) + 1
         if cfg.use_kl_loss:
-            coeff = learner.state.setdefault("cur_kl_coeff", cfg.kl_coeff)
-            kl = stats.get("mean_kl_loss", 0.0)
-            if kl > 2.0 * cfg.kl_target:
-                coeff *= 1.5
-            elif kl < 0.5 * cfg.kl_target:
-                coeff *= 0.5
-            learner.state["cur_kl_coeff"] = coeff
+            adapt_kl_coeff(learner, stats.get("mean_kl_loss", 0.0))
 
 
 class APPO(IMPALA):

@@ -87,17 +87,20 @@ class PPOLearnerHooks:
 
     @staticmethod
     def after_update(learner: Any, stats: dict[str, float]) -> None:
-        cfg = learner.config
-        if not cfg.use_kl_loss:
-            return
-        # The adaptive KL penalty of the PPO paper, with RLlib's factors.
-        coeff = learner.state.setdefault("cur_kl_coeff", cfg.kl_coeff)
-        kl = stats.get("mean_kl_loss", 0.0)
-        if kl > 2.0 * cfg.kl_target:
-            coeff *= 1.5
-        elif kl < 0.5 * cfg.kl_target:
-            coeff *= 0.5
-        learner.state["cur_kl_coeff"] = coeff
+        if learner.config.use_kl_loss:
+            adapt_kl_coeff(learner, stats.get("mean_kl_loss", 0.0))
+
+
+def adapt_kl_coeff(learner: Any, kl: float) -> None:
+    """The adaptive KL penalty of the PPO paper, with RLlib's factors: the coefficient
+    x1.5 when the KL of the update exceeds twice ``kl_target``, x0.5 below half of it."""
+    cfg = learner.config
+    coeff = learner.state.setdefault("cur_kl_coeff", cfg.kl_coeff)
+    if kl > 2.0 * cfg.kl_target:
+        coeff *= 1.5
+    elif kl < 0.5 * cfg.kl_target:
+        coeff *= 0.5
+    learner.state["cur_kl_coeff"] = coeff
 
 
 class PPO(Algorithm):

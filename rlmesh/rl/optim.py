@@ -72,12 +72,7 @@ class Adam:
         return {"state": state, "param_groups": [{**group, "params": list(range(len(self.params)))}]}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        groups = state_dict["param_groups"]
-        if len(groups) != 1 or len(groups[0]["params"]) != len(self.params):
-            raise ValueError(f"optimizer state for {[len(g['params']) for g in groups]} "
-                             f"parameters in {len(groups)} group(s); this Adam has one group of "
-                             f"{len(self.params)}")
-        saved = groups[0]
+        saved = _one_group(state_dict, self)
         for key in ("lr", "betas", "eps"):
             self.param_groups[0][key] = tuple(saved[key]) if key == "betas" else float(saved[key])
         for position, index in enumerate(saved["params"]):
@@ -91,6 +86,16 @@ class Adam:
             self.steps[position] = int(float(entry["step"]))
             self.exp_avg[position] = entry["exp_avg"].to(p.device, p.dtype).clone()
             self.exp_avg_sq[position] = entry["exp_avg_sq"].to(p.device, p.dtype).clone()
+
+
+def _one_group(state_dict: dict[str, Any], optimizer: Any) -> dict[str, Any]:
+    """The one parameter group of a saved state, checked against ``optimizer``'s."""
+    groups = state_dict["param_groups"]
+    if len(groups) != 1 or len(groups[0]["params"]) != len(optimizer.params):
+        raise ValueError(f"optimizer state for {[len(g['params']) for g in groups]} "
+                         f"parameters in {len(groups)} group(s); this "
+                         f"{type(optimizer).__name__} has one group of {len(optimizer.params)}")
+    return groups[0]
 
 
 class RMSprop:
@@ -150,14 +155,10 @@ class RMSprop:
         return {"state": state, "param_groups": [{**group, "params": list(range(len(self.params)))}]}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        groups = state_dict["param_groups"]
-        if len(groups) != 1 or len(groups[0]["params"]) != len(self.params):
-            raise ValueError(f"optimizer state for {[len(g['params']) for g in groups]} "
-                             f"parameters in {len(groups)} group(s); this RMSprop has one group "
-                             f"of {len(self.params)}")
+        saved = _one_group(state_dict, self)
         for key in ("lr", "alpha", "eps", "momentum"):
-            self.param_groups[0][key] = float(groups[0][key])
-        for position, index in enumerate(groups[0]["params"]):
+            self.param_groups[0][key] = float(saved[key])
+        for position, index in enumerate(saved["params"]):
             entry = state_dict["state"].get(index) or {}
             p = self.params[position]
             self.steps[position] = int(float(entry.get("step", 0)))

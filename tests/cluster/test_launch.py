@@ -94,6 +94,14 @@ def wait_for_state(path: Path, key: str, launch: subprocess.Popen, timeout: floa
     raise AssertionError(f"no {key} in {path} (launch exit {launch.returncode}):\n{out}")
 
 
+def kill_node(cluster, node: str) -> None:
+    """The node dies: every process of its namespace (sshd, agent, actors) killed."""
+    pids = subprocess.run(["ip", "netns", "pids", cluster.nodes[node].netns],
+                          capture_output=True, text=True).stdout.split()
+    for pid in pids:
+        os.kill(int(pid), signal.SIGKILL)
+
+
 def results(tmp: Path) -> list[dict]:
     (result,) = (tmp / "results").glob("*/*/result.json")
     return [json.loads(line) for line in result.read_text().splitlines()]
@@ -165,11 +173,7 @@ def test_a_dead_node_loses_its_runner_to_the_others(tmp_path, netns_cluster, env
         victim = next(placement[r] for r in ("env_runner-1", "env_runner-2")
                       if placement[r] != placement["learner-0"])
         time.sleep(4)  # a few iterations first
-        netns = netns_cluster.nodes[victim].netns
-        pids = subprocess.run(["ip", "netns", "pids", netns], capture_output=True,
-                              text=True).stdout.split()
-        for pid in pids:  # the node dies: sshd, agent, runner, all of it
-            os.kill(int(pid), signal.SIGKILL)
+        kill_node(netns_cluster, victim)
         out, _ = launch.communicate(timeout=240)
     finally:
         if launch.poll() is None:
@@ -231,9 +235,7 @@ def test_losing_the_learners_node_stops_the_job_naming_the_checkpoint(tmp_path, 
             assert time.monotonic() < deadline and launch.poll() is None
             time.sleep(0.2)
         victim = state["placement"]["learner-0"]
-        for pid in subprocess.run(["ip", "netns", "pids", netns_cluster.nodes[victim].netns],
-                                  capture_output=True, text=True).stdout.split():
-            os.kill(int(pid), signal.SIGKILL)
+        kill_node(netns_cluster, victim)
         out, _ = launch.communicate(timeout=120)
     finally:
         if launch.poll() is None:
