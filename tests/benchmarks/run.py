@@ -2,12 +2,13 @@
 
 ``python -m tests.benchmarks.run [--quick] [--only NAME[,NAME]] [--json FILE]``
 Figures are measured, never asserted: a missed goal is reported, not failed.
-Five suites: the runtime's (bench_runtime: rtt_*, stream_*, cold_start, about 1 min),
+Six suites: the runtime's (bench_runtime: rtt_*, stream_*, cold_start, about 1 min),
 PPO's (bench_ppo: ppo_*, about 5 min; ``--only ppo``) and the policy client's (bench_client:
 client_*, about 1 min; ``--only client``), the scheduler's (bench_scheduler: scheduler_*,
 simulated, no processes, under 1 min; ``--only scheduler``) and IMPALA's (bench_impala:
-impala_*, about 8 min with RLlib's learning runs; ``--only impala``). Each suite has its own
-sizes.
+impala_*, about 8 min with RLlib's learning runs; ``--only impala``) and CURVE's cost
+(bench_curve: curve_*, plain tcp vs CURVE, about 1 min; ``--only curve``). Each suite has its
+own sizes.
 """
 
 from __future__ import annotations
@@ -24,13 +25,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import bench_client, bench_impala, bench_ppo, bench_runtime, bench_scheduler
+from . import (bench_client, bench_curve, bench_impala, bench_ppo, bench_runtime,
+               bench_scheduler)
 from .bench_runtime import Row
 
 # name -> (benchmark, its suite's default sizes, its suite's --quick sizes)
 BENCHMARKS: dict[str, tuple[Any, Any, Any]] = {
     name: (fn, suite.DEFAULT, suite.QUICK)
-    for suite in (bench_runtime, bench_ppo, bench_client, bench_scheduler, bench_impala)
+    for suite in (bench_runtime, bench_ppo, bench_client, bench_scheduler, bench_impala,
+                  bench_curve)
     for name, fn in suite.BENCHMARKS.items()}
 
 
