@@ -93,8 +93,10 @@ class ClusterSession:
 
     async def start(self) -> Job:
         """The head's Job on the cluster interface, with an agent on every node."""
-        if self.job is not None:
+        if self.job is not None and self.job.started:
             return self.job
+        # A script's second algorithm: the first one's stop shut the job and its agents down.
+        self.links.clear()
         head = self.cluster.head.host
         job = self.job = await Job("tcp", host=head).start()
         job.supervisor.listeners.append(self._on_event)
@@ -213,7 +215,8 @@ class ClusterSession:
         for link in self.links.values():
             link.close()
         if self.job is not None:
-            await self.job.shutdown()
+            if self.job.started:
+                await self.job.shutdown()
             self.job = None
         (self.state_dir / "head.json").unlink(missing_ok=True)
 

@@ -163,6 +163,7 @@ class Job:
             self._control.close()
             self._control.join(2.0)
         self.run_dir.remove_process(self.name)
+        self.started = False
         if _current is self:
             _current = None
 
