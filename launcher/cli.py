@@ -180,9 +180,8 @@ def status(cluster: Any, args: argparse.Namespace) -> int:
     print(f"cluster {cluster.cluster_name}: head {state['head']} (pid {state['pid']}), "
           f"job {state['job_id']}")
     for node, reply in replies.items():
-        resources = state.get("resources", {}).get(node, {})
-        res = ", ".join(f"{k} {v:g}" for k, v in sorted(resources.items()) if k != "memory")
-        print(f"\n{node} ({res}); placed: {', '.join(sorted(placed.get(node, []))) or 'nothing'}")
+        print(f"\n{node}: {_resources_line(state, node)}; placed: "
+              f"{', '.join(sorted(placed.get(node, []))) or 'nothing'}")
         if isinstance(reply, dict) and "error" in reply:
             print(f"  unreachable: {reply['error']}")
             continue
@@ -194,6 +193,20 @@ def status(cluster: Any, args: argparse.Namespace) -> int:
                   f"{'-' if beat is None else f'{beat:.1f} ms':<9} loop lag "
                   f"{record.get('loop_lag_ms', '-')} ms  {rate if rate is not None else '-'} msg/s")
     return 0
+
+
+def _resources_line(state: dict[str, Any], node: str) -> str:
+    """"CPU 3 of 4 used, GPU 0 of 1 used": what the placement holds of the node's total."""
+    total = state.get("resources", {}).get(node, {})
+    used = state.get("used", {}).get(node, {})
+    free = state.get("free", {}).get(node, {})
+    parts = []
+    for key in sorted(set(total) | set(used)):
+        if key == "memory" or key.startswith("node:"):
+            continue
+        have = used.get(key, 0) + free.get(key, 0) if key in free else total.get(key, 0)
+        parts.append(f"{key} {used.get(key, 0):g} of {have:g} used")
+    return ", ".join(parts) or "resources unknown"
 
 
 def stack(cluster: Any, args: argparse.Namespace) -> int:

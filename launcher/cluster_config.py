@@ -1,53 +1,41 @@
 """The cluster file of ``rlmesh launch``: one TOML file with the nodes, how to reach them, what
 to set up on them and the job to run, read into frozen dataclasses and checked key by key.
-Also what a node offers (``detect_resources``, run on the node) and the hash of its setup."""
+Re-exported here: JobConfig (cluster_job), detect_resources and config_hash (node_resources)."""
 
 from __future__ import annotations
 
-import copy
-import difflib
 import fnmatch
-import hashlib
 import ipaddress
 import math
 import os
 import re
-import shutil
-import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
+# SCRIPT_KEYS and TRAIN_KEYS are only re-exported, beside this module's SSH_KEYS and NODE_KEYS
+from rlmesh.launcher.cluster_job import SCRIPT_KEYS, TRAIN_KEYS, JobConfig, _parse_job
+from rlmesh.launcher.cluster_values import (BUILTIN_RESOURCES, NODE_RESOURCE, TOP_KEYS, _array,
+                                            _boolean, _host, _Invalid, _join, _labels, _optional,
+                                            _path, _port, _python, _resources, _show, _string,
+                                            _strings, _table, _toml_text, _user)
+from rlmesh.launcher.node_resources import config_hash, detect_resources
 from rlmesh.launcher.scheduler import Node
-
-if TYPE_CHECKING:
-    from rlmesh.cli.train import TrainSpec
 
 __all__ = ["BUILTIN_RESOURCES", "ClusterConfig", "ClusterConfigError", "HeadConfig", "JobConfig",
            "NodeConfig", "SSHConfig", "SSHTarget", "SecurityConfig", "SyncEntry", "config_hash",
            "detect_resources", "load_cluster", "parse_cluster"]
 
-BUILTIN_RESOURCES = ("CPU", "GPU", "memory")  # detected on a node when the file leaves them out
 HEAD = "head"  # the head's name among the scheduler's nodes; no [[nodes]] entry may take it
-NODE_RESOURCE = "node:"  # every node offers "node:<name>" = 1, so a bundle can be pinned to it
 STATE_ROOT = "~/.rlmesh/clusters"  # <root>/<cluster_name>/: known_hosts, keys, logs
 DEFAULT_SYNC_EXCLUDE = (".git", "__pycache__", "*.pyc")
-TOP_KEYS = ("cluster_name", "ssh", "head", "nodes", "setup_commands", "sync", "env", "security",
-            "job")
 SSH_KEYS = ("user", "identity_file", "port", "connect_timeout_s", "python", "known_hosts")
 NODE_KEYS = ("name", "host", "port", "user", "identity_file", "python", "resources", "labels")
-TRAIN_KEYS = ("run", "env", "config", "stop", "checkpoint_freq", "checkpoint_at_end", "local_dir",
-              "experiment_name")
-SCRIPT_KEYS = ("script", "args")
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}\Z")
-# Hosts and users reach ssh's command line: a leading "-" would be read as an option there.
-_HOST = re.compile(r"[A-Za-z0-9_:][A-Za-z0-9_.:%-]*\Z")
-_USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\Z")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+\Z")
 _TOML_POSITION = re.compile(r"\s*\(at line (\d+), column (\d+)\)\s*$")
 
 
@@ -59,13 +47,6 @@ class ClusterConfigError(ValueError):
         super().__init__(": ".join(p for p in (source, key, message) if p))
         self.source, self.key, self.reason = source, key, message
 
-
-class _Invalid(Exception):
-    """Raised by the readers below; parse_cluster adds the file's name."""
-
-    def __init__(self, key: str, reason: str) -> None:
-        super().__init__(reason)
-        self.key, self.reason = key, reason
 
 
 # --- the dataclasses ---------------------------------------------------------------------------
@@ -171,35 +152,6 @@ class SecurityConfig:
 
     curve: bool = True
     insecure_trusted_network: bool = False
-
-
-@dataclass(frozen=True)
-class JobConfig:
-    """``[job]``: a ``rlmesh train -f`` experiment (kind "train") or a script run on the head
-    against the cluster (kind "script")."""
-
-    kind: Literal["train", "script"]
-    run: str | None = None  # the algorithm's canonical name ("PPO")
-    env: str | None = None
-    config: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))  # + env
-    stop: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
-    checkpoint_freq: int = 0
-    checkpoint_at_end: bool = False
-    local_dir: str | None = None
-    experiment_name: str | None = None
-    script: Path | None = None  # absolute
-    args: tuple[str, ...] = ()
-
-    def train_spec(self) -> TrainSpec:
-        """The experiment as ``rlmesh train`` runs it."""
-        from rlmesh.cli.train import DEFAULT_STOP, TrainSpec
-
-        if self.kind != "train" or self.run is None:
-            raise ValueError("a script job has no train spec; run its script instead")
-        return TrainSpec(run=self.run, env=self.env, config=copy.deepcopy(dict(self.config)),
-                         stop=dict(self.stop or DEFAULT_STOP), experiment=self.experiment_name,
-                         local_dir=self.local_dir, checkpoint_freq=self.checkpoint_freq,
-                         checkpoint_at_end=self.checkpoint_at_end)
 
 
 @dataclass(frozen=True)
@@ -448,194 +400,6 @@ def _parse_security(value: Any) -> SecurityConfig:
     return SecurityConfig(curve=curve, insecure_trusted_network=trusted)
 
 
-# --- the job -----------------------------------------------------------------------------------
-
-def _parse_job(value: Any, base: Path) -> JobConfig:
-    data = _table(value, "job", TRAIN_KEYS + SCRIPT_KEYS)
-    train = [k for k in TRAIN_KEYS if k in data]
-    if "script" in data and train:
-        raise _Invalid("job", f"give either script (a Python script run on the head) or run, "
-                       f"env, config, stop (an experiment, as in `rlmesh train -f`), not both; "
-                       f"found script and {', '.join(train)}")
-    if "script" in data:
-        script = _path(data["script"], "job.script", base)
-        if not script.is_file():
-            raise _Invalid("job.script", f"no such file: {script}")
-        return JobConfig(kind="script", script=script, args=_strings(data.get("args", []),
-                                                                     "job.args"))
-    if "args" in data:
-        raise _Invalid("job.args", "args go with job.script; an experiment (run) takes none")
-    if "run" not in data:
-        from rlmesh.cli.train import ALGORITHMS
-
-        raise _Invalid("job.run", f"missing: give run (an algorithm: {', '.join(ALGORITHMS)}) "
-                       "with env, config and stop, or script (a Python script run on the head)")
-    return _parse_experiment(data)
-
-
-def _parse_experiment(data: dict[str, Any]) -> JobConfig:
-    """An experiment, checked as ``rlmesh train`` will build it: so a typo in its config fails
-    here, before any node is touched."""
-    from rlmesh.algorithms.settings import ConfigError
-    from rlmesh.cli.train import ALGORITHMS, UsageError, canonical_keys, config_class, parse_stop
-
-    run = _string(data["run"], "job.run")
-    try:
-        cls = config_class(run)
-    except UsageError as e:
-        raise _Invalid("job.run", str(e)) from None
-    run = next(n for n in ALGORITHMS if n.lower() == run.lower())
-    config = canonical_keys(cls, dict(_table(data.get("config", {}), "job.config", None)))
-    env = data.get("env", config.get("env"))
-    if env is None:
-        raise _Invalid("job.env", "missing: give the environment (a gymnasium id, or "
-                       "'pkg.module:make_env'), here or as job.config.env")
-    env = _string(env, "job.env" if "env" in data else "job.config.env")
-    config["env"] = env
-    try:
-        cls.from_dict(config).validate()
-    except ConfigError as e:
-        raise _Invalid("job.config", str(e).replace("invalid config:\n  ", "")
-                       .replace("\n  ", "; ")) from None
-    try:
-        stop = parse_stop(_table(data.get("stop", {}), "job.stop", None), "job.stop")
-    except UsageError as e:
-        raise _Invalid("job.stop", str(e).removeprefix("job.stop: ")) from None
-    freq = data.get("checkpoint_freq", 0)
-    if isinstance(freq, bool) or not isinstance(freq, int) or freq < 0:
-        raise _Invalid("job.checkpoint_freq", f"expected an integer >= 0 (iterations between "
-                       f"checkpoints; 0: none), got {_show(freq)}")
-    return JobConfig(
-        kind="train", run=run, env=env, config=MappingProxyType(config),
-        stop=MappingProxyType(stop), checkpoint_freq=freq,
-        checkpoint_at_end=_boolean(data.get("checkpoint_at_end", False), "job.checkpoint_at_end"),
-        local_dir=_optional(data, "local_dir", "job", _string),
-        experiment_name=_optional(data, "experiment_name", "job", _folder_name))
-
-
-# --- readers of one value: each returns it checked, or raises _Invalid naming its key ----------
-
-def _join(key: str, name: str) -> str:
-    name = name if _BARE_KEY.match(name) else f'"{name}"'
-    return f"{key}.{name}" if key else name
-
-
-def _show(value: Any) -> str:
-    kind = {bool: "a boolean", int: "an integer", float: "a float", str: "a string",
-            list: "an array", dict: "a table"}.get(type(value), type(value).__name__)
-    if isinstance(value, (list, dict)):
-        return kind
-    text = repr(value)
-    return f"{text if len(text) <= 60 else text[:57] + '...'} ({kind})"
-
-
-def _toml_text(value: Any) -> str:
-    return str(value).lower() if isinstance(value, bool) else str(value)
-
-
-def _hint(key: str, allowed: Sequence[str]) -> str:
-    near = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
-    return f"; did you mean {near[0]!r}?" if near else f"; expected one of {', '.join(allowed)}"
-
-
-def _table(value: Any, key: str, allowed: Sequence[str] | None,
-           required: Sequence[str] = ()) -> dict[str, Any]:
-    """``value`` as a table whose keys are among ``allowed`` (None: any) and include
-    ``required``."""
-    if not isinstance(value, dict):
-        raise _Invalid(key or "(top level)", f"expected a table, got {_show(value)}")
-    for name in value:
-        if allowed is not None and name not in allowed:
-            hint = _hint(name, allowed)
-            if key and name in TOP_KEYS:  # TOML's trap: a key after [table] belongs to it
-                hint = (f"; {name} is a top-level key, which TOML reads as one only before "
-                        "the first [table] header: move it up")
-            raise _Invalid(_join(key, name), "unknown key" + hint)
-    for name in required:
-        if name not in value:
-            raise _Invalid(_join(key, name), "missing, and required" + _misplaced(value, name))
-    return value
-
-
-def _misplaced(data: dict[str, Any], name: str) -> str:
-    """Where a missing top-level key sits instead: under the table whose header precedes it."""
-    for table, value in data.items():
-        last = value[-1] if isinstance(value, list) and value else value
-        if isinstance(last, dict) and name in last:
-            where = f"[[{table}]]" if isinstance(value, list) else f"[{table}]"
-            return (f"; there is one under {where}, but TOML reads a key after a [table] "
-                    "header as that table's: move it above the first header")
-    return ""
-
-
-def _array(value: Any, key: str) -> list[Any]:
-    if not isinstance(value, list):
-        raise _Invalid(key, f"expected an array (as [[{key}]] tables), got {_show(value)}")
-    return value
-
-
-def _optional(data: dict[str, Any], name: str, key: str, read: Any) -> Any:
-    return read(data[name], _join(key, name)) if name in data else None
-
-
-def _string(value: Any, key: str, pattern: re.Pattern[str] | None = None,
-            expected: str = "a string") -> str:
-    if not isinstance(value, str) or (pattern is not None and not pattern.match(value)):
-        raise _Invalid(key, f"expected {expected}, got {_show(value)}")
-    return value
-
-
-def _strings(value: Any, key: str) -> tuple[str, ...]:
-    if not isinstance(value, list):
-        raise _Invalid(key, f"expected an array of strings, got {_show(value)}")
-    for i, item in enumerate(value):
-        if not isinstance(item, str) or not item.strip():
-            raise _Invalid(f"{key}[{i}]", f"expected a non-empty string, got {_show(item)}")
-    return tuple(value)
-
-
-def _boolean(value: Any, key: str) -> bool:
-    if not isinstance(value, bool):
-        raise _Invalid(key, f"expected true or false, got {_show(value)}")
-    return value
-
-
-def _port(value: Any, key: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
-        raise _Invalid(key, f"expected a port number from 1 to 65535, got {_show(value)}")
-    return value
-
-
-def _host(value: Any, key: str) -> str:
-    return _string(value, key, _HOST, "a host name or an IP address")
-
-
-def _user(value: Any, key: str) -> str:
-    return _string(value, key, _USER, "a user name (letters, digits, '.', '-', '_')")
-
-
-def _python(value: Any, key: str) -> str:
-    if not isinstance(value, str) or not value.strip() or "\n" in value or "\0" in value:
-        raise _Invalid(key, f"expected the command of a Python interpreter on the nodes, e.g. "
-                       f"'python3' or '/opt/venv/bin/python', got {_show(value)}")
-    return value
-
-
-def _folder_name(value: Any, key: str) -> str:
-    text = _string(value, key)
-    if not text or "/" in text or "\\" in text or "\0" in text or text in (".", ".."):
-        raise _Invalid(key, f"expected a folder name (no '/'), got {_show(value)}")
-    return text
-
-
-def _path(value: Any, key: str, base: Path) -> Path:
-    text = _string(value, key)
-    if not text or "\0" in text:
-        raise _Invalid(key, f"expected a path, got {_show(value)}")
-    path = Path(text).expanduser()
-    return path if path.is_absolute() else base / path
-
-
 def _is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
@@ -643,132 +407,3 @@ def _is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.split("%")[0]).is_loopback
     except ValueError:
         return False
-
-
-def _resources(value: Any, key: str) -> Mapping[str, float]:
-    """A resources table: amounts >= 0, whole GPUs, and no name that only looks built in."""
-    data = _table(value, key, None)
-    lowered = {r.lower(): r for r in BUILTIN_RESOURCES}
-    out: dict[str, float] = {}
-    for name, amount in data.items():
-        at = _join(key, name)
-        _check_resource_name(name, at, lowered)
-        if isinstance(amount, bool) or not isinstance(amount, (int, float)) \
-                or not math.isfinite(amount) or amount < 0:
-            raise _Invalid(at, f"expected a number >= 0, got {_show(amount)}")
-        if name == "GPU" and amount != int(amount):
-            raise _Invalid(at, f"expected a whole number of GPUs (bundles may ask for "
-                           f"fractions of one, a node has whole ones), got {amount}")
-        out[name] = float(amount)
-    return MappingProxyType(out)
-
-
-def _check_resource_name(name: str, key: str, lowered: Mapping[str, str]) -> None:
-    if name.startswith(NODE_RESOURCE):
-        raise _Invalid(key, f"names starting with {NODE_RESOURCE!r} are taken: every node "
-                       f"offers {NODE_RESOURCE}<its name> = 1")
-    if name in BUILTIN_RESOURCES:
-        return
-    # Resource names are case-sensitive: a "gpus" would be a custom resource no bundle asks.
-    near = difflib.get_close_matches(name.lower(), list(lowered), n=1, cutoff=0.75)
-    if near:
-        raise _Invalid(key, f"unknown resource {name!r}; did you mean {lowered[near[0]]!r}? "
-                       "(names are case-sensitive; custom ones must not look like "
-                       f"{', '.join(BUILTIN_RESOURCES)})")
-
-
-def _labels(value: Any, key: str, resources: Mapping[str, float]) -> tuple[str, ...]:
-    labels = _strings(value, key)
-    lowered = {r.lower(): r for r in BUILTIN_RESOURCES}
-    for i, label in enumerate(labels):
-        _check_resource_name(label, f"{key}[{i}]", lowered)
-        if label in BUILTIN_RESOURCES:
-            raise _Invalid(f"{key}[{i}]", f"{label!r} is a built-in resource; set it under "
-                           "resources instead")
-        if label in resources:
-            raise _Invalid(f"{key}[{i}]", f"{label!r} is also given under resources; keep one")
-        if label in labels[:i]:
-            raise _Invalid(f"{key}[{i}]", f"{label!r} is given twice")
-    return labels
-
-
-# --- the setup hash ----------------------------------------------------------------------------
-
-def config_hash(commands: Sequence[str], sync: Sequence[SyncEntry]) -> str:
-    """A hex digest of the setup commands and of what ``sync`` copies: each entry's ``dst``,
-    and its files' relative paths, contents and executable bits (a symlink: its target).
-    Where ``src`` lies on the head, and modification times, do not count."""
-    digest = hashlib.sha256(b"rlmesh-setup-v1")
-    _feed(digest, "commands", str(len(commands)), *commands)
-    for entry in sync:
-        _feed(digest, "sync", entry.dst)
-        for rel, path in entry.files():
-            if path.is_symlink():
-                _feed(digest, "link", rel, os.readlink(path))
-            else:
-                executable = os.stat(path).st_mode & 0o111 != 0
-                _feed(digest, "file", rel, str(executable), _file_digest(path))
-    return digest.hexdigest()
-
-
-def _feed(digest: Any, *parts: str) -> None:
-    for part in parts:  # length-prefixed, so ("ab", "c") and ("a", "bc") differ
-        data = part.encode("utf-8", "surrogateescape")
-        digest.update(len(data).to_bytes(8, "big") + data)
-
-
-def _file_digest(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-# --- what a node offers ------------------------------------------------------------------------
-
-def detect_resources() -> dict[str, float]:
-    """CPU, GPU and memory (bytes) of this machine, as the node agent reports them."""
-    import psutil
-
-    cpus = psutil.cpu_count() or 1
-    if hasattr(os, "sched_getaffinity"):  # a container or taskset may give us fewer
-        cpus = min(cpus, len(os.sched_getaffinity(0)) or cpus)
-    return {"CPU": float(cpus), "GPU": float(_count_gpus()),
-            "memory": float(psutil.virtual_memory().total)}
-
-
-def _count_gpus() -> int:
-    """nvidia-smi's count, else torch's if torch is already imported (importing it here would
-    cost seconds), else 0: a machine without either has no GPU we could use."""
-    smi = shutil.which("nvidia-smi")
-    if smi is not None:
-        try:
-            done = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=20,
-                                  check=False)
-        except (OSError, subprocess.SubprocessError):
-            done = None
-        if done is not None and done.returncode == 0:
-            listed = sum(1 for line in done.stdout.splitlines() if line.startswith("GPU "))
-            return _visible(listed, os.environ.get("CUDA_VISIBLE_DEVICES"))
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        try:
-            return int(torch.cuda.device_count())  # it reads CUDA_VISIBLE_DEVICES itself
-        except Exception:  # a broken CUDA install: the node still runs CPU work
-            return 0
-    return 0
-
-
-def _visible(listed: int, cuda_visible: str | None) -> int:
-    """The GPUs CUDA will show, of ``listed``: CUDA_VISIBLE_DEVICES, when set, keeps those
-    named before its first empty or negative entry."""
-    if cuda_visible is None:
-        return listed
-    count = 0
-    for entry in cuda_visible.split(","):
-        entry = entry.strip()
-        if not entry or entry.startswith("-"):
-            break
-        count += 1
-    return min(listed, count)

@@ -202,10 +202,13 @@ class ClusterSession:
     def _write_state(self, placement: dict[str, str] | None = None) -> None:
         """What `rlmesh status|stack|down` read to find this head and its agents."""
         assert self.job is not None
+        placed = self._placement
         state = {"pid": os.getpid(), "job_id": self.job.job_id,
                  "run_dir": str(self.job.run_dir.path), "head": self.cluster.head.host,
                  "agents": {n: l.agent.address for n, l in self.links.items()},
-                 "resources": self.detected, "placement": placement or {}}
+                 "resources": self.detected, "placement": placement or {},
+                 "used": {n: dict(r) for n, r in placed.used.items()} if placed else {},
+                 "free": {n: dict(r) for n, r in placed.free.items()} if placed else {}}
         path = self.state_dir / "head.json"
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(state, indent=1))

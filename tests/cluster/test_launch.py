@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import signal
 import subprocess
@@ -134,6 +135,7 @@ def test_launch_learns_with_status_stack_and_curve(tmp_path, netns_cluster, env)
         assert learner["state"] == "running" and learner["heartbeat_ms"] > 0
         text = rlmesh("status", str(path), env=env)
         assert "learner-0" in text.stdout and "heartbeat" in text.stdout, text.stderr
+        assert re.search(rf"{learner_node}: CPU [12] of 2 used", text.stdout), text.stdout
         assert all(f"agent-{n}" in running for n in netns_cluster.names)
         stack = rlmesh("stack", str(path), "--json", env=env)
         assert stack.returncode == 0, stack.stderr

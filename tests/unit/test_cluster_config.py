@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from rlmesh.launcher import cluster_config as cc
+from rlmesh.launcher import node_resources
 from rlmesh.launcher.cluster_config import (ClusterConfig, ClusterConfigError, detect_resources,
                                             load_cluster, parse_cluster)
 from rlmesh.launcher.scheduler import place
@@ -390,9 +391,9 @@ def test_detect_resources_here() -> None:
 
 
 def _fake_smi(monkeypatch: pytest.MonkeyPatch, stdout: str, returncode: int = 0) -> None:
-    monkeypatch.setattr(cc.shutil, "which", lambda name: "/usr/bin/nvidia-smi")
-    monkeypatch.setattr(cc.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(
-        a[0], returncode, stdout, ""))
+    monkeypatch.setattr(node_resources.shutil, "which", lambda name: "/usr/bin/nvidia-smi")
+    monkeypatch.setattr(node_resources.subprocess, "run",
+                        lambda *a, **k: subprocess.CompletedProcess(a[0], returncode, stdout, ""))
 
 
 def test_gpus_counted_from_nvidia_smi(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -409,5 +410,5 @@ def test_gpus_counted_from_nvidia_smi(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_a_failing_nvidia_smi_means_no_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
     _fake_smi(monkeypatch, "NVIDIA-SMI has failed", returncode=9)
-    monkeypatch.delitem(cc.sys.modules, "torch", raising=False)
+    monkeypatch.delitem(node_resources.sys.modules, "torch", raising=False)
     assert detect_resources()["GPU"] == 0
