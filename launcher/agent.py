@@ -28,7 +28,8 @@ log = logging.getLogger(__name__)
 
 READY = "RLMESH_READY "
 MAX_OUTPUT_BYTES = 64 * 1024  # of one child's new output per poll: the rest comes next time
-HEAD_SILENCE_S = 15.0  # no heartbeat from the head for this long: the head is gone
+# No heartbeat from the head for this long: the head (or the network to it) is gone.
+HEAD_SILENCE_S = float(os.environ.get("RLMESH_HEAD_SILENCE_S", "15"))
 
 
 class NodeAgent(Actor):

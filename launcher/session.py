@@ -140,6 +140,8 @@ class ClusterSession:
 
     def _env_prefix(self) -> list[str]:
         env = {"PYTHONUNBUFFERED": "1", **dict(self.cluster.env)}
+        if "RLMESH_HEAD_SILENCE_S" in os.environ:  # how long agents wait for a silent head
+            env.setdefault("RLMESH_HEAD_SILENCE_S", os.environ["RLMESH_HEAD_SILENCE_S"])
         return ["env", *(f"{k}={v}" for k, v in env.items())]
 
     async def job_for(self, request: list[PlacementGroup] | None) -> Job:
@@ -226,6 +228,12 @@ class ClusterSession:
     def close(self) -> None:
         for ssh in self.ssh.values():
             ssh.close()
+        path = self.state_dir / "head.json"
+        try:
+            if json.loads(path.read_text()).get("pid") == os.getpid():
+                path.unlink()  # this head is done: status and stack find no stale one
+        except (OSError, ValueError):
+            pass
         from rlmesh.runtime.job import set_job_factory
 
         set_job_factory(None)

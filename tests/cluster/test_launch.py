@@ -283,3 +283,44 @@ def test_up_status_exec_and_down(tmp_path, netns_cluster, env, runs_root):
         time.sleep(0.2)
     assert not mesh_processes(runs_root)
     assert rlmesh("status", str(path), env=env).returncode == 1  # no head any more
+
+
+def test_ctrl_c_and_a_frozen_head_leave_every_node_clean(tmp_path, netns_cluster, env,
+                                                         runs_root):
+    """Ctrl-C: the launcher tears down and exits 130. A head that stops answering (frozen
+    here with SIGSTOP, its SSH sessions still open, as when its machine hangs): the agents
+    notice the missing heartbeats and take everything down."""
+    path = cluster_file(tmp_path, netns_cluster, stop={"timesteps_total": 100000000})
+    name = path.read_text().split('"')[1]
+    state_file = tmp_path / "clusters" / name / "head.json"
+    launch = subprocess.Popen([*RLMESH, "launch", str(path)], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, env=env)
+    try:
+        wait_for_state(state_file, "placement", launch)
+        time.sleep(2)
+        launch.send_signal(signal.SIGINT)
+        out, _ = launch.communicate(timeout=60)
+    finally:
+        if launch.poll() is None:
+            launch.kill()
+    assert launch.returncode == 130, out
+    assert not mesh_processes(runs_root)
+
+    frozen_env = {**env, "RLMESH_HEAD_SILENCE_S": "4"}
+    launch = subprocess.Popen([*RLMESH, "launch", str(path)], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, env=frozen_env,
+                              start_new_session=True)
+    try:
+        wait_for_state(state_file, "placement", launch)
+        time.sleep(2)
+        head = psutil.Process(launch.pid)
+        frozen = [head, *head.children(recursive=True)]
+        for p in frozen:  # the head and everything it runs here, ssh clients included
+            p.suspend()
+        remote = [p for p in mesh_processes(runs_root) if p.pid not in {f.pid for f in frozen}]
+        assert remote, "no agent or actor on the nodes"
+        gone, alive = psutil.wait_procs(remote, timeout=30)
+        assert not alive, [p.cmdline() for p in alive]
+    finally:
+        os.killpg(launch.pid, signal.SIGKILL)
+        launch.wait(10)
