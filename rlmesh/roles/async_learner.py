@@ -66,6 +66,7 @@ class AsyncLearner(Actor):
         self._error: str | None = None
         self.version = 0  # policy version: +1 per update and per set_weights/set_state
         self._published = 0
+        self._publish_error: str | None = None
         self._outbox: tuple[int, dict[str, Any]] | None = None
         self._outbox_ready = asyncio.Event()
         self._published_event = asyncio.Event()
@@ -170,10 +171,12 @@ class AsyncLearner(Actor):
             try:
                 await self._ps.set_weights(*snapshot)
                 self._published = snapshot[0]
-                self._published_event.set()
             except Exception as exc:
+                # Runners keep the weights they have; the next snapshot tries again.
                 log.warning("learner %d: publishing version %d failed: %s", self.rank,
                             snapshot[0], exc)
+                self._publish_error = f"version {snapshot[0]}: {exc}"
+            self._published_event.set()
 
     async def publish(self) -> int:
         """Publish the current weights now (after set_weights or a restore); their version."""
@@ -183,9 +186,12 @@ class AsyncLearner(Actor):
             self.version += 1
             snapshot = (self.version, self.learner.get_weights())
         self._offer(snapshot)
+        self._publish_error = None
         while self._published < snapshot[0]:
             self._published_event.clear()
             await self._published_event.wait()
+            if self._publish_error is not None:
+                raise RuntimeError(f"the param server refused the weights ({self._publish_error})")
         return snapshot[0]
 
     # --- the driver's calls ---
