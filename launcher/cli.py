@@ -185,11 +185,13 @@ def status(cluster: Any, args: argparse.Namespace) -> int:
         if isinstance(reply, dict) and "error" in reply:
             print(f"  unreachable: {reply['error']}")
             continue
+        ages = state.get("heartbeat_age_s", {})
         for record in reply:
-            beat = record.get("heartbeat_ms")
+            beat, age = record.get("heartbeat_ms"), ages.get(record["name"])
             rate = record.get("messages_per_s")
             print(f"  {record['name']:<16} {record['role']:<12} pid {record['pid']:<8} "
                   f"{record.get('state', '?'):<12} heartbeat "
+                  f"{'-' if age is None else f'{age:.1f} s ago':<10} ping "
                   f"{'-' if beat is None else f'{beat:.1f} ms':<9} loop lag "
                   f"{record.get('loop_lag_ms', '-')} ms  {rate if rate is not None else '-'} msg/s")
     return 0

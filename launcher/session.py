@@ -6,10 +6,12 @@ nodes' output home prefixed by node and actor.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
 import shlex
+import time
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -29,6 +31,7 @@ log = logging.getLogger(__name__)
 
 REMOTE_STATE = "~/.rlmesh/clusters"  # on each node: keys/ and the setup hash
 NOISY = ("WARNING", "ERROR", "CRITICAL", "Traceback", "Error", "error:")
+STATE_S = 2.0  # how often the head rewrites its state file (heartbeat ages)
 
 
 class ClusterSession:
@@ -51,6 +54,7 @@ class ClusterSession:
         self._groups: list[PlacementGroup] = []
         self._placement: Placement | None = None
         self._labels: dict[str, tuple[int, int]] = {}
+        self._names: dict[str, str] = {}  # actor -> node, as placed
 
     # --- before the run: nodes over SSH ---
 
@@ -102,8 +106,6 @@ class ClusterSession:
         job.supervisor.listeners.append(self._on_event)
         job.replace_node = self._replace_node
         try:
-            import asyncio
-
             await asyncio.gather(*(self._start_agent(job, n) for n in self.ssh))
             got = await asyncio.gather(*(l.agent.call("resources", timeout=30)
                                          for l in self.links.values()))
@@ -112,7 +114,16 @@ class ClusterSession:
             raise
         self.detected = dict(zip(self.links, got))
         self._write_state()
+        self._state_task = asyncio.ensure_future(self._keep_state())
+        job.on_shutdown.append(self._state_task.cancel)
         return job
+
+    async def _keep_state(self) -> None:
+        """Rewrite the state file every STATE_S, with each process's heartbeat age as the
+        head's supervisor sees it (`rlmesh status` shows it)."""
+        while self.job is not None and self.job.started:
+            await asyncio.sleep(STATE_S)
+            self._write_state(self._names)
 
     async def _start_agent(self, job: Job, node: str) -> None:
         target = self.cluster.ssh_target(node)
@@ -165,6 +176,7 @@ class ClusterSession:
                         for bi, b in enumerate(g.bundles)}
         names = {label: self._placement[key] for label, key in self._labels.items()}
         log.info("placement: %s", names)
+        self._names = names
         self._write_state(names)
         return names
 
@@ -210,13 +222,23 @@ class ClusterSession:
                  "agents": {n: l.agent.address for n, l in self.links.items()},
                  "resources": self.detected, "placement": placement or {},
                  "used": {n: dict(r) for n, r in placed.used.items()} if placed else {},
-                 "free": {n: dict(r) for n, r in placed.free.items()} if placed else {}}
+                 "free": {n: dict(r) for n, r in placed.free.items()} if placed else {},
+                 "heartbeat_age_s": self._heartbeat_ages()}
         path = self.state_dir / "head.json"
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(state, indent=1))
         os.replace(tmp, path)
 
+    def _heartbeat_ages(self) -> dict[str, float]:
+        if self.job is None:
+            return {}
+        now = time.monotonic()
+        return {name: round(now - sup.watch.last_pong, 2)
+                for name, sup in list(self.job.supervisor.children.items())}
+
     async def shutdown(self) -> None:
+        if getattr(self, "_state_task", None) is not None:
+            self._state_task.cancel()
         for link in self.links.values():
             link.close()
         if self.job is not None:

@@ -87,6 +87,7 @@ class Job:
         self.nodes: dict[str, Any] = {}
         self.placement: dict[str, str] = {}
         self.replace_node: Callable[[str], str] | None = None  # actor name -> a live node
+        self.on_shutdown: list[Callable[[], None]] = []  # called first thing in shutdown()
         self._lifeline_fd = lifeline_fd
         self._ping_timeout = ping_timeout
         self._factories: dict[str, Callable[[ChildSpec, RunDir], Any]] = {}
@@ -140,6 +141,8 @@ class Job:
     async def shutdown(self, grace: float = 3.0) -> None:
         """Stop every actor this job started (graceful, then SIGTERM, then SIGKILL)."""
         global _current
+        for hook in self.on_shutdown:
+            hook()
         self.supervisor.stop()
         children = list(self.supervisor.children.values())
         # Actors first, then what started them elsewhere (node agents), which the

@@ -136,6 +136,8 @@ def test_launch_learns_with_status_stack_and_curve(tmp_path, netns_cluster, env)
         text = rlmesh("status", str(path), env=env)
         assert "learner-0" in text.stdout and "heartbeat" in text.stdout, text.stderr
         assert re.search(rf"{learner_node}: CPU [12] of 2 used", text.stdout), text.stdout
+        ages = json.loads((tmp_path / "clusters" / name / "head.json").read_text())
+        assert 0 <= ages["heartbeat_age_s"]["learner-0"] < 5, ages  # as the head sees it
         assert all(f"agent-{n}" in running for n in netns_cluster.names)
         stack = rlmesh("stack", str(path), "--json", env=env)
         assert stack.returncode == 0, stack.stderr
