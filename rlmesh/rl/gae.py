@@ -57,12 +57,25 @@ def compute_gae(
 
     # The recursion carries A_{t+1} into A_t only within an episode.
     carry = gamma * lambda_ * (~(terminated | truncated)).to(values.dtype)
-    advantages = torch.empty_like(values)
-    last = torch.zeros_like(values[0])
-    for t in reversed(range(values.shape[0])):
-        last = deltas[t] + carry[t] * last
-        advantages[t] = last
+    advantages = discounted_backward(deltas, carry)
     return advantages, advantages + values
+
+
+def discounted_backward(deltas: torch.Tensor, carry: torch.Tensor) -> torch.Tensor:
+    """``x[t] = deltas[t] + carry[t] * x[t+1]`` from the last step back (``x[T] = 0``): the
+    recursion of GAE and V-trace. On the CPU the loop runs over numpy views of the
+    tensors: a numpy step costs about 1 us where a torch one costs 5 (a tenth of an
+    IMPALA update here)."""
+    out = torch.empty_like(deltas)
+    if deltas.device.type == "cpu" and not deltas.requires_grad and not carry.requires_grad:
+        d, c, x = deltas.numpy(), carry.numpy(), out.numpy()
+    else:
+        d, c, x = deltas, carry, out
+    last = 0.0
+    for t in reversed(range(deltas.shape[0])):
+        last = d[t] + c[t] * last
+        x[t] = last
+    return out
 
 
 def values_after(values: torch.Tensor, bootstrap_values: torch.Tensor,

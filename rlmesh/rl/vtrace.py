@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from rlmesh.rl.gae import _check_shapes, values_after
+from rlmesh.rl.gae import _check_shapes, discounted_backward, values_after
 
 
 def vtrace(
@@ -59,12 +59,7 @@ def vtrace(
 
     inside = (~(terminated | truncated)).to(dtype)  # the recursion goes on to t + 1
     carry = gamma * cs * inside
-    corrections = torch.empty_like(values)  # vs_t - V(s_t)
-    last = torch.zeros_like(values[0])
-    for t in reversed(range(values.shape[0])):
-        last = deltas[t] + carry[t] * last
-        corrections[t] = last
-    vs = values + corrections
+    vs = values + discounted_backward(deltas, carry)  # the corrections vs_t - V(s_t)
     # vs_next(t): vs_{t+1} inside the episode and fragment, V_next(t) at either edge.
     vs_next = torch.cat([vs[1:], bootstrap_values[-1:]], dim=0)
     vs_next = torch.where(inside.bool(), vs_next, next_values)
