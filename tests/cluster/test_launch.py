@@ -10,6 +10,7 @@ import json
 import os
 import re
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -72,7 +73,12 @@ def _toml_table(d: dict) -> str:
 @pytest.fixture
 def env(tmp_path, monkeypatch):
     monkeypatch.setenv("RLMESH_CLUSTERS_DIR", str(tmp_path / "clusters"))
-    return {**os.environ}
+    yield {**os.environ}
+    # The nodes share this machine's files: what the launcher put in their home folders
+    # (the cluster's keys, ~/.rlmesh/clusters/<name>/) is here too.
+    for cluster_toml in tmp_path.glob("cluster.toml"):
+        name = cluster_toml.read_text().split('"')[1]
+        shutil.rmtree(Path.home() / ".rlmesh" / "clusters" / name, ignore_errors=True)
 
 
 def rlmesh(*args, env, timeout=60) -> subprocess.CompletedProcess:
