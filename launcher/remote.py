@@ -13,27 +13,16 @@ import signal
 import subprocess
 import threading
 import time
-from pathlib import Path
 from typing import Any, Callable
 
 from rlmesh.runtime import ActorUnavailable, RemoteError
-from rlmesh.runtime.process import ActorStartError, ChildSpec, tail
+from rlmesh.runtime.process import ActorStartError, ChildSpec, describe_exit, wait_for_exit
 from rlmesh.runtime.registry import ProcessRecord, RunDir
 
 log = logging.getLogger(__name__)
 
 READY = "RLMESH_READY "
 POLL_S = 0.3  # how often the head asks each agent for exits and output
-
-
-def _describe(spec: ChildSpec, node: str, code: int | None, log_path: Path, what: str) -> str:
-    how = ""
-    if code is not None:
-        how = (f" (killed by {signal.Signals(-code).name})" if code < 0
-               else f" (exit code {code})")
-    lines = "\n".join("    " + line for line in tail(log_path))
-    return (f"actor {spec.name!r} ({spec.cls_path}) on node {node} {what}{how}; last output, "
-            f"from {log_path}:\n{lines or '    (nothing)'}")
 
 
 class AgentProcess:
@@ -85,7 +74,7 @@ class AgentProcess:
         return None if self.popen is None else self.popen.poll()
 
     def describe_exit(self, what: str) -> str:
-        return _describe(self.spec, self.node, self.poll(), self.log_path, what)
+        return describe_exit(self.spec, self.poll(), self.log_path, what, f" on node {self.node}")
 
     def signal(self, sig: int) -> None:
         self.signal_group(sig)
@@ -100,12 +89,7 @@ class AgentProcess:
         self.signal_group(signal.SIGKILL)
 
     async def wait_exit(self, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        while self.poll() is None:
-            if time.monotonic() > deadline:
-                return False
-            await asyncio.sleep(0.05)
-        return True
+        return await wait_for_exit(self.poll, timeout, 0.05)
 
     async def terminate(self, grace: float = 3.0) -> None:
         if self.popen is not None and self.popen.stdin is not None:
@@ -159,7 +143,7 @@ class RemoteChild:
         return self.code
 
     def describe_exit(self, what: str) -> str:
-        return _describe(self.spec, self.link.node, self.code, self.log_path, what)
+        return describe_exit(self.spec, self.code, self.log_path, what, f" on node {self.link.node}")
 
     def signal(self, sig: int) -> None:
         self.signal_group(sig)
@@ -172,12 +156,7 @@ class RemoteChild:
         self.signal_group(signal.SIGKILL)
 
     async def wait_exit(self, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        while self.code is None:
-            if time.monotonic() > deadline:
-                return False
-            await asyncio.sleep(0.05)
-        return True
+        return await wait_for_exit(self.poll, timeout, 0.05)
 
     async def terminate(self, grace: float = 3.0) -> None:
         if self.code is None and self.link.alive:

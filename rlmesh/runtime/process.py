@@ -15,7 +15,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import msgpack
 
@@ -74,6 +74,30 @@ def tail(path: Path, lines: int = 40) -> list[str]:
     return data.splitlines()[-lines:]
 
 
+def describe_exit(spec: ChildSpec, code: int | None, log_path: Path, what: str,
+                  where: str = "") -> str:
+    """"actor 'x' (pkg:Cls) <where> <what> (exit code N); last output ...": what a child's
+    end event and start errors say (``where``: " on node n2" for a child elsewhere)."""
+    how = ""
+    if code is not None:
+        how = (f" (killed by {signal.Signals(-code).name})" if code < 0
+               else f" (exit code {code})")
+    lines = "\n".join("    " + line for line in tail(log_path))
+    return (f"actor {spec.name!r} ({spec.cls_path}){where} {what}{how}; "
+            f"last output, from {log_path}:\n{lines or '    (nothing)'}")
+
+
+async def wait_for_exit(poll: Callable[[], int | None], timeout: float,
+                        step: float = 0.02) -> bool:
+    """Whether ``poll()`` gives an exit code within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while poll() is None:
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(step)
+    return True
+
+
 class ChildProcess:
     """One started child: its Popen, its lifeline, its log."""
 
@@ -129,14 +153,7 @@ class ChildProcess:
             await asyncio.sleep(0.01)
 
     def describe_exit(self, what: str) -> str:
-        code = self.poll()
-        how = ""
-        if code is not None:
-            how = (f" (killed by {signal.Signals(-code).name})" if code < 0
-                   else f" (exit code {code})")
-        lines = "\n".join("    " + line for line in tail(self.log_path))
-        return (f"actor {self.spec.name!r} ({self.spec.cls_path}) {what}{how}; "
-                f"last output, from {self.log_path}:\n{lines or '    (nothing)'}")
+        return describe_exit(self.spec, self.poll(), self.log_path, what)
 
     def signal(self, sig: int) -> None:
         """Signal the child process alone."""
@@ -159,12 +176,7 @@ class ChildProcess:
         self._reap(2.0)
 
     async def wait_exit(self, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        while self.poll() is None:
-            if time.monotonic() > deadline:
-                return False
-            await asyncio.sleep(0.02)
-        return True
+        return await wait_for_exit(self.poll, timeout)
 
     async def terminate(self, grace: float = 3.0) -> None:
         """SIGTERM the child's group, then SIGKILL it if still there after ``grace``."""
