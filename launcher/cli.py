@@ -8,16 +8,16 @@ agents; ``down`` stops the head and clears every node; ``exec`` runs a command o
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import logging
 import os
-import runpy
 import signal
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
+
+# Only the standard library's light modules at the top: `rlmesh --help` builds this
+# module's parsers, and asyncio alone would add 50 ms to every rlmesh command.
 
 EXIT_USAGE = 2
 
@@ -97,6 +97,8 @@ def launch(cluster: Any, args: argparse.Namespace) -> int:
     try:
         job = cluster.job
         if job.kind == "script":
+            import runpy
+
             sys.argv = [str(job.script), *job.args]
             runpy.run_path(str(job.script), run_name="__main__")
             return 0
@@ -115,6 +117,8 @@ def up(cluster: Any, args: argparse.Namespace) -> int:
     session = _session_or_error(cluster, args)
     if session is None:
         return EXIT_USAGE
+
+    import asyncio
 
     async def hold() -> None:
         stop = asyncio.Event()
@@ -150,6 +154,8 @@ def _agents(cluster: Any) -> tuple[dict[str, Any], dict[str, Any]] | None:
 
 
 async def _ask_agents(agents: dict[str, str], method: str, timeout: float) -> dict[str, Any]:
+    import asyncio
+
     from rlmesh.runtime import ActorHandle
 
     async def one(address: str) -> Any:
@@ -169,6 +175,8 @@ def status(cluster: Any, args: argparse.Namespace) -> int:
     found = _agents(cluster)
     if found is None:
         return 1
+    import asyncio
+
     state, agents = found
     replies = asyncio.run(_ask_agents(agents, "processes", args.timeout))
     if args.json:
@@ -218,6 +226,8 @@ def stack(cluster: Any, args: argparse.Namespace) -> int:
     found = _agents(cluster)
     if found is None:
         return 1
+    import asyncio
+
     _, agents = found
     replies = asyncio.run(_ask_agents(agents, "stacks", args.timeout + 5))
     entries, errors = [], []
@@ -239,6 +249,8 @@ def stack(cluster: Any, args: argparse.Namespace) -> int:
 
 def exec_command(cluster: Any, args: argparse.Namespace) -> int:
     """``COMMAND`` on every node at once, its output prefixed by the node."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from rlmesh.launcher.ssh import SSH, SSHError
 
     command = " ".join(args.remote_command).strip()
