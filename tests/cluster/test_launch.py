@@ -140,7 +140,9 @@ def test_launch_learns_with_status_stack_and_curve(tmp_path, netns_cluster, env)
             time.sleep(0.5)
         assert running["learner-0"] == learner_node
         learner = next(r for r in nodes[learner_node] if r["name"] == "learner-0")
-        assert learner["state"] == "running" and learner["heartbeat_ms"] > 0
+        # It answers its heartbeat; its loop may be flagged blocked for a moment (the update
+        # thread holds the GIL through torch's first steps on a loaded machine).
+        assert learner["state"] in ("running", "blocked") and learner["heartbeat_ms"] > 0
         text = rlmesh("status", str(path), env=env)
         assert "learner-0" in text.stdout and "heartbeat" in text.stdout, text.stderr
         assert re.search(rf"{learner_node}: CPU [12] of 2 used", text.stdout), text.stdout
