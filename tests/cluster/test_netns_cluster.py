@@ -164,8 +164,21 @@ def test_down_leaves_nothing_and_clusters_stay_apart(netns_cluster, netns_cluste
     )  # fmt: skip
     assert reach.returncode != 0 and "unreachable" in reach.stderr
 
-    # A session in progress at teardown must die too.
-    session = subprocess.Popen(other.ssh_argv("node2", "sleep 600"))
+    # A session in progress at teardown must die too. Killing its sshd normally sends a FIN,
+    # but nothing guarantees it leaves before the link is gone: keepalives let the client
+    # notice a silent peer as well, as the launcher's own connections do.
+    session = subprocess.Popen(other.ssh_argv(
+        "node2", "sleep 600", "-o", "ServerAliveInterval=1", "-o", "ServerAliveCountMax=3",
+    ))  # fmt: skip
+    try:
+        _tear_down_under_a_session(netns_cluster, other, session)
+    finally:
+        if session.poll() is None:
+            session.kill()
+            session.wait()
+
+
+def _tear_down_under_a_session(netns_cluster, other, session):
     namespaces = [node.netns for node in other.nodes.values()]
     inodes = {os.stat(f"/run/netns/{ns}").st_ino for ns in namespaces}
     deadline = time.monotonic() + 10
@@ -179,7 +192,7 @@ def test_down_leaves_nothing_and_clusters_stay_apart(netns_cluster, netns_cluste
     assert "already up" in other.script("up", "2").stdout
 
     other.down()
-    assert session.wait(timeout=10) == 255  # the connection dropped
+    assert session.wait(timeout=20) == 255  # the connection dropped
     listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True)
     assert not set(namespaces) & {line.split()[0] for line in listed.stdout.splitlines()}
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True, check=True)
