@@ -107,6 +107,13 @@ class AlgorithmConfig:
         doc="A directory of CURVE keys (rlmesh.client.make_curve_keys): with it, a policy "
             "server on tcp:// encrypts and accepts only clients whose public key file is in "
             "its clients/ folder.")
+    policy_server_spin_wait_us: float = setting(
+        300.0, "env_runners", ge=0,
+        doc="After answering, a policy server polls this many microseconds for the next "
+            "request before its loop sleeps: a simulator waiting on get_action is spared "
+            "the server's wake-up from sleep (about half the round trip on a 2-core VM). "
+            "It spins only while requests come that fast; 0 never spins (a server sharing "
+            "its cores with CPU-bound simulators).")
     sample_timeout_s: float | None = setting(
         60.0, "env_runners", gt=0,
         doc="Seconds to wait for a runner's fragment before treating the runner as failed; "

@@ -90,7 +90,8 @@ class PolicyServerRunner(VersionedPolicy, Actor):
         configure = None
         if self.config.policy_server_curve_keys is not None:
             self._auth, configure = _curve(self._server.ctx, self.config.policy_server_curve_keys)
-        self.address = await self._server.start(self.address, configure)
+        self.address = await self._server.start(
+            self.address, configure, spin_wait=self.config.policy_server_spin_wait_us / 1e6)
         log.info("policy server %d listening on %s", self.worker_index, self.address)
 
     async def on_stop(self) -> None:
@@ -149,7 +150,8 @@ class PolicyServerRunner(VersionedPolicy, Actor):
     def metrics(self) -> dict[str, Any]:
         return {**self.episodes.counters, **self._stats, "worker_index": self.worker_index,
                 "policy_version": self.version, "open_episodes": len(self.episodes.open),
-                "address": self.address}
+                "address": self.address,
+                **(self._server.spin_counts() if self._server is not None else {})}
 
     def pid(self) -> int:
         return os.getpid()

@@ -126,16 +126,25 @@ class ActorServer:
     # --- socket shell ---
 
     async def start(self, address: str,
-                    configure_socket: Callable[[zmq.Socket], None] | None = None) -> str:
+                    configure_socket: Callable[[zmq.Socket], None] | None = None,
+                    spin_wait: float = 0.0) -> str:
         """Bind and serve; ``configure_socket`` sets options that must precede the bind
-        (CURVE server keys)."""
+        (CURVE server keys); ``spin_wait``: seconds to poll for the next request before
+        the loop sleeps (``AsyncSocket``)."""
         sock = configure(self.ctx.socket(zmq.ROUTER), self.limits.max_message_bytes)
         if configure_socket is not None:
             configure_socket(sock)
         self.address = bind(sock, address)
         self._sock = AsyncSocket(sock, self._on_message,
-                                 zero_copy=not self.address.startswith("inproc://"))
+                                 zero_copy=not self.address.startswith("inproc://"),
+                                 spin_wait=spin_wait)
         return self.address
+
+    def spin_counts(self) -> dict[str, int]:
+        """How often the socket polled for a next request (``spin_wait``), and how often
+        one came in time."""
+        spin = self._sock.spin if self._sock is not None else None
+        return {"spins": spin.spins, "spin_hits": spin.hits} if spin is not None else {}
 
     def close(self) -> None:
         for task in list(self._tasks) + list(self._stream_tasks.values()):

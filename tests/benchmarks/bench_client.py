@@ -61,8 +61,9 @@ def _config(**env_runners: Any) -> dict[str, Any]:
     return {**cfg.to_dict(), "_env_registry": {}}
 
 
-def _server_config() -> dict[str, Any]:
-    return _config(policy_server_address="tcp://127.0.0.1:0", policy_server_idle_timeout_s=0.5)
+def _server_config(**env_runners: Any) -> dict[str, Any]:
+    return _config(policy_server_address="tcp://127.0.0.1:0", policy_server_idle_timeout_s=0.5,
+                   **env_runners)
 
 
 def _cartpole_observations(n: int) -> list[np.ndarray]:
@@ -95,9 +96,14 @@ def _get_action_frames(observation: np.ndarray) -> tuple[bytes, bytes]:
     return bytes(request[0]), bytes(reply[0])
 
 
-def _serve_rep(address: str, reply_hex: str) -> None:
-    """Answer every request with the same small msgpack reply (blocking REP)."""
+def _serve_rep(address: str, reply_hex: str, spin_us: str = "0") -> None:
+    """Answer every request with the same small msgpack reply (blocking REP); with
+    ``spin_us``, poll for the next request that long before blocking, as the policy
+    server does by default (``policy_server_spin_wait_us``)."""
+    from rlmesh.wire.sockets import SpinWait
+
     reply = bytes.fromhex(reply_hex)
+    spin = SpinWait(float(spin_us) / 1e6)
     ctx = zmq.Context()
     sock = ctx.socket(zmq.REP)
     sock.bind(address)
@@ -105,6 +111,7 @@ def _serve_rep(address: str, reply_hex: str) -> None:
     while True:
         sock.recv()
         sock.send(reply)
+        spin.wait(sock)
 
 
 class Peer:
@@ -179,61 +186,86 @@ def _timed_log_returns(client: Any, observations: list[np.ndarray], n: int) -> n
     return times
 
 
-async def _latency_rounds(endpoint: str, payload: bytes,
-                          sizes: ClientSizes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+async def _latency_rounds(endpoints: dict[str, str], payload: bytes,
+                          sizes: ClientSizes) -> dict[str, np.ndarray]:
+    """Per-call times (ns) of each side, by name: ``raw`` and ``raw_spin`` (the REP peers
+    in ``endpoints``), ``get_action`` and ``log_returns`` against the policy server as
+    configured by default, ``get_action_no_spin`` against one with spinning off."""
     from rlmesh.client import PolicyClient
     from rlmesh.runtime import Job
 
     observations = _cartpole_observations(512)
     ctx = zmq.Context()
-    raw = ctx.socket(zmq.REQ)
-    raw.connect(endpoint)
-    ours: list[np.ndarray] = []
-    theirs: list[np.ndarray] = []
-    floor: list[np.ndarray] = []
+    raws = {}
+    for name, endpoint in endpoints.items():
+        raws[name] = ctx.socket(zmq.REQ)
+        raws[name].connect(endpoint)
+    times: dict[str, list[np.ndarray]] = {}
+    clients: list[Any] = []
     try:
         async with Job("ipc") as job:
             server = await job.spawn(SERVER, _server_config(), 1, param_server=None)
-            client = await _blocking(PolicyClient, await server.get_address())
-            try:
-                # The client blocks in a worker thread; the job's loop idles meanwhile.
-                await _blocking(_timed_raw, raw, payload, sizes.latency_warmup)
-                await _blocking(_timed_get_action, client, observations, sizes.latency_warmup)
-                await _blocking(_timed_log_returns, client, observations, sizes.latency_warmup)
-                await server.sample()  # drain what the server recorded
-                n = sizes.latency_iters // ROUNDS
-                for _ in range(ROUNDS):  # alternate, so both see the same background load
+            still = await job.spawn(SERVER, _server_config(policy_server_spin_wait_us=0), 2,
+                                    param_server=None)
+            for s in (server, still):
+                clients.append(await _blocking(PolicyClient, await s.get_address()))
+            client, still_client = clients
+            # The clients block in a worker thread; the job's loop idles meanwhile.
+            sides = {
+                **{name: (_timed_raw, sock, payload) for name, sock in raws.items()},
+                "get_action": (_timed_get_action, client, observations),
+                "log_returns": (_timed_log_returns, client, observations),
+                "get_action_no_spin": (_timed_get_action, still_client, observations),
+            }
+            for fn, *args in sides.values():
+                await _blocking(fn, *args, sizes.latency_warmup)
+            for s in (server, still):
+                await s.sample()  # drain what the servers recorded
+            n = sizes.latency_iters // ROUNDS
+            for _ in range(ROUNDS):  # take turns, so all see the same background load
+                for name, (fn, *args) in sides.items():
                     gc.collect()
-                    theirs.append(await _blocking(_timed_raw, raw, payload, n))
-                    gc.collect()
-                    ours.append(await _blocking(_timed_get_action, client, observations, n))
-                    gc.collect()
-                    floor.append(await _blocking(_timed_log_returns, client, observations, n))
-                    fragment = await server.sample()  # untimed; keeps the server's memory flat
-                    assert fragment["env_steps"] == n + 1, (fragment["env_steps"], n)
-            finally:
-                await _blocking(client.close)
+                    times.setdefault(name, []).append(await _blocking(fn, *args, n))
+                for s, calls in ((server, n + 1), (still, n)):
+                    fragment = await s.sample()  # untimed; keeps the servers' memory flat
+                    assert fragment["env_steps"] == calls, (fragment["env_steps"], calls)
+            spins = [(await s.metrics())["spins"] for s in (server, still)]
+            assert spins[0] > 0 and spins[1] == 0, spins
     finally:
+        for c in clients:
+            await _blocking(c.close)
         ctx.destroy(linger=0)
-    return np.concatenate(ours), np.concatenate(theirs), np.concatenate(floor)
+    return {name: np.concatenate(parts) for name, parts in times.items()}
 
 
 def bench_latency(sizes: ClientSizes, tmp: Path) -> list[Row]:
+    from rlmesh.algorithms.config import AlgorithmConfig
+
+    spin_us = AlgorithmConfig().policy_server_spin_wait_us
     request, reply = _get_action_frames(np.zeros(4, np.float32))
-    rep = Peer("rep", "tcp://127.0.0.1:*", reply.hex())
+    peers = {"raw": Peer("rep", "tcp://127.0.0.1:*", reply.hex()),
+             "raw_spin": Peer("rep", "tcp://127.0.0.1:*", reply.hex(), str(spin_us))}
     try:
-        ours, raw, floor = _run(lambda: _latency_rounds(rep.first_line, request, sizes))
+        t = _run(lambda: _latency_rounds({k: p.first_line for k, p in peers.items()},
+                                         request, sizes))
     finally:
-        rep.close()
+        for p in peers.values():
+            p.close()
+
+    def us(name: str, q: float = 50) -> float:
+        return float(np.percentile(t[name], q)) / 1e3
+
     peer = f"raw pyzmq REQ/REP, {len(request)} B request, {len(reply)} B msgpack reply"
+    spinning = f"the same REQ/REP, the REP polling {spin_us:g} µs for the next request"
     bench = "client get_action, remote, tcp, 4 float32"
-    return [Row(bench, "p50 µs", float(np.percentile(ours, 50)) / 1e3,
-                float(np.percentile(raw, 50)) / 1e3, peer, goal=2.0),
-            Row(bench, "p99 µs", float(np.percentile(ours, 99)) / 1e3,
-                float(np.percentile(raw, 99)) / 1e3, peer),
-            # Context, not a goal: a call whose server side does next to nothing.
-            Row("client log_returns, remote, tcp", "p50 µs", float(np.percentile(floor, 50)) / 1e3,
-                float(np.percentile(raw, 50)) / 1e3, peer)]
+    return [Row(bench, "p50 µs", us("get_action"), us("raw"), peer, goal=2.0),
+            Row(bench, "p99 µs", us("get_action", 99), us("raw", 99), peer),
+            # Context, not goals: a call whose server side does next to nothing; the
+            # server's polling off; and the raw server polling as the policy server does.
+            Row("client log_returns, remote, tcp", "p50 µs", us("log_returns"), us("raw"), peer),
+            Row(bench + ", policy_server_spin_wait_us=0", "p50 µs", us("get_action_no_spin"),
+                us("raw"), peer),
+            Row(bench, "p50 µs", us("get_action"), us("raw_spin"), spinning)]
 
 
 # --- 2. local-inference throughput ---

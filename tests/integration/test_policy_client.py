@@ -189,6 +189,27 @@ def test_threads_share_one_client_safely_and_close_delivers_everything(mode):
     assert frag["env_steps"] == sum(e["length"] for e in frag["episodes"])
 
 
+@pytest.mark.parametrize("server_spin_us, client_spin_us", [(300.0, 0.0), (0.0, 0.0), (0.0, 500.0)])
+def test_spinning_server_or_client_serves_the_same_episodes(server_spin_us, client_spin_us):
+    """Polling for the next request (server) or for the reply (client) changes when a
+    process sleeps, nothing else: the episodes arrive whole, and the server counts its spins."""
+    with runner_process(policy_server_spin_wait_us=server_spin_us) as (run, runner, address):
+        with PolicyClient(address, spin_wait_us=client_spin_us) as client:
+            played = [play_episode(client, seed=s)[1] for s in range(3)]
+            client_spins = client._spin.spins
+        frag = run(runner.sample())
+        metrics = run(runner.metrics())
+    assert played == [True] * 3 and len(frag["episodes"]) == 3
+    assert frag["env_steps"] == sum(e["length"] for e in frag["episodes"])
+    if server_spin_us:
+        assert 0 < metrics["spin_hits"] <= metrics["spins"]
+    else:
+        assert metrics["spins"] == 0
+    assert (client_spins > 0) == (client_spin_us > 0)
+    with pytest.raises(ValueError, match="spin_wait_us must be >= 0"):
+        PolicyClient(address, spin_wait_us=-1)
+
+
 def test_remote_inference_loads_neither_torch_nor_gymnasium():
     with runner_process() as (run, runner, address):
         code = ("import sys, numpy as np\n"

@@ -327,5 +327,9 @@ def test_policy_server_settings_are_checked_together():
     assert PPOConfig.from_dict(data).to_dict() == data  # plain data both ways (params.json)
     with pytest.raises(ConfigError, match="must exceed policy_server_idle_timeout_s"):
         ok.env_runners(sample_timeout_s=5.0, policy_server_idle_timeout_s=10.0).validate()
+    ok.env_runners(sample_timeout_s=60.0, policy_server_idle_timeout_s=10.0)
+    with pytest.raises(ConfigError, match="policy_server_spin_wait_us"):
+        ok.env_runners(policy_server_spin_wait_us=-1).validate()
+    ok.env_runners(policy_server_spin_wait_us=0).validate()  # never spins
     with pytest.raises(ConfigError, match="action_space: not a gymnasium space"):
         ok.environment(action_space="Discrete(2)").validate()
