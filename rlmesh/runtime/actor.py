@@ -143,8 +143,9 @@ class ActorServer:
     def spin_counts(self) -> dict[str, int]:
         """How often the socket polled for a next request (``spin_wait``), and how often
         one came in time."""
-        spin = self._sock.spin if self._sock is not None else None
-        return {"spins": spin.spins, "spin_hits": spin.hits} if spin is not None else {}
+        if self._sock is None:
+            return {}
+        return {"spins": self._sock.spin.spins, "spin_hits": self._sock.spin.hits}
 
     def close(self) -> None:
         for task in list(self._tasks) + list(self._stream_tasks.values()):
