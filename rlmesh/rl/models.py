@@ -5,6 +5,7 @@ validates a ``model_config`` and builds the default model or a user's by import 
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -15,7 +16,37 @@ from torch import nn
 from rlmesh.rl.distributions import distribution_for
 from rlmesh.rl.spec import ACTIVATION_NAMES, MODEL_DEFAULTS, check_model_config, obs_size
 
-ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "swish": nn.SiLU, "linear": nn.Identity}
+
+
+class _NumpyTanh(torch.autograd.Function):
+    """tanh computed by numpy on CPU tensors, differentiated as torch differentiates it."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        y = torch.from_numpy(np.tanh(x.detach().numpy()))
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        (y,) = ctx.saved_tensors
+        return torch.ops.aten.tanh_backward(grad, y)
+
+
+class Tanh(nn.Tanh):
+    """``nn.Tanh`` with numpy's kernel on CPU. torch's CPU tanh goes through MKL's vector
+    math, which on this AMD machine took 150 us for a [900, 64] float32 batch against
+    numpy's 21 us: a quarter of an IMPALA learner's update. Same values (to float
+    rounding) and gradients; other devices and dtypes use ``torch.tanh``."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64):
+            return _NumpyTanh.apply(x.contiguous())
+        return torch.tanh(x)
+
+
+ACTIVATIONS = {"tanh": Tanh, "relu": nn.ReLU, "swish": nn.SiLU, "linear": nn.Identity}
 assert set(ACTIVATIONS) == set(ACTIVATION_NAMES)
 
 

@@ -325,6 +325,9 @@ class EnvRunner(VersionedPolicy, Actor):
         """A fragment (see ``EnvSampler.sample``) with ``policy_version`` and ``worker_index``;
         first loads newer weights from the param server, if there are any."""
         await self._pull_weights()
+        return self._sample_now(explore)
+
+    def _sample_now(self, explore: bool | None = None) -> dict[str, Any]:
         start = time.perf_counter()
         fragment = self.sampler.sample(self.fragment_length, self.complete_episodes, explore)
         self._stats["sample_time_s"] += time.perf_counter() - start
@@ -337,8 +340,9 @@ class EnvRunner(VersionedPolicy, Actor):
 
     async def start_streaming(self, sinks: list[str], window: int) -> None:
         """Sample on and on: fragments go round robin to the actors named ``sinks`` (their
-        ``add_fragment``), at most ``window`` in flight to each; weights are pulled from the
-        param server before each fragment when it has newer ones."""
+        ``add_fragment``), at most ``window`` in flight to each. Weights are asked of the
+        param server as a fragment starts and taken, if newer, once it is shipped: sampling
+        never waits for them (a reply that is late is taken after a later fragment)."""
         self._sinks, self._window = list(sinks), window
         if self._stream_task is None:
             self._stream_task = asyncio.ensure_future(self._stream_loop())
@@ -349,15 +353,23 @@ class EnvRunner(VersionedPolicy, Actor):
             sender.abort(reason)
 
     async def _stream_loop(self) -> None:
+        fetch: asyncio.Future[Any] | None = None
         try:
+            await self._pull_weights()  # the first fragment waits for the current weights
             for i in itertools.count():
                 if self._senders is None:
                     handles = [await self.job.get_actor(n, timeout=60) for n in self._sinks]
                     self._senders = [h.stream("add_fragment", self._window) for h in handles]
-                fragment = await self.sample()
+                if fetch is None and self._ps_name is not None:
+                    fetch = asyncio.ensure_future(self._fetch_weights())
+                    await asyncio.sleep(0)  # the request leaves before sampling starts
+                fragment = self._sample_now()
                 self._sampled["episodes"].extend(fragment.pop("episodes"))
                 self._sampled["env_steps"] += fragment["env_steps"]
                 await self._ship(self._senders[i % len(self._senders)], fragment)
+                if fetch is not None and fetch.done():
+                    self._take_weights(fetch.result())  # a failed call raises here
+                    fetch = None
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -365,6 +377,9 @@ class EnvRunner(VersionedPolicy, Actor):
             self._stream_error = f"{type(exc).__name__}: {exc}"
             if self.job.role != "driver":  # a runner process of its own: the supervisor restarts it
                 os._exit(70)
+        finally:
+            if fetch is not None and not fetch.done():
+                fetch.cancel()
 
     async def _ship(self, sender: Any, fragment: dict[str, Any]) -> None:
         try:

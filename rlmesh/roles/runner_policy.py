@@ -107,11 +107,16 @@ class VersionedPolicy:
     _stats: dict[str, Any]
 
     async def _pull_weights(self) -> None:
-        if self._ps_name is None:
-            return
+        if self._ps_name is not None:
+            self._take_weights(await self._fetch_weights())
+
+    async def _fetch_weights(self) -> list[Any] | None:
+        """``[version, weights]`` from the param server if it has newer ones, else None."""
         if self._ps is None:
             self._ps = await self.job.get_actor(self._ps_name)
-        got = await self._ps.get_weights(self.version)
+        return await self._ps.get_weights(self.version)
+
+    def _take_weights(self, got: list[Any] | None) -> None:
         if got is not None and got[0] > self.version:
             self.set_weights(*got)
 

@@ -1,15 +1,20 @@
 """Small deterministic envs for the env-runner tests (importable, so runner processes find
-them): observations encode the step count, failures happen at a chosen step."""
+them): observations encode the step count, failures happen at a chosen step. Also a param
+server that holds its answers and a sink for streamed fragments."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import Counter
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
 from rlmesh.callbacks import Callbacks
+from rlmesh.roles.paramserver import ParamServer
+from rlmesh.runtime import Actor
 
 _instances: Counter = Counter()  # envs made so far in this process, per vector_index
 
@@ -101,3 +106,38 @@ def modules_loaded(env: gym.Env, name: str) -> bool:
     import sys
 
     return name in sys.modules
+
+
+class HeldParamServer(ParamServer):
+    """A param server whose answers to ``get_weights`` wait, after the first, until the
+    test calls ``release()``: a learner's process too busy to answer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.requests = 0
+        self._released = asyncio.Event()
+
+    async def get_weights(self, have_version: int) -> list[Any] | None:
+        self.requests += 1
+        if self.requests > 1:
+            await self._released.wait()
+        return super().get_weights(have_version)
+
+    def release(self) -> None:
+        self._released.set()
+
+    def num_requests(self) -> int:
+        return self.requests
+
+
+class FragmentSink(Actor):
+    """Keeps the policy version of each fragment streamed to it."""
+
+    def __init__(self) -> None:
+        self.versions: list[int] = []
+
+    def add_fragment(self, fragment: dict[str, Any]) -> None:
+        self.versions.append(int(fragment["policy_version"]))
+
+    def received(self) -> list[int]:
+        return self.versions

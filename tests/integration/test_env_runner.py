@@ -18,7 +18,7 @@ from rlmesh.rl.models import build_model
 from rlmesh.roles.env_runner import runner_config
 from rlmesh.runtime import Job, RemoteError
 
-from .envs_for_tests import make_count_env
+from .envs_for_tests import FragmentSink, HeldParamServer, make_count_env
 
 RUNNER = "rlmesh.roles.env_runner:EnvRunner"
 PARAM_SERVER = "rlmesh.roles.paramserver:ParamServer"
@@ -92,6 +92,58 @@ def test_cartpole_fragments_seeds_stats_and_weights_from_the_param_server():
     np.testing.assert_allclose(second["action_dist_inputs"].reshape(-1, 2), expected, atol=1e-5)
     with torch.no_grad():
         np.testing.assert_allclose(after, model(torch.as_tensor(np.array(first["obs"][:5, 0])))[0].numpy(), atol=1e-5)
+
+
+def test_streaming_samples_on_while_the_param_server_is_slow_to_answer():
+    """A streaming runner asks for weights as a fragment starts and takes the answer when
+    it has come: while the param server holds its answer, fragments keep arriving (with
+    the weights the runner has), and the new version is used once the answer arrives."""
+    config = {"env": "CartPole-v1", "num_envs_per_env_runner": 2, "rollout_fragment_length": 10,
+              "model": SMALL_MODEL}
+
+    async def until(predicate, what):
+        for _ in range(600):
+            got = await predicate()
+            if got:
+                return got
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"timed out waiting for {what}")
+
+    async def main():
+        async with Job("ipc") as job:
+            ps = await job.spawn(HeldParamServer, name="param_server")
+            sink = await job.spawn(FragmentSink, name="sink")
+            runner = await spawn_runner(job, config)
+            spaces = await runner.get_spaces()
+            model = build_model(space_from_data(spaces["observation_space"]),
+                                space_from_data(spaces["action_space"]),
+                                runner_config(config).model)
+            await runner.start_streaming(["sink"], 2)
+            # The first answer came at once (no weights yet); the second is held.
+            held = await until(lambda: _at_least(ps.num_requests(), 2), "the second request")
+            before = await until(lambda: _at_least(sink.received(), 20), "20 fragments")
+            asked = await ps.num_requests()
+            await ps.set_weights(1, {k: v.numpy() for k, v in model.state_dict().items()})
+            await ps.release()
+            after = await until(lambda: _ends_with(sink.received(), 1), "a fragment of version 1")
+            return held, before, asked, after
+
+    held, before, asked, after = run(main())
+    assert held == 2
+    # 20 fragments sampled on one unanswered request, with the weights the runner had.
+    assert asked == 2 and set(before[:20]) == {-1}
+    # Once the answer came, the new version; versions never go back.
+    assert after[-1] == 1 and after == sorted(after)
+
+
+async def _at_least(coro, n):
+    got = await coro
+    return got if (len(got) if isinstance(got, list) else got) >= n else None
+
+
+async def _ends_with(coro, version):
+    got = await coro
+    return got if got and got[-1] == version else None
 
 
 def test_registered_env_truncation_complete_episodes_and_callbacks():

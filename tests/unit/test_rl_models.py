@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from rlmesh.rl import ActorCriticMLP, build_model, distribution_for, preprocess_obs
+from rlmesh.rl.models import Tanh
 
 
 class TinyNet(nn.Module):
@@ -94,6 +95,26 @@ def test_defaults_are_rllib_like_with_cleanrl_init():
 def test_activation_choice(activation, cls):
     model = build_model(BOX_OBS, gym.spaces.Discrete(2), {"fcnet_activation": activation, "fcnet_hiddens": [4]})
     assert isinstance(model.pi_trunk[1], cls)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_tanh_matches_torch_in_values_and_gradients(dtype):
+    x = torch.randn(37, 20, dtype=dtype).t()  # not contiguous
+    ours, ref = x.clone().requires_grad_(), x.clone().requires_grad_()
+    y = Tanh()(ours)
+    torch.testing.assert_close(y, torch.tanh(ref))
+    grad = torch.randn_like(y)
+    y.backward(grad)
+    torch.tanh(ref).backward(grad)
+    torch.testing.assert_close(ours.grad, ref.grad)
+    with torch.no_grad():
+        torch.testing.assert_close(Tanh()(x), torch.tanh(x))
+    # torch's own kernel for what numpy cannot take; an output changed in place is caught.
+    assert Tanh()(x.to(torch.bfloat16)).dtype == torch.bfloat16
+    y = Tanh()(x.clone().requires_grad_())
+    y.add_(1)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.sum().backward()
 
 
 def test_shared_trunk_has_no_value_trunk_and_fewer_parameters():
