@@ -37,16 +37,32 @@ class Actor:
     ones run as tasks on the actor's event loop, plain ones run inline. ``on_start`` and
     ``on_stop`` are awaited around the actor's life. ``self.job`` reaches the job: named
     actors (``await self.job.get_actor("counter")``) and spawning children.
+
+    ``spin_wait_us`` (a class attribute, 0 by default): an actor in a process of its own
+    that serves latency-bound calls may set it to poll its socket that many microseconds
+    for the next request before its event loop sleeps. A request that comes in that time
+    is served without a wake-up; the poll holds a core and the GIL, and stops by itself
+    while requests come slower than that (``SpinWait``).
     """
 
     job: "Job"
     name: str
+    spin_wait_us: float = 0
 
     async def on_start(self) -> None:
         """Called once the actor is bound, before the first message is served."""
 
     async def on_stop(self) -> None:
         """Called on a graceful stop."""
+
+
+def spin_wait_of(actor: Actor) -> float:
+    """The actor's ``spin_wait_us`` in seconds; a clear error if it is not a number >= 0."""
+    value = getattr(actor, "spin_wait_us", 0)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+        raise ValueError(f"{type(actor).__qualname__}.spin_wait_us must be a number of "
+                         f"microseconds >= 0, got {value!r}")
+    return value / 1e6
 
 
 def public_methods(cls: type) -> dict[str, Callable[..., Any]]:

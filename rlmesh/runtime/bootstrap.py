@@ -53,7 +53,7 @@ def keep_receive_buffers() -> None:
 
 async def serve(spec_path: Path, lifeline_fd: int) -> None:
     from ..wire.sockets import scheme_of
-    from .actor import ActorServer
+    from .actor import ActorServer, spin_wait_of
     from .job import Job, _call_hook, instantiate
     from .process import ChildSpec
     from .registry import RunDir
@@ -71,7 +71,7 @@ async def serve(spec_path: Path, lifeline_fd: int) -> None:
     actor = instantiate(spec.cls_path, spec.main_path, spec.args, spec.kwargs)
     actor.job, actor.name = job, spec.name
     server = ActorServer(actor, spec.name, limits=job.limits)
-    address = await server.start(spec.address)
+    address = await server.start(spec.address, spin_wait=spin_wait_of(actor))
     job.diagnostics.add_probe("server", server.probe)
     await _call_hook(actor.on_start)
     # What start-up created lives as long as the process: keep it out of every collection.

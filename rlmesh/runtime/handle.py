@@ -53,6 +53,7 @@ class ActorHandle:
         self._sock: AsyncSocket | None = None
         self._sync_sock: zmq.Socket | None = None
         self._sync_lock = threading.Lock()
+        self._sync_rcvtimeo = -1  # ms; the sync socket's RCVTIMEO (-1: none)
         self._dead_reason: str | None = None
 
     # --- async API ---
@@ -185,15 +186,24 @@ class ActorHandle:
         timeout = self.default_timeout if timeout is None else timeout
         with self._sync_lock:
             sock = self._sync_socket()
+            # A blocking receive with the timeout as the socket's RCVTIMEO, as a plain REQ
+            # client waits: no poller built per call.
+            rcvtimeo = -1 if timeout is None else max(1, int(timeout * 1000))
+            if rcvtimeo != self._sync_rcvtimeo:
+                sock.setsockopt(zmq.RCVTIMEO, rcvtimeo)
+                self._sync_rcvtimeo = rcvtimeo
             sock.send_multipart(codec.encode(msg), copy=False)
             while True:
-                if not sock.poll(None if timeout is None else int(timeout * 1000)):
+                try:
+                    frames = sock.recv_multipart(copy=False)
+                except zmq.Again:
                     # Our socket may now hold a late reply: start afresh next time.
                     sock.close(linger=0)
                     self._sync_sock = None
                     raise ActorUnavailable(
-                        f"actor {self.name!r} did not answer {method!r} within {timeout} s")
-                reply = M.validate(codec.decode(sock.recv_multipart(copy=False), self.limits))
+                        f"actor {self.name!r} did not answer {method!r} within {timeout} s"
+                    ) from None
+                reply = M.validate(codec.decode(frames, self.limits))
                 if reply.get("id") == call_id:
                     break
         if reply["t"] == M.ERROR:
@@ -209,7 +219,7 @@ class ActorHandle:
         if self._sync_sock is None:
             sock = configure(self.ctx.socket(zmq.DEALER), self.limits.max_message_bytes)
             connect(sock, self.address)
-            self._sync_sock = sock
+            self._sync_sock, self._sync_rcvtimeo = sock, -1
         return self._sync_sock
 
     def __repr__(self) -> str:

@@ -14,6 +14,12 @@ class EchoActor(Actor):
         return payload
 
 
+class SpinningEchoActor(EchoActor):
+    """The echo actor polling for its next request (``Actor.spin_wait_us``)."""
+
+    spin_wait_us = 300
+
+
 class ConsumeActor(Actor):
     """Counts the bytes of streamed arrays without touching their contents."""
 

@@ -209,6 +209,19 @@ async def _timed_calls(h: Any, payload: bytes, n: int) -> np.ndarray:
     return times
 
 
+def _timed_sync_calls(h: Any, payload: bytes, n: int) -> np.ndarray:
+    """``h.call_sync``: the caller blocks in its socket, as the raw REQ client does."""
+    clock = time.perf_counter_ns
+    times = np.empty(n, dtype=np.int64)
+    reply = b""
+    for i in range(n):
+        t0 = clock()
+        reply = h.call_sync("echo", payload)
+        times[i] = clock() - t0
+    assert reply == payload, "echo returned something else"
+    return times
+
+
 async def _timed_asyncio_req(sock: Any, payload: bytes, n: int) -> np.ndarray:
     clock = time.perf_counter_ns
     times = np.empty(n, dtype=np.int64)
@@ -223,54 +236,67 @@ async def _timed_asyncio_req(sock: Any, payload: bytes, n: int) -> np.ndarray:
 
 
 async def _rtt_rounds(mode: str, endpoint: str, aendpoint: str, payload: bytes,
-                      sizes: Sizes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                      sizes: Sizes) -> dict[str, np.ndarray]:
+    """Round-trip times of every side, taking turns: ``raw`` (blocking REQ/REP),
+    ``asyncio`` (zmq.asyncio at both ends), ``call`` (``await h.call`` to an EchoActor),
+    ``spin_call`` and ``spin_sync`` (``await h.call`` and the blocking ``h.call_sync`` to
+    an echo actor with ``spin_wait_us``)."""
     import zmq.asyncio
 
     from rlmesh.runtime import Job
 
-    from .bench_actors import EchoActor
+    from .bench_actors import EchoActor, SpinningEchoActor
 
     raw = RawReq(endpoint)
     actx = zmq.asyncio.Context()
     areq = actx.socket(zmq.REQ)
     areq.connect(aendpoint)
-    ours: list[np.ndarray] = []
-    theirs: list[np.ndarray] = []
-    asyncio_ref: list[np.ndarray] = []
+    times: dict[str, list[np.ndarray]] = {
+        "raw": [], "asyncio": [], "call": [], "spin_call": [], "spin_sync": []}
     try:
         async with Job(mode) as job:
             h = await job.spawn(EchoActor)
-            await _blocking(raw.timed, payload, sizes.rtt_warmup)
-            await _timed_asyncio_req(areq, payload, sizes.rtt_warmup)
-            await _timed_calls(h, payload, sizes.rtt_warmup)
+            hs = await job.spawn(SpinningEchoActor)
+            sides = {"raw": lambda n: _blocking(raw.timed, payload, n),
+                     "asyncio": lambda n: _timed_asyncio_req(areq, payload, n),
+                     "call": lambda n: _timed_calls(h, payload, n),
+                     "spin_call": lambda n: _timed_calls(hs, payload, n),
+                     "spin_sync": lambda n: _blocking(_timed_sync_calls, hs, payload, n)}
+            for side in sides.values():
+                await side(sizes.rtt_warmup)
             n = sizes.rtt_iters // ROUNDS
             for _ in range(ROUNDS):  # alternate, so all see the same background load
-                gc.collect()
-                theirs.append(await _blocking(raw.timed, payload, n))
-                gc.collect()
-                asyncio_ref.append(await _timed_asyncio_req(areq, payload, n))
-                gc.collect()
-                ours.append(await _timed_calls(h, payload, n))
+                for name, side in sides.items():
+                    gc.collect()
+                    times[name].append(await side(n))
     finally:
         raw.close()
         actx.destroy(linger=0)
-    return np.concatenate(ours), np.concatenate(theirs), np.concatenate(asyncio_ref)
+    return {name: np.concatenate(t) for name, t in times.items()}
 
 
 def bench_rtt(mode: str, sizes: Sizes, tmp: Path) -> list[Row]:
     payload = bytes(range(256)) * 4  # 1 KB
     with raw_peer("rep", *_addresses(mode, tmp, "rep")) as (endpoint,), \
             raw_peer("arep", *_addresses(mode, tmp, "arep")) as (aendpoint,):
-        ours, raw, aref = _run(lambda: _rtt_rounds(mode, endpoint, aendpoint, payload, sizes))
-    rows = []
-    for metric, fn in (("p50 µs", lambda a: np.percentile(a, 50)),
-                       ("p99 µs", lambda a: np.percentile(a, 99)),
-                       ("mean µs", np.mean)):
-        rows.append(Row(f"round trip, {mode}, 1 KB", metric, float(fn(ours)) / 1e3,
-                        float(fn(raw)) / 1e3, "raw pyzmq REQ/REP", goal=1.5))
+        t = _run(lambda: _rtt_rounds(mode, endpoint, aendpoint, payload, sizes))
+    name, raw = f"round trip, {mode}, 1 KB", t["raw"]
+    stats = (("p50 µs", lambda a: np.percentile(a, 50)), ("p99 µs", lambda a: np.percentile(a, 99)),
+             ("mean µs", np.mean))
+    rows = [Row(name, metric, float(fn(t["call"])) / 1e3, float(fn(raw)) / 1e3,
+                "raw pyzmq REQ/REP", goal=1.5) for metric, fn in stats]
     # Context, not a goal: the same echo with both ends on asyncio (uvloop + zmq.asyncio).
-    rows.append(Row(f"round trip, {mode}, 1 KB", "p50 µs", float(np.percentile(ours, 50)) / 1e3,
-                    float(np.percentile(aref, 50)) / 1e3, "pyzmq zmq.asyncio REQ/REP, both ends"))
+    rows.append(Row(name, "p50 µs", float(np.percentile(t["call"], 50)) / 1e3,
+                    float(np.percentile(t["asyncio"], 50)) / 1e3,
+                    "pyzmq zmq.asyncio REQ/REP, both ends"))
+    # Context: the latency settings, an actor that polls for its next request, called from
+    # an event loop and from a blocking caller (as the raw REQ client is).
+    rows.append(Row(f"{name}, actor spin_wait_us=300, await h.call", "p50 µs",
+                    float(np.percentile(t["spin_call"], 50)) / 1e3, float(np.percentile(raw, 50)) / 1e3,
+                    "raw pyzmq REQ/REP"))
+    rows += [Row(f"{name}, actor spin_wait_us=300, h.call_sync", metric,
+                 float(fn(t["spin_sync"])) / 1e3, float(fn(raw)) / 1e3, "raw pyzmq REQ/REP")
+             for metric, fn in stats[:2]]
     return rows
 
 

@@ -89,6 +89,16 @@ class Worker(Actor):
             pass
 
 
+class SpinningCounter(Counter):
+    """A counter that polls for its next request (``spin_wait_us``)."""
+
+    spin_wait_us = 300
+
+
+class BadSpin(Counter):
+    spin_wait_us = -5
+
+
 class FailsToStart(Actor):
     def __init__(self) -> None:
         print("loading something that is not there", flush=True)

@@ -20,7 +20,7 @@ import uvloop
 from rlmesh.runtime import (ActorStartError, ActorUnavailable, Job, RemoteError,
                             RestartPolicy)
 
-from .runtime_actors import Counter, FailsToStart, Worker
+from .runtime_actors import BadSpin, Counter, FailsToStart, SpinningCounter, Worker
 
 MODES = ["inproc", "ipc", "tcp"]
 
@@ -62,6 +62,39 @@ def test_call_tell_proxy_errors_and_timeouts(mode):
             assert await w.double_in_place(t) == 200_000.0
             assert float(t.sum()) == 100_000.0  # every transport, inproc too, gave it a copy
     run(main())
+
+
+@pytest.mark.parametrize("mode", ["ipc", "tcp"])
+def test_blocking_calls_from_a_thread_with_timeouts_and_a_spinning_actor(mode):
+    """``call_sync`` from plain code: results, remote errors, a timeout that leaves the
+    handle usable (the late reply is not taken for the next one), no timeout after one;
+    an actor with ``spin_wait_us`` answers the same, and a bad value stops its start."""
+
+    def calls(w, c):
+        got = [w.call_sync("echo", {"x": [1, 2]})]
+        with pytest.raises(RemoteError, match="UnknownMethod"):
+            w.call_sync("nope")
+        with pytest.raises(ActorUnavailable, match="'slow' within 0.2 s"):
+            w.call_sync("slow", 1.0, timeout=0.2)
+        got.append(w.call_sync("slow", 0.01, timeout=None))
+        time.sleep(1.0)  # the late reply of the timed-out call has come by now
+        got.append(w.call_sync("slow", 0.02, timeout=5))
+        got += [c.call_sync("inc", k) for k in range(1, 201)]
+        return got
+
+    async def main():
+        async with Job(mode) as job:
+            w = await job.spawn(Worker)
+            c = await job.spawn(SpinningCounter)
+            got = await asyncio.get_running_loop().run_in_executor(None, calls, w, c)
+            assert await c.get() == 20100  # the loop's own calls reach it as well
+            with pytest.raises(ActorStartError, match="spin_wait_us must be a number"):
+                await job.spawn(BadSpin, restart=RestartPolicy(max_restarts=0))
+            return got
+
+    got = run(main())
+    assert got[:3] == [{"x": [1, 2]}, 0.01, 0.02]
+    assert got[3:] == [k * (k + 1) // 2 for k in range(1, 201)]
 
 
 @pytest.mark.parametrize("mode", MODES)
