@@ -181,17 +181,12 @@ class RawReq:
         self.sock = self.ctx.socket(zmq.REQ)
         self.sock.connect(endpoint)
 
+    def round_trip(self, payload: bytes) -> bytes:
+        self.sock.send(payload)
+        return self.sock.recv()
+
     def timed(self, payload: bytes, n: int) -> np.ndarray:
-        sock, clock = self.sock, time.perf_counter_ns
-        times = np.empty(n, dtype=np.int64)
-        reply = b""
-        for i in range(n):
-            t0 = clock()
-            sock.send(payload)
-            reply = sock.recv()
-            times[i] = clock() - t0
-        assert reply == payload
-        return times
+        return _timed_blocking(self.round_trip, payload, n)
 
     def close(self) -> None:
         self.ctx.destroy(linger=0)
@@ -209,17 +204,23 @@ async def _timed_calls(h: Any, payload: bytes, n: int) -> np.ndarray:
     return times
 
 
-def _timed_sync_calls(h: Any, payload: bytes, n: int) -> np.ndarray:
-    """``h.call_sync``: the caller blocks in its socket, as the raw REQ client does."""
+def _timed_blocking(round_trip: Callable[[bytes], Any], payload: bytes, n: int) -> np.ndarray:
+    """``n`` timed ``round_trip(payload)`` calls of a blocking caller (the raw REQ client,
+    ``h.call_sync``); each must echo the payload."""
     clock = time.perf_counter_ns
     times = np.empty(n, dtype=np.int64)
     reply = b""
     for i in range(n):
         t0 = clock()
-        reply = h.call_sync("echo", payload)
+        reply = round_trip(payload)
         times[i] = clock() - t0
     assert reply == payload, "echo returned something else"
     return times
+
+
+def _timed_sync_calls(h: Any, payload: bytes, n: int) -> np.ndarray:
+    """``h.call_sync``: the caller blocks in its socket, as the raw REQ client does."""
+    return _timed_blocking(lambda p: h.call_sync("echo", p), payload, n)
 
 
 async def _timed_asyncio_req(sock: Any, payload: bytes, n: int) -> np.ndarray:
