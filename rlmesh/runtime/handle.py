@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import math
 import threading
 from typing import Any
 
@@ -49,6 +50,11 @@ class ActorHandle:
         self.ctx = ctx or zmq.Context.instance()
         self.stats: dict[str, int] = {"calls": 0, "dropped_replies": 0}
         self._pending: dict[int, asyncio.Future[Any]] = {}
+        # Timeouts: each waiting call's (deadline, method, timeout), and one timer, set for
+        # the earliest deadline, instead of a timer per call (see _watch).
+        self._deadlines: dict[int, tuple[float, str, float]] = {}
+        self._sweeper: asyncio.TimerHandle | None = None
+        self._sweep_at = math.inf
         self._streams: dict[int, StreamSender] = {}
         self._sock: AsyncSocket | None = None
         self._sync_sock: zmq.Socket | None = None
@@ -97,22 +103,57 @@ class ActorHandle:
         return _MethodProxy(self, method)
 
     async def _request(self, msg: dict[str, Any], timeout: float | None) -> dict[str, Any]:
-        self._check_alive()
-        sock = self._socket()
-        loop = asyncio.get_running_loop()
-        fut = loop.create_future()
+        if self._dead_reason is not None:
+            self._check_alive()
+        sock = self._sock or self._socket()
+        fut = sock.loop.create_future()
         call_id = msg["id"]
         self._pending[call_id] = fut
         timeout = self.default_timeout if timeout is None else timeout
-        # A timer that fails the future is cheaper than asyncio.wait_for on this hot path.
-        timer = None if timeout is None else loop.call_later(timeout, _expire, fut, self, msg, timeout)
+        if timeout is not None:
+            self._watch(sock.loop, call_id, msg.get("m", msg["t"]), timeout)
         try:
-            await sock.send(codec.encode(msg))
+            frames = codec.encode(msg)
+            if not sock.send_nowait(frames):
+                await sock.send(frames)  # the send queue is full: wait for room
             return await fut
         finally:
-            if timer is not None:
-                timer.cancel()
             self._pending.pop(call_id, None)
+            self._deadlines.pop(call_id, None)
+
+    def _watch(self, loop: asyncio.AbstractEventLoop, call_id: int, what: str,
+               timeout: float) -> None:
+        """Fail the call if no reply came within ``timeout`` seconds.
+
+        A timer set and cancelled per call cost more than the rest of the handle's side
+        of a call; calls are watched by one timer instead, set for the earliest deadline.
+        While calls keep being answered in time, it fires once per ``timeout``.
+        """
+        deadline = loop.time() + timeout
+        self._deadlines[call_id] = (deadline, what, timeout)
+        if deadline < self._sweep_at:
+            if self._sweeper is not None:
+                self._sweeper.cancel()
+            self._sweep_at = deadline
+            self._sweeper = loop.call_at(deadline, self._sweep, loop)
+
+    def _sweep(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._sweeper, self._sweep_at = None, math.inf
+        now = loop.time()
+        earliest = math.inf
+        for call_id, (deadline, what, timeout) in list(self._deadlines.items()):
+            if deadline > now:
+                earliest = min(earliest, deadline)
+                continue
+            del self._deadlines[call_id]
+            fut = self._pending.get(call_id)
+            if fut is not None and not fut.done():
+                fut.set_exception(ActorUnavailable(
+                    f"actor {self.name!r} at {self.address} did not answer {what!r} "
+                    f"within {timeout} s"))
+        if earliest < math.inf:
+            self._sweep_at = earliest
+            self._sweeper = loop.call_at(earliest, self._sweep, loop)
 
     def _on_message(self, frames: list[Any]) -> None:
         try:
@@ -170,6 +211,9 @@ class ActorHandle:
         self.address = address
 
     def close(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper, self._sweep_at = None, math.inf
         if self._sock is not None:
             self._sock.close()
             self._sock = None
@@ -224,14 +268,6 @@ class ActorHandle:
 
     def __repr__(self) -> str:
         return f"ActorHandle({self.name!r}, {self.address!r})"
-
-
-def _expire(fut: asyncio.Future[Any], handle: ActorHandle, msg: dict[str, Any],
-            timeout: float) -> None:
-    if not fut.done():
-        fut.set_exception(ActorUnavailable(
-            f"actor {handle.name!r} at {handle.address} did not answer "
-            f"{msg.get('m', msg['t'])!r} within {timeout} s"))
 
 
 class _MethodProxy:

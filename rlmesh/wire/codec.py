@@ -195,41 +195,52 @@ def decode(frames: Sequence[Any], limits: Limits = Limits()) -> Any:
         raise DecodeError("empty message")
     if len(frames) > limits.max_frames:
         raise DecodeError(f"message has {len(frames)} frames, limit is {limits.max_frames}")
-    views = [_as_buffer(f) for f in frames]
-    total = sum(v.nbytes for v in views)
+    header = _as_buffer(frames[0])
+    buffers = [_as_buffer(f) for f in frames[1:]]
+    total = header.nbytes
+    for view in buffers:
+        total += view.nbytes
     if total > limits.max_message_bytes:
         raise DecodeError(
             f"message of {total} bytes exceeds the limit of {limits.max_message_bytes} bytes"
         )
-    header = views[0]
     if header.nbytes > limits.max_header_bytes:
         raise DecodeError(f"header of {header.nbytes} bytes exceeds {limits.max_header_bytes}")
-    buffers = views[1:]
-    used = [False] * len(buffers)
-    depth = 0
+    hook = _ExtHook(buffers, limits)
+    value = _unpack(header, hook, limits)
+    if hook.unused:
+        raise DecodeError(f"{hook.unused} buffer frame(s) not referenced by the header")
+    return value
 
-    def ext_hook(code: int, data: bytes) -> Any:
-        nonlocal depth
+
+class _ExtHook:
+    """msgpack's ext_hook for one message: rebuilds arrays, tensors and tuples, and checks
+    that each buffer frame is referenced exactly once."""
+
+    __slots__ = ("buffers", "limits", "used", "unused", "depth")
+
+    def __init__(self, buffers: list[memoryview], limits: Limits) -> None:
+        self.buffers = buffers
+        self.limits = limits
+        self.used: list[bool] | None = None  # made on the first out-of-band array
+        self.unused = len(buffers)
+        self.depth = 0
+
+    def __call__(self, code: int, data: bytes) -> Any:
         if code == _EXT_TUPLE:
             # Each level re-enters the unpacker: bound it before the C stack is.
-            if depth >= MAX_TUPLE_DEPTH:
+            if self.depth >= MAX_TUPLE_DEPTH:
                 raise DecodeError(f"tuples nested deeper than {MAX_TUPLE_DEPTH} levels")
-            depth += 1
+            self.depth += 1
             try:
-                return tuple(_unpack(data, ext_hook, limits))
+                return tuple(_unpack(data, self, self.limits))
             finally:
-                depth -= 1
-        meta = _unpack(data, None, limits)
+                self.depth -= 1
+        meta = _unpack(data, None, self.limits)
         if not isinstance(meta, list) or len(meta) != 3:
             raise DecodeError(f"malformed array descriptor (ext {code})")
         if code in (_EXT_ARRAY, _EXT_TENSOR):
-            index = meta[2]
-            if not isinstance(index, int) or not 0 <= index < len(buffers):
-                raise DecodeError(f"array refers to frame {index!r}, message has {len(buffers)}")
-            if used[index]:
-                raise DecodeError(f"frame {index} referenced twice")
-            used[index] = True
-            payload: Any = buffers[index]
+            payload: Any = self._take(meta[2])
         elif code in (_EXT_ARRAY_INLINE, _EXT_TENSOR_INLINE):
             payload = meta[2]
             if not isinstance(payload, bytes):
@@ -240,10 +251,17 @@ def decode(frames: Sequence[Any], limits: Limits = Limits()) -> Any:
             return _build_array(meta[0], meta[1], payload)
         return _build_tensor(meta[0], meta[1], payload)
 
-    value = _unpack(header, ext_hook, limits)
-    if not all(used):
-        raise DecodeError(f"{used.count(False)} buffer frame(s) not referenced by the header")
-    return value
+    def _take(self, index: Any) -> memoryview:
+        buffers = self.buffers
+        if not isinstance(index, int) or not 0 <= index < len(buffers):
+            raise DecodeError(f"array refers to frame {index!r}, message has {len(buffers)}")
+        if self.used is None:
+            self.used = [False] * len(buffers)
+        if self.used[index]:
+            raise DecodeError(f"frame {index} referenced twice")
+        self.used[index] = True
+        self.unused -= 1
+        return buffers[index]
 
 
 def _as_buffer(frame: Any) -> memoryview:

@@ -64,6 +64,31 @@ def test_call_tell_proxy_errors_and_timeouts(mode):
     run(main())
 
 
+def test_concurrent_calls_each_keep_their_own_timeout():
+    """A handle watches its calls' deadlines with one timer: a short timeout that comes
+    after a long one still fires on its own deadline, calls left waiting when the timer
+    fires are watched on, and calls answered in time are not failed later."""
+
+    async def main():
+        async with Job("ipc") as job:
+            h = await job.spawn(Worker)
+            long_call = asyncio.ensure_future(h.call("slow", 1.5, timeout=30))
+            await asyncio.sleep(0.05)  # the watch is now set for the long call's deadline
+            # If the short deadlines waited for the long one's timer, wait_for would fail.
+            with pytest.raises(ActorUnavailable, match="'slow' within 0.2 s"):
+                await asyncio.wait_for(h.call("slow", 5.0, timeout=0.2), 10)
+            short = [asyncio.ensure_future(h.call("slow", 5.0, timeout=t)) for t in (0.3, 0.6)]
+            answered = asyncio.ensure_future(h.call("slow", 0.1, timeout=0.9))
+            results = await asyncio.wait_for(
+                asyncio.gather(*short, answered, return_exceptions=True), 10)
+            assert [type(r) for r in results[:2]] == [ActorUnavailable, ActorUnavailable]
+            assert results[2] == 0.1
+            assert await asyncio.wait_for(long_call, 10) == 1.5  # not failed by any sweep
+            assert h._deadlines == {} and h._pending == {}
+
+    run(main())
+
+
 @pytest.mark.parametrize("mode", ["ipc", "tcp"])
 def test_blocking_calls_from_a_thread_with_timeouts_and_a_spinning_actor(mode):
     """``call_sync`` from plain code: results, remote errors, a timeout that leaves the
