@@ -43,6 +43,9 @@ class AsyncLearner(Actor):
     ``add_batch`` (a stream from aggregators) takes batches they joined.
     """
 
+    # The update thread needs the GIL between calls: the loop must not poll for them.
+    spin_wait_us = 0
+
     def __init__(self, config: dict[str, Any], config_cls: str, spaces: list[Any], hooks: str,
                  rank: int = 0, world_size: int = 1, dp_address: str = "",
                  param_server: str = "param_server") -> None:

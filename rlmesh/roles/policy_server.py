@@ -91,7 +91,8 @@ class PolicyServerRunner(VersionedPolicy, Actor):
         if self.config.policy_server_curve_keys is not None:
             self._auth, configure = _curve(self._server.ctx, self.config.policy_server_curve_keys)
         self.address = await self._server.start(
-            self.address, configure, spin_wait=self.config.policy_server_spin_wait_us / 1e6)
+            self.address, configure, spin_wait=self.config.policy_server_spin_wait_us / 1e6,
+            spin_after_calls_only=False)
         log.info("policy server %d listening on %s", self.worker_index, self.address)
 
     async def on_stop(self) -> None:

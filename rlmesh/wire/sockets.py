@@ -129,14 +129,18 @@ class AsyncSocket:
     Received messages are passed to ``on_message(frames)`` synchronously, in order, as
     lists of ``zmq.Frame``. ``send`` waits for room when the high-water mark is reached.
     ``spin_wait`` (seconds): once the socket runs dry, poll it that long for the next
-    message before returning to the loop (``SpinWait``; for latency-bound servers).
+    message before returning to the loop (``SpinWait``; for latency-bound servers). With
+    ``spin_when_armed``, only a socket whose owner set ``spin_armed`` since the last spin
+    polls (an actor arms it when it answers a call, not for streamed items).
     """
 
     def __init__(self, sock: zmq.Socket, on_message: Callable[[list[Any]], None] | None,
                  loop: asyncio.AbstractEventLoop | None = None, zero_copy: bool = True,
-                 spin_wait: float = 0.0) -> None:
+                 spin_wait: float = 0.0, spin_when_armed: bool = False) -> None:
         self.sock = sock
         self.spin = SpinWait(spin_wait)
+        self.spin_when_armed = spin_when_armed
+        self.spin_armed = False
         # Over inproc a zero-copy frame is the sender's own memory, handed to the receiver:
         # such sockets pass zero_copy=False so every transport gives the receiver its own.
         self.zero_copy_min = ZERO_COPY_MIN if zero_copy else 1 << 62
@@ -171,7 +175,7 @@ class AsyncSocket:
             # At most 256 messages a turn, those caught by spinning included: then the
             # loop's other callbacks and sockets get theirs.
             for _ in range(256):
-                if not _get(sock, _EVENTS) & _POLLIN and not self.spin.wait(sock):
+                if not _get(sock, _EVENTS) & _POLLIN and not self._spin(sock):
                     return
                 frame = _recv(sock, _NOBLOCK, False)
                 frames = [frame]
@@ -189,6 +193,13 @@ class AsyncSocket:
             self._schedule_drain()
         finally:
             self._draining = False
+
+    def _spin(self, sock: zmq.Socket) -> bool:
+        if self.spin_when_armed:
+            if not self.spin_armed:
+                return False
+            self.spin_armed = False
+        return self.spin.wait(sock)
 
     def _wake_senders(self) -> None:
         # Wake them all: each retries, and those that still find no room queue again.

@@ -14,10 +14,11 @@ class EchoActor(Actor):
         return payload
 
 
-class SpinningEchoActor(EchoActor):
-    """The echo actor polling for its next request (``Actor.spin_wait_us``)."""
+class QuietEchoActor(EchoActor):
+    """The echo actor with the poll for its next request turned off (``spin_wait_us = 0``;
+    an actor polls 300 µs after answering a call by default)."""
 
-    spin_wait_us = 300
+    spin_wait_us = 0
 
 
 class ConsumeActor(Actor):

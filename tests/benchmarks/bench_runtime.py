@@ -240,29 +240,29 @@ async def _rtt_rounds(mode: str, endpoint: str, aendpoint: str, payload: bytes,
                       sizes: Sizes) -> dict[str, np.ndarray]:
     """Round-trip times of every side, taking turns: ``raw`` (blocking REQ/REP),
     ``asyncio`` (zmq.asyncio at both ends), ``call`` (``await h.call`` to an EchoActor),
-    ``spin_call`` and ``spin_sync`` (``await h.call`` and the blocking ``h.call_sync`` to
-    an echo actor with ``spin_wait_us``)."""
+    ``sync`` (the blocking ``h.call_sync`` to the same actor), ``quiet_call`` (``await
+    h.call`` to an echo actor that does not poll for its next request, ``spin_wait_us = 0``)."""
     import zmq.asyncio
 
     from rlmesh.runtime import Job
 
-    from .bench_actors import EchoActor, SpinningEchoActor
+    from .bench_actors import EchoActor, QuietEchoActor
 
     raw = RawReq(endpoint)
     actx = zmq.asyncio.Context()
     areq = actx.socket(zmq.REQ)
     areq.connect(aendpoint)
     times: dict[str, list[np.ndarray]] = {
-        "raw": [], "asyncio": [], "call": [], "spin_call": [], "spin_sync": []}
+        "raw": [], "asyncio": [], "call": [], "sync": [], "quiet_call": []}
     try:
         async with Job(mode) as job:
             h = await job.spawn(EchoActor)
-            hs = await job.spawn(SpinningEchoActor)
+            hq = await job.spawn(QuietEchoActor)
             sides = {"raw": lambda n: _blocking(raw.timed, payload, n),
                      "asyncio": lambda n: _timed_asyncio_req(areq, payload, n),
                      "call": lambda n: _timed_calls(h, payload, n),
-                     "spin_call": lambda n: _timed_calls(hs, payload, n),
-                     "spin_sync": lambda n: _blocking(_timed_sync_calls, hs, payload, n)}
+                     "sync": lambda n: _blocking(_timed_sync_calls, h, payload, n),
+                     "quiet_call": lambda n: _timed_calls(hq, payload, n)}
             for side in sides.values():
                 await side(sizes.rtt_warmup)
             n = sizes.rtt_iters // ROUNDS
@@ -290,14 +290,13 @@ def bench_rtt(mode: str, sizes: Sizes, tmp: Path) -> list[Row]:
     rows.append(Row(name, "p50 µs", float(np.percentile(t["call"], 50)) / 1e3,
                     float(np.percentile(t["asyncio"], 50)) / 1e3,
                     "pyzmq zmq.asyncio REQ/REP, both ends"))
-    # Context: the latency settings, an actor that polls for its next request, called from
-    # an event loop and from a blocking caller (as the raw REQ client is).
-    rows.append(Row(f"{name}, actor spin_wait_us=300, await h.call", "p50 µs",
-                    float(np.percentile(t["spin_call"], 50)) / 1e3, float(np.percentile(raw, 50)) / 1e3,
-                    "raw pyzmq REQ/REP"))
-    rows += [Row(f"{name}, actor spin_wait_us=300, h.call_sync", metric,
-                 float(fn(t["spin_sync"])) / 1e3, float(fn(raw)) / 1e3, "raw pyzmq REQ/REP")
-             for metric, fn in stats[:2]]
+    # Context: the blocking caller (as the raw REQ client is), and an actor that does not
+    # poll for its next request after answering (what a wake-up per request costs).
+    rows += [Row(f"{name}, h.call_sync", metric, float(fn(t["sync"])) / 1e3,
+                 float(fn(raw)) / 1e3, "raw pyzmq REQ/REP") for metric, fn in stats[:2]]
+    rows.append(Row(f"{name}, actor spin_wait_us=0, await h.call", "p50 µs",
+                    float(np.percentile(t["quiet_call"], 50)) / 1e3,
+                    float(np.percentile(raw, 50)) / 1e3, "raw pyzmq REQ/REP"))
     return rows
 
 

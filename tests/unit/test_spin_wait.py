@@ -112,3 +112,51 @@ def test_a_spinning_server_answers_in_order_and_its_loop_still_runs_other_work()
     assert answers == list(range(requests))
     assert hits > 0 and spins >= hits  # it spun, and spins found requests
     assert ticks  # the loop was not starved while the socket kept it busy
+
+
+def test_an_actor_polls_after_answering_a_call_but_not_after_streamed_items_or_tells(tmp_path):
+    """The default of an actor process (``Actor.spin_wait_us``): a call's reply arms one
+    poll for the next request; stream items, tells and their credits do not."""
+    from rlmesh.runtime.actor import Actor, ActorServer, spin_wait_of
+    from rlmesh.wire import codec, messages as M
+
+    class Echo(Actor):
+        def echo(self, x):
+            return x
+
+        def take(self, x):
+            pass
+
+    async def main():
+        actor = Echo()
+        assert spin_wait_of(actor) == 300e-6  # the default
+        server = ActorServer(actor, "echo")
+        address = await server.start(f"ipc://{tmp_path}/echo", spin_wait=0.002)
+        ctx = zmq.Context()
+        client = ctx.socket(zmq.DEALER)
+        client.connect(address)
+        loop = asyncio.get_running_loop()
+
+        async def exchange(msg, replies):
+            client.send_multipart(codec.encode(msg))
+            got = []
+            for _ in range(replies):
+                got.append(await loop.run_in_executor(None, client.recv_multipart))
+            await asyncio.sleep(0.05)  # the server finishes its turn (and any poll)
+            return got
+
+        try:
+            for i in range(3):
+                await exchange(M.make(M.STREAM, ch=1, seq=i, m="take", p=i), 1)  # a credit
+            await exchange(M.make(M.TELL, m="take", a=[1], k={}), 0)
+            assert server.spin_counts()["spins"] == 0
+            reply = await exchange(M.make(M.CALL, id=7, m="echo", a=[5], k={}), 1)
+            assert codec.decode(reply[0])["r"] == 5
+            assert server.spin_counts() == {"spins": 1, "spin_hits": 0}
+            await exchange(M.make(M.TELL, m="take", a=[1], k={}), 0)  # not armed again
+            assert server.spin_counts()["spins"] == 1
+        finally:
+            server.close()
+            ctx.destroy(linger=0)
+
+    uvloop.run(main())
