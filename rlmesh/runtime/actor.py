@@ -41,7 +41,7 @@ class Actor:
     ``spin_wait_us`` (a class attribute, 300 by default): an actor in a process of its own,
     once it has answered a call, polls its socket that long for the next request before
     its event loop sleeps. A request that comes in that time is served without a wake-up
-    (a round trip then costs about 1.2x a blocking REQ/REP pair instead of 1.8x). Streamed
+    (a round trip then costs 1.2-1.5x a blocking REQ/REP pair instead of 1.8x). Streamed
     items and tells never start a poll; the poll holds a core and the GIL, and stops by
     itself while calls come slower than that (``SpinWait``). 0 turns it off, e.g. for an
     actor whose own threads need the GIL between calls. In-process actors never poll.
