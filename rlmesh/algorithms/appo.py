@@ -17,7 +17,7 @@ from rlmesh.algorithms.appo_config import APPOConfig
 from rlmesh.algorithms.ppo import adapt_kl_coeff
 from rlmesh.algorithms.impala import (
     IMPALA, ImpalaLearnerHooks, drop_last_step, entropy_coeff, evaluate, flat_valid, forward,
-    loss_terms, vtrace_targets, whole_batch)
+    loss_terms, valid_rows, vtrace_targets, whole_batch)
 
 __all__ = ["APPO", "APPOConfig"]
 
@@ -56,7 +56,7 @@ class APPOLearnerHooks(ImpalaLearnerHooks):
         cfg = learner.config
         if "vs" in mb:  # a flat minibatch with its V-trace targets
             dist_inputs, values = learner.model(mb["obs"])
-            mask = torch.ones_like(values, dtype=torch.bool)
+            mask: torch.Tensor | slice = slice(None)
             actions, vs, adv = mb["actions"], mb["vs"], mb["pg_advantages"]
             behaviour, old_logp = mb["action_logp"], mb["old_logp"]
         else:  # the whole time-major batch
@@ -64,7 +64,7 @@ class APPOLearnerHooks(ImpalaLearnerHooks):
             with torch.no_grad():
                 vs, adv = vtrace_targets(learner, mb, mb["old_logp"], values.detach(),
                                          bootstrap.detach())
-            mask = mb["mask"].flatten().bool()
+            mask = valid_rows(mb["mask"].flatten().bool())
             values, vs, adv = values.flatten(), vs.flatten(), adv.flatten()
             actions = mb["actions"].flatten(0, 1)
             behaviour, old_logp = mb["action_logp"].flatten(), mb["old_logp"].flatten()

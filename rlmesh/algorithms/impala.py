@@ -80,6 +80,13 @@ def flat_valid(batch: dict[str, torch.Tensor], **extra: torch.Tensor) -> dict[st
     return {k: v[valid] for k, v in flat.items()}
 
 
+def valid_rows(mask: torch.Tensor) -> torch.Tensor | slice:
+    """What picks the valid samples of a flat batch: ``mask``, or every row (a slice: no
+    selection, no copy) when nothing is padding, as with fixed-length fragments. Each
+    masked selection costs a search for the mask's true entries, and its backward one more."""
+    return slice(None) if bool(mask.all()) else mask
+
+
 def entropy_coeff(learner: Any) -> float:
     cfg = learner.config
     if cfg.entropy_coeff_schedule:
@@ -116,7 +123,7 @@ def whole_batch(learner: Any, batch: dict[str, torch.Tensor]) -> dict[str, torch
 
 
 def loss_terms(learner: Any, dist: Any, values: torch.Tensor, vs: torch.Tensor,
-               mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+               mask: torch.Tensor | slice) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
     """The value loss and entropy over the valid samples, and the value statistics."""
     vf_loss = 0.5 * (values[mask] - vs[mask]).pow(2).mean()
     entropy = (dist.entropy_estimate() if hasattr(dist, "entropy_estimate")
@@ -156,7 +163,7 @@ class ImpalaLearnerHooks:
             dist = learner.dist_cls.from_inputs(dist_inputs)
             logp = dist.logp(mb["actions"])
             vs, pg_advantages = mb["vs"], mb["pg_advantages"]
-            mask = torch.ones_like(vs, dtype=torch.bool)
+            mask: torch.Tensor | slice = slice(None)
         else:  # the whole time-major batch
             dist_inputs, values, bootstrap = forward(mb, learner.model)
             dist = learner.dist_cls.from_inputs(dist_inputs)
@@ -164,9 +171,9 @@ class ImpalaLearnerHooks:
             with torch.no_grad():
                 vs, pg_advantages = vtrace_targets(learner, mb, logp.detach(), values.detach(),
                                                    bootstrap.detach())
-            mask = mb["mask"].bool()
+            mask = valid_rows(mb["mask"].bool().flatten())
             values, vs, pg_advantages = values.flatten(), vs.flatten(), pg_advantages.flatten()
-            logp, mask = logp.flatten(), mask.flatten()
+            logp = logp.flatten()
         policy_loss = -(logp[mask] * pg_advantages[mask]).mean()
         vf_loss, entropy, stats = loss_terms(learner, dist, values, vs, mask)
         coeff = entropy_coeff(learner)

@@ -107,11 +107,13 @@ class Learner:
             group["lr"] = lr
         cfg = self.config
         mb_size = min(cfg.minibatch_size or n, n)
-        rng = np.random.default_rng(None if cfg.seed is None else cfg.seed + self.num_updates)
+        # Only minibatches draw from it (seeding from the OS costs ~35 us an update here).
+        rng = None if whole else np.random.default_rng(
+            None if cfg.seed is None else cfg.seed + self.num_updates)
         sums: dict[str, float] = {}
         count = 0
         for _ in range(cfg.num_epochs if num_epochs is None else num_epochs):
-            for idx in ([None] if whole else minibatches(n, mb_size, rng)):
+            for idx in ([None] if rng is None else minibatches(n, mb_size, rng)):
                 if idx is None:
                     mb = train
                 else:

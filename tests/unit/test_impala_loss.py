@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from rlmesh.algorithms.appo import APPOConfig, APPOLearnerHooks, target_model
-from rlmesh.algorithms.impala import ImpalaConfig, ImpalaLearnerHooks, drop_last_step
+from rlmesh.algorithms.impala import ImpalaConfig, ImpalaLearnerHooks, drop_last_step, valid_rows
 from rlmesh.rl.gae import compute_gae
 from rlmesh.rl.optim import Optimizers, RMSprop
 from rlmesh.roles.learner import Learner, _tensor
@@ -113,14 +113,23 @@ def test_appo_target_network_follows_every_nth_update():
     assert not any(p.requires_grad for p in target.parameters())
 
 
+@pytest.mark.parametrize("padded", [False, True], ids=["no-padding", "padded"])
 @pytest.mark.parametrize("cls,hooks", [(ImpalaConfig, ImpalaLearnerHooks),
                                        (APPOConfig, APPOLearnerHooks)])
-def test_one_pass_over_the_whole_batch_equals_one_full_minibatch(cls, hooks):
+def test_one_pass_over_the_whole_batch_equals_one_full_minibatch(cls, hooks, padded):
     """The time-major path (V-trace from the loss's own forward pass) and the minibatch
-    path (V-trace first) take the same step when the minibatch is the whole batch."""
+    path (V-trace first) take the same step when the minibatch is the whole batch, with
+    padding rows (masked, as complete_episodes leaves them) and without (no selection)."""
     fused = learner(cls, hooks)
     batch = {k: v.numpy() for k, v in on_policy_batch(fused).items()}
     batch["action_logp"] = batch["action_logp"] - 0.3  # off-policy: ratios away from 1
+    if padded:  # env 0's episode ended at row 3: rows 4-5 are padding
+        batch["mask"][4:, 0] = False
+        batch["terminateds"][3:, 0] = True
+        batch["actions"][4:, 0] = 0
+        batch["obs"][4:, 0] = 0.0
+    rows = valid_rows(torch.as_tensor(batch["mask"]).flatten())
+    assert isinstance(rows, torch.Tensor) if padded else rows == slice(None)
     n = int(batch["mask"].sum())
     split = learner(cls, hooks, minibatch_size=n)
     a = fused.update_from_batch(batch, 0, num_epochs=1)

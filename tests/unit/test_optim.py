@@ -136,3 +136,64 @@ def test_optimizers_step_each_part_at_its_own_rate():
     assert fresh.optimizers[0].steps == both.optimizers[0].steps
     with pytest.raises(ValueError, match="2 optimizers"):
         Optimizers(Adam(first)).load_state_dict(state)
+
+
+# --- one flat buffer for all parameters ---
+
+def test_parameters_become_views_of_one_buffer_and_steps_still_match_torch():
+    ours, theirs = net(), net()
+    opt = Adam(ours.parameters(), lr=0.01)
+    buffer = opt.flat.buffer
+    assert buffer is not None and buffer.numel() == sum(p.numel() for p in ours.parameters())
+    for p, q in zip(ours.parameters(), theirs.parameters()):
+        assert torch.equal(p, q)  # moving them changed no value
+    start = buffer.data_ptr()
+    assert sorted(p.data_ptr() - start for p in ours.parameters()) == [0, 160, 192, 256]  # bytes
+    train(ours, opt, 20)
+    train(theirs, torch.optim.Adam(theirs.parameters(), lr=0.01), 20)
+    assert opt.flat.intact()  # the steps went through the buffer
+    assert_same_parameters(ours, theirs)
+
+
+def test_a_parameter_given_new_storage_is_still_stepped_correctly():
+    ours, theirs = net(), net()
+    opt, ref = Adam(ours.parameters(), lr=0.01), torch.optim.Adam(theirs.parameters(), lr=0.01)
+    train(ours, opt, 3)
+    train(theirs, ref, 3)
+    ours[0].weight.data = ours[0].weight.data.clone()  # as Module.to or a user might
+    assert not opt.flat.intact()
+    train(ours, opt, 5, seed=4)
+    train(theirs, ref, 5, seed=4)
+    assert_same_parameters(ours, theirs)
+
+
+def test_loading_state_keeps_the_moments_in_the_flat_buffer():
+    a, b = net(), net()
+    opt_a = Adam(a.parameters(), lr=0.01)
+    train(a, opt_a, 4)
+    opt_b = Adam(b.parameters(), lr=0.01)
+    b.load_state_dict(a.state_dict())
+    opt_b.load_state_dict(copy.deepcopy(opt_a.state_dict()))
+    assert opt_b.exp_avg[0].data_ptr() == opt_b._flat_exp_avg.data_ptr()
+    assert torch.equal(opt_b._flat_exp_avg_sq, opt_a._flat_exp_avg_sq)
+    saved = opt_b.state_dict()["state"][0]["exp_avg"]
+    assert saved.data_ptr() != opt_b._flat_exp_avg.data_ptr()  # a copy: later steps leave it
+    train(a, opt_a, 3, seed=5)
+    train(b, opt_b, 3, seed=5)
+    assert_same_parameters(a, b)
+
+
+def test_parameters_of_two_dtypes_are_stepped_one_by_one():
+    model = net()
+    model[2].double()
+    opt = Adam(model.parameters(), lr=0.01)
+    assert opt.flat.buffer is None
+    before = [model[0].weight.detach().clone(), model[2].weight.detach().clone()]
+    x = torch.randn(4, 5)
+    out = model[2](torch.tanh(model[0](x)).double()).pow(2).sum()
+    opt.zero_grad()
+    out.backward()
+    opt.step()
+    assert model[2].weight.dtype == torch.float64
+    assert not torch.equal(model[0].weight, before[0])
+    assert not torch.equal(model[2].weight, before[1])
