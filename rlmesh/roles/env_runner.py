@@ -116,6 +116,10 @@ class EnvSampler:
         self._episode_ids = itertools.count()
         self._started = False
         self._next_obs: list[Any] = []
+        # Each env's current observation (slot.obs) also kept as a row of one array: a
+        # fragment row is then one copy, not a stack of per-env arrays (~7% of sampling).
+        shape, dtype = column_layout(self.observation_space)
+        self._obs = np.zeros((num_envs, *shape), dtype)
         self._episodes: list[dict[str, Any]] = []
 
     @property
@@ -163,7 +167,7 @@ class EnvSampler:
         """Step every active env once; the envs whose episode ended (or failed) here."""
         cols = buf.cols
         idx: Any = active if len(active) < len(self.slots) else slice(None)
-        cols["obs"][t, idx] = np.stack([self.slots[b].obs for b in active])
+        cols["obs"][t, idx] = self._obs[idx]
         actions, logp, inputs = self.policy(cols["obs"][t, idx], explore)
         cols["actions"][t, idx] = actions
         cols["action_logp"][t, idx] = logp
@@ -197,10 +201,12 @@ class EnvSampler:
             self.callbacks.on_episode_step(episode=slot.episode, env_runner=self.env_runner,
                                            env_index=b)
         if not (terminated or truncated):
-            slot.obs = obs
+            slot.obs = self._obs[b] = obs
             return True
+        # A copy: the reset below may overwrite an array the env hands out again.
+        final = self._next_obs[b] = np.array(obs)
         if truncated and not terminated:
-            buf.trunc.append((t, b, obs))
+            buf.trunc.append((t, b, final))
         self._end_episode(b)
         self._reset(b, t + 1)
         return False
@@ -256,6 +262,7 @@ class EnvSampler:
                                "each time recreated; the log has the tracebacks")
         slot.seed = None
         slot.obs, slot.start_row = obs, start_row
+        self._obs[b] = obs
         slot.episode = Episode(b, next(self._episode_ids), obs, info)
         if self.callbacks is not None:
             self.callbacks.on_episode_start(episode=slot.episode, env_runner=self.env_runner,

@@ -88,6 +88,39 @@ def test_reset_obs_follows_an_episode_end_and_truncated_final_obs_is_kept():
     assert s.counters == {"num_env_steps_sampled": 14, "num_episodes": 4, "env_errors": 0}
 
 
+class ReusedObsEnv(gym.Env):
+    """Returns one observation array, overwritten at every step and reset, as envs that
+    keep a buffer do: a fragment must hold what each step returned, not the array."""
+
+    observation_space = gym.spaces.Box(-np.inf, np.inf, (1,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self) -> None:
+        self.buf = np.zeros(1, np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        self.buf[0] = 100.0
+        return self.buf, {}
+
+    def step(self, action):
+        self.buf[0] += 1
+        return self.buf, 1.0, False, bool(self.buf[0] >= 103), {}  # truncated after 3 steps
+
+
+def test_rows_and_final_observations_keep_the_values_of_an_array_the_env_overwrites():
+    s = EnvSampler(lambda i: ReusedObsEnv(), 2, zero_policy)
+    frag = s.sample(5)
+    np.testing.assert_array_equal(frag["obs"][..., 0], [[100, 100], [101, 101], [102, 102],
+                                                        [100, 100], [101, 101]])
+    np.testing.assert_array_equal(frag["trunc_index"], [[2, 0], [2, 1]])
+    np.testing.assert_array_equal(frag["trunc_obs"][:, 0], [103, 103])  # not the reset's 100
+    np.testing.assert_array_equal(frag["next_obs"][:, 0], [102, 102])
+    frag2 = s.sample(1)  # the episodes end on the last row: next_obs is the final obs
+    np.testing.assert_array_equal(frag2["obs"][..., 0], [[102, 102]])
+    assert frag2["truncateds"].all()
+    np.testing.assert_array_equal(frag2["next_obs"][:, 0], [103, 103])
+
+
 def test_truncation_on_the_last_row_goes_to_next_obs():
     s = sampler(1, limit=lambda i: 3)
     frag = s.sample(3)
