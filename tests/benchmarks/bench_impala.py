@@ -104,24 +104,32 @@ def _impala_run(iterations: int, timeout: float = 240) -> dict[str, Any]:
 def bench_throughput(sizes: ImpalaSizes, tmp: Path) -> list[Row]:
     import psutil
 
-    raw = SamplerPeer("raw", str(max(4000, sizes.raw_steps // 8)),
-                      cmd=[sys.executable, "-m", "tests.benchmarks.impala_actors"])
-    raw_rates, raw_cores, runs = [], [], []
+    cmd = [sys.executable, "-m", "tests.benchmarks.impala_actors"]
+    warmup = str(max(4000, sizes.raw_steps // 8))
+    raw = SamplerPeer("raw", warmup, cmd=cmd)
+    sampler = None
+    raw_rates, raw_cores, sampler_rates, runs = [], [], [], []
     try:
+        sampler = SamplerPeer("sampler", warmup, cmd=cmd)
         raw_proc = psutil.Process(raw.proc.pid)
-        for _ in range(sizes.throughput_rounds):  # take turns: both see the same load
+        for _ in range(sizes.throughput_rounds):  # take turns: all see the same load
             cpu0 = sum(raw_proc.cpu_times()[:2])
             steps, secs = raw.run(sizes.raw_steps)
             raw_rates.append(steps / secs)
             raw_cores.append((sum(raw_proc.cpu_times()[:2]) - cpu0) / secs)
+            steps, secs = sampler.run(sizes.raw_steps)
+            sampler_rates.append(steps / secs)
             runs.append(_impala_run(sizes.throughput_iterations))
-            print(f"  raw {raw_rates[-1]:,.0f} env steps/s on {raw_cores[-1]:.2f} cores, IMPALA "
+            print(f"  raw {raw_rates[-1]:,.0f} env steps/s on {raw_cores[-1]:.2f} cores, "
+                  f"EnvSampler alone {sampler_rates[-1]:,.0f}, IMPALA "
                   f"{runs[-1]['rate']:,.0f} on {runs[-1]['cores_all']:.2f} cores (runners "
                   f"{runs[-1]['cores_runners']:.2f}, driver and learner "
                   f"{runs[-1]['cores_driver'] + runs[-1]['cores_learner']:.2f}) "
                   f"({runs[-1]['secs']:.1f} s window)", flush=True)
     finally:
         raw.close()
+        if sampler is not None:
+            sampler.close()
     med = lambda key: statistics.median(r[key] for r in runs)  # noqa: E731
     name = (f"IMPALA learning, {NUM_RUNNERS} runners x {NUM_ENVS} envs, {ENV} ({TUNED} with "
             f"num_sgd_iter 1, iterations 3-{sizes.throughput_iterations} of {REPORTING_S:g} s)")
@@ -141,6 +149,8 @@ def bench_throughput(sizes: ImpalaSizes, tmp: Path) -> list[Row]:
                raw_per_cpu, ref),
         PPORow(name, "env steps sampled per runner CPU-second", med("per_runner_cpu"),
                raw_per_cpu, ref),
+        PPORow(name, "env steps/s of the runners' EnvSampler alone (1 process, no mesh)",
+               statistics.median(sampler_rates), raw_rate, ref),
         PPORow(name, "learner updates/s", med("updates_per_s"), NAN, "(the learner's own)"),
         PPORow(name, "policy lag, mean (versions)", med("lag_mean"), NAN,
                f"(the learner's own; max {max(r['lag_max'] for r in runs)})"),

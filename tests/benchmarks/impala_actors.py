@@ -1,7 +1,8 @@
 """The processes of the IMPALA benchmarks: the synthetic fragment producer (an actor), and
-two sides run as commands, ``python -m tests.benchmarks.impala_actors raw WARMUP`` (one
+sides run as commands, ``python -m tests.benchmarks.impala_actors raw WARMUP`` (one
 process stepping 8 CartPoles with the numpy policy, served over stdin/stdout as
-``ppo_sides.SamplerPeer`` expects) and ``... impala ITERATIONS`` (a real IMPALA run).
+``ppo_sides.SamplerPeer`` expects), ``... sampler WARMUP`` (the runners' ``EnvSampler``
+alone, served the same way) and ``... impala ITERATIONS`` (a real IMPALA run).
 
 Producers import neither torch nor gymnasium: 64 of them share 2 cores here.
 """
@@ -140,6 +141,32 @@ def serve_raw(warmup: int) -> None:
     _serve(run, warmup, "-")
 
 
+def serve_sampler(warmup: int) -> None:
+    """One process: the runners' own sampling loop (``EnvSampler``, fragments of
+    ``FRAGMENT_ROWS`` rows) over 8 CartPoles with the same policy, and nothing of the mesh
+    around it: what a runner's steps cost before shipping, weights and the learner."""
+    import gymnasium as gym
+
+    from rlmesh.rl.numpy_policy import NumpyPolicy
+    from rlmesh.roles.env_runner import EnvSampler
+
+    from .ppo_sides import _serve
+
+    space_env = gym.make(ENV)
+    policy = NumpyPolicy(space_env.observation_space, space_env.action_space,
+                         tuned_config()["model"], seed=0)
+    sampler = EnvSampler(lambda i: gym.make(ENV), NUM_ENVS, policy, seeds=list(range(NUM_ENVS)))
+
+    def run(steps: int) -> tuple[int, float]:
+        done = 0
+        t0 = time.perf_counter()
+        while done < steps:
+            done += sampler.sample(FRAGMENT_ROWS)["env_steps"]
+        return done, time.perf_counter() - t0
+
+    _serve(run, warmup, "-")
+
+
 def run_impala(iterations: int) -> None:
     """The tuned example learning (2 runners x 8 envs, no aggregator, one learner, one pass
     per batch), with
@@ -190,6 +217,6 @@ def run_impala(iterations: int) -> None:
 if __name__ == "__main__":
     role, *args = sys.argv[1:]
     try:
-        {"raw": serve_raw, "impala": run_impala}[role](int(args[0]))
+        {"raw": serve_raw, "sampler": serve_sampler, "impala": run_impala}[role](int(args[0]))
     except KeyboardInterrupt:
         pass
