@@ -42,7 +42,7 @@ PRODUCER_WINDOW = 2  # fragments in flight per producer, as max_sample_requests_
 class ImpalaSizes:
     """How much work each IMPALA benchmark does."""
 
-    throughput_rounds: int  # turns of (raw, IMPALA run); the medians are reported
+    throughput_rounds: int  # IMPALA runs, each between two raw turns; the medians are reported
     throughput_iterations: int  # train() calls per IMPALA run; measured from the 2nd to the last
     raw_steps: int  # env steps per raw turn
     producers: tuple[int, ...]  # producer counts of impala_aggregation
@@ -112,16 +112,23 @@ def bench_throughput(sizes: ImpalaSizes, tmp: Path) -> list[Row]:
     try:
         sampler = SamplerPeer("sampler", warmup, cmd=cmd)
         raw_proc = psutil.Process(raw.proc.pid)
-        for _ in range(sizes.throughput_rounds):  # take turns: all see the same load
+
+        def raw_turn() -> None:
             cpu0 = sum(raw_proc.cpu_times()[:2])
             steps, secs = raw.run(sizes.raw_steps)
             raw_rates.append(steps / secs)
             raw_cores.append((sum(raw_proc.cpu_times()[:2]) - cpu0) / secs)
+
+        # Take turns, so all sides see the same load; the raw loop runs before and after
+        # every IMPALA run (this VM's speed drifts by tens of percent within a minute).
+        raw_turn()
+        for _ in range(sizes.throughput_rounds):
             steps, secs = sampler.run(sizes.raw_steps)
             sampler_rates.append(steps / secs)
             runs.append(_impala_run(sizes.throughput_iterations))
-            print(f"  raw {raw_rates[-1]:,.0f} env steps/s on {raw_cores[-1]:.2f} cores, "
-                  f"EnvSampler alone {sampler_rates[-1]:,.0f}, IMPALA "
+            raw_turn()
+            print(f"  raw {raw_rates[-2]:,.0f} / {raw_rates[-1]:,.0f} env steps/s before / "
+                  f"after, EnvSampler alone {sampler_rates[-1]:,.0f}, IMPALA "
                   f"{runs[-1]['rate']:,.0f} on {runs[-1]['cores_all']:.2f} cores (runners "
                   f"{runs[-1]['cores_runners']:.2f}, driver and learner "
                   f"{runs[-1]['cores_driver'] + runs[-1]['cores_learner']:.2f}) "
