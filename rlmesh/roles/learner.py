@@ -41,7 +41,10 @@ class LearnerHooks(Protocol):
 
 
 def weights_to_numpy(model: torch.nn.Module) -> dict[str, np.ndarray]:
-    return {k: v.detach().cpu().numpy() for k, v in model.state_dict().items()}
+    """A copy of ``model``'s state_dict as numpy arrays. A copy even on the CPU, where
+    ``.numpy()`` would share the parameters' memory: the arrays are published or sent
+    while the next update changes the parameters in place."""
+    return {k: v.detach().to("cpu", copy=True).numpy() for k, v in model.state_dict().items()}
 
 
 def load_weights(model: torch.nn.Module, weights: dict[str, Any]) -> None:
@@ -166,7 +169,9 @@ class Learner:
 
     def get_state(self) -> dict[str, Any]:
         # Plain dicts: the state crosses a socket when the learner has a process of its own.
-        return {"model": dict(self.model.state_dict()), "optimizer": self.optimizer.state_dict(),
+        # Copies, as get_weights: an update may run while the reply is on its way.
+        return {"model": {k: v.detach().clone() for k, v in self.model.state_dict().items()},
+                "optimizer": self.optimizer.state_dict(),
                 "state": dict(self.state), "num_updates": self.num_updates,
                 "num_env_steps_trained": self.num_env_steps_trained}
 

@@ -104,3 +104,23 @@ def test_update_then_state_round_trip():
     for k, v in learner.model.state_dict().items():
         assert torch.equal(other.model.state_dict()[k], v)
     assert other.num_updates == 1 and other.state == learner.state
+
+
+def test_weights_handed_out_do_not_follow_later_updates():
+    """Published weights are encoded (or sent without a copy) after the next update may
+    have begun: they must be a copy of the parameters, not their memory."""
+    learner = make_learner(lr=1e-2)
+    learner.update_from_episodes([fragment(4, 2)], timesteps=8)  # optimizer state exists
+    weights, state = learner.get_weights(), learner.get_state()
+    kept = {k: v.copy() for k, v in weights.items()}
+    kept_state = {k: v.clone() for k, v in state["model"].items()}
+    kept_moments = [s["exp_avg"].clone() for s in state["optimizer"]["state"].values()]
+    learner.update_from_episodes([fragment(4, 2, start=3)], timesteps=16)
+    changed = learner.get_weights()
+    assert any(not np.array_equal(changed[k], kept[k]) for k in kept)  # it did train
+    for k, v in weights.items():
+        np.testing.assert_array_equal(v, kept[k])
+    for k, v in state["model"].items():
+        assert torch.equal(v, kept_state[k]), k
+    for saved, moment in zip(state["optimizer"]["state"].values(), kept_moments):
+        assert torch.equal(saved["exp_avg"], moment)
