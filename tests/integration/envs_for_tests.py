@@ -141,3 +141,19 @@ class FragmentSink(Actor):
 
     def received(self) -> list[int]:
         return self.versions
+
+
+class HeldFragmentSink(FragmentSink):
+    """A sink that keeps each fragment's credit until the test calls ``release()``: a
+    learner whose queue is full. ``add_fragment`` records the fragment and then waits."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._released = asyncio.Event()
+
+    async def add_fragment(self, fragment: dict[str, Any]) -> None:
+        super().add_fragment(fragment)
+        await self._released.wait()
+
+    def release(self) -> None:
+        self._released.set()

@@ -18,7 +18,7 @@ from rlmesh.rl.models import build_model
 from rlmesh.roles.env_runner import runner_config
 from rlmesh.runtime import Job, RemoteError
 
-from .envs_for_tests import FragmentSink, HeldParamServer, make_count_env
+from .envs_for_tests import FragmentSink, HeldFragmentSink, HeldParamServer, make_count_env
 
 RUNNER = "rlmesh.roles.env_runner:EnvRunner"
 PARAM_SERVER = "rlmesh.roles.paramserver:ParamServer"
@@ -134,6 +134,44 @@ def test_streaming_samples_on_while_the_param_server_is_slow_to_answer():
     assert asked == 2 and set(before[:20]) == {-1}
     # Once the answer came, the new version; versions never go back.
     assert after[-1] == 1 and after == sorted(after)
+
+
+@pytest.mark.parametrize("window", [1, 3])
+def test_a_streaming_runner_has_at_most_window_fragments_in_flight(window):
+    """``max_sample_requests_in_flight_per_worker``: while the sink keeps its credit, a
+    runner ships ``window`` fragments, samples one more, and waits; it goes on once the
+    sink lets the fragments go."""
+    config = {"env": "CartPole-v1", "num_envs_per_env_runner": 2, "rollout_fragment_length": 5,
+              "model": SMALL_MODEL}
+
+    async def main():
+        async with Job("ipc") as job:
+            await job.spawn(PARAM_SERVER, name="param_server")
+            sink = await job.spawn(HeldFragmentSink, name="sink")
+            runner = await spawn_runner(job, config)
+            await runner.start_streaming(["sink"], window)
+            for _ in range(600):
+                if len(await sink.received()) >= 1:
+                    break
+                await asyncio.sleep(0.05)
+            counts = []
+            for _ in range(3):  # long enough for dozens of 10-step fragments
+                await asyncio.sleep(0.5)
+                counts.append((await runner.metrics())["num_fragments"])
+            held = len(await sink.received())
+            await sink.release()
+            for _ in range(600):
+                if len(await sink.received()) > window + 5:
+                    break
+                await asyncio.sleep(0.05)
+            return counts, held, len(await sink.received())
+
+    counts, held, after = run(main())
+    # window shipped (the first being handled, the rest waiting at the sink) and one
+    # sampled that waits for credit: no more, however long the sink holds.
+    assert counts == [window + 1] * 3
+    assert held == 1
+    assert after > window + 5
 
 
 async def _at_least(coro, n):
