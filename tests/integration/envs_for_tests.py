@@ -130,6 +130,21 @@ class HeldParamServer(ParamServer):
         return self.requests
 
 
+class RecordingParamServer(ParamServer):
+    """A param server that keeps the version of every set of weights published to it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.published: list[int] = []
+
+    def set_weights(self, version: int, weights: dict[str, Any]) -> None:
+        super().set_weights(version, weights)
+        self.published.append(version)
+
+    def versions(self) -> list[int]:
+        return self.published
+
+
 class FragmentSink(Actor):
     """Keeps the policy version of each fragment streamed to it."""
 

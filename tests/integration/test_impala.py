@@ -46,6 +46,60 @@ def train_until(algo, reward: float, iterations: int) -> tuple[float, dict]:
     return best, result
 
 
+@pytest.mark.parametrize("interval", [1, 3])
+def test_weights_go_out_every_broadcast_interval_updates(interval):
+    """The learner publishes after every ``broadcast_interval``-th update (and once at
+    the start), in order; what it publishes is the weights of that version."""
+    import asyncio
+
+    import gymnasium as gym
+    import uvloop
+
+    from rlmesh.envs import space_to_data
+    from rlmesh.runtime import Job
+    from tests.benchmarks.impala_actors import cartpole_fragment
+
+    config = cartpole(broadcast_interval=interval, train_batch_size=400).to_dict()
+    env = gym.make("CartPole-v1")
+    spaces = [space_to_data(env.observation_space), space_to_data(env.action_space)]
+
+    async def main():
+        async with Job("inproc") as job:
+            ps = await job.spawn("tests.integration.envs_for_tests:RecordingParamServer",
+                                 name="param_server")
+            learner = await job.spawn("rlmesh.roles.async_learner:AsyncLearner", config,
+                                      "rlmesh.algorithms.impala_config:ImpalaConfig", spaces,
+                                      "rlmesh.algorithms.impala:ImpalaLearnerHooks",
+                                      name="learner-0")
+            first = await learner.call("publish")
+            for i in range(10):  # a fragment of 50 x 8 steps is a batch of 400: 10 updates
+                await learner.call("add_fragment", cartpole_fragment(seed=i))
+            for _ in range(600):
+                if await learner.call("num_updates") >= 10:
+                    break
+                await asyncio.sleep(0.05)
+            for _ in range(100):  # the last publication may still be on its way
+                versions = await ps.call("versions")
+                if versions and versions[-1] >= first + 10 - (first + 10) % interval:
+                    break
+                await asyncio.sleep(0.05)
+            weights = await learner.call("get_weights")
+            held = await ps.call("get_weights", 0)
+            return first, versions, weights, held
+
+    first, versions, weights, held = uvloop.run(main())
+    assert first == 1 and versions[0] == 1  # the start: version 1, before any update
+    due = [v for v in range(first + 1, first + 11) if v % interval == 0]  # 10 updates
+    # Only due versions, in order; one not yet sent when the next came may be skipped
+    # (superseded), never the last.
+    assert set(versions[1:]) <= set(due) and versions[1:] == sorted(set(versions[1:]))
+    assert versions[-1] == due[-1]
+    assert held[0] == versions[-1]
+    if versions[-1] == first + 10:  # the last update was published: the same weights
+        for k, v in weights.items():
+            np.testing.assert_array_equal(held[1][k], v)
+
+
 def test_impala_learns_cartpole_through_an_aggregator():
     config = cartpole().learners(num_aggregation_workers=1)
     with config.build() as algo:
