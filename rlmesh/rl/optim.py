@@ -36,8 +36,8 @@ class Adam:
                               "maximize": False}]
         self.steps = [0] * len(self.params)
         self.flat = FlatParams(self.params)
-        self.exp_avg, self._flat_exp_avg = self.flat.zeros()
-        self.exp_avg_sq, self._flat_exp_avg_sq = self.flat.zeros()
+        self.exp_avg = self.flat.zeros()
+        self.exp_avg_sq = self.flat.zeros()
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         for p in self.params:
@@ -55,14 +55,7 @@ class Adam:
         # keep a count of their own, as torch.optim.Adam keeps one per parameter.
         for count in sorted({self.steps[i] + 1 for i in live}):
             group_ix = [i for i in live if self.steps[i] + 1 == count]
-            if len(group_ix) == len(self.params) and self.flat.intact():  # the usual step
-                params, grads = [self.flat.buffer], [self.flat.gradient()]
-                m, v = [self._flat_exp_avg], [self._flat_exp_avg_sq]
-            else:
-                params = [self.params[i] for i in group_ix]
-                grads = [self.params[i].grad for i in group_ix]
-                m = [self.exp_avg[i] for i in group_ix]
-                v = [self.exp_avg_sq[i] for i in group_ix]
+            params, grads, m, v = self.flat.operands(group_ix, self.exp_avg, self.exp_avg_sq)
             torch._foreach_lerp_(m, grads, 1 - beta1)
             torch._foreach_mul_(v, beta2)
             torch._foreach_addcmul_(v, grads, grads, 1 - beta2)
@@ -118,8 +111,8 @@ class RMSprop:
                               "weight_decay": 0.0, "maximize": False}]
         self.steps = [0] * len(self.params)
         self.flat = FlatParams(self.params)
-        self.square_avg, self._flat_square_avg = self.flat.zeros()
-        self.momentum_buffer, self._flat_momentum_buffer = self.flat.zeros()
+        self.square_avg = self.flat.zeros()
+        self.momentum_buffer = self.flat.zeros()
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         Adam.zero_grad(self, set_to_none)  # type: ignore[arg-type]
@@ -131,14 +124,8 @@ class RMSprop:
         live = [i for i, p in enumerate(self.params) if p.grad is not None]
         if not live:
             return
-        if len(live) == len(self.params) and self.flat.intact():  # one tensor for all
-            params, grads = [self.flat.buffer], [self.flat.gradient()]
-            square, buf = [self._flat_square_avg], [self._flat_momentum_buffer]
-        else:
-            params = [self.params[i] for i in live]
-            grads = [self.params[i].grad for i in live]
-            square = [self.square_avg[i] for i in live]
-            buf = [self.momentum_buffer[i] for i in live]
+        params, grads, square, buf = self.flat.operands(live, self.square_avg,
+                                                        self.momentum_buffer)
         torch._foreach_mul_(square, alpha)
         torch._foreach_addcmul_(square, grads, grads, 1 - alpha)
         denom = torch._foreach_sqrt(square)
@@ -244,13 +231,22 @@ class FlatParams:
         """``flat`` cut into tensors shaped as the parameters, in order."""
         return [chunk.view_as(p) for chunk, p in zip(flat.split(self._numels), self.params)]
 
-    def zeros(self) -> tuple[list[torch.Tensor], torch.Tensor | None]:
-        """Per-parameter optimizer state of zeros, and the flat buffer the tensors are
-        views of (None when the parameters have none)."""
+    def zeros(self) -> "StateViews":
+        """Per-parameter optimizer state of zeros: views of one flat buffer when the
+        parameters are."""
         if self.buffer is None:
-            return [torch.zeros_like(p) for p in self.params], None
+            return StateViews([torch.zeros_like(p) for p in self.params], None)
         flat = torch.zeros_like(self.buffer)
-        return self.views(flat), flat
+        return StateViews(self.views(flat), flat)
+
+    def operands(self, ix: list[int], *states: "StateViews") -> list[list[torch.Tensor]]:
+        """What a step over the parameters ``ix`` works on: ``[params, grads, *states]``,
+        each a list of tensors; one flat tensor each when ``ix`` is every parameter and
+        they still share the buffer (the usual step)."""
+        if len(ix) == len(self.params) and self.intact():
+            return [[self.buffer], [self.gradient()], *([s.flat] for s in states)]
+        return [[self.params[i] for i in ix], [self.params[i].grad for i in ix],
+                *([s[i] for i in ix] for s in states)]
 
     def intact(self) -> bool:
         return self.buffer is not None and all(
@@ -259,6 +255,15 @@ class FlatParams:
     def gradient(self) -> torch.Tensor:
         """Every parameter's gradient in one flat tensor (a copy)."""
         return torch.cat([p.grad.reshape(-1) for p in self.params])
+
+
+class StateViews(list):
+    """One tensor of optimizer state per parameter, views of ``flat`` (None when the
+    parameters do not share a buffer)."""
+
+    def __init__(self, tensors: list[torch.Tensor], flat: torch.Tensor | None) -> None:
+        super().__init__(tensors)
+        self.flat = flat
 
 
 def _load_into(target: torch.Tensor, saved: torch.Tensor | None) -> None:

@@ -174,10 +174,10 @@ def test_loading_state_keeps_the_moments_in_the_flat_buffer():
     opt_b = Adam(b.parameters(), lr=0.01)
     b.load_state_dict(a.state_dict())
     opt_b.load_state_dict(copy.deepcopy(opt_a.state_dict()))
-    assert opt_b.exp_avg[0].data_ptr() == opt_b._flat_exp_avg.data_ptr()
-    assert torch.equal(opt_b._flat_exp_avg_sq, opt_a._flat_exp_avg_sq)
+    assert opt_b.exp_avg[0].data_ptr() == opt_b.exp_avg.flat.data_ptr()
+    assert torch.equal(opt_b.exp_avg_sq.flat, opt_a.exp_avg_sq.flat)
     saved = opt_b.state_dict()["state"][0]["exp_avg"]
-    assert saved.data_ptr() != opt_b._flat_exp_avg.data_ptr()  # a copy: later steps leave it
+    assert saved.data_ptr() != opt_b.exp_avg.flat.data_ptr()  # a copy: later steps leave it
     train(a, opt_a, 3, seed=5)
     train(b, opt_b, 3, seed=5)
     assert_same_parameters(a, b)
