@@ -75,7 +75,7 @@ def _parse_job(value: Any, base: Path) -> JobConfig:
 def _parse_experiment(data: dict[str, Any]) -> JobConfig:
     """An experiment, checked as ``rlmesh train`` will build it: so a typo in its config fails
     here, before any node is touched."""
-    from rlmesh.algorithms.settings import ConfigError
+    from rlmesh.config.settings import ConfigError
     from rlmesh.cli.train import ALGORITHMS, UsageError, canonical_keys, config_class, parse_stop
 
     run = _string(data["run"], "job.run")

@@ -213,16 +213,17 @@ def space_from_data(data: dict[str, Any]) -> gym.Space:
 # --- actions as the env takes them ---
 
 def actions_for_env(actions: np.ndarray, action_space: gym.Space,
-                    normalize_actions: bool = True) -> np.ndarray:
+                    normalize_actions: bool = True, clip: bool = True) -> np.ndarray:
     """The actions to step envs with, from what the policy sampled (which is what gets
     stored and scored). Box spaces with finite bounds and ``normalize_actions``: the
     policy acts in [-1, 1], clipped to it and rescaled to the bounds (RLlib's
-    ``unsquash_action``); otherwise Box actions are clipped to the bounds. Other spaces
-    pass through. Works on one action or a batch."""
+    ``unsquash_action``); otherwise Box actions are clipped to the bounds (``clip``, the
+    config's ``clip_actions``) or passed as sampled. Other spaces pass through. Works on
+    one action or a batch."""
     if not isinstance(action_space, gym.spaces.Box):
         return actions
     low, high = action_space.low, action_space.high
     if normalize_actions and np.all(np.isfinite(low)) and np.all(np.isfinite(high)):
         scaled = low + (np.clip(actions, -1.0, 1.0) + 1.0) * ((high - low) / 2.0)
         return np.clip(scaled, low, high).astype(action_space.dtype, copy=False)
-    return clip_actions(actions, action_space)
+    return clip_actions(actions, action_space) if clip else actions

@@ -1,24 +1,22 @@
-"""Algorithms: one readable file per algorithm, with its config, loss and topology."""
+"""Algorithms: one readable file per algorithm, with its config, policy and training step."""
 
 from typing import Any
 
-from rlmesh.algorithms.config import AlgorithmConfig, ConfigError
 from rlmesh.algorithms.ppo_config import PPOConfig
+from rlmesh.algorithms.registry import ALGORITHMS, get_algorithm_class, get_config_class
+from rlmesh.config.base import AlgorithmConfig, ConfigError
 
-#: Algorithms by the name `rlmesh train --run NAME` takes.
-ALGORITHMS = {"PPO": "rlmesh.algorithms.ppo:PPO"}
+__all__ = ["ALGORITHMS", "Algorithm", "AlgorithmConfig", "ConfigError", "PPO", "PPOConfig",
+           "build_algorithm", "get_algorithm_class", "get_config_class"]
 
-__all__ = ["ALGORITHMS", "Algorithm", "AlgorithmConfig", "ConfigError", "PPO", "PPOConfig"]
+_LAZY = {"PPO": "rlmesh.algorithms.ppo", "Algorithm": "rlmesh.algorithms.algorithm",
+         "build_algorithm": "rlmesh.algorithms.templates"}
 
 
 def __getattr__(name: str) -> Any:
     # The algorithm classes pull in torch and the runtime: load them when first asked for.
-    if name == "PPO":
-        from rlmesh.algorithms.ppo import PPO
+    if name in _LAZY:
+        import importlib
 
-        return PPO
-    if name == "Algorithm":
-        from rlmesh.algorithms.algorithm import Algorithm
-
-        return Algorithm
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(name)

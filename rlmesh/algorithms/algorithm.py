@@ -2,7 +2,10 @@
 
 It owns the mesh (a Job with a param server, env runners and the learner group), runs the
 mesh's event loop on a thread of its own, and keeps the user's thread for the learner's
-computation, so heartbeats and weight fetches are served during an update.
+computation, so heartbeats and weight fetches are served during an update. ``train()`` is
+one ``training_step()`` plus the result; a subclass overrides ``training_step`` with the
+public helpers (``synchronous_parallel_sample``, ``self.learner_group.update_from_batch``,
+``self.env_runners.sync_weights``).
 """
 
 from __future__ import annotations
@@ -13,19 +16,23 @@ import threading
 import time
 from collections import deque
 from pathlib import Path
-from typing import Any, Awaitable, Callable, TypeVar
+from contextlib import contextmanager
+from typing import Any, Awaitable, Iterator, TypeVar
 
 import numpy as np
 import torch
 
 from rlmesh.algorithms import checkpoints
-from rlmesh.algorithms.config import AlgorithmConfig
+from rlmesh.algorithms.env_runner_group import EnvRunnerGroup, synchronous_parallel_sample
+from rlmesh.algorithms.learner_group import LearnerGroup
 from rlmesh.algorithms.topology import Mesh
 from rlmesh.callbacks import load_callbacks, summarize_custom_metrics
-from rlmesh.algorithms.inference import InferencePolicy
-from rlmesh.envs import as_space, env_registry, spaces_of
-from rlmesh.envs import import_object
-from rlmesh.roles.learner import LearnerGroup, load_weights, merge_fragments
+from rlmesh.config.base import AlgorithmConfig
+from rlmesh.algorithms.inference import env_action
+from rlmesh.envs import as_space, env_registry, import_object, spaces_of
+from rlmesh.policy.policy import Policy
+from rlmesh.policy.spec import PolicySpec, build_policy_from_data
+from rlmesh.rl.columns import DEFAULT_POLICY_ID
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -52,10 +59,11 @@ class LoopThread:
 
 
 class Algorithm:
-    """Base of every algorithm: subclasses name their config class and learner hooks."""
+    """Base of every algorithm: subclasses name their config class and default policy class
+    and write ``training_step``."""
 
     config_class: type[AlgorithmConfig] = AlgorithmConfig
-    learner_hooks: Any = None
+    default_policy_class: type[Policy] | str | None = None
     mesh_class: type[Mesh] = Mesh
 
     def __init__(self, config: AlgorithmConfig | dict[str, Any]) -> None:
@@ -73,17 +81,21 @@ class Algorithm:
         self.time_total_s = 0.0
         self._episodes: deque[dict[str, Any]] = deque(maxlen=SMOOTHING_EPISODES)
         self.obs_space, self.action_space = self._spaces(config)
+        self.policy_specs = self._policy_specs()
         self.last_checkpoint: str | None = None
         self._loop = LoopThread()
-        self.mesh = self.mesh_class(config, self._loop)
+        self.mesh = self.mesh_class(config, self._loop, self.policy_specs)
         # The runner processes start (imports, envs) while this thread builds the learner.
         runners = asyncio.run_coroutine_threadsafe(self.mesh.start_runners(), self._loop.loop)
         try:
-            self.learner_group = self._make_learner_group()
-            self._policy = InferencePolicy(config, self.obs_space, self.action_space)
+            for warning in config.warnings() if hasattr(config, "warnings") else ():
+                log.warning("%s", warning)
+            self.learner_group = LearnerGroup(config, self.policy_specs, self.mesh)
+            self.env_runners = EnvRunnerGroup(self)
             self.callbacks = load_callbacks(config.callbacks_class)
+            self._policies = self._driver_policies()
             runners.result()
-            self._loop.run(self._start_learners())
+            self._loop.run(self.learner_group.start())
             self._publish()
             self._on_started()
         except BaseException:
@@ -94,11 +106,28 @@ class Algorithm:
             self.stop()
             raise
 
-    def _make_learner_group(self) -> Any:
-        return LearnerGroup(self.config, self.obs_space, self.action_space, self.learner_hooks)
+    @classmethod
+    def get_default_policy_class(cls, config: AlgorithmConfig) -> type[Policy] | str:
+        if cls.default_policy_class is None:
+            raise TypeError(f"{cls.__name__} names no default_policy_class; set it, or "
+                            "config.rl_module(policy_class=...)")
+        return cls.default_policy_class
 
-    async def _start_learners(self) -> None:
-        await self.learner_group.start_remote(self.mesh.job)
+    def _policy_specs(self) -> dict[str, dict[str, Any]]:
+        """Every policy id's spec as plain data: the config's ``policy_class`` or the
+        algorithm's default, on the env's spaces."""
+        default = self.get_default_policy_class(self.config)
+        spec = PolicySpec(self.config.policy_class).resolved(default, self.obs_space,
+                                                             self.action_space)
+        return {DEFAULT_POLICY_ID: spec.to_data(self.config)}
+
+    def _driver_policies(self) -> dict[str, Policy]:
+        """The policies ``get_policy`` returns: the learner's own when it runs here, else
+        copies kept at the newest published weights."""
+        if self.learner_group.local is not None:
+            return self.learner_group.local.policies
+        return {pid: build_policy_from_data(spec, self.config, runner=False)
+                for pid, spec in self.policy_specs.items()}
 
     def _on_started(self) -> None:
         """Called once every process is up and the first weights are published."""
@@ -117,39 +146,59 @@ class Algorithm:
     # --- training ---
 
     def train(self) -> dict[str, Any]:
-        """One iteration: sample ``train_batch_size`` env steps, update, publish weights."""
+        """One iteration: ``training_step()``, then the result (RLlib's keys)."""
         start = time.perf_counter()
-        fragments = self._loop.run(self.mesh.sample(self.config.train_batch_size))
-        sample_time = time.perf_counter() - start
-        steps = sum(f["env_steps"] for f in fragments)
+        self._timers = {"sample_time_s": 0.0, "learn_time_s": 0.0}
+        learner_stats = self.training_step() or {}
+        fragments, steps = self.env_runners.pop_sampled()
         self.timesteps_total += steps
-        learn_start = time.perf_counter()
-        stats: dict[str, float] = {}
-        if steps:  # none: policy-server clients sent nothing in time (an idle iteration)
-            stats = self.learner_group_update(fragments)
-            self.num_env_steps_trained += int(stats.get("num_env_steps_trained", 0))
-        learn_time = time.perf_counter() - learn_start
-        if steps:
-            self._publish()
+        self.num_env_steps_trained += sum(int(s.get("num_env_steps_trained", 0))
+                                          for s in learner_stats.values())
         self.iteration += 1
         elapsed = time.perf_counter() - start
         self.time_total_s += elapsed
-        result = self._result(fragments, steps, stats, elapsed, sample_time, learn_time)
+        result = self._result(fragments, steps, learner_stats, elapsed,
+                              self._timers["sample_time_s"] or elapsed,
+                              self._timers["learn_time_s"])
         if self.callbacks is not None:
             self.callbacks.on_train_result(algorithm=self, result=result)
         return result
 
-    def learner_group_update(self, fragments: list[dict[str, Any]]) -> dict[str, float]:
-        batch = merge_fragments(fragments)
-        group = self.learner_group
-        if group.local is not None:
-            return group.local.update_from_batch(batch, self.timesteps_total)
-        return self._loop.run(group.remote.update(batch, self.timesteps_total, timeout=None))
+    def training_step(self) -> dict[str, dict[str, float]]:
+        """Sample ``train_batch_size`` env steps, update every policy, publish the weights;
+        learner statistics by policy id. Override with the same public helpers."""
+        with self._timer("sample_time_s"):
+            fragments = synchronous_parallel_sample(self.env_runners,
+                                                    max_env_steps=self.config.train_batch_size)
+        if not any(f["env_steps"] for f in fragments):
+            return {}  # policy-server clients sent nothing in time: an idle iteration
+        with self._timer("learn_time_s"):
+            stats = self.learner_group.update_from_episodes(fragments,
+                                                            timesteps=self.timesteps_sampled)
+        self.env_runners.sync_weights()
+        return stats
 
-    def _publish(self) -> None:
-        weights = self.get_weights()
-        load_weights(self._policy.model, weights)
-        self._loop.run(self.mesh.publish(weights))
+    @property
+    def timesteps_sampled(self) -> int:
+        """Env steps sampled so far, this iteration's included (what schedules read)."""
+        return self.timesteps_total + self.env_runners.env_steps
+
+    @contextmanager
+    def _timer(self, name: str) -> Iterator[None]:
+        """Time the block into this iteration's ``timers`` (sample_time_s, learn_time_s)."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._timers[name] = self._timers.get(name, 0.0) + time.perf_counter() - start
+
+    def _publish(self, policies: list[str] | None = None) -> int:
+        """The learners' weights to the param server (and the driver's copies); the version."""
+        weights = self.learner_group.get_weights(policies)
+        if self.learner_group.local is None:
+            for pid, w in weights.items():
+                self._policies[pid].set_weights(w)
+        return self._loop.run(self.mesh.publish(weights))
 
     def _result(self, fragments: list[dict[str, Any]], steps: int, stats: dict[str, float],
                 elapsed: float, sample_time: float, learn_time: float) -> dict[str, Any]:
@@ -179,35 +228,37 @@ class Algorithm:
             "num_healthy_env_runners": self.mesh.num_healthy_runners(),
             "num_env_runner_restarts": self.mesh.restarts,
             "custom_metrics": summarize_custom_metrics([e.get("custom_metrics", {}) for e in new]),
-            "info": {"learner": {"default_policy": stats}},
+            "info": {"learner": dict(stats)},
         }
 
     # --- policy access ---
 
-    def get_weights(self) -> dict[str, np.ndarray]:
-        group = self.learner_group
-        if group.local is not None:
-            return group.local.get_weights()
-        return self._loop.run(group.remote.get_weights())
+    def get_policy(self, policy_id: str = DEFAULT_POLICY_ID) -> Policy:
+        """The policy ``policy_id`` (``compute_actions``, ``.model``, ``export_model``), at
+        the newest published weights."""
+        try:
+            return self._policies[policy_id]
+        except KeyError:
+            raise KeyError(f"no policy {policy_id!r}; this algorithm has {sorted(self._policies)}") from None
 
-    def set_weights(self, weights: dict[str, Any]) -> None:
-        group = self.learner_group
-        if group.local is not None:
-            group.local.set_weights(weights)
-        else:
-            self._loop.run(group.remote.set_weights(weights))
-        self._publish()
+    def get_weights(self, policies: list[str] | None = None) -> dict[str, dict[str, np.ndarray]]:
+        """``{policy_id: {name: array}}``."""
+        return self.learner_group.get_weights(policies)
 
-    def get_policy(self) -> "Policy":
-        return Policy(self)
+    def set_weights(self, weights: dict[str, dict[str, Any]]) -> None:
+        """Load ``{policy_id: {name: array}}`` into the learners and publish it."""
+        self.learner_group.set_weights(weights)
+        self._publish(list(weights))
 
-    def compute_single_action(self, observation: Any, explore: bool = False) -> Any:
-        """The action for one observation, from the newest weights (driver-side copy)."""
-        return self._policy.compute_single_action(observation, explore)
-
-    @property
-    def env_runners(self) -> "EnvRunnerGroup":
-        return EnvRunnerGroup(self)
+    def compute_single_action(self, observation: Any, state: list[Any] | None = None,
+                              explore: bool = False, policy_id: str = DEFAULT_POLICY_ID) -> Any:
+        """The action for one observation, from the newest weights (driver-side copy), as
+        the env takes it; with ``state`` (a recurrent policy) ``(action, state_out, extra)``."""
+        policy = self.get_policy(policy_id)
+        obs = np.asarray(observation, dtype=getattr(policy.observation_space, "dtype", None))
+        action, state_out, extra = policy.compute_single_action(obs, state, explore=explore)
+        action = env_action(self.config, policy.action_space, action)
+        return (action, state_out, extra) if state is not None else action
 
     # --- checkpoints ---
 
@@ -217,18 +268,13 @@ class Algorithm:
             checkpoint_dir = Path.home() / "rlmesh_results" / "checkpoints" / (
                 f"{type(self).__name__}_{time.strftime('%Y-%m-%d_%H-%M-%S')}"
                 f"/checkpoint_{self.iteration:06d}")
-        state = (self.learner_group.local.get_state() if self.learner_group.local is not None
-                 else self._loop.run(self.learner_group.remote.get_state()))
+        state = self.learner_group.get_state()
         self.last_checkpoint = checkpoints.write(Path(checkpoint_dir), self, state)
         return self.last_checkpoint
 
     def restore(self, path: str | Path) -> None:
         meta, state = checkpoints.read(Path(path))
-        group = self.learner_group
-        if group.local is not None:
-            group.local.set_state(state)
-        else:
-            self._loop.run(group.remote.set_state(state))
+        self.learner_group.set_state(state)
         counters = meta["counters"]
         self.iteration = counters["training_iteration"]
         self.timesteps_total = counters["timesteps_total"]
@@ -263,46 +309,3 @@ class Algorithm:
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
-
-
-class Policy:
-    """RLlib's policy view: weights in and out, single actions."""
-
-    def __init__(self, algo: Algorithm) -> None:
-        self._algo = algo
-
-    def get_weights(self) -> dict[str, np.ndarray]:
-        return self._algo.get_weights()
-
-    def set_weights(self, weights: dict[str, Any]) -> None:
-        self._algo.set_weights(weights)
-
-    def compute_single_action(self, obs: Any, explore: bool = False) -> Any:
-        return self._algo.compute_single_action(obs, explore)
-
-
-class EnvRunnerGroup:
-    """Reach every env runner, or every env of every runner (RLlib's foreach_* API).
-
-    Functions cannot cross processes (nothing is pickled): pass a method name, or a
-    module-level function, which is sent by its import path.
-    """
-
-    def __init__(self, algo: Algorithm) -> None:
-        self._algo = algo
-
-    def foreach_env_runner(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
-        return self._algo._loop.run(self._algo.mesh.foreach_runner(method, *args, **kwargs))
-
-    def foreach_env(self, fn: str | Callable[..., Any], *args: Any) -> list[Any]:
-        """``fn(env, *args)`` on every env: ``fn`` a module-level function or the name of a
-        method of the env (``"set_phase"`` calls ``env.unwrapped.set_phase(*args)``)."""
-        if callable(fn):
-            if "<" in fn.__qualname__:
-                raise ValueError("foreach_env needs a module-level function or a method name: "
-                                 "a lambda or nested function cannot be sent to other processes")
-            path = f"{fn.__module__}:{fn.__qualname__}"
-            per_runner = self.foreach_env_runner("foreach_env", path, *args)
-        else:
-            per_runner = self.foreach_env_runner("call_env_method", fn, *args)
-        return [r for runner in per_runner for r in runner]

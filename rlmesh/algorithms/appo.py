@@ -16,59 +16,57 @@ import torch
 from rlmesh.algorithms.appo_config import APPOConfig
 from rlmesh.algorithms.ppo import adapt_kl_coeff
 from rlmesh.algorithms.impala import (
-    IMPALA, ImpalaLearnerHooks, drop_last_step, entropy_coeff, evaluate, flat_valid, forward,
+    IMPALA, ImpalaTorchPolicy, drop_last_step, entropy_coeff, evaluate, flat_valid, forward,
     loss_terms, valid_rows, vtrace_targets, whole_batch)
 
-__all__ = ["APPO", "APPOConfig"]
+__all__ = ["APPO", "APPOConfig", "APPOTorchPolicy"]
 
 
-def target_model(learner: Any) -> torch.nn.Module:
+def target_model(policy: Any) -> torch.nn.Module:
     """The learner's target network, made on first use as a copy of the policy."""
-    target = getattr(learner, "target_model", None)
+    target = getattr(policy, "target_model", None)
     if target is None:
-        target = learner.target_model = copy.deepcopy(learner.model).requires_grad_(False)
+        target = policy.target_model = copy.deepcopy(policy.model).requires_grad_(False)
     return target
 
 
-class APPOLearnerHooks(ImpalaLearnerHooks):
+class APPOTorchPolicy(ImpalaTorchPolicy):
     """APPO's part of a learner update: V-trace toward the target network, clipped
     surrogate, value loss, entropy, optional KL."""
 
-    @staticmethod
-    def prepare_batch(learner: Any, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        if learner.config.vtrace_drop_last_ts:
+    def prepare_batch(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        if self.config.vtrace_drop_last_ts:
             batch = drop_last_step(batch)
         with torch.no_grad():
-            old_inputs = target_model(learner)(batch["obs"].flatten(0, 1))[0]
-            old_logp = learner.dist_cls.from_inputs(old_inputs).logp(
+            old_inputs = target_model(self)(batch["obs"].flatten(0, 1))[0]
+            old_logp = self.dist_class.from_inputs(old_inputs).logp(
                 batch["actions"].flatten(0, 1)).reshape(batch["rewards"].shape)
-            whole = whole_batch(learner, batch)
+            whole = whole_batch(self, batch)
             if whole is not None:  # V-trace in the loss, from its own forward pass
                 return {**whole, "old_logp": old_logp, "old_dist_inputs": old_inputs}
-            _, values, bootstrap = evaluate(learner, batch, learner.model)
-            vs, pg_advantages = vtrace_targets(learner, batch, old_logp, values, bootstrap)
+            _, values, bootstrap = evaluate(self, batch, self.model)
+            vs, pg_advantages = vtrace_targets(self, batch, old_logp, values, bootstrap)
         flat = flat_valid(batch, vs=vs, pg_advantages=pg_advantages, old_logp=old_logp)
         flat["old_dist_inputs"] = old_inputs[batch["mask"].flatten()]
         return flat
 
-    @staticmethod
-    def compute_loss(learner: Any, mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        cfg = learner.config
+    def loss(self, mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        cfg = self.config
         if "vs" in mb:  # a flat minibatch with its V-trace targets
-            dist_inputs, values = learner.model(mb["obs"])
+            dist_inputs, values = self.model(mb["obs"])
             mask: torch.Tensor | slice = slice(None)
             actions, vs, adv = mb["actions"], mb["vs"], mb["pg_advantages"]
             behaviour, old_logp = mb["action_logp"], mb["old_logp"]
         else:  # the whole time-major batch
-            dist_inputs, values, bootstrap = forward(mb, learner.model)
+            dist_inputs, values, bootstrap = forward(mb, self.model)
             with torch.no_grad():
-                vs, adv = vtrace_targets(learner, mb, mb["old_logp"], values.detach(),
+                vs, adv = vtrace_targets(self, mb, mb["old_logp"], values.detach(),
                                          bootstrap.detach())
             mask = valid_rows(mb["mask"].flatten().bool())
             values, vs, adv = values.flatten(), vs.flatten(), adv.flatten()
             actions = mb["actions"].flatten(0, 1)
             behaviour, old_logp = mb["action_logp"].flatten(), mb["old_logp"].flatten()
-        dist = learner.dist_cls.from_inputs(dist_inputs)
+        dist = self.dist_class.from_inputs(dist_inputs)
         logp = dist.logp(actions)
         # The ratio to the target network, through the behaviour policy: pi/mu * mu/target,
         # the second factor clipped to [0, 2] as in RLlib so a stale sample cannot blow it up.
@@ -78,30 +76,29 @@ class APPOLearnerHooks(ImpalaLearnerHooks):
         surrogate = torch.min(adv * ratio,
                               adv * torch.clamp(ratio, 1 - cfg.clip_param, 1 + cfg.clip_param))
         policy_loss = -surrogate.mean()
-        vf_loss, entropy, stats = loss_terms(learner, dist, values, vs, mask)
-        kl = learner.dist_cls.from_inputs(mb["old_dist_inputs"]).kl(dist)[mask].mean()
-        coeff = entropy_coeff(learner)
+        vf_loss, entropy, stats = loss_terms(self, dist, values, vs, mask)
+        kl = self.dist_class.from_inputs(mb["old_dist_inputs"]).kl(dist)[mask].mean()
+        coeff = entropy_coeff(self)
         total = policy_loss + cfg.vf_loss_coeff * vf_loss - coeff * entropy
         if cfg.use_kl_loss:
-            total = total + learner.state.setdefault("cur_kl_coeff", cfg.kl_coeff) * kl
+            total = total + self.state.setdefault("cur_kl_coeff", cfg.kl_coeff) * kl
         with torch.no_grad():
             clipped = ((ratio - 1).abs() > cfg.clip_param).float().mean()
         return total, {"total_loss": total.detach(), "policy_loss": policy_loss.detach(),
                        "entropy_coeff": torch.tensor(coeff), "mean_kl_loss": kl.detach(),
                        "clip_fraction": clipped, **stats}
 
-    @staticmethod
-    def after_update(learner: Any, stats: dict[str, float]) -> None:
-        cfg = learner.config
-        if learner.num_updates % cfg.target_network_update_freq == 0:
-            target_model(learner).load_state_dict(learner.model.state_dict())
-            learner.state["num_target_updates"] = learner.state.get("num_target_updates", 0) + 1
+    def after_update(self, stats: dict[str, float]) -> None:
+        cfg = self.config
+        if self.num_updates % cfg.target_network_update_freq == 0:
+            target_model(self).load_state_dict(self.model.state_dict())
+            self.state["num_target_updates"] = self.state.get("num_target_updates", 0) + 1
         if cfg.use_kl_loss:
-            adapt_kl_coeff(learner, stats.get("mean_kl_loss", 0.0))
+            adapt_kl_coeff(self, stats.get("mean_kl_loss", 0.0))
 
 
 class APPO(IMPALA):
-    """APPO on the rlmesh mesh: IMPALA's pipeline with APPO's learner hooks."""
+    """APPO on the rlmesh mesh: IMPALA's pipeline with APPO's policy."""
 
     config_class = APPOConfig
-    learner_hooks = APPOLearnerHooks
+    default_policy_class = APPOTorchPolicy

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rlmesh.algorithms.config import setting
+from rlmesh.config.base import setting
 from rlmesh.algorithms.impala_config import ImpalaConfig
 
 # RLlib's APPOConfig.__init__ values for settings IMPALA already declares.

@@ -13,8 +13,6 @@ import numpy as np
 
 from rlmesh.algorithms.algorithm import Algorithm
 from rlmesh.algorithms.topology import AsyncMesh
-from rlmesh.envs import space_to_data
-from rlmesh.roles.learner import load_weights
 from rlmesh.runtime import ActorUnavailable, RemoteError
 
 log = logging.getLogger(__name__)
@@ -26,54 +24,15 @@ class LearnerFailed(RuntimeError):
     """A learner died or its update loop raised: the run cannot go on."""
 
 
-class _AllLearners:
-    """Rank 0 answers for the learners' weights and state; new weights and state go to all."""
-
-    def __init__(self, mesh: AsyncMesh) -> None:
-        self.mesh = mesh
-
-    async def get_weights(self) -> Any:
-        return await self.mesh.learners[0].call("get_weights")
-
-    async def get_state(self) -> Any:
-        return await self.mesh.learners[0].call("get_state", timeout=120)
-
-    async def set_weights(self, weights: dict[str, Any]) -> None:
-        await asyncio.gather(*(h.call("set_weights", weights) for h in self.mesh.learners))
-
-    async def set_state(self, state: dict[str, Any]) -> None:
-        await asyncio.gather(*(h.call("set_state", state, timeout=120) for h in self.mesh.learners))
-
-
-class _AsyncLearnerGroup:
-    local = None
-
-    def __init__(self, mesh: AsyncMesh) -> None:
-        self.remote = _AllLearners(mesh)
-
-
 class AsyncAlgorithm(Algorithm):
-    """Base of IMPALA and APPO; subclasses name their config class and learner hooks."""
+    """Base of IMPALA and APPO; subclasses name their config class and default policy."""
 
     mesh_class = AsyncMesh
     mesh: AsyncMesh
 
-    def _make_learner_group(self) -> Any:
-        for warning in self.config.warnings():
-            log.warning("%s", warning)
-        return _AsyncLearnerGroup(self.mesh)
-
-    async def _start_learners(self) -> None:
-        hooks = self.learner_hooks
-        cfg = type(self.config)
-        await self.mesh.start_learners(
-            f"{cfg.__module__}:{cfg.__qualname__}",
-            [space_to_data(self.obs_space), space_to_data(self.action_space)],
-            f"{hooks.__module__}:{hooks.__qualname__}")
-        await self.mesh.start_aggregators()
-
     def _on_started(self) -> None:
-        self._loop.run(self.mesh.start_streaming())
+        self._loop.run(self.mesh.start_aggregators())
+        self._loop.run(self.mesh.start_async())
         self._updates_seen = 0
 
     def train(self) -> dict[str, Any]:
@@ -87,7 +46,8 @@ class AsyncAlgorithm(Algorithm):
         self.timesteps_total += steps
         trained = sum(m["num_env_steps_trained"] for m in learners)
         self.num_env_steps_trained += trained
-        load_weights(self._policy.model, self.get_weights())  # compute_single_action's copy
+        for pid, w in self.get_weights().items():  # get_policy's copies
+            self._policies[pid].set_weights(w)
         self.iteration += 1
         elapsed = time.perf_counter() - start
         self.time_total_s += elapsed
@@ -154,7 +114,11 @@ class AsyncAlgorithm(Algorithm):
         }
 
 
-def _mean_stats(learners: list[dict[str, Any]]) -> dict[str, float]:
-    """Each statistic averaged over the learners that updated in the iteration."""
-    keys = {k for m in learners for k in m["stats"]}
-    return {k: float(np.mean([m["stats"][k] for m in learners if k in m["stats"]])) for k in keys}
+def _mean_stats(learners: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Each policy's statistics averaged over the learners that updated it in the iteration."""
+    out: dict[str, dict[str, float]] = {}
+    for pid in {p for m in learners for p in m["stats"]}:
+        per = [m["stats"][pid] for m in learners if pid in m["stats"]]
+        keys = {k for s in per for k in s}
+        out[pid] = {k: float(np.mean([s[k] for s in per if k in s])) for k in keys}
+    return out

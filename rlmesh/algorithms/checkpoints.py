@@ -1,11 +1,16 @@
 """The checkpoint format: a directory written atomically, no pickled classes.
 
     checkpoint_000010/
-      rlmesh_checkpoint.msgpack   {"format": "rlmesh-checkpoint", "format_version": 1,
+      rlmesh_checkpoint.msgpack   {"format": "rlmesh-checkpoint", "format_version": 2,
                                    "algorithm": "rlmesh.algorithms.ppo:PPO", "config": {...},
+                                   "policies": {policy_id: PolicySpec data},
                                    "counters": {...}, "created": unix time}
-      learner.pt                  torch.save({"model": state_dict, "optimizer": state_dict,
-                                              "state": {...}, ...}); read with weights_only=True
+      learner.pt                  torch.save({"policies": {policy_id: policy.get_state()},
+                                              "num_updates": n}); read with weights_only=True;
+                                  a TorchPolicy's state: {"model": state_dict, "optimizer":
+                                  state_dict, "state": {...}, counters}
+
+Version 1 (one policy, its state at the top of learner.pt) is read as ``default_policy``.
 
 The directory is written under a temporary name and renamed into place, so a crash mid-save
 leaves the previous checkpoint (and no half-written one) behind.
@@ -23,7 +28,8 @@ import msgpack
 import torch
 
 FORMAT = "rlmesh-checkpoint"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 META = "rlmesh_checkpoint.msgpack"
 STATE = "learner.pt"
 
@@ -43,6 +49,7 @@ def write(path: Path, algo: Any, learner_state: dict[str, Any]) -> str:
         "format": FORMAT, "format_version": FORMAT_VERSION,
         "algorithm": f"{type(algo).__module__}:{type(algo).__qualname__}",
         "config": algo.config.to_dict(),
+        "policies": algo.policy_specs,
         "counters": {"training_iteration": algo.iteration, "timesteps_total": algo.timesteps_total,
                      "episodes_total": algo.episodes_total, "time_total_s": algo.time_total_s,
                      "num_env_steps_trained": algo.num_env_steps_trained},
@@ -66,11 +73,14 @@ def read(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     if not meta_path.is_file():
         raise CheckpointError(f"{path} is not an rlmesh checkpoint (no {META} in it)")
     meta = msgpack.unpackb(meta_path.read_bytes(), raw=False)
-    if meta.get("format") != FORMAT or meta.get("format_version") != FORMAT_VERSION:
+    if meta.get("format") != FORMAT or meta.get("format_version") not in READABLE_VERSIONS:
         raise CheckpointError(
             f"{path}: checkpoint format {meta.get('format')!r} version "
-            f"{meta.get('format_version')!r}; this rlmesh reads {FORMAT!r} version {FORMAT_VERSION}")
+            f"{meta.get('format_version')!r}; this rlmesh reads {FORMAT!r} versions "
+            f"{', '.join(map(str, READABLE_VERSIONS))}")
     state = torch.load(path / STATE, map_location="cpu", weights_only=True)
+    if meta["format_version"] == 1:  # one policy's state, before states were keyed
+        state = {"policies": {"default_policy": state}, "num_updates": state.get("num_updates", 0)}
     return meta, state
 
 

@@ -14,19 +14,20 @@ import torch
 
 from rlmesh.algorithms.asynchronous import AsyncAlgorithm
 from rlmesh.algorithms.impala_config import ImpalaConfig
-from rlmesh.algorithms.schedules import value_at
+from rlmesh.config.schedules import value_at
+from rlmesh.policy.torch_policy import TorchPolicy, entropy_of, explained_variance
+from rlmesh.rl.columns import time_major_keys
 from rlmesh.rl.optim import Adam, Optimizers, RMSprop
 from rlmesh.rl.vtrace import vtrace
 
-__all__ = ["IMPALA", "ImpalaConfig"]
+__all__ = ["IMPALA", "ImpalaConfig", "ImpalaTorchPolicy"]
 
 
 def drop_last_step(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """The batch without its last row; the dropped row's observation becomes the bootstrap
     observation (``vtrace_drop_last_ts``)."""
     t = batch["rewards"].shape[0]
-    out = {k: batch[k][:t - 1] for k in ("obs", "actions", "action_logp", "action_dist_inputs",
-                                          "rewards", "terminateds", "truncateds", "mask")}
+    out = {k: batch[k][:t - 1] for k in time_major_keys(batch)}
     out["next_obs"] = batch["obs"][t - 1]
     keep = batch["trunc_index"][:, 0] < t - 1  # truncations on the dropped row go with it
     out["trunc_index"] = batch["trunc_index"][keep]
@@ -51,20 +52,20 @@ def forward(batch: dict[str, torch.Tensor], model: torch.nn.Module
     return dist_inputs[:t * b], values, bootstrap
 
 
-def evaluate(learner: Any, batch: dict[str, torch.Tensor], model: torch.nn.Module
+def evaluate(policy: Any, batch: dict[str, torch.Tensor], model: torch.nn.Module
              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``model``'s action log-probabilities and values ``[T, B]`` on a time-major batch,
     and the bootstrap values (see ``forward``)."""
     dist_inputs, values, bootstrap = forward(batch, model)
-    logp = learner.dist_cls.from_inputs(dist_inputs).logp(batch["actions"].flatten(0, 1))
+    logp = policy.dist_class.from_inputs(dist_inputs).logp(batch["actions"].flatten(0, 1))
     return logp.reshape(values.shape), values, bootstrap
 
 
-def vtrace_targets(learner: Any, batch: dict[str, torch.Tensor],
+def vtrace_targets(policy: Any, batch: dict[str, torch.Tensor],
                    target_logp: torch.Tensor, values: torch.Tensor, bootstrap: torch.Tensor
                    ) -> tuple[torch.Tensor, torch.Tensor]:
     """V-trace's ``(vs, pg_advantages)`` of the batch, ``target_logp`` the policy corrected to."""
-    cfg = learner.config
+    cfg = policy.config
     return vtrace(batch["action_logp"], target_logp, batch["rewards"], values, bootstrap,
                   batch["terminateds"], batch["truncateds"], cfg.gamma,
                   cfg.vtrace_clip_rho_threshold, cfg.vtrace_clip_pg_rho_threshold)
@@ -87,17 +88,17 @@ def valid_rows(mask: torch.Tensor) -> torch.Tensor | slice:
     return slice(None) if bool(mask.all()) else mask
 
 
-def entropy_coeff(learner: Any) -> float:
-    cfg = learner.config
+def entropy_coeff(policy: Any) -> float:
+    cfg = policy.config
     if cfg.entropy_coeff_schedule:
-        return float(value_at(cfg.entropy_coeff_schedule, learner.timesteps))
+        return float(value_at(cfg.entropy_coeff_schedule, policy.global_timestep))
     return cfg.entropy_coeff
 
 
-def make_optimizer(learner: Any) -> Any:
+def make_optimizer(policy: Any) -> Any:
     """``opt_type``'s optimizer; with ``_separate_vf_optimizer`` a second one, at ``_lr_vf``,
     for the value branch (the parameters named ``vf_*``)."""
-    cfg, model = learner.config, learner.model
+    cfg, model = policy.config, policy.model
 
     def build(params: list[torch.nn.Parameter], lr: float) -> Any:
         if cfg.opt_type == "rmsprop":
@@ -114,76 +115,67 @@ def make_optimizer(learner: Any) -> Any:
     return Optimizers(build(pi, cfg.lr), build(vf, cfg.lr_vf))
 
 
-def whole_batch(learner: Any, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor] | None:
+def whole_batch(policy: Any, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor] | None:
     """Without minibatches, the batch stays time-major and the loss computes V-trace from
     its own forward pass (one pass instead of two); None when minibatches are asked for."""
-    if learner.config.minibatch_size is not None:
+    if policy.config.minibatch_size is not None:
         return None
     return {**batch, "_whole_batch": True}
 
 
-def loss_terms(learner: Any, dist: Any, values: torch.Tensor, vs: torch.Tensor,
+def loss_terms(policy: Any, dist: Any, values: torch.Tensor, vs: torch.Tensor,
                mask: torch.Tensor | slice) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
     """The value loss and entropy over the valid samples, and the value statistics."""
     vf_loss = 0.5 * (values[mask] - vs[mask]).pow(2).mean()
-    entropy = (dist.entropy_estimate() if hasattr(dist, "entropy_estimate")
-               else dist.entropy())[mask].mean()
-    with torch.no_grad():
-        v, target = values[mask], vs[mask]
-        var = target.var() if len(v) > 1 else v.new_zeros(())
-        explained = 1 - (target - v).var() / var if var > 0 else var
+    entropy = entropy_of(dist)[mask].mean()
     return vf_loss, entropy, {"vf_loss": vf_loss.detach(), "entropy": entropy.detach(),
-                              "vf_explained_var": explained}
+                              "vf_explained_var": explained_variance(vs[mask], values[mask])}
 
 
-class ImpalaLearnerHooks:
-    """The IMPALA-specific part of a learner update (see rlmesh.roles.learner.LearnerHooks)."""
+class ImpalaTorchPolicy(TorchPolicy):
+    """IMPALA's learner side: V-trace targets toward the current policy, the policy-gradient
+    loss weighted by V-trace advantages, the value loss and the entropy bonus."""
 
-    make_optimizer = staticmethod(make_optimizer)
+    def make_optimizer(self) -> Any:
+        return make_optimizer(self)
 
-    @staticmethod
-    def prepare_batch(learner: Any, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        if learner.config.vtrace_drop_last_ts:
+    def prepare_batch(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        if self.config.vtrace_drop_last_ts:
             batch = drop_last_step(batch)
-        whole = whole_batch(learner, batch)
+        whole = whole_batch(self, batch)
         if whole is not None:
             return whole
         # Minibatches: V-trace's outputs are constants of the loss (no gradient flows
         # through them), computed once per pass with the current weights.
         with torch.no_grad():
-            target_logp, values, bootstrap = evaluate(learner, batch, learner.model)
-            vs, pg_advantages = vtrace_targets(learner, batch, target_logp, values, bootstrap)
+            target_logp, values, bootstrap = evaluate(self, batch, self.model)
+            vs, pg_advantages = vtrace_targets(self, batch, target_logp, values, bootstrap)
         return flat_valid(batch, vs=vs, pg_advantages=pg_advantages)
 
-    @staticmethod
-    def compute_loss(learner: Any, mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        cfg = learner.config
+    def loss(self, mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        cfg = self.config
         if "vs" in mb:  # a flat minibatch with its V-trace targets
-            dist_inputs, values = learner.model(mb["obs"])
-            dist = learner.dist_cls.from_inputs(dist_inputs)
+            dist_inputs, values = self.model(mb["obs"])
+            dist = self.dist_class.from_inputs(dist_inputs)
             logp = dist.logp(mb["actions"])
             vs, pg_advantages = mb["vs"], mb["pg_advantages"]
             mask: torch.Tensor | slice = slice(None)
         else:  # the whole time-major batch
-            dist_inputs, values, bootstrap = forward(mb, learner.model)
-            dist = learner.dist_cls.from_inputs(dist_inputs)
+            dist_inputs, values, bootstrap = forward(mb, self.model)
+            dist = self.dist_class.from_inputs(dist_inputs)
             logp = dist.logp(mb["actions"].flatten(0, 1)).reshape(values.shape)
             with torch.no_grad():
-                vs, pg_advantages = vtrace_targets(learner, mb, logp.detach(), values.detach(),
+                vs, pg_advantages = vtrace_targets(self, mb, logp.detach(), values.detach(),
                                                    bootstrap.detach())
             mask = valid_rows(mb["mask"].bool().flatten())
             values, vs, pg_advantages = values.flatten(), vs.flatten(), pg_advantages.flatten()
             logp = logp.flatten()
         policy_loss = -(logp[mask] * pg_advantages[mask]).mean()
-        vf_loss, entropy, stats = loss_terms(learner, dist, values, vs, mask)
-        coeff = entropy_coeff(learner)
+        vf_loss, entropy, stats = loss_terms(self, dist, values, vs, mask)
+        coeff = entropy_coeff(self)
         total = policy_loss + cfg.vf_loss_coeff * vf_loss - coeff * entropy
         return total, {"total_loss": total.detach(), "policy_loss": policy_loss.detach(),
                        "entropy_coeff": torch.tensor(coeff), **stats}
-
-    @staticmethod
-    def after_update(learner: Any, stats: dict[str, float]) -> None:
-        pass
 
 
 class IMPALA(AsyncAlgorithm):
@@ -192,4 +184,4 @@ class IMPALA(AsyncAlgorithm):
     ``broadcast_interval`` updates."""
 
     config_class = ImpalaConfig
-    learner_hooks = ImpalaLearnerHooks
+    default_policy_class = ImpalaTorchPolicy

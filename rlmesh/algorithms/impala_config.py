@@ -6,8 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from rlmesh.algorithms.config import MODEL_DEFAULTS, AlgorithmConfig, setting
-from rlmesh.algorithms.schedules import validate_schedule
+from rlmesh.config.base import AlgorithmConfig, setting
+from rlmesh.rl.spec import MODEL_DEFAULTS
+from rlmesh.config.schedules import validate_schedule
 
 # RLlib's IMPALAConfig.__init__ values for settings AlgorithmConfig already declares.
 _IMPALA_DEFAULTS = {
@@ -17,7 +18,7 @@ _IMPALA_DEFAULTS = {
     "num_env_runners": 2,
     "grad_clip": 40.0,
     "num_epochs": 1,
-    "model": {**MODEL_DEFAULTS},
+    "model": {**MODEL_DEFAULTS, "vf_share_layers": True},
 }
 
 

@@ -1,8 +1,5 @@
-"""A policy for acting only: the model on the CPU and its action distribution, no processes.
-
-The driver keeps one in step with the newest weights for ``compute_single_action``;
-``rlmesh rollout`` loads one straight from a checkpoint without starting a mesh.
-"""
+"""A checkpoint's policy for acting only, without a mesh: ``rlmesh rollout`` and ``rlmesh
+serve`` load one straight from a checkpoint."""
 
 from __future__ import annotations
 
@@ -10,46 +7,50 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from rlmesh.algorithms import checkpoints
-from rlmesh.algorithms.config import AlgorithmConfig
 from rlmesh.envs import actions_for_env, env_registry, import_object, spaces_of
-from rlmesh.rl.distributions import distribution_for
-from rlmesh.rl.models import build_model
+from rlmesh.policy.spec import PolicySpec, build_policy_from_data
+from rlmesh.rl.columns import DEFAULT_POLICY_ID
 
 
 class InferencePolicy:
-    """``compute_single_action`` from a model and the config it was trained with."""
+    """``compute_single_action`` of one policy of a checkpoint, at its saved weights."""
 
-    def __init__(self, config: AlgorithmConfig, obs_space: Any, action_space: Any) -> None:
-        self.config = config
-        self.obs_space, self.action_space = obs_space, action_space
-        self.model = build_model(obs_space, action_space, config.model)
-        self.squash = bool(config.model.get("squash_actions", False))
-        self.dist_cls = distribution_for(action_space, self.squash)[0]
+    def __init__(self, config: Any, policy: Any) -> None:
+        self.config, self.policy = config, policy
+        self.obs_space, self.action_space = policy.observation_space, policy.action_space
 
     @classmethod
-    def from_checkpoint(cls, path: str | Path) -> "InferencePolicy":
+    def from_checkpoint(cls, path: str | Path, policy_id: str = DEFAULT_POLICY_ID) -> "InferencePolicy":
         meta, state = checkpoints.read(Path(path))
-        config = import_object(meta["algorithm"]).config_class.from_dict(meta["config"])
-        obs_space, action_space = spaces_of(meta["config"]["env"], config.env_config,
-                                            env_registry())
-        policy = cls(config, obs_space, action_space)
-        policy.model.load_state_dict(state["model"])
-        return policy
+        algo_cls = import_object(meta["algorithm"], "algorithm")
+        config = algo_cls.config_class.from_dict(meta["config"])
+        specs = meta.get("policies")
+        if specs is None:  # format version 1: the algorithm's default policy on the env's spaces
+            obs_space, action_space = spaces_of(meta["config"]["env"], config.env_config,
+                                                env_registry())
+            spec = PolicySpec(config.policy_class).resolved(
+                algo_cls.get_default_policy_class(config), obs_space, action_space)
+            specs = {DEFAULT_POLICY_ID: spec.to_data(config)}
+        policy = build_policy_from_data(specs[policy_id], config, runner=False)
+        policy.set_state(state["policies"][policy_id])
+        return cls(config, policy)
 
     def compute_single_action(self, observation: Any, explore: bool = False) -> Any:
-        obs = torch.as_tensor(np.asarray(observation, dtype=self.obs_space.dtype)[None])
-        with torch.no_grad():
-            dist_inputs, _ = self.model(obs)
-            dist = self.dist_cls.from_inputs(dist_inputs)
-            action = (dist.sample() if explore else dist.deterministic_sample())[0].numpy()
-        if action.ndim == 0:
-            return int(action)
-        # Squashed actions are in the bounds already (as the env runner steps them).
-        return actions_for_env(action, self.action_space,
-                               self.config.normalize_actions and not self.squash)
+        obs = np.asarray(observation, dtype=self.obs_space.dtype)
+        return env_action(self.config, self.action_space,
+                          self.policy.compute_single_action(obs, explore=explore)[0])
 
     def stop(self) -> None:
         """Nothing to stop (the same call as an Algorithm's, for code that takes either)."""
+
+
+def env_action(config: Any, action_space: Any, action: Any) -> Any:
+    """A policy's action as the env takes it: a Python int for Discrete, Box actions
+    rescaled or clipped as the env runners do (squashed ones are in the bounds already)."""
+    if np.ndim(action) == 0 and np.issubdtype(np.asarray(action).dtype, np.integer):
+        return int(action)
+    squash = bool(config.model.get("squash_actions", False))
+    return actions_for_env(action, action_space, config.normalize_actions and not squash,
+                           config.clip_actions)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rlmesh.algorithms.config import MODEL_DEFAULTS, AlgorithmConfig, setting
+from rlmesh.config.base import AlgorithmConfig, setting
+from rlmesh.rl.spec import MODEL_DEFAULTS
 
 # RLlib's PPOConfig.__init__ values for settings AlgorithmConfig already declares.
 _PPO_DEFAULTS = {
@@ -16,7 +17,7 @@ _PPO_DEFAULTS = {
     "num_epochs": 30,
     "shuffle_batch_per_epoch": True,
     "num_env_runners": 2,
-    "model": {**MODEL_DEFAULTS, "vf_share_layers": False},
+    "model": dict(MODEL_DEFAULTS),
 }
 
 

@@ -1,7 +1,8 @@
 """The one place that wires a run's processes: which roles, how many, who talks to whom.
 
 Synchronous algorithms (PPO): a param server in the driver process, ``num_env_runners``
-env-runner processes (or one runner in the driver when it is 0), and the learner group.
+env-runner processes (or one runner in the driver when it is 0), and the learners
+(``num_learners`` actors, data-parallel when several; none: the learner in the driver).
 Runners pull weights from the param server at the start of each fragment.
 """
 
@@ -12,8 +13,9 @@ import logging
 import time
 from typing import Any
 
-from rlmesh.algorithms.config import AlgorithmConfig
+from rlmesh.config.base import AlgorithmConfig
 from rlmesh.envs import env_registry
+from rlmesh.policy.policy import class_path
 from rlmesh.runtime import ActorUnavailable, RestartPolicy
 from rlmesh.runtime.job import make_job
 
@@ -22,24 +24,28 @@ log = logging.getLogger(__name__)
 ENV_RUNNER = "rlmesh.roles.env_runner:EnvRunner"
 POLICY_SERVER_RUNNER = "rlmesh.roles.policy_server:PolicyServerRunner"
 PARAM_SERVER = "rlmesh.roles.paramserver:ParamServer"
+LEARNER = "rlmesh.roles.learner_actor:LearnerActor"
+AGGREGATOR = "rlmesh.roles.aggregator:Aggregator"
 
 
 class Mesh:
     """The processes of one run, and the few things the driver asks of them."""
 
-    def __init__(self, config: AlgorithmConfig, loop_thread: Any) -> None:
+    asynchronous = False
+
+    def __init__(self, config: AlgorithmConfig, loop_thread: Any,
+                 policy_specs: dict[str, Any]) -> None:
         self.config = config
         self.loop_thread = loop_thread
+        self.policy_specs = policy_specs
+        self.learners: list[Any] = []
+        self.learner_failure: str | None = None
         self.job: Job | None = None
         self.param_server: Any = None
         self.runners: list[Any] = []
         self.version = 0
         self.restarts = 0
         self._gone: set[str] = set()
-
-    async def start(self, learner_group: Any) -> None:
-        await self.start_runners()
-        await learner_group.start_remote(self.job)
 
     async def start_runners(self) -> None:
         """The job, the param server and the env runners (or policy servers)."""
@@ -49,7 +55,9 @@ class Mesh:
         self.job = await make_job(cfg.resource_request())
         self.job.supervisor.listeners.append(self._on_event)
         self.param_server = await self.job.spawn(PARAM_SERVER, name="param_server", in_process=True)
-        runner_config = {**cfg.to_dict(), "_env_registry": env_registry()}
+        runner_config = {**cfg.to_dict(), "_env_registry": env_registry(),
+                         "_config_class": class_path(type(cfg)),
+                         "_policy_specs": self.policy_specs}
         policy = RestartPolicy(max_restarts=cfg.max_num_env_runner_restarts
                                if cfg.restart_failed_env_runners else 0)
         # External simulators: runners that serve PolicyClients instead of stepping envs.
@@ -64,15 +72,38 @@ class Mesh:
                                restart=policy, role="EnvRunner")
                 for i in range(1, cfg.num_env_runners + 1))))
 
+    async def start_learners(self, policy_specs: dict[str, Any]) -> None:
+        """``max(1, num_learners)`` learner actors (in the driver process when
+        ``num_learners`` is 0), data-parallel when more than one."""
+        from rlmesh.roles.data_parallel import free_port
+
+        cfg = self.config
+        n = max(1, cfg.num_learners)
+        dp_address = f"tcp://127.0.0.1:{free_port()}" if n > 1 else ""
+        threads = cfg.num_cpus_per_learner if isinstance(cfg.num_cpus_per_learner, (int, float)) else 1
+        self.learners = list(await asyncio.gather(*(
+            self.job.spawn(LEARNER, cfg.to_dict(), class_path(type(cfg)), policy_specs, rank, n,
+                           dp_address, name=f"learner-{rank}", role="Learner",
+                           in_process=cfg.num_learners == 0,
+                           restart=RestartPolicy(max_restarts=0),
+                           env={"OMP_NUM_THREADS": str(max(1, int(threads)))})
+            for rank in range(n))))
+
     def _on_event(self, event: Any) -> None:
         if event.kind == "restarted" and event.name.startswith("env_runner-"):
             self.restarts += 1
         elif event.kind == "gave_up":
             self._gone.add(event.name)
+        if event.name.startswith("learner-") and event.kind in ("died", "hung"):
+            self.learner_failure = f"{event.name} {event.kind}: {event.detail}"
+            if event.last_lines:
+                self.learner_failure += "\n  last lines:\n    " + "\n    ".join(event.last_lines[-10:])
 
-    async def publish(self, weights: dict[str, Any]) -> None:
+    async def publish(self, weights: dict[str, Any]) -> int:
+        """``{policy_id: weights}`` to the param server under a new version."""
         self.version += 1
         await self.param_server.set_weights(self.version, weights)
+        return self.version
 
     async def sample(self, target_steps: int) -> list[dict[str, Any]]:
         """Fragments from every runner, round after round, until ``target_steps`` env steps."""
@@ -121,14 +152,14 @@ class Mesh:
         return list(await asyncio.gather(*(r.call(method, *args, **kwargs)
                                            for r in self.healthy_runners())))
 
+    async def learner_call(self, method: str, *args: Any) -> list[Any]:
+        return list(await asyncio.gather(*(h.call(method, *args) for h in self.learners)))
+
     async def stop(self) -> None:
         if self.job is not None:
             await self.job.shutdown()
             self.job = None
 
-
-LEARNER = "rlmesh.roles.async_learner:AsyncLearner"
-AGGREGATOR = "rlmesh.roles.aggregator:Aggregator"
 
 
 class AsyncMesh(Mesh):
@@ -142,27 +173,12 @@ class AsyncMesh(Mesh):
     (``learner_failure``), as its optimizer state exists nowhere else.
     """
 
-    def __init__(self, config: Any, loop_thread: Any) -> None:
-        super().__init__(config, loop_thread)
-        self.learners: list[Any] = []
+    asynchronous = True
+
+    def __init__(self, config: Any, loop_thread: Any, policy_specs: dict[str, Any]) -> None:
+        super().__init__(config, loop_thread, policy_specs)
         self.aggregators: list[Any] = []
-        self.learner_failure: str | None = None
         self.aggregator_restarts = 0
-
-    async def start_learners(self, config_cls: str, spaces: list[Any], hooks: str) -> None:
-        from rlmesh.roles.data_parallel import free_port
-
-        cfg = self.config
-        n = max(1, cfg.num_learners)
-        dp_address = f"tcp://127.0.0.1:{free_port()}" if n > 1 else ""
-        threads = cfg.num_cpus_per_learner if isinstance(cfg.num_cpus_per_learner, (int, float)) else 1
-        self.learners = list(await asyncio.gather(*(
-            self.job.spawn(LEARNER, cfg.to_dict(), config_cls, spaces, hooks, rank, n, dp_address,
-                           name=f"learner-{rank}", role="Learner",
-                           in_process=cfg.num_learners == 0,
-                           restart=RestartPolicy(max_restarts=0),
-                           env={"OMP_NUM_THREADS": str(max(1, int(threads)))})
-            for rank in range(n))))
 
     async def start_aggregators(self) -> None:
         cfg = self.config
@@ -170,7 +186,8 @@ class AsyncMesh(Mesh):
         policy = RestartPolicy(max_restarts=cfg.max_num_env_runner_restarts
                                if cfg.restart_failed_env_runners else 0)
         self.aggregators = list(await asyncio.gather(*(
-            self.job.spawn(AGGREGATOR, cfg.to_dict(), names, j, name=f"aggregator-{j}",
+            self.job.spawn(AGGREGATOR, cfg.to_dict(), class_path(type(cfg)), names, j,
+                           name=f"aggregator-{j}",
                            role="Aggregator", restart=policy)
             for j in range(cfg.num_aggregation_workers))))
 
@@ -181,22 +198,21 @@ class AsyncMesh(Mesh):
             return [self.aggregators[runner_index % len(self.aggregators)].name]
         return [h.name for h in self.learners]
 
-    async def start_streaming(self) -> None:
+    async def start_async(self) -> None:
+        """The learners' update loops, then the runners' streams into them."""
+        await asyncio.gather(*(h.call("start_async") for h in self.learners))
         window = self.config.max_sample_requests_in_flight_per_worker
         await asyncio.gather(*(r.call("start_streaming", self.sinks_of(i), window)
                                for i, r in enumerate(self.runners)))
 
-    async def publish(self, weights: dict[str, Any] | None = None) -> None:
+    async def publish(self, weights: dict[str, Any] | None = None) -> int:
         """The learners' weights to the param server now (rank 0 publishes)."""
         self.version = await self.learners[0].call("publish")
+        return self.version
 
     def _on_event(self, event: Any) -> None:
         super()._on_event(event)
         name = event.name
-        if name.startswith("learner-") and event.kind in ("died", "hung"):
-            self.learner_failure = f"{name} {event.kind}: {event.detail}"
-            if event.last_lines:
-                self.learner_failure += "\n  last lines:\n    " + "\n    ".join(event.last_lines[-10:])
         if event.kind != "restarted":
             return
         loop = asyncio.get_running_loop()

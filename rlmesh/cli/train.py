@@ -21,10 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-# --run name -> its config class; the config's build() makes the algorithm.
-ALGORITHMS = {"PPO": "rlmesh.algorithms.ppo_config:PPOConfig",
-              "IMPALA": "rlmesh.algorithms.impala_config:ImpalaConfig",
-              "APPO": "rlmesh.algorithms.appo_config:APPOConfig"}
+from rlmesh.algorithms.registry import ALGORITHMS, UnknownAlgorithm, get_config_class
+
 DEFAULT_STOP = {"training_iteration": 100}
 EXIT_FAILED, EXIT_USAGE, EXIT_SIGINT, EXIT_SIGTERM = 1, 2, 130, 143
 
@@ -122,16 +120,12 @@ def deep_merge(base: dict, override: dict) -> dict:
 
 
 def config_class(run: str):
-    """The config class of algorithm ``run`` (case-insensitive); UsageError if unknown."""
-    import importlib
-
-    names = {n.lower(): n for n in ALGORITHMS}
-    if run.lower() not in names:
-        close = difflib.get_close_matches(run.upper(), list(ALGORITHMS), n=1)
-        hint = f"did you mean {close[0]!r}? " if close else ""
-        raise UsageError(f"unknown algorithm {run!r}; {hint}known: {', '.join(ALGORITHMS)}")
-    module, _, cls = ALGORITHMS[names[run.lower()]].partition(":")
-    return getattr(importlib.import_module(module), cls)
+    """The config class of ``run``: a registered name (case-insensitive) or an import path
+    ``pkg.module:MyAlgorithm``; UsageError if neither."""
+    try:
+        return get_config_class(run)
+    except UnknownAlgorithm as e:
+        raise UsageError(str(e)) from None
 
 
 def canonical_keys(cls, config: dict) -> dict:
@@ -170,7 +164,7 @@ def resolve_spec(args: argparse.Namespace) -> TrainSpec:
     if not run:
         raise UsageError(f"no algorithm: give --run ({', '.join(ALGORITHMS)}) or run: in a -f file")
     cls = config_class(str(run))
-    run = next(n for n in ALGORITHMS if n.lower() == str(run).lower())
+    run = next((n for n in ALGORITHMS if n.lower() == str(run).lower()), str(run))
     config = deep_merge(canonical_keys(cls, exp.get("config") or {}),
                         canonical_keys(cls, _json_arg("--config", args.config) or {}))
     for key, flag in (("num_env_runners", args.num_env_runners), ("seed", args.seed),
@@ -213,7 +207,7 @@ def build_algorithm(config):
 
 def config_help(run: str) -> str:
     """Every config key of ``run`` with type, default and doc, from fields_table()."""
-    from rlmesh.algorithms.config import GROUPS
+    from rlmesh.config.base import GROUPS
     from rlmesh.results import to_jsonable
 
     rows = config_class(run).fields_table()
@@ -305,7 +299,7 @@ def _fail(error: Exception) -> int:
 
 
 def main(args: argparse.Namespace) -> int:
-    from rlmesh.algorithms.config import ConfigError
+    from rlmesh.config.base import ConfigError
 
     try:
         if args.config_help:
@@ -320,7 +314,7 @@ def main(args: argparse.Namespace) -> int:
 def run_spec(spec: TrainSpec, resume: bool = False) -> int:
     """Train as ``spec`` says, with results, progress and checkpoints (``rlmesh train``, and
     ``rlmesh launch``'s job on the head); the exit code."""
-    from rlmesh.algorithms.config import ConfigError
+    from rlmesh.config.base import ConfigError
 
     try:
         config = make_config(spec)

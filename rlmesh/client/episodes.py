@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+#: The columns each recorded step holds, in the order of ``_Episode.steps``' tuples (the
+#: names of ``rlmesh.rl.columns``, spelled here: this module must not import gymnasium).
 STEP_COLUMNS = ("obs", "actions", "action_logp", "action_dist_inputs", "rewards")
 
 
@@ -168,22 +170,20 @@ class Episodes:
         self.chunks.append(chunk)
 
 
-def fragment_from_chunks(chunks: list[dict[str, Any]], obs_layout: tuple[tuple[int, ...], Any],
-                         action_layout: tuple[tuple[int, ...], Any], num_inputs: int) -> dict[str, Any]:
+def fragment_from_chunks(chunks: list[dict[str, Any]], specs: dict[str, Any]) -> dict[str, Any]:
     """Chunks side by side as one time-major fragment ``[T, B]`` in the env runner's layout
     (``roles.env_runner.FragmentBuffer``): chunk b fills rows 0..L-1 of column b; rows after
     are padding (mask False, terminated, as ``merge_fragments`` pads). A chunk that did not
     end in a termination is a truncation at its last row, bootstrapped from its next_obs.
-    Empty chunks only carry an episode's end into ``episodes``."""
+    Empty chunks only carry an episode's end into ``episodes``. ``specs``: each step
+    column's ``ColumnSpec`` (``STEP_COLUMNS``, from ``rl/columns.py``)."""
     full = [c for c in chunks if len(c["rewards"])]
     episodes = [c["episode"] for c in chunks if c.get("episode") is not None]
-    (obs_shape, obs_dtype), (act_shape, act_dtype) = obs_layout, action_layout
+    obs_shape, obs_dtype = specs["obs"].shape, specs["obs"].dtype
     T, B = max((len(c["rewards"]) for c in full), default=0), len(full)
-    specs = {"obs": (obs_shape, obs_dtype), "actions": (act_shape, act_dtype),
-             "action_logp": ((), np.float32), "action_dist_inputs": ((num_inputs,), np.float32),
-             "rewards": ((), np.float32), "terminateds": ((), bool), "truncateds": ((), bool),
-             "mask": ((), bool)}
-    out: dict[str, Any] = {k: np.zeros((T, B, *shape), dtype) for k, (shape, dtype) in specs.items()}
+    layout = {k: (specs[k].shape, specs[k].dtype) for k in STEP_COLUMNS}
+    layout.update(terminateds=((), bool), truncateds=((), bool), mask=((), bool))
+    out: dict[str, Any] = {k: np.zeros((T, B, *shape), dtype) for k, (shape, dtype) in layout.items()}
     out["next_obs"] = np.zeros((B, *obs_shape), obs_dtype)
     trunc_index, trunc_obs = [], []
     for b, chunk in enumerate(full):

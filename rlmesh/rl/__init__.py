@@ -1,5 +1,5 @@
 """The RL math the learner and env runners share, free of sockets and processes:
-GAE, action distributions, the default actor-critic model, and sample batches.
+sample columns, GAE, action distributions, the default actor-critic model, batches.
 
 Names load on first use: an env runner with the default model imports only ``spec`` and
 ``numpy_policy``, and must not pay for torch because this package was imported.
@@ -8,7 +8,8 @@ Names load on first use: an env runner with the default model imports only ``spe
 import importlib
 
 _EXPORTS = {
-    "Columns": "batch", "concat_fragments": "batch", "flatten_time": "batch",
+    "Columns": "columns", "ColumnSpec": "columns", "SampleBatch": "columns",
+    "DEFAULT_POLICY_ID": "columns", "merge_fragments": "columns",
     "minibatches": "batch", "to_tensors": "batch",
     "Categorical": "distributions", "DiagGaussian": "distributions",
     "Distribution": "distributions", "SquashedGaussian": "distributions",

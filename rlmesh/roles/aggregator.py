@@ -14,7 +14,8 @@ import logging
 import os
 from typing import Any
 
-from rlmesh.roles.async_learner import batch_size_per_learner
+from rlmesh.envs import import_object
+from rlmesh.roles.learner_actor import batch_size_per_learner
 from rlmesh.roles.learner_input import BatchBuilder
 from rlmesh.runtime import Actor, ActorUnavailable, RemoteError
 
@@ -27,10 +28,9 @@ LEARNER_WINDOW = 2  # batches in flight to each learner
 class Aggregator(Actor):
     """Builds train batches for the learners named ``learners``, round robin."""
 
-    def __init__(self, config: dict[str, Any], learners: list[str], index: int = 0) -> None:
-        from rlmesh.algorithms.impala_config import ImpalaConfig
-
-        cfg = ImpalaConfig.from_dict(config)
+    def __init__(self, config: dict[str, Any], config_cls: str, learners: list[str],
+                 index: int = 0) -> None:
+        cfg = import_object(config_cls, "config class").from_dict(config)
         self.index = index
         self.learner_names = list(learners)
         self.builder = BatchBuilder(batch_size_per_learner(cfg))

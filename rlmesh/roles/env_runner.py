@@ -19,11 +19,12 @@ from typing import Any, Callable
 import gymnasium as gym
 import numpy as np
 
-from rlmesh.algorithms.config import AlgorithmConfig
 from rlmesh.callbacks import Callbacks, Episode, load_callbacks
 from rlmesh.envs import EnvContext, actions_for_env, import_object, make_env, space_to_data
-from rlmesh.rl.spec import action_dist
-from rlmesh.roles.runner_policy import PolicyFn, VersionedPolicy, column_layout, make_policy
+from rlmesh.policy.policy import Policy
+from rlmesh.rl.columns import (DEFAULT_POLICY_ID, ColumnSpec, Columns, env_columns,
+                               optional_columns, space_layout)
+from rlmesh.roles.runner_policy import VersionedPolicies, make_runner_policies
 from rlmesh.runtime import Actor, ActorUnavailable, RemoteError, current_job
 
 log = logging.getLogger(__name__)
@@ -36,33 +37,32 @@ MAX_RESET_ATTEMPTS = 3  # recreate-and-reset tries in a row before the env count
 
 class FragmentBuffer:
     """The ``[T, B, ...]`` columns of one fragment, a row added per step of the envs. A new
-    row is padding (zeros, mask False) until an env's step fills its entry."""
+    row is padding (zeros, mask False) until an env's step fills its entry. ``specs`` are
+    the declared columns (``rl/columns.py``); ``put`` adds an undeclared one (an extra
+    action output) on first sight and records it in ``specs`` for the next fragments."""
 
-    def __init__(self, num_rows: int, num_envs: int, obs_space: gym.Space,
-                 action_space: gym.Space, num_inputs: int) -> None:
-        self.obs_layout = column_layout(obs_space)
-        act_shape, act_dtype = column_layout(action_space)
-        self._specs = {
-            "obs": self.obs_layout, "actions": (act_shape, act_dtype),
-            "action_logp": ((), np.dtype(np.float32)),
-            "action_dist_inputs": ((num_inputs,), np.dtype(np.float32)),
-            "rewards": ((), np.dtype(np.float32)), "terminateds": ((), np.dtype(bool)),
-            "truncateds": ((), np.dtype(bool)), "mask": ((), np.dtype(bool)),
-        }
+    def __init__(self, num_rows: int, num_envs: int, specs: dict[str, ColumnSpec]) -> None:
+        self.specs = specs
+        self.obs_layout = specs[Columns.OBS]
         self.num_envs = num_envs
-        self.cols = self._alloc(max(1, num_rows))
+        self.cols = {k: self._column(max(1, num_rows), spec) for k, spec in specs.items()}
         self.rows = 0
         self.trunc: list[tuple[int, int, Any]] = []  # (t, b, final obs) of truncated steps
 
-    def _alloc(self, rows: int) -> dict[str, np.ndarray]:
-        return {k: np.zeros((rows, self.num_envs, *shape), dtype)
-                for k, (shape, dtype) in self._specs.items()}
+    def _column(self, rows: int, spec: ColumnSpec) -> np.ndarray:
+        return np.zeros((rows, self.num_envs, *spec.shape), spec.dtype)
+
+    def put(self, key: str, t: int, idx: Any, values: Any) -> None:
+        col = self.cols.get(key)
+        if col is None:
+            spec = self.specs[key] = ColumnSpec.of(values)
+            col = self.cols[key] = self._column(len(self.cols[Columns.MASK]), spec)
+        col[t, idx] = values
 
     def add_row(self) -> int:
-        capacity = len(self.cols["mask"])
+        capacity = len(self.cols[Columns.MASK])
         if self.rows == capacity:  # complete_episodes runs past T: grow by doubling
-            more = self._alloc(capacity)
-            self.cols = {k: np.concatenate([v, more[k]]) for k, v in self.cols.items()}
+            self.cols = {k: np.concatenate([v, np.zeros_like(v)]) for k, v in self.cols.items()}
         self.rows += 1
         return self.rows - 1
 
@@ -70,7 +70,7 @@ class FragmentBuffer:
         """The fragment: columns cut to the rows used, ``next_obs``, and the final
         observations of truncated steps before the last row (the last row's is next_obs)."""
         T = self.rows
-        shape, dtype = self.obs_layout
+        shape, dtype = self.obs_layout.shape, self.obs_layout.dtype
         out: dict[str, Any] = {k: v[:T] for k, v in self.cols.items()}
         out["next_obs"] = np.asarray(np.stack(next_obs), dtype=dtype)
         trunc = [(t, b, o) for t, b, o in self.trunc if t < T - 1]
@@ -97,20 +97,21 @@ class EnvSampler:
     assembles fragments (layout: see ``sample``). No sockets, no asyncio."""
 
     def __init__(self, make_env: Callable[[int], gym.Env], num_envs: int,
-                 policy: PolicyFn | None = None, *, seeds: list[int | None] | None = None,
+                 policy: Policy | None = None, *, seeds: list[int | None] | None = None,
                  callbacks: Callbacks | None = None, env_runner: Any = None,
-                 normalize_actions: bool = True, clip_rewards: bool | float | None = None) -> None:
+                 normalize_actions: bool = True, clip_actions: bool = True,
+                 clip_rewards: bool | float | None = None) -> None:
         self.make_env = make_env
         seeds = seeds or [None] * num_envs
         self.slots = [_Slot(make_env(i), seeds[i]) for i in range(num_envs)]
         self.base_seeds = list(seeds)
         self.observation_space = self.slots[0].env.observation_space
         self.action_space = self.slots[0].env.action_space
-        self.num_inputs = action_dist(self.action_space)[1]
         self.policy = policy
         self.callbacks = callbacks
         self.env_runner = env_runner if env_runner is not None else self
         self.normalize_actions = normalize_actions
+        self.clip_actions = clip_actions
         self.clip_rewards = clip_rewards
         self.counters = {"num_env_steps_sampled": 0, "num_episodes": 0, "env_errors": 0}
         self._episode_ids = itertools.count()
@@ -118,9 +119,31 @@ class EnvSampler:
         self._next_obs: list[Any] = []
         # Each env's current observation (slot.obs) also kept as a row of one array: a
         # fragment row is then one copy, not a stack of per-env arrays (~7% of sampling).
-        shape, dtype = column_layout(self.observation_space)
-        self._obs = np.zeros((num_envs, *shape), dtype)
+        layout = space_layout(self.observation_space)
+        self._obs = np.zeros((num_envs, *layout.shape), layout.dtype)
         self._episodes: list[dict[str, Any]] = []
+        self._specs: dict[str, ColumnSpec] = {}  # set with the policy (see _bind)
+        self._bound: Policy | None = None
+
+    def _bind(self, policy: Policy) -> None:
+        """The columns and per-env state ``policy`` needs: its declared columns, its
+        recurrent state (``get_initial_state``), previous actions and rewards if declared."""
+        self._bound = policy
+        n = len(self.slots)
+        wanted = dict(policy.view_requirements)
+        optional = optional_columns(self.action_space)
+        self._specs = {**env_columns(self.observation_space, self.action_space),
+                       **{k: v for k, v in wanted.items() if k not in optional}}
+        self._initial = [np.asarray(s) for s in policy.get_initial_state()]
+        self._states = [np.repeat(s[None], n, 0) for s in self._initial]
+        for i, s in enumerate(self._initial):
+            spec = ColumnSpec(tuple(s.shape), s.dtype)
+            self._specs[Columns.state_in(i)] = self._specs[Columns.state_out(i)] = spec
+        # Optional columns cost a write per row: kept only when the policy asks.
+        self._prev = {k: optional[k] for k in (Columns.PREV_ACTIONS, Columns.PREV_REWARDS)
+                      if k in wanted}
+        self._prev_values = {k: np.zeros((n, *spec.shape), spec.dtype) for k, spec in self._prev.items()}
+        self._specs.update(self._prev)
 
     @property
     def envs(self) -> list[gym.Env]:
@@ -140,12 +163,13 @@ class EnvSampler:
         """
         if self.policy is None:
             raise RuntimeError("EnvSampler has no policy")
+        if self._bound is not self.policy:
+            self._bind(self.policy)
         if not self._started:
             for b in range(len(self.slots)):
                 self._reset(b, 0)
             self._started = True
-        buf = FragmentBuffer(num_steps, len(self.slots), self.observation_space,
-                             self.action_space, self.num_inputs)
+        buf = FragmentBuffer(num_steps, len(self.slots), self._specs)
         for slot in self.slots:
             slot.start_row = 0
         self._next_obs = [s.obs for s in self.slots]
@@ -167,17 +191,38 @@ class EnvSampler:
         """Step every active env once; the envs whose episode ended (or failed) here."""
         cols = buf.cols
         idx: Any = active if len(active) < len(self.slots) else slice(None)
-        cols["obs"][t, idx] = self._obs[idx]
-        actions, logp, inputs = self.policy(cols["obs"][t, idx], explore)
+        obs = cols["obs"][t, idx] = self._obs[idx]
+        states = [s[idx] for s in self._states]
+        prev = {k: v[idx] for k, v in self._prev_values.items()}
+        actions, state_outs, extras = self.policy.compute_actions(
+            obs, states or None, prev.get(Columns.PREV_ACTIONS), prev.get(Columns.PREV_REWARDS),
+            explore=explore)
         cols["actions"][t, idx] = actions
-        cols["action_logp"][t, idx] = logp
-        cols["action_dist_inputs"][t, idx] = inputs
-        env_actions = actions_for_env(actions, self.action_space, self.normalize_actions)
+        for key, values in extras.items():
+            buf.put(key, t, idx, values)
+        if states:
+            self._record_states(buf, t, idx, states, state_outs)
+        for key, values in prev.items():
+            cols[key][t, idx] = values
+        if Columns.PREV_ACTIONS in self._prev_values:
+            self._prev_values[Columns.PREV_ACTIONS][idx] = actions
+        env_actions = actions_for_env(actions, self.action_space, self.normalize_actions,
+                                      self.clip_actions)
         ended = set()
         for k, b in enumerate(active):
             if not self._step_env(b, t, env_actions[k], buf):
                 ended.add(b)
         return ended
+
+    def _record_states(self, buf: FragmentBuffer, t: int, idx: Any, states: list[np.ndarray],
+                       state_outs: list[Any]) -> None:
+        if len(state_outs) != len(states):
+            raise ValueError(f"{type(self.policy).__name__}.compute_actions returned "
+                             f"{len(state_outs)} state outputs; get_initial_state has {len(states)}")
+        for i, (s_in, s_out) in enumerate(zip(states, state_outs)):
+            buf.cols[Columns.state_in(i)][t, idx] = s_in
+            buf.cols[Columns.state_out(i)][t, idx] = s_out
+            self._states[i][idx] = s_out
 
     def _step_env(self, b: int, t: int, action: Any, buf: FragmentBuffer) -> bool:
         """Step env ``b`` and record row ``t``; False if its episode ended or it failed."""
@@ -195,6 +240,8 @@ class EnvSampler:
         cols["terminateds"][t, b] = terminated
         cols["truncateds"][t, b] = truncated
         cols["mask"][t, b] = True
+        if Columns.PREV_REWARDS in self._prev_values:
+            self._prev_values[Columns.PREV_REWARDS][b] = reward
         self._next_obs[b] = obs
         slot.episode.record_step(obs, reward, info)
         if self.callbacks is not None:
@@ -263,34 +310,58 @@ class EnvSampler:
         slot.seed = None
         slot.obs, slot.start_row = obs, start_row
         self._obs[b] = obs
+        for state, initial in zip(self._states, self._initial):
+            state[b] = initial
+        for values in self._prev_values.values():
+            values[b] = 0
         slot.episode = Episode(b, next(self._episode_ids), obs, info)
         if self.callbacks is not None:
             self.callbacks.on_episode_start(episode=slot.episode, env_runner=self.env_runner,
                                             env_index=b)
 
 
-def runner_config(config: dict[str, Any]) -> AlgorithmConfig:
-    """The shared settings of an algorithm's config dict (``to_dict()``); the keys of one
-    algorithm (PPO's ``lambda``, ...) are not the runner's business and are ignored."""
+def runner_config(config: dict[str, Any]) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+    """What a runner is given, apart: the algorithm's config object (its class named by
+    ``"_config_class"``; the shared settings only when none is named), the policy specs'
+    plain data (``"_policy_specs"``; None: one default policy) and the env registry."""
+    from rlmesh.config.base import AlgorithmConfig
+
+    config = dict(config)
+    registry = config.pop("_env_registry", None) or {}
+    specs = config.pop("_policy_specs", None)
+    cls_path = config.pop("_config_class", None)
+    if cls_path is not None:
+        return import_object(cls_path, "config class").from_dict(config), specs, registry
     known = {spelling for s in AlgorithmConfig.fields_table()
              for spelling in (s.name, s.key, *s.aliases)}
-    return AlgorithmConfig.from_dict({k: v for k, v in config.items() if k in known})
+    return (AlgorithmConfig.from_dict({k: v for k, v in config.items() if k in known}), specs,
+            registry)
 
 
-class EnvRunner(VersionedPolicy, Actor):
+def default_policy_specs(obs_space: gym.Space, action_space: gym.Space, config: Any
+                         ) -> dict[str, dict[str, Any]]:
+    """One ``default_policy`` of the config's policy class (``TorchPolicy``, whose runner
+    side is the numpy fast path for the default model, when none is set)."""
+    from rlmesh.policy.spec import PolicySpec
+
+    cls = config.policy_class or "rlmesh.policy.torch_policy:TorchPolicy"
+    spec = PolicySpec(cls).resolved(None, obs_space, action_space)
+    return {DEFAULT_POLICY_ID: spec.to_data(config)}
+
+
+class EnvRunner(VersionedPolicies, Actor):
     """Samples fragments with ``num_envs_per_env_runner`` envs (RLlib's EnvRunner).
 
     ``config`` is an algorithm config as a dict (``to_dict()``) with the driver's env
-    registry under ``"_env_registry"``; ``worker_index`` counts from 1 (0: the runner in
+    registry, config class and policy specs (see ``runner_config``); ``worker_index`` counts from 1 (0: the runner in
     the driver). Before each fragment it asks the actor named ``param_server`` for weights
     newer than its own (``param_server=None``: weights only by ``set_weights``).
     """
 
     def __init__(self, config: dict[str, Any], worker_index: int = 1,
                  param_server: str | None = "param_server") -> None:
-        config = dict(config)
-        registry = config.pop("_env_registry", None) or {}
-        cfg = self.config = runner_config(config)
+        cfg, specs, registry = runner_config(config)
+        self.config = cfg
         self.worker_index = worker_index
         n = cfg.num_envs_per_env_runner
         seeds = ([None] * n if cfg.seed is None
@@ -304,16 +375,19 @@ class EnvRunner(VersionedPolicy, Actor):
         normalize = cfg.normalize_actions and not cfg.model.get("squash_actions", False)
         self.sampler = EnvSampler(create, n, seeds=seeds, callbacks=load_callbacks(cfg.callbacks_class),
                                   env_runner=self, normalize_actions=normalize,
-                                  clip_rewards=cfg.clip_rewards)
+                                  clip_actions=cfg.clip_actions, clip_rewards=cfg.clip_rewards)
         job = current_job()
-        self.policy = make_policy(
-            self.sampler.observation_space, self.sampler.action_space, cfg,
-            None if cfg.seed is None else cfg.seed + SEED_STRIDE * worker_index,
+        if specs is None:
+            specs = default_policy_specs(self.sampler.observation_space,
+                                         self.sampler.action_space, cfg)
+        self.policies = make_runner_policies(
+            specs, cfg, None if cfg.seed is None else cfg.seed + SEED_STRIDE * worker_index,
             own_process=job is None or job.role != "driver")
-        self.sampler.policy = self.policy
+        self.versions = {pid: -1 for pid in self.policies}  # no weights from the param server yet
+        self.policy_id = DEFAULT_POLICY_ID if DEFAULT_POLICY_ID in self.policies else next(iter(self.policies))
+        self.sampler.policy = self.policies[self.policy_id]
         self.fragment_length = cfg.get_rollout_fragment_length(worker_index)
         self.complete_episodes = cfg.batch_mode == "complete_episodes"
-        self.version = -1  # no weights from the param server yet
         self._ps_name = param_server
         self._ps: Any = None
         self._stats = {"num_fragments": 0, "num_weight_updates": 0, "sample_time_s": 0.0,
@@ -339,7 +413,8 @@ class EnvRunner(VersionedPolicy, Actor):
         fragment = self.sampler.sample(self.fragment_length, self.complete_episodes, explore)
         self._stats["sample_time_s"] += time.perf_counter() - start
         self._stats["num_fragments"] += 1
-        fragment["policy_version"] = self.version
+        fragment["policy_version"] = self.versions[self.policy_id]
+        fragment["policy_id"] = self.policy_id
         fragment["worker_index"] = self.worker_index
         return fragment
 
@@ -411,16 +486,37 @@ class EnvRunner(VersionedPolicy, Actor):
         out["num_fragments_lost"] = self._stats["num_fragments_lost"]
         return out
 
-    def compute_actions(self, obs: np.ndarray, explore: bool | None = None) -> dict[str, np.ndarray]:
-        """The policy on a batch of observations: actions (as sampled, before clipping or
-        rescaling), their logp and the distribution inputs."""
-        actions, logp, inputs = self.sampler.policy(np.array(obs), explore)
-        return {"actions": actions, "action_logp": logp, "action_dist_inputs": inputs}
+    def compute_actions(self, obs: np.ndarray, explore: bool | None = None,
+                        policy_id: str = DEFAULT_POLICY_ID) -> dict[str, np.ndarray]:
+        """Policy ``policy_id`` on a batch of observations: actions (as sampled, before
+        clipping or rescaling) and its extra outputs (logp, distribution inputs, ...)."""
+        actions, _, extras = self.policies[policy_id].compute_actions(np.array(obs),
+                                                                      explore=explore)
+        return {"actions": actions, **extras}
+
+    # --- A3C: gradients computed here, on this runner's copy of the policy ---
+
+    async def sample_and_compute_gradients(self) -> dict[str, Any]:
+        """A fragment sampled with the current weights and the gradients of its loss on
+        this runner's (torch) policy; the episodes and env steps come along."""
+        from rlmesh.rl.columns import merge_fragments
+
+        await self._pull_weights()
+        fragment = self._sample_now()
+        grads, stats = self.policy.compute_gradients(merge_fragments([fragment]))
+        return {"gradients": grads, "stats": stats, "episodes": fragment["episodes"],
+                "env_steps": fragment["env_steps"], "policy_version": fragment["policy_version"],
+                "policy_id": self.policy_id}
 
     def get_spaces(self) -> dict[str, Any]:
         """The spaces as plain data (``rlmesh.envs.space_from_data`` rebuilds them)."""
         return {"observation_space": space_to_data(self.sampler.observation_space),
                 "action_space": space_to_data(self.sampler.action_space)}
+
+    def apply(self, fn_path: str, *args: Any, **kwargs: Any) -> Any:
+        """``fn(self, *args, **kwargs)``, ``fn`` named by its import path (RLlib's
+        ``foreach_env_runner``); the result must be plain data."""
+        return import_object(fn_path, "foreach_env_runner function")(self, *args, **kwargs)
 
     def foreach_env(self, fn_path: str, *args: Any) -> list[Any]:
         """``fn(env.unwrapped, *args)`` for each env, ``fn`` named by its import path

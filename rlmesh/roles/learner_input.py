@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from rlmesh.roles.learner import merge_fragments
+from rlmesh.rl.columns import merge_by_policy
 
 
 class LearnerQueueTimeout(RuntimeError):
@@ -22,8 +22,8 @@ class LearnerQueueTimeout(RuntimeError):
 
 class BatchBuilder:
     """Joins fragments until they hold ``batch_size`` env steps, then hands out the batch:
-    time-major columns side by side (``merge_fragments``) plus ``policy_versions`` (one per
-    column: the version each fragment was sampled with) and ``env_steps``."""
+    ``policies``, each policy's time-major columns side by side (``merge_by_policy``), plus
+    ``policy_versions`` (one per fragment: the version it was sampled with) and ``env_steps``."""
 
     def __init__(self, batch_size: int) -> None:
         self.batch_size = batch_size
@@ -38,11 +38,9 @@ class BatchBuilder:
         if self._steps < self.batch_size:
             return None
         fragments, self._fragments, steps, self._steps = self._fragments, [], self._steps, 0
-        batch: dict[str, Any] = merge_fragments(fragments)
-        batch["policy_versions"] = np.concatenate([
-            np.full(f["obs"].shape[1], f["policy_version"], np.int64) for f in fragments])
-        batch["env_steps"] = steps
-        return batch
+        return {"policies": merge_by_policy(fragments),
+                "policy_versions": np.array([f["policy_version"] for f in fragments], np.int64),
+                "env_steps": steps}
 
     @property
     def pending_steps(self) -> int:

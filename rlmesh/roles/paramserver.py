@@ -1,7 +1,8 @@
-"""The parameter server: the newest policy weights and their version number.
+"""The parameter server: the newest weights of each policy, by policy id, with the version
+they were published under.
 
-Learners publish after each update; env runners ask with the version they hold and get
-weights back only when a newer one exists, so an unchanged policy costs one small reply.
+Learners publish after updates; env runners ask with the versions they hold and get weights
+back only for policies with a newer one, so unchanged policies cost one small reply.
 """
 
 from __future__ import annotations
@@ -14,30 +15,42 @@ from rlmesh.runtime import Actor
 
 
 class ParamServer(Actor):
-    """Holds ``(version, weights)``; weights are ``{parameter name: numpy array}``."""
+    """Holds ``{policy_id: (version, weights)}``; weights are ``{name: numpy array}``."""
 
     def __init__(self) -> None:
-        self._version = 0
-        self._weights: dict[str, np.ndarray] | None = None
+        self._weights: dict[str, tuple[int, dict[str, np.ndarray]]] = {}
         self.fetches = 0  # replies that carried weights
 
-    def set_weights(self, version: int, weights: dict[str, Any]) -> None:
-        if version <= self._version and self._weights is not None:
-            raise ValueError(f"weights version {version} is not newer than {self._version}")
+    def set_weights(self, version: int, weights: dict[str, dict[str, Any]]) -> None:
+        """Publish ``{policy_id: weights}`` as ``version``, which must be newer than each
+        policy's current one."""
+        for pid in weights:
+            current = self._weights.get(pid, (0, None))[0]
+            if version <= current:
+                raise ValueError(f"weights version {version} of {pid!r} is not newer than {current}")
         # Arrays decoded from the wire are views of the receive buffer: keeping them keeps
         # that buffer, which is what we want (one message's memory, no copy).
-        self._weights = dict(weights)
-        self._version = version
+        for pid, w in weights.items():
+            self._weights[pid] = (version, dict(w))
 
-    def get_weights(self, have_version: int) -> list[Any] | None:
-        """``[version, weights]`` if newer than ``have_version``, else None."""
-        if self._weights is None or have_version >= self._version:
-            return None
-        self.fetches += 1
-        return [self._version, self._weights]
+    def get_weights(self, have: dict[str, int]) -> dict[str, list[Any]]:
+        """``{policy_id: [version, weights]}`` for each policy of ``have`` (policy id ->
+        version held) whose published version is newer; {} when none is."""
+        out = {}
+        for pid, held in have.items():
+            entry = self._weights.get(pid)
+            if entry is not None and entry[0] > held:
+                out[pid] = [entry[0], entry[1]]
+        if out:
+            self.fetches += 1
+        return out
 
-    def version(self) -> int:
-        return self._version
+    def version(self, policy_id: str | None = None) -> int:
+        """The newest version of ``policy_id`` (of any policy when None); 0 before any."""
+        if policy_id is not None:
+            return self._weights.get(policy_id, (0, None))[0]
+        return max((v for v, _ in self._weights.values()), default=0)
 
-    def stats(self) -> dict[str, int]:
-        return {"version": self._version, "fetches": self.fetches}
+    def stats(self) -> dict[str, Any]:
+        return {"version": self.version(), "fetches": self.fetches,
+                "versions": {pid: v for pid, (v, _) in self._weights.items()}}

@@ -21,8 +21,10 @@ import numpy as np
 from rlmesh.client.episodes import Episodes, check_reward, fragment_from_chunks
 from rlmesh.envs import actions_for_env, as_space, space_to_data, spaces_of
 from rlmesh.rl.spec import check_action, check_observation
-from rlmesh.roles.env_runner import SEED_STRIDE, runner_config
-from rlmesh.roles.runner_policy import VersionedPolicy, column_layout, make_policy
+from rlmesh.rl.columns import (DEFAULT_POLICY_ID, ColumnSpec, Columns, action_dist_columns, check_columns,
+                               space_layout)
+from rlmesh.roles.env_runner import SEED_STRIDE, default_policy_specs, runner_config
+from rlmesh.roles.runner_policy import VersionedPolicies, make_runner_policies
 from rlmesh.runtime import Actor, current_job
 from rlmesh.runtime.actor import ActorServer
 
@@ -45,7 +47,7 @@ def public_address(base: str, worker_index: int) -> str:
     return f"{base}.{offset}"
 
 
-class PolicyServerRunner(VersionedPolicy, Actor):
+class PolicyServerRunner(VersionedPolicies, Actor):
     """Fragments of client-reported experience, in the layout of ``EnvRunner.sample``.
 
     ``config`` as for ``EnvRunner``, with ``policy_server_address`` and the spaces set.
@@ -54,9 +56,8 @@ class PolicyServerRunner(VersionedPolicy, Actor):
 
     def __init__(self, config: dict[str, Any], worker_index: int = 1,
                  param_server: str | None = "param_server", training: bool = True) -> None:
-        config = dict(config)
-        registry = config.pop("_env_registry", None) or {}
-        cfg = self.config = runner_config(config)
+        cfg, specs, registry = runner_config(config)
+        self.config = cfg
         if cfg.policy_server_address is None:
             raise ValueError("PolicyServerRunner needs policy_server_address in the config")
         self.worker_index = worker_index
@@ -67,15 +68,25 @@ class PolicyServerRunner(VersionedPolicy, Actor):
         else:  # the spaces of the config's env, built once here
             self.observation_space, self.action_space = spaces_of(cfg.env, cfg.env_config, registry)
         job = current_job()
-        self.policy = make_policy(self.observation_space, self.action_space, cfg,
-                                  None if cfg.seed is None else cfg.seed + SEED_STRIDE * worker_index,
-                                  own_process=job is None or job.role != "driver")
+        if specs is None:
+            specs = default_policy_specs(self.observation_space, self.action_space, cfg)
+        self.policies = make_runner_policies(
+            specs, cfg, None if cfg.seed is None else cfg.seed + SEED_STRIDE * worker_index,
+            own_process=job is None or job.role != "driver")
+        self.versions = {pid: -1 for pid in self.policies}
+        if self.policy.is_recurrent():
+            raise ValueError(f"the policy server serves stateless policies only; "
+                             f"{type(self.policy).__name__} is recurrent")
+        dist_columns = self.policy.view_requirements
+        if set(dist_columns) != set(action_dist_columns(1)):
+            raise ValueError(f"the policy server records action_logp and action_dist_inputs; "
+                             f"{type(self.policy).__name__} declares {sorted(dist_columns)}")
+        self.num_inputs = dist_columns[Columns.ACTION_DIST_INPUTS].shape[0]
         self.squash = bool(cfg.model.get("squash_actions", False))
         self.fragment_length = cfg.get_rollout_fragment_length(worker_index)
         self.episodes = Episodes(self.fragment_length)
         self.received: deque[dict[str, Any]] = deque()  # chunks from local-inference clients
         self.received_steps = 0
-        self.version = -1
         self._ps_name = param_server
         self._ps: Any = None
         self._new_data = asyncio.Event()
@@ -121,14 +132,21 @@ class PolicyServerRunner(VersionedPolicy, Actor):
         chunks = self.episodes.take_chunks() + list(self.received)
         self.received.clear()
         self.received_steps = 0
-        fragment = fragment_from_chunks(chunks, column_layout(self.observation_space),
-                                        column_layout(self.action_space), self.policy.num_inputs)
+        fragment = fragment_from_chunks(chunks, self.chunk_specs())
         fragment["policy_version"] = self.version
+        fragment["policy_id"] = DEFAULT_POLICY_ID
         fragment["worker_index"] = self.worker_index
         fragment["idle"] = fragment["env_steps"] == 0
         self._stats["num_fragments"] += 1
         self._stats["idle_fragments"] += int(fragment["idle"])
         return fragment
+
+    def chunk_specs(self) -> dict[str, Any]:
+        """The per-step columns of a client's chunk (``rl/columns.py``)."""
+        return {Columns.OBS: space_layout(self.observation_space),
+                Columns.ACTIONS: space_layout(self.action_space),
+                **action_dist_columns(self.num_inputs),
+                Columns.REWARDS: ColumnSpec((), np.dtype(np.float32))}
 
     def _steps_ready(self) -> int:
         open_steps = sum(len(e.steps) for e in self.episodes.open.values())
@@ -198,8 +216,9 @@ class PolicyService(Actor):
         r = self._r
         r.episodes.get(episode_id)
         obs = check_observation(r.observation_space, observation)
-        actions, logp, inputs = r.policy(obs[None])
-        r.episodes.act(episode_id, obs, actions[0], logp[0], inputs[0])
+        actions, _, extras = r.policy.compute_actions(obs[None])
+        r.episodes.act(episode_id, obs, actions[0], extras[Columns.ACTION_LOGP][0],
+                       extras[Columns.ACTION_DIST_INPUTS][0])
         r._new_data.set()
         action = actions_for_env(actions[0], r.action_space,
                                  r.config.normalize_actions and not r.squash)
@@ -209,10 +228,10 @@ class PolicyService(Actor):
         r = self._r
         r.episodes.get(episode_id)
         obs = check_observation(r.observation_space, observation)
-        stored = check_action(r.action_space, action, column_layout(r.action_space)[1])
-        inputs = r.policy.dist_inputs(obs[None])
-        logp = r.policy.logp(inputs, stored[None])[0]
-        r.episodes.act(episode_id, obs, stored, logp, inputs[0])
+        stored = check_action(r.action_space, action, space_layout(r.action_space).dtype)
+        scored = r.policy.score_actions(obs[None], stored[None])
+        r.episodes.act(episode_id, obs, stored, scored[Columns.ACTION_LOGP][0],
+                       scored[Columns.ACTION_DIST_INPUTS][0])
         r._new_data.set()
 
     def log_returns(self, episode_id: str, reward: Any, info: dict | None = None) -> None:
@@ -243,10 +262,6 @@ class PolicyService(Actor):
         return sum(len(c["rewards"]) for c in checked)
 
 
-_CHUNK_KEYS = {"obs", "actions", "action_logp", "action_dist_inputs", "rewards", "next_obs",
-               "terminated", "truncated", "episode"}
-
-
 def _check_chunk(r: PolicyServerRunner, chunk: Any) -> dict[str, Any]:
     """A client's chunk with every column the shape and dtype the learner expects."""
     if not isinstance(chunk, dict):
@@ -256,25 +271,14 @@ def _check_chunk(r: PolicyServerRunner, chunk: Any) -> dict[str, Any]:
         if len(rewards):
             raise ValueError("a chunk with rewards must have obs, actions, ...")
         return {"rewards": rewards, "episode": _check_summary(chunk.get("episode"))}
-    missing = _CHUNK_KEYS - set(chunk)
+    missing = {"next_obs", "terminated", "truncated", "episode"} - set(chunk)
     if missing:
         raise ValueError(f"chunk lacks {sorted(missing)}")
     n = len(np.asarray(chunk["rewards"]))
-    obs_shape, obs_dtype = column_layout(r.observation_space)
-    act_shape, act_dtype = column_layout(r.action_space)
-    specs = {"obs": ((n, *obs_shape), obs_dtype), "actions": ((n, *act_shape), act_dtype),
-             "action_logp": ((n,), np.float32), "rewards": ((n,), np.float32),
-             "action_dist_inputs": ((n, r.policy.num_inputs), np.float32),
-             "next_obs": (tuple(obs_shape), obs_dtype)}
-    out: dict[str, Any] = {}
-    for key, (shape, dtype) in specs.items():
-        arr = np.asarray(chunk[key])
-        if arr.dtype.kind not in "biuf" or arr.shape != shape:
-            raise ValueError(f"chunk column {key!r}: expected shape {shape} of numbers, got "
-                             f"{arr.shape} of {arr.dtype}")
-        if not np.all(np.isfinite(arr)):
-            raise ValueError(f"chunk column {key!r} has NaN or infinite values")
-        out[key] = arr.astype(dtype, copy=False)
+    out: dict[str, Any] = check_columns(chunk, r.chunk_specs(), n, "chunk")
+    obs = r.chunk_specs()[Columns.OBS]
+    out["next_obs"] = check_columns({"next_obs": [chunk["next_obs"]]}, {"next_obs": obs}, 1,
+                                    "chunk")["next_obs"][0]
     out["terminated"], out["truncated"] = bool(chunk["terminated"]), bool(chunk["truncated"])
     out["episode"] = _check_summary(chunk["episode"])
     return out

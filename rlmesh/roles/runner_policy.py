@@ -1,131 +1,80 @@
-"""The policy an env runner or policy server acts with, and how it stays current: numpy
-for the default model (``NumpyPolicy``: the process never imports torch), torch for a
-custom one (``TorchPolicy``), weights pulled from the param server by version."""
+"""The policies an env runner or policy server acts with, by policy id, and how they stay
+current: built from the specs' plain data (the class a policy names for runners: the numpy
+fast path for the default model, so the process never imports torch), weights pulled from
+the param server by version."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import sys
+from typing import Any
 
-import gymnasium as gym
 import numpy as np
 
-from rlmesh.algorithms.config import AlgorithmConfig
-from rlmesh.rl.numpy_policy import NumpyPolicy
-
-# policy(obs [N, ...], explore) -> (actions [N, ...], logp [N], dist_inputs [N, n])
-PolicyFn = Callable[[np.ndarray, "bool | None"], tuple[np.ndarray, np.ndarray, np.ndarray]]
+from rlmesh.policy.policy import Policy
+from rlmesh.policy.spec import build_policy_from_data
+from rlmesh.rl.columns import DEFAULT_POLICY_ID
 
 
-def column_layout(space: gym.Space) -> tuple[tuple[int, ...], np.dtype]:
-    """Shape and dtype of one observation or action in a fragment: int64 for Discrete,
-    float32 for Box (uint8 Box observations, i.e. pixels, stay uint8)."""
-    if isinstance(space, gym.spaces.Discrete):
-        return (), np.dtype(np.int64)
-    if isinstance(space, gym.spaces.Box):
-        return tuple(space.shape), np.dtype(np.uint8 if space.dtype == np.uint8 else np.float32)
-    return tuple(space.shape or ()), np.dtype(space.dtype)
+def make_runner_policies(policy_specs: dict[str, dict[str, Any]], config: Any, seed: int | None,
+                         own_process: bool) -> dict[str, Policy]:
+    """One acting copy per policy id, each seeded (``seed`` + its position)."""
+    policies = {}
+    for i, (pid, spec) in enumerate(policy_specs.items()):
+        policy = build_policy_from_data(spec, config, runner=True)
+        if "torch" in sys.modules and own_process:  # leave the driver's torch settings alone
+            sys.modules["torch"].set_num_threads(1)
+        if seed is not None and (own_process or "torch" not in type(policy).__module__):
+            policy.seed(seed + i)
+        policies[pid] = policy
+    return policies
 
 
-class TorchPolicy:
-    """Batched inference with a torch model: one forward pass over the observations of
-    all stepping envs. Runners use it for custom models only (the default one runs in
-    numpy, ``NumpyPolicy``), so torch is imported here and not at the top."""
+class VersionedPolicies:
+    """A runner's policies and the version of each, refreshed from the param server named
+    ``self._ps_name`` when it has newer ones (EnvRunner and PolicyServerRunner)."""
 
-    def __init__(self, model: Any, action_space: gym.Space, explore: bool = True,
-                 squash: bool = False):
-        from rlmesh.rl.distributions import distribution_for
-
-        self.model = model
-        self.dist_cls, self.num_inputs = distribution_for(action_space, squash)
-        self.explore = explore
-        self.action_dtype = column_layout(action_space)[1]
-
-    def __call__(self, obs: np.ndarray, explore: bool | None = None):
-        import torch
-
-        explore = self.explore if explore is None else explore
-        with torch.no_grad():
-            inputs, _ = self.model(torch.as_tensor(obs))
-            dist = self.dist_cls.from_inputs(inputs)
-            actions = dist.sample() if explore else dist.deterministic_sample()
-            logp = dist.logp(actions)
-        return (actions.numpy().astype(self.action_dtype, copy=False),
-                logp.numpy().astype(np.float32, copy=False),
-                inputs.numpy().astype(np.float32, copy=False))
-
-    def dist_inputs(self, obs: np.ndarray) -> np.ndarray:
-        import torch
-
-        with torch.no_grad():
-            return self.model(torch.as_tensor(obs))[0].numpy().astype(np.float32, copy=False)
-
-    def logp(self, inputs: np.ndarray, actions: np.ndarray) -> np.ndarray:
-        """Log-probability of ``actions`` under the distributions ``inputs`` describe."""
-        import torch
-
-        dist = self.dist_cls.from_inputs(torch.as_tensor(inputs))
-        return dist.logp(torch.as_tensor(actions)).numpy().astype(np.float32, copy=False)
-
-    def set_weights(self, weights: dict[str, Any]) -> None:
-        import torch
-
-        self.model.load_state_dict({k: torch.as_tensor(np.array(v)) for k, v in weights.items()})
-
-    def get_weights(self) -> dict[str, np.ndarray]:
-        return {k: v.detach().numpy().copy() for k, v in self.model.state_dict().items()}
-
-
-def make_policy(obs_space: gym.Space, action_space: gym.Space, cfg: AlgorithmConfig,
-                seed: int | None, own_process: bool) -> NumpyPolicy | TorchPolicy:
-    """The runner's policy: numpy for the default model, torch for a custom one (torch is
-    imported only then; in a runner process of its own with one thread and its own seed)."""
-    model_config = cfg.model
-    squash = bool(model_config.get("squash_actions", False))
-    if model_config.get("custom_model") is None:
-        return NumpyPolicy(obs_space, action_space, model_config, cfg.explore, seed)
-    import torch
-
-    from rlmesh.rl.models import build_model
-
-    if own_process:  # leave the driver's torch settings alone
-        torch.set_num_threads(1)
-        if seed is not None:
-            torch.manual_seed(seed)
-    model = build_model(obs_space, action_space, model_config)
-    return TorchPolicy(model, action_space, cfg.explore, squash)
-
-
-class VersionedPolicy:
-    """A runner's policy and its version, refreshed from the param server named
-    ``self._ps_name`` when it has a newer one (EnvRunner and PolicyServerRunner)."""
-
-    policy: Any
-    version: int
+    policies: dict[str, Policy]
+    versions: dict[str, int]
     job: Any
     _ps_name: str | None
     _ps: Any
     _stats: dict[str, Any]
 
+    @property
+    def policy(self) -> Policy:
+        """The policy of a single-agent runner (``default_policy``, or the only one)."""
+        return self.policies.get(DEFAULT_POLICY_ID) or next(iter(self.policies.values()))
+
+    @property
+    def version(self) -> int:
+        """The oldest version among this runner's policies (-1: none loaded yet)."""
+        return min(self.versions.values(), default=-1)
+
     async def _pull_weights(self) -> None:
         if self._ps_name is not None:
             self._take_weights(await self._fetch_weights())
 
-    async def _fetch_weights(self) -> list[Any] | None:
-        """``[version, weights]`` from the param server if it has newer ones, else None."""
+    async def _fetch_weights(self) -> dict[str, list[Any]]:
+        """``{policy_id: [version, weights]}`` of the policies with newer weights."""
         if self._ps is None:
             self._ps = await self.job.get_actor(self._ps_name)
-        return await self._ps.get_weights(self.version)
+        return await self._ps.get_weights(dict(self.versions))
 
-    def _take_weights(self, got: list[Any] | None) -> None:
-        if got is not None and got[0] > self.version:
-            self.set_weights(*got)
+    def _take_weights(self, got: dict[str, list[Any]] | None) -> None:
+        for pid, (version, weights) in (got or {}).items():
+            if pid in self.policies and version > self.versions[pid]:
+                self.set_weights(version, weights, pid)
 
-    def set_weights(self, version: int, weights: dict[str, Any]) -> None:
-        """Load ``{name: array}`` (the model's state_dict) as policy version ``version``."""
-        self.policy.set_weights(weights)
-        self.version = version
+    def set_weights(self, version: int, weights: dict[str, Any],
+                    policy_id: str = DEFAULT_POLICY_ID) -> None:
+        """Load ``{name: array}`` into policy ``policy_id`` as its version ``version``."""
+        if policy_id not in self.policies:
+            raise KeyError(f"this runner has no policy {policy_id!r} (it has {sorted(self.policies)})")
+        self.policies[policy_id].set_weights(weights)
+        self.versions[policy_id] = version
         self._stats["num_weight_updates"] += 1
 
-    def get_weights(self) -> dict[str, np.ndarray]:
-        """The policy's weights (the default model's: only the policy trunk and head)."""
-        return self.policy.get_weights()
+    def get_weights(self, policy_id: str = DEFAULT_POLICY_ID) -> dict[str, np.ndarray]:
+        """The weights policy ``policy_id`` acts with here (the default model's: only the
+        policy trunk and head)."""
+        return self.policies[policy_id].get_weights()

@@ -239,7 +239,7 @@ async def _latency_rounds(endpoints: dict[str, str], payload: bytes,
 
 
 def bench_latency(sizes: ClientSizes, tmp: Path) -> list[Row]:
-    from rlmesh.algorithms.config import AlgorithmConfig
+    from rlmesh.config.base import AlgorithmConfig
 
     spin_us = AlgorithmConfig().policy_server_spin_wait_us
     request, reply = _get_action_frames(np.zeros(4, np.float32))

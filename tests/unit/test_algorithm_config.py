@@ -12,8 +12,8 @@ import pytest
 from rlmesh.algorithms import AlgorithmConfig, ConfigError, PPOConfig
 from rlmesh.algorithms.appo_config import APPOConfig
 from rlmesh.algorithms.impala_config import ImpalaConfig
-from rlmesh.algorithms.config import GROUPS
-from rlmesh.algorithms.schedules import validate_schedule, value_at
+from rlmesh.config.base import GROUPS
+from rlmesh.config.schedules import validate_schedule, value_at
 
 
 class MyCallbacks:  # module level, so it has an import path

@@ -18,7 +18,7 @@ import pytest
 
 from rlmesh import tuned_examples
 from rlmesh.algorithms import PPOConfig
-from rlmesh.algorithms.config import ConfigError
+from rlmesh.config.base import ConfigError
 from rlmesh.cli import rollout, train
 from rlmesh.cli.main import main as cli_main
 from rlmesh.cli.progress import ProgressReporter

@@ -1,9 +1,10 @@
-"""The learner of asynchronous algorithms (IMPALA, APPO): fed by streams of fragments or
-train batches, it updates in one straight loop on a thread of its own and publishes weights
-to the param server every ``broadcast_interval`` updates.
+"""The learner actor, one for every algorithm. Synchronous algorithms (PPO, A2C) call
+``update`` with a train batch; asynchronous ones (IMPALA, APPO) ``start_async`` it, and it
+takes streams of fragments or train batches, updates in one straight loop on a thread of its
+own and publishes weights to the param server every ``broadcast_interval`` updates.
 
-The event loop only receives and queues; the thread trains. With ``world_size`` > 1 the
-learners average gradients with torch.distributed and rank 0 publishes.
+The event loop only receives and queues; training runs on the learner's thread. With
+``world_size`` > 1 the learners average gradients with torch.distributed and rank 0 publishes.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from rlmesh.envs import import_object, space_from_data
+from rlmesh.envs import import_object
 from rlmesh.roles.learner import Learner
 from rlmesh.roles.learner_input import BatchBuilder, BatchQueue, LearnerInput
 from rlmesh.runtime import Actor
@@ -36,9 +37,10 @@ def batch_size_per_learner(cfg: Any) -> int:
     return -(-cfg.train_batch_size // max(1, cfg.num_learners))
 
 
-class AsyncLearner(Actor):
-    """One learner of an asynchronous run (rank ``rank`` of ``world_size``).
+class LearnerActor(Actor):
+    """One learner (rank ``rank`` of ``world_size``) of the policies in ``policy_specs``.
 
+    Synchronous: ``update(batches, timesteps)``. Asynchronous, after ``start_async``:
     ``add_fragment`` (a stream from runners) joins fragments into train batches here;
     ``add_batch`` (a stream from aggregators) takes batches they joined.
     """
@@ -46,15 +48,16 @@ class AsyncLearner(Actor):
     # The update thread needs the GIL between calls: the loop must not poll for them.
     spin_wait_us = 0
 
-    def __init__(self, config: dict[str, Any], config_cls: str, spaces: list[Any], hooks: str,
+    def __init__(self, config: dict[str, Any], config_cls: str, policy_specs: dict[str, Any],
                  rank: int = 0, world_size: int = 1, dp_address: str = "",
                  param_server: str = "param_server") -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
         from rlmesh.roles.data_parallel import learner_device
 
-        cfg = self.config = import_object(config_cls).from_dict(config)
-        obs_space, action_space = (space_from_data(s) for s in spaces)
+        cfg = self.config = import_object(config_cls, "config class").from_dict(config)
         device = learner_device(cfg.num_gpus_per_learner, rank, cfg.fake_gpus)
-        self.learner = Learner(cfg, obs_space, action_space, import_object(hooks), str(device))
+        self.learner = Learner(cfg, policy_specs, str(device))
         self.rank, self.world_size, self.dp_address = rank, world_size, dp_address
         self.queue = BatchQueue(cfg.learner_queue_size)
         self.input = LearnerInput(
@@ -78,19 +81,52 @@ class AsyncLearner(Actor):
         # Data-parallel learners: a digest of the weights after each recent update, so a
         # test can check that every rank holds the same weights at every version.
         self._digests: deque[tuple[int, str]] = deque(maxlen=512)
+        # Synchronous updates run here: one thread, so torch's state stays on one thread.
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"rlmesh.learner-{rank}")
+        self._thread: threading.Thread | None = None
+        self._joined = world_size == 1
 
     async def on_start(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._ps = await self.job.get_actor(self._ps_name) if self.rank == 0 else None
         self._publisher = asyncio.ensure_future(self._publish_loop())
-        self._thread = threading.Thread(target=self._run, name=f"rlmesh.learner-{self.rank}",
-                                        daemon=True)
-        self._thread.start()
 
     async def on_stop(self) -> None:
         self._stop.set()
         self._publisher.cancel()
-        await asyncio.get_running_loop().run_in_executor(None, self._thread.join, 5.0)
+        if self._thread is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self._thread.join, 5.0)
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    # --- synchronous algorithms ---
+
+    async def update(self, batches: dict[str, Any], timesteps: int,
+                     **kwargs: Any) -> dict[str, dict[str, float]]:
+        """One update of each policy from its batch (``{policy_id: time-major batch}``);
+        statistics by policy id. Data-parallel peers must be called with their shards at the
+        same time (and the same ``num_minibatches``)."""
+        return await self._loop.run_in_executor(self._executor, self._update_now, batches,
+                                                timesteps, kwargs)
+
+    def _update_now(self, batches: dict[str, Any], timesteps: int,
+                    kwargs: dict[str, Any]) -> dict[str, dict[str, float]]:
+        if not self._joined:
+            self._join_group()
+            self._joined = True
+        with self._lock:
+            stats = self.learner.update_from_batch(batches, timesteps, **kwargs)
+        if self.world_size > 1:
+            self._digests.append((self.learner.num_updates, self._digest()))
+        return stats
+
+    # --- asynchronous algorithms ---
+
+    def start_async(self) -> None:
+        """Start the update loop over the batches that arrive (IMPALA, APPO)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name=f"rlmesh.learner-{self.rank}",
+                                            daemon=True)
+            self._thread.start()
 
     # --- input (event loop) ---
 
@@ -115,8 +151,9 @@ class AsyncLearner(Actor):
 
     def _run(self) -> None:
         try:
-            if self.world_size > 1:
+            if not self._joined:
                 self._join_group()
+                self._joined = True
             while not self._stop.is_set():
                 waited = time.perf_counter()
                 batch, is_new = self.input.next(self.version, self.config.learner_queue_timeout)
@@ -140,14 +177,13 @@ class AsyncLearner(Actor):
                           backend_for(self.learner.device, shared), self.config.learner_queue_timeout,
                           device=self.learner.device)
         with self._lock:
-            dp.broadcast_module(self.learner.model)
-        self.learner.data_parallel = dp
+            self.learner.set_data_parallel(dp)
 
     def _update(self, batch: dict[str, Any], is_new: bool) -> None:
         lag = self.version - np.asarray(batch["policy_versions"])
         timesteps = self._received_steps * self.world_size  # env steps sampled, near enough
         with self._lock:
-            stats = self.learner.update_from_batch(batch, timesteps, num_epochs=1)
+            stats = self.learner.update_from_batch(batch["policies"], timesteps, num_epochs=1)
             self.version += 1
             due = self.rank == 0 and self.version % self.config.broadcast_interval == 0
             snapshot = (self.version, self.learner.get_weights()) if due else None
@@ -215,8 +251,9 @@ class AsyncLearner(Actor):
 
     def _digest(self) -> str:
         h = hashlib.sha1()
-        for p in self.learner.model.parameters():
-            h.update(p.detach().cpu().numpy().tobytes())
+        for pid in sorted(self.learner.policies):
+            for p in self.learner.policies[pid].model.parameters():
+                h.update(p.detach().cpu().numpy().tobytes())
         return h.hexdigest()
 
     def weight_digests(self) -> list[list[Any]]:
@@ -227,11 +264,11 @@ class AsyncLearner(Actor):
     def pid(self) -> int:
         return os.getpid()
 
-    def get_weights(self) -> dict[str, np.ndarray]:
+    def get_weights(self, policy_ids: list[str] | None = None) -> dict[str, dict[str, np.ndarray]]:
         with self._lock:
-            return self.learner.get_weights()
+            return self.learner.get_weights(policy_ids)
 
-    def set_weights(self, weights: dict[str, Any]) -> None:
+    def set_weights(self, weights: dict[str, dict[str, Any]]) -> None:
         with self._lock:
             self.learner.set_weights(weights)
 
@@ -253,7 +290,7 @@ class _Report:
     """Learner statistics summed between two reports."""
 
     def __init__(self) -> None:
-        self.sums: dict[str, float] = {}
+        self.sums: dict[str, dict[str, float]] = {}  # by policy id
         self.updates = 0
         self.env_steps = 0
         self.trained = 0
@@ -263,20 +300,22 @@ class _Report:
         self.wait_s = 0.0  # the update thread waiting for a batch
         self.busy_s = 0.0  # ... and updating
 
-    def add(self, stats: dict[str, float], lag: np.ndarray, new_steps: int) -> None:
-        for k, v in stats.items():
-            self.sums[k] = self.sums.get(k, 0.0) + float(v)
+    def add(self, stats: dict[str, dict[str, float]], lag: np.ndarray, new_steps: int) -> None:
+        for pid, policy_stats in stats.items():
+            sums = self.sums.setdefault(pid, {})
+            for k, v in policy_stats.items():
+                sums[k] = sums.get(k, 0.0) + float(v)
+            self.trained += int(policy_stats.get("num_env_steps_trained", 0))
         self.updates += 1
         self.env_steps += new_steps
-        self.trained += int(stats.get("num_env_steps_trained", 0))
         self.lag_sum += float(lag.sum())
         self.lag_count += lag.size
         self.lag_max = max(self.lag_max, int(lag.max()) if lag.size else 0)
 
     def summary(self) -> dict[str, Any]:
         n = max(self.updates, 1)
-        stats = {k: v / n for k, v in self.sums.items()}
-        stats.pop("num_env_steps_trained", None)
+        stats = {pid: {k: v / n for k, v in sums.items() if k != "num_env_steps_trained"}
+                 for pid, sums in self.sums.items()}
         return {"stats": stats, "num_updates": self.updates,
                 "num_env_steps_trained": self.trained, "num_new_env_steps_trained": self.env_steps,
                 "policy_lag_mean": self.lag_sum / self.lag_count if self.lag_count else 0.0,

@@ -14,12 +14,9 @@ from typing import Any, Literal, NamedTuple, Union, get_args, get_origin
 
 #: The builder methods, in RLlib's names; every setting belongs to exactly one.
 GROUPS = (
-    "environment", "env_runners", "training", "learners",
+    "environment", "env_runners", "training", "rl_module", "learners",
     "resources", "framework", "callbacks", "reporting", "debugging", "fault_tolerance",
 )
-
-#: RLlib's MODEL_DEFAULTS for the keys rlmesh's default networks read.
-MODEL_DEFAULTS = {"fcnet_hiddens": [256, 256], "fcnet_activation": "tanh", "vf_share_layers": True}
 
 
 class ConfigError(ValueError):

@@ -12,12 +12,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, get_type_hints
 
-from rlmesh.algorithms.schedules import validate_schedule, value_at
+from rlmesh.config.schedules import validate_schedule, value_at
+from rlmesh.rl.spec import MODEL_DEFAULTS
 
 logger = logging.getLogger(__name__)
 
-from rlmesh.algorithms.settings import (  # noqa: F401  (ConfigError, Setting, GROUPS: public here)
-    _BOUNDS, _UNSET, GROUPS, MODEL_DEFAULTS, ConfigError, Setting, _describe, _fields,
+from rlmesh.config.settings import (  # noqa: F401  (ConfigError, Setting, GROUPS: public here)
+    _BOUNDS, _UNSET, GROUPS, ConfigError, Setting, _describe, _fields,
     _jsonable, _matches, _names, _unknown_key_message, setting,
 )
 
@@ -51,8 +52,11 @@ class AlgorithmConfig:
         doc="The policy acts in [-1, 1] on Box action spaces; actions are rescaled to the "
             "space's bounds before the env sees them.")
     clip_actions: bool = setting(
-        False, "environment",
-        doc="Clip actions to the bounds of the Box action space before the env sees them.")
+        True, "environment",
+        doc="Clip Box actions to the space's bounds before the env sees them (when "
+            "normalize_actions does not rescale them). RLlib's default is False; here True, "
+            "as gymnasium envs assume actions inside the bounds. The stored and scored "
+            "action is always the one sampled.")
     observation_space: Any = setting(
         None, "environment",
         doc="The observation space, for runs without an env of their own (external "
@@ -161,6 +165,13 @@ class AlgorithmConfig:
             "every key with its meaning: rlmesh.rl.spec.MODEL_DEFAULTS. A dict given updates "
             "the current one key by key, as in RLlib.")
 
+    # --- rl_module ---
+    policy_class: Any = setting(
+        None, "rl_module",
+        doc="The policy every env runner acts with and the learner trains: a subclass of "
+            "rlmesh.policy.Policy (or its import path 'pkg.module:MyPolicy'). None: the "
+            "algorithm's own (PPOTorchPolicy for PPO, ...). See docs/policies.md.")
+
     # --- learners ---
     num_learners: int = setting(
         0, "learners", ge=0, aliases=("num_learner_workers",),
@@ -244,6 +255,10 @@ class AlgorithmConfig:
         """Set the training group, the algorithm's own settings included."""
         return self._set("training", kwargs)
 
+    def rl_module(self, **kwargs):
+        """Set the policy class (see ``fields_table("rl_module")``)."""
+        return self._set("rl_module", kwargs)
+
     def learners(self, **kwargs):
         """Set the learners group (see ``fields_table("learners")``)."""
         return self._set("learners", kwargs)
@@ -301,6 +316,19 @@ class AlgorithmConfig:
         setattr(self, name, value)
 
     # --- dicts ---
+
+    def __getitem__(self, key: str) -> Any:
+        """RLlib's dict-style read: ``config["lr"]``, ``config["lambda"]``."""
+        return getattr(self, self._resolve(key))
+
+    def get(self, key: str, default: Any = None) -> Any:
+        try:
+            return self[key]
+        except ConfigError:
+            return default
+
+    def __contains__(self, key: str) -> bool:
+        return key in _names(type(self))
 
     @classmethod
     def from_dict(cls, d: dict):

@@ -1,0 +1,127 @@
+"""The driver's view of the learners (RLlib's LearnerGroup): one ``Learner`` in the driver
+(``num_learners=0``) or learner actors, data-parallel when several, for synchronous and
+asynchronous algorithms alike. Batches and weights are keyed by policy id."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from concurrent.futures import Future
+from typing import Any
+
+import numpy as np
+
+from rlmesh.rl.columns import merge_by_policy, shard_batch
+from rlmesh.roles.learner import Learner
+
+
+class LearnerGroup:
+    """Update, weights and state of every policy, wherever the learners run."""
+
+    def __init__(self, config: Any, policy_specs: dict[str, Any], mesh: Any) -> None:
+        self.config = config
+        self.policy_specs = policy_specs
+        self.mesh = mesh
+        self.local: Learner | None = None
+        if config.num_learners == 0 and not mesh.asynchronous:
+            import torch
+
+            device = "cuda" if config.num_gpus_per_learner and torch.cuda.is_available() else "cpu"
+            self.local = Learner(config, policy_specs, device)
+        self._pending: list[Future] = []
+
+    @property
+    def is_local(self) -> bool:
+        return self.local is not None
+
+    async def start(self) -> None:
+        if self.local is None:
+            await self.mesh.start_learners(self.policy_specs)
+
+    def _run(self, coro: Any, timeout: float | None = None) -> Any:
+        return self.mesh.loop_thread.run(coro, timeout)
+
+    # --- updates ---
+
+    def update_from_episodes(self, fragments: list[dict[str, Any]], **kwargs: Any
+                             ) -> dict[str, dict[str, float]]:
+        """Update from fragments as env runners ship them (merged per policy first)."""
+        return self.update_from_batch(merge_by_policy(fragments), **kwargs)
+
+    def update_from_batch(self, batch: dict[str, dict[str, Any]], *, timesteps: int = 0,
+                          minibatch_size: int | None = None, num_iters: int | None = None,
+                          async_update: bool = False) -> Any:
+        """One update of each policy from its batch (``{policy_id: time-major batch}``):
+        ``num_iters`` epochs (default ``num_epochs``) of ``minibatch_size`` minibatches
+        (default the config's). Statistics by policy id; with ``async_update`` the update
+        runs on while this returns the statistics of those finished since the last call
+        (a list, maybe empty)."""
+        kwargs = {"num_epochs": num_iters, "minibatch_size": minibatch_size}
+        if self.local is not None:
+            work = lambda: self.local.update_from_batch(batch, timesteps, **kwargs)  # noqa: E731
+            if not async_update:
+                return work()
+            loop = self.mesh.loop_thread.loop
+            self._pending.append(asyncio.run_coroutine_threadsafe(asyncio.to_thread(work), loop))
+            return self._finished()
+        coro = self._update_remote(batch, timesteps, kwargs)
+        if not async_update:
+            return self._run(coro)
+        self._pending.append(asyncio.run_coroutine_threadsafe(coro, self.mesh.loop_thread.loop))
+        return self._finished()
+
+    def _finished(self) -> list[dict[str, dict[str, float]]]:
+        done = [f for f in self._pending if f.done()]
+        self._pending = [f for f in self._pending if not f.done()]
+        return [f.result() for f in done]
+
+    async def _update_remote(self, batch: dict[str, dict[str, Any]], timesteps: int,
+                             kwargs: dict[str, Any]) -> dict[str, dict[str, float]]:
+        learners = self.mesh.learners
+        n = len(learners)
+        if n == 1:
+            return await learners[0].call("update", batch, timesteps, **kwargs, timeout=None)
+        # Data-parallel: each rank a shard of every policy's batch, and every rank the same
+        # number of minibatches, so their gradient all-reduces pair up.
+        shards = {pid: shard_batch(b, n) for pid, b in batch.items()}
+        size = kwargs.get("minibatch_size") or self.config.minibatch_size
+        per_rank = [{pid: s[r] for pid, s in shards.items()} for r in range(n)]
+        if size:
+            most = max(int(np.asarray(s["mask"]).sum()) for s in
+                       (x for shard in shards.values() for x in shard))
+            kwargs = {**kwargs, "num_minibatches": max(1, math.ceil(most / size))}
+        results = await asyncio.gather(*(h.call("update", per_rank[r], timesteps, **kwargs,
+                                                timeout=None)
+                                         for r, h in enumerate(learners)))
+        return results[0]  # ranks hold the same weights; rank 0's statistics stand for all
+
+    # --- weights and state ---
+
+    def get_weights(self, policy_ids: list[str] | None = None) -> dict[str, dict[str, np.ndarray]]:
+        if self.local is not None:
+            return self.local.get_weights(policy_ids)
+        return self._run(self.mesh.learners[0].call("get_weights", policy_ids))
+
+    def set_weights(self, weights: dict[str, dict[str, Any]]) -> None:
+        if self.local is not None:
+            self.local.set_weights(weights)
+        else:
+            self._run(asyncio.gather(*(h.call("set_weights", weights) for h in self.mesh.learners)))
+
+    def get_state(self) -> dict[str, Any]:
+        if self.local is not None:
+            return self.local.get_state()
+        return self._run(self.mesh.learners[0].call("get_state", timeout=120))
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        if self.local is not None:
+            self.local.set_state(state)
+        else:
+            self._run(asyncio.gather(*(h.call("set_state", state, timeout=120)
+                                       for h in self.mesh.learners)))
+
+    def foreach_learner(self, method: str, *args: Any) -> list[Any]:
+        """``method(*args)`` on every learner actor (the local learner's attribute)."""
+        if self.local is not None:
+            return [getattr(self.local, method)(*args)]
+        return self._run(asyncio.gather(*(h.call(method, *args) for h in self.mesh.learners)))

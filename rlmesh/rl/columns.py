@@ -1,0 +1,281 @@
+"""The sample columns, declared once: their names, and the dtype and per-step shape of each,
+derived from the spaces and from what a policy declares (its view requirements). The env
+runner's fragment buffer, the policy server and client, ``merge_fragments``, replay and the
+learners all iterate over these declarations; none writes the layout out itself.
+
+A fragment is one policy's time-major columns ``[T, B, ...]`` plus a few fragment-level keys
+(``FRAGMENT_KEYS``); every other key of a fragment is a time-major column.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
+
+import gymnasium as gym
+import numpy as np
+
+#: The policy of a single-agent run; results, weights and checkpoints are keyed by policy id.
+DEFAULT_POLICY_ID = "default_policy"
+
+
+class Columns:
+    """Column names, in RLlib's spelling."""
+
+    OBS = "obs"
+    ACTIONS = "actions"  # as sampled: unclipped for DiagGaussian
+    REWARDS = "rewards"
+    TERMINATEDS = "terminateds"
+    TRUNCATEDS = "truncateds"
+    MASK = "mask"  # False on padding: a row an env did not step
+    ACTION_LOGP = "action_logp"  # log-prob under the policy that sampled the action
+    ACTION_DIST_INPUTS = "action_dist_inputs"
+    VF_PREDS = "vf_preds"  # V(s_t)
+    EPS_ID = "eps_id"
+    AGENT_INDEX = "agent_index"
+    T = "t"  # the step's index in its episode
+    PREV_ACTIONS = "prev_actions"
+    PREV_REWARDS = "prev_rewards"
+    INFOS = "infos"
+    # What learners compute from a batch.
+    NEXT_OBS = "next_obs"
+    BOOTSTRAP_VALUES = "bootstrap_values"  # V(s_{t+1}) of the true next obs, see compute_gae
+    ADVANTAGES = "advantages"
+    VALUE_TARGETS = "value_targets"
+
+    @staticmethod
+    def state_in(i: int) -> str:
+        return f"state_in_{i}"
+
+    @staticmethod
+    def state_out(i: int) -> str:
+        return f"state_out_{i}"
+
+
+@dataclass(frozen=True)
+class ColumnSpec:
+    """One column: the shape of one step's entry and its dtype (RLlib's ViewRequirement,
+    reduced to what a buffer and a wire check need)."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+    @staticmethod
+    def of(value: Any) -> "ColumnSpec":
+        """The spec of a batch of values ``[N, ...]`` (an extra action output)."""
+        arr = np.asarray(value)
+        return ColumnSpec(tuple(arr.shape[1:]), arr.dtype)
+
+
+def space_layout(space: gym.Space) -> ColumnSpec:
+    """How one observation or action of ``space`` is stored: int64 for Discrete, float32 for
+    Box (uint8 Box observations, i.e. pixels, stay uint8)."""
+    if isinstance(space, gym.spaces.Discrete):
+        return ColumnSpec((), np.dtype(np.int64))
+    if isinstance(space, gym.spaces.Box):
+        return ColumnSpec(tuple(space.shape),
+                          np.dtype(np.uint8 if space.dtype == np.uint8 else np.float32))
+    return ColumnSpec(tuple(space.shape or ()), np.dtype(space.dtype))
+
+
+FLOAT, BOOL = np.dtype(np.float32), np.dtype(bool)
+
+
+def env_columns(obs_space: gym.Space, action_space: gym.Space) -> dict[str, ColumnSpec]:
+    """The columns every fragment has, whatever the policy: what the env and the runner
+    record for each step."""
+    return {Columns.OBS: space_layout(obs_space), Columns.ACTIONS: space_layout(action_space),
+            Columns.REWARDS: ColumnSpec((), FLOAT), Columns.TERMINATEDS: ColumnSpec((), BOOL),
+            Columns.TRUNCATEDS: ColumnSpec((), BOOL), Columns.MASK: ColumnSpec((), BOOL)}
+
+
+def action_dist_columns(num_dist_inputs: int) -> dict[str, ColumnSpec]:
+    """The extra action outputs of a policy that samples from a distribution: the action's
+    log-probability and the distribution's inputs."""
+    return {Columns.ACTION_LOGP: ColumnSpec((), FLOAT),
+            Columns.ACTION_DIST_INPUTS: ColumnSpec((num_dist_inputs,), FLOAT)}
+
+
+#: Optional per-step columns a runner fills when a policy declares them.
+def optional_columns(action_space: gym.Space) -> dict[str, ColumnSpec]:
+    i64 = np.dtype(np.int64)
+    return {Columns.EPS_ID: ColumnSpec((), i64), Columns.T: ColumnSpec((), i64),
+            Columns.AGENT_INDEX: ColumnSpec((), i64),
+            Columns.PREV_ACTIONS: space_layout(action_space),
+            Columns.PREV_REWARDS: ColumnSpec((), FLOAT)}
+
+
+#: Keys of a fragment that are not time-major columns.
+FRAGMENT_KEYS = frozenset({
+    "next_obs", "trunc_index", "trunc_obs", "env_steps", "episodes", "policy_version",
+    "policy_id", "worker_index", "idle", "policy_versions"})
+
+
+def time_major_keys(fragment: dict[str, Any]) -> list[str]:
+    return [k for k in fragment if k not in FRAGMENT_KEYS]
+
+
+def check_columns(got: dict[str, Any], specs: dict[str, ColumnSpec], rows: int,
+                  where: str) -> dict[str, np.ndarray]:
+    """``got``'s columns of ``specs`` as arrays ``[rows, *shape]`` of the declared dtype, or a
+    ValueError naming the first column that is missing, misshapen, not numeric or not finite
+    (data from outside: a policy client's chunk)."""
+    out = {}
+    for key, spec in specs.items():
+        if key not in got:
+            raise ValueError(f"{where} lacks column {key!r}")
+        arr = np.asarray(got[key])
+        shape = (rows, *spec.shape)
+        if arr.dtype.kind not in "biuf" or arr.shape != shape:
+            raise ValueError(f"{where} column {key!r}: expected shape {shape} of numbers, got "
+                             f"{arr.shape} of {arr.dtype}")
+        if arr.dtype.kind == "f" and not np.all(np.isfinite(arr)):
+            raise ValueError(f"{where} column {key!r} has NaN or infinite values")
+        out[key] = arr.astype(spec.dtype, copy=False)
+    return out
+
+
+# --- fragments into batches ---
+
+def merge_fragments(fragments: list[dict[str, Any]]) -> dict[str, np.ndarray]:
+    """Fragments of one policy side by side along B, as one time-major batch ``[T, B]``.
+
+    Every time-major column of the fragments is carried. Fragments of fewer rows (runners
+    may differ by a step, complete-episode fragments by more) are padded at the end with
+    masked rows marked terminated; a padded column's last real step, if not already done,
+    becomes a truncation that bootstraps from its next_obs.
+    """
+    # Fragments without steps (an idle policy server's) only carry episode ends.
+    fragments = [f for f in fragments if f["obs"].shape[0] and f["obs"].shape[1]]
+    if not fragments:
+        raise ValueError("merge_fragments: no fragment has any step")
+    keys = time_major_keys(fragments[0])
+    t_max = max(f["obs"].shape[0] for f in fragments)
+    cols: dict[str, list[np.ndarray]] = {k: [] for k in keys}
+    next_obs, trunc_index, trunc_obs = [], [], []
+    offset = 0
+    for i, f in enumerate(fragments):
+        if set(time_major_keys(f)) != set(keys):
+            raise ValueError(f"fragment {i} has columns {sorted(time_major_keys(f))}, "
+                             f"fragment 0 has {sorted(keys)}")
+        t, b = f["obs"].shape[:2]
+        pad = t_max - t
+        ti, to = np.asarray(f["trunc_index"]).reshape(-1, 2), np.asarray(f["trunc_obs"])
+        for k in keys:
+            a = np.asarray(f[k])
+            if pad:
+                filler = np.zeros((pad, *a.shape[1:]), dtype=a.dtype)
+                if k == Columns.TERMINATEDS:
+                    filler[:] = True
+                a = np.concatenate([a, filler])
+            cols[k].append(a)
+        if pad:
+            done = np.asarray(f["terminateds"][t - 1]) | np.asarray(f["truncateds"][t - 1])
+            open_cols = np.flatnonzero(~done)
+            cols["truncateds"][-1] = cols["truncateds"][-1].copy()
+            cols["truncateds"][-1][t - 1, open_cols] = True
+            ti = np.concatenate([ti, np.stack([np.full_like(open_cols, t - 1), open_cols], 1)])
+            to = np.concatenate([to.reshape(-1, *f["next_obs"].shape[1:]), f["next_obs"][open_cols]])
+        trunc_index.append(ti + [0, offset])
+        trunc_obs.append(to.reshape(-1, *f["next_obs"].shape[1:]))
+        next_obs.append(f["next_obs"])
+        offset += b
+    batch = {k: np.concatenate(v, axis=1) for k, v in cols.items()}
+    batch["next_obs"] = np.concatenate(next_obs)
+    batch["trunc_index"] = np.concatenate(trunc_index).astype(np.int64)
+    batch["trunc_obs"] = np.concatenate(trunc_obs)
+    return batch
+
+
+def merge_by_policy(fragments: Iterable[dict[str, Any]]) -> dict[str, dict[str, np.ndarray]]:
+    """Fragments grouped by their ``policy_id`` and merged: ``{policy_id: batch}``."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for f in fragments:
+        if f["obs"].shape[0] and f["obs"].shape[1]:
+            groups.setdefault(f.get("policy_id", DEFAULT_POLICY_ID), []).append(f)
+    return {pid: merge_fragments(fs) for pid, fs in groups.items()}
+
+
+class SampleBatch(dict):
+    """Flat samples ``{column: array [N, ...]}`` (RLlib's SampleBatch, as a plain dict), with
+    the column names as class attributes: ``batch[SampleBatch.REWARDS]``."""
+
+    OBS, ACTIONS, REWARDS = Columns.OBS, Columns.ACTIONS, Columns.REWARDS
+    TERMINATEDS, TRUNCATEDS = Columns.TERMINATEDS, Columns.TRUNCATEDS
+    ACTION_LOGP, ACTION_DIST_INPUTS = Columns.ACTION_LOGP, Columns.ACTION_DIST_INPUTS
+    VF_PREDS, EPS_ID, T, INFOS = Columns.VF_PREDS, Columns.EPS_ID, Columns.T, Columns.INFOS
+    NEXT_OBS, ADVANTAGES = Columns.NEXT_OBS, Columns.ADVANTAGES
+    VALUE_TARGETS = Columns.VALUE_TARGETS
+
+    @property
+    def count(self) -> int:
+        return len(self[Columns.REWARDS]) if Columns.REWARDS in self else 0
+
+    @staticmethod
+    def concat_samples(batches: list["SampleBatch"]) -> "SampleBatch":
+        if not batches:
+            return SampleBatch()
+        keys = [k for k in batches[0] if all(k in b for b in batches)]
+        return SampleBatch({k: np.concatenate([np.asarray(b[k]) for b in batches]) for k in keys})
+
+
+def trajectories(batch: dict[str, Any]) -> list[SampleBatch]:
+    """A time-major batch cut into trajectories: each env column's valid rows, split after
+    every step that ended an episode, as flat SampleBatches in time order. Each carries
+    ``next_obs`` (the observation after its last step) and ``t`` (the step's index within
+    the trajectory). Columns the batch holds per step are carried; fragment keys are not."""
+    mask = np.asarray(batch[Columns.MASK], bool)
+    done = np.asarray(batch[Columns.TERMINATEDS], bool) | np.asarray(batch[Columns.TRUNCATEDS], bool)
+    keys = time_major_keys(batch)
+    trunc = {(int(t), int(b)): i for i, (t, b) in enumerate(np.asarray(batch["trunc_index"]).reshape(-1, 2))}
+    t_max, width = mask.shape
+    out = []
+    for b in range(width):
+        rows = np.flatnonzero(mask[:, b])
+        ends = [i + 1 for i, t in enumerate(rows) if done[t, b]]
+        for start, stop in zip([0, *ends], [*ends, len(rows)]):
+            if stop <= start:
+                continue
+            index = rows[start:stop]
+            traj = SampleBatch({k: np.asarray(batch[k])[index, b] for k in keys})
+            last = int(index[-1])
+            if (last, b) in trunc:
+                traj[Columns.NEXT_OBS] = np.asarray(batch["trunc_obs"])[trunc[(last, b)]]
+            elif last + 1 < t_max and mask[last + 1, b]:
+                traj[Columns.NEXT_OBS] = np.asarray(batch[Columns.OBS])[last + 1, b]
+            else:
+                traj[Columns.NEXT_OBS] = np.asarray(batch["next_obs"])[b]
+            traj[Columns.T] = np.arange(len(index))
+            out.append(traj)
+    return out
+
+
+def postprocessed_samples(batch: dict[str, Any],
+                          postprocess: Callable[[SampleBatch], SampleBatch] | None) -> SampleBatch:
+    """A time-major batch as flat samples, each trajectory run through ``postprocess``
+    (a policy's ``postprocess_trajectory``) first when one is given. ``next_obs`` is kept
+    per trajectory only, so it is dropped from the joined samples."""
+    trajs = trajectories(batch)
+    if postprocess is not None:
+        trajs = [postprocess(t) for t in trajs]
+    for t in trajs:
+        t.pop(Columns.NEXT_OBS, None)
+    return SampleBatch.concat_samples(trajs)
+
+
+def shard_batch(batch: dict[str, Any], n: int) -> list[dict[str, np.ndarray]]:
+    """A time-major batch cut along B into ``n`` near-equal shards (data-parallel learners),
+    each with its own ``next_obs`` and truncations."""
+    width = np.asarray(batch["mask"]).shape[1]
+    bounds = np.linspace(0, width, n + 1).astype(int)
+    index = np.asarray(batch["trunc_index"]).reshape(-1, 2)
+    trunc_obs = np.asarray(batch["trunc_obs"])
+    shards = []
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        shard = {k: np.asarray(batch[k])[:, lo:hi] for k in time_major_keys(batch)}
+        shard["next_obs"] = np.asarray(batch["next_obs"])[lo:hi]
+        mine = (index[:, 1] >= lo) & (index[:, 1] < hi)
+        shard["trunc_index"] = index[mine] - [0, lo]
+        shard["trunc_obs"] = trunc_obs[mine]
+        shards.append(shard)
+    return shards
