@@ -9,6 +9,8 @@ import logging
 
 import pytest
 
+from rlmesh.rl.spec import MODEL_DEFAULTS
+
 from rlmesh.algorithms import AlgorithmConfig, ConfigError, PPOConfig
 from rlmesh.algorithms.appo_config import APPOConfig
 from rlmesh.algorithms.impala_config import ImpalaConfig
@@ -38,8 +40,8 @@ def test_builders_chain_and_return_self():
     assert (config.lr, config.gamma, config.num_learners, config.seed) == (3e-4, 0.98, 2, 7)
     assert config.callbacks_class is MyCallbacks
     # model merges key by key, as RLlib's .training(model=...) does
-    assert config.model == {"fcnet_hiddens": [64, 64], "fcnet_activation": "tanh",
-                            "vf_share_layers": False}
+    assert config.model == {**MODEL_DEFAULTS, "fcnet_hiddens": [64, 64],
+                            "fcnet_activation": "tanh", "vf_share_layers": False}
     config.validate()
 
 
@@ -225,7 +227,8 @@ def test_instances_do_not_share_mutable_defaults():
     a.model["fcnet_hiddens"].append(8)
     a.env_config["x"] = 1
     assert b.model["fcnet_hiddens"] == [256, 256] and b.env_config == {}
-    assert AlgorithmConfig().model["vf_share_layers"] is True  # PPO's override stays PPO's
+    assert ImpalaConfig().model["vf_share_layers"] is True  # IMPALA's override stays IMPALA's
+    assert AlgorithmConfig().model == MODEL_DEFAULTS and AlgorithmConfig().model is not MODEL_DEFAULTS
 
 
 # --- defaults ---

@@ -18,11 +18,16 @@ class FakeAlgo:
         self.episodes_total = iteration
         self.time_total_s = 1.5
         self.num_env_steps_trained = 100 * iteration
+        self.policy_specs = {"default_policy": {"policy_class": "rlmesh.algorithms.ppo:PPOTorchPolicy"}}
+
+
+def policy_state(value: float) -> dict:
+    return {"model": {"w": torch.full((2, 2), value)}, "optimizer": {"state": {}, "param_groups": []},
+            "state": {"cur_kl_coeff": 0.2}, "num_updates": 1, "num_env_steps_trained": 10}
 
 
 def state(value: float) -> dict:
-    return {"model": {"w": torch.full((2, 2), value)}, "optimizer": {"state": {}, "param_groups": []},
-            "state": {"cur_kl_coeff": 0.2}, "num_updates": 1, "num_env_steps_trained": 10}
+    return {"policies": {"default_policy": policy_state(value)}, "num_updates": 1}
 
 
 def test_round_trip_keeps_config_counters_and_tensors(tmp_path):
@@ -31,7 +36,20 @@ def test_round_trip_keeps_config_counters_and_tensors(tmp_path):
     assert meta["format_version"] == checkpoints.FORMAT_VERSION
     assert meta["algorithm"].endswith(":FakeAlgo") and meta["config"]["env"] == "CartPole-v1"
     assert meta["counters"]["training_iteration"] == 3
-    assert torch.equal(loaded["model"]["w"], torch.full((2, 2), 1.0))
+    assert torch.equal(loaded["policies"]["default_policy"]["model"]["w"], torch.full((2, 2), 1.0))
+    assert meta["policies"] == FakeAlgo(3).policy_specs
+
+
+def test_a_version_1_checkpoint_reads_as_the_default_policy(tmp_path):
+    path = checkpoints.write(tmp_path / "ckpt", FakeAlgo(3), state(1.0))
+    meta_file = tmp_path / "ckpt" / checkpoints.META
+    meta = msgpack.unpackb(meta_file.read_bytes())
+    meta["format_version"] = 1
+    del meta["policies"]
+    meta_file.write_bytes(msgpack.packb(meta))
+    torch.save(policy_state(4.0), tmp_path / "ckpt" / checkpoints.STATE)  # v1: one policy's state
+    _, loaded = checkpoints.read(path)
+    assert torch.equal(loaded["policies"]["default_policy"]["model"]["w"], torch.full((2, 2), 4.0))
 
 
 def test_a_crash_mid_save_leaves_the_previous_checkpoint(tmp_path, monkeypatch):
@@ -45,7 +63,7 @@ def test_a_crash_mid_save_leaves_the_previous_checkpoint(tmp_path, monkeypatch):
         checkpoints.write(tmp_path / "ckpt", FakeAlgo(2), state(2.0))
     meta, loaded = checkpoints.read(path)
     assert meta["counters"]["training_iteration"] == 1
-    assert torch.equal(loaded["model"]["w"], torch.full((2, 2), 1.0))
+    assert torch.equal(loaded["policies"]["default_policy"]["model"]["w"], torch.full((2, 2), 1.0))
     monkeypatch.undo()
     checkpoints.write(tmp_path / "ckpt", FakeAlgo(2), state(2.0))  # and the next save works
     assert checkpoints.read(path)[0]["counters"]["training_iteration"] == 2

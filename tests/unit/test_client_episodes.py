@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from rlmesh.client.episodes import Episodes, check_reward, fragment_from_chunks
-from rlmesh.roles.learner import merge_fragments
+from rlmesh.rl.columns import ColumnSpec, action_dist_columns, merge_fragments
 
-OBS = ((2,), np.float32)
-ACT = ((), np.int64)
+SPECS = {"obs": ColumnSpec((2,), np.dtype(np.float32)), "actions": ColumnSpec((), np.dtype(np.int64)),
+         **action_dist_columns(2), "rewards": ColumnSpec((), np.dtype(np.float32))}
 
 
 def obs(i):
@@ -118,7 +118,7 @@ def test_chunks_as_a_fragment_the_learner_merges():
     play(eps, cut, 10, 4)  # chunk of 3 cut at the 4th action, the 4th in progress
     eps.cut_open()  # nothing more: no complete step since the cut
     chunks = eps.take_chunks()
-    frag = fragment_from_chunks(chunks, OBS, ACT, num_inputs=2)
+    frag = fragment_from_chunks(chunks, SPECS)
     assert frag["obs"].shape == (3, 2, 2) and frag["action_dist_inputs"].shape == (3, 2, 2)
     np.testing.assert_array_equal(frag["mask"], [[True, True], [True, True], [False, True]])
     np.testing.assert_array_equal(frag["terminateds"][:, 0], [False, True, True])  # padding too
@@ -136,14 +136,14 @@ def test_a_short_cut_chunk_bootstraps_through_trunc_obs():
     play(eps, a, 0, 4)
     play(eps, b, 20, 2)
     eps.cut_open()
-    frag = fragment_from_chunks(eps.take_chunks(), OBS, ACT, num_inputs=2)
+    frag = fragment_from_chunks(eps.take_chunks(), SPECS)
     np.testing.assert_array_equal(frag["trunc_index"], [[0, 1]])
     np.testing.assert_array_equal(frag["trunc_obs"], [obs(21)])
     np.testing.assert_array_equal(frag["next_obs"][0], obs(3))
 
 
 def test_nothing_to_report_is_an_empty_fragment():
-    frag = fragment_from_chunks([], OBS, ACT, num_inputs=2)
+    frag = fragment_from_chunks([], SPECS)
     assert frag["obs"].shape == (0, 0, 2) and frag["env_steps"] == 0 and frag["episodes"] == []
 
 

@@ -18,9 +18,12 @@ from rlmesh.envs import (EnvContext, actions_for_env, env_registry, make_env, pa
                          register_env, space_from_data, space_to_data, spaces_of)
 from rlmesh.rl.distributions import DiagGaussian
 from rlmesh.rl.models import build_model
-from rlmesh.rl.numpy_policy import NumpyPolicy
+from rlmesh.config import AlgorithmConfig
+from rlmesh.policy.numpy_mlp import NumpyMLPPolicy
+from rlmesh.policy.policy import Policy
+from rlmesh.policy.torch_policy import TorchPolicy
+from rlmesh.rl.columns import action_dist_columns
 from rlmesh.roles.env_runner import RESEED_STRIDE, EnvRunner, EnvSampler, runner_config
-from rlmesh.roles.runner_policy import TorchPolicy
 from tests.integration import envs_for_tests
 from tests.integration.envs_for_tests import CountEnv, EpisodeCallbacks, make_count_env
 
@@ -30,9 +33,35 @@ def fresh_env_counts():
     envs_for_tests._instances.clear()  # "the first env made" is per test
 
 
-def zero_policy(obs, explore=None):
+class FnPolicy(Policy):
+    """The runner side of the contract around ``fn(obs, explore) -> (actions, logp,
+    dist_inputs)``."""
+
+    def __init__(self, fn, num_inputs=2):
+        super().__init__(None, None, None)
+        self.fn = fn
+        self.view_requirements = action_dist_columns(num_inputs)
+
+    def compute_actions(self, obs_batch, state_batches=None, prev_action_batch=None,
+                        prev_reward_batch=None, explore=None, timestep=None, **kwargs):
+        actions, logp, inputs = self.fn(obs_batch, explore)
+        return actions, [], {"action_logp": logp, "action_dist_inputs": inputs}
+
+
+def zero_fn(obs, explore=None):
     n = len(obs)
     return np.zeros(n, np.int64), np.full(n, -0.5, np.float32), np.zeros((n, 2), np.float32)
+
+
+zero_policy = FnPolicy(zero_fn)
+
+
+def torch_policy(model, obs_space, action_space, explore=True, **model_config):
+    """A TorchPolicy acting with ``model``'s weights."""
+    config = AlgorithmConfig().training(model=model_config).env_runners(explore=explore)
+    policy = TorchPolicy(obs_space, action_space, config)
+    policy.model.load_state_dict(model.state_dict())
+    return policy
 
 
 def sampler(num_envs=2, policy=zero_policy, limit=None, **config):
@@ -42,7 +71,7 @@ def sampler(num_envs=2, policy=zero_policy, limit=None, **config):
         if limit is not None:
             cfg["max_episode_steps"] = limit(i)
         return make_count_env(EnvContext(cfg, 1, i))
-    return EnvSampler(create, num_envs, policy)
+    return EnvSampler(create, num_envs, policy if isinstance(policy, Policy) else FnPolicy(policy))
 
 
 def steps(frag):
@@ -303,7 +332,8 @@ def test_box_actions_stepped_clipped_or_rescaled_while_stored_unclipped(normaliz
     model = build_model(RecordingBoxEnv.observation_space, space, {"fcnet_hiddens": [8]})
     with torch.no_grad():
         model.pi_head.bias[1] = 1.5  # log_std 1.5: samples far outside [-2, 2]
-    s = EnvSampler(lambda i: RecordingBoxEnv(), 2, TorchPolicy(model, space),
+    s = EnvSampler(lambda i: RecordingBoxEnv(), 2,
+                   torch_policy(model, RecordingBoxEnv.observation_space, space, fcnet_hiddens=[8]),
                    normalize_actions=normalize)
     frag = s.sample(50)
     stored = frag["actions"]
@@ -327,7 +357,7 @@ def test_runner_steps_squashed_actions_as_drawn_and_others_clipped_or_rescaled(s
     config = PPOConfig().environment("unit-recording-box").env_runners(num_envs_per_env_runner=2)
     config = config.training(model={"fcnet_hiddens": [8], "squash_actions": squash}).debugging(seed=1)
     runner = EnvRunner({**config.to_dict(), "_env_registry": env_registry()}, param_server=None)
-    assert isinstance(runner.policy, NumpyPolicy)
+    assert isinstance(runner.policy, NumpyMLPPolicy)
     weights = runner.get_weights()
     weights["pi_head.bias"] = np.array([0.5, 1.5], np.float32)  # wide: many draws beyond [-2, 2]
     runner.set_weights(1, weights)
@@ -358,7 +388,7 @@ def test_explore_false_takes_the_likeliest_action():
     model = build_model(CountEnv.observation_space, CountEnv.action_space, {"fcnet_hiddens": [8]})
     with torch.no_grad():
         model.pi_head.bias[:] = torch.tensor([0.0, 2.0])
-    policy = TorchPolicy(model, CountEnv.action_space, explore=True)
+    policy = torch_policy(model, CountEnv.observation_space, CountEnv.action_space, fcnet_hiddens=[8])
     s = EnvSampler(lambda i: CountEnv(), 4, policy)
     assert (s.sample(20, explore=False)["actions"] == 1).all()
     assert (s.sample(20)["actions"] == 0).any()  # p(0) ~ 12% per draw
@@ -366,7 +396,8 @@ def test_explore_false_takes_the_likeliest_action():
 
 def test_runner_config_keeps_the_shared_settings_of_an_algorithm_config():
     d = PPOConfig().environment("CartPole-v1").env_runners(num_envs_per_env_runner=3).to_dict()
-    cfg = runner_config({**d, "lambda": 0.9})
+    cfg, specs, registry = runner_config({**d, "lambda": 0.9})
+    assert specs is None and registry == {}
     assert cfg.num_envs_per_env_runner == 3 and cfg.env == "CartPole-v1"
     assert cfg.get_rollout_fragment_length(1) == 4000 // (2 * 3) + 1
 
@@ -440,9 +471,11 @@ def test_torch_policy_scores_actions_as_it_draws_them():
     """A policy server asks any runner policy for dist_inputs and logp (log_action)."""
     torch.manual_seed(0)
     space = RecordingBoxEnv.action_space
-    policy = TorchPolicy(build_model(RecordingBoxEnv.observation_space, space,
-                                     {"fcnet_hiddens": [8]}), space)
+    policy = torch_policy(build_model(RecordingBoxEnv.observation_space, space,
+                                      {"fcnet_hiddens": [8]}),
+                          RecordingBoxEnv.observation_space, space, fcnet_hiddens=[8])
     obs = np.random.default_rng(0).uniform(-1, 1, (6, 3)).astype(np.float32)
-    actions, logp, inputs = policy(obs)
-    np.testing.assert_allclose(policy.dist_inputs(obs), inputs, rtol=1e-6)
-    np.testing.assert_allclose(policy.logp(inputs, actions), logp, rtol=1e-5)
+    actions, _, extras = policy.compute_actions(obs)
+    scored = policy.score_actions(obs, actions)
+    np.testing.assert_allclose(scored["action_dist_inputs"], extras["action_dist_inputs"], rtol=1e-6)
+    np.testing.assert_allclose(scored["action_logp"], extras["action_logp"], rtol=1e-5)

@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-from rlmesh.algorithms.appo import APPOConfig, APPOLearnerHooks, target_model
-from rlmesh.algorithms.impala import ImpalaConfig, ImpalaLearnerHooks, drop_last_step, valid_rows
+from rlmesh.algorithms.appo import APPOConfig, APPOTorchPolicy, target_model
+from rlmesh.algorithms.impala import ImpalaConfig, ImpalaTorchPolicy, drop_last_step, valid_rows
 from rlmesh.rl.gae import compute_gae
 from rlmesh.rl.optim import Optimizers, RMSprop
-from rlmesh.roles.learner import Learner, _tensor
+from rlmesh.policy.torch_policy import TorchPolicy as Learner
+from rlmesh.rl.batch import to_tensors
 from tests.unit.test_learner import ACT, OBS, fragment
 
 CALLS: list = []
@@ -23,11 +24,11 @@ def record_step(learner, stats) -> None:
     CALLS.append((learner.num_updates, dict(stats)))
 
 
-def learner(cls=ImpalaConfig, hooks=ImpalaLearnerHooks, **training) -> Learner:
+def learner(cls=ImpalaConfig, hooks=ImpalaTorchPolicy, **training) -> Learner:
     config = cls().training(**{"model": {"fcnet_hiddens": [8], "vf_share_layers": False},
                                **training}).debugging(seed=0)
     torch.manual_seed(0)
-    return Learner(config, OBS, ACT, hooks)
+    return hooks(OBS, ACT, config).for_learning()
 
 
 def on_policy_batch(lrn: Learner, t: int = 6, b: int = 3) -> dict:
@@ -37,15 +38,15 @@ def on_policy_batch(lrn: Learner, t: int = 6, b: int = 3) -> dict:
     f["actions"] = np.random.default_rng(2).integers(0, 2, (t, b))
     with torch.no_grad():
         inputs, _ = lrn.model(torch.as_tensor(f["obs"]).flatten(0, 1))
-        logp = lrn.dist_cls.from_inputs(inputs).logp(torch.as_tensor(f["actions"]).flatten())
+        logp = lrn.dist_class.from_inputs(inputs).logp(torch.as_tensor(f["actions"]).flatten())
     f["action_logp"] = logp.reshape(t, b).numpy()
-    return {k: _tensor(v, lrn.device) for k, v in f.items() if isinstance(v, np.ndarray)}
+    return to_tensors({k: v for k, v in f.items() if isinstance(v, np.ndarray)}, lrn.device)
 
 
 def test_on_policy_vtrace_targets_are_the_n_step_returns():
     lrn = learner(minibatch_size=4)  # minibatches: V-trace computed before the loss
     batch = on_policy_batch(lrn)
-    train = ImpalaLearnerHooks.prepare_batch(lrn, batch)
+    train = lrn.prepare_batch(batch)
     with torch.no_grad():
         t, b = batch["rewards"].shape
         values = lrn.model(batch["obs"].flatten(0, 1))[1].reshape(t, b)
@@ -69,7 +70,7 @@ def test_drop_last_ts_bootstraps_from_the_dropped_row():
     assert short["rewards"].shape == (4, 3)
     torch.testing.assert_close(short["next_obs"], batch["obs"][4])
     assert (short["trunc_index"][:, 0] < 4).all()
-    train = ImpalaLearnerHooks.prepare_batch(lrn, batch)
+    train = lrn.prepare_batch(batch)
     assert len(train["vs"]) == int(batch["mask"][:4].sum())
 
 
@@ -80,7 +81,7 @@ def test_an_update_trains_and_calls_after_train_step():
     assert isinstance(lrn.optimizer, RMSprop)
     before = [p.detach().clone() for p in lrn.model.parameters()]
     batch = on_policy_batch(lrn)
-    stats = lrn.update_from_batch({k: v.numpy() for k, v in batch.items()}, timesteps=500,
+    stats = lrn.update({k: v.numpy() for k, v in batch.items()}, timesteps=500,
                                   num_epochs=1)
     assert stats["entropy_coeff"] == 0.25  # halfway down the schedule
     assert np.isfinite(stats["policy_loss"]) and np.isfinite(stats["vf_loss"])
@@ -98,24 +99,24 @@ def test_separate_value_optimizer_has_its_own_rate():
 
 
 def test_appo_target_network_follows_every_nth_update():
-    lrn = learner(APPOConfig, APPOLearnerHooks, target_network_update_freq=2, use_kl_loss=True)
+    lrn = learner(APPOConfig, APPOTorchPolicy, target_network_update_freq=2, use_kl_loss=True)
     batch = {k: v.numpy() for k, v in on_policy_batch(lrn).items()}
     target = target_model(lrn)
 
     def same() -> bool:
         return all(torch.equal(p, q) for p, q in zip(target.parameters(), lrn.model.parameters()))
     assert same()
-    stats = lrn.update_from_batch(batch, 0, num_epochs=1)
+    stats = lrn.update(batch, 0, num_epochs=1)
     assert not same()  # one update: the target still holds the old policy
     assert np.isfinite(stats["mean_kl_loss"]) and stats["cur_kl_coeff"] > 0
-    lrn.update_from_batch(batch, 0, num_epochs=1)
+    lrn.update(batch, 0, num_epochs=1)
     assert same() and lrn.state["num_target_updates"] == 1
     assert not any(p.requires_grad for p in target.parameters())
 
 
 @pytest.mark.parametrize("padded", [False, True], ids=["no-padding", "padded"])
-@pytest.mark.parametrize("cls,hooks", [(ImpalaConfig, ImpalaLearnerHooks),
-                                       (APPOConfig, APPOLearnerHooks)])
+@pytest.mark.parametrize("cls,hooks", [(ImpalaConfig, ImpalaTorchPolicy),
+                                       (APPOConfig, APPOTorchPolicy)])
 def test_one_pass_over_the_whole_batch_equals_one_full_minibatch(cls, hooks, padded):
     """The time-major path (V-trace from the loss's own forward pass) and the minibatch
     path (V-trace first) take the same step when the minibatch is the whole batch, with
@@ -132,8 +133,8 @@ def test_one_pass_over_the_whole_batch_equals_one_full_minibatch(cls, hooks, pad
     assert isinstance(rows, torch.Tensor) if padded else rows == slice(None)
     n = int(batch["mask"].sum())
     split = learner(cls, hooks, minibatch_size=n)
-    a = fused.update_from_batch(batch, 0, num_epochs=1)
-    b = split.update_from_batch(batch, 0, num_epochs=1)
+    a = fused.update(batch, 0, num_epochs=1)
+    b = split.update(batch, 0, num_epochs=1)
     for p, q in zip(fused.model.parameters(), split.model.parameters()):
         torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
     for key in ("total_loss", "policy_loss", "vf_loss", "entropy"):

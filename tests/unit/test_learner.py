@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from rlmesh.algorithms.ppo import PPOConfig, PPOLearnerHooks
-from rlmesh.roles.learner import Learner, merge_fragments
+from rlmesh.algorithms.ppo import PPOConfig, PPOTorchPolicy
+from rlmesh.rl.columns import merge_fragments
 
 OBS = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
 ACT = gym.spaces.Discrete(2)
@@ -52,9 +52,9 @@ def test_merge_pads_short_fragments_and_bootstraps_their_open_columns():
     assert batch["next_obs"].shape == (4, 2)
 
 
-def make_learner(**training) -> Learner:
+def make_learner(**training) -> PPOTorchPolicy:
     cfg = PPOConfig().training(minibatch_size=4, num_epochs=2, **training)
-    return Learner(cfg, OBS, ACT, PPOLearnerHooks)
+    return PPOTorchPolicy(OBS, ACT, cfg).for_learning()
 
 
 def test_prepare_batch_keeps_only_valid_steps_and_normalises_advantages():
@@ -62,7 +62,7 @@ def test_prepare_batch_keeps_only_valid_steps_and_normalises_advantages():
     f = fragment(3, 2)
     f["mask"][2, 1] = False
     batch = {k: torch.as_tensor(v) for k, v in f.items()}
-    train = PPOLearnerHooks.prepare_batch(learner, batch)
+    train = learner.prepare_batch(batch)
     assert len(train["advantages"]) == 5
     assert abs(float(train["advantages"].mean())) < 1e-5
     assert float(train["advantages"].std()) == pytest.approx(1.0, abs=1e-4)
@@ -70,11 +70,11 @@ def test_prepare_batch_keeps_only_valid_steps_and_normalises_advantages():
 
 def test_kl_coefficient_adapts_toward_the_target():
     learner = make_learner(kl_coeff=0.2, kl_target=0.01)
-    PPOLearnerHooks.after_update(learner, {"mean_kl_loss": 0.05})
+    learner.after_update({"mean_kl_loss": 0.05})
     assert learner.state["cur_kl_coeff"] == pytest.approx(0.3)
-    PPOLearnerHooks.after_update(learner, {"mean_kl_loss": 0.001})
+    learner.after_update({"mean_kl_loss": 0.001})
     assert learner.state["cur_kl_coeff"] == pytest.approx(0.15)
-    PPOLearnerHooks.after_update(learner, {"mean_kl_loss": 0.01})
+    learner.after_update({"mean_kl_loss": 0.01})
     assert learner.state["cur_kl_coeff"] == pytest.approx(0.15)
 
 
@@ -96,7 +96,7 @@ def test_gradient_clipping_modes(mode):
 def test_update_then_state_round_trip():
     learner = make_learner(lr=1e-2)
     before = {k: v.clone() for k, v in learner.model.state_dict().items()}
-    stats = learner.update_from_episodes([fragment(4, 2), fragment(4, 2, start=9)], timesteps=16)
+    stats = learner.update(merge_fragments([fragment(4, 2), fragment(4, 2, start=9)]), 16)
     assert stats["num_env_steps_trained"] == 16 and stats["num_grad_updates"] == 8
     assert any(not torch.equal(before[k], v) for k, v in learner.model.state_dict().items())
     other = make_learner(lr=1e-2)
@@ -110,12 +110,12 @@ def test_weights_handed_out_do_not_follow_later_updates():
     """Published weights are encoded (or sent without a copy) after the next update may
     have begun: they must be a copy of the parameters, not their memory."""
     learner = make_learner(lr=1e-2)
-    learner.update_from_episodes([fragment(4, 2)], timesteps=8)  # optimizer state exists
+    learner.update(merge_fragments([fragment(4, 2)]), 8)  # optimizer state exists
     weights, state = learner.get_weights(), learner.get_state()
     kept = {k: v.copy() for k, v in weights.items()}
     kept_state = {k: v.clone() for k, v in state["model"].items()}
     kept_moments = [s["exp_avg"].clone() for s in state["optimizer"]["state"].values()]
-    learner.update_from_episodes([fragment(4, 2, start=3)], timesteps=16)
+    learner.update(merge_fragments([fragment(4, 2, start=3)]), 16)
     changed = learner.get_weights()
     assert any(not np.array_equal(changed[k], kept[k]) for k in kept)  # it did train
     for k, v in weights.items():

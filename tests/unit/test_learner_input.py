@@ -29,9 +29,10 @@ def test_batch_builder_joins_fragments_until_the_batch_size():
     assert builder.pending_steps == 20
     batch = builder.add(versioned(4, 3, 5))  # shorter: padded at the end, masked
     assert batch is not None and builder.pending_steps == 0
-    assert batch["obs"].shape[:2] == (5, 7)
-    assert batch["env_steps"] == 32 == int(batch["mask"].sum())
-    assert batch["policy_versions"].tolist() == [3, 3, 4, 4, 5, 5, 5]
+    columns = batch["policies"]["default_policy"]
+    assert columns["obs"].shape[:2] == (5, 7)
+    assert batch["env_steps"] == 32 == int(columns["mask"].sum())
+    assert batch["policy_versions"].tolist() == [3, 4, 5]  # one per fragment
     empty = versioned(1, 2, 6)
     empty["env_steps"] = 0
     assert builder.add(empty) is None and builder.pending_steps == 0

@@ -1,5 +1,5 @@
-"""Sample batches: concatenating fragments, flattening time, epoch minibatches, and
-tensors that share memory where they may and copy read-only wire buffers."""
+"""Batches on the learner: epoch minibatches, and tensors that share memory where they may
+and copy read-only wire buffers."""
 
 from __future__ import annotations
 
@@ -9,58 +9,14 @@ import numpy as np
 import pytest
 import torch
 
-from rlmesh.rl import Columns, concat_fragments, flatten_time, minibatches, to_tensors
+from rlmesh.rl import minibatches, to_tensors
 from rlmesh.wire import codec
-
-
-def fragment(T, B, start=0.0, tensor=False):
-    """Each value encodes (env, step) so placement after a reshape can be checked."""
-    obs = start + np.arange(T)[:, None, None] + 100 * np.arange(B)[None, :, None] + np.zeros((1, 1, 3))
-    frag = {Columns.OBS: obs.astype(np.float32), Columns.REWARDS: obs[..., 0].astype(np.float32),
-            Columns.TERMINATEDS: np.zeros((T, B), dtype=bool)}
-    return {k: torch.from_numpy(v) for k, v in frag.items()} if tensor else frag
-
-
-@pytest.mark.parametrize("tensor", [False, True])
-def test_concat_fragments_along_envs(tensor):
-    a, b = fragment(4, 2, tensor=tensor), fragment(4, 3, start=1000, tensor=tensor)
-    out = concat_fragments([a, b])
-    assert out[Columns.OBS].shape == (4, 5, 3) and out[Columns.REWARDS].shape == (4, 5)
-    rewards = np.asarray(out[Columns.REWARDS])
-    np.testing.assert_array_equal(rewards[:, :2], np.asarray(a[Columns.REWARDS]))
-    np.testing.assert_array_equal(rewards[:, 2:], np.asarray(b[Columns.REWARDS]))
-    assert isinstance(out[Columns.OBS], torch.Tensor) == tensor
-
-
-def test_concat_refuses_mismatched_fragments():
-    with pytest.raises(ValueError, match="fragment 1 has T = 5, fragment 0 has T = 4"):
-        concat_fragments([fragment(4, 2), fragment(5, 2)])
-    b = fragment(4, 2)
-    del b[Columns.TERMINATEDS]
-    with pytest.raises(ValueError, match="fragment 1 has columns"):
-        concat_fragments([fragment(4, 2), b])
-    bad = fragment(4, 2)
-    bad[Columns.REWARDS] = bad[Columns.REWARDS][:3]
-    with pytest.raises(ValueError, match="column 'rewards' has \\[T, B\\] = \\[3, 2\\]"):
-        concat_fragments([bad])
-    with pytest.raises(ValueError, match="time-major"):
-        concat_fragments([{"x": np.zeros(3)}])
-
-
-@pytest.mark.parametrize("tensor", [False, True])
-def test_flatten_time_orders_step_major(tensor):
-    flat = flatten_time(fragment(3, 4, tensor=tensor))
-    assert flat[Columns.OBS].shape == (12, 3) and flat[Columns.TERMINATEDS].shape == (12,)
-    # sample t*B + b is step t of env b: value t + 100 b
-    want = [t + 100 * b for t in range(3) for b in range(4)]
-    assert np.asarray(flat[Columns.REWARDS]).tolist() == want
 
 
 @pytest.mark.parametrize("n,size", [(12, 4), (10, 3), (5, 8), (1, 1)])
 def test_minibatches_cover_every_sample_once(n, size):
     rng = np.random.default_rng(0)
-    batch = {"x": np.arange(n), "y": torch.zeros(n, 2)}
-    mbs = list(minibatches(batch, size, rng))
+    mbs = list(minibatches(n, size, rng))
     assert [len(m) for m in mbs] == [size] * (n // size) + ([n % size] if n % size else [])
     assert sorted(np.concatenate(mbs).tolist()) == list(range(n))
 
@@ -75,8 +31,12 @@ def test_minibatches_shuffle_differently_each_epoch():
 def test_minibatches_refuse_bad_input():
     with pytest.raises(ValueError, match="at least 1"):
         next(minibatches(10, 0, np.random.default_rng()))
-    with pytest.raises(ValueError, match="differ in length"):
-        next(minibatches({"a": np.zeros(3), "b": np.zeros(4)}, 2, np.random.default_rng()))
+
+
+def test_minibatches_keep_the_order_without_a_generator_and_cut_into_given_parts():
+    assert np.concatenate(list(minibatches(10, 3, None))).tolist() == list(range(10))
+    parts = list(minibatches(10, 3, np.random.default_rng(0), num_minibatches=4))
+    assert len(parts) == 4 and sorted(np.concatenate(parts).tolist()) == list(range(10))
 
 
 def test_to_tensors_shares_writable_arrays():
