@@ -228,7 +228,7 @@ class Algorithm:
             "num_healthy_env_runners": self.mesh.num_healthy_runners(),
             "num_env_runner_restarts": self.mesh.restarts,
             "custom_metrics": summarize_custom_metrics([e.get("custom_metrics", {}) for e in new]),
-            "info": {"learner": dict(stats)},
+            "info": {"learner": {pid: stats.get(pid, {}) for pid in self.policy_specs}},
         }
 
     # --- policy access ---

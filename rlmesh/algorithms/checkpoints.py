@@ -49,7 +49,7 @@ def write(path: Path, algo: Any, learner_state: dict[str, Any]) -> str:
         "format": FORMAT, "format_version": FORMAT_VERSION,
         "algorithm": f"{type(algo).__module__}:{type(algo).__qualname__}",
         "config": algo.config.to_dict(),
-        "policies": algo.policy_specs,
+        "policies": _plain(algo.policy_specs),
         "counters": {"training_iteration": algo.iteration, "timesteps_total": algo.timesteps_total,
                      "episodes_total": algo.episodes_total, "time_total_s": algo.time_total_s,
                      "num_env_steps_trained": algo.num_env_steps_trained},
@@ -82,6 +82,15 @@ def read(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     if meta["format_version"] == 1:  # one policy's state, before states were keyed
         state = {"policies": {"default_policy": state}, "num_updates": state.get("num_updates", 0)}
     return meta, state
+
+
+def _plain(data: Any) -> Any:
+    """``data`` with numpy arrays (a Box space's bounds) as lists, for msgpack."""
+    if isinstance(data, dict):
+        return {k: _plain(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [_plain(v) for v in data]
+    return data.tolist() if hasattr(data, "tolist") else data
 
 
 def _fsync_dir(path: Path) -> None:

@@ -106,7 +106,7 @@ class LearnerGroup:
         if self.local is not None:
             self.local.set_weights(weights)
         else:
-            self._run(asyncio.gather(*(h.call("set_weights", weights) for h in self.mesh.learners)))
+            self._run(self._on_all("set_weights", weights))
 
     def get_state(self) -> dict[str, Any]:
         if self.local is not None:
@@ -117,11 +117,14 @@ class LearnerGroup:
         if self.local is not None:
             self.local.set_state(state)
         else:
-            self._run(asyncio.gather(*(h.call("set_state", state, timeout=120)
-                                       for h in self.mesh.learners)))
+            self._run(self._on_all("set_state", state, timeout=120))
 
     def foreach_learner(self, method: str, *args: Any) -> list[Any]:
         """``method(*args)`` on every learner actor (the local learner's attribute)."""
         if self.local is not None:
             return [getattr(self.local, method)(*args)]
-        return self._run(asyncio.gather(*(h.call(method, *args) for h in self.mesh.learners)))
+        return self._run(self._on_all(method, *args))
+
+    async def _on_all(self, method: str, *args: Any, timeout: float | None = 60) -> list[Any]:
+        return list(await asyncio.gather(*(h.call(method, *args, timeout=timeout)
+                                           for h in self.mesh.learners)))

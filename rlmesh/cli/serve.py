@@ -25,13 +25,17 @@ async def serve(checkpoint: str, address: str, curve_keys: str | None, explore: 
     from rlmesh.algorithms import checkpoints
     from rlmesh.cli.rollout import resolve_checkpoint
     from rlmesh.envs import env_registry
+    from rlmesh.rl.columns import DEFAULT_POLICY_ID
     from rlmesh.runtime import Job
 
     path = resolve_checkpoint(checkpoint)
     meta, state = checkpoints.read(path)
     config = {**meta["config"], "policy_server_address": address, "explore": explore,
               "policy_server_curve_keys": curve_keys, "_env_registry": env_registry()}
-    weights = {k: v.detach().cpu().numpy() for k, v in state["model"].items()}
+    if meta.get("policies"):  # format 2: the checkpoint's own policy class and spaces
+        config["_policy_specs"] = {DEFAULT_POLICY_ID: meta["policies"][DEFAULT_POLICY_ID]}
+    weights = {k: v.detach().cpu().numpy()
+               for k, v in state["policies"][DEFAULT_POLICY_ID]["model"].items()}
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -340,13 +340,20 @@ def runner_config(config: dict[str, Any]) -> tuple[Any, dict[str, Any], dict[str
 
 def default_policy_specs(obs_space: gym.Space, action_space: gym.Space, config: Any
                          ) -> dict[str, dict[str, Any]]:
-    """One ``default_policy`` of the config's policy class (``TorchPolicy``, whose runner
-    side is the numpy fast path for the default model, when none is set)."""
+    """One ``default_policy`` of the config's policy class; none set: ``TorchPolicy``,
+    named by path so that the default model's runner (the numpy fast path, what
+    ``TorchPolicy.runner_class`` picks) never imports torch."""
     from rlmesh.policy.spec import PolicySpec
 
-    cls = config.policy_class or "rlmesh.policy.torch_policy:TorchPolicy"
-    spec = PolicySpec(cls).resolved(None, obs_space, action_space)
-    return {DEFAULT_POLICY_ID: spec.to_data(config)}
+    if config.policy_class is not None:
+        spec = PolicySpec(config.policy_class).resolved(None, obs_space, action_space)
+        return {DEFAULT_POLICY_ID: spec.to_data(config)}
+    torch_policy = "rlmesh.policy.torch_policy:TorchPolicy"
+    runner = (torch_policy if config.model.get("custom_model") is not None
+              else "rlmesh.policy.numpy_mlp:NumpyMLPPolicy")
+    return {DEFAULT_POLICY_ID: {"policy_class": torch_policy, "runner_class": runner,
+                                "observation_space": space_to_data(obs_space),
+                                "action_space": space_to_data(action_space), "config": {}}}
 
 
 class EnvRunner(VersionedPolicies, Actor):

@@ -117,11 +117,11 @@ class HeldParamServer(ParamServer):
         self.requests = 0
         self._released = asyncio.Event()
 
-    async def get_weights(self, have_version: int) -> list[Any] | None:
+    async def get_weights(self, have: dict[str, int]) -> dict[str, list[Any]]:
         self.requests += 1
         if self.requests > 1:
             await self._released.wait()
-        return super().get_weights(have_version)
+        return super().get_weights(have)
 
     def release(self) -> None:
         self._released.set()

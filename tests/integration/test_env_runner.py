@@ -49,14 +49,14 @@ def test_cartpole_fragments_seeds_stats_and_weights_from_the_param_server():
             action_space = space_from_data(spaces["action_space"])
             torch.manual_seed(0)
             # The runner's model: the config's defaults updated by SMALL_MODEL.
-            model = build_model(obs_space, action_space, runner_config(config).model)
+            model = build_model(obs_space, action_space, runner_config(config)[0].model)
             with torch.no_grad():
                 for p in model.parameters():
                     p.add_(torch.randn_like(p))
             weights = {k: v.numpy() for k, v in model.state_dict().items()}
             probe = first["obs"][:5, 0]
             before = (await runner.compute_actions(probe, False))["action_dist_inputs"]
-            await ps.set_weights(1, weights)
+            await ps.set_weights(1, {"default_policy": weights})
             second = await runner.sample()
             after = (await runner.compute_actions(probe, False))["action_dist_inputs"]
             third = await runner.sample()  # nothing newer: the same weights
@@ -117,13 +117,13 @@ def test_streaming_samples_on_while_the_param_server_is_slow_to_answer():
             spaces = await runner.get_spaces()
             model = build_model(space_from_data(spaces["observation_space"]),
                                 space_from_data(spaces["action_space"]),
-                                runner_config(config).model)
+                                runner_config(config)[0].model)
             await runner.start_streaming(["sink"], 2)
             # The first answer came at once (no weights yet); the second is held.
             held = await until(lambda: _at_least(ps.num_requests(), 2), "the second request")
             before = await until(lambda: _at_least(sink.received(), 20), "20 fragments")
             asked = await ps.num_requests()
-            await ps.set_weights(1, {k: v.numpy() for k, v in model.state_dict().items()})
+            await ps.set_weights(1, {"default_policy": {k: v.numpy() for k, v in model.state_dict().items()}})
             await ps.release()
             after = await until(lambda: _ends_with(sink.received(), 1), "a fragment of version 1")
             return held, before, asked, after

@@ -55,22 +55,26 @@ def test_weights_go_out_every_broadcast_interval_updates(interval):
     import gymnasium as gym
     import uvloop
 
-    from rlmesh.envs import space_to_data
     from rlmesh.runtime import Job
     from tests.benchmarks.impala_actors import cartpole_fragment
 
-    config = cartpole(broadcast_interval=interval, train_batch_size=400).to_dict()
+    from rlmesh.algorithms.impala import ImpalaTorchPolicy
+    from rlmesh.policy.spec import PolicySpec
+
+    cfg = cartpole(broadcast_interval=interval, train_batch_size=400)
+    config = cfg.to_dict()
     env = gym.make("CartPole-v1")
-    spaces = [space_to_data(env.observation_space), space_to_data(env.action_space)]
+    specs = {"default_policy": PolicySpec(ImpalaTorchPolicy).resolved(
+        None, env.observation_space, env.action_space).to_data(cfg)}
 
     async def main():
         async with Job("inproc") as job:
             ps = await job.spawn("tests.integration.envs_for_tests:RecordingParamServer",
                                  name="param_server")
-            learner = await job.spawn("rlmesh.roles.async_learner:AsyncLearner", config,
-                                      "rlmesh.algorithms.impala_config:ImpalaConfig", spaces,
-                                      "rlmesh.algorithms.impala:ImpalaLearnerHooks",
+            learner = await job.spawn("rlmesh.roles.learner_actor:LearnerActor", config,
+                                      "rlmesh.algorithms.impala_config:ImpalaConfig", specs,
                                       name="learner-0")
+            await learner.call("start_async")
             first = await learner.call("publish")
             for i in range(10):  # a fragment of 50 x 8 steps is a batch of 400: 10 updates
                 await learner.call("add_fragment", cartpole_fragment(seed=i))
@@ -83,8 +87,8 @@ def test_weights_go_out_every_broadcast_interval_updates(interval):
                 if versions and versions[-1] >= first + 10 - (first + 10) % interval:
                     break
                 await asyncio.sleep(0.05)
-            weights = await learner.call("get_weights")
-            held = await ps.call("get_weights", 0)
+            weights = (await learner.call("get_weights"))["default_policy"]
+            held = (await ps.call("get_weights", {"default_policy": 0}))["default_policy"]
             return first, versions, weights, held
 
     first, versions, weights, held = uvloop.run(main())
