@@ -164,4 +164,24 @@ def check_policy_class(cls: Any, where: str) -> type[Policy]:
     if "<" in cls.__qualname__:
         raise PolicyError(f"{where}: {cls.__qualname__} is defined inside a function; policies "
                           "are sent to other processes by import path, so define it at module level")
+    check_importable(cls, where)
     return cls
+
+
+def check_importable(cls: type, where: str) -> None:
+    """A one-line error unless other processes find ``cls`` under its import path (a class
+    made by build_policy or build_algorithm must be assigned to a module-level name equal
+    to the name it was given)."""
+    from rlmesh.envs import import_object
+
+    if cls.__module__ in ("__main__", "__mp_main__"):
+        return  # named by the script's file; other processes run the script to find it
+    path = class_path(cls)
+    try:
+        found = import_object(path) is cls
+    except (ValueError, ImportError):
+        found = False
+    if not found:
+        raise PolicyError(f"{where}: other processes cannot import {cls.__qualname__} as {path}; "
+                          f"assign it to the module-level name {cls.__qualname__!r} in "
+                          f"{cls.__module__}")

@@ -155,7 +155,7 @@ class TorchPolicy(Policy):
             tensors = to_device(arrays, self.device)
         else:
             tensors = to_tensors(arrays, self.device)
-        train = self.prepare_batch(tensors)
+        train = SampleBatch(self.prepare_batch(tensors))
         # A whole time-major batch steps on all of it at once: no minibatches to cut then.
         whole = bool(train.pop("_whole_batch", False))
         n = int(train["mask"].sum()) if whole else len(next(iter(train.values())))
@@ -163,8 +163,8 @@ class TorchPolicy(Policy):
 
     def learn_on_batch(self, samples: SampleBatch | dict[str, Any]) -> dict[str, float]:
         """Minibatch SGD on flat samples as given (no ``prepare_batch``)."""
-        train = to_tensors({k: v for k, v in samples.items()
-                            if isinstance(v, (np.ndarray, torch.Tensor))}, self.device)
+        train = SampleBatch(to_tensors({k: v for k, v in samples.items()
+                                        if isinstance(v, (np.ndarray, torch.Tensor))}, self.device))
         n = len(next(iter(train.values())))
         return self._sgd(train, n, False, self.global_timestep, None, None, None)
 
@@ -188,7 +188,7 @@ class TorchPolicy(Policy):
                     mb = train
                 else:
                     index = torch.as_tensor(idx, device=self.device)
-                    mb = {k: v[index] for k, v in train.items()}
+                    mb = SampleBatch({k: v[index] for k, v in train.items()})
                 for k, v in self._step(mb).items():
                     sums[k] = sums.get(k, 0.0) + float(v)
                 count += 1

@@ -196,9 +196,22 @@ def merge_by_policy(fragments: Iterable[dict[str, Any]]) -> dict[str, dict[str, 
     return {pid: merge_fragments(fs) for pid, fs in groups.items()}
 
 
+class MissingColumn(KeyError):
+    """A loss or a policy asked a batch for a column it does not have."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
 class SampleBatch(dict):
     """Flat samples ``{column: array [N, ...]}`` (RLlib's SampleBatch, as a plain dict), with
-    the column names as class attributes: ``batch[SampleBatch.REWARDS]``."""
+    the column names as class attributes: ``batch[SampleBatch.REWARDS]``. Asking for a
+    column it lacks is a ``MissingColumn`` error that lists the columns it has."""
+
+    def __missing__(self, key: str) -> Any:
+        raise MissingColumn(f"the batch has no column {key!r} (it has {sorted(self)}); a "
+                            "policy adds columns by returning them from compute_actions or "
+                            "postprocess_trajectory")
 
     OBS, ACTIONS, REWARDS = Columns.OBS, Columns.ACTIONS, Columns.REWARDS
     TERMINATEDS, TRUNCATEDS = Columns.TERMINATEDS, Columns.TRUNCATEDS
