@@ -93,7 +93,13 @@ class LearnerGroup:
         results = await asyncio.gather(*(h.call("update", per_rank[r], timesteps, **kwargs,
                                                 timeout=None)
                                          for r, h in enumerate(learners)))
-        return results[0]  # ranks hold the same weights; rank 0's statistics stand for all
+        # Ranks hold the same weights: rank 0's statistics stand for all, but for the
+        # samples trained on, which add up.
+        out = {pid: dict(stats) for pid, stats in results[0].items()}
+        for pid, stats in out.items():
+            stats["num_env_steps_trained"] = sum(r[pid].get("num_env_steps_trained", 0)
+                                                 for r in results)
+        return out
 
     # --- weights and state ---
 

@@ -59,13 +59,12 @@ class LearnerActor(Actor):
         device = learner_device(cfg.num_gpus_per_learner, rank, cfg.fake_gpus)
         self.learner = Learner(cfg, policy_specs, str(device))
         self.rank, self.world_size, self.dp_address = rank, world_size, dp_address
-        self.queue = BatchQueue(cfg.learner_queue_size)
-        self.input = LearnerInput(
-            self._take, buffer_size=cfg.minibatch_buffer_size, num_passes=cfg.num_epochs,
-            replay_proportion=cfg.replay_proportion, replay_slots=cfg.replay_buffer_num_slots,
-            max_policy_lag=cfg.max_policy_lag,
-            seed=None if cfg.seed is None else cfg.seed + 7 * rank)
-        self.builder = BatchBuilder(batch_size_per_learner(cfg))
+        # The asynchronous pipeline's input (IMPALA's settings): made by start_async.
+        self.queue: BatchQueue | None = None
+        self.input: LearnerInput | None = None
+        self.builder: BatchBuilder | None = None
+        # How long a data-parallel collective waits for the other ranks.
+        self._dp_timeout = float(getattr(cfg, "learner_queue_timeout", 300.0))
         self._ps_name = param_server
         self._lock = threading.Lock()  # the model: update thread vs. weights and state calls
         self._stop = threading.Event()
@@ -124,6 +123,14 @@ class LearnerActor(Actor):
     def start_async(self) -> None:
         """Start the update loop over the batches that arrive (IMPALA, APPO)."""
         if self._thread is None:
+            cfg = self.config
+            self.queue = BatchQueue(cfg.learner_queue_size)
+            self.input = LearnerInput(
+                self._take, buffer_size=cfg.minibatch_buffer_size, num_passes=cfg.num_epochs,
+                replay_proportion=cfg.replay_proportion, replay_slots=cfg.replay_buffer_num_slots,
+                max_policy_lag=cfg.max_policy_lag,
+                seed=None if cfg.seed is None else cfg.seed + 7 * self.rank)
+            self.builder = BatchBuilder(batch_size_per_learner(cfg))
             self._thread = threading.Thread(target=self._run, name=f"rlmesh.learner-{self.rank}",
                                             daemon=True)
             self._thread.start()
@@ -132,6 +139,8 @@ class LearnerActor(Actor):
 
     async def add_fragment(self, fragment: dict[str, Any]) -> None:
         """A runner's fragment; a train batch goes to the queue once enough have come."""
+        if self.builder is None:
+            raise RuntimeError("this learner takes fragments only after start_async()")
         self._received_steps += int(fragment["env_steps"])
         batch = self.builder.add(fragment)
         if batch is not None:
@@ -139,6 +148,8 @@ class LearnerActor(Actor):
 
     async def add_batch(self, batch: dict[str, Any]) -> None:
         """A train batch an aggregator joined (see ``BatchBuilder``)."""
+        if self.queue is None:
+            raise RuntimeError("this learner takes batches only after start_async()")
         self._received_steps += int(batch["env_steps"])
         await self.queue.put(batch)
 
@@ -174,7 +185,7 @@ class LearnerActor(Actor):
         # NCCL refuses two ranks on one GPU: fractional GPUs all-reduce over gloo.
         shared = 0 < self.config.num_gpus_per_learner < 1
         dp = DataParallel(self.rank, self.world_size, self.dp_address,
-                          backend_for(self.learner.device, shared), self.config.learner_queue_timeout,
+                          backend_for(self.learner.device, shared), self._dp_timeout,
                           device=self.learner.device)
         with self._lock:
             self.learner.set_data_parallel(dp)
@@ -240,9 +251,9 @@ class LearnerActor(Actor):
         if self._error is not None:
             raise RuntimeError(f"learner {self.rank} failed:\n{self._error}")
         report, self._report = self._report, _Report()
-        return {**report.summary(), **self.input.counters, "rank": self.rank,
-                "policy_version": self.version, "learner_queue_size": self.queue.qsize(),
-                "pending_env_steps": self.builder.pending_steps}
+        pipeline = ({**self.input.counters, "learner_queue_size": self.queue.qsize(),
+                     "pending_env_steps": self.builder.pending_steps} if self.input else {})
+        return {**report.summary(), **pipeline, "rank": self.rank, "policy_version": self.version}
 
     def num_updates(self) -> int:
         if self._error is not None:

@@ -118,3 +118,23 @@ def test_callbacks_custom_metrics_and_the_curriculum_api():
         assert algo.env_runners.foreach_env(phase_of, 1) == [4, 4, 4, 4]
         with pytest.raises(ValueError, match="lambda"):
             algo.env_runners.foreach_env(lambda env: env.phase)
+
+
+def test_ppo_with_two_data_parallel_learners_learns_with_identical_weights():
+    """PPO on the one learner actor IMPALA uses: two ranks, each a shard of every train
+    batch and the same number of minibatches, gradients all-reduced (gloo)."""
+    config = cartpole_config().training(minibatch_size=250, num_epochs=4).learners(num_learners=2)
+    with config.build() as algo:
+        results = [algo.train() for _ in range(4)]
+        first, second = ({v: d for v, d in algo._loop.run(learner.call("weight_digests"))}
+                         for learner in algo.mesh.learners)
+        pids = {learner_pid for learner_pid in algo.learner_group.foreach_learner("pid")}
+    assert len(pids) == 2 and os.getpid() not in pids  # two learner processes
+    assert sorted(first) == sorted(second) == [1, 2, 3, 4]  # one digest per update
+    assert [first[v] for v in sorted(first)] == [second[v] for v in sorted(second)]
+    assert len(set(first.values())) == 4  # and the weights moved each update
+    stats = results[-1]["info"]["learner"]["default_policy"]
+    # 2000 samples over two ranks, minibatches of <= 250: every rank 4 steps an epoch.
+    assert stats["num_grad_updates"] == 4 * 4
+    assert results[-1]["num_env_steps_trained"] == results[-1]["timesteps_total"]
+    assert results[-1]["episode_reward_mean"] > results[0]["episode_reward_mean"]
