@@ -144,6 +144,13 @@ class EnvSampler:
                       if k in wanted}
         self._prev_values = {k: np.zeros((n, *spec.shape), spec.dtype) for k, spec in self._prev.items()}
         self._specs.update(self._prev)
+        # Per-episode counters a policy may ask for: the episode's id and the step's index.
+        self._counters = {k: np.zeros(n, np.int64) for k in (Columns.EPS_ID, Columns.T)
+                          if k in wanted}
+        self._specs.update({k: optional[k] for k in self._counters})
+        if Columns.EPS_ID in self._counters:
+            self._counters[Columns.EPS_ID][:] = [s.episode.episode_id if s.episode else 0
+                                                 for s in self.slots]
 
     @property
     def envs(self) -> list[gym.Env]:
@@ -204,6 +211,10 @@ class EnvSampler:
             self._record_states(buf, t, idx, states, state_outs)
         for key, values in prev.items():
             cols[key][t, idx] = values
+        for key, values in self._counters.items():
+            cols[key][t, idx] = values[idx]
+        if Columns.T in self._counters:
+            self._counters[Columns.T][idx] += 1
         if Columns.PREV_ACTIONS in self._prev_values:
             self._prev_values[Columns.PREV_ACTIONS][idx] = actions
         env_actions = actions_for_env(actions, self.action_space, self.normalize_actions,
@@ -315,6 +326,11 @@ class EnvSampler:
         for values in self._prev_values.values():
             values[b] = 0
         slot.episode = Episode(b, next(self._episode_ids), obs, info)
+        counters = getattr(self, "_counters", {})
+        if Columns.T in counters:
+            counters[Columns.T][b] = 0
+        if Columns.EPS_ID in counters:
+            counters[Columns.EPS_ID][b] = slot.episode.episode_id
         if self.callbacks is not None:
             self.callbacks.on_episode_start(episode=slot.episode, env_runner=self.env_runner,
                                             env_index=b)

@@ -479,3 +479,37 @@ def test_torch_policy_scores_actions_as_it_draws_them():
     scored = policy.score_actions(obs, actions)
     np.testing.assert_allclose(scored["action_dist_inputs"], extras["action_dist_inputs"], rtol=1e-6)
     np.testing.assert_allclose(scored["action_logp"], extras["action_logp"], rtol=1e-5)
+
+
+class CountingStatePolicy(Policy):
+    """A recurrent policy whose state counts the steps of the episode, with an extra output
+    and the optional per-episode columns declared."""
+
+    view_requirements = {"t": None, "eps_id": None, "prev_rewards": None}
+
+    def __init__(self):
+        super().__init__(None, None, None)
+
+    def get_initial_state(self):
+        return [np.zeros(1, np.float32)]
+
+    def compute_actions(self, obs_batch, state_batches=None, prev_action_batch=None,
+                        prev_reward_batch=None, explore=None, timestep=None, **kwargs):
+        n = len(obs_batch)
+        return (np.zeros(n, np.int64), [state_batches[0] + 1],
+                {"some_value": np.full(n, 7.0, np.float32), "prev_seen": prev_reward_batch})
+
+
+def test_sampler_carries_recurrent_state_extra_outputs_and_episode_columns():
+    s = sampler(2, CountingStatePolicy(), limit=lambda i: 3 + i)
+    frag = s.sample(8)
+    mask = frag["mask"]
+    for b in range(2):
+        t_col, s_in, s_out = frag["t"][:, b], frag["state_in_0"][:, b, 0], frag["state_out_0"][:, b, 0]
+        np.testing.assert_array_equal(s_in, t_col)  # the state counts steps since the reset
+        np.testing.assert_array_equal(s_out, t_col + 1)
+        ends = np.flatnonzero(frag["terminateds"][:, b] | frag["truncateds"][:, b])
+        assert len(ends) >= 1 and (t_col[ends[0] + 1] == 0)  # reset with the episode
+        assert frag["eps_id"][ends[0] + 1, b] != frag["eps_id"][ends[0], b]
+        assert frag["prev_rewards"][0, b] == 0 and frag["prev_rewards"][1, b] == frag["rewards"][0, b]
+    assert (frag["some_value"][mask] == 7.0).all() and frag["some_value"].dtype == np.float32
