@@ -167,21 +167,23 @@ def bench_throughput(sizes: ImpalaSizes, tmp: Path) -> list[Row]:
 
 # --- 2. aggregation: synthetic producers into the real learner through aggregators ---
 
-LEARNER = "rlmesh.roles.async_learner:AsyncLearner"
+LEARNER = "rlmesh.roles.learner_actor:LearnerActor"
 AGGREGATOR = "rlmesh.roles.aggregator:Aggregator"
 PARAM_SERVER = "rlmesh.roles.paramserver:ParamServer"
 IMPALA_CONFIG = "rlmesh.algorithms.impala_config:ImpalaConfig"
-IMPALA_HOOKS = "rlmesh.algorithms.impala:ImpalaLearnerHooks"
 
 
-def _spaces() -> list[Any]:
+def _policy_specs(config: Any) -> dict[str, Any]:
+    """IMPALA's policy on the env's spaces, as the driver hands it to learners."""
     import gymnasium as gym
 
-    from rlmesh.envs import space_to_data
+    from rlmesh.algorithms.impala import ImpalaTorchPolicy
+    from rlmesh.policy.spec import PolicySpec
 
     env = gym.make(ENV)
     try:
-        return [space_to_data(env.observation_space), space_to_data(env.action_space)]
+        spec = PolicySpec(ImpalaTorchPolicy).resolved(None, env.observation_space, env.action_space)
+        return {"default_policy": spec.to_data(config)}
     finally:
         env.close()
 
@@ -237,16 +239,18 @@ async def _aggregation(sizes: ImpalaSizes) -> list[dict[str, Any]]:
     from rlmesh.algorithms.impala_config import ImpalaConfig
     from rlmesh.runtime import Job, RestartPolicy
 
-    config = ImpalaConfig.from_dict(tuned_config()).to_dict()
+    impala_config = ImpalaConfig.from_dict(tuned_config())
+    config = impala_config.to_dict()
     got = []
     async with Job("ipc") as job:
         await job.spawn(PARAM_SERVER, name="param_server", in_process=True)
-        learner = await job.spawn(LEARNER, config, IMPALA_CONFIG, _spaces(), IMPALA_HOOKS,
+        learner = await job.spawn(LEARNER, config, IMPALA_CONFIG, _policy_specs(impala_config),
                                   name="learner-0", role="Learner", start_timeout=120,
                                   restart=RestartPolicy(max_restarts=0),
                                   env={"OMP_NUM_THREADS": "1"})
+        await learner.call("start_async")
         aggregators = list(await asyncio.gather(*(
-            job.spawn(AGGREGATOR, config, ["learner-0"], j, name=f"aggregator-{j}",
+            job.spawn(AGGREGATOR, config, IMPALA_CONFIG, ["learner-0"], j, name=f"aggregator-{j}",
                       role="Aggregator", start_timeout=120)
             for j in range(max(sizes.aggregators)))))
         producers = await _spawn_in_waves(job, max(sizes.producers))
