@@ -20,9 +20,9 @@ import numpy as np
 
 from rlmesh.client.episodes import Episodes, check_reward, fragment_from_chunks
 from rlmesh.envs import actions_for_env, as_space, space_to_data, spaces_of
+from rlmesh.rl.columns import (DEFAULT_POLICY_ID, ColumnSpec, Columns, action_dist_columns,
+                               check_columns, space_layout)
 from rlmesh.rl.spec import check_action, check_observation
-from rlmesh.rl.columns import (DEFAULT_POLICY_ID, ColumnSpec, Columns, action_dist_columns, check_columns,
-                               space_layout)
 from rlmesh.roles.env_runner import SEED_STRIDE, default_policy_specs, runner_config
 from rlmesh.roles.runner_policy import VersionedPolicies, make_runner_policies
 from rlmesh.runtime import Actor, current_job

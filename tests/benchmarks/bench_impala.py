@@ -231,7 +231,7 @@ async def _measure(sizes: ImpalaSizes, learner: Any, cpu: _CPU) -> dict[str, Any
 
 
 async def _aggregation(sizes: ImpalaSizes) -> list[dict[str, Any]]:
-    """One job: a param server here, the real AsyncLearner (IMPALA hooks, the tuned
+    """One job: a param server here, the real LearnerActor (IMPALA's policy, the tuned
     example's config), the aggregators and the producers; the producers are pointed at the
     learner or the aggregators, pair by pair. Ingest: the env steps of new batches the
     learner trained on in the window (``num_new_env_steps_trained``), which in steady state
