@@ -80,13 +80,13 @@ class A3C(Algorithm):
                 replies.append(reply)
         # For runners that restart (and a restored checkpoint): the newest weights.
         self.env_runners.sync_weights()
-        return self._stats(replies, steps)
+        return self._stats(replies)
 
     def _apply(self, reply: dict[str, Any]) -> tuple[int, dict[str, np.ndarray]]:
         """One optimizer step with a runner's gradient; the new weights and their version."""
         policy = self.learner_group.local.policies[reply["policy_id"]]
         policy.global_timestep = self.timesteps_sampled  # the learning-rate schedule's clock
-        policy.apply_gradients(reply["gradients"])
+        policy.apply_gradients(reply.pop("gradients"))  # not kept with the reply
         policy.num_env_steps_trained += reply["env_steps"]
         return self.mesh.next_version(), policy.get_weights()
 
@@ -99,14 +99,14 @@ class A3C(Algorithm):
             if runner.name not in self._requests:
                 self._ask(runner, None)
 
-    def _ask(self, runner: Any, weights: tuple[int, dict[str, Any], str] | None) -> None:
-        """Ask ``runner`` for its next gradient, after loading ``(version, weights,
-        policy_id)`` into it when given (the runner otherwise takes the param server's)."""
+    def _ask(self, runner: Any, load: tuple[int, dict[str, Any], str] | None) -> None:
+        """Ask ``runner`` for its next gradient, after loading ``load``, ``(version, weights,
+        policy_id)``, into it when given (else it takes the param server's newer weights)."""
         timeout = self.config.sample_timeout_s
 
         async def ask() -> dict[str, Any]:
-            if weights is not None:
-                await runner.call("set_weights", *weights, timeout=timeout)
+            if load is not None:
+                await runner.call("set_weights", *load, timeout=timeout)
             return await runner.call("sample_and_compute_gradients", timeout=timeout)
 
         self._requests[runner.name] = (
@@ -123,7 +123,7 @@ class A3C(Algorithm):
                         runner.name, str(exc).splitlines()[0])
             return None
 
-    def _stats(self, replies: list[dict[str, Any]], steps: int) -> dict[str, dict[str, float]]:
+    def _stats(self, replies: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
         """The runners' loss statistics averaged per policy, with what the learner did."""
         out: dict[str, dict[str, float]] = {}
         for pid in {r["policy_id"] for r in replies}:
@@ -131,7 +131,8 @@ class A3C(Algorithm):
             stats = {k: float(np.mean([r["stats"][k] for r in mine])) for k in mine[0]["stats"]}
             policy = self.learner_group.local.policies[pid]
             stats.update(mean_policy_lag=float(np.mean([r["policy_lag"] for r in mine])),
-                         num_grad_updates=len(mine), cur_lr=self.config.lr_at(policy.global_timestep),
+                         num_grad_updates=len(mine),
+                         cur_lr=self.config.lr_at(policy.global_timestep),
                          num_env_steps_trained=sum(r["env_steps"] for r in mine))
             out[pid] = stats
         return out

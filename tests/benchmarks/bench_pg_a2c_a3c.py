@@ -61,7 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--peer-python", type=Path, default=PEER_PYTHON,
                    help="the python of the venv with stable-baselines3 (default: .venv-peers)")
     args = p.parse_args(argv)
-    print("| example | seed | env steps | mean reward | s training | s process | iterations | stopped |")
+    print("| example | seed | env steps | mean reward | s training | s process | iterations "
+          "| stopped |")
     print("|---|---:|---:|---:|---:|---:|---:|---|")
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.only.split(","):

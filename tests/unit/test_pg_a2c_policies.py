@@ -73,7 +73,8 @@ def one_state_batch(n=16, reward_of_action=(1.0, 0.0)):
         "terminateds": torch.ones((1, n), dtype=torch.bool),
         "truncateds": torch.zeros((1, n), dtype=torch.bool),
         "mask": torch.ones((1, n), dtype=torch.bool),
-        "action_logp": torch.full((1, n), -np.log(2.0)), "action_dist_inputs": torch.zeros((1, n, 2)),
+        "action_logp": torch.full((1, n), -np.log(2.0)),
+        "action_dist_inputs": torch.zeros((1, n, 2)),
         "next_obs": torch.zeros((n, 4)), "trunc_index": torch.zeros((0, 2), dtype=torch.int64),
         "trunc_obs": torch.zeros((0, 4)),
     }
