@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import torch
 
+from rlmesh.algorithms.advantages import gae_samples, standardized
 from rlmesh.algorithms.algorithm import Algorithm
 from rlmesh.algorithms.ppo_config import PPOConfig
 from rlmesh.policy.torch_policy import TorchPolicy, entropy_of, explained_variance
-from rlmesh.rl.gae import compute_gae
 
 __all__ = ["PPO", "PPOConfig", "PPOTorchPolicy"]
 
@@ -22,29 +22,8 @@ class PPOTorchPolicy(TorchPolicy):
     the value loss, the entropy bonus and the adaptive KL penalty."""
 
     def prepare_batch(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        cfg, model = self.config, self.model
-        t, b = batch["rewards"].shape
-        with torch.no_grad():
-            values = model(batch["obs"].flatten(0, 1))[1].reshape(t, b)
-            # V(s_{t+1}) where the fragment cannot supply it: after its last row, and at
-            # truncations (the env's final observation, not the reset one).
-            bootstrap = torch.zeros_like(values)
-            bootstrap[t - 1] = model(batch["next_obs"])[1]
-            index = batch["trunc_index"]
-            if len(index):
-                bootstrap[index[:, 0], index[:, 1]] = model(batch["trunc_obs"])[1]
-            lambda_ = cfg.lambda_ if cfg.use_gae else 1.0
-            advantages, targets = compute_gae(
-                batch["rewards"], values, bootstrap, batch["terminateds"], batch["truncateds"],
-                cfg.gamma, lambda_)
-        valid = batch["mask"].flatten()
-        flat = {
-            "obs": batch["obs"].flatten(0, 1), "actions": batch["actions"].flatten(0, 1),
-            "action_logp": batch["action_logp"].flatten(), "values": values.flatten(),
-            "action_dist_inputs": batch["action_dist_inputs"].flatten(0, 1),
-            "advantages": advantages.flatten(), "value_targets": targets.flatten(),
-        }
-        flat = {k: v[valid] for k, v in flat.items()}
+        cfg = self.config
+        flat = gae_samples(self.model, batch, cfg.gamma, cfg.lambda_ if cfg.use_gae else 1.0)
         flat["advantages"] = standardized(flat["advantages"])
         return flat
 
@@ -80,11 +59,6 @@ class PPOTorchPolicy(TorchPolicy):
     def after_update(self, stats: dict[str, float]) -> None:
         if self.config.use_kl_loss:
             adapt_kl_coeff(self, stats.get("mean_kl_loss", 0.0))
-
-
-def standardized(x: torch.Tensor) -> torch.Tensor:
-    """Zero mean, unit variance (left as is for a single sample, which has no variance)."""
-    return (x - x.mean()) / (x.std() + 1e-8) if len(x) > 1 else x
 
 
 def adapt_kl_coeff(policy: TorchPolicy, kl: float) -> None:

@@ -13,9 +13,9 @@ ALGORITHMS = {
     "PPO": "rlmesh.algorithms.ppo_config:PPOConfig",
     "IMPALA": "rlmesh.algorithms.impala_config:ImpalaConfig",
     "APPO": "rlmesh.algorithms.appo_config:APPOConfig",
-    "PG": "rlmesh.algorithms.pg:PGConfig",
-    "A2C": "rlmesh.algorithms.a2c:A2CConfig",
-    "A3C": "rlmesh.algorithms.a3c:A3CConfig",
+    "PG": "rlmesh.algorithms.pg_config:PGConfig",
+    "A2C": "rlmesh.algorithms.a2c_config:A2CConfig",
+    "A3C": "rlmesh.algorithms.a3c_config:A3CConfig",
 }
 
 

@@ -99,11 +99,18 @@ class Mesh:
             if event.last_lines:
                 self.learner_failure += "\n  last lines:\n    " + "\n    ".join(event.last_lines[-10:])
 
+    def next_version(self) -> int:
+        """A weights version above every one published or handed out before: weights sent
+        to one runner directly (A3C) count from the same number, so a runner always takes
+        the newer of those and the param server's."""
+        self.version += 1
+        return self.version
+
     async def publish(self, weights: dict[str, Any]) -> int:
         """``{policy_id: weights}`` to the param server under a new version."""
-        self.version += 1
-        await self.param_server.set_weights(self.version, weights)
-        return self.version
+        version = self.next_version()
+        await self.param_server.set_weights(version, weights)
+        return version
 
     async def sample(self, target_steps: int) -> list[dict[str, Any]]:
         """Fragments from every runner, round after round, until ``target_steps`` env steps."""

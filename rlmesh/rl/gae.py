@@ -1,4 +1,5 @@
-"""Generalized Advantage Estimation (Schulman et al., 2016) over time-major fragments.
+"""Generalized Advantage Estimation (Schulman et al., 2016) and discounted returns over
+time-major fragments.
 
 Where an episode ends inside a fragment, by termination or by truncation, is decided here.
 """
@@ -59,6 +60,19 @@ def compute_gae(
     carry = gamma * lambda_ * (~(terminated | truncated)).to(values.dtype)
     advantages = discounted_backward(deltas, carry)
     return advantages, advantages + values
+
+
+def discounted_returns(rewards: torch.Tensor, terminateds: torch.Tensor,
+                       truncateds: torch.Tensor, gamma: float) -> torch.Tensor:
+    """``G_t = r_t + gamma * G_{t+1}`` within each episode of a ``[T, B]`` batch, restarting
+    after every step that terminated or truncated, with nothing bootstrapped: the return
+    after a truncation, or after the fragment's last row, counts as 0. Exact for complete
+    episodes (PG's ``batch_mode="complete_episodes"``); otherwise it is biased low near
+    the cut, which only a critic could fill in (``compute_gae``)."""
+    _check_shapes(rewards, "discounted_returns", terminateds=terminateds, truncateds=truncateds)
+    rewards = rewards.float() if not rewards.is_floating_point() else rewards
+    carry = gamma * (~(terminateds.bool() | truncateds.bool())).to(rewards.dtype)
+    return discounted_backward(rewards, carry)
 
 
 def discounted_backward(deltas: torch.Tensor, carry: torch.Tensor) -> torch.Tensor:

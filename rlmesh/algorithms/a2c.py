@@ -1,0 +1,77 @@
+"""A2C, the synchronous advantage actor-critic (Mnih et al. 2016; OpenAI's A2C): its policy
+(GAE advantages, policy-gradient, value and entropy terms, gradients accumulated over
+microbatches) and the algorithm. A3C (``a3c.py``) trains the same loss asynchronously.
+
+Each iteration samples ``train_batch_size`` env steps with the current policy from every
+env runner, computes values and GAE on the learner, and takes one gradient step.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from rlmesh.algorithms.a2c_config import A2CConfig
+from rlmesh.algorithms.advantages import gae_samples
+from rlmesh.algorithms.algorithm import Algorithm
+from rlmesh.policy.torch_policy import TorchPolicy, entropy_of, explained_variance
+
+__all__ = ["A2C", "A2CConfig", "A2CTorchPolicy"]
+
+Tensors = dict[str, torch.Tensor]
+
+
+class A2CTorchPolicy(TorchPolicy):
+    """The advantage actor-critic loss on GAE advantages (not standardized, as in RLlib),
+    one gradient step per train batch, accumulated over ``microbatch_size`` parts."""
+
+    def prepare_batch(self, batch: Tensors) -> Tensors:
+        cfg = self.config
+        flat = gae_samples(self.model, batch, cfg.gamma, cfg.lambda_ if cfg.use_gae else 1.0)
+        return {k: flat[k] for k in ("obs", "actions", "advantages", "value_targets")}
+
+    def loss(self, mb: Tensors) -> tuple[torch.Tensor, Tensors]:
+        cfg = self.config
+        dist_inputs, values = self.model(mb["obs"])
+        dist = self.dist_class.from_inputs(dist_inputs)
+        policy_loss = -(dist.logp(mb["actions"]) * mb["advantages"]).mean()
+        vf_loss = (values - mb["value_targets"]).pow(2).mean()
+        entropy = entropy_of(dist).mean()
+        total = policy_loss + cfg.vf_loss_coeff * vf_loss - cfg.entropy_coeff * entropy
+        return total, {"total_loss": total.detach(), "policy_loss": policy_loss.detach(),
+                       "vf_loss": vf_loss.detach(), "entropy": entropy.detach(),
+                       "vf_explained_var": explained_variance(mb["value_targets"], values)}
+
+    def _step(self, mb: Tensors) -> dict[str, float]:
+        """TorchPolicy's step, its gradient summed over microbatches first when
+        ``microbatch_size`` is set. Each part's loss is a mean over its samples, so it is
+        weighted by its share of the batch: the sum is the whole batch's gradient (RLlib
+        sums unweighted, which scales the step with the number of parts)."""
+        size = self.config.microbatch_size
+        n = len(mb["advantages"])
+        if size is None or size >= n:
+            return super()._step(mb)
+        self.optimizer.zero_grad(set_to_none=True)
+        stats: dict[str, float] = {}
+        for start in range(0, n, size):
+            part = {k: v[start:start + size] for k, v in mb.items()}
+            share = len(part["advantages"]) / n
+            loss, part_stats = self.loss(part)
+            (loss * share).backward()
+            # Weighted like the losses: the batch's means (the explained variance, not
+            # a mean itself, only roughly).
+            for k, v in part_stats.items():
+                stats[k] = stats.get(k, 0.0) + share * float(v)
+        if self.data_parallel is not None:
+            self.data_parallel.average_gradients(self.model.parameters())
+        stats.update({k: float(v) for k, v in self.extra_grad_process().items()})
+        self.optimizer.step()
+        return stats
+
+
+class A2C(Algorithm):
+    """A2C on the rlmesh mesh: env runners sample ``train_batch_size`` steps, the learner
+    takes one gradient step, the param server hands the new weights to the runners
+    (``Algorithm.training_step``)."""
+
+    config_class = A2CConfig
+    default_policy_class = A2CTorchPolicy

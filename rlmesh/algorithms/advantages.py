@@ -1,0 +1,41 @@
+"""The actor-critic train batch (PPO, A2C, A3C): the critic's values of a time-major batch,
+its bootstrap values where the data stops, GAE, and the valid samples laid out flat."""
+
+from __future__ import annotations
+
+import torch
+
+from rlmesh.rl.gae import compute_gae
+
+
+def gae_samples(model: torch.nn.Module, batch: dict[str, torch.Tensor], gamma: float,
+                lambda_: float) -> dict[str, torch.Tensor]:
+    """Flat valid samples of ``batch`` (time-major ``[T, B]`` columns with ``next_obs``,
+    ``trunc_index`` and ``trunc_obs``) with ``values``, ``advantages`` and
+    ``value_targets``. ``model(obs)`` returns ``(dist_inputs, values)``."""
+    t, b = batch["rewards"].shape
+    with torch.no_grad():
+        values = model(batch["obs"].flatten(0, 1))[1].reshape(t, b)
+        # V(s_{t+1}) where the fragment cannot supply it: after its last row, and at
+        # truncations (the env's final observation, not the reset one).
+        bootstrap = torch.zeros_like(values)
+        bootstrap[t - 1] = model(batch["next_obs"])[1]
+        index = batch["trunc_index"]
+        if len(index):
+            bootstrap[index[:, 0], index[:, 1]] = model(batch["trunc_obs"])[1]
+        advantages, targets = compute_gae(
+            batch["rewards"], values, bootstrap, batch["terminateds"], batch["truncateds"],
+            gamma, lambda_)
+    valid = batch["mask"].flatten()
+    flat = {
+        "obs": batch["obs"].flatten(0, 1), "actions": batch["actions"].flatten(0, 1),
+        "action_logp": batch["action_logp"].flatten(), "values": values.flatten(),
+        "action_dist_inputs": batch["action_dist_inputs"].flatten(0, 1),
+        "advantages": advantages.flatten(), "value_targets": targets.flatten(),
+    }
+    return {k: v[valid] for k, v in flat.items()}
+
+
+def standardized(x: torch.Tensor) -> torch.Tensor:
+    """Zero mean, unit variance (left as is for a single sample, which has no variance)."""
+    return (x - x.mean()) / (x.std() + 1e-8) if len(x) > 1 else x
