@@ -251,7 +251,8 @@ class TorchPolicy(Policy):
             group["lr"] = self.config.lr_at(self.global_timestep)
         for name, p in self.model.named_parameters():
             g = gradients.get(name)
-            p.grad = None if g is None else torch.as_tensor(np.asarray(g), device=self.device).clone()
+            # A copy (np.array): gradients off the wire are read-only views of its buffers.
+            p.grad = None if g is None else torch.from_numpy(np.array(g)).to(self.device)
         self.optimizer.step()
         self.num_updates += 1
 
