@@ -26,19 +26,35 @@ def learner_stats(result: dict) -> dict:
     return result["info"]["learner"]["default_policy"]
 
 
-def test_random_algo_trains_from_the_command_line_by_import_path(tmp_path):
+def rlmesh_train(local_dir: Path, *args: str) -> list[dict]:
+    """``rlmesh train ARGS`` from the repository root, as docs/policies.md and the README
+    give the commands; the results it wrote."""
     run = subprocess.run(
-        [sys.executable, "-m", "rlmesh.cli.main", "train",
-         "--run", "examples.custom_policy:RandomAlgo", "--env", "CartPole-v1",
-         "--stop", '{"training_iteration": 2}', "--local-dir", str(tmp_path)],
+        [sys.executable, "-m", "rlmesh.cli.main", "train", *args, "--local-dir", str(local_dir)],
         capture_output=True, text=True, timeout=120, cwd=REPO)
     assert run.returncode == 0, run.stdout + run.stderr
-    (result_file,) = tmp_path.glob("*/*/result.json")
-    results = [json.loads(line) for line in result_file.read_text().splitlines()]
-    assert [r["training_iteration"] for r in results] == [1, 2]
+    (result_file,) = local_dir.glob("*/*/result.json")
+    return [json.loads(line) for line in result_file.read_text().splitlines()]
+
+
+def test_random_algo_trains_from_the_command_line_by_import_path(tmp_path):
+    results = rlmesh_train(tmp_path, "--run", "examples.custom_policy:RandomAlgo",
+                           "--env", "CartPole-v1", "--stop", '{"training_iteration": 3}')
+    assert [r["training_iteration"] for r in results] == [1, 2, 3]
     # The learner's statistics are those MyPolicy.learn_on_batch returned.
-    assert [learner_stats(r)["num_updates"] for r in results] == [1.0, 2.0]
+    assert [learner_stats(r)["num_updates"] for r in results] == [1.0, 2.0, 3.0]
     assert learner_stats(results[-1])["num_samples"] >= 400
+
+
+@pytest.mark.parametrize("run, stop", [
+    ("examples.policy_template:MyAlgo2", '{"timesteps_total": 40000}'),
+    ("examples.a3c_style_ppo:A3CStylePPO", '{"episode_reward_mean": 150}'),
+])
+def test_the_documented_commands_learn(tmp_path, run, stop):
+    results = rlmesh_train(tmp_path, "--run", run, "--env", "CartPole-v1", "--stop", stop,
+                           "--seed", "0")
+    assert results[-1]["episode_reward_mean"] > 100, [r["episode_reward_mean"] for r in results]
+    assert results[-1]["timesteps_total"] <= 60_000
 
 
 @pytest.mark.parametrize("batch_mode", ["truncate_episodes", "complete_episodes"])
