@@ -33,7 +33,8 @@ from rlmesh.policy import Policy, SampleBatch
 
 
 class MyPolicy(Policy):
-    """Uniformly random actions; one weight, ``num_updates``, that only the learner changes."""
+    """Uniformly random actions (of a Discrete action space); one weight, ``num_updates``,
+    that only the learner changes."""
 
     def __init__(self, observation_space, action_space, config):
         super().__init__(observation_space, action_space, config)

@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import psutil
 import pytest
 
 from examples.custom_policy import RandomAlgo
@@ -20,28 +18,8 @@ from rlmesh.runtime import RemoteError
 
 REPO = Path(__file__).resolve().parents[2]
 TESTS = "tests.integration.policies_for_tests"
-pytestmark = pytest.mark.timeout(90)
-
-
-@pytest.fixture(autouse=True)
-def no_children_left():
-    """No child process of this test outlives it (as in test_bad_input.py)."""
-    me = psutil.Process()
-    before = {p.pid for p in me.children(recursive=True)}
-    yield
-    deadline = time.monotonic() + 10
-    while True:
-        left = []
-        for p in me.children(recursive=True):
-            try:
-                if p.pid not in before and p.status() != psutil.STATUS_ZOMBIE:
-                    left.append(p)
-            except psutil.NoSuchProcess:
-                pass
-        if not left or time.monotonic() > deadline:
-            break
-        time.sleep(0.05)
-    assert not left, f"processes left behind: {[p.pid for p in left]}"
+# No process of a failed run may outlive it (tests/conftest.py).
+pytestmark = [pytest.mark.timeout(90), pytest.mark.usefixtures("no_children_left")]
 
 
 def rlmesh_train(*args: str) -> subprocess.CompletedProcess:
