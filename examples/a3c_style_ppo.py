@@ -67,6 +67,9 @@ class A3CStylePPO(PPO):
                 runners.sync_weights([pid], to_worker_indices=[worker_index])
                 trained[pid] = trained.get(pid, 0) + result["env_steps"]
                 stats[pid] = {**result["stats"], "num_env_steps_trained": trained[pid]}
+        # Once an iteration, the newest weights to the param server too: a runner that was
+        # restarted starts from them, and so does the driver's copy (get_policy).
+        runners.sync_weights()
         return stats
 
 

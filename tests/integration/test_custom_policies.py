@@ -171,12 +171,13 @@ def test_a3c_style_training_step_applies_runner_gradients_as_they_arrive():
         curve = [algo.train()["episode_reward_mean"] for _ in range(6)]
         runners = algo.env_runners.foreach_env_runner("metrics")
         applied = algo.learner_group.local.num_updates
-    # Measured over seeds 0-4: 83-93 after 6 iterations (12k env steps), from 22-25.
+    # Measured over seeds 0-4: 85-94 after 6 iterations (12k env steps), from 22-25.
     assert curve[-1] > 60, curve
     fragments = [r["num_fragments"] for r in runners]
     assert min(fragments) > 5, fragments  # both runners computed gradients, many times
     # Every gradient but those still in flight (one per runner at most) was applied ...
     assert sum(fragments) - len(fragments) <= applied <= sum(fragments)
-    # ... and each runner got weights back once per gradient of its own (+ the first ones).
+    # ... and each runner got weights back once per gradient of its own, besides those it
+    # took from the param server: the first ones and one publication per iteration.
     for r in runners:
-        assert r["num_fragments"] <= r["num_weight_updates"] <= r["num_fragments"] + 1, r
+        assert r["num_fragments"] <= r["num_weight_updates"] <= r["num_fragments"] + 1 + 6, r
