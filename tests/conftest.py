@@ -43,3 +43,25 @@ def no_orphans(runs_root):
     for p in left:
         p.kill()
     assert not left, f"processes left running after the test: {[p.info['cmdline'] for p in left]}"
+
+
+@pytest.fixture
+def no_children_left(runs_root):
+    """Fail a test that leaves a child process of its own running (checked for up to 10 s):
+    processes that are not actors, or actors that escaped the run directory, included."""
+    me = psutil.Process()
+    before = {p.pid for p in me.children(recursive=True)}
+    yield
+    deadline = time.monotonic() + 10
+    while True:
+        left = []
+        for p in me.children(recursive=True):
+            try:
+                if p.pid not in before and p.status() != psutil.STATUS_ZOMBIE:
+                    left.append(p)
+            except psutil.NoSuchProcess:
+                pass
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert not left, f"processes left behind: {[p.pid for p in left]}"

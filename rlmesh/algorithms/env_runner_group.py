@@ -1,22 +1,30 @@
 """The driver's view of the env runners (RLlib's EnvRunnerGroup): sample from all of them,
 push the learners' weights to them, reach every runner or env with a module-level function
-(sent by import path: nothing is pickled). What they sampled is counted here for results."""
+(sent by import path: nothing is pickled), or start calls on them and collect the results
+as they come (``foreach_env_runner_async``). What they sampled is counted here for results."""
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import logging
 from typing import Any, Callable
 
 from rlmesh.envs import path_of
+from rlmesh.runtime import ActorUnavailable
+
+log = logging.getLogger(__name__)
 
 
 def function_path(fn: Callable[..., Any], what: str) -> str:
     """The import path of a module-level function, or a one-line error for a lambda or a
     nested function: functions cross processes by name, never pickled."""
-    try:
-        return path_of(fn, what)
-    except (TypeError, ValueError) as e:
-        raise ValueError(f"{e} (rlmesh sends functions to env runners by import path, nothing "
-                         "is pickled)") from None
+    name = getattr(fn, "__qualname__", repr(fn))
+    if "<" in name:  # <lambda>, <locals>: nothing another process could import
+        raise ValueError(f"{what} {name} cannot reach the env runners: rlmesh pickles nothing "
+                         "and sends a function by its import path, so define it at module "
+                         "level (def my_fn(env_runner): ...) and pass that")
+    return path_of(fn, what)
 
 
 class EnvRunnerGroup:
@@ -27,6 +35,8 @@ class EnvRunnerGroup:
         self.mesh = algo.mesh
         self.fragments: list[dict[str, Any]] = []  # sampled since the last result, for metrics
         self.env_steps = 0
+        # Calls started by foreach_env_runner_async and not yet fetched, by runner name.
+        self._in_flight: dict[str, concurrent.futures.Future] = {}
 
     # --- sampling ---
 
@@ -49,37 +59,118 @@ class EnvRunnerGroup:
 
     # --- weights ---
 
-    def sync_weights(self, policies: list[str] | None = None) -> int:
+    def sync_weights(self, policies: list[str] | None = None,
+                     to_worker_indices: list[int] | None = None) -> int:
         """Publish the learners' weights (of ``policies``, default all) to the param server,
-        from which every runner takes them before its next fragment; the new version."""
-        return self._algo._publish(policies)
+        from which every runner takes them before its next fragment; the new version.
+
+        With ``to_worker_indices``: send them straight to those runners only (A3C: the
+        runner whose gradients were just applied), under a new version the param server
+        does not hold, so the other runners act on with the weights they have."""
+        if to_worker_indices is None:
+            return self._algo._publish(policies)
+        weights = self._algo.learner_group.get_weights(policies)
+        self.mesh.version += 1
+        version = self.mesh.version
+        runners = [self._runner(i) for i in to_worker_indices]
+
+        async def send() -> list[Any]:
+            return await asyncio.gather(*(r.call("set_weights", version, w, pid)
+                                          for r in runners for pid, w in weights.items()),
+                                        return_exceptions=True)
+
+        for outcome in self._algo._loop.run(send()):
+            # A runner restarting takes the param server's weights when it is back.
+            if isinstance(outcome, ActorUnavailable) and self._algo.config.restart_failed_env_runners:
+                log.warning("weights not sent: %s", str(outcome).splitlines()[0])
+            elif isinstance(outcome, BaseException):
+                raise outcome
+        return version
 
     # --- reaching runners and envs ---
 
     def foreach_env_runner(self, fn: str | Callable[..., Any], *args: Any,
                            **kwargs: Any) -> list[Any]:
         """``fn(env_runner, *args, **kwargs)`` on every runner, ``fn`` a module-level
-        function (or the name of an EnvRunner method); results in runner order."""
-        if callable(fn):
-            path = function_path(fn, "foreach_env_runner function")
-            return self._call("apply", path, *args, **kwargs)
-        return self._call(fn, *args, **kwargs)
+        function or its import path ``"pkg.module:fn"`` (or the name of an EnvRunner
+        method); results in runner order."""
+        return self._call(*runner_call(fn), *args, **kwargs)
 
     def foreach_env(self, fn: str | Callable[..., Any], *args: Any) -> list[Any]:
         """``fn(env, *args)`` on every env of every runner: ``fn`` a module-level function
-        or the name of a method of the env (``"set_phase"`` calls
+        (or its import path) or the name of a method of the env (``"set_phase"`` calls
         ``env.unwrapped.set_phase(*args)``)."""
         if callable(fn):
-            per_runner = self._call("foreach_env", function_path(fn, "foreach_env function"), *args)
-        else:
-            per_runner = self._call("call_env_method", fn, *args)
+            fn = function_path(fn, "foreach_env function")
+        per_runner = self._call("foreach_env" if ":" in fn else "call_env_method", fn, *args)
         return [r for runner in per_runner for r in runner]
 
     def _call(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
         return self._algo._loop.run(self.mesh.foreach_runner(method, *args, **kwargs))
 
+    # --- calls that run on while the driver goes on (A3C) ---
+
+    def foreach_env_runner_async(self, fn: str | Callable[..., Any], *args: Any,
+                                 **kwargs: Any) -> int:
+        """Start ``fn`` (as ``foreach_env_runner`` takes it) on every healthy runner that
+        has no call in flight, without waiting; the number started.
+        ``fetch_ready_async_reqs`` collects the results."""
+        method, *head = runner_call(fn)
+        started = 0
+        for runner in self.mesh.healthy_runners():
+            if runner.name in self._in_flight:
+                continue
+            self._in_flight[runner.name] = asyncio.run_coroutine_threadsafe(
+                runner.call(method, *head, *args, **kwargs), self._algo._loop.loop)
+            started += 1
+        return started
+
+    def fetch_ready_async_reqs(self, timeout_seconds: float | None = None
+                               ) -> list[tuple[int, Any]]:
+        """``(worker_index, result)`` of every call started by ``foreach_env_runner_async``
+        that has finished, waiting up to ``timeout_seconds`` (None: as long as it takes)
+        for the first. A call whose runner died (and is being restarted) is dropped with a
+        warning; a call that raised raises here (``RemoteError``)."""
+        if not self._in_flight:
+            return []
+        concurrent.futures.wait(list(self._in_flight.values()), timeout_seconds,
+                                return_when=concurrent.futures.FIRST_COMPLETED)
+        ready = []
+        for name, future in list(self._in_flight.items()):
+            if not future.done():
+                continue
+            del self._in_flight[name]
+            try:
+                ready.append((worker_index_of(name), future.result()))
+            except ActorUnavailable as exc:
+                if not self._algo.config.restart_failed_env_runners:
+                    raise
+                log.warning("env runner %s unavailable (%s); its call is dropped", name,
+                            str(exc).splitlines()[0])
+        return ready
+
+    def _runner(self, worker_index: int) -> Any:
+        for runner in self.mesh.runners:
+            if worker_index_of(runner.name) == worker_index:
+                return runner
+        raise KeyError(f"no env runner with worker_index {worker_index} (there are "
+                       f"{sorted(worker_index_of(r.name) for r in self.mesh.runners)})")
+
     def num_healthy_env_runners(self) -> int:
         return self.mesh.num_healthy_runners()
+
+
+def runner_call(fn: str | Callable[..., Any]) -> tuple[str, ...]:
+    """The EnvRunner method (and its leading argument) that runs ``fn`` on a runner:
+    ``apply`` with the import path of a function, else the method ``fn`` names."""
+    if callable(fn):
+        return ("apply", function_path(fn, "foreach_env_runner function"))
+    return ("apply", fn) if ":" in fn else (fn,)
+
+
+def worker_index_of(runner_name: str) -> int:
+    """The worker index of the runner actor named ``env_runner-<index>``."""
+    return int(runner_name.rsplit("-", 1)[1])
 
 
 def synchronous_parallel_sample(worker_set: EnvRunnerGroup, max_env_steps: int,

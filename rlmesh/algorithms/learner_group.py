@@ -101,6 +101,16 @@ class LearnerGroup:
                                                  for r in results)
         return out
 
+    def apply_gradients(self, gradients: dict[str, dict[str, Any]], *, timesteps: int = 0) -> None:
+        """One optimizer step of each policy with the gradients given for it
+        (``{policy_id: {parameter name: array}}``, as an env runner's
+        ``sample_and_compute_gradients`` returns them), on every learner. ``timesteps``
+        (env steps sampled so far) sets the learning rate of a schedule."""
+        if self.local is not None:
+            self.local.apply_gradients(gradients, timesteps)
+        else:
+            self._run(self._on_all("apply_gradients", gradients, timesteps, timeout=None))
+
     # --- weights and state ---
 
     def get_weights(self, policy_ids: list[str] | None = None) -> dict[str, dict[str, np.ndarray]]:

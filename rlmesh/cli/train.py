@@ -293,9 +293,29 @@ def _one_line(message: str) -> str:
     return "; ".join(lines)
 
 
-def _fail(error: Exception) -> int:
+def _fail(error: Exception | str) -> int:
     print(f"rlmesh train: error: {_one_line(str(error))}", file=sys.stderr)
     return EXIT_USAGE
+
+
+#: Errors in the user's policy code that say all there is to say in one line: a policy class
+#: that breaks the contract, a loss that asks for a column the batch lacks.
+POLICY_ERRORS = ("PolicyError", "MissingColumn")
+
+
+def policy_error_message(error: BaseException) -> str | None:
+    """The one line to print for a policy error, raised here or in another process (then
+    a RemoteError naming its type; its remote traceback is not shown); None for others."""
+    from rlmesh.policy.policy import PolicyError
+    from rlmesh.rl.columns import MissingColumn
+    from rlmesh.runtime import RemoteError
+
+    if isinstance(error, (PolicyError, MissingColumn)):
+        return f"{type(error).__name__}: {error}"
+    if isinstance(error, RemoteError) and error.etype in POLICY_ERRORS:
+        where = f" in {error.actor}" if error.actor else ""
+        return f"{error.etype}{where}: {error.remote_msg}"
+    return None
 
 
 def main(args: argparse.Namespace) -> int:
@@ -328,6 +348,10 @@ def run_spec(spec: TrainSpec, resume: bool = False) -> int:
         algo = build_algorithm(config)
     except ConfigError as e:
         return _fail(e)
+    except Exception as e:
+        if (message := policy_error_message(e)) is None:
+            raise
+        return _fail(message)
     except KeyboardInterrupt:  # started processes follow us out through their lifelines
         print("rlmesh train: interrupted while starting", file=sys.stderr)
         return EXIT_SIGINT
@@ -359,6 +383,10 @@ def run_spec(spec: TrainSpec, resume: bool = False) -> int:
     except LearnerFailed as e:  # the learner died: the message names the checkpoint
         print(f"rlmesh train: error: {e}", file=sys.stderr)
         return EXIT_FAILED
+    except Exception as e:  # _train_loop has stopped the algorithm's processes
+        if (message := policy_error_message(e)) is None:
+            raise
+        return _fail(message)
 
 
 def find_resume_point(spec: TrainSpec) -> tuple[Path, str]:

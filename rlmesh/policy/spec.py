@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlmesh.envs import as_space, import_object, space_from_data, space_to_data
-from rlmesh.policy.policy import Policy, check_policy_class, class_path
+from rlmesh.policy.policy import Policy, PolicyError, check_policy_class, class_path
 
 
 @dataclass
@@ -24,7 +24,10 @@ class PolicySpec:
         """This spec with the class imported and checked and the spaces filled in."""
         cls = self.policy_class or default_class
         if isinstance(cls, str):
-            cls = import_object(cls, "policy class")
+            try:
+                cls = import_object(cls, "policy_class")
+            except (ValueError, ImportError) as e:
+                raise PolicyError(str(e)) from None
         check_policy_class(cls, "policy_class")
         return PolicySpec(cls, as_space(self.observation_space or obs_space),
                           as_space(self.action_space or action_space), dict(self.config))

@@ -235,8 +235,10 @@ class SampleBatch(dict):
 def trajectories(batch: dict[str, Any]) -> list[SampleBatch]:
     """A time-major batch cut into trajectories: each env column's valid rows, split after
     every step that ended an episode, as flat SampleBatches in time order. Each carries
-    ``next_obs`` (the observation after its last step) and ``t`` (the step's index within
-    the trajectory). Columns the batch holds per step are carried; fragment keys are not."""
+    ``next_obs`` (the observation after its last step) and ``t``: the step's index in its
+    episode as the runner recorded it when the policy declared ``t``, else its index within
+    the trajectory (the same for a whole episode). Columns the batch holds per step are
+    carried; fragment keys are not."""
     mask = np.asarray(batch[Columns.MASK], bool)
     done = np.asarray(batch[Columns.TERMINATEDS], bool) | np.asarray(batch[Columns.TRUNCATEDS], bool)
     keys = time_major_keys(batch)
@@ -258,7 +260,8 @@ def trajectories(batch: dict[str, Any]) -> list[SampleBatch]:
                 traj[Columns.NEXT_OBS] = np.asarray(batch[Columns.OBS])[last + 1, b]
             else:
                 traj[Columns.NEXT_OBS] = np.asarray(batch["next_obs"])[b]
-            traj[Columns.T] = np.arange(len(index))
+            if Columns.T not in traj:
+                traj[Columns.T] = np.arange(len(index))
             out.append(traj)
     return out
 

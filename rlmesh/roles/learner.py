@@ -47,6 +47,18 @@ class Learner:
         self.num_updates += 1
         return out
 
+    def apply_gradients(self, gradients: dict[str, dict[str, Any]], timesteps: int) -> None:
+        """One optimizer step of each policy with the gradients given for it (computed
+        elsewhere: ``TorchPolicy.compute_gradients`` on an env runner)."""
+        for pid, grads in gradients.items():
+            policy = self.policy(pid)
+            if not isinstance(policy, TorchPolicy):
+                raise TypeError(f"policy {pid!r} ({type(policy).__name__}) has no "
+                                "apply_gradients; gradients are for TorchPolicy subclasses")
+            policy.global_timestep = timesteps
+            policy.apply_gradients(grads)
+        self.num_updates += 1
+
     def policy(self, policy_id: str) -> Any:
         try:
             return self.policies[policy_id]

@@ -118,6 +118,15 @@ class LearnerActor(Actor):
             self._digests.append((self.learner.num_updates, self._digest()))
         return stats
 
+    async def apply_gradients(self, gradients: dict[str, Any], timesteps: int) -> None:
+        """One optimizer step per policy with gradients computed elsewhere (A3C); every
+        data-parallel rank is given the same gradients, so their weights stay equal."""
+        def step() -> None:
+            with self._lock:
+                self.learner.apply_gradients(gradients, timesteps)
+
+        await self._loop.run_in_executor(self._executor, step)
+
     # --- asynchronous algorithms ---
 
     def start_async(self) -> None:

@@ -25,9 +25,10 @@ class RemoteError(Exception):
     def __init__(self, etype: str, msg: str, tb: str = "", actor: str = "") -> None:
         where = f" in actor {actor!r}" if actor else ""
         super().__init__(f"{etype}{where}: {msg}" + (f"\n--- remote traceback ---\n{tb}" if tb else ""))
-        self.etype = etype
+        self.etype = etype  # the remote exception's class name (its __qualname__)
         self.remote_msg = msg
         self.remote_traceback = tb
+        self.actor = actor
 
 
 class ActorUnavailable(Exception):

@@ -11,7 +11,6 @@ import os
 import random
 import socket
 import struct
-import time
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
@@ -36,26 +35,10 @@ pytestmark = pytest.mark.timeout(90)
 # --- fixtures and helpers ---
 
 @pytest.fixture(autouse=True)
-def no_children_left(runs_root):
+def children_and_run_dir(runs_root, no_children_left):
     """``runs_root`` (tests/conftest.py) points RLMESH_RUNS_ROOT at a fresh directory under
     the test's tmp dir; on top of its orphan check, no child of ours may be left."""
     assert os.environ["RLMESH_RUNS_ROOT"] == str(runs_root)
-    me = psutil.Process()
-    before = {p.pid for p in me.children(recursive=True)}
-    yield
-    deadline = time.monotonic() + 10
-    while True:
-        left = []
-        for p in me.children(recursive=True):
-            try:
-                if p.pid not in before and p.status() != psutil.STATUS_ZOMBIE:
-                    left.append(p)
-            except psutil.NoSuchProcess:
-                pass
-        if not left or time.monotonic() > deadline:
-            break
-        time.sleep(0.05)
-    assert not left, f"processes left behind: {[p.pid for p in left]}"
 
 
 def run(coro: Awaitable[Any]) -> Any:
