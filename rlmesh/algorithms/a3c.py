@@ -71,7 +71,7 @@ class A3C(Algorithm):
                 if reply is None:
                     time.sleep(RETRY_S)
                     continue
-                with self._timer("learn_time_s"):
+                with self.timer("learn_time_s"):
                     version, weights = self._apply(reply)
                 self._ask(runner, (version, weights, reply["policy_id"]))
                 self.env_runners.record([reply])

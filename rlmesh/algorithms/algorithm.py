@@ -167,12 +167,12 @@ class Algorithm:
     def training_step(self) -> dict[str, dict[str, float]]:
         """Sample ``train_batch_size`` env steps, update every policy, publish the weights;
         learner statistics by policy id. Override with the same public helpers."""
-        with self._timer("sample_time_s"):
+        with self.timer("sample_time_s"):
             fragments = synchronous_parallel_sample(self.env_runners,
                                                     max_env_steps=self.config.train_batch_size)
         if not any(f["env_steps"] for f in fragments):
             return {}  # policy-server clients sent nothing in time: an idle iteration
-        with self._timer("learn_time_s"):
+        with self.timer("learn_time_s"):
             stats = self.learner_group.update_from_episodes(fragments,
                                                             timesteps=self.timesteps_sampled)
         self.env_runners.sync_weights()
@@ -184,7 +184,7 @@ class Algorithm:
         return self.timesteps_total + self.env_runners.env_steps
 
     @contextmanager
-    def _timer(self, name: str) -> Iterator[None]:
+    def timer(self, name: str) -> Iterator[None]:
         """Time the block into this iteration's ``timers`` (sample_time_s, learn_time_s)."""
         start = time.perf_counter()
         try:

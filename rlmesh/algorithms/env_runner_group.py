@@ -70,8 +70,7 @@ class EnvRunnerGroup:
         if to_worker_indices is None:
             return self._algo._publish(policies)
         weights = self._algo.learner_group.get_weights(policies)
-        self.mesh.version += 1
-        version = self.mesh.version
+        version = self.mesh.next_version()
         runners = [self._runner(i) for i in to_worker_indices]
 
         async def send() -> list[Any]:
