@@ -62,8 +62,9 @@ class A3CStylePPO(PPO):
             for worker_index, result in runners.fetch_ready_async_reqs():
                 runners.record([result])  # its episodes and env steps, for the result
                 pid = result["policy_id"]
-                learners.apply_gradients({pid: result["gradients"]},
-                                         timesteps=self.timesteps_sampled)
+                with self.timer("learn_time_s"):
+                    learners.apply_gradients({pid: result["gradients"]},
+                                             timesteps=self.timesteps_sampled)
                 runners.sync_weights([pid], to_worker_indices=[worker_index])
                 trained[pid] = trained.get(pid, 0) + result["env_steps"]
                 stats[pid] = {**result["stats"], "num_env_steps_trained": trained[pid]}
