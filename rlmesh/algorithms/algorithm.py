@@ -299,6 +299,8 @@ class Algorithm:
         if loop is None:
             return
         try:
+            if getattr(self, "learner_group", None) is not None:
+                self.learner_group.stop()
             loop.run(self.mesh.stop(), timeout=30)
         finally:
             loop.close()

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -29,6 +29,7 @@ class LearnerGroup:
             device = "cuda" if config.num_gpus_per_learner and torch.cuda.is_available() else "cpu"
             self.local = Learner(config, policy_specs, device)
         self._pending: list[Future] = []
+        self._executor: ThreadPoolExecutor | None = None  # async updates of the local learner
 
     @property
     def is_local(self) -> bool:
@@ -58,17 +59,27 @@ class LearnerGroup:
         (a list, maybe empty)."""
         kwargs = {"num_epochs": num_iters, "minibatch_size": minibatch_size}
         if self.local is not None:
-            work = lambda: self.local.update_from_batch(batch, timesteps, **kwargs)  # noqa: E731
+            if not async_update and not self._pending:
+                return self.local.update_from_batch(batch, timesteps, **kwargs)
+            # One update at a time on the one model: a thread of its own, in order.
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(1, thread_name_prefix="rlmesh.local-learner")
+            future = self._executor.submit(self.local.update_from_batch, batch, timesteps, **kwargs)
             if not async_update:
-                return work()
-            loop = self.mesh.loop_thread.loop
-            self._pending.append(asyncio.run_coroutine_threadsafe(asyncio.to_thread(work), loop))
+                return future.result()
+            self._pending.append(future)
             return self._finished()
         coro = self._update_remote(batch, timesteps, kwargs)
         if not async_update:
             return self._run(coro)
         self._pending.append(asyncio.run_coroutine_threadsafe(coro, self.mesh.loop_thread.loop))
         return self._finished()
+
+    def stop(self) -> None:
+        """Let the local learner's updates in flight finish (the actors stop with the job)."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
 
     def _finished(self) -> list[dict[str, dict[str, float]]]:
         done = [f for f in self._pending if f.done()]

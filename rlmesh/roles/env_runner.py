@@ -151,6 +151,7 @@ class EnvSampler:
         if Columns.EPS_ID in self._counters:
             self._counters[Columns.EPS_ID][:] = [s.episode.episode_id if s.episode else 0
                                                  for s in self.slots]
+        self._per_env_inputs = bool(self._states or self._prev_values or self._counters)
 
     @property
     def envs(self) -> list[gym.Env]:
@@ -199,14 +200,35 @@ class EnvSampler:
         cols = buf.cols
         idx: Any = active if len(active) < len(self.slots) else slice(None)
         obs = cols["obs"][t, idx] = self._obs[idx]
+        if self._per_env_inputs:  # recurrent state, previous actions/rewards, counters
+            actions, extras = self._act_with_inputs(t, idx, obs, buf, explore)
+        else:  # the common case: nothing but the observations, one call, no per-row extras
+            actions, _, extras = self.policy.compute_actions(obs, explore=explore)
+        cols["actions"][t, idx] = actions
+        for key, values in extras.items():
+            col = cols.get(key)
+            if col is None:
+                buf.put(key, t, idx, values)
+            else:
+                col[t, idx] = values
+        env_actions = actions_for_env(actions, self.action_space, self.normalize_actions,
+                                      self.clip_actions)
+        ended = set()
+        for k, b in enumerate(active):
+            if not self._step_env(b, t, env_actions[k], buf):
+                ended.add(b)
+        return ended
+
+    def _act_with_inputs(self, t: int, idx: Any, obs: np.ndarray, buf: FragmentBuffer,
+                         explore: bool | None) -> tuple[Any, dict[str, Any]]:
+        """``compute_actions`` with the per-env inputs the policy declared, and those inputs
+        and its state outputs recorded in row ``t``."""
+        cols = buf.cols
         states = [s[idx] for s in self._states]
         prev = {k: v[idx] for k, v in self._prev_values.items()}
         actions, state_outs, extras = self.policy.compute_actions(
             obs, states or None, prev.get(Columns.PREV_ACTIONS), prev.get(Columns.PREV_REWARDS),
             explore=explore)
-        cols["actions"][t, idx] = actions
-        for key, values in extras.items():
-            buf.put(key, t, idx, values)
         if states:
             self._record_states(buf, t, idx, states, state_outs)
         for key, values in prev.items():
@@ -217,13 +239,7 @@ class EnvSampler:
             self._counters[Columns.T][idx] += 1
         if Columns.PREV_ACTIONS in self._prev_values:
             self._prev_values[Columns.PREV_ACTIONS][idx] = actions
-        env_actions = actions_for_env(actions, self.action_space, self.normalize_actions,
-                                      self.clip_actions)
-        ended = set()
-        for k, b in enumerate(active):
-            if not self._step_env(b, t, env_actions[k], buf):
-                ended.add(b)
-        return ended
+        return actions, extras
 
     def _record_states(self, buf: FragmentBuffer, t: int, idx: Any, states: list[np.ndarray],
                        state_outs: list[Any]) -> None:

@@ -147,14 +147,17 @@ def serve_sampler(warmup: int) -> None:
     around it: what a runner's steps cost before shipping, weights and the learner."""
     import gymnasium as gym
 
-    from rlmesh.rl.numpy_policy import NumpyPolicy
+    from rlmesh.algorithms.impala_config import ImpalaConfig
+    from rlmesh.policy.numpy_mlp import NumpyMLPPolicy
     from rlmesh.roles.env_runner import EnvSampler
 
     from .ppo_sides import _serve
 
     space_env = gym.make(ENV)
-    policy = NumpyPolicy(space_env.observation_space, space_env.action_space,
-                         tuned_config()["model"], seed=0)
+    # What a runner acts with: the policy contract around the numpy fast path.
+    policy = NumpyMLPPolicy(space_env.observation_space, space_env.action_space,
+                            ImpalaConfig.from_dict(tuned_config()))
+    policy.seed(0)
     sampler = EnvSampler(lambda i: gym.make(ENV), NUM_ENVS, policy, seeds=list(range(NUM_ENVS)))
 
     def run(steps: int) -> tuple[int, float]:

@@ -381,6 +381,23 @@ def test_actions_for_env():
     np.testing.assert_array_equal(actions_for_env(np.array([7.0]), unbounded, True), [7.0])
     discrete = np.array([1, 0])
     assert actions_for_env(discrete, gym.spaces.Discrete(2)) is discrete
+    # clip_actions=False (and no rescaling): the env gets the action as sampled.
+    np.testing.assert_array_equal(actions_for_env(a, box, False, clip=False), a)
+
+
+def test_a_sampler_with_clip_actions_off_steps_the_raw_sample():
+    torch.manual_seed(0)
+    space = RecordingBoxEnv.action_space
+    model = build_model(RecordingBoxEnv.observation_space, space, {"fcnet_hiddens": [8]})
+    with torch.no_grad():
+        model.pi_head.bias[1] = 1.5  # wide: samples beyond [-2, 2]
+    s = EnvSampler(lambda i: RecordingBoxEnv(), 1,
+                   torch_policy(model, RecordingBoxEnv.observation_space, space, fcnet_hiddens=[8]),
+                   normalize_actions=False, clip_actions=False)
+    frag = s.sample(30)
+    received = np.stack(s.envs[0].received)
+    np.testing.assert_allclose(received, frag["actions"][:, 0], rtol=1e-6)
+    assert np.abs(received).max() > 2.0
 
 
 def test_explore_false_takes_the_likeliest_action():
