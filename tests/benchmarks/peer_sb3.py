@@ -64,6 +64,20 @@ def versions() -> dict[str, str]:
             "gymnasium": gymnasium.__version__}
 
 
+def learn_and_report(model: Any, seed: int, threshold: float, timesteps: int) -> None:
+    """Train ``model`` until the stopper's threshold (or ``timesteps``); print one JSON line."""
+    stopper = make_stopper(threshold)
+    t0 = time.perf_counter()
+    model.learn(total_timesteps=timesteps, callback=stopper)
+    learn_s = time.perf_counter() - t0
+    solved = stopper.solved_at is not None
+    print(json.dumps({
+        "seed": seed, "solved": solved,
+        "timesteps": stopper.solved_at if solved else model.num_timesteps,
+        "episode_reward_mean": stopper.mean, "rollouts": stopper.rollouts, "learn_s": learn_s,
+        **versions()}), flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seed", type=int, default=0)
@@ -79,16 +93,7 @@ def main() -> None:
     env = make_vec_env("CartPole-v1", n_envs=N_ENVS, seed=args.seed)  # DummyVecEnv + Monitor
     model = PPO("MlpPolicy", env, learning_rate=linear(LEARNING_RATE),
                 clip_range=linear(CLIP_RANGE), seed=args.seed, device="cpu", verbose=0, **ZOO)
-    stopper = make_stopper(args.threshold)
-    t0 = time.perf_counter()
-    model.learn(total_timesteps=N_TIMESTEPS, callback=stopper)
-    learn_s = time.perf_counter() - t0
-    solved = stopper.solved_at is not None
-    print(json.dumps({
-        "seed": args.seed, "solved": solved,
-        "timesteps": stopper.solved_at if solved else model.num_timesteps,
-        "episode_reward_mean": stopper.mean, "rollouts": stopper.rollouts, "learn_s": learn_s,
-        **versions()}), flush=True)
+    learn_and_report(model, args.seed, args.threshold, N_TIMESTEPS)
 
 
 if __name__ == "__main__":

@@ -9,10 +9,8 @@ Runs with the peers' venv (``make bench-peers``) and imports nothing of rlmesh:
 from __future__ import annotations
 
 import argparse
-import json
-import time
 
-from peer_sb3 import make_stopper, versions  # this file's folder is on sys.path
+from peer_sb3 import learn_and_report  # this file's folder is on sys.path
 
 # rl-baselines3-zoo, hyperparams/a2c.yml, CartPole-v1: 8 envs, 5e5 steps, ent_coef 0.0 and
 # SB3's A2C defaults otherwise (n_steps 5, RMSprop at 7e-4, gamma 0.99, gae_lambda 1.0,
@@ -32,16 +30,7 @@ def main() -> None:
 
     env = make_vec_env("CartPole-v1", n_envs=N_ENVS, seed=args.seed)  # DummyVecEnv + Monitor
     model = A2C("MlpPolicy", env, seed=args.seed, device="cpu", verbose=0, **ZOO)
-    stopper = make_stopper(args.threshold)
-    t0 = time.perf_counter()
-    model.learn(total_timesteps=N_TIMESTEPS, callback=stopper)
-    learn_s = time.perf_counter() - t0
-    solved = stopper.solved_at is not None
-    print(json.dumps({
-        "seed": args.seed, "solved": solved,
-        "timesteps": stopper.solved_at if solved else model.num_timesteps,
-        "episode_reward_mean": stopper.mean, "rollouts": stopper.rollouts, "learn_s": learn_s,
-        **versions()}), flush=True)
+    learn_and_report(model, args.seed, args.threshold, N_TIMESTEPS)
 
 
 if __name__ == "__main__":
