@@ -23,7 +23,8 @@ from rlmesh.envs import actions_for_env, as_space, space_to_data, spaces_of
 from rlmesh.rl.columns import (DEFAULT_POLICY_ID, ColumnSpec, Columns, action_dist_columns,
                                check_columns, space_layout)
 from rlmesh.rl.spec import check_action, check_observation
-from rlmesh.roles.env_runner import SEED_STRIDE, default_policy_specs, runner_config
+from rlmesh.roles.env_runner import default_policy_specs, runner_config
+from rlmesh.roles.env_sampler import SEED_STRIDE
 from rlmesh.roles.runner_policy import VersionedPolicies, make_runner_policies
 from rlmesh.runtime import Actor, current_job
 from rlmesh.runtime.actor import ActorServer

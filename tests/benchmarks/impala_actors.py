@@ -149,7 +149,7 @@ def serve_sampler(warmup: int) -> None:
 
     from rlmesh.algorithms.impala_config import ImpalaConfig
     from rlmesh.policy.numpy_mlp import NumpyMLPPolicy
-    from rlmesh.roles.env_runner import EnvSampler
+    from rlmesh.roles.env_sampler import EnvSampler
 
     from .ppo_sides import _serve
 

@@ -23,7 +23,8 @@ from rlmesh.policy.numpy_mlp import NumpyMLPPolicy
 from rlmesh.policy.policy import Policy
 from rlmesh.policy.torch_policy import TorchPolicy
 from rlmesh.rl.columns import action_dist_columns
-from rlmesh.roles.env_runner import RESEED_STRIDE, EnvRunner, EnvSampler, runner_config
+from rlmesh.roles.env_runner import EnvRunner, runner_config
+from rlmesh.roles.env_sampler import RESEED_STRIDE, EnvSampler
 from tests.integration import envs_for_tests
 from tests.integration.envs_for_tests import CountEnv, EpisodeCallbacks, make_count_env
 

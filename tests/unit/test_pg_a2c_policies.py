@@ -16,7 +16,7 @@ from rlmesh.policy.policy import class_path
 from rlmesh.rl.batch import to_tensors
 from rlmesh.rl.columns import merge_fragments
 from rlmesh.rl.gae import discounted_returns
-from rlmesh.roles.env_runner import EnvSampler
+from rlmesh.roles.env_sampler import EnvSampler
 
 CARTPOLE = gym.make("CartPole-v1")
 OBS_SPACE, ACTION_SPACE = CARTPOLE.observation_space, CARTPOLE.action_space
