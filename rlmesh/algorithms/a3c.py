@@ -12,7 +12,6 @@ weights a few updates old (``mean_policy_lag`` in the learner's statistics).
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from typing import Any
@@ -27,7 +26,6 @@ from rlmesh.runtime import ActorUnavailable
 
 __all__ = ["A3C", "A3CConfig", "A3CTorchPolicy"]
 
-log = logging.getLogger(__name__)
 
 RETRY_S = 0.2  # pause before asking again after a runner failed to answer (restarting)
 
@@ -117,10 +115,7 @@ class A3C(Algorithm):
         try:
             return future.result()
         except ActorUnavailable as exc:
-            if not self.config.restart_failed_env_runners:
-                raise RuntimeError(f"env runner {runner.name} failed: {exc}") from None
-            log.warning("env runner %s unavailable (%s); going on with the others",
-                        runner.name, str(exc).splitlines()[0])
+            self.mesh.runner_unavailable(runner.name, exc, "going on with the others")
             return None
 
     def _stats(self, replies: list[dict[str, Any]]) -> dict[str, dict[str, float]]:

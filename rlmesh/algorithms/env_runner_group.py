@@ -142,10 +142,7 @@ class EnvRunnerGroup:
             try:
                 ready.append((worker_index_of(name), future.result()))
             except ActorUnavailable as exc:
-                if not self._algo.config.restart_failed_env_runners:
-                    raise
-                log.warning("env runner %s unavailable (%s); its call is dropped", name,
-                            str(exc).splitlines()[0])
+                self.mesh.runner_unavailable(name, exc, "its call is dropped")
         return ready
 
     def _runner(self, worker_index: int) -> Any:

@@ -143,11 +143,16 @@ class Mesh:
         try:
             return await runner.call("sample", timeout=self.config.sample_timeout_s)
         except ActorUnavailable as exc:
-            if not self.config.restart_failed_env_runners:
-                raise RuntimeError(f"env runner {runner.name} failed: {exc}") from None
-            log.warning("env runner %s unavailable (%s); sampling with the others",
-                        runner.name, str(exc).splitlines()[0])
+            self.runner_unavailable(runner.name, exc, "sampling with the others")
             return None
+
+    def runner_unavailable(self, name: str, exc: ActorUnavailable, going_on: str) -> None:
+        """A call to env runner ``name`` found it gone: an error when failed runners are not
+        restarted, else a warning (it comes back; the run goes on meanwhile)."""
+        if not self.config.restart_failed_env_runners:
+            raise RuntimeError(f"env runner {name} failed: {exc}") from None
+        log.warning("env runner %s unavailable (%s); %s", name, str(exc).splitlines()[0],
+                    going_on)
 
     def healthy_runners(self) -> list[Any]:
         return [r for r in self.runners if r.name not in self._gone]
