@@ -371,6 +371,10 @@ def run_spec(spec: TrainSpec, resume: bool = False) -> int:
     except UsageError as e:
         algo.stop()
         return _fail(e)
+    except KeyboardInterrupt:  # Ctrl-C before the loop took the signals over
+        algo.stop()
+        print("rlmesh train: interrupted while starting", file=sys.stderr)
+        return EXIT_SIGINT
     except BaseException:
         algo.stop()
         raise
@@ -383,6 +387,9 @@ def run_spec(spec: TrainSpec, resume: bool = False) -> int:
     except LearnerFailed as e:  # the learner died: the message names the checkpoint
         print(f"rlmesh train: error: {e}", file=sys.stderr)
         return EXIT_FAILED
+    except KeyboardInterrupt:  # in the instant before the loop took the signals over
+        print("rlmesh train: interrupted while starting", file=sys.stderr)
+        return EXIT_SIGINT
     except Exception as e:  # _train_loop has stopped the algorithm's processes
         if (message := policy_error_message(e)) is None:
             raise

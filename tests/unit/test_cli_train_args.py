@@ -352,6 +352,21 @@ def test_second_ctrl_c_quits_at_once(tmp_path, built, monkeypatch):
     assert not built[0].saved
 
 
+def test_ctrl_c_between_start_and_the_loop_stops_the_algorithm_and_exits_130(
+        tmp_path, built, monkeypatch, capsys):
+    """A SIGINT that lands after the mesh started but before the loop took the signals over
+    (here: while the result files are opened) still stops the mesh and exits 130."""
+    import rlmesh.results
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(rlmesh.results, "ResultLogger", interrupted)
+    assert run_train(tmp_path, "--run", "PPO", "--env", "CartPole-v1") == 130
+    assert built[0].stopped
+    assert "interrupted while starting" in capsys.readouterr().err
+
+
 # --- the progress table ---
 
 class FakeTTY(io.StringIO):
