@@ -19,6 +19,7 @@ from pathlib import Path
 from contextlib import contextmanager
 from typing import Any, Awaitable, Iterator, TypeVar
 
+import gymnasium as gym
 import numpy as np
 import torch
 
@@ -35,6 +36,9 @@ from rlmesh.policy.spec import PolicySpec, build_policy_from_data
 from rlmesh.rl.columns import DEFAULT_POLICY_ID
 
 log = logging.getLogger(__name__)
+
+# A discrete policy whose entropy is below this fraction of log(n) is warned about.
+ENTROPY_COLLAPSE = 0.02
 T = TypeVar("T")
 SMOOTHING_EPISODES = 100  # RLlib's metrics_num_episodes_for_smoothing
 
@@ -82,6 +86,7 @@ class Algorithm:
         self._episodes: deque[dict[str, Any]] = deque(maxlen=SMOOTHING_EPISODES)
         self.obs_space, self.action_space = self._spaces(config)
         self.policy_specs = self._policy_specs()
+        self._entropy_warned: set[str] = set()
         self.last_checkpoint: str | None = None
         self._loop = LoopThread()
         self.mesh = self.mesh_class(config, self._loop, self.policy_specs)
@@ -208,6 +213,7 @@ class Algorithm:
         returns = [e["return"] for e in self._episodes]
         lengths = [e["length"] for e in self._episodes]
         nan = float("nan")
+        self._warn_entropy_collapse(stats)
         return {
             "episode_reward_mean": float(np.mean(returns)) if returns else nan,
             "episode_reward_min": float(np.min(returns)) if returns else nan,
@@ -230,6 +236,22 @@ class Algorithm:
             "custom_metrics": summarize_custom_metrics([e.get("custom_metrics", {}) for e in new]),
             "info": {"learner": {pid: stats.get(pid, {}) for pid in self.policy_specs}},
         }
+
+    def _warn_entropy_collapse(self, stats: dict[str, Any]) -> None:
+        """Warn once per policy whose discrete action distribution has become nearly
+        deterministic: with no exploration left a policy that is wrong stays wrong (IMPALA's
+        CartPole collapses to one action, entropy 0.000, return 9, and never recovers)."""
+        for pid, policy_stats in stats.items():
+            space = getattr(self._policies.get(pid), "action_space", None)
+            if pid in self._entropy_warned or not isinstance(space, gym.spaces.Discrete):
+                continue
+            entropy, most = policy_stats.get("entropy"), float(np.log(space.n))
+            if entropy is not None and most > 0 and entropy < ENTROPY_COLLAPSE * most:
+                self._entropy_warned.add(pid)
+                log.warning("policy %r: entropy fell to %.4f (at most %.3f for %d actions) at "
+                            "%s env steps: it has nearly stopped exploring and may not recover; "
+                            "raise entropy_coeff (e.g. 0.01) or lower lr", pid, entropy, most,
+                            space.n, f"{self.timesteps_total:,}")
 
     # --- policy access ---
 

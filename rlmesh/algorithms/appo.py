@@ -57,6 +57,7 @@ class APPOTorchPolicy(ImpalaTorchPolicy):
             mask: torch.Tensor | slice = slice(None)
             actions, vs, adv = mb["actions"], mb["vs"], mb["pg_advantages"]
             behaviour, old_logp = mb["action_logp"], mb["old_logp"]
+            behaviour_inputs = mb["action_dist_inputs"]
         else:  # the whole time-major batch
             dist_inputs, values, bootstrap = forward(mb, self.model)
             with torch.no_grad():
@@ -66,6 +67,7 @@ class APPOTorchPolicy(ImpalaTorchPolicy):
             values, vs, adv = values.flatten(), vs.flatten(), adv.flatten()
             actions = mb["actions"].flatten(0, 1)
             behaviour, old_logp = mb["action_logp"].flatten(), mb["old_logp"].flatten()
+            behaviour_inputs = mb["action_dist_inputs"].flatten(0, 1)
         dist = self.dist_class.from_inputs(dist_inputs)
         logp = dist.logp(actions)
         # The ratio to the target network, through the behaviour policy: pi/mu * mu/target,
@@ -76,7 +78,7 @@ class APPOTorchPolicy(ImpalaTorchPolicy):
         surrogate = torch.min(adv * ratio,
                               adv * torch.clamp(ratio, 1 - cfg.clip_param, 1 + cfg.clip_param))
         policy_loss = -surrogate.mean()
-        vf_loss, entropy, stats = loss_terms(self, dist, values, vs, mask)
+        vf_loss, entropy, stats = loss_terms(self, dist, values, vs, mask, behaviour_inputs)
         kl = self.dist_class.from_inputs(mb["old_dist_inputs"]).kl(dist)[mask].mean()
         coeff = entropy_coeff(self)
         total = policy_loss + cfg.vf_loss_coeff * vf_loss - coeff * entropy

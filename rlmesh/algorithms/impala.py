@@ -124,11 +124,17 @@ def whole_batch(policy: Any, batch: dict[str, torch.Tensor]) -> dict[str, torch.
 
 
 def loss_terms(policy: Any, dist: Any, values: torch.Tensor, vs: torch.Tensor,
-               mask: torch.Tensor | slice) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
-    """The value loss and entropy over the valid samples, and the value statistics."""
+               mask: torch.Tensor | slice, behaviour_inputs: torch.Tensor
+               ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+    """The value loss and entropy over the valid samples, and the value statistics. The KL
+    from the behaviour policy to the one trained is reported, not optimised: it shows how far
+    the policy lag has carried the two apart (V-trace's clipping hides large gaps)."""
     vf_loss = 0.5 * (values[mask] - vs[mask]).pow(2).mean()
     entropy = entropy_of(dist)[mask].mean()
+    with torch.no_grad():
+        kl = policy.dist_class.from_inputs(behaviour_inputs).kl(dist)[mask].mean()
     return vf_loss, entropy, {"vf_loss": vf_loss.detach(), "entropy": entropy.detach(),
+                              "behaviour_kl": kl,
                               "vf_explained_var": explained_variance(vs[mask], values[mask])}
 
 
@@ -159,6 +165,7 @@ class ImpalaTorchPolicy(TorchPolicy):
             dist = self.dist_class.from_inputs(dist_inputs)
             logp = dist.logp(mb["actions"])
             vs, pg_advantages = mb["vs"], mb["pg_advantages"]
+            behaviour_inputs = mb["action_dist_inputs"]
             mask: torch.Tensor | slice = slice(None)
         else:  # the whole time-major batch
             dist_inputs, values, bootstrap = forward(mb, self.model)
@@ -170,8 +177,9 @@ class ImpalaTorchPolicy(TorchPolicy):
             mask = valid_rows(mb["mask"].bool().flatten())
             values, vs, pg_advantages = values.flatten(), vs.flatten(), pg_advantages.flatten()
             logp = logp.flatten()
+            behaviour_inputs = mb["action_dist_inputs"].flatten(0, 1)
         policy_loss = -(logp[mask] * pg_advantages[mask]).mean()
-        vf_loss, entropy, stats = loss_terms(self, dist, values, vs, mask)
+        vf_loss, entropy, stats = loss_terms(self, dist, values, vs, mask, behaviour_inputs)
         coeff = entropy_coeff(self)
         total = policy_loss + cfg.vf_loss_coeff * vf_loss - coeff * entropy
         return total, {"total_loss": total.detach(), "policy_loss": policy_loss.detach(),

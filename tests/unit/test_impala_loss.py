@@ -40,6 +40,7 @@ def on_policy_batch(lrn: Learner, t: int = 6, b: int = 3) -> dict:
         inputs, _ = lrn.model(torch.as_tensor(f["obs"]).flatten(0, 1))
         logp = lrn.dist_class.from_inputs(inputs).logp(torch.as_tensor(f["actions"]).flatten())
     f["action_logp"] = logp.reshape(t, b).numpy()
+    f["action_dist_inputs"] = inputs.reshape(t, b, -1).numpy()
     return to_tensors({k: v for k, v in f.items() if isinstance(v, np.ndarray)}, lrn.device)
 
 
@@ -140,3 +141,31 @@ def test_one_pass_over_the_whole_batch_equals_one_full_minibatch(cls, hooks, pad
     for key in ("total_loss", "policy_loss", "vf_loss", "entropy"):
         assert a[key] == pytest.approx(b[key], rel=1e-5), key
     assert a["num_env_steps_trained"] == b["num_env_steps_trained"] == n
+
+
+@pytest.mark.parametrize("cls,hooks", [(ImpalaConfig, ImpalaTorchPolicy),
+                                       (APPOConfig, APPOTorchPolicy)])
+def test_behaviour_kl_is_zero_on_policy_and_grows_with_the_lag(cls, hooks):
+    lrn = learner(cls, hooks)
+    batch = on_policy_batch(lrn)
+    _, on = lrn.loss(lrn.prepare_batch(batch))
+    assert abs(float(on["behaviour_kl"])) < 1e-6
+    stale = dict(batch, action_dist_inputs=batch["action_dist_inputs"] + torch.tensor([2.0, -2.0]))
+    _, off = lrn.loss(lrn.prepare_batch(stale))
+    assert float(off["behaviour_kl"]) > 0.1
+
+
+def test_a_collapsed_discrete_policy_is_warned_about_once(caplog):
+    import types
+
+    from rlmesh.algorithms.algorithm import Algorithm
+
+    algo = types.SimpleNamespace(_policies={"default_policy": types.SimpleNamespace(
+        action_space=gym.spaces.Discrete(2))}, _entropy_warned=set(), timesteps_total=354_000)
+    warn = Algorithm._warn_entropy_collapse
+    warn(algo, {"default_policy": {"entropy": 0.3}})
+    assert not caplog.records
+    warn(algo, {"default_policy": {"entropy": 0.001}})
+    warn(algo, {"default_policy": {"entropy": 0.0005}})
+    assert len(caplog.records) == 1
+    assert "entropy fell to 0.0010" in caplog.text and "354,000" in caplog.text
