@@ -33,6 +33,7 @@ from rlmesh.roles.policy_checks import (ClientDataError, ClientLimits, Rejection
 from rlmesh.runtime import Actor, current_job
 from rlmesh.runtime.actor import ActorServer, caller_id
 from rlmesh.wire import codec
+from rlmesh.wire.security import cluster_keys
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +119,8 @@ class PolicyServerRunner(VersionedPolicies, Actor):
                                    limits=limits, max_connections=cfg.policy_server_max_connections)
         configure = None
         keys = cfg.policy_server_curve_keys
-        if keys is None and self.address.startswith("tcp://") \
+        # In a cluster, bind() makes every tcp socket a CURVE server with the cluster's keys.
+        if keys is None and self.address.startswith("tcp://") and cluster_keys() is None \
                 and not cfg.policy_server_insecure_plaintext:
             keys = str(make_curve_keys(default_keys_dir()))
             log.info("policy server %d: clients need the CURVE keys in %s "
