@@ -240,7 +240,9 @@ def test_curve_admits_only_clients_with_an_authorized_key(tmp_path):
         with pytest.raises(PolicyServerUnavailable):
             PolicyClient(address, timeout=1.0, **stranger)  # a fresh key pair, not admitted
         with pytest.raises(PolicyServerUnavailable):
-            PolicyClient(address, timeout=1.0)  # no CURVE at all
+            PolicyClient(address, timeout=1.0, insecure_plaintext=True)  # no CURVE at all
+        with pytest.raises(ValueError, match="make_curve_keys.*insecure_plaintext"):
+            PolicyClient(address, timeout=1.0)  # no keys given, none in the default folder
 
 
 def test_rlmesh_serve_a_checkpoint(tmp_path):
