@@ -17,7 +17,7 @@ import time
 
 import gymnasium as gym
 
-from rlmesh.client import PolicyClient
+from rlmesh.client import PolicyClient, curve_client_options
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,12 +29,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--episodes", type=int, default=0, help="stop after this many (0: never)")
     parser.add_argument("--seconds", type=float, default=0, help="stop after this long (0: never)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--curve-keys", metavar="DIR",
+                        help="the server's keys (rlmesh.client.make_curve_keys); default: "
+                             "~/.rlmesh/policy_server_keys, where a server given none made them")
+    parser.add_argument("--client-name", default="client", help="this client's key pair in DIR")
+    parser.add_argument("--insecure-plaintext", action="store_true",
+                        help="no CURVE (a server started with policy_server_insecure_plaintext)")
     args = parser.parse_args(argv)
+    keys = curve_client_options(args.curve_keys, args.client_name) if args.curve_keys else {}
 
     env = gym.make("CartPole-v1")
     start, episode = time.monotonic(), 0
     with PolicyClient(args.address, inference_mode=args.inference_mode,
-                      update_interval=args.update_interval) as client:
+                      update_interval=args.update_interval,
+                      insecure_plaintext=args.insecure_plaintext, **keys) as client:
         while not (args.episodes and episode >= args.episodes
                    or args.seconds and time.monotonic() - start > args.seconds):
             episode_id = client.start_episode()

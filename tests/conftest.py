@@ -15,6 +15,8 @@ def runs_root(tmp_path_factory, monkeypatch):
     # Short path: ipc socket paths must stay under 108 bytes.
     root = tmp_path_factory.mktemp("r")
     monkeypatch.setenv("RLMESH_RUNS_ROOT", str(root))
+    # Keys tcp policy servers make for themselves (and clients read): the test's own.
+    monkeypatch.setenv("RLMESH_POLICY_SERVER_KEYS", str(root / "policy_server_keys"))
     return root
 
 

@@ -235,6 +235,7 @@ class Algorithm:
             "num_env_runner_restarts": self.mesh.restarts,
             "custom_metrics": summarize_custom_metrics([e.get("custom_metrics", {}) for e in new]),
             "info": {"learner": {pid: stats.get(pid, {}) for pid in self.policy_specs}},
+            **client_rejections(fragments),
         }
 
     def _warn_entropy_collapse(self, stats: dict[str, Any]) -> None:
@@ -333,3 +334,19 @@ class Algorithm:
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
+
+
+def client_rejections(fragments: list[dict[str, Any]]) -> dict[str, Any]:
+    """``{"client_rejections": {client: {field: n}}}``: the calls policy servers refused,
+    so far, by client and field (each server's newest count); {} without policy servers."""
+    newest = {f["worker_index"]: f["client_rejections"] for f in fragments
+              if "client_rejections" in f}
+    if not newest:
+        return {}
+    total: dict[str, dict[str, int]] = {}
+    for counts in newest.values():
+        for client, fields in counts.items():
+            mine = total.setdefault(client, {})
+            for field, n in fields.items():
+                mine[field] = mine.get(field, 0) + n
+    return {"client_rejections": total}

@@ -15,13 +15,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--address", default="tcp://127.0.0.1:9900",
                    help="where clients connect (default tcp://127.0.0.1:9900)")
     p.add_argument("--curve-keys", metavar="DIR",
-                   help="require CURVE: keys made by rlmesh.client.make_curve_keys")
+                   help="CURVE keys made by rlmesh.client.make_curve_keys (a tcp address "
+                        "without them uses ~/.rlmesh/policy_server_keys, made if missing)")
+    p.add_argument("--insecure-plaintext", action="store_true",
+                   help="serve a tcp address without CURVE: anyone reaching it may connect")
     p.add_argument("--explore", action="store_true",
                    help="sample actions from the policy's distribution (default: its likeliest)")
 
 
 async def serve(checkpoint: str, address: str, curve_keys: str | None, explore: bool,
-                ready: "asyncio.Event | None" = None) -> None:
+                ready: "asyncio.Event | None" = None, insecure_plaintext: bool = False) -> None:
     from rlmesh.algorithms import checkpoints
     from rlmesh.cli.rollout import resolve_checkpoint
     from rlmesh.envs import env_registry
@@ -31,7 +34,8 @@ async def serve(checkpoint: str, address: str, curve_keys: str | None, explore: 
     path = resolve_checkpoint(checkpoint)
     meta, state = checkpoints.read(path)
     config = {**meta["config"], "policy_server_address": address, "explore": explore,
-              "policy_server_curve_keys": curve_keys, "_env_registry": env_registry()}
+              "policy_server_curve_keys": curve_keys, "_env_registry": env_registry(),
+              "policy_server_insecure_plaintext": insecure_plaintext}
     if meta.get("policies"):  # format 2: the checkpoint's own policy class and spaces
         config["_policy_specs"] = {DEFAULT_POLICY_ID: meta["policies"][DEFAULT_POLICY_ID]}
     weights = {k: v.detach().cpu().numpy()
@@ -56,7 +60,8 @@ def main(args: argparse.Namespace) -> int:
     import uvloop
 
     try:
-        uvloop.run(serve(args.checkpoint, args.address, args.curve_keys, args.explore))
+        uvloop.run(serve(args.checkpoint, args.address, args.curve_keys, args.explore,
+                         insecure_plaintext=args.insecure_plaintext))
     except (FileNotFoundError, ValueError) as exc:
         print(f"rlmesh serve: {exc}", file=sys.stderr)
         return 2

@@ -17,6 +17,7 @@ from typing import Any
 import zmq
 
 from rlmesh.client.episodes import Episodes, check_reward
+from rlmesh.client.keys import curve_client_options, default_keys_dir
 from rlmesh.wire import codec
 from rlmesh.wire import messages as M
 from rlmesh.wire.sockets import SpinWait, configure
@@ -42,8 +43,10 @@ class PolicyClient:
     Thread-safe: calls from several threads are serialised on the one connection (and,
     with local inference, on the one policy and episode book).
     ``curve_server_key`` (the server's public key, z85) and ``curve_keypair`` (this
-    client's ``(public, secret)``) encrypt and authenticate a TCP connection to a server
-    that requires CURVE.
+    client's ``(public, secret)``) encrypt and authenticate a TCP connection (see
+    ``curve_client_options``). Without them a tcp:// client takes the ``client`` keys of
+    ``default_keys_dir()`` (where a server given no keys made them), unless
+    ``insecure_plaintext`` (for a server started with ``policy_server_insecure_plaintext``).
 
     ``spin_wait_us``: how long a call polls for its reply before it sleeps (default 0:
     it sleeps at once). A caller of ``get_action`` is stalled until the reply anyway;
@@ -55,7 +58,7 @@ class PolicyClient:
     def __init__(self, address: str, inference_mode: str = "remote", update_interval: float = 10.0,
                  timeout: float = 30.0, curve_server_key: bytes | str | None = None,
                  curve_keypair: tuple[bytes | str, bytes | str] | None = None,
-                 spin_wait_us: float = 0.0) -> None:
+                 spin_wait_us: float = 0.0, insecure_plaintext: bool = False) -> None:
         if inference_mode not in ("remote", "local"):
             raise ValueError(f"inference_mode must be 'remote' or 'local', got {inference_mode!r}")
         if not spin_wait_us >= 0:
@@ -68,6 +71,13 @@ class PolicyClient:
         self._replies: dict[int, dict[str, Any]] = {}  # replies received, not yet collected
         self._ctx = zmq.Context.instance()
         self._sock = configure(self._ctx.socket(zmq.DEALER))
+        if curve_server_key is None and address.startswith("tcp://") and not insecure_plaintext:
+            try:
+                curve_server_key, curve_keypair = curve_client_options(default_keys_dir()).values()
+            except ValueError as exc:
+                self._sock.close(0)
+                raise ValueError(f"{exc}; or pass insecure_plaintext=True for a server "
+                                 f"started with policy_server_insecure_plaintext") from None
         if curve_server_key is not None:
             if curve_keypair is None:
                 curve_keypair = zmq.curve_keypair()

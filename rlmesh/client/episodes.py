@@ -24,6 +24,15 @@ import numpy as np
 #: The columns each recorded step holds, in the order of ``_Episode.steps``' tuples (the
 #: names of ``rlmesh.rl.columns``, spelled here: this module must not import gymnasium).
 STEP_COLUMNS = ("obs", "actions", "action_logp", "action_dist_inputs", "rewards")
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+class ClientDataError(ValueError):
+    """A value from a client that the server refuses; ``field`` names it."""
+
+    def __init__(self, field: str, msg: str) -> None:
+        super().__init__(f"{field}: {msg}")
+        self.field = field
 
 
 @dataclass
@@ -31,6 +40,7 @@ class _Episode:
     episode_id: str
     training_enabled: bool
     last_seen: float
+    client: str = ""
     steps: list[tuple[Any, Any, float, Any, float]] = field(default_factory=list)  # complete
     current: list[Any] | None = None  # [obs, action, logp, dist_inputs, reward so far]
     total_reward: float = 0.0
@@ -38,45 +48,79 @@ class _Episode:
 
 
 class Episodes:
-    """Open episodes by id and the chunks cut from them (``take_chunks``)."""
+    """Open episodes by id and the chunks cut from them (``take_chunks``).
 
-    def __init__(self, chunk_len: int, max_open: int = 10_000) -> None:
+    At most ``max_open`` episodes are open, ``max_open_per_client`` of one client; starting
+    one more closes the least recently used one (of that client, then of all), so a flood
+    of episodes never locks other clients out. An episode may have ``max_steps`` steps.
+    """
+
+    def __init__(self, chunk_len: int, max_open: int = 10_000,
+                 max_open_per_client: int | None = None, max_steps: int | None = None) -> None:
         if chunk_len < 1:
             raise ValueError(f"chunk_len must be at least 1, got {chunk_len}")
         self.chunk_len = chunk_len
         self.max_open = max_open
-        self.open: dict[str, _Episode] = {}
+        self.max_open_per_client = max_open_per_client
+        self.max_steps = max_steps
+        self.open: dict[str, _Episode] = {}  # least recently used first
+        self.by_client: dict[str, dict[str, None]] = {}  # likewise, per client
         self.chunks: list[dict[str, Any]] = []
         self.counters = {"episodes_started": 0, "episodes_ended": 0, "episodes_expired": 0,
-                         "steps_complete": 0, "steps_discarded": 0}
+                         "episodes_evicted": 0, "steps_complete": 0, "steps_discarded": 0}
         self._ids = itertools.count()
         self._prefix = f"{os.getpid():x}-{time.monotonic_ns():x}-"
 
-    def start(self, episode_id: str | None = None, training_enabled: bool = True) -> str:
+    def start(self, episode_id: str | None = None, training_enabled: bool = True,
+              client: str = "") -> str:
         if episode_id is None:
             episode_id = self._prefix + str(next(self._ids))
-        if not isinstance(episode_id, str) or not episode_id:
-            raise ValueError(f"episode_id must be a non-empty string, got {episode_id!r}")
+        if not isinstance(episode_id, str) or not episode_id or len(episode_id) > 256:
+            raise ClientDataError("episode_id", f"must be a non-empty string of at most 256 "
+                                                f"characters, got {episode_id!r:.80}")
         if episode_id in self.open:
-            raise ValueError(f"episode {episode_id!r} is already open")
+            raise ClientDataError("episode_id", f"episode {episode_id!r} is already open")
+        mine = self.by_client.get(client, {})
+        if self.max_open_per_client is not None and len(mine) >= self.max_open_per_client:
+            self._evict(self.open[next(iter(mine))])
         if len(self.open) >= self.max_open:
-            raise ValueError(f"{len(self.open)} episodes are open, the most this server keeps; "
-                             f"end some (end_episode) before starting more")
-        self.open[episode_id] = _Episode(episode_id, bool(training_enabled), time.monotonic())
+            self._evict(next(iter(self.open.values())))
+        self.open[episode_id] = _Episode(episode_id, bool(training_enabled), time.monotonic(),
+                                         client)
+        self.by_client.setdefault(client, {})[episode_id] = None
         self.counters["episodes_started"] += 1
         return episode_id
 
     def get(self, episode_id: Any) -> _Episode:
-        episode = self.open.get(episode_id) if isinstance(episode_id, str) else None
+        episode = self.open.pop(episode_id, None) if isinstance(episode_id, str) else None
         if episode is None:
-            raise KeyError(f"unknown episode id {episode_id!r}: never started, already ended, "
-                           f"or closed after its client went silent")
+            raise KeyError(f"unknown episode id {episode_id!r:.80}: never started, already "
+                           f"ended, or closed after its client went silent or opened too many")
+        self.open[episode_id] = episode  # now the most recently used
+        mine = self.by_client[episode.client]
+        del mine[episode_id]
+        mine[episode_id] = None
         episode.last_seen = time.monotonic()
         return episode
+
+    def _forget(self, episode: _Episode) -> None:
+        del self.open[episode.episode_id]
+        mine = self.by_client[episode.client]
+        del mine[episode.episode_id]
+        if not mine:  # one entry per client with open episodes, not per client ever seen
+            del self.by_client[episode.client]
+
+    def _evict(self, episode: _Episode) -> None:
+        self.counters["episodes_evicted"] += 1
+        self._close_unfinished(episode)
 
     def act(self, episode_id: str, obs: Any, action: Any, logp: float, dist_inputs: Any) -> None:
         """A new step from ``obs``; the step before it (if any) is complete now."""
         episode = self.get(episode_id)
+        if self.max_steps is not None and episode.length + (episode.current is not None) >= self.max_steps:
+            raise ClientDataError("episode_id", f"episode {episode_id!r} has {self.max_steps} "
+                                                f"steps, the most an episode may have here "
+                                                f"(policy_server_max_episode_steps); end it")
         self._complete_current(episode)
         episode.current = [obs, action, float(logp), dist_inputs, 0.0]
         if len(episode.steps) >= self.chunk_len:
@@ -95,28 +139,36 @@ class Episodes:
         ``truncated``: stopped from outside (a time limit), so values bootstrap from ``obs``."""
         episode = self.get(episode_id)
         self._complete_current(episode)
-        del self.open[episode_id]
+        self._forget(episode)
         self.counters["episodes_ended"] += 1
         self._cut(episode, next_obs=obs, terminated=not truncated, truncated=bool(truncated),
                   final=True)
         return self.summary(episode)
 
     def expire(self, timeout_s: float, now: float | None = None) -> list[str]:
-        """Close the episodes no call has touched for ``timeout_s``: their complete steps are
-        kept as a truncated chunk (bootstrapped from the observation after them); the step in
-        progress, whose outcome never came, is dropped."""
+        """Close the episodes no call has touched for ``timeout_s`` (``_close_unfinished``)."""
         now = time.monotonic() if now is None else now
-        gone = [e for e in self.open.values() if now - e.last_seen > timeout_s]
+        gone = []
+        for episode in self.open.values():  # least recently used first
+            if now - episode.last_seen <= timeout_s:
+                break
+            gone.append(episode)
         for episode in gone:
-            del self.open[episode.episode_id]
             self.counters["episodes_expired"] += 1
-            if episode.current is not None:
-                self.counters["steps_discarded"] += 1
-                self._cut(episode, next_obs=episode.current[0], terminated=False, truncated=True,
-                          final=True)
-            else:
-                self._cut(episode, next_obs=None, terminated=False, truncated=True, final=True)
+            self._close_unfinished(episode)
         return [e.episode_id for e in gone]
+
+    def _close_unfinished(self, episode: _Episode) -> None:
+        """Close an episode its client never ended: its complete steps are kept as a
+        truncated chunk (bootstrapped from the observation after them); the step in
+        progress, whose outcome never came, is dropped. No end is reported: an episode
+        cut short is no sample of the return, and 10,000 empty ones dragged the mean to 0."""
+        self._forget(episode)
+        if episode.current is not None:
+            self.counters["steps_discarded"] += 1
+            self._cut(episode, next_obs=episode.current[0], terminated=False, truncated=True)
+        else:
+            self._cut(episode, next_obs=None, terminated=False, truncated=True)
 
     def cut_open(self) -> None:
         """Chunk the complete steps of every open episode now (before a train batch)."""
@@ -214,10 +266,12 @@ def _empty_end(summary: dict[str, Any]) -> dict[str, Any]:
 
 
 def check_reward(reward: Any) -> float:
-    """A reward as a float, or a clear error (NaN and infinities included)."""
+    """A reward as a float, or a clear error (NaN and infinities included, and values that
+    are infinite as the float32 the learner trains on)."""
     if isinstance(reward, bool) or not isinstance(reward, (int, float, np.integer, np.floating)):
-        raise TypeError(f"reward must be a number, got {type(reward).__name__} {reward!r}")
+        raise ClientDataError("reward", f"must be a number, got {type(reward).__name__} "
+                                        f"{reward!r:.40}")
     value = float(reward)
-    if not math.isfinite(value):
-        raise ValueError(f"reward must be finite, got {value}")
+    if not math.isfinite(value) or abs(value) > FLOAT32_MAX:
+        raise ClientDataError("reward", f"must be finite as float32, got {value}")
     return value

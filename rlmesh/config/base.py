@@ -118,6 +118,37 @@ class AlgorithmConfig:
             "the server's wake-up from sleep (about half the round trip on a 2-core VM). "
             "It spins only while requests come that fast; 0 never spins (a server sharing "
             "its cores with CPU-bound simulators).")
+    policy_server_insecure_plaintext: bool = setting(
+        False, "env_runners",
+        doc="Let a policy server on tcp:// run without CURVE: any process that reaches the "
+            "port may then report experience. Without it, a tcp:// server uses "
+            "policy_server_curve_keys, or makes keys in ~/.rlmesh/policy_server_keys (see "
+            "docs/security.md).")
+    policy_server_max_abs_reward: float = setting(
+        1e6, "env_runners", gt=0,
+        doc="A policy server refuses a client reward beyond +-this, and an episode return "
+            "beyond +-this x policy_server_max_episode_steps (a fake return of 1e300 "
+            "otherwise became the mean and stopped the run as a success).")
+    policy_server_max_episode_steps: int = setting(
+        100_000, "env_runners", ge=1,
+        doc="A policy server refuses steps past this many in one client episode.")
+    policy_server_max_open_episodes_per_client: int = setting(
+        1_000, "env_runners", ge=1,
+        doc="Open episodes one client (one CURVE key, else one connection) may hold; "
+            "starting one more closes that client's least recently used one.")
+    policy_server_max_open_episodes: int = setting(
+        10_000, "env_runners", ge=1,
+        doc="Open episodes over all clients; starting one more closes the least recently "
+            "used one (closed episodes train as truncated, and never count in the "
+            "episode_reward_mean).")
+    policy_server_max_message_mb: float = setting(
+        16.0, "env_runners", gt=0,
+        doc="The largest message (MiB) a policy server accepts from a client; a larger "
+            "frame drops that client's connection. Raise it for large observations.")
+    policy_server_max_connections: int = setting(
+        1024, "env_runners", ge=1,
+        doc="Connections a policy server keeps open; past it, the oldest that never sent "
+            "a valid message is closed first, so idle connections cannot lock clients out.")
     sample_timeout_s: float | None = setting(
         60.0, "env_runners", gt=0,
         doc="Seconds to wait for a runner's fragment before treating the runner as failed; "

@@ -18,20 +18,29 @@ from typing import Any
 
 import numpy as np
 
-from rlmesh.client.episodes import Episodes, check_reward, fragment_from_chunks
+from rlmesh.client.episodes import Episodes, fragment_from_chunks
+from rlmesh.client.keys import client_names, default_keys_dir, make_curve_keys
 from rlmesh.envs import actions_for_env, as_space, space_to_data, spaces_of
 from rlmesh.rl.columns import (DEFAULT_POLICY_ID, ColumnSpec, Columns, action_dist_columns,
                                check_columns, space_layout)
-from rlmesh.rl.spec import check_action, check_observation
+from rlmesh.rl.spec import check_action
 from rlmesh.roles.env_runner import default_policy_specs, runner_config
 from rlmesh.roles.env_sampler import SEED_STRIDE
 from rlmesh.roles.runner_policy import VersionedPolicies, make_runner_policies
+from rlmesh.roles.policy_checks import (ClientDataError, ClientLimits, Rejections,
+                                        check_actions, check_chunk_columns, check_obs,
+                                        check_reward, check_summary, counted, field_of)
 from rlmesh.runtime import Actor, current_job
-from rlmesh.runtime.actor import ActorServer
+from rlmesh.runtime.actor import ActorServer, caller_id
+from rlmesh.wire import codec
+from rlmesh.wire.security import cluster_keys
 
 log = logging.getLogger(__name__)
 
 MAX_BUFFERED_FRAGMENTS = 16  # received steps kept: this many fragments' worth, then oldest dropped
+# Client calls are small maps around arrays: a header past this is an attack (16 MB of empty
+# maps took 1.2 GB and 1.5 s to decode), while chunks' large columns travel as frames.
+MAX_HEADER_BYTES = 1 << 20
 
 
 def public_address(base: str, worker_index: int) -> str:
@@ -85,7 +94,11 @@ class PolicyServerRunner(VersionedPolicies, Actor):
         self.num_inputs = dist_columns[Columns.ACTION_DIST_INPUTS].shape[0]
         self.squash = bool(cfg.model.get("squash_actions", False))
         self.fragment_length = cfg.get_rollout_fragment_length(worker_index)
-        self.episodes = Episodes(self.fragment_length)
+        self.limits = ClientLimits.from_config(cfg)
+        self.episodes = Episodes(self.fragment_length, self.limits.max_open_episodes,
+                                 self.limits.max_open_episodes_per_client,
+                                 self.limits.max_episode_steps)
+        self.rejections = Rejections()
         self.received: deque[dict[str, Any]] = deque()  # chunks from local-inference clients
         self.received_steps = 0
         self._ps_name = param_server
@@ -98,12 +111,24 @@ class PolicyServerRunner(VersionedPolicies, Actor):
                        "client_errors": 0, "steps_dropped": 0, "chunks_received": 0}
 
     async def on_start(self) -> None:
-        self._server = ActorServer(PolicyService(self), f"policy_service-{self.worker_index}")
+        cfg = self.config
+        max_bytes = int(cfg.policy_server_max_message_mb * (1 << 20))
+        limits = codec.Limits(max_message_bytes=max_bytes,
+                              max_header_bytes=min(max_bytes, MAX_HEADER_BYTES))
+        self._server = ActorServer(PolicyService(self), f"policy_service-{self.worker_index}",
+                                   limits=limits, max_connections=cfg.policy_server_max_connections)
         configure = None
-        if self.config.policy_server_curve_keys is not None:
-            self._auth, configure = _curve(self._server.ctx, self.config.policy_server_curve_keys)
+        keys = cfg.policy_server_curve_keys
+        # In a cluster, bind() makes every tcp socket a CURVE server with the cluster's keys.
+        if keys is None and self.address.startswith("tcp://") and cluster_keys() is None \
+                and not cfg.policy_server_insecure_plaintext:
+            keys = str(make_curve_keys(default_keys_dir()))
+            log.info("policy server %d: clients need the CURVE keys in %s "
+                     "(rlmesh.client.curve_client_options)", self.worker_index, keys)
+        if keys is not None:
+            self._auth, configure = _curve(self._server.ctx, keys)
         self.address = await self._server.start(
-            self.address, configure, spin_wait=self.config.policy_server_spin_wait_us / 1e6,
+            self.address, configure, spin_wait=cfg.policy_server_spin_wait_us / 1e6,
             spin_after_calls_only=False)
         log.info("policy server %d listening on %s", self.worker_index, self.address)
 
@@ -138,6 +163,7 @@ class PolicyServerRunner(VersionedPolicies, Actor):
         fragment["policy_id"] = DEFAULT_POLICY_ID
         fragment["worker_index"] = self.worker_index
         fragment["idle"] = fragment["env_steps"] == 0
+        fragment["client_rejections"] = self.rejections.snapshot()
         self._stats["num_fragments"] += 1
         self._stats["idle_fragments"] += int(fragment["idle"])
         return fragment
@@ -170,7 +196,7 @@ class PolicyServerRunner(VersionedPolicies, Actor):
     def metrics(self) -> dict[str, Any]:
         return {**self.episodes.counters, **self._stats, "worker_index": self.worker_index,
                 "policy_version": self.version, "open_episodes": len(self.episodes.open),
-                "address": self.address,
+                "address": self.address, "client_rejections": self.rejections.snapshot(),
                 **(self._server.spin_counts() if self._server is not None else {})}
 
     def pid(self) -> int:
@@ -198,6 +224,10 @@ class PolicyService(Actor):
     def __init__(self, runner: PolicyServerRunner) -> None:
         self._r = runner
 
+    def _refused(self, method: str, exc: Exception) -> None:
+        self._r.rejections.count(caller_id(), field_of(exc, method))
+        self._r._stats["client_errors"] += 1
+
     def server_info(self) -> dict[str, Any]:
         r = self._r
         return {"observation_space": space_to_data(r.observation_space),
@@ -206,17 +236,19 @@ class PolicyService(Actor):
                 "normalize_actions": r.config.normalize_actions and not r.squash,
                 "training": r.training, "policy_version": r.version}
 
+    @counted
     def start_episode(self, episode_id: str | None = None, training_enabled: bool = True) -> str:
         r = self._r
         # Silent clients' episodes go here too, not only when the driver samples: a server
         # for inference only (rlmesh serve) never samples.
         r.episodes.expire(r.config.policy_server_episode_timeout_s)
-        return r.episodes.start(episode_id, training_enabled and r.training)
+        return r.episodes.start(episode_id, bool(training_enabled) and r.training, caller_id())
 
+    @counted
     def get_action(self, episode_id: str, observation: Any) -> Any:
         r = self._r
         r.episodes.get(episode_id)
-        obs = check_observation(r.observation_space, observation)
+        obs = check_obs(r.observation_space, observation)
         actions, _, extras = r.policy.compute_actions(obs[None])
         r.episodes.act(episode_id, obs, actions[0], extras[Columns.ACTION_LOGP][0],
                        extras[Columns.ACTION_DIST_INPUTS][0])
@@ -225,23 +257,30 @@ class PolicyService(Actor):
                                  r.config.normalize_actions and not r.squash)
         return int(action) if np.ndim(action) == 0 else action
 
+    @counted
     def log_action(self, episode_id: str, observation: Any, action: Any) -> None:
         r = self._r
         r.episodes.get(episode_id)
-        obs = check_observation(r.observation_space, observation)
-        stored = check_action(r.action_space, action, space_layout(r.action_space).dtype)
+        obs = check_obs(r.observation_space, observation)
+        try:
+            stored = check_action(r.action_space, action, space_layout(r.action_space).dtype)
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise ClientDataError("action", str(exc)) from None
+        check_actions(r.action_space, stored[None])
         scored = r.policy.score_actions(obs[None], stored[None])
         r.episodes.act(episode_id, obs, stored, scored[Columns.ACTION_LOGP][0],
                        scored[Columns.ACTION_DIST_INPUTS][0])
         r._new_data.set()
 
+    @counted
     def log_returns(self, episode_id: str, reward: Any, info: dict | None = None) -> None:
-        self._r.episodes.reward(episode_id, check_reward(reward))
+        self._r.episodes.reward(episode_id, check_reward(reward, self._r.limits))
 
+    @counted
     def end_episode(self, episode_id: str, observation: Any, truncated: bool = False) -> None:
         r = self._r
         r.episodes.get(episode_id)
-        obs = check_observation(r.observation_space, observation)
+        obs = check_obs(r.observation_space, observation)
         r.episodes.end(episode_id, obs, bool(truncated))
         r._new_data.set()
 
@@ -252,6 +291,7 @@ class PolicyService(Actor):
             return None
         return [r.version, r.policy.get_weights()]
 
+    @counted
     def report_chunks(self, chunks: list[dict[str, Any]], policy_version: int) -> int:
         """Chunks a local-inference client recorded; returns how many steps were taken."""
         r = self._r
@@ -264,34 +304,31 @@ class PolicyService(Actor):
 
 
 def _check_chunk(r: PolicyServerRunner, chunk: Any) -> dict[str, Any]:
-    """A client's chunk with every column the shape and dtype the learner expects."""
+    """A client's chunk with every column the shape and dtype the learner expects, and
+    every value inside the spaces and the server's limits (``policy_checks``)."""
     if not isinstance(chunk, dict):
-        raise TypeError(f"a chunk must be a dict, got {type(chunk).__name__}")
+        raise ClientDataError("chunk", f"must be a dict, got {type(chunk).__name__}")
     if "obs" not in chunk:  # an episode end whose steps all went out earlier
-        rewards = np.asarray(chunk.get("rewards", []), np.float32)
-        if len(rewards):
-            raise ValueError("a chunk with rewards must have obs, actions, ...")
-        return {"rewards": rewards, "episode": _check_summary(chunk.get("episode"))}
-    missing = {"next_obs", "terminated", "truncated", "episode"} - set(chunk)
+        if np.size(chunk.get("rewards", [])):
+            raise ClientDataError("chunk", "a chunk with rewards must have obs, actions, ...")
+        return {"rewards": np.zeros(0, np.float32),
+                "episode": check_summary(chunk.get("episode"), r.limits)}
+    missing = {"next_obs", "terminated", "truncated", "episode", "rewards"} - set(chunk)
     if missing:
-        raise ValueError(f"chunk lacks {sorted(missing)}")
-    n = len(np.asarray(chunk["rewards"]))
-    out: dict[str, Any] = check_columns(chunk, r.chunk_specs(), n, "chunk")
-    obs = r.chunk_specs()[Columns.OBS]
-    out["next_obs"] = check_columns({"next_obs": [chunk["next_obs"]]}, {"next_obs": obs}, 1,
-                                    "chunk")["next_obs"][0]
+        raise ClientDataError("chunk", f"lacks {sorted(missing)}")
+    try:
+        with np.errstate(over="ignore", invalid="ignore"):  # values turned inf: refused below
+            n = len(np.asarray(chunk["rewards"]))
+            out: dict[str, Any] = check_columns(chunk, r.chunk_specs(), n, "chunk")
+            obs = r.chunk_specs()[Columns.OBS]
+            out["next_obs"] = check_columns({"next_obs": [chunk["next_obs"]]}, {"next_obs": obs},
+                                            1, "chunk")["next_obs"][0]
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise ClientDataError("chunk", str(exc)) from None
+    check_chunk_columns(out, r.action_space, r.limits)
     out["terminated"], out["truncated"] = bool(chunk["terminated"]), bool(chunk["truncated"])
-    out["episode"] = _check_summary(chunk["episode"])
+    out["episode"] = check_summary(chunk["episode"], r.limits)
     return out
-
-
-def _check_summary(summary: Any) -> dict[str, Any] | None:
-    if summary is None:
-        return None
-    if not isinstance(summary, dict) or not {"return", "length"} <= set(summary):
-        raise ValueError(f"a chunk's episode must be a dict with return and length, got {summary!r}")
-    return {"return": check_reward(summary["return"]), "length": int(summary["length"]),
-            "custom_metrics": {}}
 
 
 def _curve(ctx: Any, keys_dir: str) -> tuple[Any, Any]:
@@ -299,6 +336,7 @@ def _curve(ctx: Any, keys_dir: str) -> tuple[Any, Any]:
     ``keys_dir/clients``, and the socket hook making a socket a CURVE server with the key
     pair in ``keys_dir/server.key_secret`` (the layout of ``make_curve_keys``)."""
     import zmq.auth
+    import zmq.utils.z85
     from zmq.auth.thread import ThreadAuthenticator
 
     server_file = os.path.join(keys_dir, "server.key_secret")
@@ -307,7 +345,10 @@ def _curve(ctx: Any, keys_dir: str) -> tuple[Any, Any]:
         raise ValueError(f"policy_server_curve_keys {keys_dir!r} lacks server.key_secret or "
                          f"clients/ (make them with rlmesh.client.make_curve_keys)")
     public, secret = zmq.auth.load_certificate(server_file)
+    names = {zmq.utils.z85.decode(k): name for k, name in client_names(clients_dir).items()}
     auth = ThreadAuthenticator(ctx)
+    # A client's user id (``caller_id``, the rejection counts) is its key file's name.
+    auth.curve_user_id = lambda key: names.get(key) or zmq.utils.z85.encode(key).decode()
     auth.start()
     auth.configure_curve(domain="*", location=clients_dir)
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import socket
 import time
 from collections import deque
 from typing import Any, Callable, Sequence
@@ -16,6 +18,7 @@ from typing import Any, Callable, Sequence
 import zmq
 
 from .codec import DEFAULT_MAX_MESSAGE_BYTES
+from .logs import log_limited
 from .security import secure_client, secure_server
 
 log = logging.getLogger(__name__)
@@ -187,7 +190,8 @@ class AsyncSocket:
                         self.on_message(frames)  # may send replies: see send_nowait
                     except Exception:  # a bug in a handler must not stall the socket
                         self.errors += 1
-                        log.exception("message handler failed; message dropped")
+                        log_limited(log, "handler", "message handler failed; message dropped",
+                                    exc_info=True)
                 if self._closed:
                     return
             self._schedule_drain()
@@ -249,3 +253,68 @@ class AsyncSocket:
             if not fut.done():
                 fut.cancel()
         self.sock.close(linger=0)
+
+
+class ConnectionGuard:
+    """At most ``cap`` connections to a bound socket. Past it, the oldest connection that
+    never delivered a valid message (``seen``) is shut down, else the newest: 1,078 idle
+    TCP connections otherwise locked an authorised client out. A connection must finish
+    its handshake (CURVE included) within ``handshake_s``.
+
+    Connections are known by their file descriptor, from the socket's monitor events, and
+    cut with ``shutdown(2)``, after which libzmq closes them itself.
+    """
+
+    EVENTS = zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_CLOSED
+
+    def __init__(self, sock: zmq.Socket, cap: int, handshake_s: float = 10.0) -> None:
+        if cap < 1:
+            raise ValueError(f"a connection cap must be at least 1, got {cap!r}")
+        self.cap = cap
+        self.sock = sock
+        self.open: dict[int, None] = {}  # file descriptors, oldest first
+        self.active: set[int] = set()
+        self.shed = 0
+        sock.setsockopt(zmq.HANDSHAKE_IVL, int(handshake_s * 1000))
+        self._monitor = AsyncSocket(sock.get_monitor_socket(self.EVENTS), self._on_event,
+                                    zero_copy=False)
+
+    def seen(self, frame: Any) -> None:
+        """The connection ``frame`` came in on delivered a valid message."""
+        try:
+            self.active.add(frame.get(zmq.SRCFD))
+        except (AttributeError, zmq.ZMQError):
+            pass  # not a zmq.Frame (inproc copies), or no descriptor
+
+    def _on_event(self, frames: list[Any]) -> None:
+        from zmq.utils.monitor import parse_monitor_message
+
+        event = parse_monitor_message([bytes(getattr(f, "buffer", f)) for f in frames])
+        fd = event["value"]
+        if event["event"] == zmq.EVENT_ACCEPTED:
+            self.open[fd] = None
+            if len(self.open) > self.cap:
+                self._shed()
+        else:
+            self.open.pop(fd, None)
+            self.active.discard(fd)
+
+    def _shed(self) -> None:
+        fd = next((f for f in self.open if f not in self.active), next(reversed(self.open)))
+        del self.open[fd]
+        self.active.discard(fd)
+        self.shed += 1
+        try:
+            with socket.socket(fileno=os.dup(fd)) as conn:
+                conn.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass  # already gone
+        log_limited(log, "socket", "%d connections: closed one (cap %d)", len(self.open) + 1,
+                    self.cap)
+
+    def close(self) -> None:
+        try:
+            self.sock.disable_monitor()
+        except zmq.ZMQError:
+            pass
+        self._monitor.close()

@@ -9,6 +9,7 @@ rep|sim ...`` are the peer processes; ``tests.benchmarks.run`` drives everything
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import statistics
 import subprocess
@@ -62,8 +63,9 @@ def _config(**env_runners: Any) -> dict[str, Any]:
 
 
 def _server_config(**env_runners: Any) -> dict[str, Any]:
+    # Plaintext, as the raw zmq peers it is measured against (CURVE is the default).
     return _config(policy_server_address="tcp://127.0.0.1:0", policy_server_idle_timeout_s=0.5,
-                   **env_runners)
+                   policy_server_insecure_plaintext=True, **env_runners)
 
 
 def _cartpole_observations(n: int) -> list[np.ndarray]:
@@ -208,7 +210,8 @@ async def _latency_rounds(endpoints: dict[str, str], payload: bytes,
             still = await job.spawn(SERVER, _server_config(policy_server_spin_wait_us=0), 2,
                                     param_server=None)
             for s in (server, still):
-                clients.append(await _blocking(PolicyClient, await s.get_address()))
+                clients.append(await _blocking(functools.partial(
+                    PolicyClient, insecure_plaintext=True), await s.get_address()))
             client, still_client = clients
             # The clients block in a worker thread; the job's loop idles meanwhile.
             sides = {
@@ -278,7 +281,7 @@ def _simulate(address: str) -> None:
     from rlmesh.client import PolicyClient
 
     env = gym.make(ENV)
-    with PolicyClient(address, inference_mode="local") as client:
+    with PolicyClient(address, inference_mode="local", insecure_plaintext=True) as client:
         print("ready", flush=True)
         eid, (obs, _) = client.start_episode(), env.reset(seed=0)
         for line in sys.stdin:
