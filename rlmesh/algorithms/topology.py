@@ -28,6 +28,26 @@ LEARNER = "rlmesh.roles.learner_actor:LearnerActor"
 AGGREGATOR = "rlmesh.roles.aggregator:Aggregator"
 
 
+class Totals:
+    """Counters summed over processes that restart: each reports its own count since it
+    started, which begins again at 0 after a restart; the totals only ever grow."""
+
+    def __init__(self) -> None:
+        self._last: dict[tuple[str, str], int] = {}
+        self.total: dict[str, int] = {}
+
+    def add(self, who: str, counters: dict[str, Any]) -> None:
+        for key, value in counters.items():
+            value = int(value)
+            last = self._last.get((who, key), 0)
+            self._last[(who, key)] = value
+            # Lower than last time: a new process, whose whole count is new.
+            self.total[key] = self.total.get(key, 0) + (value - last if value >= last else value)
+
+    def __getitem__(self, key: str) -> int:
+        return self.total.get(key, 0)
+
+
 class Mesh:
     """The processes of one run, and the few things the driver asks of them."""
 
@@ -45,7 +65,12 @@ class Mesh:
         self.runners: list[Any] = []
         self.version = 0
         self.restarts = 0
-        self._gone: set[str] = set()
+        self._gone: set[str] = set()  # given up on
+        self._down: set[str] = set()  # died or hung, being restarted
+        # Sampling rounds a runner missed (down, or died mid-call) since the driver last
+        # asked: the shortfall the others made up for.
+        self.fragments_missed = 0
+        self.totals = Totals()
 
     async def start_runners(self) -> None:
         """The job, the param server and the env runners (or policy servers)."""
@@ -92,6 +117,10 @@ class Mesh:
     def _on_event(self, event: Any) -> None:
         if event.kind == "restarted" and event.name.startswith("env_runner-"):
             self.restarts += 1
+        if event.kind in ("died", "hung"):
+            self._down.add(event.name)
+        elif event.kind == "restarted":
+            self._down.discard(event.name)
         elif event.kind == "gave_up":
             self._gone.add(event.name)
         if event.name.startswith("learner-") and event.kind in ("died", "hung"):
@@ -113,17 +142,20 @@ class Mesh:
         return version
 
     async def sample(self, target_steps: int) -> list[dict[str, Any]]:
-        """Fragments from every runner, round after round, until ``target_steps`` env steps."""
+        """Fragments from every healthy runner, round after round, until ``target_steps``
+        env steps. A runner being restarted is left out (RLlib's semantics: the others fill
+        the iteration); the rounds it missed are counted in ``fragments_missed``."""
         fragments: list[dict[str, Any]] = []
         steps = 0
         deadline = None
         while steps < target_steps:
-            runners = self.healthy_runners()
-            if not runners:
+            if not [r for r in self.runners if r.name not in self._gone]:
                 raise RuntimeError("every env runner is gone (see the log for why); "
                                    "the run cannot sample")
+            runners = self.healthy_runners()
             got = await asyncio.gather(*(self._sample_one(r) for r in runners))
             got = [f for f in got if f is not None]
+            self.fragments_missed += self.num_live_runners() - len(got)
             if not got:
                 # Runners are restarting: wait for them, but not for ever.
                 timeout = self.config.sample_timeout_s
@@ -155,7 +187,16 @@ class Mesh:
                     going_on)
 
     def healthy_runners(self) -> list[Any]:
-        return [r for r in self.runners if r.name not in self._gone]
+        """The runners up now: neither given up on nor being restarted."""
+        return [r for r in self.runners if r.name not in self._gone and r.name not in self._down]
+
+    def num_live_runners(self) -> int:
+        """Runners not given up on (those being restarted included)."""
+        return sum(r.name not in self._gone for r in self.runners)
+
+    def pop_fragments_missed(self) -> int:
+        missed, self.fragments_missed = self.fragments_missed, 0
+        return missed
 
     def num_healthy_runners(self) -> int:
         return len(self.healthy_runners())
@@ -254,14 +295,16 @@ class AsyncMesh(Mesh):
 
     async def pop_sampled(self) -> list[dict[str, Any]]:
         """Episodes and env steps of every reachable runner since the last call."""
-        got = await asyncio.gather(*(r.call("pop_sampled", timeout=10)
-                                     for r in self.healthy_runners()), return_exceptions=True)
+        runners = self.healthy_runners()
+        got = await asyncio.gather(*(r.call("pop_sampled", timeout=10) for r in runners),
+                                   return_exceptions=True)
         out = []
-        for runner, g in zip(self.healthy_runners(), got):
+        for runner, g in zip(runners, got):
             if isinstance(g, ActorUnavailable):
                 continue  # restarting: its episodes come next time, or died with it
             if isinstance(g, BaseException):
                 raise g
+            self.totals.add(runner.name, {"num_fragments_lost": g["num_fragments_lost"]})
             out.append(g)
         return out
 
@@ -274,4 +317,9 @@ class AsyncMesh(Mesh):
     async def aggregator_stats(self) -> list[dict[str, Any]]:
         got = await asyncio.gather(*(a.call("stats", timeout=10) for a in self.aggregators),
                                    return_exceptions=True)
-        return [g for g in got if isinstance(g, dict)]
+        out = [g for g in got if isinstance(g, dict)]
+        for a, g in zip(self.aggregators, got):
+            if isinstance(g, dict):
+                self.totals.add(a.name, {k: g.get(k, 0) for k in
+                                         ("num_batches_lost", "num_fragments_lost")})
+        return out
