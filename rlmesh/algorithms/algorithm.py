@@ -256,6 +256,7 @@ class Algorithm:
             "num_env_runner_restarts": self.mesh.restarts,
             # Sampling rounds runners missed (being restarted) that the others made up for.
             "num_fragments_missed_this_iter": self.mesh.pop_fragments_missed(),
+            "num_env_errors": self.mesh.totals["num_env_errors"],
             "custom_metrics": summarize_custom_metrics([e.get("custom_metrics", {}) for e in new]),
             "info": {"learner": {pid: stats.get(pid, {}) for pid in self.policy_specs}},
         }

@@ -173,10 +173,20 @@ class Mesh:
 
     async def _sample_one(self, runner: Any) -> dict[str, Any] | None:
         try:
-            return await runner.call("sample", timeout=self.config.sample_timeout_s)
+            fragment = await runner.call("sample", timeout=self.config.sample_timeout_s)
         except ActorUnavailable as exc:
             self.runner_unavailable(runner.name, exc, "sampling with the others")
             return None
+        self.env_errors(runner.name, fragment)
+        return fragment
+
+    def env_errors(self, runner: str, fragment: dict[str, Any]) -> None:
+        """Count a runner's env errors; the first one's traceback shown once, here."""
+        self.totals.add(runner, {"num_env_errors": fragment.pop("num_env_errors", 0)})
+        first = fragment.pop("env_error", None)
+        if first is not None:
+            log.warning("%s: %s(the env was recreated; the count of env errors is "
+                        "num_env_errors in the results)", runner, first)
 
     def runner_unavailable(self, name: str, exc: ActorUnavailable, going_on: str) -> None:
         """A call to env runner ``name`` found it gone: an error when failed runners are not
@@ -305,11 +315,15 @@ class AsyncMesh(Mesh):
             if isinstance(g, BaseException):
                 raise g
             self.totals.add(runner.name, {"num_fragments_lost": g["num_fragments_lost"]})
+            self.env_errors(runner.name, g)
             out.append(g)
         return out
 
     async def learner_metrics(self) -> list[dict[str, Any]]:
-        return list(await asyncio.gather(*(h.call("pop_metrics", timeout=60) for h in self.learners)))
+        got = list(await asyncio.gather(*(h.call("pop_metrics", timeout=60) for h in self.learners)))
+        for h, m in zip(self.learners, got):  # fragments streamed straight to a learner
+            self.totals.add(h.name, {"num_fragments_lost": m.get("num_fragments_lost", 0)})
+        return got
 
     async def num_updates(self) -> int:
         return await self.learners[0].call("num_updates", timeout=60)

@@ -409,9 +409,28 @@ def run_spec(spec: TrainSpec, resume: bool = False) -> int:
         print("rlmesh train: interrupted while starting", file=sys.stderr)
         return EXIT_SIGINT
     except Exception as e:  # _train_loop has stopped the algorithm's processes
+        if (env_error := env_error_message(e)) is not None:
+            head, _, first_traceback = env_error.partition("\n")
+            print(f"rlmesh train: error: {head}\n{textwrap.indent(first_traceback, '  | ')}",
+                  file=sys.stderr)
+            return EXIT_FAILED
         if (message := policy_error_message(e)) is None:
             raise
         return _fail(message)
+
+
+def env_error_message(error: BaseException) -> str | None:
+    """An env that failed however often it was recreated (EnvError, here or in a runner):
+    its one line, then the first traceback; None for other errors."""
+    from rlmesh.roles.env_sampler import EnvError
+    from rlmesh.runtime import RemoteError
+
+    if isinstance(error, EnvError):
+        return str(error)
+    if isinstance(error, RemoteError) and error.etype == "EnvError":
+        head, _, rest = error.remote_msg.partition("\n")
+        return f"{head} (in {error.actor or 'an env runner'})\n{rest}"
+    return None
 
 
 def write_error(e: OSError) -> str:
