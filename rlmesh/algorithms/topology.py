@@ -44,6 +44,11 @@ class Totals:
             # Lower than last time: a new process, whose whole count is new.
             self.total[key] = self.total.get(key, 0) + (value - last if value >= last else value)
 
+    def restarted(self, who: str) -> None:
+        """``who`` is a new process: its next counts are all new (even above the old ones)."""
+        for key in [k for k in self._last if k[0] == who]:
+            self._last[key] = 0
+
     def __getitem__(self, key: str) -> int:
         return self.total.get(key, 0)
 
@@ -121,6 +126,7 @@ class Mesh:
             self._down.add(event.name)
         elif event.kind == "restarted":
             self._down.discard(event.name)
+            self.totals.restarted(event.name)
         elif event.kind == "gave_up":
             self._gone.add(event.name)
         if event.name.startswith("learner-") and event.kind in ("died", "hung"):

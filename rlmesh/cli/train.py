@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import difflib
+import errno
 import json
 import logging
 import os
@@ -402,7 +403,7 @@ def run_spec(spec: TrainSpec, resume: bool = False) -> int:
     except UsageError as e:  # a stop key that is not in the results
         return _fail(e)
     except OSError as e:  # results or a checkpoint could not be written (a full disk)
-        if not e.filename:
+        if not e.filename and e.errno not in WRITE_ERRNOS:
             raise
         return _fail(write_error(e), EXIT_FAILED)
     except KeyboardInterrupt:  # in the instant before the loop took the signals over
@@ -411,8 +412,8 @@ def run_spec(spec: TrainSpec, resume: bool = False) -> int:
     except Exception as e:  # _train_loop has stopped the algorithm's processes
         if (env_error := env_error_message(e)) is not None:
             head, _, first_traceback = env_error.partition("\n")
-            print(f"rlmesh train: error: {head}\n{textwrap.indent(first_traceback, '  | ')}",
-                  file=sys.stderr)
+            print(f"rlmesh train: error: {head}; its first traceback:\n"
+                  f"{textwrap.indent(first_traceback.rstrip(), '  | ')}", file=sys.stderr)
             return EXIT_FAILED
         if (message := policy_error_message(e)) is None:
             raise
@@ -429,14 +430,16 @@ def env_error_message(error: BaseException) -> str | None:
         return str(error)
     if isinstance(error, RemoteError) and error.etype == "EnvError":
         head, _, rest = error.remote_msg.partition("\n")
-        return f"{head} (in {error.actor or 'an env runner'})\n{rest}"
+        return f"{head} in {error.actor or 'an env runner'}\n{rest}"
     return None
+
+
+#: What a write into the results folder fails with: no space, no quota, too large, no right.
+WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EACCES, errno.EROFS, errno.EPERM)
 
 
 def write_error(e: OSError) -> str:
     """One line for a file that could not be written, with the way out."""
-    import errno
-
     where = e.filename or "the results folder"
     if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
         way = "free space there, or give --local-dir on another disk"

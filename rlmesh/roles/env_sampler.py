@@ -310,7 +310,7 @@ class EnvSampler:
         if slot.errors_in_a_row >= MAX_STEP_ERRORS_IN_A_ROW:
             raise EnvError(f"env {b} raised in step() {slot.errors_in_a_row} times in a row, "
                            f"recreated after each ({self.counters['env_errors'] + 1} env "
-                           f"errors in all); the first time:\n{self._first_traceback}")
+                           f"errors in all)\n{self._first_traceback}")
 
     def _clip_reward(self, reward: float) -> float:
         if self.clip_rewards is True:

@@ -103,6 +103,7 @@ class Supervised:
         self.ping_sock: AsyncSocket | None = None
         self.restarting = False
         self.blocked = False  # a blocked loop was reported for the current spell
+        self.seen_ticking = False  # its loop was seen running free since it (re)started
 
     def connect_heartbeat(self, control_address: str) -> None:
         self.close_heartbeat()
@@ -234,7 +235,7 @@ class Supervisor:
             return
         sup.restarting = False
         sup.started_at = time.monotonic()
-        sup.blocked = False
+        sup.blocked = sup.seen_ticking = False
         self.emit(ActorEvent("restarted", sup.child.spec.name,
                              f"restart {sup.restarts} of {sup.policy.max_restarts} "
                              f"after a backoff of {delay:g} s"))
@@ -248,8 +249,9 @@ class Supervisor:
         loop = status.get("loop") or {}
         if not loop.get("blocked") or loop.get("since_last_tick_s", 0) < self.blocked_warn_s:
             sup.blocked = False
+            sup.seen_ticking = sup.seen_ticking or bool(loop.get("loop_running"))
             return
-        if sup.blocked:
+        if sup.blocked or not sup.seen_ticking:  # not yet: an actor still starting (imports)
             return
         sup.blocked = True
         busy = [p["busy"] for p in (status.get("probes") or {}).values()
