@@ -155,13 +155,14 @@ class Mesh:
         steps = 0
         deadline = None
         while steps < target_steps:
-            if not [r for r in self.runners if r.name not in self._gone]:
+            if not self.num_live_runners():
                 raise RuntimeError("every env runner is gone (see the log for why); "
                                    "the run cannot sample")
             runners = self.healthy_runners()
             got = await asyncio.gather(*(self._sample_one(r) for r in runners))
             got = [f for f in got if f is not None]
-            self.fragments_missed += self.num_live_runners() - len(got)
+            if got:  # a round the others made: what the runners down or dying missed
+                self.fragments_missed += self.num_live_runners() - len(got)
             if not got:
                 # Runners are restarting: wait for them, but not for ever.
                 timeout = self.config.sample_timeout_s

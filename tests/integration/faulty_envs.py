@@ -1,5 +1,6 @@
-"""Envs that fail the way user envs do, for the recovery tests: one whose step() hangs and
-one whose step() always raises (importable by path, so runner processes build them)."""
+"""Envs that fail the way user envs do, for the recovery tests: one whose step() hangs, one
+whose step() always raises, one that raises now and then (importable by path, so runner
+processes build them)."""
 
 from __future__ import annotations
 
@@ -41,6 +42,22 @@ class RaiseEnv(_Base):
 
     def step(self, action):
         raise ConnectionError("simulator at 10.0.0.7 refused the step")
+
+
+class FlakyEnv(_Base):
+    """step() raises on every 15th call (a simulator that drops now and then)."""
+
+    calls = 0  # over the env's instances in this process: recreating it does not reset it
+
+    def step(self, action):
+        FlakyEnv.calls += 1
+        if FlakyEnv.calls % 15 == 0:
+            raise ConnectionError("simulator dropped the connection")
+        return self._step()
+
+
+def make_flaky(env_config):
+    return FlakyEnv(env_config)
 
 
 def make_hang(env_config):

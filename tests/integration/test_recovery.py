@@ -213,6 +213,21 @@ def test_an_env_that_always_raises_ends_the_run_with_its_first_traceback(tmp_pat
     assert "  | ConnectionError: simulator at 10.0.0.7 refused the step" in out, out
 
 
+def test_env_errors_now_and_then_are_counted_with_the_first_traceback_shown_once(caplog):
+    from rlmesh.algorithms.ppo import PPOConfig
+
+    config = (PPOConfig().environment("tests.integration.faulty_envs:make_flaky")
+              .env_runners(num_env_runners=1, num_envs_per_env_runner=2)
+              .training(train_batch_size=200, minibatch_size=100, num_epochs=1))
+    with caplog.at_level("WARNING"), config.build() as algo:
+        counts = [algo.train()["num_env_errors"] for _ in range(3)]
+    assert 0 < counts[0] < counts[1] < counts[2], counts  # each recreated env, counted
+    shown = [r.getMessage() for r in caplog.records if "raised in step()" in r.getMessage()]
+    assert len(shown) == 1, shown
+    assert shown[0].startswith("env_runner-1: env ") and "Traceback" in shown[0]
+    assert "ConnectionError: simulator dropped the connection" in shown[0]
+
+
 # --- restarts ---
 
 def test_ppo_samples_on_with_the_healthy_runners_while_one_restarts():
