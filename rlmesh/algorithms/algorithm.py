@@ -308,12 +308,14 @@ class Algorithm:
         try:
             self.learner_group.set_state(state)
         except (RemoteError, RuntimeError, KeyError, ValueError, TypeError) as exc:
-            # Another model or algorithm (layer sizes, a different env's spaces).
-            first = (exc.remote_msg if isinstance(exc, RemoteError) else str(exc)).strip()
+            # Another model or algorithm (layer sizes, a different env's spaces): torch's
+            # "Error(s) in loading state_dict for X:" says little without its next line.
+            text = exc.remote_msg if isinstance(exc, RemoteError) else str(
+                exc.args[0] if exc.args else exc)
+            lines = [line.strip() for line in str(text).splitlines() if line.strip()]
             raise checkpoints.CheckpointError(
                 f"{path} does not fit this {type(self).__name__} run "
-                f"({meta.get('algorithm')} checkpoint): {first.splitlines()[0] if first else exc!r}"
-            ) from None
+                f"({meta.get('algorithm')} checkpoint): {' '.join(lines[:2])[:300]}") from None
         counters = meta["counters"]
         self.iteration = counters["training_iteration"]
         self.timesteps_total = counters["timesteps_total"]

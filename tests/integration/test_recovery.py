@@ -162,6 +162,24 @@ def test_a_damaged_checkpoint_is_one_line_in_rollout_and_resume(tmp_path, cli):
     assert_one_error_line(out, "--resume: none of the 1 checkpoints")
 
 
+def test_a_checkpoint_of_another_model_is_one_checkpoint_error(tmp_path):
+    from rlmesh.algorithms.checkpoints import CheckpointError
+    from rlmesh.algorithms.ppo import PPOConfig
+
+    def build(hiddens):
+        return (PPOConfig().environment("CartPole-v1").env_runners(num_env_runners=0)
+                .training(train_batch_size=100, minibatch_size=50, num_epochs=1,
+                          model={"fcnet_hiddens": hiddens}).build())
+
+    with build([16]) as algo:
+        algo.train()
+        path = algo.save(tmp_path / "small")
+    with build([32]) as algo:
+        with pytest.raises(CheckpointError, match="does not fit this PPO run") as err:
+            algo.restore(path)
+    assert len(str(err.value).splitlines()) == 1 and "size mismatch" in str(err.value)
+
+
 # --- the results folder ---
 
 def userns_tmpfs(mountpoint: Path, options: str) -> tuple[str, ...]:
