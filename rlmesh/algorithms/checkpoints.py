@@ -52,7 +52,7 @@ def write(path: Path, algo: Any, learner_state: dict[str, Any]) -> str:
         _write_into(tmp, algo, learner_state)
     except BaseException as exc:  # a full disk: leave no half-written checkpoint taking space
         shutil.rmtree(tmp, ignore_errors=True)
-        if isinstance(exc, OSError) and exc.filename is None:  # failed at close(): say where
+        if isinstance(exc, OSError) and exc.errno and exc.filename is None:  # at close(): say where
             raise OSError(exc.errno, exc.strerror, str(path)) from None
         raise
     old = path.with_name(f".{path.name}.old-{os.getpid()}")
