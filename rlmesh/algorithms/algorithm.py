@@ -34,6 +34,7 @@ from rlmesh.envs import as_space, env_registry, import_object, spaces_of
 from rlmesh.policy.policy import Policy
 from rlmesh.policy.spec import PolicySpec, build_policy_from_data
 from rlmesh.rl.columns import DEFAULT_POLICY_ID
+from rlmesh.runtime import ActorUnavailable, RemoteError
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +42,10 @@ log = logging.getLogger(__name__)
 ENTROPY_COLLAPSE = 0.02
 T = TypeVar("T")
 SMOOTHING_EPISODES = 100  # RLlib's metrics_num_episodes_for_smoothing
+
+
+class LearnerFailed(RuntimeError):
+    """A learner died or its update loop raised: the run cannot go on."""
 
 
 class LoopThread:
@@ -154,7 +159,8 @@ class Algorithm:
         """One iteration: ``training_step()``, then the result (RLlib's keys)."""
         start = time.perf_counter()
         self._timers = {"sample_time_s": 0.0, "learn_time_s": 0.0}
-        learner_stats = self.training_step() or {}
+        with self._learner_calls():
+            learner_stats = self.training_step() or {}
         fragments, steps = self.env_runners.pop_sampled()
         self.timesteps_total += steps
         self.num_env_steps_trained += sum(int(s.get("num_env_steps_trained", 0))
@@ -182,6 +188,27 @@ class Algorithm:
                                                             timesteps=self.timesteps_sampled)
         self.env_runners.sync_weights()
         return stats
+
+    @contextmanager
+    def _learner_calls(self) -> Iterator[None]:
+        """A learner's death (or hang) seen in the block becomes LearnerFailed, naming the
+        checkpoint to resume from."""
+        try:
+            yield
+        except (ActorUnavailable, RemoteError) as exc:
+            if self.mesh.learner_failure is None:
+                raise
+            raise LearnerFailed(self._failure_message(exc)) from None
+
+    def _failure_message(self, exc: BaseException) -> str:
+        what = self.mesh.learner_failure or str(exc)
+        where = (f"the last checkpoint is {self.last_checkpoint}: resume with `rlmesh train "
+                 f"... --resume` or Algorithm.restore('{self.last_checkpoint}')"
+                 if self.last_checkpoint else
+                 "no checkpoint was saved in this run (checkpoint_freq or algo.save() "
+                 "would give one to resume from)")
+        return (f"the learner failed, so the run stops (its weights and optimizer state "
+                f"exist nowhere else): {what}\n{where}")
 
     @property
     def timesteps_sampled(self) -> int:
@@ -233,6 +260,9 @@ class Algorithm:
             "training_iteration": self.iteration,
             "num_healthy_env_runners": self.mesh.num_healthy_runners(),
             "num_env_runner_restarts": self.mesh.restarts,
+            # Sampling rounds runners missed (being restarted) that the others made up for.
+            "num_fragments_missed_this_iter": self.mesh.pop_fragments_missed(),
+            "num_env_errors": self.mesh.totals["num_env_errors"],
             "custom_metrics": summarize_custom_metrics([e.get("custom_metrics", {}) for e in new]),
             "info": {"learner": {pid: stats.get(pid, {}) for pid in self.policy_specs}},
             **client_rejections(fragments),
@@ -291,13 +321,24 @@ class Algorithm:
             checkpoint_dir = Path.home() / "rlmesh_results" / "checkpoints" / (
                 f"{type(self).__name__}_{time.strftime('%Y-%m-%d_%H-%M-%S')}"
                 f"/checkpoint_{self.iteration:06d}")
-        state = self.learner_group.get_state()
+        with self._learner_calls():
+            state = self.learner_group.get_state()
         self.last_checkpoint = checkpoints.write(Path(checkpoint_dir), self, state)
         return self.last_checkpoint
 
     def restore(self, path: str | Path) -> None:
         meta, state = checkpoints.read(Path(path))
-        self.learner_group.set_state(state)
+        try:
+            self.learner_group.set_state(state)
+        except (RemoteError, RuntimeError, KeyError, ValueError, TypeError) as exc:
+            # Another model or algorithm (layer sizes, a different env's spaces): torch's
+            # "Error(s) in loading state_dict for X:" says little without its next line.
+            text = exc.remote_msg if isinstance(exc, RemoteError) else str(
+                exc.args[0] if exc.args else exc)
+            lines = [line.strip() for line in str(text).splitlines() if line.strip()]
+            raise checkpoints.CheckpointError(
+                f"{path} does not fit this {type(self).__name__} run "
+                f"({meta.get('algorithm')} checkpoint): {' '.join(lines[:2])[:300]}") from None
         counters = meta["counters"]
         self.iteration = counters["training_iteration"]
         self.timesteps_total = counters["timesteps_total"]

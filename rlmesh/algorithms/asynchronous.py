@@ -11,17 +11,13 @@ from typing import Any
 
 import numpy as np
 
-from rlmesh.algorithms.algorithm import Algorithm
+from rlmesh.algorithms.algorithm import Algorithm, LearnerFailed  # noqa: F401 (its home was here)
 from rlmesh.algorithms.topology import AsyncMesh
 from rlmesh.runtime import ActorUnavailable, RemoteError
 
 log = logging.getLogger(__name__)
 
 POLL_S = 0.02  # how often an iteration past its minimum time asks whether an update happened
-
-
-class LearnerFailed(RuntimeError):
-    """A learner died or its update loop raised: the run cannot go on."""
 
 
 class AsyncAlgorithm(Algorithm):
@@ -85,16 +81,6 @@ class AsyncAlgorithm(Algorithm):
             if asyncio.iscoroutine(coro):
                 coro.close()
 
-    def _failure_message(self, exc: BaseException) -> str:
-        what = self.mesh.learner_failure or str(exc)
-        where = (f"the last checkpoint is {self.last_checkpoint}: resume with `rlmesh train "
-                 f"... --resume` or Algorithm.restore('{self.last_checkpoint}')"
-                 if self.last_checkpoint else
-                 "no checkpoint was saved in this run (checkpoint_freq or algo.save() "
-                 "would give one to resume from)")
-        return (f"the learner failed, so the run stops (its weights and optimizer state "
-                f"exist nowhere else): {what}\n{where}")
-
     def _pipeline_metrics(self, learners: list[dict[str, Any]], sampled: list[dict[str, Any]],
                           aggregators: list[dict[str, Any]]) -> dict[str, Any]:
         lag_weights = [m["num_updates"] for m in learners]
@@ -108,7 +94,9 @@ class AsyncAlgorithm(Algorithm):
             "learner_idle_fraction": float(np.mean([m["learner_idle_fraction"] for m in learners])),
             "num_batches_replayed": sum(m["num_batches_replayed"] for m in learners),
             "num_batches_dropped_stale": sum(m["num_batches_dropped_stale"] for m in learners),
-            "num_fragments_lost": sum(s["num_fragments_lost"] for s in sampled),
+            # Since the run started, over runner and aggregator restarts: never goes down.
+            "num_fragments_lost": self.mesh.totals["num_fragments_lost"],
+            "num_batches_lost": self.mesh.totals["num_batches_lost"],
             "num_aggregator_restarts": self.mesh.aggregator_restarts,
             "aggregators": aggregators,
         }

@@ -13,12 +13,15 @@
 Version 1 (one policy, its state at the top of learner.pt) is read as ``default_policy``.
 
 The directory is written under a temporary name and renamed into place, so a crash mid-save
-leaves the previous checkpoint (and no half-written one) behind.
+leaves the previous checkpoint (and no half-written one) behind; the temporary directories
+of a save whose process died are removed by the next save into the same folder.
 """
 
 from __future__ import annotations
 
+import io
 import os
+import re
 import shutil
 import time
 from pathlib import Path
@@ -41,10 +44,61 @@ class CheckpointError(ValueError):
 def write(path: Path, algo: Any, learner_state: dict[str, Any]) -> str:
     path = path.expanduser().resolve()
     path.parent.mkdir(parents=True, exist_ok=True)
-    for stale in path.parent.glob(f".{path.name}.tmp-*"):  # from a save that crashed
-        shutil.rmtree(stale, ignore_errors=True)
+    remove_stale(path.parent)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
+    try:
+        _write_into(tmp, algo, learner_state)
+    except BaseException as exc:  # a full disk: leave no half-written checkpoint taking space
+        shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(exc, OSError) and exc.errno and exc.filename is None:  # at close(): say where
+            raise OSError(exc.errno, exc.strerror, str(path)) from None
+        raise
+    old = path.with_name(f".{path.name}.old-{os.getpid()}")
+    if path.exists():
+        path.rename(old)
+    tmp.rename(path)
+    shutil.rmtree(old, ignore_errors=True)
+    _fsync_dir(path.parent)
+    return str(path)
+
+
+_TEMP_NAME = re.compile(r"^\.(.+)\.(tmp|old)-(\d+)$")
+
+
+def remove_stale(folder: Path) -> list[Path]:
+    """Remove the ``.NAME.tmp-PID`` and ``.NAME.old-PID`` directories in ``folder`` left by
+    saves whose process ``PID`` is dead (killed mid-save); a live process's are its save in
+    progress and stay. An ``.old`` whose ``NAME`` is missing (killed between the two
+    renames) is the only copy of that checkpoint: it is put back. The directories removed."""
+    removed = []
+    for entry in sorted(folder.iterdir()):
+        match = _TEMP_NAME.match(entry.name)
+        if not match or not entry.is_dir() or _alive(int(match.group(3))):
+            continue
+        name, kind = match.group(1), match.group(2)
+        if kind == "old" and not (folder / name).exists():
+            entry.rename(folder / name)
+            continue
+        shutil.rmtree(entry, ignore_errors=True)
+        removed.append(entry)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
+
+
+def _write_into(tmp: Path, algo: Any, learner_state: dict[str, Any]) -> None:
     meta = {
         "format": FORMAT, "format_version": FORMAT_VERSION,
         "algorithm": f"{type(algo).__module__}:{type(algo).__qualname__}",
@@ -55,16 +109,14 @@ def write(path: Path, algo: Any, learner_state: dict[str, Any]) -> str:
                      "num_env_steps_trained": algo.num_env_steps_trained},
         "created": time.time(),
     }
-    torch.save(learner_state, tmp / STATE)
+    # Serialized in memory first: torch's own file writer turns a full disk into an
+    # "enforce fail" RuntimeError, a plain write gives the OSError (ENOSPC) that says so.
+    buffer = io.BytesIO()
+    torch.save(learner_state, buffer)
+    with open(tmp / STATE, "wb") as fh:
+        fh.write(buffer.getbuffer())
     (tmp / META).write_bytes(msgpack.packb(meta, use_bin_type=True))
     _fsync_dir(tmp)
-    old = path.with_name(f".{path.name}.old-{os.getpid()}")
-    if path.exists():
-        path.rename(old)
-    tmp.rename(path)
-    shutil.rmtree(old, ignore_errors=True)
-    _fsync_dir(path.parent)
-    return str(path)
 
 
 def read(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -72,16 +124,31 @@ def read(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     meta_path = path / META
     if not meta_path.is_file():
         raise CheckpointError(f"{path} is not an rlmesh checkpoint (no {META} in it)")
-    meta = msgpack.unpackb(meta_path.read_bytes(), raw=False)
+    try:
+        meta = msgpack.unpackb(meta_path.read_bytes(), raw=False)
+        if not isinstance(meta, dict):
+            raise ValueError(f"a {type(meta).__name__}, not a map")
+    except Exception as exc:  # truncated or overwritten: msgpack has many error types
+        raise CheckpointError(f"{path} is damaged: its {META} cannot be read "
+                              f"({_first_line(exc)})") from None
     if meta.get("format") != FORMAT or meta.get("format_version") not in READABLE_VERSIONS:
         raise CheckpointError(
             f"{path}: checkpoint format {meta.get('format')!r} version "
             f"{meta.get('format_version')!r}; this rlmesh reads {FORMAT!r} versions "
             f"{', '.join(map(str, READABLE_VERSIONS))}")
-    state = torch.load(path / STATE, map_location="cpu", weights_only=True)
+    try:
+        state = torch.load(path / STATE, map_location="cpu", weights_only=True)
+    except Exception as exc:  # truncated (a save cut short, a full disk) or not torch's
+        raise CheckpointError(f"{path} is damaged: its {STATE} cannot be read "
+                              f"({_first_line(exc)})") from None
     if meta["format_version"] == 1:  # one policy's state, before states were keyed
         state = {"policies": {"default_policy": state}, "num_updates": state.get("num_updates", 0)}
     return meta, state
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
 
 
 def _plain(data: Any) -> Any:

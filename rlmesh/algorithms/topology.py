@@ -28,6 +28,31 @@ LEARNER = "rlmesh.roles.learner_actor:LearnerActor"
 AGGREGATOR = "rlmesh.roles.aggregator:Aggregator"
 
 
+class Totals:
+    """Counters summed over processes that restart: each reports its own count since it
+    started, which begins again at 0 after a restart; the totals only ever grow."""
+
+    def __init__(self) -> None:
+        self._last: dict[tuple[str, str], int] = {}
+        self.total: dict[str, int] = {}
+
+    def add(self, who: str, counters: dict[str, Any]) -> None:
+        for key, value in counters.items():
+            value = int(value)
+            last = self._last.get((who, key), 0)
+            self._last[(who, key)] = value
+            # Lower than last time: a new process, whose whole count is new.
+            self.total[key] = self.total.get(key, 0) + (value - last if value >= last else value)
+
+    def restarted(self, who: str) -> None:
+        """``who`` is a new process: its next counts are all new (even above the old ones)."""
+        for key in [k for k in self._last if k[0] == who]:
+            self._last[key] = 0
+
+    def __getitem__(self, key: str) -> int:
+        return self.total.get(key, 0)
+
+
 class Mesh:
     """The processes of one run, and the few things the driver asks of them."""
 
@@ -45,7 +70,12 @@ class Mesh:
         self.runners: list[Any] = []
         self.version = 0
         self.restarts = 0
-        self._gone: set[str] = set()
+        self._gone: set[str] = set()  # given up on
+        self._down: set[str] = set()  # died or hung, being restarted
+        # Sampling rounds a runner missed (down, or died mid-call) since the driver last
+        # asked: the shortfall the others made up for.
+        self.fragments_missed = 0
+        self.totals = Totals()
 
     async def start_runners(self) -> None:
         """The job, the param server and the env runners (or policy servers)."""
@@ -92,6 +122,11 @@ class Mesh:
     def _on_event(self, event: Any) -> None:
         if event.kind == "restarted" and event.name.startswith("env_runner-"):
             self.restarts += 1
+        if event.kind in ("died", "hung"):
+            self._down.add(event.name)
+        elif event.kind == "restarted":
+            self._down.discard(event.name)
+            self.totals.restarted(event.name)
         elif event.kind == "gave_up":
             self._gone.add(event.name)
         if event.name.startswith("learner-") and event.kind in ("died", "hung"):
@@ -113,17 +148,21 @@ class Mesh:
         return version
 
     async def sample(self, target_steps: int) -> list[dict[str, Any]]:
-        """Fragments from every runner, round after round, until ``target_steps`` env steps."""
+        """Fragments from every healthy runner, round after round, until ``target_steps``
+        env steps. A runner being restarted is left out (RLlib's semantics: the others fill
+        the iteration); the rounds it missed are counted in ``fragments_missed``."""
         fragments: list[dict[str, Any]] = []
         steps = 0
         deadline = None
         while steps < target_steps:
-            runners = self.healthy_runners()
-            if not runners:
+            if not self.num_live_runners():
                 raise RuntimeError("every env runner is gone (see the log for why); "
                                    "the run cannot sample")
+            runners = self.healthy_runners()
             got = await asyncio.gather(*(self._sample_one(r) for r in runners))
             got = [f for f in got if f is not None]
+            if got:  # a round the others made: what the runners down or dying missed
+                self.fragments_missed += self.num_live_runners() - len(got)
             if not got:
                 # Runners are restarting: wait for them, but not for ever.
                 timeout = self.config.sample_timeout_s
@@ -141,10 +180,20 @@ class Mesh:
 
     async def _sample_one(self, runner: Any) -> dict[str, Any] | None:
         try:
-            return await runner.call("sample", timeout=self.config.sample_timeout_s)
+            fragment = await runner.call("sample", timeout=self.config.sample_timeout_s)
         except ActorUnavailable as exc:
             self.runner_unavailable(runner.name, exc, "sampling with the others")
             return None
+        self.env_errors(runner.name, fragment)
+        return fragment
+
+    def env_errors(self, runner: str, fragment: dict[str, Any]) -> None:
+        """Count a runner's env errors; the first one's traceback shown once, here."""
+        self.totals.add(runner, {"num_env_errors": fragment.pop("num_env_errors", 0)})
+        first = fragment.pop("env_error", None)
+        if first is not None:
+            log.warning("%s: %s(the env was recreated; the count of env errors is "
+                        "num_env_errors in the results)", runner, first)
 
     def runner_unavailable(self, name: str, exc: ActorUnavailable, going_on: str) -> None:
         """A call to env runner ``name`` found it gone: an error when failed runners are not
@@ -155,7 +204,16 @@ class Mesh:
                     going_on)
 
     def healthy_runners(self) -> list[Any]:
-        return [r for r in self.runners if r.name not in self._gone]
+        """The runners up now: neither given up on nor being restarted."""
+        return [r for r in self.runners if r.name not in self._gone and r.name not in self._down]
+
+    def num_live_runners(self) -> int:
+        """Runners not given up on (those being restarted included)."""
+        return sum(r.name not in self._gone for r in self.runners)
+
+    def pop_fragments_missed(self) -> int:
+        missed, self.fragments_missed = self.fragments_missed, 0
+        return missed
 
     def num_healthy_runners(self) -> int:
         return len(self.healthy_runners())
@@ -254,19 +312,25 @@ class AsyncMesh(Mesh):
 
     async def pop_sampled(self) -> list[dict[str, Any]]:
         """Episodes and env steps of every reachable runner since the last call."""
-        got = await asyncio.gather(*(r.call("pop_sampled", timeout=10)
-                                     for r in self.healthy_runners()), return_exceptions=True)
+        runners = self.healthy_runners()
+        got = await asyncio.gather(*(r.call("pop_sampled", timeout=10) for r in runners),
+                                   return_exceptions=True)
         out = []
-        for runner, g in zip(self.healthy_runners(), got):
+        for runner, g in zip(runners, got):
             if isinstance(g, ActorUnavailable):
                 continue  # restarting: its episodes come next time, or died with it
             if isinstance(g, BaseException):
                 raise g
+            self.totals.add(runner.name, {"num_fragments_lost": g["num_fragments_lost"]})
+            self.env_errors(runner.name, g)
             out.append(g)
         return out
 
     async def learner_metrics(self) -> list[dict[str, Any]]:
-        return list(await asyncio.gather(*(h.call("pop_metrics", timeout=60) for h in self.learners)))
+        got = list(await asyncio.gather(*(h.call("pop_metrics", timeout=60) for h in self.learners)))
+        for h, m in zip(self.learners, got):  # fragments streamed straight to a learner
+            self.totals.add(h.name, {"num_fragments_lost": m.get("num_fragments_lost", 0)})
+        return got
 
     async def num_updates(self) -> int:
         return await self.learners[0].call("num_updates", timeout=60)
@@ -274,4 +338,9 @@ class AsyncMesh(Mesh):
     async def aggregator_stats(self) -> list[dict[str, Any]]:
         got = await asyncio.gather(*(a.call("stats", timeout=10) for a in self.aggregators),
                                    return_exceptions=True)
-        return [g for g in got if isinstance(g, dict)]
+        out = [g for g in got if isinstance(g, dict)]
+        for a, g in zip(self.aggregators, got):
+            if isinstance(g, dict):
+                self.totals.add(a.name, {k: g.get(k, 0) for k in
+                                         ("num_batches_lost", "num_fragments_lost")})
+        return out

@@ -91,10 +91,15 @@ def main(args: argparse.Namespace) -> int:
     except FileNotFoundError as e:
         print(f"rlmesh rollout: error: {e}", file=sys.stderr)
         return 2
+    from rlmesh.algorithms.checkpoints import CheckpointError
     from rlmesh.algorithms.inference import InferencePolicy
 
     # Acting needs only the policy: no env runners or learner are started.
-    algo = InferencePolicy.from_checkpoint(checkpoint)
+    try:
+        algo = InferencePolicy.from_checkpoint(checkpoint)
+    except CheckpointError as e:  # damaged, or not a checkpoint at all
+        print(f"rlmesh rollout: error: {e}", file=sys.stderr)
+        return 2
     returns: list[float] = []
     code = 0
     try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import difflib
+import errno
 import json
 import logging
 import os
@@ -235,17 +236,27 @@ class Stopper:
         from rlmesh.results import as_number, flatten
 
         flat = flatten(result)
-        if not self._checked_keys:  # a misspelled key would train forever: say so once
+        if not self._checked_keys:  # a misspelled key would train forever: stop at once
             self._checked_keys = True
-            for key in (k for k in self.stop if k not in flat):
-                close = difflib.get_close_matches(key, list(flat), n=1)
-                hint = f"; did you mean {close[0]!r}?" if close else ""
-                warn(f"stop key {key!r} is not in the results{hint}")
+            self._check_keys(flat, warn)
         for key, threshold in self.stop.items():
             value = as_number(flat.get(key))
             if value is not None and value >= threshold:
                 return f"{key} = {value:g} >= {threshold:g}"
         return None
+
+    def _check_keys(self, flat: dict, warn) -> None:
+        """UsageError for a stop key missing from the first result where its siblings are
+        there (a misspelling); a warning only for one under a dict still empty (a custom
+        metric, a policy's statistics after an idle first iteration)."""
+        for key in (k for k in self.stop if k not in flat):
+            close = difflib.get_close_matches(key, list(flat), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            parent = key.rpartition("/")[0]
+            if not parent or any(k.startswith(parent + "/") for k in flat):
+                raise UsageError(f"stop key {key!r} is not in the results, so it would never "
+                                 f"stop the run{hint}")
+            warn(f"stop key {key!r} is not in the results yet{hint}")
 
 
 def _exit_now(code: int) -> None:
@@ -293,9 +304,9 @@ def _one_line(message: str) -> str:
     return "; ".join(lines)
 
 
-def _fail(error: Exception | str) -> int:
+def _fail(error: Exception | str, code: int = EXIT_USAGE) -> int:
     print(f"rlmesh train: error: {_one_line(str(error))}", file=sys.stderr)
-    return EXIT_USAGE
+    return code
 
 
 #: Errors in the user's policy code that say all there is to say in one line: a policy class
@@ -360,9 +371,8 @@ def run_spec(spec: TrainSpec, resume: bool = False) -> int:
 
     try:
         if resume:
-            trial_dir, checkpoint = find_resume_point(spec)
+            trial_dir, checkpoint = resume_into(algo, spec)
             trial_id = _trial_id(trial_dir)
-            algo.restore(checkpoint)
             print(f"rlmesh train: resuming from {checkpoint}")
         else:
             experiment = spec.experiment or default_experiment_name(spec.run, spec.env)
@@ -371,6 +381,9 @@ def run_spec(spec: TrainSpec, resume: bool = False) -> int:
     except UsageError as e:
         algo.stop()
         return _fail(e)
+    except OSError as e:  # a results folder that cannot be written
+        algo.stop()
+        return _fail(write_error(e), EXIT_FAILED)
     except KeyboardInterrupt:  # Ctrl-C before the loop took the signals over
         algo.stop()
         print("rlmesh train: interrupted while starting", file=sys.stderr)
@@ -380,24 +393,82 @@ def run_spec(spec: TrainSpec, resume: bool = False) -> int:
         raise
     stops = " or ".join(f"{k} >= {v:g}" for k, v in spec.stop.items())
     print(f"rlmesh train: {spec.run} on {spec.env} until {stops}\nresults: {trial_dir}")
-    from rlmesh.algorithms.asynchronous import LearnerFailed
+    from rlmesh.algorithms.algorithm import LearnerFailed
 
     try:
         return _train_loop(algo, spec, trial_dir, trial_id, ProgressReporter(), logger)
     except LearnerFailed as e:  # the learner died: the message names the checkpoint
         print(f"rlmesh train: error: {e}", file=sys.stderr)
         return EXIT_FAILED
+    except UsageError as e:  # a stop key that is not in the results
+        return _fail(e)
+    except OSError as e:  # results or a checkpoint could not be written (a full disk)
+        if not e.filename and e.errno not in WRITE_ERRNOS:
+            raise
+        return _fail(write_error(e), EXIT_FAILED)
     except KeyboardInterrupt:  # in the instant before the loop took the signals over
         print("rlmesh train: interrupted while starting", file=sys.stderr)
         return EXIT_SIGINT
     except Exception as e:  # _train_loop has stopped the algorithm's processes
+        if (env_error := env_error_message(e)) is not None:
+            head, _, first_traceback = env_error.partition("\n")
+            print(f"rlmesh train: error: {head}; its first traceback:\n"
+                  f"{textwrap.indent(first_traceback.rstrip(), '  | ')}", file=sys.stderr)
+            return EXIT_FAILED
         if (message := policy_error_message(e)) is None:
             raise
         return _fail(message)
 
 
-def find_resume_point(spec: TrainSpec) -> tuple[Path, str]:
-    """The trial folder to go on in and its newest checkpoint; UsageError if none."""
+def env_error_message(error: BaseException) -> str | None:
+    """An env that failed however often it was recreated (EnvError, here or in a runner):
+    its one line, then the first traceback; None for other errors."""
+    from rlmesh.roles.env_sampler import EnvError
+    from rlmesh.runtime import RemoteError
+
+    if isinstance(error, EnvError):
+        return str(error)
+    if isinstance(error, RemoteError) and error.etype == "EnvError":
+        head, _, rest = error.remote_msg.partition("\n")
+        return f"{head} in {error.actor or 'an env runner'}\n{rest}"
+    return None
+
+
+#: What a write into the results folder fails with: no space, no quota, too large, no right.
+WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EACCES, errno.EROFS, errno.EPERM)
+
+
+def write_error(e: OSError) -> str:
+    """One line for a file that could not be written, with the way out."""
+    where = e.filename or "the results folder"
+    if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        way = "free space there, or give --local-dir on another disk"
+    else:
+        way = "make it writable, or give --local-dir a folder you can write"
+    return f"cannot write {where}: {e.strerror or e}; {way}"
+
+
+def resume_into(algo, spec: TrainSpec) -> tuple[Path, str]:
+    """Restore ``algo`` from the newest loadable checkpoint of the trial to go on in,
+    saying which newer ones were skipped and why; the trial folder and the checkpoint."""
+    from rlmesh.algorithms.checkpoints import CheckpointError
+
+    trial, candidates = find_resume_point(spec)
+    skipped = []
+    for checkpoint in candidates:
+        try:
+            algo.restore(checkpoint)
+        except CheckpointError as e:
+            print(f"rlmesh train: skipping {checkpoint}: {_one_line(str(e))}", file=sys.stderr)
+            skipped.append(checkpoint)
+            continue
+        return trial, checkpoint
+    raise UsageError(f"--resume: none of the {len(skipped)} checkpoints in {trial} can be "
+                     "loaded (see above); start afresh without --resume")
+
+
+def find_resume_point(spec: TrainSpec) -> tuple[Path, list[str]]:
+    """The trial folder to go on in and its checkpoints, newest first; UsageError if none."""
     from rlmesh.results import DEFAULT_LOCAL_DIR, safe_name
 
     root = Path(os.path.expanduser(str(spec.local_dir or DEFAULT_LOCAL_DIR)))
@@ -409,9 +480,9 @@ def find_resume_point(spec: TrainSpec) -> tuple[Path, str]:
                              key=lambda d: d.stat().st_mtime)
     trials = [t for e in experiments[-1:] for t in e.glob(f"{prefix}*") if t.is_dir()]
     for trial in sorted(trials, key=lambda d: d.stat().st_mtime, reverse=True):
-        checkpoints = sorted(trial.glob("checkpoint_*"))
+        checkpoints = sorted((c for c in trial.glob("checkpoint_*") if c.is_dir()), reverse=True)
         if checkpoints:
-            return trial, str(checkpoints[-1])
+            return trial, [str(c) for c in checkpoints]
     where = experiments[-1] if experiments else root / f"{prefix}*"
     raise UsageError(f"--resume: no checkpoint of {spec.run} on {spec.env} under {where}; "
                      "train with --checkpoint-freq N to have one")

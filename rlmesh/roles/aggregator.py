@@ -48,9 +48,9 @@ class Aggregator(Actor):
 
     async def add_fragment(self, fragment: dict[str, Any]) -> None:
         """A runner's fragment (stream item); waits while MAX_READY batches are unsent."""
+        batch = self.builder.add(fragment)  # junk: a ValueError back to its sender, counted
         self.counters["num_fragments"] += 1
         self.counters["num_env_steps"] += int(fragment["env_steps"])
-        batch = self.builder.add(fragment)
         if batch is not None:
             await self.ready.put(batch)
 
@@ -68,7 +68,10 @@ class Aggregator(Actor):
 
     def stats(self) -> dict[str, Any]:
         """Counters since start, and what waits here now."""
-        return {**self.counters, "ready_batches": self.ready.qsize(),
+        lost = self.builder.counters
+        return {**self.counters, "num_batches_lost": self.counters["num_batches_lost"]
+                + lost["num_batches_lost"], "num_fragments_lost": lost["num_fragments_lost"],
+                "ready_batches": self.ready.qsize(),
                 "in_flight": sum(s.in_flight for s in self._streams),
                 "pending_env_steps": self.builder.pending_steps, "index": self.index}
 

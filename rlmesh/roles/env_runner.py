@@ -91,6 +91,8 @@ class EnvRunner(VersionedPolicies, Actor):
                                   env_runner=self, normalize_actions=normalize,
                                   clip_actions=cfg.clip_actions, clip_rewards=cfg.clip_rewards)
         job = current_job()
+        if job is not None:  # a blocked env step shows in the heartbeat's status
+            job.diagnostics.add_probe(f"env_runner-{worker_index}", self._busy)
         if specs is None:
             specs = default_policy_specs(self.sampler.observation_space,
                                          self.sampler.action_space, cfg)
@@ -115,6 +117,11 @@ class EnvRunner(VersionedPolicies, Actor):
     @property
     def envs(self) -> list[gym.Env]:
         return self.sampler.envs
+
+    def _busy(self) -> dict[str, Any]:
+        """What the loop is in, for the heartbeat (read from the control thread)."""
+        b = self.sampler.stepping
+        return {"busy": f"env {b} step() of env runner {self.worker_index}"} if b >= 0 else {}
 
     async def sample(self, explore: bool | None = None) -> dict[str, Any]:
         """A fragment (see ``EnvSampler.sample``) with ``policy_version`` and ``worker_index``;
@@ -161,6 +168,9 @@ class EnvRunner(VersionedPolicies, Actor):
                     await asyncio.sleep(0)  # the request leaves before sampling starts
                 fragment = self._sample_now()
                 self._sampled["episodes"].extend(fragment.pop("episodes"))
+                del fragment["num_env_errors"]  # pop_sampled reports the runner's count
+                if "env_error" in fragment:  # the first one, for the driver to show
+                    self._sampled["env_error"] = fragment.pop("env_error")
                 self._sampled["env_steps"] += fragment["env_steps"]
                 await self._ship(self._senders[i % len(self._senders)], fragment)
                 if fetch is not None and fetch.done():
@@ -198,6 +208,7 @@ class EnvRunner(VersionedPolicies, Actor):
                                f"{self._stream_error}")
         out, self._sampled = self._sampled, {"episodes": [], "env_steps": 0}
         out["num_fragments_lost"] = self._stats["num_fragments_lost"]
+        out["num_env_errors"] = self.sampler.counters["env_errors"]
         return out
 
     def compute_actions(self, obs: np.ndarray, explore: bool | None = None,

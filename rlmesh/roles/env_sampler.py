@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import traceback
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -22,6 +23,14 @@ log = logging.getLogger(__name__)
 SEED_STRIDE = 1000  # env i of runner w starts from seed + SEED_STRIDE * w + i
 RESEED_STRIDE = 7919  # a recreated env gets a new seed, so it does not replay its failure
 MAX_RESET_ATTEMPTS = 3  # recreate-and-reset tries in a row before the env counts as broken
+# Failed steps of one env, each followed by a recreation, with no good step between, before
+# the env counts as broken: recreating it again would only fail again, unseen.
+MAX_STEP_ERRORS_IN_A_ROW = 5
+
+
+class EnvError(RuntimeError):
+    """An env that fails however often it is recreated; the message's first line says
+    which and how often, the rest is the first traceback."""
 
 
 
@@ -80,6 +89,7 @@ class _Slot:
     episode: Episode | None = None
     start_row: int = 0  # row of the current fragment where the episode began
     restarts: int = 0
+    errors_in_a_row: int = 0  # failed steps since its last good one
 
 
 class EnvSampler:
@@ -104,6 +114,10 @@ class EnvSampler:
         self.clip_actions = clip_actions
         self.clip_rewards = clip_rewards
         self.counters = {"num_env_steps_sampled": 0, "num_episodes": 0, "env_errors": 0}
+        # The first env error's traceback, until a fragment carries it to the driver.
+        self.first_env_error: str | None = None
+        self._first_traceback: str | None = None
+        self.stepping = -1  # the env in step() now (-1: none), for heartbeats to report
         self._episode_ids = itertools.count()
         self._started = False
         self._next_obs: list[Any] = []
@@ -179,6 +193,10 @@ class EnvSampler:
             if t + 1 >= num_steps:
                 active = [b for b in active if b not in ended] if complete_episodes else []
         fragment = buf.build(self._next_obs)
+        if self.first_env_error is not None:
+            fragment["env_error"] = self.first_env_error
+            self.first_env_error = None
+        fragment["num_env_errors"] = self.counters["env_errors"]
         fragment["env_steps"] = int(fragment["mask"].sum())
         fragment["episodes"] = self._episodes
         self.counters["num_env_steps_sampled"] += fragment["env_steps"]
@@ -244,13 +262,16 @@ class EnvSampler:
     def _step_env(self, b: int, t: int, action: Any, buf: FragmentBuffer) -> bool:
         """Step env ``b`` and record row ``t``; False if its episode ended or it failed."""
         slot = self.slots[b]
+        self.stepping = b
         try:
             obs, reward, terminated, truncated, info = slot.env.step(action)
         except Exception:
-            log.exception("env %d raised in step(): its unfinished episode is discarded and "
-                          "the env recreated", b)
+            self.stepping = -1
+            self._step_failed(b)
             self._discard_episode(b, t, buf)
             return False
+        self.stepping = -1
+        slot.errors_in_a_row = 0
         reward = float(reward)
         cols = buf.cols
         cols["rewards"][t, b] = self._clip_reward(reward)
@@ -274,6 +295,22 @@ class EnvSampler:
         self._end_episode(b)
         self._reset(b, t + 1)
         return False
+
+    def _step_failed(self, b: int) -> None:
+        """Log the first failure with its traceback (later ones are counted, and their
+        count reaches the driver); EnvError once env ``b`` failed too often in a row."""
+        slot = self.slots[b]
+        slot.errors_in_a_row += 1
+        if self._first_traceback is None:
+            self._first_traceback = traceback.format_exc()
+            self.first_env_error = f"env {b} raised in step():\n{self._first_traceback}"
+            log.error("env %d raised in step(); its unfinished episode is discarded and the "
+                      "env recreated (later errors are only counted):\n%s", b,
+                      self._first_traceback)
+        if slot.errors_in_a_row >= MAX_STEP_ERRORS_IN_A_ROW:
+            raise EnvError(f"env {b} raised in step() {slot.errors_in_a_row} times in a row, "
+                           f"recreated after each ({self.counters['env_errors'] + 1} env "
+                           f"errors in all)\n{self._first_traceback}")
 
     def _clip_reward(self, reward: float) -> float:
         if self.clip_rewards is True:

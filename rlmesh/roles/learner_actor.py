@@ -150,8 +150,8 @@ class LearnerActor(Actor):
         """A runner's fragment; a train batch goes to the queue once enough have come."""
         if self.builder is None:
             raise RuntimeError("this learner takes fragments only after start_async()")
+        batch = self.builder.add(fragment)  # junk: a ValueError back to its sender, counted
         self._received_steps += int(fragment["env_steps"])
-        batch = self.builder.add(fragment)
         if batch is not None:
             await self.queue.put(batch)
 
@@ -260,7 +260,8 @@ class LearnerActor(Actor):
         if self._error is not None:
             raise RuntimeError(f"learner {self.rank} failed:\n{self._error}")
         report, self._report = self._report, _Report()
-        pipeline = ({**self.input.counters, "learner_queue_size": self.queue.qsize(),
+        pipeline = ({**self.input.counters, **self.builder.counters,
+                     "learner_queue_size": self.queue.qsize(),
                      "pending_env_steps": self.builder.pending_steps} if self.input else {})
         return {**report.summary(), **pipeline, "rank": self.rank, "policy_version": self.version}
 

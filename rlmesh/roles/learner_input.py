@@ -7,13 +7,16 @@ Plain code, no sockets: the aggregator and the learner actor put these together.
 from __future__ import annotations
 
 import asyncio
+import logging
 import queue
 import time
 from typing import Any, Callable
 
 import numpy as np
 
-from rlmesh.rl.columns import merge_by_policy
+from rlmesh.rl.columns import merge_by_policy, time_major_keys
+
+log = logging.getLogger(__name__)
 
 
 class LearnerQueueTimeout(RuntimeError):
@@ -23,24 +26,70 @@ class LearnerQueueTimeout(RuntimeError):
 class BatchBuilder:
     """Joins fragments until they hold ``batch_size`` env steps, then hands out the batch:
     ``policies``, each policy's time-major columns side by side (``merge_by_policy``), plus
-    ``policy_versions`` (one per fragment: the version it was sampled with) and ``env_steps``."""
+    ``policy_versions`` (one per fragment: the version it was sampled with) and ``env_steps``.
+
+    A fragment that is not one (junk on the stream) is refused with a ValueError before it
+    can spoil the batch; a batch that still cannot be joined is dropped. Both are counted."""
 
     def __init__(self, batch_size: int) -> None:
         self.batch_size = batch_size
         self._fragments: list[dict[str, Any]] = []
         self._steps = 0
+        self._layout: dict[str, tuple[Any, tuple[int, ...]]] | None = None
+        self.counters = {"num_fragments_lost": 0, "num_batches_lost": 0}
 
     def add(self, fragment: dict[str, Any]) -> dict[str, Any] | None:
-        if not fragment["env_steps"]:
+        try:
+            steps = self._check(fragment)
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            self.counters["num_fragments_lost"] += 1
+            raise ValueError(f"not a fragment, refused: {exc}") from None
+        if not steps:
             return None
         self._fragments.append(fragment)
-        self._steps += int(fragment["env_steps"])
+        self._steps += steps
         if self._steps < self.batch_size:
             return None
         fragments, self._fragments, steps, self._steps = self._fragments, [], self._steps, 0
-        return {"policies": merge_by_policy(fragments),
-                "policy_versions": np.array([f["policy_version"] for f in fragments], np.int64),
-                "env_steps": steps}
+        try:
+            return {"policies": merge_by_policy(fragments),
+                    "policy_versions": np.array([f["policy_version"] for f in fragments], np.int64),
+                    "env_steps": steps}
+        except (ValueError, TypeError, KeyError) as exc:
+            self.counters["num_batches_lost"] += 1
+            self.counters["num_fragments_lost"] += len(fragments)
+            self._layout = None
+            log.warning("a train batch of %d fragments could not be joined and is dropped: %s",
+                        len(fragments), exc)
+            return None
+
+    def _check(self, fragment: dict[str, Any]) -> int:
+        """The fragment's env steps, or an error naming what makes it no fragment: columns
+        not ``[T, B, ...]`` arrays alike, or unlike the fragments before it."""
+        steps, version = fragment["env_steps"], fragment["policy_version"]
+        if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 0:
+            raise ValueError(f"env_steps {steps!r} is not a count")
+        if isinstance(version, bool) or not isinstance(version, (int, np.integer)):
+            raise ValueError(f"policy_version {version!r} is not an integer")
+        if not steps:
+            return 0  # nothing to train on (a policy server's idle fragment): ignored
+        cols = {k: fragment[k] for k in time_major_keys(fragment)}
+        obs = cols.get("obs")
+        if not isinstance(obs, np.ndarray) or obs.ndim < 2:
+            raise ValueError("no obs column of shape [T, B, ...]")
+        layout = {}
+        for key, col in cols.items():
+            if (not isinstance(col, np.ndarray) or col.dtype.kind not in "biuf"
+                    or col.shape[:2] != obs.shape[:2]):
+                raise ValueError(f"column {key!r} is not numbers of shape {obs.shape[:2]} + ...")
+            layout[key] = (col.dtype, col.shape[2:])
+        if "mask" not in cols or int(np.count_nonzero(cols["mask"])) != steps:
+            raise ValueError(f"its mask does not hold env_steps={steps} steps")
+        if self._layout is not None and layout != self._layout:
+            raise ValueError(f"its columns {sorted(layout)} differ from those of the "
+                             "fragments before it")
+        self._layout = layout
+        return int(steps)
 
     @property
     def pending_steps(self) -> int:

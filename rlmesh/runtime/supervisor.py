@@ -32,20 +32,28 @@ class RestartPolicy:
     backoff_s: float = 0.5
     backoff_max_s: float = 30.0
     multiplier: float = 2.0
+    # An actor that ran this long since its last start was healthy: its next failure waits
+    # backoff_s again (without it, seven failures spread over a day made every later one
+    # stall sampling for backoff_max_s).
+    healthy_after_s: float = 60.0
 
-    def delay(self, restarts_so_far: int) -> float | None:
-        """Seconds to wait before the next restart, or None to give up."""
+    def delay(self, restarts_so_far: int, failures_in_a_row: int | None = None) -> float | None:
+        """Seconds to wait before the next restart, or None to give up. ``restarts_so_far``
+        counts against ``max_restarts``; the backoff grows with ``failures_in_a_row``
+        (failures since the actor last ran ``healthy_after_s``; default: every restart)."""
         if restarts_so_far >= self.max_restarts:
             return None
+        streak = restarts_so_far if failures_in_a_row is None else failures_in_a_row
         try:
-            return min(self.backoff_max_s, self.backoff_s * self.multiplier ** restarts_so_far)
+            return min(self.backoff_max_s, self.backoff_s * self.multiplier ** streak)
         except OverflowError:  # after ~1000 restarts of a policy meant to go on for ever
             return self.backoff_max_s
 
 
 @dataclass
 class ActorEvent:
-    """Something the supervisor saw: ``died``, ``hung``, ``restarted`` or ``gave_up``."""
+    """Something the supervisor saw: ``died``, ``hung``, ``blocked`` (loop stuck, process
+    answering), ``restarted`` or ``gave_up``."""
 
     kind: str
     name: str
@@ -90,8 +98,12 @@ class Supervised:
         self.watch = watch
         self.on_dead = on_dead  # (reason, permanent) -> None: fails the handles' calls
         self.restarts = 0
+        self.failures_in_a_row = 0  # since the actor last ran healthy_after_s
+        self.started_at = time.monotonic()
         self.ping_sock: AsyncSocket | None = None
         self.restarting = False
+        self.blocked = False  # a blocked loop was reported for the current spell
+        self.seen_ticking = False  # its loop was seen running free since it (re)started
 
     def connect_heartbeat(self, control_address: str) -> None:
         self.close_heartbeat()
@@ -99,6 +111,7 @@ class Supervised:
         connect(sock, control_address)
         self.ping_sock = AsyncSocket(sock, self._on_pong)
         self.watch.last_pong = time.monotonic()
+        self.watch.status = {}  # a previous process's status says nothing of this one
 
     def _on_pong(self, frames: list[Any]) -> None:
         try:
@@ -122,7 +135,11 @@ class Supervised:
 class Supervisor:
     """Polls children for exits and missed heartbeats; restarts them per policy."""
 
-    def __init__(self, restart: Callable[[Supervised], Awaitable[None]], poll_s: float = 0.1) -> None:
+    def __init__(self, restart: Callable[[Supervised], Awaitable[None]], poll_s: float = 0.1,
+                 blocked_warn_s: float = 5.0) -> None:
+        # A loop stuck this long is reported: longer than any sane unit of work between two
+        # awaits (a fragment of a slow env), far shorter than a call's timeout.
+        self.blocked_warn_s = blocked_warn_s
         self.children: dict[str, Supervised] = {}
         self.events: list[ActorEvent] = []
         self.listeners: list[Callable[[ActorEvent], None]] = []
@@ -159,8 +176,10 @@ class Supervisor:
                 elif sup.watch.hung(now):
                     sup.restarting = True  # not polled while we take its stacks
                     asyncio.get_running_loop().create_task(self._dump_and_kill(sup, now))
-                elif sup.watch.due(now):
-                    sup.ping(now)
+                else:
+                    self._check_blocked(sup)
+                    if sup.watch.due(now):
+                        sup.ping(now)
             await asyncio.sleep(self._poll_s)
 
     async def _dump_and_kill(self, sup: Supervised, now: float) -> None:
@@ -189,7 +208,10 @@ class Supervisor:
         sup.close_heartbeat()
         sup.child.signal_group(signal.SIGKILL)  # nothing of the dead actor's group stays behind
         sup.child.cleanup()
-        delay = sup.policy.delay(sup.restarts)
+        if time.monotonic() - sup.started_at >= sup.policy.healthy_after_s:
+            sup.failures_in_a_row = 0
+        delay = sup.policy.delay(sup.restarts, sup.failures_in_a_row)
+        sup.failures_in_a_row += 1
         self.emit(ActorEvent(kind, name, detail, code,
                              tail(sup.child.log_path) if lines is None else lines))
         sup.on_dead(detail.splitlines()[0], delay is None)
@@ -212,5 +234,29 @@ class Supervisor:
             sup.restarting = False  # the next poll sees the exit and applies the policy
             return
         sup.restarting = False
+        sup.started_at = time.monotonic()
+        sup.blocked = sup.seen_ticking = False
         self.emit(ActorEvent("restarted", sup.child.spec.name,
-                             f"restart {sup.restarts} of {sup.policy.max_restarts}"))
+                             f"restart {sup.restarts} of {sup.policy.max_restarts} "
+                             f"after a backoff of {delay:g} s"))
+
+    def _check_blocked(self, sup: Supervised) -> None:
+        """A ``blocked`` event once per spell in which the child's event loop stopped ticking
+        while its control thread still answers (user code stuck: an env's step, a callback),
+        with what the child says it is busy with (a probe's ``busy``), long before a call to
+        it times out."""
+        status = sup.watch.status
+        loop = status.get("loop") or {}
+        if not loop.get("blocked") or loop.get("since_last_tick_s", 0) < self.blocked_warn_s:
+            sup.blocked = False
+            sup.seen_ticking = sup.seen_ticking or bool(loop.get("loop_running"))
+            return
+        if sup.blocked or not sup.seen_ticking:  # not yet: an actor still starting (imports)
+            return
+        sup.blocked = True
+        busy = [p["busy"] for p in (status.get("probes") or {}).values()
+                if isinstance(p, dict) and p.get("busy")]
+        detail = f"its event loop has been blocked for {loop.get('since_last_tick_s', 0):.1f} s"
+        if busy:
+            detail += f" in {'; '.join(map(str, busy))}"
+        self.emit(ActorEvent("blocked", sup.child.spec.name, detail))

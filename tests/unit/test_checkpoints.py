@@ -80,3 +80,20 @@ def test_not_a_checkpoint_and_wrong_version_are_clear_errors(tmp_path):
     meta_file.write_bytes(msgpack.packb(meta))
     with pytest.raises(checkpoints.CheckpointError, match="version 99"):
         checkpoints.read(path)
+
+
+def test_a_save_removes_the_temp_dirs_of_dead_saves_and_puts_back_a_lone_old(tmp_path):
+    import os
+    import subprocess
+
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    dead, live = proc.pid, os.getpid()
+    checkpoints.write(tmp_path / "a", FakeAlgo(1), state(1.0))
+    (tmp_path / "a").rename(tmp_path / f".a.old-{dead}")  # killed between the two renames
+    for name in (f".b.tmp-{dead}", f".a.old-{live}x", f".c.tmp-{live}"):
+        (tmp_path / name).mkdir()
+    checkpoints.write(tmp_path / "d", FakeAlgo(2), state(2.0))
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["a", "d", f".a.old-{live}x", f".c.tmp-{live}"])  # a live save's, and no temp name
+    assert checkpoints.read(tmp_path / "a")[0]["counters"]["training_iteration"] == 1

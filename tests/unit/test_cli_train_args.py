@@ -196,13 +196,21 @@ def test_stop_on_a_nested_key_and_the_first_criterion_met(tmp_path, built, capsy
     assert built[1].iteration == 1
 
 
-def test_a_misspelled_stop_key_is_named(tmp_path, built, capsys):
+def test_a_misspelled_stop_key_ends_the_run_after_the_first_result(tmp_path, built, capsys):
+    # It could never be met: one error line naming the closest key, not a run for ever.
     assert run_train(tmp_path, "--run", "PPO", "--env", "CartPole-v1", "--stop",
-                     '{"episode_reward_maen": 5, "training_iteration": 2}') == 0
-    out = capsys.readouterr().out
-    assert "stop key 'episode_reward_maen' is not in the results; did you mean " \
-           "'episode_reward_mean'?" in out
-    assert out.count("warning:") == 1
+                     '{"episode_reward_maen": 5, "training_iteration": 3}') == 2
+    assert built[0].iteration == 1
+    line = one_error_line(capsys)
+    assert "stop key 'episode_reward_maen' is not in the results" in line
+    assert "did you mean 'episode_reward_mean'?" in line
+
+
+def test_a_stop_key_under_a_dict_still_empty_only_warns(tmp_path, built, capsys):
+    # A custom metric shows up once an episode reported it: not an error at iteration 1.
+    assert run_train(tmp_path, "--run", "PPO", "--env", "CartPole-v1", "--stop",
+                     '{"custom_metrics/score_mean": 5, "training_iteration": 2}') == 0
+    assert capsys.readouterr().out.count("warning:") == 1
 
 
 @pytest.mark.parametrize("stop,expected", [

@@ -30,6 +30,13 @@ def test_constant_backoff_with_multiplier_one():
     assert [p.delay(n) for n in range(4)] == [0.25] * 4
 
 
+def test_backoff_grows_with_failures_in_a_row_not_with_lifetime_restarts():
+    p = RestartPolicy(max_restarts=10, backoff_s=0.5, multiplier=2.0)
+    assert p.delay(7, failures_in_a_row=0) == 0.5  # seven old failures, then a healthy run
+    assert p.delay(7, failures_in_a_row=2) == 2.0
+    assert p.delay(10, failures_in_a_row=0) is None  # the lifetime limit still holds
+
+
 def test_gives_up_after_max_restarts():
     p = RestartPolicy(max_restarts=3, backoff_s=0.1)
     assert [p.delay(n) is None for n in range(6)] == [False, False, False, True, True, True]
