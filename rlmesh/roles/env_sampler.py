@@ -16,6 +16,7 @@ from rlmesh.callbacks import Callbacks, Episode
 from rlmesh.envs import actions_for_env
 from rlmesh.policy.policy import Policy
 from rlmesh.rl.columns import ColumnSpec, Columns, env_columns, optional_columns, space_layout
+from rlmesh.rl.spaces import ObservationError, describe_mismatch, is_nested, to_column
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +112,8 @@ class EnvSampler:
         # fragment row is then one copy, not a stack of per-env arrays (~7% of sampling).
         layout = space_layout(self.observation_space)
         self._obs = np.zeros((num_envs, *layout.shape), layout.dtype)
+        # Tuple/Dict observations are packed into one record per step (rl/spaces.py).
+        self._nested = is_nested(self.observation_space)
         self._episodes: list[dict[str, Any]] = []
         self._specs: dict[str, ColumnSpec] = {}  # set with the policy (see _bind)
         self._bound: Policy | None = None
@@ -245,12 +248,13 @@ class EnvSampler:
         """Step env ``b`` and record row ``t``; False if its episode ended or it failed."""
         slot = self.slots[b]
         try:
-            obs, reward, terminated, truncated, info = slot.env.step(action)
+            raw, reward, terminated, truncated, info = slot.env.step(action)
         except Exception:
             log.exception("env %d raised in step(): its unfinished episode is discarded and "
                           "the env recreated", b)
             self._discard_episode(b, t, buf)
             return False
+        obs = to_column(self.observation_space, raw) if self._nested else raw
         reward = float(reward)
         cols = buf.cols
         cols["rewards"][t, b] = self._clip_reward(reward)
@@ -260,20 +264,31 @@ class EnvSampler:
         if Columns.PREV_REWARDS in self._prev_values:
             self._prev_values[Columns.PREV_REWARDS][b] = reward
         self._next_obs[b] = obs
-        slot.episode.record_step(obs, reward, info)
+        slot.episode.record_step(raw, reward, info)
         if self.callbacks is not None:
             self.callbacks.on_episode_step(episode=slot.episode, env_runner=self.env_runner,
                                            env_index=b)
         if not (terminated or truncated):
-            slot.obs = self._obs[b] = obs
+            slot.obs = obs
+            self._store_obs(b, obs)
             return True
         # A copy: the reset below may overwrite an array the env hands out again.
-        final = self._next_obs[b] = np.array(obs)
+        final = self._next_obs[b] = np.array(to_column(self.observation_space, obs)
+                                             if not self._nested else obs)
         if truncated and not terminated:
             buf.trunc.append((t, b, final))
         self._end_episode(b)
         self._reset(b, t + 1)
         return False
+
+    def _store_obs(self, b: int, obs: Any) -> None:
+        """Env ``b``'s observation into the row the next action reads; one error naming the
+        expected and received shape and dtype when it does not fit the space (checked in
+        full at resets and episode ends, here by the copy itself, which costs nothing)."""
+        try:
+            self._obs[b] = obs
+        except (ValueError, TypeError):
+            raise ObservationError(describe_mismatch(self.observation_space, obs)) from None
 
     def _clip_reward(self, reward: float) -> float:
         if self.clip_rewards is True:
@@ -325,8 +340,8 @@ class EnvSampler:
             raise RuntimeError(f"env {b} failed to reset {MAX_RESET_ATTEMPTS} times in a row, "
                                "each time recreated; the log has the tracebacks")
         slot.seed = None
-        slot.obs, slot.start_row = obs, start_row
-        self._obs[b] = obs
+        slot.obs, slot.start_row = to_column(self.observation_space, obs), start_row
+        self._obs[b] = slot.obs
         for state, initial in zip(self._states, self._initial):
             state[b] = initial
         for values in self._prev_values.values():
