@@ -1,5 +1,5 @@
 """Packed records of nested spaces (``rl/spaces.py``) as torch tensors: the leaves of a
-batch of records unpacked (views where the bytes allow, else one copy), and packed back."""
+batch of records unpacked (one copy each), and packed back."""
 
 from __future__ import annotations
 
@@ -19,8 +19,15 @@ def torch_dtype(dtype: np.dtype) -> torch.dtype:
 def unpack_tensor(leaves: list[Leaf], records: torch.Tensor) -> dict[tuple, torch.Tensor]:
     """Records ``[..., record_size]`` (uint8) -> ``{leaf path: [..., *leaf shape]}``."""
     lead = records.shape[:-1]
-    return {leaf.path: records[..., leaf.offset:leaf.offset + leaf.nbytes].contiguous()
-            .view(torch_dtype(leaf.dtype)).reshape(*lead, *leaf.shape) for leaf in leaves}
+    out = {}
+    for leaf in leaves:
+        part = records[..., leaf.offset:leaf.offset + leaf.nbytes]
+        # A fresh copy: viewing bytes as a wider dtype needs aligned strides, which a slice
+        # (even one that counts as contiguous, as a single row does) does not promise.
+        if leaf.dtype.itemsize > 1:
+            part = torch.empty(part.shape, dtype=torch.uint8, device=part.device).copy_(part)
+        out[leaf.path] = part.view(torch_dtype(leaf.dtype)).reshape(*lead, *leaf.shape)
+    return out
 
 
 def pack_tensors(leaves: list[Leaf], values: dict[tuple, torch.Tensor]) -> torch.Tensor:
