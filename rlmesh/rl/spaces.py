@@ -132,7 +132,7 @@ def unpack(space: gym.Space, records: np.ndarray) -> Any:
     lead = records.shape[:-1]
     flat = records.reshape(-1, records.shape[-1])
     values = {leaf.path: np.ascontiguousarray(flat[:, leaf.offset:leaf.offset + leaf.nbytes])
-              .view(leaf.dtype).reshape(*lead, *leaf.shape) for leaf in leaves(space)}
+              .view(leaf.dtype).reshape((*lead, *leaf.shape)) for leaf in leaves(space)}
     return build(space, values)
 
 
