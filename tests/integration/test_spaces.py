@@ -148,3 +148,45 @@ def test_observation_not_matching_its_space_stops_the_run_with_one_message():
     assert "'pos'" in message and "(3,)" in message and "(4,)" in message and "float32" in message
     assert message.count("does not match its space") == 1
     assert "mat1" not in str(info.value) and "torch" not in str(info.value)
+
+
+def test_policy_client_sends_dict_observations_and_gets_tuple_actions():
+    import threading
+
+    from rlmesh.client import PolicyClient
+
+    obs_space = gym.spaces.Dict({"pos": gym.spaces.Box(-1, 1, (3,), np.float32),
+                                 "flag": gym.spaces.Discrete(2)})
+    action_space = gym.spaces.Tuple(
+        (gym.spaces.Discrete(3), gym.spaces.Box(-1, 1, (2,), np.float32)))
+    config = (PPOConfig().environment(observation_space=obs_space, action_space=action_space)
+              .env_runners(policy_server_address="tcp://127.0.0.1:0", num_env_runners=1,
+                           policy_server_idle_timeout_s=5.0)
+              .training(train_batch_size=64, minibatch_size=64, num_epochs=1,
+                        model={"fcnet_hiddens": [8]}))
+    actions, errors = [], []
+    with config.build() as algo:
+        address = algo.env_runners.foreach_env_runner("get_address")[0]
+
+        def simulator():
+            try:
+                with PolicyClient(address) as client:
+                    for _ in range(10):
+                        eid = client.start_episode()
+                        for _ in range(10):
+                            action = client.get_action(eid, obs_space.sample())
+                            actions.append(action)
+                            client.log_returns(eid, 1.0)
+                        client.log_action(eid, obs_space.sample(), action_space.sample())
+                        client.end_episode(eid, obs_space.sample())
+            except Exception as e:  # reported below
+                errors.append(e)
+
+        thread = threading.Thread(target=simulator)
+        thread.start()
+        result = algo.train()
+        thread.join(60)
+    assert not errors, errors
+    assert result["timesteps_total"] >= 64
+    choice, point = actions[0]
+    assert 0 <= int(choice) < 3 and np.asarray(point).shape == (2,)
