@@ -158,7 +158,11 @@ def to_column(space: gym.Space, value: Any, what: str = "observation") -> np.nda
     array of the leaf's dtype; an ObservationError when it does not match the space."""
     if is_nested(space):
         return pack(space, value, None, what)
-    return check_leaf(Leaf((), space, *leaf_layout(space), 0, 0), value, None, what)
+    try:
+        layout = leaf_layout(space)
+    except ValueError:  # a space only a user's own policy reads: passed as it is
+        return np.asarray(value)
+    return check_leaf(Leaf((), space, *layout, 0, 0), value, None, what)
 
 
 def from_column(space: gym.Space, value: np.ndarray) -> Any:
