@@ -102,9 +102,10 @@ def check_leaf(leaf: Leaf, value: Any, batch: int | None, what: str = "observati
     want = leaf.shape if batch is None else (batch, *leaf.shape)
     if arr.shape != want or arr.dtype.kind not in "biuf":
         key = f" {leaf.name!r}" if leaf.path else ""
+        numeric = "" if arr.dtype.kind in "biuf" else " (not numeric)"
         raise ObservationError(
             f"{what}{key} does not match its space {leaf.space}: expected shape {want} of "
-            f"{np.dtype(leaf.space.dtype)}, got shape {arr.shape} of {arr.dtype}")
+            f"{np.dtype(leaf.space.dtype)}, got shape {arr.shape} of {arr.dtype}{numeric}")
     return arr.astype(leaf.dtype, copy=False)
 
 
