@@ -101,13 +101,19 @@ class TorchPolicy(Policy):
                         **kwargs: Any) -> tuple[np.ndarray, list[np.ndarray], dict[str, np.ndarray]]:
         explore = self.config.explore if explore is None else explore
         with torch.no_grad():
-            inputs = self.model(torch.as_tensor(np.asarray(obs_batch), device=self.device))[0]
+            inputs = self._policy_inputs(torch.as_tensor(np.asarray(obs_batch), device=self.device))
             dist = self.dist_class.from_inputs(inputs)
             actions = dist.sample() if explore else dist.deterministic_sample()
             logp = dist.logp(actions)
         return (actions.cpu().numpy().astype(self.action_dtype, copy=False), [],
                 {Columns.ACTION_LOGP: logp.cpu().numpy().astype(np.float32, copy=False),
                  Columns.ACTION_DIST_INPUTS: inputs.cpu().numpy().astype(np.float32, copy=False)})
+
+    def _policy_inputs(self, obs: torch.Tensor) -> torch.Tensor:
+        """The distribution inputs; the default model skips its value trunk (acting)."""
+        if hasattr(self.model, "policy_inputs"):
+            return self.model.policy_inputs(obs)
+        return self.model(obs)[0]
 
     def score_actions(self, obs_batch: np.ndarray, actions: np.ndarray) -> dict[str, np.ndarray]:
         with torch.no_grad():

@@ -128,6 +128,13 @@ class ActorCriticMLP(nn.Module):
         dist_inputs, value = self.heads(self.encoder(obs))
         return self.mask_logits(dist_inputs, obs), value
 
+    def policy_inputs(self, obs: torch.Tensor) -> torch.Tensor:
+        """Only the distribution inputs: what acting needs (the value trunk skipped)."""
+        dist_inputs = self.pi_head(self.pi_trunk(self.encoder(obs)))
+        if self.free_log_std:
+            dist_inputs = torch.cat([dist_inputs, self.log_std.expand_as(dist_inputs)], dim=-1)
+        return self.mask_logits(dist_inputs, obs)
+
     def heads(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Encoded observations ``[..., num_features]`` -> (dist_inputs, value)."""
         pi_features = self.pi_trunk(features)
