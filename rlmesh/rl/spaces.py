@@ -41,11 +41,14 @@ def is_nested(space: gym.Space) -> bool:
 
 def leaf_layout(space: gym.Space) -> tuple[tuple[int, ...], np.dtype]:
     """How one value of a non-nested space is stored: int64 for Discrete and MultiDiscrete,
-    int8 for MultiBinary, float32 for Box (uint8 Box, i.e. pixels, stays uint8)."""
+    int8 for MultiBinary, float32 for Box (uint8 and bool Box, i.e. pixels and boolean
+    grids, are stored as uint8)."""
     if isinstance(space, gym.spaces.Discrete):
         return (), np.dtype(np.int64)
     if isinstance(space, gym.spaces.Box):
-        return tuple(space.shape), np.dtype(np.uint8 if space.dtype == np.uint8 else np.float32)
+        # Pixels and boolean grids (MinAtar) stay one byte per value.
+        small = space.dtype in (np.uint8, np.bool_)
+        return tuple(space.shape), np.dtype(np.uint8 if small else np.float32)
     if isinstance(space, gym.spaces.MultiDiscrete):
         return tuple(space.shape), np.dtype(np.int64)
     if isinstance(space, gym.spaces.MultiBinary):
