@@ -17,8 +17,8 @@ import torch
 import torch.nn.functional as F
 
 from rlmesh.rl.spaces import leaves
-from rlmesh.rl.spec import (BERNOULLI, CATEGORICAL, GAUSSIAN, JOINT, MULTI_CATEGORICAL,  # noqa: F401
-                            action_dist, clip_actions)
+from rlmesh.rl.spec import BERNOULLI, CATEGORICAL, GAUSSIAN, JOINT, MULTI_CATEGORICAL, action_dist
+from rlmesh.rl.spec import clip_actions  # noqa: F401 (re-exported)
 from rlmesh.rl.torch_spaces import pack_tensors, unpack_tensor
 
 _LOG_2PI = math.log(2 * math.pi)

@@ -151,7 +151,7 @@ def main() -> None:
     med = {side: [statistics.median(r[i] for r in rs) for i in range(3)] for side, rs in rates.items()}
     print(f"MinAtar Breakout, PPO, default conv net, {NUM_RUNNERS}x{NUM_ENVS} envs, "
           f"{args.steps} steps x {args.rounds} rounds (medians)")
-    print(f"| | rlmesh | CleanRL-style 1 process | ratio |\n| --- | --- | --- | --- |")
+    print("| | rlmesh | CleanRL-style 1 process | ratio |\n| --- | --- | --- | --- |")
     for i, what in enumerate(("training, env steps/s", "sampling only, env steps/s")):
         print(f"| {what} | {med['rlmesh'][i]:,.0f} | {med['cleanrl'][i]:,.0f} | "
               f"{med['rlmesh'][i] / med['cleanrl'][i]:.2f}x |")
