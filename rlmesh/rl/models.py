@@ -16,7 +16,7 @@ from torch import nn
 
 from rlmesh.rl.distributions import distribution_for
 from rlmesh.rl.encoders import ObsEncoder
-from rlmesh.rl.spaces import is_nested, pack_list
+from rlmesh.rl.spaces import build, is_nested, leaves, pack_list
 from rlmesh.rl.spec import (ACTION_MASK, ACTIVATION_NAMES, MODEL_DEFAULTS, check_model_config,
                             custom_model_path, obs_size)
 from rlmesh.rl.torch_spaces import unpack_tensor
@@ -174,13 +174,9 @@ class NestedObsModel(nn.Module):
         super().__init__()
         self.model = model
         self.obs_space = obs_space
-        from rlmesh.rl.spaces import leaves
-
         self._leaves = leaves(obs_space)
 
     def forward(self, obs: torch.Tensor) -> Any:
-        from rlmesh.rl.spaces import build
-
         return self.model(build(self.obs_space, unpack_tensor(self._leaves, obs)))
 
 
