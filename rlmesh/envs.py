@@ -220,6 +220,8 @@ def actions_for_env(actions: np.ndarray, action_space: gym.Space,
     ``unsquash_action``); otherwise Box actions are clipped to the bounds (``clip``, the
     config's ``clip_actions``) or passed as sampled. Other spaces pass through. Works on
     one action or a batch."""
+    if isinstance(action_space, (gym.spaces.Tuple, gym.spaces.Dict)):
+        return _nested_actions_for_env(actions, action_space, normalize_actions, clip)
     if not isinstance(action_space, gym.spaces.Box):
         return actions
     low, high = action_space.low, action_space.high
@@ -227,3 +229,23 @@ def actions_for_env(actions: np.ndarray, action_space: gym.Space,
         scaled = low + (np.clip(actions, -1.0, 1.0) + 1.0) * ((high - low) / 2.0)
         return np.clip(scaled, low, high).astype(action_space.dtype, copy=False)
     return clip_actions(actions, action_space) if clip else actions
+
+
+def _nested_actions_for_env(records: np.ndarray, action_space: gym.Space,
+                            normalize_actions: bool, clip: bool) -> Any:
+    """Packed Tuple/Dict actions (``rl/spaces.py``) as the env takes them: one nested
+    structure, or a list of them for a batch; Box leaves rescaled or clipped."""
+    from rlmesh.rl.spaces import build, leaves
+
+    records = np.asarray(records)
+    flat = records.reshape(-1, records.shape[-1])
+    values = {}
+    for leaf in leaves(action_space):
+        v = np.ascontiguousarray(flat[:, leaf.offset:leaf.offset + leaf.nbytes]).view(leaf.dtype)
+        v = v.reshape(len(flat), *leaf.shape)
+        if isinstance(leaf.space, gym.spaces.Box):
+            v = actions_for_env(v, leaf.space, normalize_actions, clip)
+        values[leaf.path] = v
+    rows = [build(action_space, {p: (int(v[i]) if v.ndim == 1 else v[i]) for p, v in values.items()})
+            for i in range(len(flat))]
+    return rows[0] if records.ndim == 1 else rows

@@ -35,7 +35,7 @@ class A3CTorchPolicy(A2CTorchPolicy):
     path, since they compute gradients too."""
 
     @classmethod
-    def runner_class(cls, config: Any) -> str:
+    def runner_class(cls, config: Any, *spaces: Any) -> str:
         return class_path(cls)
 
 

@@ -308,8 +308,7 @@ class Algorithm:
         """The action for one observation, from the newest weights (driver-side copy), as
         the env takes it; with ``state`` (a recurrent policy) ``(action, state_out, extra)``."""
         policy = self.get_policy(policy_id)
-        obs = np.asarray(observation, dtype=getattr(policy.observation_space, "dtype", None))
-        action, state_out, extra = policy.compute_single_action(obs, state, explore=explore)
+        action, state_out, extra = policy.compute_single_action(observation, state, explore=explore)
         action = env_action(self.config, policy.action_space, action)
         return (action, state_out, extra) if state is not None else action
 

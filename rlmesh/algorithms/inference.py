@@ -12,6 +12,7 @@ from rlmesh.algorithms import checkpoints
 from rlmesh.envs import actions_for_env, env_registry, import_object, spaces_of
 from rlmesh.policy.spec import PolicySpec, build_policy_from_data
 from rlmesh.rl.columns import DEFAULT_POLICY_ID
+from rlmesh.rl.spaces import to_column
 
 
 class InferencePolicy:
@@ -38,9 +39,8 @@ class InferencePolicy:
         return cls(config, policy)
 
     def compute_single_action(self, observation: Any, explore: bool = False) -> Any:
-        obs = np.asarray(observation, dtype=self.obs_space.dtype)
         return env_action(self.config, self.action_space,
-                          self.policy.compute_single_action(obs, explore=explore)[0])
+                          self.policy.compute_single_action(observation, explore=explore)[0])
 
     def stop(self) -> None:
         """Nothing to stop (the same call as an Algorithm's, for code that takes either)."""
@@ -49,7 +49,9 @@ class InferencePolicy:
 def env_action(config: Any, action_space: Any, action: Any) -> Any:
     """A policy's action as the env takes it: a Python int for Discrete, Box actions
     rescaled or clipped as the env runners do (squashed ones are in the bounds already)."""
-    if np.ndim(action) == 0 and np.issubdtype(np.asarray(action).dtype, np.integer):
+    if isinstance(action, (dict, tuple)):  # a Tuple/Dict space's, unpacked already
+        action = to_column(action_space, action, "action")
+    elif np.ndim(action) == 0 and np.issubdtype(np.asarray(action).dtype, np.integer):
         return int(action)
     squash = bool(config.model.get("squash_actions", False))
     return actions_for_env(action, action_space, config.normalize_actions and not squash,

@@ -210,9 +210,12 @@ class _LocalInference:
         self.obs_space = space_from_data(info["observation_space"])
         self.action_space = space_from_data(info["action_space"])
         model = info["model"]
-        if model.get("custom_model") is not None:
-            raise ValueError("inference_mode='local' computes the default model in numpy; this "
-                             f"server's model is {model['custom_model']!r}: use 'remote'")
+        from rlmesh.rl.spec import numpy_fast_path
+
+        if not numpy_fast_path(self.obs_space, self.action_space, model):
+            raise ValueError("inference_mode='local' computes the default MLP in numpy; this "
+                             "server's model (a custom_model, a conv net or nested spaces) needs "
+                             "torch: use inference_mode='remote'")
         self.policy = NumpyPolicy(self.obs_space, self.action_space, model, info["explore"])
         self.normalize = info["normalize_actions"]
         self._to_env = actions_for_env

@@ -14,6 +14,7 @@ from typing import Any, Literal, get_type_hints
 
 from rlmesh.config.schedules import validate_schedule, value_at
 from rlmesh.rl.spec import MODEL_DEFAULTS
+from rlmesh.rl.spec import custom_model_path as _custom_model_path
 
 logger = logging.getLogger(__name__)
 
@@ -190,7 +191,7 @@ class AlgorithmConfig:
         doc="Shuffle the train batch before cutting each epoch's minibatches.")
     model: dict = setting(
         MODEL_DEFAULTS, "training", merge=True,
-        doc="Network settings in RLlib's names (fcnet_hiddens, fcnet_activation, "
+        doc="Network settings in RLlib's names (fcnet_hiddens, fcnet_activation, conv_filters, "
             "vf_share_layers, free_log_std, custom_model, custom_model_config) and "
             "squash_actions (Box actions tanh-squashed into the bounds instead of clipped); "
             "every key with its meaning: rlmesh.rl.spec.MODEL_DEFAULTS. A dict given updates "
@@ -377,9 +378,13 @@ class AlgorithmConfig:
         out = {}
         for f in dataclasses.fields(self):
             key = f.metadata["key"] or f.name
+            value = getattr(self, f.name)
+            if f.name == "model" and value.get("custom_model") is not None:
+                # A class or a registered name crosses processes as its import path.
+                value = {**value, "custom_model": _custom_model_path(value["custom_model"])}
             try:
-                out[key] = _jsonable(getattr(self, f.name))
-            except TypeError as e:
+                out[key] = _jsonable(value)
+            except (TypeError, ValueError) as e:
                 raise ConfigError(f"{key}: {e}") from None
         return out
 

@@ -18,6 +18,7 @@ import gymnasium as gym
 import numpy as np
 
 from rlmesh.rl.columns import ColumnSpec, SampleBatch, postprocessed_samples
+from rlmesh.rl.spaces import from_column, to_column
 
 
 class PolicyError(TypeError):
@@ -56,14 +57,16 @@ class Policy:
                               prev_action: Any = None, prev_reward: Any = None,
                               explore: bool | None = None, timestep: int | None = None
                               ) -> tuple[Any, list[Any], dict[str, Any]]:
-        """``compute_actions`` on a batch of one: ``(action, state_out, extra_fetches)``."""
+        """``compute_actions`` on a batch of one: ``(action, state_out, extra_fetches)``.
+        ``obs`` (and ``prev_action``) as the env gives them, nested dicts / tuples for
+        Tuple/Dict spaces; the action comes back the same way."""
         actions, states, extra = self.compute_actions(
-            np.asarray(obs)[None], [np.asarray(s)[None] for s in state or []],
-            None if prev_action is None else np.asarray(prev_action)[None],
+            to_column(self.observation_space, obs)[None], [np.asarray(s)[None] for s in state or []],
+            None if prev_action is None else to_column(self.action_space, prev_action, "action")[None],
             None if prev_reward is None else np.asarray([prev_reward], np.float32),
             explore=explore, timestep=timestep)
-        return (np.asarray(actions)[0], [np.asarray(s)[0] for s in states],
-                {k: np.asarray(v)[0] for k, v in extra.items()})
+        return (from_column(self.action_space, np.asarray(actions)[0]),
+                [np.asarray(s)[0] for s in states], {k: np.asarray(v)[0] for k, v in extra.items()})
 
     def score_actions(self, obs_batch: np.ndarray, actions: np.ndarray) -> dict[str, np.ndarray]:
         """The extra outputs ``compute_actions`` would have given had it chosen ``actions``
@@ -138,7 +141,8 @@ class Policy:
     # --- where it runs ---
 
     @classmethod
-    def runner_class(cls, config: Any) -> str:
+    def runner_class(cls, config: Any, observation_space: gym.Space | None = None,
+                     action_space: gym.Space | None = None) -> str:
         """Import path of the class env runners act with: this class, unless a lighter
         implementation of the same policy exists (``TorchPolicy``'s numpy fast path)."""
         return class_path(cls)

@@ -3,6 +3,7 @@ plain data when it crosses to runner and learner processes (classes by import pa
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,9 +36,20 @@ class PolicySpec:
     def to_data(self, algo_config: Any) -> dict[str, Any]:
         """Plain data for other processes; ``runner_class`` is the class runners act with."""
         cls: type[Policy] = self.policy_class
-        return {"policy_class": class_path(cls), "runner_class": cls.runner_class(algo_config),
+        return {"policy_class": class_path(cls), "runner_class": _runner_class(cls, algo_config, self.observation_space,
+                                                  self.action_space),
                 "observation_space": space_to_data(self.observation_space),
                 "action_space": space_to_data(self.action_space), "config": self.config}
+
+
+def _runner_class(cls: type[Policy], config: Any, obs_space: Any, action_space: Any) -> str:
+    """``cls.runner_class`` given the spaces, where it takes them (older overrides take
+    only the config)."""
+    try:
+        inspect.signature(cls.runner_class).bind(config, obs_space, action_space)
+    except TypeError:
+        return cls.runner_class(config)
+    return cls.runner_class(config, obs_space, action_space)
 
 
 def build_policy_from_data(data: dict[str, Any], algo_config: Any, *, runner: bool,

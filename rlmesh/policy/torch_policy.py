@@ -17,10 +17,12 @@ from rlmesh.envs import import_object
 from rlmesh.policy.numpy_mlp import NumpyMLPPolicy
 from rlmesh.policy.policy import Policy, class_path
 from rlmesh.rl.batch import minibatches, to_tensors
-from rlmesh.rl.columns import Columns, SampleBatch, action_dist_columns, postprocessed_samples
+from rlmesh.rl.columns import (Columns, SampleBatch, action_dist_columns, postprocessed_samples,
+                               space_layout)
 from rlmesh.rl.distributions import distribution_for
 from rlmesh.rl.models import build_model
 from rlmesh.rl.optim import Adam
+from rlmesh.rl.spec import numpy_fast_path
 
 Tensors = dict[str, torch.Tensor]
 
@@ -47,6 +49,7 @@ class TorchPolicy(Policy):
         self.squash = bool(config.model.get("squash_actions", False))
         self.dist_class, self.num_dist_inputs = distribution_for(action_space, self.squash)
         self.model = self.make_model().to(self.device)
+        self.action_dtype = space_layout(action_space).dtype  # actions as the column stores them
         self.view_requirements = {**action_dist_columns(self.num_dist_inputs),
                                   **type(self).view_requirements}
         self.optimizer: Any = None  # made by the learner (make_optimizer): runners need none
@@ -73,12 +76,16 @@ class TorchPolicy(Policy):
         return self
 
     @classmethod
-    def runner_class(cls, config: Any) -> str:
-        """The numpy fast path when the model is the default one and this class acts as
-        ``TorchPolicy`` does; this class otherwise."""
+    def runner_class(cls, config: Any, observation_space: gym.Space | None = None,
+                     action_space: gym.Space | None = None) -> str:
+        """The numpy fast path when the model is the default MLP on a flat observation
+        (``spec.numpy_fast_path``: no conv, nested spaces or custom model) and this class
+        acts as ``TorchPolicy`` does; this class otherwise."""
         default_acting = (cls.compute_actions is TorchPolicy.compute_actions
                           and cls.make_model is TorchPolicy.make_model)
-        if default_acting and config.model.get("custom_model") is None:
+        flat = (config.model.get("custom_model") is None if observation_space is None
+                else numpy_fast_path(observation_space, action_space, config.model))
+        if default_acting and flat:
             return class_path(NumpyMLPPolicy)
         return class_path(cls)
 
@@ -94,14 +101,19 @@ class TorchPolicy(Policy):
                         **kwargs: Any) -> tuple[np.ndarray, list[np.ndarray], dict[str, np.ndarray]]:
         explore = self.config.explore if explore is None else explore
         with torch.no_grad():
-            inputs = self.model(torch.as_tensor(np.asarray(obs_batch), device=self.device))[0]
+            inputs = self._policy_inputs(torch.as_tensor(np.asarray(obs_batch), device=self.device))
             dist = self.dist_class.from_inputs(inputs)
             actions = dist.sample() if explore else dist.deterministic_sample()
             logp = dist.logp(actions)
-        dtype = np.int64 if actions.dtype == torch.int64 else np.float32
-        return (actions.cpu().numpy().astype(dtype, copy=False), [],
+        return (actions.cpu().numpy().astype(self.action_dtype, copy=False), [],
                 {Columns.ACTION_LOGP: logp.cpu().numpy().astype(np.float32, copy=False),
                  Columns.ACTION_DIST_INPUTS: inputs.cpu().numpy().astype(np.float32, copy=False)})
+
+    def _policy_inputs(self, obs: torch.Tensor) -> torch.Tensor:
+        """The distribution inputs; the default model skips its value trunk (acting)."""
+        if hasattr(self.model, "policy_inputs"):
+            return self.model.policy_inputs(obs)
+        return self.model(obs)[0]
 
     def score_actions(self, obs_batch: np.ndarray, actions: np.ndarray) -> dict[str, np.ndarray]:
         with torch.no_grad():

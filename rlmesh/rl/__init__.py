@@ -13,6 +13,7 @@ _EXPORTS = {
     "minibatches": "batch", "to_tensors": "batch",
     "Categorical": "distributions", "DiagGaussian": "distributions",
     "Distribution": "distributions", "SquashedGaussian": "distributions",
+    "MultiCategorical": "distributions", "Bernoulli": "distributions", "Joint": "distributions",
     "clip_actions": "spec", "distribution_for": "distributions",
     "compute_gae": "gae",  # vtrace: import rlmesh.rl.vtrace (its module has the name)
     "ActorCriticMLP": "models", "build_model": "models", "preprocess_obs": "models",

@@ -68,14 +68,19 @@ class ColumnSpec:
 
 
 def space_layout(space: gym.Space) -> ColumnSpec:
-    """How one observation or action of ``space`` is stored: int64 for Discrete, float32 for
-    Box (uint8 Box observations, i.e. pixels, stay uint8)."""
-    if isinstance(space, gym.spaces.Discrete):
-        return ColumnSpec((), np.dtype(np.int64))
-    if isinstance(space, gym.spaces.Box):
-        return ColumnSpec(tuple(space.shape),
-                          np.dtype(np.uint8 if space.dtype == np.uint8 else np.float32))
-    return ColumnSpec(tuple(space.shape or ()), np.dtype(space.dtype))
+    """How one observation or action of ``space`` is stored: int64 for Discrete and
+    MultiDiscrete, int8 for MultiBinary, float32 for Box (uint8 Box observations, i.e.
+    pixels, stay uint8); a Tuple or Dict as one uint8 record packing its leaves
+    (``rl/spaces.py``), so nested values travel as flat arrays."""
+    from rlmesh.rl.spaces import is_nested, leaf_layout, record_size
+
+    if is_nested(space):
+        return ColumnSpec((record_size(space),), np.dtype(np.uint8))
+    try:
+        shape, dtype = leaf_layout(space)
+    except ValueError:
+        return ColumnSpec(tuple(space.shape or ()), np.dtype(space.dtype))
+    return ColumnSpec(shape, dtype)
 
 
 FLOAT, BOOL = np.dtype(np.float32), np.dtype(bool)

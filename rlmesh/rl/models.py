@@ -1,10 +1,11 @@
-"""The default actor-critic MLP, observation preprocessing, and ``build_model``, which
-validates a ``model_config`` and builds the default model or a user's by import path.
+"""The default actor-critic model (an observation encoder, policy and value trunks and
+heads, action masking), and ``build_model``, which validates a ``model_config`` and builds
+the default model or a user's (a class, an import path or a registered name). The model
+contract is written down in docs/models.md.
 """
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 import gymnasium as gym
@@ -14,7 +15,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from rlmesh.rl.distributions import distribution_for
-from rlmesh.rl.spec import ACTIVATION_NAMES, MODEL_DEFAULTS, check_model_config, obs_size
+from rlmesh.rl.encoders import ObsEncoder
+from rlmesh.rl.spaces import build, is_nested, leaves, pack_list
+from rlmesh.rl.spec import (ACTION_MASK, ACTIVATION_NAMES, MODEL_DEFAULTS, check_model_config,
+                            custom_model_path, obs_size)
+from rlmesh.rl.torch_spaces import unpack_tensor
 
 
 
@@ -82,17 +87,26 @@ def mlp(in_size: int, hiddens: list[int], activation: str) -> tuple[nn.Sequentia
 class ActorCriticMLP(nn.Module):
     """obs -> (distribution inputs ``[N, num_outputs]``, value ``[N]``).
 
-    Separate policy and value trunks unless ``vf_share_layers``. The policy head starts
-    near zero (gain 0.01) so the first policy is close to uniform / zero-mean; the value
-    head uses gain 1.
+    ``encoder`` (``rl/encoders.py``: one encoder per observation leaf, concatenated; no
+    parameters for a flat Box or Discrete observation) -> ``pi_trunk`` / ``vf_trunk``
+    (``fcnet_hiddens`` then ``post_fcnet_hiddens``; one shared trunk with
+    ``vf_share_layers``) -> ``pi_head`` / ``vf_head``. The encoder is shared by both
+    trunks. The policy head starts near zero (gain 0.01) so the first policy is close to
+    uniform / zero-mean; the value head uses gain 1. An ``action_mask`` observation key
+    sets the logits of invalid actions to the dtype's minimum.
     """
 
     def __init__(self, obs_space: gym.Space, action_space: gym.Space, num_outputs: int, model_config: dict):
         super().__init__()
         config = {**MODEL_DEFAULTS, **model_config}
         self.obs_space = obs_space
-        hiddens, activation = list(config["fcnet_hiddens"]), config["fcnet_activation"]
-        in_size = obs_size(obs_space)
+        hiddens = list(config["fcnet_hiddens"]) + list(config["post_fcnet_hiddens"])
+        activation = config["fcnet_activation"]
+        self.encoder = ObsEncoder(obs_space, config, ACTIVATIONS[config["conv_activation"]])
+        in_size = self.encoder.out_size
+        self.masked = self.encoder.mask_leaf is not None
+        if self.masked:
+            check_action_mask(self.encoder.mask_leaf, action_space, num_outputs)
 
         self.free_log_std = bool(config["free_log_std"])
         if self.free_log_std:
@@ -108,58 +122,123 @@ class ActorCriticMLP(nn.Module):
             self.vf_trunk, vf_out = mlp(in_size, hiddens, activation)
         self.pi_head = layer_init(nn.Linear(pi_out, num_outputs), gain=0.01)
         self.vf_head = layer_init(nn.Linear(vf_out, 1), gain=1.0)
+        self.num_features = in_size
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        x = preprocess_obs(obs, self.obs_space)
-        pi_features = self.pi_trunk(x)
-        vf_features = pi_features if self.vf_trunk is None else self.vf_trunk(x)
+        dist_inputs, value = self.heads(self.encoder(obs))
+        return self.mask_logits(dist_inputs, obs), value
+
+    def policy_inputs(self, obs: torch.Tensor) -> torch.Tensor:
+        """Only the distribution inputs: what acting needs (the value trunk skipped)."""
+        dist_inputs = self.pi_head(self.pi_trunk(self.encoder(obs)))
+        if self.free_log_std:
+            dist_inputs = torch.cat([dist_inputs, self.log_std.expand_as(dist_inputs)], dim=-1)
+        return self.mask_logits(dist_inputs, obs)
+
+    def heads(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Encoded observations ``[..., num_features]`` -> (dist_inputs, value)."""
+        pi_features = self.pi_trunk(features)
+        vf_features = pi_features if self.vf_trunk is None else self.vf_trunk(features)
         dist_inputs = self.pi_head(pi_features)
         if self.free_log_std:
             dist_inputs = torch.cat([dist_inputs, self.log_std.expand_as(dist_inputs)], dim=-1)
         return dist_inputs, self.vf_head(vf_features).squeeze(-1)
 
+    def mask_logits(self, dist_inputs: torch.Tensor, obs: torch.Tensor) -> torch.Tensor:
+        """Logits of the actions the observation's ``action_mask`` rules out set to the
+        dtype's minimum (so they are never sampled, and score ~0 probability in the loss)."""
+        if not self.masked:
+            return dist_inputs
+        mask = self.encoder.action_mask(obs)
+        return dist_inputs.masked_fill(~mask, torch.finfo(dist_inputs.dtype).min)
 
-def import_model_class(path: str) -> type[nn.Module]:
-    """The class named by ``"package.module:ClassName"``, imported here."""
-    module_name, sep, attr = path.partition(":")
-    if not sep or not module_name or not attr:
-        raise ValueError(f"custom_model must be 'package.module:ClassName', got {path!r}")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ValueError(f"custom_model {path!r}: cannot import module {module_name!r}: {exc}") from exc
-    cls = getattr(module, attr, None)
-    if cls is None:
-        raise ValueError(f"custom_model {path!r}: module {module_name!r} has no attribute {attr!r}")
+
+#: The default model under the name the docs use.
+ActorCritic = ActorCriticMLP
+
+
+def check_action_mask(leaf: Any, action_space: gym.Space, num_outputs: int) -> None:
+    if not isinstance(action_space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)):
+        raise ValueError(f"the observation's {ACTION_MASK!r} masks Discrete or MultiDiscrete "
+                         f"actions; the action space is {action_space}")
+    if int(np.prod(leaf.shape)) != num_outputs:
+        raise ValueError(f"observation {ACTION_MASK!r} has shape {leaf.shape}; the action space "
+                         f"{action_space} needs one entry per action ({num_outputs})")
+
+
+class NestedObsModel(nn.Module):
+    """A custom model of a Tuple/Dict observation space given the observation as its
+    nested dicts / tuples of tensors (the column's packed records unpacked)."""
+
+    def __init__(self, model: nn.Module, obs_space: gym.Space):
+        super().__init__()
+        self.model = model
+        self.obs_space = obs_space
+        self._leaves = leaves(obs_space)
+
+    def forward(self, obs: torch.Tensor) -> Any:
+        return self.model(build(self.obs_space, unpack_tensor(self._leaves, obs)))
+
+
+def import_model_class(path: Any) -> type[nn.Module]:
+    """The class named by ``"package.module:ClassName"`` (or a registered name), imported
+    here; a class is taken as it is."""
+    if isinstance(path, type):
+        cls = path
+    else:
+        path = custom_model_path(path)
+        module_name, sep, attr = path.partition(":")
+        if not sep or not module_name or not attr:
+            raise ValueError(f"custom_model must be a class, 'package.module:ClassName' or a name "
+                             f"given to rlmesh.models.register_custom_model, got {path!r}")
+        from rlmesh.envs import import_object
+
+        try:
+            cls = import_object(path, "custom_model")
+        except (ImportError, ValueError, AttributeError) as exc:
+            raise ValueError(f"custom_model {path!r}: {exc}") from None
     if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
         raise ValueError(f"custom_model {path!r} is {cls!r}, not a torch.nn.Module subclass")
     return cls
 
 
 def build_model(obs_space: gym.Space, action_space: gym.Space, model_config: dict) -> nn.Module:
-    """The default ``ActorCriticMLP``, or ``model_config["custom_model"]`` if one is named.
+    """The default ``ActorCriticMLP``, or ``model_config["custom_model"]`` if one is given.
 
     ``num_outputs``, the number of distribution inputs, is what ``distribution_for`` says
-    the action space needs (the same with and without squashing). A custom model is a ``torch.nn.Module`` subclass constructed as
-    ``Cls(obs_space, action_space, num_outputs, model_config)`` (the full config, defaults
-    filled in; its own settings go in ``custom_model_config``) whose ``forward(obs)`` takes
-    a batch of raw observations ``[N, *obs_space.shape]`` as a tensor (``preprocess_obs``
-    does what the default model does) and returns ``(dist_inputs [N, num_outputs],
-    value [N])``. That contract is checked here on two sampled observations.
+    the action space needs (the same with and without squashing). A custom model is a
+    ``torch.nn.Module`` subclass constructed as ``Cls(obs_space, action_space, num_outputs,
+    model_config)`` (the full config, defaults filled in; its own settings go in
+    ``custom_model_config``) whose ``forward(obs)`` takes a batch of raw observations (a
+    tensor ``[N, *obs_space.shape]``; for a Tuple/Dict space, the nested dicts / tuples of
+    such tensors) and returns ``(dist_inputs [N, num_outputs], value [N])``. That contract
+    is checked here on two sampled observations (docs/models.md).
     """
     config = check_model_config(model_config)
-    _, num_outputs = distribution_for(action_space)
+    _, num_outputs = distribution_for(action_space, bool(config["squash_actions"]))
     if config["custom_model"] is None:
         model = ActorCriticMLP(obs_space, action_space, num_outputs, config)
+        name = "ActorCriticMLP"
     else:
         cls = import_model_class(config["custom_model"])
         model = cls(obs_space, action_space, num_outputs, config)
-    _check_outputs(model, obs_space, num_outputs, config["custom_model"] or "ActorCriticMLP")
+        if is_nested(obs_space):
+            model = NestedObsModel(model, obs_space)
+        name = cls.__qualname__
+    _check_outputs(model, obs_space, num_outputs, name)
     return model
 
 
+def sample_obs_batch(obs_space: gym.Space, n: int) -> torch.Tensor:
+    """``n`` observations sampled from the space, as their column stores them."""
+    samples = [obs_space.sample() for _ in range(n)]
+    if is_nested(obs_space):
+        return torch.as_tensor(pack_list(obs_space, samples))
+    return torch.as_tensor(np.stack(samples))
+
+
 def _check_outputs(model: nn.Module, obs_space: gym.Space, num_outputs: int, name: str) -> None:
-    obs = torch.as_tensor(np.stack([obs_space.sample() for _ in range(2)]))
+    obs = sample_obs_batch(obs_space, 2)
     with torch.no_grad():
         out = model(obs)
     if not (isinstance(out, (tuple, list)) and len(out) == 2):

@@ -18,7 +18,8 @@ from typing import Any, Callable
 import gymnasium as gym
 import numpy as np
 
-from rlmesh.rl.spec import CATEGORICAL, SQUASHED, action_dist, check_model_config, obs_size
+from rlmesh.rl.spec import (CATEGORICAL, SQUASHED, action_dist, check_model_config, numpy_fast_path,
+                            obs_size)
 
 _LOG_2PI = math.log(2 * math.pi)
 # SquashedGaussian's clamps (rlmesh.rl.distributions), which scoring on the learner repeats.
@@ -66,7 +67,12 @@ class NumpyPolicy:
         self.action_dtype = np.dtype(np.int64 if self.kind == CATEGORICAL else np.float32)
         self._one_hot = (np.eye(int(obs_space.n), dtype=np.float32)
                          if isinstance(obs_space, gym.spaces.Discrete) else None)
-        self.weights = self._initial_weights(list(config["fcnet_hiddens"]))
+        if not numpy_fast_path(obs_space, action_space, config):
+            raise ValueError(f"NumpyPolicy computes the default MLP on a flat observation; "
+                             f"observation space {obs_space} with action space {action_space} "
+                             f"needs torch (TorchPolicy)")
+        self.weights = self._initial_weights(list(config["fcnet_hiddens"])
+                                             + list(config["post_fcnet_hiddens"]))
         self._layers: list[tuple[np.ndarray, np.ndarray]] = []
         self._load()
 

@@ -14,21 +14,48 @@ import gymnasium as gym
 import numpy as np
 
 MODEL_DEFAULTS: dict = {
+    # The trunk: dense layers over the encoded observation (the concatenation of every
+    # leaf's encoding, see docs/models.md), one for the policy and one for the value.
     "fcnet_hiddens": [256, 256],  # sizes of the hidden layers of each trunk
     "fcnet_activation": "tanh",  # one of ACTIVATION_NAMES
+    # Image leaves (Box of 3 dims, HWC or CHW; 2-dim uint8 ones as one channel) go through
+    # a conv stack first: [[out_channels, kernel, stride], ...], kernel an int or [kh, kw],
+    # no padding. None: a default chosen from the image size (default_conv_filters).
+    "conv_filters": None,
+    "conv_activation": "relu",  # one of ACTIVATION_NAMES
+    "post_fcnet_hiddens": [],  # more dense layers after fcnet_hiddens (RLlib's final stack)
     "vf_share_layers": False,  # True: one trunk feeds both heads (RLlib's default is False)
     "free_log_std": False,  # Box actions: log_std a learned parameter, not a model output
     # Box actions: False samples a Gaussian and clips (or, with normalize_actions, rescales)
     # what it drew into the bounds, as RLlib does; True squashes it with tanh into the
     # bounds, so every action the policy scores is one the env receives (needs finite bounds).
     "squash_actions": False,
-    "custom_model": None,  # "package.module:ClassName" of a torch.nn.Module, see build_model
+    # A torch.nn.Module subclass, its import path "package.module:ClassName", or a name
+    # given to rlmesh.models.register_custom_model; the contract: docs/models.md.
+    "custom_model": None,
     "custom_model_config": {},  # passed through, untouched, for a custom model's own use
+    # Recurrent models and frame stacking (implemented with the recurrent training of
+    # issue 17; docs/models.md): an LSTM of lstm_cell_size units over the trunk's output,
+    # trained on sequences of at most max_seq_len steps, optionally fed the previous
+    # action and reward; framestack: the last N observations of an image env stacked.
+    "use_lstm": False,
+    "lstm_cell_size": 256,
+    "max_seq_len": 20,
+    "lstm_use_prev_action": False,
+    "lstm_use_prev_reward": False,
+    "framestack": 1,
 }
 
 ACTIVATION_NAMES = ("tanh", "relu", "swish", "linear")
 
 CATEGORICAL, GAUSSIAN, SQUASHED = "categorical", "gaussian", "squashed"
+MULTI_CATEGORICAL, BERNOULLI, JOINT = "multi_categorical", "bernoulli", "joint"
+
+#: The observation key whose value masks the invalid actions of a Discrete/MultiDiscrete space.
+ACTION_MASK = "action_mask"
+
+#: Custom models by name (register_custom_model): the import path other processes load.
+CUSTOM_MODELS: dict[str, str] = {}
 
 
 def check_model_config(model_config: dict) -> dict:
@@ -39,31 +66,106 @@ def check_model_config(model_config: dict) -> dict:
             hint = f"did you mean {close[0]!r}?" if close else f"valid keys: {sorted(MODEL_DEFAULTS)}"
             raise ValueError(f"unknown model_config key {key!r}: {hint}")
     config = {**MODEL_DEFAULTS, **model_config}
-    if config["fcnet_activation"] not in ACTIVATION_NAMES:
-        raise ValueError(
-            f"fcnet_activation {config['fcnet_activation']!r} is not one of {sorted(ACTIVATION_NAMES)}"
-        )
+    for key in ("fcnet_activation", "conv_activation"):
+        if config[key] not in ACTIVATION_NAMES:
+            raise ValueError(f"{key} {config[key]!r} is not one of {sorted(ACTIVATION_NAMES)}")
+    if config["conv_filters"] is not None:
+        conv_filters(config["conv_filters"])  # raises on a malformed one
     return config
 
 
+def custom_model_path(value: Any) -> Any:
+    """``custom_model`` as other processes find it: a registered name or a class becomes
+    its import path; a path (or None) is kept."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return CUSTOM_MODELS.get(value, value)
+    if isinstance(value, type):
+        from rlmesh.envs import path_of
+
+        return path_of(value, "custom_model")
+    raise ValueError(f"custom_model must be a torch.nn.Module subclass, its import path "
+                     f"'package.module:ClassName' or a registered name, got {value!r}")
+
+
+def conv_filters(filters: Any) -> list[tuple[int, tuple[int, int], int]]:
+    """``[[out_channels, kernel, stride], ...]`` checked, kernels as ``(kh, kw)``."""
+    out = []
+    try:
+        for channels, kernel, stride in filters:
+            kh, kw = (kernel, kernel) if isinstance(kernel, int) else tuple(kernel)
+            out.append((int(channels), (int(kh), int(kw)), int(stride)))
+    except (TypeError, ValueError):
+        raise ValueError(f"conv_filters must be [[out_channels, kernel, stride], ...] with "
+                         f"kernel an int or [kh, kw], got {filters!r}") from None
+    return out
+
+
+def image_shape(space: gym.Space) -> tuple[int, int, int] | None:
+    """``(channels, height, width)`` of an image leaf (a Box of 3 dims, channels last unless
+    the first dim is the smaller one and at most 16, as a frame stack of (4, 84, 84); a
+    uint8 Box of 2 dims is one channel); None for anything else."""
+    if not isinstance(space, gym.spaces.Box):
+        return None
+    shape = tuple(space.shape)
+    if len(shape) == 2 and space.dtype == np.uint8:
+        return (1, *shape)
+    if len(shape) != 3:
+        return None
+    if shape[0] < shape[-1] and shape[0] <= 16:
+        return shape
+    return (shape[2], shape[0], shape[1])
+
+
+def default_conv_filters(space: gym.Space) -> list:
+    """Conv filters for an image of this size: the Nature DQN stack from 64 pixels up
+    (84x84, 64x64), a smaller one for 42x42, two 3x3 layers for small grids (MinAtar's
+    10x10, MiniGrid's 7x7, down to 5x5)."""
+    _, h, w = image_shape(space)
+    side = min(h, w)
+    if side >= 64:
+        return [[32, [8, 8], 4], [64, [4, 4], 2], [64, [3, 3], 1]]
+    if 36 <= side < 64:
+        return [[16, [4, 4], 2], [32, [4, 4], 2], [32, [3, 3], 1]]
+    if 5 <= side <= 16:
+        return [[16, [3, 3], 1], [32, [3, 3], 1]]
+    raise ValueError(f"no default conv_filters for an image of shape {tuple(space.shape)} "
+                     f"(defaults cover 5x5 to 16x16 grids, 42x42, 64x64 and up): set model "
+                     f"conv_filters=[[out_channels, kernel, stride], ...] or a custom_model")
+
+
+def numpy_fast_path(obs_space: gym.Space, action_space: gym.Space, model_config: dict) -> bool:
+    """Whether runners act with the numpy MLP (``numpy_policy``): the default model on a
+    flat observation (a Box that is not an image, or a Discrete) with Discrete or Box
+    actions; everything else (conv, nested spaces, custom or recurrent models) runs torch."""
+    config = {**MODEL_DEFAULTS, **model_config}
+    if config["custom_model"] is not None or config["use_lstm"] or config["framestack"] != 1:
+        return False
+    flat_obs = (isinstance(obs_space, gym.spaces.Discrete)
+                or (isinstance(obs_space, gym.spaces.Box) and image_shape(obs_space) is None))
+    flat_actions = (isinstance(action_space, gym.spaces.Discrete)
+                    or (isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1))
+    return flat_obs and flat_actions
+
+
 def obs_size(obs_space: gym.Space) -> int:
-    """Width of a preprocessed observation: Box ones flattened, Discrete(n) one-hot."""
+    """Width of a flat observation as the MLP reads it: Box ones flattened, Discrete(n)
+    one-hot (other spaces go through the encoders of ``rl/encoders.py``)."""
     if isinstance(obs_space, gym.spaces.Box):
         return int(np.prod(obs_space.shape))
     if isinstance(obs_space, gym.spaces.Discrete):
         return int(obs_space.n)
-    raise ValueError(
-        f"observation space {obs_space} is not supported by the default model: it takes Box "
-        f"and Discrete observations (flatten Dict/Tuple ones with "
-        f"gymnasium.wrappers.FlattenObservation, or write a custom_model)"
-    )
+    raise ValueError(f"observation space {obs_space} is not flat (Box or Discrete)")
 
 
 def action_dist(action_space: gym.Space, squash: bool = False) -> tuple[str, int]:
     """The kind of distribution ``action_space`` takes and how many model outputs
-    (distribution inputs) it needs: ``Discrete(n)`` -> categorical over n logits; 1-D
-    ``Box`` of d -> a diagonal Gaussian (mean and log_std, 2d inputs), tanh-squashed into
-    the bounds with ``squash`` (which needs finite ones)."""
+    (distribution inputs) it needs: ``Discrete(n)`` -> categorical over n logits;
+    ``MultiDiscrete`` -> one categorical per entry (sum of nvec logits); ``MultiBinary(n)``
+    -> n Bernoulli logits; a ``Box`` of d values (any shape) -> a diagonal Gaussian (mean
+    and log_std, 2d inputs), tanh-squashed into the bounds with ``squash`` (which needs
+    finite ones); ``Tuple``/``Dict`` -> a joint distribution, one per leaf, side by side."""
     if isinstance(action_space, gym.spaces.Discrete):
         if int(action_space.start) != 0:
             raise ValueError(
@@ -71,13 +173,15 @@ def action_dist(action_space: gym.Space, squash: bool = False) -> tuple[str, int
                 f"spaces starting at 0 are supported for now"
             )
         return CATEGORICAL, int(action_space.n)
+    if isinstance(action_space, gym.spaces.MultiDiscrete):
+        if np.asarray(action_space.start).any():
+            raise ValueError(f"action space {action_space} has a nonzero start; only "
+                             f"MultiDiscrete spaces starting at 0 are supported for now")
+        return MULTI_CATEGORICAL, int(np.sum(action_space.nvec))
+    if isinstance(action_space, gym.spaces.MultiBinary):
+        return BERNOULLI, int(np.prod(action_space.shape))
     if isinstance(action_space, gym.spaces.Box):
-        if len(action_space.shape) != 1:
-            raise ValueError(
-                f"action space {action_space} has shape {action_space.shape}; only 1-D Box "
-                f"action spaces are supported for now (flatten the actions in a wrapper)"
-            )
-        size = 2 * int(action_space.shape[0])
+        size = 2 * int(np.prod(action_space.shape))
         if not squash:
             return GAUSSIAN, size
         if not (np.all(np.isfinite(action_space.low)) and np.all(np.isfinite(action_space.high))):
@@ -86,9 +190,16 @@ def action_dist(action_space: gym.Space, squash: bool = False) -> tuple[str, int
                 f"ones; use squash_actions=False (a Gaussian clipped to the bounds)"
             )
         return SQUASHED, size
+    if isinstance(action_space, (gym.spaces.Tuple, gym.spaces.Dict)):
+        from rlmesh.rl.spaces import leaves
+
+        try:
+            return JOINT, sum(action_dist(leaf.space, squash)[1] for leaf in leaves(action_space))
+        except ValueError as e:
+            raise ValueError(f"action space {action_space}: {e}") from None
     raise ValueError(
-        f"action space {action_space} is not supported: rlmesh.rl supports Discrete and 1-D "
-        f"Box action spaces (MultiDiscrete, MultiBinary, Tuple and Dict are unsupported for now)"
+        f"action space {action_space} is not supported: rlmesh.rl supports Discrete, "
+        f"MultiDiscrete, MultiBinary, Box and Tuple/Dict of them"
     )
 
 
@@ -103,17 +214,13 @@ def clip_actions(actions: np.ndarray, action_space: gym.Space) -> np.ndarray:
 
 
 def check_observation(space: gym.Space, observation: Any) -> np.ndarray:
-    """An observation reported from outside (a policy client) as an array of the space's
-    dtype, or a clear error. Box bounds are not enforced (envs report values past them,
-    e.g. at a failure); a Discrete observation must be one of its values."""
-    arr = np.asarray(observation)
-    if arr.dtype.kind not in "biuf":
-        raise TypeError(f"observation of dtype {arr.dtype} is not numeric; the observation "
-                        f"space is {space}")
-    if arr.shape != tuple(space.shape):
-        raise ValueError(f"observation of shape {arr.shape}, the observation space is {space} "
-                         f"(shape {tuple(space.shape)})")
-    obs = arr.astype(space.dtype, copy=False)
+    """An observation reported from outside (a policy client) as its column stores it (a
+    packed record for Tuple/Dict spaces), or one clear error naming the key, the expected
+    and the received shape and dtype. Box bounds are not enforced (envs report values past
+    them, e.g. at a failure); a Discrete observation must be one of its values."""
+    from rlmesh.rl.spaces import to_column
+
+    obs = to_column(space, observation)
     if isinstance(space, gym.spaces.Discrete) and not space.contains(obs):
         raise ValueError(f"observation {observation!r} is outside the observation space {space}")
     return obs
@@ -122,6 +229,12 @@ def check_observation(space: gym.Space, observation: Any) -> np.ndarray:
 def check_action(space: gym.Space, action: Any, dtype: Any) -> np.ndarray:
     """An action a simulator chose itself (``log_action``) as stored (``dtype``), or a
     clear error when it is outside the action space."""
+    from rlmesh.rl.spaces import is_nested, to_column
+
+    if is_nested(space):
+        if not space.contains(action):
+            raise ValueError(f"action {action!r} is outside the action space {space}")
+        return to_column(space, action, "action")
     stored = np.asarray(action, dtype=dtype)
     if not space.contains(stored.astype(space.dtype)):
         raise ValueError(f"action {action!r} is outside the action space {space}")

@@ -21,6 +21,7 @@ import numpy as np
 from rlmesh.callbacks import load_callbacks
 from rlmesh.envs import EnvContext, import_object, make_env, space_to_data
 from rlmesh.rl.columns import DEFAULT_POLICY_ID
+from rlmesh.rl.spec import numpy_fast_path
 from rlmesh.roles.env_sampler import SEED_STRIDE, EnvSampler
 from rlmesh.roles.runner_policy import VersionedPolicies, make_runner_policies
 from rlmesh.runtime import Actor, ActorUnavailable, RemoteError, current_job
@@ -56,8 +57,8 @@ def default_policy_specs(obs_space: gym.Space, action_space: gym.Space, config: 
         spec = PolicySpec(config.policy_class).resolved(None, obs_space, action_space)
         return {DEFAULT_POLICY_ID: spec.to_data(config)}
     torch_policy = "rlmesh.policy.torch_policy:TorchPolicy"
-    runner = (torch_policy if config.model.get("custom_model") is not None
-              else "rlmesh.policy.numpy_mlp:NumpyMLPPolicy")
+    runner = ("rlmesh.policy.numpy_mlp:NumpyMLPPolicy"
+              if numpy_fast_path(obs_space, action_space, config.model) else torch_policy)
     return {DEFAULT_POLICY_ID: {"policy_class": torch_policy, "runner_class": runner,
                                 "observation_space": space_to_data(obs_space),
                                 "action_space": space_to_data(action_space), "config": {}}}

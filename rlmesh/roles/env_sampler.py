@@ -17,6 +17,7 @@ from rlmesh.callbacks import Callbacks, Episode
 from rlmesh.envs import actions_for_env
 from rlmesh.policy.policy import Policy
 from rlmesh.rl.columns import ColumnSpec, Columns, env_columns, optional_columns, space_layout
+from rlmesh.rl.spaces import ObservationError, describe_mismatch, is_nested, to_column
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +126,8 @@ class EnvSampler:
         # fragment row is then one copy, not a stack of per-env arrays (~7% of sampling).
         layout = space_layout(self.observation_space)
         self._obs = np.zeros((num_envs, *layout.shape), layout.dtype)
+        # Tuple/Dict observations are packed into one record per step (rl/spaces.py).
+        self._nested = is_nested(self.observation_space)
         self._episodes: list[dict[str, Any]] = []
         self._specs: dict[str, ColumnSpec] = {}  # set with the policy (see _bind)
         self._bound: Policy | None = None
@@ -264,7 +267,7 @@ class EnvSampler:
         slot = self.slots[b]
         self.stepping = b
         try:
-            obs, reward, terminated, truncated, info = slot.env.step(action)
+            raw, reward, terminated, truncated, info = slot.env.step(action)
         except Exception:
             self.stepping = -1
             self._step_failed(b)
@@ -272,6 +275,7 @@ class EnvSampler:
             return False
         self.stepping = -1
         slot.errors_in_a_row = 0
+        obs = to_column(self.observation_space, raw) if self._nested else raw
         reward = float(reward)
         cols = buf.cols
         cols["rewards"][t, b] = self._clip_reward(reward)
@@ -281,15 +285,17 @@ class EnvSampler:
         if Columns.PREV_REWARDS in self._prev_values:
             self._prev_values[Columns.PREV_REWARDS][b] = reward
         self._next_obs[b] = obs
-        slot.episode.record_step(obs, reward, info)
+        slot.episode.record_step(raw, reward, info)
         if self.callbacks is not None:
             self.callbacks.on_episode_step(episode=slot.episode, env_runner=self.env_runner,
                                            env_index=b)
         if not (terminated or truncated):
-            slot.obs = self._obs[b] = obs
+            slot.obs = obs
+            self._store_obs(b, obs)
             return True
         # A copy: the reset below may overwrite an array the env hands out again.
-        final = self._next_obs[b] = np.array(obs)
+        final = self._next_obs[b] = np.array(to_column(self.observation_space, obs)
+                                             if not self._nested else obs)
         if truncated and not terminated:
             buf.trunc.append((t, b, final))
         self._end_episode(b)
@@ -311,6 +317,15 @@ class EnvSampler:
             raise EnvError(f"env {b} raised in step() {slot.errors_in_a_row} times in a row, "
                            f"recreated after each ({self.counters['env_errors'] + 1} env "
                            f"errors in all)\n{self._first_traceback}")
+
+    def _store_obs(self, b: int, obs: Any) -> None:
+        """Env ``b``'s observation into the row the next action reads; one error naming the
+        expected and received shape and dtype when it does not fit the space (checked in
+        full at resets and episode ends, here by the copy itself, which costs nothing)."""
+        try:
+            self._obs[b] = obs
+        except (ValueError, TypeError):
+            raise ObservationError(describe_mismatch(self.observation_space, obs)) from None
 
     def _clip_reward(self, reward: float) -> float:
         if self.clip_rewards is True:
@@ -362,8 +377,8 @@ class EnvSampler:
             raise RuntimeError(f"env {b} failed to reset {MAX_RESET_ATTEMPTS} times in a row, "
                                "each time recreated; the log has the tracebacks")
         slot.seed = None
-        slot.obs, slot.start_row = obs, start_row
-        self._obs[b] = obs
+        slot.obs, slot.start_row = to_column(self.observation_space, obs), start_row
+        self._obs[b] = slot.obs
         for state, initial in zip(self._states, self._initial):
             state[b] = initial
         for values in self._prev_values.values():

@@ -255,6 +255,8 @@ class PolicyService(Actor):
         r._new_data.set()
         action = actions_for_env(actions[0], r.action_space,
                                  r.config.normalize_actions and not r.squash)
+        if isinstance(action, (dict, tuple, list)):  # a Tuple/Dict space's, unpacked
+            return action
         return int(action) if np.ndim(action) == 0 else action
 
     @counted

@@ -186,9 +186,9 @@ def test_distribution_for_gives_class_and_input_size():
 
 
 @pytest.mark.parametrize("space,match", [
-    (gym.spaces.MultiDiscrete([2, 3]), "MultiDiscrete"),
-    (gym.spaces.Dict({"a": gym.spaces.Discrete(2)}), "Dict"),
-    (gym.spaces.Box(-1, 1, (2, 2)), r"1-D Box"),
+    (gym.spaces.MultiDiscrete([2, 3], start=[1, 0]), "nonzero start"),
+    (gym.spaces.Dict({"a": gym.spaces.Text(3)}), "Text"),
+    (gym.spaces.Graph(gym.spaces.Discrete(2), None), "Graph"),
     (gym.spaces.Discrete(3, start=1), "starts at 1"),
 ])
 def test_distribution_for_unsupported_space_names_it(space, match):

@@ -69,9 +69,12 @@ def test_preprocess_one_hot_and_flatten():
     assert preprocess_obs(torch.zeros(5, 4, 3, 2), BOX_OBS).shape == (5, 4, 6)
 
 
-def test_unsupported_observation_space_is_named():
-    space = gym.spaces.Dict({"x": gym.spaces.Discrete(2)})
-    with pytest.raises(ValueError, match="FlattenObservation") as info:
+@pytest.mark.parametrize("space", [
+    gym.spaces.Dict({"x": gym.spaces.Discrete(2), "t": gym.spaces.Text(5)}),
+    gym.spaces.Box(0, 255, (3, 3, 3), np.uint8),  # an image too small for any default conv
+])
+def test_unsupported_observation_space_is_named(space):
+    with pytest.raises(ValueError, match="custom_model") as info:
         build_model(space, gym.spaces.Discrete(2), {})
     assert str(space) in str(info.value)
 
@@ -152,7 +155,7 @@ def test_custom_model_by_import_path():
 
 
 @pytest.mark.parametrize("path,match", [
-    ("tests.unit.test_rl_models.TinyNet", "must be 'package.module:ClassName'"),
+    ("tests.unit.test_rl_models.TinyNet", "'package.module:ClassName'"),
     ("tests.unit.no_such_module:TinyNet", "cannot import module 'tests.unit.no_such_module'"),
     ("tests.unit.test_rl_models:NoSuchNet", "has no attribute 'NoSuchNet'"),
     ("tests.unit.test_rl_models:NOT_A_MODULE", "not a torch.nn.Module subclass"),
