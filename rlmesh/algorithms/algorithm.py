@@ -78,6 +78,8 @@ class Algorithm:
         self.timesteps_total = 0
         self.episodes_total = 0
         self.num_env_steps_trained = 0  # what the learner consumed, apart from what was sampled
+        self.num_nonfinite_steps_skipped = 0  # env steps with NaN/inf data, dropped (on_nonfinite)
+        self._nonfinite_counts: dict[str, int] = {}  # the learners' (see _nonfinite_learner_counts)
         self.time_total_s = 0.0
         self._episodes: deque[dict[str, Any]] = deque(maxlen=SMOOTHING_EPISODES)
         self.obs_space, self.action_space = self._spaces(config)
@@ -208,6 +210,9 @@ class Algorithm:
         returns = [e["return"] for e in self._episodes]
         lengths = [e["length"] for e in self._episodes]
         nan = float("nan")
+        self.num_nonfinite_steps_skipped += sum(int(f.get("num_nonfinite_steps_skipped", 0))
+                                                for f in fragments)
+        learner_info = {pid: stats.get(pid, {}) for pid in self.policy_specs}
         return {
             "episode_reward_mean": float(np.mean(returns)) if returns else nan,
             "episode_reward_min": float(np.min(returns)) if returns else nan,
@@ -228,8 +233,19 @@ class Algorithm:
             "num_healthy_env_runners": self.mesh.num_healthy_runners(),
             "num_env_runner_restarts": self.mesh.restarts,
             "custom_metrics": summarize_custom_metrics([e.get("custom_metrics", {}) for e in new]),
-            "info": {"learner": {pid: stats.get(pid, {}) for pid in self.policy_specs}},
+            "num_nonfinite_steps_skipped": self.num_nonfinite_steps_skipped,
+            **self._nonfinite_learner_counts(learner_info),
+            "info": {"learner": learner_info},
         }
+
+    def _nonfinite_learner_counts(self, learner_info: dict[str, dict[str, Any]]) -> dict[str, int]:
+        """The learners' counts of batches and updates skipped for NaN/inf, over all policies
+        (kept from earlier iterations when this one has no statistics of a policy)."""
+        counts = self._nonfinite_counts
+        for key in ("num_nonfinite_batches_skipped", "num_nonfinite_updates_skipped"):
+            now = sum(int(info.get(key, 0)) for info in learner_info.values())
+            counts[key] = max(counts.get(key, 0), now)
+        return dict(counts)
 
     # --- policy access ---
 
@@ -311,3 +327,4 @@ class Algorithm:
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
+

@@ -299,8 +299,9 @@ def _fail(error: Exception | str) -> int:
 
 
 #: Errors in the user's policy code that say all there is to say in one line: a policy class
-#: that breaks the contract, a loss that asks for a column the batch lacks.
-POLICY_ERRORS = ("PolicyError", "MissingColumn")
+#: that breaks the contract, a loss that asks for a column the batch lacks, a NaN or inf
+#: from an env or in an update (``on_nonfinite``).
+POLICY_ERRORS = ("PolicyError", "MissingColumn", "NonFiniteError")
 
 
 def policy_error_message(error: BaseException) -> str | None:
@@ -308,9 +309,10 @@ def policy_error_message(error: BaseException) -> str | None:
     a RemoteError naming its type; its remote traceback is not shown); None for others."""
     from rlmesh.policy.policy import PolicyError
     from rlmesh.rl.columns import MissingColumn
+    from rlmesh.rl.finite import NonFiniteError
     from rlmesh.runtime import RemoteError
 
-    if isinstance(error, (PolicyError, MissingColumn)):
+    if isinstance(error, (PolicyError, MissingColumn, NonFiniteError)):
         return f"{type(error).__name__}: {error}"
     if isinstance(error, RemoteError) and error.etype in POLICY_ERRORS:
         where = f" in {error.actor}" if error.actor else ""

@@ -108,7 +108,7 @@ def optional_columns(action_space: gym.Space) -> dict[str, ColumnSpec]:
 #: Keys of a fragment that are not time-major columns.
 FRAGMENT_KEYS = frozenset({
     "next_obs", "trunc_index", "trunc_obs", "env_steps", "episodes", "policy_version",
-    "policy_id", "worker_index", "idle", "policy_versions"})
+    "policy_id", "worker_index", "idle", "policy_versions", "num_nonfinite_steps_skipped"})
 
 
 def time_major_keys(fragment: dict[str, Any]) -> list[str]:

@@ -89,7 +89,8 @@ class EnvRunner(VersionedPolicies, Actor):
         normalize = cfg.normalize_actions and not cfg.model.get("squash_actions", False)
         self.sampler = EnvSampler(create, n, seeds=seeds, callbacks=load_callbacks(cfg.callbacks_class),
                                   env_runner=self, normalize_actions=normalize,
-                                  clip_actions=cfg.clip_actions, clip_rewards=cfg.clip_rewards)
+                                  clip_actions=cfg.clip_actions, clip_rewards=cfg.clip_rewards,
+                                  on_nonfinite=cfg.on_nonfinite)
         job = current_job()
         if specs is None:
             specs = default_policy_specs(self.sampler.observation_space,
@@ -109,7 +110,8 @@ class EnvRunner(VersionedPolicies, Actor):
         # Streaming (asynchronous algorithms): what was sampled since the driver last asked.
         self._stream_task: asyncio.Task[None] | None = None
         self._senders: list[Any] | None = None
-        self._sampled: dict[str, Any] = {"episodes": [], "env_steps": 0}
+        self._sampled: dict[str, Any] = {"episodes": [], "env_steps": 0,
+                                         "num_nonfinite_steps_skipped": 0}
         self._stream_error: str | None = None
 
     @property
@@ -162,6 +164,7 @@ class EnvRunner(VersionedPolicies, Actor):
                 fragment = self._sample_now()
                 self._sampled["episodes"].extend(fragment.pop("episodes"))
                 self._sampled["env_steps"] += fragment["env_steps"]
+                self._sampled["num_nonfinite_steps_skipped"] += fragment["num_nonfinite_steps_skipped"]
                 await self._ship(self._senders[i % len(self._senders)], fragment)
                 if fetch is not None and fetch.done():
                     self._take_weights(fetch.result())  # a failed call raises here
@@ -196,7 +199,8 @@ class EnvRunner(VersionedPolicies, Actor):
         if self._stream_error is not None:
             raise RuntimeError(f"env runner {self.worker_index} stopped sampling: "
                                f"{self._stream_error}")
-        out, self._sampled = self._sampled, {"episodes": [], "env_steps": 0}
+        out, self._sampled = self._sampled, {"episodes": [], "env_steps": 0,
+                                             "num_nonfinite_steps_skipped": 0}
         out["num_fragments_lost"] = self._stats["num_fragments_lost"]
         return out
 
