@@ -29,7 +29,7 @@ from rlmesh.algorithms.topology import Mesh
 from rlmesh.callbacks import load_callbacks, summarize_custom_metrics
 from rlmesh.config.base import AlgorithmConfig
 from rlmesh.algorithms.inference import env_action
-from rlmesh.envs import as_space, env_registry, import_object, spaces_of
+from rlmesh.envs import as_space, env_registry, spaces_of
 from rlmesh.policy.policy import Policy
 from rlmesh.policy.spec import PolicySpec, build_policy_from_data
 from rlmesh.rl.columns import DEFAULT_POLICY_ID
@@ -288,8 +288,10 @@ class Algorithm:
         self.last_checkpoint = checkpoints.write(Path(checkpoint_dir), self, state)
         return self.last_checkpoint
 
-    def restore(self, path: str | Path) -> None:
-        meta, state = checkpoints.read(Path(path))
+    def restore(self, path: str | Path, trust_code: bool = False) -> None:
+        """Load a checkpoint's learner state and counters. Code it names outside rlmesh and
+        this run's own config needs ``trust_code`` (see ``checkpoints.check_code``)."""
+        meta, state = checkpoints.read(Path(path), trust_code, trusted=checkpoints.code_of(self))
         self.learner_group.set_state(state)
         counters = meta["counters"]
         self.iteration = counters["training_iteration"]
@@ -300,11 +302,14 @@ class Algorithm:
         self._publish()
 
     @classmethod
-    def from_checkpoint(cls, path: str | Path) -> "Algorithm":
-        meta, _ = checkpoints.read(Path(path))
-        algo_cls = import_object(meta["algorithm"]) if cls is Algorithm else cls
+    def from_checkpoint(cls, path: str | Path, trust_code: bool = False) -> "Algorithm":
+        """The algorithm a checkpoint was saved from, restored. A checkpoint that names code
+        outside rlmesh (its env, policy, model, callbacks) needs ``trust_code=True``: loading
+        runs that code. A file path (``.py``) is never run."""
+        meta, _ = checkpoints.read(Path(path), trust_code)
+        algo_cls = checkpoints.algorithm_class(meta["algorithm"]) if cls is Algorithm else cls
         algo = algo_cls(algo_cls.config_class.from_dict(meta["config"]))
-        algo.restore(path)
+        algo.restore(path, trust_code)
         return algo
 
     # --- lifecycle ---

@@ -23,6 +23,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--explore", action="store_true",
                    help="sample actions from the policy's distribution (default: its likeliest)")
     p.add_argument("--seed", type=int, metavar="S", help="seed of the env's first reset")
+    p.add_argument("--trust-code", action="store_true",
+                   help="load a checkpoint that names code outside rlmesh (its env, policy, model or "
+                        "callbacks, imported and run on loading); trust only checkpoints you made. "
+                        "A file path (.py) in a checkpoint is never run")
 
 
 def resolve_checkpoint(path: str) -> Path:
@@ -91,10 +95,15 @@ def main(args: argparse.Namespace) -> int:
     except FileNotFoundError as e:
         print(f"rlmesh rollout: error: {e}", file=sys.stderr)
         return 2
+    from rlmesh.algorithms.checkpoints import CheckpointError
     from rlmesh.algorithms.inference import InferencePolicy
 
     # Acting needs only the policy: no env runners or learner are started.
-    algo = InferencePolicy.from_checkpoint(checkpoint)
+    try:
+        algo = InferencePolicy.from_checkpoint(checkpoint, trust_code=args.trust_code)
+    except CheckpointError as e:
+        print(f"rlmesh rollout: error: {e}", file=sys.stderr)
+        return 2
     returns: list[float] = []
     code = 0
     try:

@@ -71,6 +71,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "<run>_<env>_<date>)")
     p.add_argument("--resume", action="store_true",
                    help="continue the newest trial from its newest checkpoint (see below)")
+    p.add_argument("--trust-code", action="store_true",
+                   help="with --resume: load a checkpoint that names code outside rlmesh and "
+                        "this run's config (imported and run on loading); a file path (.py) in "
+                        "a checkpoint is never run")
     p.add_argument("--num-env-runners", type=int, metavar="N", help="sets num_env_runners")
     p.add_argument("--seed", type=int, metavar="S", help="sets seed")
     p.add_argument("--log-level", type=str.upper, metavar="L",
@@ -330,12 +334,13 @@ def main(args: argparse.Namespace) -> int:
         spec = resolve_spec(args)
     except (UsageError, ConfigError) as e:
         return _fail(e)
-    return run_spec(spec, resume=args.resume)
+    return run_spec(spec, resume=args.resume, trust_code=args.trust_code)
 
 
-def run_spec(spec: TrainSpec, resume: bool = False) -> int:
+def run_spec(spec: TrainSpec, resume: bool = False, trust_code: bool = False) -> int:
     """Train as ``spec`` says, with results, progress and checkpoints (``rlmesh train``, and
     ``rlmesh launch``'s job on the head); the exit code."""
+    from rlmesh.algorithms.checkpoints import CheckpointError
     from rlmesh.config.base import ConfigError
 
     try:
@@ -364,13 +369,13 @@ def run_spec(spec: TrainSpec, resume: bool = False) -> int:
         if resume:
             trial_dir, checkpoint = find_resume_point(spec)
             trial_id = _trial_id(trial_dir)
-            algo.restore(checkpoint)
+            algo.restore(checkpoint, trust_code=trust_code)
             print(f"rlmesh train: resuming from {checkpoint}")
         else:
             experiment = spec.experiment or default_experiment_name(spec.run, spec.env)
             trial_dir, trial_id = make_trial_dir(spec.local_dir, experiment, spec.run, spec.env)
         logger = ResultLogger(trial_dir, config_dict, resume=resume)
-    except UsageError as e:
+    except (UsageError, CheckpointError) as e:
         algo.stop()
         return _fail(e)
     except KeyboardInterrupt:  # Ctrl-C before the loop took the signals over

@@ -19,6 +19,7 @@ import gymnasium as gym
 import numpy as np
 
 from rlmesh.callbacks import load_callbacks
+from rlmesh.code import code_names, is_file, resolve_sent
 from rlmesh.envs import EnvContext, import_object, make_env, space_to_data
 from rlmesh.rl.columns import DEFAULT_POLICY_ID
 from rlmesh.roles.env_sampler import SEED_STRIDE, EnvSampler
@@ -35,6 +36,8 @@ def runner_config(config: dict[str, Any]) -> tuple[Any, dict[str, Any], dict[str
 
     config = dict(config)
     registry = config.pop("_env_registry", None) or {}
+    config.pop("_code_roots", None)
+    config.pop("_main_script", None)
     specs = config.pop("_policy_specs", None)
     cls_path = config.pop("_config_class", None)
     if cls_path is not None:
@@ -74,6 +77,12 @@ class EnvRunner(VersionedPolicies, Actor):
 
     def __init__(self, config: dict[str, Any], worker_index: int = 1,
                  param_server: str | None = "param_server") -> None:
+        # Where functions named by messages may come from (rlmesh.code.startup_code): the
+        # packages this runner was started with, never a file or a package a message picks.
+        self._code_roots = set(config.get("_code_roots") or ()) | {
+            v.partition(":")[0].partition(".")[0] for _, v in code_names(config)
+            if not is_file(v.partition(":")[0])}
+        self._main_script = config.get("_main_script")
         cfg, specs, registry = runner_config(config)
         self.config = cfg
         self.worker_index = worker_index
@@ -234,17 +243,22 @@ class EnvRunner(VersionedPolicies, Actor):
     def apply(self, fn_path: str, *args: Any, **kwargs: Any) -> Any:
         """``fn(self, *args, **kwargs)``, ``fn`` named by its import path (RLlib's
         ``foreach_env_runner``); the result must be plain data."""
-        return import_object(fn_path, "foreach_env_runner function")(self, *args, **kwargs)
+        fn = resolve_sent(fn_path, "foreach_env_runner function", self._code_roots,
+                          self._main_script)
+        return fn(self, *args, **kwargs)
 
     def foreach_env(self, fn_path: str, *args: Any) -> list[Any]:
         """``fn(env.unwrapped, *args)`` for each env, ``fn`` named by its import path
         ``"pkg.module:func"``: a lambda cannot cross processes (nothing is pickled), so
         define the function at module level. Results must be plain data."""
-        fn = import_object(fn_path, "foreach_env function")
+        fn = resolve_sent(fn_path, "foreach_env function", self._code_roots, self._main_script)
         return [fn(env.unwrapped, *args) for env in self.envs]
 
     def call_env_method(self, name: str, *args: Any, **kwargs: Any) -> list[Any]:
-        """``env.unwrapped.<name>(*args, **kwargs)`` for each env (curriculum: ``set_phase``)."""
+        """``env.unwrapped.<name>(*args, **kwargs)`` for each env (curriculum: ``set_phase``);
+        a public method only (no ``__class__``, ``_private``)."""
+        if not name.isidentifier() or name.startswith("_"):
+            raise PermissionError(f"env method {name!r}: only public methods can be called")
         return [getattr(env.unwrapped, name)(*args, **kwargs) for env in self.envs]
 
     def metrics(self) -> dict[str, Any]:
