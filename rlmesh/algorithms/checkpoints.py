@@ -25,15 +25,16 @@ leaves the previous checkpoint (and no half-written one) behind.
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable
 
 import msgpack
 import torch
+
+from rlmesh.code import code_names, is_file
 
 FORMAT = "rlmesh-checkpoint"
 FORMAT_VERSION = 3
@@ -112,23 +113,6 @@ def algorithm_name(algo: Any) -> str:
     return registered_name(type(algo)) or f"{type(algo).__module__}:{type(algo).__qualname__}"
 
 
-# An import path "pkg.module:qualname", or a file's "/dir/script.py:qualname".
-_CODE = re.compile(r"^(?P<module>[A-Za-z_][\w.]*|[^:]*(/|\.py)[^:]*):(?P<name>[A-Za-z_][\w.]*)$")
-
-
-def code_names(data: Any, where: str = "") -> Iterator[tuple[str, str]]:
-    """``(where, value)`` for each string in ``data`` that names code: an import path or a
-    file, and the env (gymnasium's "module:EnvId" imports the module too)."""
-    if isinstance(data, dict):
-        for key, value in data.items():
-            yield from code_names(value, f"{where}.{key}" if where else str(key))
-    elif isinstance(data, (list, tuple)):
-        for i, value in enumerate(data):
-            yield from code_names(value, f"{where}[{i}]")
-    elif isinstance(data, str) and ":" in data and (_CODE.match(data) or where == "config.env"):
-        yield where, data
-
-
 def code_of(algo: Any) -> set[str]:
     """The code ``algo``'s own config and policies name: what its process runs already."""
     data = {"config": algo.config.to_dict(), "policies": _plain(algo.policy_specs)}
@@ -149,7 +133,7 @@ def check_code(path: Path, meta: dict[str, Any], trust_code: bool, trusted: set[
         module = value.partition(":")[0]
         if module == "rlmesh" or module.startswith("rlmesh.") or value in trusted:
             continue
-        if "/" in module or module.endswith(".py"):
+        if is_file(module):
             if _is_main_script(module) and trust_code:
                 continue
             raise CheckpointError(
