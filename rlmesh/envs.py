@@ -75,16 +75,22 @@ def import_object(path: str, what: str = "object") -> Any:
 
 def _import_module(name: str, what: str, path: str) -> Any:
     if name.endswith(".py"):
-        main = sys.modules.get("__mp_main__")
-        if main is None or getattr(main, "__file__", None) != name:
-            main = type(sys)("__mp_main__")
-            main.__dict__.update(runpy.run_path(name, run_name="__mp_main__"))
-            sys.modules["__mp_main__"] = main
-        return main
+        return run_script(name)
     try:
         return importlib.import_module(name)
     except ImportError as exc:
         raise ValueError(f"{what} {path!r}: cannot import module {name!r}: {exc}") from exc
+
+
+def run_script(file: str) -> Any:
+    """The script ``file`` as the module ``__mp_main__`` (run once, its ``if __name__ ==
+    "__main__":`` block skipped), as multiprocessing's spawn finds the parent's script."""
+    main = sys.modules.get("__mp_main__")
+    if main is None or getattr(main, "__file__", None) != file:
+        main = type(sys)("__mp_main__")
+        main.__dict__.update(runpy.run_path(file, run_name="__mp_main__"))
+        sys.modules["__mp_main__"] = main
+    return main
 
 
 # --- registry ---

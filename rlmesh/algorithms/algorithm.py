@@ -30,7 +30,7 @@ from rlmesh.algorithms.topology import Mesh
 from rlmesh.callbacks import load_callbacks, summarize_custom_metrics
 from rlmesh.config.base import AlgorithmConfig
 from rlmesh.algorithms.inference import env_action
-from rlmesh.envs import as_space, env_registry, import_object, spaces_of
+from rlmesh.envs import as_space, env_registry, spaces_of
 from rlmesh.policy.policy import Policy
 from rlmesh.policy.spec import PolicySpec, build_policy_from_data
 from rlmesh.rl.columns import DEFAULT_POLICY_ID
@@ -87,6 +87,8 @@ class Algorithm:
         self.timesteps_total = 0
         self.episodes_total = 0
         self.num_env_steps_trained = 0  # what the learner consumed, apart from what was sampled
+        self.num_nonfinite_steps_skipped = 0  # env steps with NaN/inf data, dropped (on_nonfinite)
+        self._nonfinite_counts: dict[str, int] = {}  # the learners' (see _nonfinite_learner_counts)
         self.time_total_s = 0.0
         self._episodes: deque[dict[str, Any]] = deque(maxlen=SMOOTHING_EPISODES)
         self.obs_space, self.action_space = self._spaces(config)
@@ -241,6 +243,9 @@ class Algorithm:
         lengths = [e["length"] for e in self._episodes]
         nan = float("nan")
         self._warn_entropy_collapse(stats)
+        self.num_nonfinite_steps_skipped += sum(int(f.get("num_nonfinite_steps_skipped", 0))
+                                                for f in fragments)
+        learner_info = {pid: stats.get(pid, {}) for pid in self.policy_specs}
         return {
             "episode_reward_mean": float(np.mean(returns)) if returns else nan,
             "episode_reward_min": float(np.min(returns)) if returns else nan,
@@ -264,7 +269,9 @@ class Algorithm:
             "num_fragments_missed_this_iter": self.mesh.pop_fragments_missed(),
             "num_env_errors": self.mesh.totals["num_env_errors"],
             "custom_metrics": summarize_custom_metrics([e.get("custom_metrics", {}) for e in new]),
-            "info": {"learner": {pid: stats.get(pid, {}) for pid in self.policy_specs}},
+            "num_nonfinite_steps_skipped": self.num_nonfinite_steps_skipped,
+            **self._nonfinite_learner_counts(learner_info),
+            "info": {"learner": learner_info},
             **client_rejections(fragments),
         }
 
@@ -283,6 +290,15 @@ class Algorithm:
                             "%s env steps: it has nearly stopped exploring and may not recover; "
                             "raise entropy_coeff (e.g. 0.01) or lower lr", pid, entropy, most,
                             space.n, f"{self.timesteps_total:,}")
+
+    def _nonfinite_learner_counts(self, learner_info: dict[str, dict[str, Any]]) -> dict[str, int]:
+        """The learners' counts of batches and updates skipped for NaN/inf, over all policies
+        (kept from earlier iterations when this one has no statistics of a policy)."""
+        counts = self._nonfinite_counts
+        for key in ("num_nonfinite_batches_skipped", "num_nonfinite_updates_skipped"):
+            now = sum(int(info.get(key, 0)) for info in learner_info.values())
+            counts[key] = max(counts.get(key, 0), now)
+        return dict(counts)
 
     # --- policy access ---
 
@@ -325,8 +341,10 @@ class Algorithm:
         self.last_checkpoint = checkpoints.write(Path(checkpoint_dir), self, state)
         return self.last_checkpoint
 
-    def restore(self, path: str | Path) -> None:
-        meta, state = checkpoints.read(Path(path))
+    def restore(self, path: str | Path, trust_code: bool = False) -> None:
+        """Load a checkpoint's learner state and counters. Code it names outside rlmesh and
+        this run's own config needs ``trust_code`` (see ``checkpoints.check_code``)."""
+        meta, state = checkpoints.read(Path(path), trust_code, trusted=checkpoints.code_of(self))
         try:
             self.learner_group.set_state(state)
         except (RemoteError, RuntimeError, KeyError, ValueError, TypeError) as exc:
@@ -347,11 +365,14 @@ class Algorithm:
         self._publish()
 
     @classmethod
-    def from_checkpoint(cls, path: str | Path) -> "Algorithm":
-        meta, _ = checkpoints.read(Path(path))
-        algo_cls = import_object(meta["algorithm"]) if cls is Algorithm else cls
+    def from_checkpoint(cls, path: str | Path, trust_code: bool = False) -> "Algorithm":
+        """The algorithm a checkpoint was saved from, restored. A checkpoint that names code
+        outside rlmesh (its env, policy, model, callbacks) needs ``trust_code=True``: loading
+        runs that code. A file path (``.py``) is never run."""
+        meta, _ = checkpoints.read(Path(path), trust_code)
+        algo_cls = checkpoints.algorithm_class(meta["algorithm"]) if cls is Algorithm else cls
         algo = algo_cls(algo_cls.config_class.from_dict(meta["config"]))
-        algo.restore(path)
+        algo.restore(path, trust_code)
         return algo
 
     # --- lifecycle ---

@@ -47,7 +47,9 @@ class AsyncAlgorithm(Algorithm):
         self.iteration += 1
         elapsed = time.perf_counter() - start
         self.time_total_s += elapsed
-        episodes = [{"episodes": s["episodes"]} for s in sampled]
+        episodes = [{"episodes": s["episodes"],
+                     "num_nonfinite_steps_skipped": s.get("num_nonfinite_steps_skipped", 0)}
+                    for s in sampled]
         stats = _mean_stats(learners)
         result = self._result(episodes, steps, stats, elapsed, elapsed, elapsed)
         result.update(self._pipeline_metrics(learners, sampled, aggregators))

@@ -1,8 +1,8 @@
 """The checkpoint format: a directory written atomically, no pickled classes.
 
     checkpoint_000010/
-      rlmesh_checkpoint.msgpack   {"format": "rlmesh-checkpoint", "format_version": 2,
-                                   "algorithm": "rlmesh.algorithms.ppo:PPO", "config": {...},
+      rlmesh_checkpoint.msgpack   {"format": "rlmesh-checkpoint", "format_version": 3,
+                                   "algorithm": "PPO", "config": {...},
                                    "policies": {policy_id: PolicySpec data},
                                    "counters": {...}, "created": unix time}
       learner.pt                  torch.save({"policies": {policy_id: policy.get_state()},
@@ -10,7 +10,13 @@
                                   a TorchPolicy's state: {"model": state_dict, "optimizer":
                                   state_dict, "state": {...}, counters}
 
-Version 1 (one policy, its state at the top of learner.pt) is read as ``default_policy``.
+Version 1 (one policy, its state at the top of learner.pt) is read as ``default_policy``;
+versions before 3 name the algorithm by import path.
+
+``algorithm`` is a name of the registry (``registry.ALGORITHMS``), or the import path of an
+algorithm outside it. Loading runs the code a checkpoint names (the algorithm, the env, policy
+and model classes, callbacks), so a checkpoint that names code outside rlmesh loads only with
+``trust_code`` (``--trust-code``), and one that names a file (``/tmp/x.py:f``) never does.
 
 The directory is written under a temporary name and renamed into place, so a crash mid-save
 leaves the previous checkpoint (and no half-written one) behind; the temporary directories
@@ -23,16 +29,19 @@ import io
 import os
 import re
 import shutil
+import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 import msgpack
 import torch
 
+from rlmesh.code import code_names, is_file
+
 FORMAT = "rlmesh-checkpoint"
-FORMAT_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+FORMAT_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
 META = "rlmesh_checkpoint.msgpack"
 STATE = "learner.pt"
 
@@ -101,7 +110,7 @@ def _alive(pid: int) -> bool:
 def _write_into(tmp: Path, algo: Any, learner_state: dict[str, Any]) -> None:
     meta = {
         "format": FORMAT, "format_version": FORMAT_VERSION,
-        "algorithm": f"{type(algo).__module__}:{type(algo).__qualname__}",
+        "algorithm": algorithm_name(algo),
         "config": algo.config.to_dict(),
         "policies": _plain(algo.policy_specs),
         "counters": {"training_iteration": algo.iteration, "timesteps_total": algo.timesteps_total,
@@ -119,7 +128,11 @@ def _write_into(tmp: Path, algo: Any, learner_state: dict[str, Any]) -> None:
     _fsync_dir(tmp)
 
 
-def read(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+def read(path: Path, trust_code: bool = False, trusted: Iterable[str] = ()
+         ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The metadata and the learner state of the checkpoint at ``path``. CheckpointError if
+    its metadata names code outside rlmesh (``trust_code`` False and not in ``trusted``: the
+    paths the running process names itself) or a file (see ``check_code``)."""
     path = Path(path).expanduser()
     meta_path = path / META
     if not meta_path.is_file():
@@ -136,6 +149,7 @@ def read(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
             f"{path}: checkpoint format {meta.get('format')!r} version "
             f"{meta.get('format_version')!r}; this rlmesh reads {FORMAT!r} versions "
             f"{', '.join(map(str, READABLE_VERSIONS))}")
+    check_code(path, meta, trust_code, set(trusted))
     try:
         state = torch.load(path / STATE, map_location="cpu", weights_only=True)
     except Exception as exc:  # truncated (a save cut short, a full disk) or not torch's
@@ -149,6 +163,60 @@ def read(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+def algorithm_class(name: str) -> type:
+    """The Algorithm class a checkpoint names (checked by ``check_code`` already)."""
+    from rlmesh.algorithms.registry import ALGORITHMS, get_algorithm_class
+    from rlmesh.envs import import_object
+
+    return get_algorithm_class(name) if name in ALGORITHMS else import_object(name, "algorithm")
+
+
+def algorithm_name(algo: Any) -> str:
+    """``algo``'s name in the registry, or the import path of its class if it has none."""
+    from rlmesh.algorithms.registry import registered_name
+
+    return registered_name(type(algo)) or f"{type(algo).__module__}:{type(algo).__qualname__}"
+
+
+def code_of(algo: Any) -> set[str]:
+    """The code ``algo``'s own config and policies name: what its process runs already."""
+    data = {"config": algo.config.to_dict(), "policies": _plain(algo.policy_specs)}
+    return {value for _, value in code_names(data)}
+
+
+def check_code(path: Path, meta: dict[str, Any], trust_code: bool, trusted: set[str]) -> None:
+    """CheckpointError unless every piece of code ``meta`` names is rlmesh's own, is in
+    ``trusted``, or ``trust_code`` is set; a file path (``.py``) is refused even then: a
+    checkpoint never picks a file to run (only the script this process runs is found)."""
+    from rlmesh.algorithms.registry import ALGORITHMS
+
+    names = list(code_names({"config": meta.get("config"), "policies": meta.get("policies")}))
+    algorithm = meta.get("algorithm")
+    if algorithm not in ALGORITHMS:
+        names.insert(0, ("algorithm", str(algorithm)))
+    for where, value in names:
+        module = value.partition(":")[0]
+        if module == "rlmesh" or module.startswith("rlmesh.") or value in trusted:
+            continue
+        if is_file(module):
+            if _is_main_script(module) and trust_code:
+                continue
+            raise CheckpointError(
+                f"{path}: its {where} names the file {module!r}; rlmesh never runs a file named "
+                "by a checkpoint (name code by module path, 'pkg.module:name')")
+        if not trust_code:
+            raise CheckpointError(
+                f"{path}: its {where} names code outside rlmesh ({value!r}), which loading "
+                "would import and run; if you trust where the checkpoint came from, load it "
+                "with --trust-code (Python: trust_code=True)")
+
+
+def _is_main_script(file: str) -> bool:
+    """Whether ``file`` is the script this process runs (then nothing new would run)."""
+    main = sys.modules.get("__main__")
+    return bool(getattr(main, "__file__", None)) and os.path.abspath(main.__file__) == file
 
 
 def _plain(data: Any) -> Any:

@@ -10,6 +10,7 @@ import concurrent.futures
 import logging
 from typing import Any, Callable
 
+from rlmesh.code import MAIN
 from rlmesh.envs import path_of
 from rlmesh.runtime import ActorUnavailable
 
@@ -24,6 +25,8 @@ def function_path(fn: Callable[..., Any], what: str) -> str:
         raise ValueError(f"{what} {name} cannot reach the env runners: rlmesh pickles nothing "
                          "and sends a function by its import path, so define it at module "
                          "level (def my_fn(env_runner): ...) and pass that")
+    if getattr(fn, "__module__", None) in ("__main__", MAIN):  # the script runners know by name
+        return f"{MAIN}:{name}"
     return path_of(fn, what)
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from rlmesh.algorithms import checkpoints
-from rlmesh.envs import actions_for_env, env_registry, import_object, spaces_of
+from rlmesh.envs import actions_for_env, env_registry, spaces_of
 from rlmesh.policy.spec import PolicySpec, build_policy_from_data
 from rlmesh.rl.columns import DEFAULT_POLICY_ID
 from rlmesh.rl.spaces import to_column
@@ -23,9 +23,11 @@ class InferencePolicy:
         self.obs_space, self.action_space = policy.observation_space, policy.action_space
 
     @classmethod
-    def from_checkpoint(cls, path: str | Path, policy_id: str = DEFAULT_POLICY_ID) -> "InferencePolicy":
-        meta, state = checkpoints.read(Path(path))
-        algo_cls = import_object(meta["algorithm"], "algorithm")
+    def from_checkpoint(cls, path: str | Path, policy_id: str = DEFAULT_POLICY_ID,
+                        trust_code: bool = False) -> "InferencePolicy":
+        """Code the checkpoint names outside rlmesh needs ``trust_code`` (``--trust-code``)."""
+        meta, state = checkpoints.read(Path(path), trust_code)
+        algo_cls = checkpoints.algorithm_class(meta["algorithm"])
         config = algo_cls.config_class.from_dict(meta["config"])
         specs = meta.get("policies")
         if specs is None:  # format version 1: the algorithm's default policy on the env's spaces

@@ -49,6 +49,21 @@ def get_config_class(run: str) -> type:
     return import_object(ALGORITHMS[names[run.lower()]])
 
 
+def registered_name(algo_class: type) -> str | None:
+    """The registry's name of ``algo_class``, or None if it has none (checkpoints name an
+    algorithm by it, so that loading one imports nothing a checkpoint chose)."""
+    from rlmesh.policy.policy import class_path
+
+    config_class = getattr(algo_class, "config_class", None)
+    if config_class is None or "<" in algo_class.__qualname__:
+        return None
+    path, config_path = class_path(algo_class), class_path(config_class)
+    for name, registered in ALGORITHMS.items():
+        if registered == config_path and getattr(config_class, "algorithm_path", None) == path:
+            return name
+    return None
+
+
 def get_algorithm_class(run: str) -> type:
     """The Algorithm class ``run`` builds."""
     return import_object(get_config_class(run).algorithm_path, "algorithm")

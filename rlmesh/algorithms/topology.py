@@ -13,11 +13,12 @@ import logging
 import time
 from typing import Any
 
+from rlmesh.code import startup_code
 from rlmesh.config.base import AlgorithmConfig
 from rlmesh.envs import env_registry
 from rlmesh.policy.policy import class_path
 from rlmesh.runtime import ActorUnavailable, RestartPolicy
-from rlmesh.runtime.job import make_job
+from rlmesh.runtime.job import Job, make_job
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +89,7 @@ class Mesh:
         runner_config = {**cfg.to_dict(), "_env_registry": env_registry(),
                          "_config_class": class_path(type(cfg)),
                          "_policy_specs": self.policy_specs}
+        runner_config.update(startup_code(runner_config))
         policy = RestartPolicy(max_restarts=cfg.max_num_env_runner_restarts
                                if cfg.restart_failed_env_runners else 0)
         # External simulators: runners that serve PolicyClients instead of stepping envs.

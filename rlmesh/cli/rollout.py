@@ -23,6 +23,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--explore", action="store_true",
                    help="sample actions from the policy's distribution (default: its likeliest)")
     p.add_argument("--seed", type=int, metavar="S", help="seed of the env's first reset")
+    p.add_argument("--trust-code", action="store_true",
+                   help="load a checkpoint that names code outside rlmesh (its env, policy, model or "
+                        "callbacks, imported and run on loading); trust only checkpoints you made. "
+                        "A file path (.py) in a checkpoint is never run")
 
 
 def resolve_checkpoint(path: str) -> Path:
@@ -96,8 +100,8 @@ def main(args: argparse.Namespace) -> int:
 
     # Acting needs only the policy: no env runners or learner are started.
     try:
-        algo = InferencePolicy.from_checkpoint(checkpoint)
-    except CheckpointError as e:  # damaged, or not a checkpoint at all
+        algo = InferencePolicy.from_checkpoint(checkpoint, trust_code=args.trust_code)
+    except CheckpointError as e:  # damaged, not a checkpoint at all, or naming untrusted code
         print(f"rlmesh rollout: error: {e}", file=sys.stderr)
         return 2
     returns: list[float] = []

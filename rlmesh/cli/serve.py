@@ -21,10 +21,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="serve a tcp address without CURVE: anyone reaching it may connect")
     p.add_argument("--explore", action="store_true",
                    help="sample actions from the policy's distribution (default: its likeliest)")
+    p.add_argument("--trust-code", action="store_true",
+                   help="load a checkpoint that names code outside rlmesh (its env, policy, model or "
+                        "callbacks, imported and run on loading); trust only checkpoints you made. "
+                        "A file path (.py) in a checkpoint is never run")
 
 
 async def serve(checkpoint: str, address: str, curve_keys: str | None, explore: bool,
-                ready: "asyncio.Event | None" = None, insecure_plaintext: bool = False) -> None:
+                ready: "asyncio.Event | None" = None, insecure_plaintext: bool = False,
+                trust_code: bool = False) -> None:
     from rlmesh.algorithms import checkpoints
     from rlmesh.cli.rollout import resolve_checkpoint
     from rlmesh.envs import env_registry
@@ -32,7 +37,7 @@ async def serve(checkpoint: str, address: str, curve_keys: str | None, explore: 
     from rlmesh.runtime import Job
 
     path = resolve_checkpoint(checkpoint)
-    meta, state = checkpoints.read(path)
+    meta, state = checkpoints.read(path, trust_code)
     config = {**meta["config"], "policy_server_address": address, "explore": explore,
               "policy_server_curve_keys": curve_keys, "_env_registry": env_registry(),
               "policy_server_insecure_plaintext": insecure_plaintext}
@@ -61,7 +66,8 @@ def main(args: argparse.Namespace) -> int:
 
     try:
         uvloop.run(serve(args.checkpoint, args.address, args.curve_keys, args.explore,
-                         insecure_plaintext=args.insecure_plaintext))
+                         insecure_plaintext=args.insecure_plaintext,
+                         trust_code=args.trust_code))
     except (FileNotFoundError, ValueError) as exc:
         print(f"rlmesh serve: {exc}", file=sys.stderr)
         return 2

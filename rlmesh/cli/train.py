@@ -72,6 +72,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "<run>_<env>_<date>)")
     p.add_argument("--resume", action="store_true",
                    help="continue the newest trial from its newest checkpoint (see below)")
+    p.add_argument("--trust-code", action="store_true",
+                   help="with --resume: load a checkpoint that names code outside rlmesh and "
+                        "this run's config (imported and run on loading); a file path (.py) in "
+                        "a checkpoint is never run")
     p.add_argument("--num-env-runners", type=int, metavar="N", help="sets num_env_runners")
     p.add_argument("--seed", type=int, metavar="S", help="sets seed")
     p.add_argument("--log-level", type=str.upper, metavar="L",
@@ -310,8 +314,9 @@ def _fail(error: Exception | str, code: int = EXIT_USAGE) -> int:
 
 
 #: Errors in the user's policy code that say all there is to say in one line: a policy class
-#: that breaks the contract, a loss that asks for a column the batch lacks.
-POLICY_ERRORS = ("PolicyError", "MissingColumn")
+#: that breaks the contract, a loss that asks for a column the batch lacks, a NaN or inf
+#: from an env or in an update (``on_nonfinite``).
+POLICY_ERRORS = ("PolicyError", "MissingColumn", "NonFiniteError")
 
 
 def policy_error_message(error: BaseException) -> str | None:
@@ -319,9 +324,10 @@ def policy_error_message(error: BaseException) -> str | None:
     a RemoteError naming its type; its remote traceback is not shown); None for others."""
     from rlmesh.policy.policy import PolicyError
     from rlmesh.rl.columns import MissingColumn
+    from rlmesh.rl.finite import NonFiniteError
     from rlmesh.runtime import RemoteError
 
-    if isinstance(error, (PolicyError, MissingColumn)):
+    if isinstance(error, (PolicyError, MissingColumn, NonFiniteError)):
         return f"{type(error).__name__}: {error}"
     if isinstance(error, RemoteError) and error.etype in POLICY_ERRORS:
         where = f" in {error.actor}" if error.actor else ""
@@ -339,12 +345,13 @@ def main(args: argparse.Namespace) -> int:
         spec = resolve_spec(args)
     except (UsageError, ConfigError) as e:
         return _fail(e)
-    return run_spec(spec, resume=args.resume)
+    return run_spec(spec, resume=args.resume, trust_code=args.trust_code)
 
 
-def run_spec(spec: TrainSpec, resume: bool = False) -> int:
+def run_spec(spec: TrainSpec, resume: bool = False, trust_code: bool = False) -> int:
     """Train as ``spec`` says, with results, progress and checkpoints (``rlmesh train``, and
     ``rlmesh launch``'s job on the head); the exit code."""
+    from rlmesh.algorithms.checkpoints import CheckpointError
     from rlmesh.config.base import ConfigError
 
     try:
@@ -371,14 +378,14 @@ def run_spec(spec: TrainSpec, resume: bool = False) -> int:
 
     try:
         if resume:
-            trial_dir, checkpoint = resume_into(algo, spec)
+            trial_dir, checkpoint = resume_into(algo, spec, trust_code)
             trial_id = _trial_id(trial_dir)
             print(f"rlmesh train: resuming from {checkpoint}")
         else:
             experiment = spec.experiment or default_experiment_name(spec.run, spec.env)
             trial_dir, trial_id = make_trial_dir(spec.local_dir, experiment, spec.run, spec.env)
         logger = ResultLogger(trial_dir, config_dict, resume=resume)
-    except UsageError as e:
+    except (UsageError, CheckpointError) as e:
         algo.stop()
         return _fail(e)
     except OSError as e:  # a results folder that cannot be written
@@ -448,7 +455,7 @@ def write_error(e: OSError) -> str:
     return f"cannot write {where}: {e.strerror or e}; {way}"
 
 
-def resume_into(algo, spec: TrainSpec) -> tuple[Path, str]:
+def resume_into(algo, spec: TrainSpec, trust_code: bool = False) -> tuple[Path, str]:
     """Restore ``algo`` from the newest loadable checkpoint of the trial to go on in,
     saying which newer ones were skipped and why; the trial folder and the checkpoint."""
     from rlmesh.algorithms.checkpoints import CheckpointError
@@ -457,7 +464,7 @@ def resume_into(algo, spec: TrainSpec) -> tuple[Path, str]:
     skipped = []
     for checkpoint in candidates:
         try:
-            algo.restore(checkpoint)
+            algo.restore(checkpoint, trust_code=trust_code)
         except CheckpointError as e:
             print(f"rlmesh train: skipping {checkpoint}: {_one_line(str(e))}", file=sys.stderr)
             skipped.append(checkpoint)

@@ -253,6 +253,14 @@ class AlgorithmConfig:
     max_num_env_runner_restarts: int = setting(
         1000, "fault_tolerance", ge=0,
         doc="Restarts allowed per env runner before it is given up.")
+    on_nonfinite: Literal["raise", "skip"] = setting(
+        "raise", "fault_tolerance",
+        doc="A NaN or infinite observation or reward from an env, value in a train batch, "
+            "loss or gradient norm: 'raise' stops the run with a one-line error naming it "
+            "(such values are bugs to see, not noise to train on); 'skip' drops the episode "
+            "(env data) or the batch or update (learner) and counts it in the result "
+            "(num_nonfinite_steps_skipped, info/learner/<pid>/num_nonfinite_*_skipped). "
+            "An update with a non-finite loss or gradient is never applied.")
 
     def __init_subclass__(cls, defaults: dict | None = None, **kwargs):
         super().__init_subclass__(**kwargs)

@@ -20,6 +20,7 @@ from rlmesh.rl.batch import minibatches, to_tensors
 from rlmesh.rl.columns import (Columns, SampleBatch, action_dist_columns, postprocessed_samples,
                                space_layout)
 from rlmesh.rl.distributions import distribution_for
+from rlmesh.rl.finite import NonFiniteError
 from rlmesh.rl.models import build_model
 from rlmesh.rl.optim import Adam
 from rlmesh.rl.spec import numpy_fast_path
@@ -56,6 +57,7 @@ class TorchPolicy(Policy):
         self.state: dict[str, float] = {}  # what after_update adapts; checkpoints keep it
         self.num_updates = 0
         self.num_env_steps_trained = 0
+        self.num_nonfinite_updates_skipped = 0  # minibatch steps never applied: NaN/inf loss or gradient
         self.data_parallel: Any = None  # a DataParallel when learners train together
         after = getattr(config, "after_train_step", None)
         self._after_train_step = import_object(after) if isinstance(after, str) else after
@@ -201,10 +203,14 @@ class TorchPolicy(Policy):
                 else:
                     index = torch.as_tensor(idx, device=self.device)
                     mb = SampleBatch({k: v[index] for k, v in train.items()})
-                for k, v in self._step(mb).items():
+                stats = self._step(mb)
+                if stats is None:  # not applied: a non-finite loss or gradient (on_nonfinite "skip")
+                    continue
+                for k, v in stats.items():
                     sums[k] = sums.get(k, 0.0) + float(v)
                 count += 1
         result = {k: v / max(count, 1) for k, v in sums.items()}
+        result["num_nonfinite_updates_skipped"] = self.num_nonfinite_updates_skipped
         self.num_updates += 1
         self.num_env_steps_trained += n
         self.after_update(result)
@@ -213,15 +219,41 @@ class TorchPolicy(Policy):
         result.update(cur_lr=lr, num_grad_updates=count, num_env_steps_trained=n, **self.state)
         return result
 
-    def _step(self, mb: Tensors) -> dict[str, Any]:
+    def _step(self, mb: Tensors) -> dict[str, Any] | None:
+        """One optimizer step on a minibatch; None where it was not applied (non-finite)."""
         loss, stats = self.loss(mb)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if self.data_parallel is not None:  # every learner steps on the mean gradient
             self.data_parallel.average_gradients(self.model.parameters())
         stats = {**stats, **self.extra_grad_process()}
+        if not self._finite_update(loss, stats.get("gradients_norm")):
+            return None
         self.optimizer.step()
         return stats
+
+    def _finite_update(self, loss: torch.Tensor | None, norm: torch.Tensor | None) -> bool:
+        """False (counted, or NonFiniteError with on_nonfinite "raise") if the loss or the
+        gradient norm is NaN or inf: such a step would poison the weights and the optimizer
+        state for good. Data-parallel ranks decide on the averaged gradient alone, which is
+        the same on every rank, so that they all skip the same steps."""
+        if norm is None:
+            grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+            norm = (torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads))) if grads
+                    else torch.zeros((), device=self.device))
+        checked = [norm.detach().float().reshape(())]
+        if loss is not None and self.data_parallel is None:
+            checked.append(loss.detach().float().reshape(()))
+        if bool(torch.isfinite(torch.stack(checked)).all()):
+            return True
+        self.num_nonfinite_updates_skipped += 1
+        if self.config.on_nonfinite != "skip":
+            what = ", ".join(f"{name} {float(v)}" for name, v in zip(("gradient norm", "loss"), checked))
+            raise NonFiniteError(
+                f"non-finite update ({what}) at update {self.num_updates}; it was not applied. "
+                "Look for NaN/inf in the data or the loss, or set on_nonfinite='skip' to skip "
+                "such updates and count them")
+        return False
 
     def _clip_gradients(self) -> torch.Tensor:
         """Clip as ``grad_clip_by`` says; returns the global gradient norm before clipping."""
@@ -265,7 +297,8 @@ class TorchPolicy(Policy):
             g = gradients.get(name)
             # A copy: arrays off the wire are read-only views of the received message.
             p.grad = None if g is None else torch.as_tensor(np.array(g), device=self.device)
-        self.optimizer.step()
+        if self._finite_update(None, None):
+            self.optimizer.step()
         self.num_updates += 1
 
     # --- weights and state ---

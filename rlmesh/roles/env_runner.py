@@ -19,6 +19,7 @@ import gymnasium as gym
 import numpy as np
 
 from rlmesh.callbacks import load_callbacks
+from rlmesh.code import code_names, is_file, resolve_sent
 from rlmesh.envs import EnvContext, import_object, make_env, space_to_data
 from rlmesh.rl.columns import DEFAULT_POLICY_ID
 from rlmesh.rl.spec import numpy_fast_path
@@ -36,6 +37,8 @@ def runner_config(config: dict[str, Any]) -> tuple[Any, dict[str, Any], dict[str
 
     config = dict(config)
     registry = config.pop("_env_registry", None) or {}
+    config.pop("_code_roots", None)
+    config.pop("_main_script", None)
     specs = config.pop("_policy_specs", None)
     cls_path = config.pop("_config_class", None)
     if cls_path is not None:
@@ -75,6 +78,12 @@ class EnvRunner(VersionedPolicies, Actor):
 
     def __init__(self, config: dict[str, Any], worker_index: int = 1,
                  param_server: str | None = "param_server") -> None:
+        # Where functions named by messages may come from (rlmesh.code.startup_code): the
+        # packages this runner was started with, never a file or a package a message picks.
+        self._code_roots = set(config.get("_code_roots") or ()) | {
+            v.partition(":")[0].partition(".")[0] for _, v in code_names(config)
+            if not is_file(v.partition(":")[0])}
+        self._main_script = config.get("_main_script")
         cfg, specs, registry = runner_config(config)
         self.config = cfg
         self.worker_index = worker_index
@@ -90,7 +99,8 @@ class EnvRunner(VersionedPolicies, Actor):
         normalize = cfg.normalize_actions and not cfg.model.get("squash_actions", False)
         self.sampler = EnvSampler(create, n, seeds=seeds, callbacks=load_callbacks(cfg.callbacks_class),
                                   env_runner=self, normalize_actions=normalize,
-                                  clip_actions=cfg.clip_actions, clip_rewards=cfg.clip_rewards)
+                                  clip_actions=cfg.clip_actions, clip_rewards=cfg.clip_rewards,
+                                  on_nonfinite=cfg.on_nonfinite)
         job = current_job()
         if job is not None:  # a blocked env step shows in the heartbeat's status
             job.diagnostics.add_probe(f"env_runner-{worker_index}", self._busy)
@@ -112,7 +122,8 @@ class EnvRunner(VersionedPolicies, Actor):
         # Streaming (asynchronous algorithms): what was sampled since the driver last asked.
         self._stream_task: asyncio.Task[None] | None = None
         self._senders: list[Any] | None = None
-        self._sampled: dict[str, Any] = {"episodes": [], "env_steps": 0}
+        self._sampled: dict[str, Any] = {"episodes": [], "env_steps": 0,
+                                         "num_nonfinite_steps_skipped": 0}
         self._stream_error: str | None = None
 
     @property
@@ -173,6 +184,7 @@ class EnvRunner(VersionedPolicies, Actor):
                 if "env_error" in fragment:  # the first one, for the driver to show
                     self._sampled["env_error"] = fragment.pop("env_error")
                 self._sampled["env_steps"] += fragment["env_steps"]
+                self._sampled["num_nonfinite_steps_skipped"] += fragment["num_nonfinite_steps_skipped"]
                 await self._ship(self._senders[i % len(self._senders)], fragment)
                 if fetch is not None and fetch.done():
                     self._take_weights(fetch.result())  # a failed call raises here
@@ -207,7 +219,8 @@ class EnvRunner(VersionedPolicies, Actor):
         if self._stream_error is not None:
             raise RuntimeError(f"env runner {self.worker_index} stopped sampling: "
                                f"{self._stream_error}")
-        out, self._sampled = self._sampled, {"episodes": [], "env_steps": 0}
+        out, self._sampled = self._sampled, {"episodes": [], "env_steps": 0,
+                                             "num_nonfinite_steps_skipped": 0}
         out["num_fragments_lost"] = self._stats["num_fragments_lost"]
         out["num_env_errors"] = self.sampler.counters["env_errors"]
         return out
@@ -242,17 +255,22 @@ class EnvRunner(VersionedPolicies, Actor):
     def apply(self, fn_path: str, *args: Any, **kwargs: Any) -> Any:
         """``fn(self, *args, **kwargs)``, ``fn`` named by its import path (RLlib's
         ``foreach_env_runner``); the result must be plain data."""
-        return import_object(fn_path, "foreach_env_runner function")(self, *args, **kwargs)
+        fn = resolve_sent(fn_path, "foreach_env_runner function", self._code_roots,
+                          self._main_script)
+        return fn(self, *args, **kwargs)
 
     def foreach_env(self, fn_path: str, *args: Any) -> list[Any]:
         """``fn(env.unwrapped, *args)`` for each env, ``fn`` named by its import path
         ``"pkg.module:func"``: a lambda cannot cross processes (nothing is pickled), so
         define the function at module level. Results must be plain data."""
-        fn = import_object(fn_path, "foreach_env function")
+        fn = resolve_sent(fn_path, "foreach_env function", self._code_roots, self._main_script)
         return [fn(env.unwrapped, *args) for env in self.envs]
 
     def call_env_method(self, name: str, *args: Any, **kwargs: Any) -> list[Any]:
-        """``env.unwrapped.<name>(*args, **kwargs)`` for each env (curriculum: ``set_phase``)."""
+        """``env.unwrapped.<name>(*args, **kwargs)`` for each env (curriculum: ``set_phase``);
+        a public method only (no ``__class__``, ``_private``)."""
+        if not name.isidentifier() or name.startswith("_"):
+            raise PermissionError(f"env method {name!r}: only public methods can be called")
         return [getattr(env.unwrapped, name)(*args, **kwargs) for env in self.envs]
 
     def metrics(self) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from rlmesh.envs import actions_for_env
 from rlmesh.policy.policy import Policy
 from rlmesh.rl.columns import ColumnSpec, Columns, env_columns, optional_columns, space_layout
 from rlmesh.rl.spaces import ObservationError, describe_mismatch, is_nested, to_column
+from rlmesh.rl.finite import FLOAT32_MAX, NonFiniteError, describe
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +102,7 @@ class EnvSampler:
                  policy: Policy | None = None, *, seeds: list[int | None] | None = None,
                  callbacks: Callbacks | None = None, env_runner: Any = None,
                  normalize_actions: bool = True, clip_actions: bool = True,
-                 clip_rewards: bool | float | None = None) -> None:
+                 clip_rewards: bool | float | None = None, on_nonfinite: str = "raise") -> None:
         self.make_env = make_env
         seeds = seeds or [None] * num_envs
         self.slots = [_Slot(make_env(i), seeds[i]) for i in range(num_envs)]
@@ -114,7 +115,9 @@ class EnvSampler:
         self.normalize_actions = normalize_actions
         self.clip_actions = clip_actions
         self.clip_rewards = clip_rewards
-        self.counters = {"num_env_steps_sampled": 0, "num_episodes": 0, "env_errors": 0}
+        self.on_nonfinite = on_nonfinite  # a NaN/inf obs or reward: "raise" or "skip" its episode
+        self.counters = {"num_env_steps_sampled": 0, "num_episodes": 0, "env_errors": 0,
+                         "num_nonfinite_steps_skipped": 0}
         # The first env error's traceback, until a fragment carries it to the driver.
         self.first_env_error: str | None = None
         self._first_traceback: str | None = None
@@ -128,6 +131,7 @@ class EnvSampler:
         self._obs = np.zeros((num_envs, *layout.shape), layout.dtype)
         # Tuple/Dict observations are packed into one record per step (rl/spaces.py).
         self._nested = is_nested(self.observation_space)
+        self._float_obs = layout.dtype.kind == "f"  # integer observations cannot be NaN
         self._episodes: list[dict[str, Any]] = []
         self._specs: dict[str, ColumnSpec] = {}  # set with the policy (see _bind)
         self._bound: Policy | None = None
@@ -180,14 +184,16 @@ class EnvSampler:
             raise RuntimeError("EnvSampler has no policy")
         if self._bound is not self.policy:
             self._bind(self.policy)
+        buf = FragmentBuffer(num_steps, len(self.slots), self._specs)
+        skipped = self.counters["num_nonfinite_steps_skipped"]
+        for slot in self.slots:
+            slot.start_row = 0
         if not self._started:
             for b in range(len(self.slots)):
                 self._reset(b, 0)
             self._started = True
-        buf = FragmentBuffer(num_steps, len(self.slots), self._specs)
-        for slot in self.slots:
-            slot.start_row = 0
         self._next_obs = [s.obs for s in self.slots]
+        self._check_obs(-1, slice(None), buf)  # the first resets' (later rows check their own)
         self._episodes = []
         active = list(range(len(self.slots)))
         while active:
@@ -201,6 +207,7 @@ class EnvSampler:
             self.first_env_error = None
         fragment["num_env_errors"] = self.counters["env_errors"]
         fragment["env_steps"] = int(fragment["mask"].sum())
+        fragment["num_nonfinite_steps_skipped"] = self.counters["num_nonfinite_steps_skipped"] - skipped
         fragment["episodes"] = self._episodes
         self.counters["num_env_steps_sampled"] += fragment["env_steps"]
         return fragment
@@ -228,7 +235,30 @@ class EnvSampler:
         for k, b in enumerate(active):
             if not self._step_env(b, t, env_actions[k], buf):
                 ended.add(b)
-        return ended
+        return ended | self._check_obs(t, idx, buf)
+
+    def _check_obs(self, t: int, idx: Any, buf: FragmentBuffer) -> set[int]:
+        """The envs among ``idx`` whose next observation is NaN or inf, their episodes
+        dropped (or NonFiniteError). One isfinite over the batch per row: ~1 us."""
+        if not self._float_obs or np.isfinite(self._obs[idx]).all():
+            return set()
+        rows = np.arange(len(self.slots))[idx]
+        bad = rows[~np.isfinite(self._obs[idx].reshape(len(rows), -1)).all(axis=1)]
+        for b in bad:
+            self._nonfinite(int(b), t, buf, f"observation ({describe(self._obs[b])})")
+        return set(int(b) for b in bad)
+
+    def _nonfinite(self, b: int, t: int, buf: FragmentBuffer, what: str) -> bool:
+        """Env ``b`` gave a non-finite ``what`` at row ``t``: NonFiniteError (on_nonfinite
+        "raise"), or its episode so far is dropped (as after an env error) and counted."""
+        if self.on_nonfinite != "skip":
+            raise NonFiniteError(
+                f"env {b} returned a non-finite {what} in episode step "
+                f"{self.slots[b].episode.length if self.slots[b].episode else 0}; fix the env, "
+                "or set on_nonfinite='skip' to drop such episodes and count them")
+        self.counters["num_nonfinite_steps_skipped"] += 1
+        self._discard_episode(b, t, buf, recreate=False)
+        return False
 
     def _act_with_inputs(self, t: int, idx: Any, obs: np.ndarray, buf: FragmentBuffer,
                          explore: bool | None) -> tuple[Any, dict[str, Any]]:
@@ -277,6 +307,8 @@ class EnvSampler:
         slot.errors_in_a_row = 0
         obs = to_column(self.observation_space, raw) if self._nested else raw
         reward = float(reward)
+        if not -FLOAT32_MAX <= reward <= FLOAT32_MAX:  # NaN fails both; beyond is inf in float32
+            return self._nonfinite(b, t, buf, f"reward ({reward})")
         cols = buf.cols
         cols["rewards"][t, b] = self._clip_reward(reward)
         cols["terminateds"][t, b] = terminated
@@ -296,6 +328,8 @@ class EnvSampler:
         # A copy: the reset below may overwrite an array the env hands out again.
         final = self._next_obs[b] = np.array(to_column(self.observation_space, obs)
                                              if not self._nested else obs)
+        if self._float_obs and not np.isfinite(np.asarray(final, self._obs.dtype)).all():
+            return self._nonfinite(b, t, buf, f"final observation ({describe(final)})")
         if truncated and not terminated:
             buf.trunc.append((t, b, final))
         self._end_episode(b)
@@ -341,13 +375,15 @@ class EnvSampler:
         self._episodes.append(episode.summary())
         self.counters["num_episodes"] += 1
 
-    def _discard_episode(self, b: int, t: int, buf: FragmentBuffer) -> None:
-        """After a failed step: the rows of the unfinished episode in this fragment become
-        invalid (an earlier part, already shipped, ended there as a cut fragment would),
-        the env is recreated and reset, and its next episode starts at row t + 1."""
-        self.counters["env_errors"] += 1
+    def _discard_episode(self, b: int, t: int, buf: FragmentBuffer, recreate: bool = True) -> None:
+        """After a failed step (or non-finite data): the rows of the unfinished episode in
+        this fragment become invalid (an earlier part, already shipped, ended there as a cut
+        fragment would), the env is recreated (after a failure) and reset, and its next
+        episode starts at row t + 1."""
         buf.cols["mask"][self.slots[b].start_row:t + 1, b] = False
-        self._recreate(b)
+        if recreate:
+            self.counters["env_errors"] += 1
+            self._recreate(b)
         self._reset(b, t + 1)
         self._next_obs[b] = self.slots[b].obs
 

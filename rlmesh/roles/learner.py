@@ -12,6 +12,7 @@ import torch
 
 from rlmesh.policy.spec import build_policy_from_data
 from rlmesh.policy.torch_policy import TorchPolicy
+from rlmesh.rl.finite import NonFiniteError, describe, first_nonfinite_column
 
 
 class Learner:
@@ -34,6 +35,8 @@ class Learner:
                 policy.for_learning()
             self.policies[pid] = policy
         self.num_updates = 0
+        self.num_nonfinite_batches_skipped = {pid: 0 for pid in self.policies}
+        self._data_parallel = False
 
     def update_from_batch(self, batches: dict[str, dict[str, Any]], timesteps: int,
                           **kwargs: Any) -> dict[str, dict[str, float]]:
@@ -42,10 +45,33 @@ class Learner:
         out = {}
         for pid, batch in batches.items():
             policy = self.policy(pid)
+            if not self._finite_batch(pid, batch):
+                out[pid] = {"num_nonfinite_batches_skipped": self.num_nonfinite_batches_skipped[pid]}
+                continue
             extra = kwargs if isinstance(policy, TorchPolicy) else {}
-            out[pid] = policy.update(batch, timesteps, **extra)
+            try:
+                stats = policy.update(batch, timesteps, **extra)
+            except NonFiniteError as e:
+                raise NonFiniteError(f"policy {pid!r}: {e}") from None
+            out[pid] = {**stats, "num_nonfinite_batches_skipped": self.num_nonfinite_batches_skipped[pid]}
         self.num_updates += 1
         return out
+
+    def _finite_batch(self, pid: str, batch: dict[str, Any]) -> bool:
+        """False (counted, or NonFiniteError with on_nonfinite "raise") if the data in
+        ``batch`` holds a NaN or inf: data that reached the learner from elsewhere (a policy
+        client's chunks, a user's sampling code). Data-parallel ranks leave it to the update's
+        own check, on the averaged gradient, so that all skip the same steps."""
+        column = None if self._data_parallel else first_nonfinite_column(batch)
+        if column is None:
+            return True
+        self.num_nonfinite_batches_skipped[pid] += 1
+        if self.config.on_nonfinite != "skip":
+            raise NonFiniteError(
+                f"policy {pid!r}: the train batch's column {column!r} holds "
+                f"{describe(batch[column])}; no update was made. Fix the data's source, or set "
+                "on_nonfinite='skip' to drop such batches and count them")
+        return False
 
     def apply_gradients(self, gradients: dict[str, dict[str, Any]], timesteps: int) -> None:
         """One optimizer step of each policy with the gradients given for it (computed
@@ -67,6 +93,7 @@ class Learner:
                            f"{sorted(self.policies)})") from None
 
     def set_data_parallel(self, dp: Any) -> None:
+        self._data_parallel = True
         for policy in self.policies.values():
             if isinstance(policy, TorchPolicy):
                 dp.broadcast_module(policy.model)

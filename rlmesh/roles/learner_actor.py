@@ -307,11 +307,16 @@ class _Stopped(Exception):
     """The learner is stopping: the update loop ends."""
 
 
+#: Learner statistics that count since the learner started (not per update).
+COUNTS = ("num_nonfinite_updates_skipped", "num_nonfinite_batches_skipped")
+
+
 class _Report:
     """Learner statistics summed between two reports."""
 
     def __init__(self) -> None:
         self.sums: dict[str, dict[str, float]] = {}  # by policy id
+        self.counts: dict[str, dict[str, int]] = {}  # by policy id: the latest COUNTS
         self.updates = 0
         self.env_steps = 0
         self.trained = 0
@@ -325,7 +330,10 @@ class _Report:
         for pid, policy_stats in stats.items():
             sums = self.sums.setdefault(pid, {})
             for k, v in policy_stats.items():
-                sums[k] = sums.get(k, 0.0) + float(v)
+                if k in COUNTS:  # counts since the learner started: as they stand, not averaged
+                    self.counts.setdefault(pid, {})[k] = int(v)
+                else:
+                    sums[k] = sums.get(k, 0.0) + float(v)
             self.trained += int(policy_stats.get("num_env_steps_trained", 0))
         self.updates += 1
         self.env_steps += new_steps
@@ -335,7 +343,8 @@ class _Report:
 
     def summary(self) -> dict[str, Any]:
         n = max(self.updates, 1)
-        stats = {pid: {k: v / n for k, v in sums.items() if k != "num_env_steps_trained"}
+        stats = {pid: {**{k: v / n for k, v in sums.items() if k != "num_env_steps_trained"},
+                       **self.counts.get(pid, {})}
                  for pid, sums in self.sums.items()}
         return {"stats": stats, "num_updates": self.updates,
                 "num_env_steps_trained": self.trained, "num_new_env_steps_trained": self.env_steps,

@@ -12,6 +12,7 @@ import pytest
 import torch
 import uvloop
 
+from rlmesh.code import startup_code
 from rlmesh.envs import env_registry, register_env, space_from_data
 from rlmesh.rl.distributions import DiagGaussian
 from rlmesh.rl.models import build_model
@@ -31,6 +32,7 @@ def run(coro):
 
 async def spawn_runner(job, config, worker_index=1, **kwargs):
     config = {"model": SMALL_MODEL, "_env_registry": env_registry(), **config}
+    config.update(startup_code(config))  # as the Mesh starts runners: the packages they may run
     return await job.spawn(RUNNER, config, worker_index, **kwargs)
 
 

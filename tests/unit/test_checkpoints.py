@@ -32,7 +32,7 @@ def state(value: float) -> dict:
 
 def test_round_trip_keeps_config_counters_and_tensors(tmp_path):
     path = checkpoints.write(tmp_path / "ckpt", FakeAlgo(3), state(1.0))
-    meta, loaded = checkpoints.read(path)
+    meta, loaded = checkpoints.read(path, trust_code=True)  # FakeAlgo: code outside rlmesh
     assert meta["format_version"] == checkpoints.FORMAT_VERSION
     assert meta["algorithm"].endswith(":FakeAlgo") and meta["config"]["env"] == "CartPole-v1"
     assert meta["counters"]["training_iteration"] == 3
@@ -48,7 +48,7 @@ def test_a_version_1_checkpoint_reads_as_the_default_policy(tmp_path):
     del meta["policies"]
     meta_file.write_bytes(msgpack.packb(meta))
     torch.save(policy_state(4.0), tmp_path / "ckpt" / checkpoints.STATE)  # v1: one policy's state
-    _, loaded = checkpoints.read(path)
+    _, loaded = checkpoints.read(path, trust_code=True)
     assert torch.equal(loaded["policies"]["default_policy"]["model"]["w"], torch.full((2, 2), 4.0))
 
 
@@ -61,12 +61,12 @@ def test_a_crash_mid_save_leaves_the_previous_checkpoint(tmp_path, monkeypatch):
     monkeypatch.setattr(torch, "save", crash)
     with pytest.raises(OSError, match="disk full"):
         checkpoints.write(tmp_path / "ckpt", FakeAlgo(2), state(2.0))
-    meta, loaded = checkpoints.read(path)
+    meta, loaded = checkpoints.read(path, trust_code=True)
     assert meta["counters"]["training_iteration"] == 1
     assert torch.equal(loaded["policies"]["default_policy"]["model"]["w"], torch.full((2, 2), 1.0))
     monkeypatch.undo()
     checkpoints.write(tmp_path / "ckpt", FakeAlgo(2), state(2.0))  # and the next save works
-    assert checkpoints.read(path)[0]["counters"]["training_iteration"] == 2
+    assert checkpoints.read(path, trust_code=True)[0]["counters"]["training_iteration"] == 2
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]  # no leftovers
 
 

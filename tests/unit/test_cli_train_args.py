@@ -460,7 +460,7 @@ def test_rollout_command_uses_the_newest_checkpoint(tmp_path, monkeypatch, capsy
 
     class InferencePolicy:
         @staticmethod
-        def from_checkpoint(path):
+        def from_checkpoint(path, trust_code=False):
             loaded.append(str(path))
             return policy
 

@@ -115,7 +115,8 @@ def test_reset_obs_follows_an_episode_end_and_truncated_final_obs_is_kept():
     np.testing.assert_array_equal(steps(frag2), [[2, 2], [0, 0]])
     assert frag2["trunc_index"].shape == (2, 2)
     assert [e["length"] for e in frag2["episodes"]] == [3, 3]  # counted over both fragments
-    assert s.counters == {"num_env_steps_sampled": 14, "num_episodes": 4, "env_errors": 0}
+    assert s.counters == {"num_env_steps_sampled": 14, "num_episodes": 4, "env_errors": 0,
+                          "num_nonfinite_steps_skipped": 0}
 
 
 class ReusedObsEnv(gym.Env):

@@ -1,0 +1,174 @@
+"""Code chosen by data, as an attacker would try it (issue 15, point 4): an edited checkpoint
+that names a file, or code outside rlmesh, and messages to a running job's env runners that
+name a file or a package the runner was not started with. A file is never run; other code
+only with --trust-code; the run lives on."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import msgpack
+import pytest
+
+from rlmesh.algorithms import Algorithm, PPOConfig
+from rlmesh.algorithms.checkpoints import META, CheckpointError
+from rlmesh.runtime import RemoteError
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.timeout(180), pytest.mark.usefixtures("no_children_left")]
+
+
+def rlmesh(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "rlmesh.cli.main", *args], capture_output=True,
+                          text=True, timeout=150, cwd=REPO, env=env)
+
+
+def one_line_error(run: subprocess.CompletedProcess, *words: str) -> str:
+    assert run.returncode == 2, run.stdout + run.stderr
+    lines = [line for line in run.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "error" in lines[0], run.stderr
+    assert "Traceback" not in run.stdout + run.stderr
+    for word in words:
+        assert word in lines[0], lines[0]
+    return lines[0]
+
+
+def evil_file(tmp_path: Path) -> tuple[Path, Path]:
+    """A script that writes a marker file when it runs, and that marker's path."""
+    marker = tmp_path / "ran"
+    script = tmp_path / "evil.py"
+    script.write_text(textwrap.dedent(f"""
+        from pathlib import Path
+        Path({str(marker)!r}).write_text("ran")
+        def make_env(env_config): raise SystemExit("ran")
+        class Algo: pass
+    """))
+    return script, marker
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory) -> Path:
+    """A CartPole PPO checkpoint after one iteration (sampled in the driver: quick)."""
+    config = (PPOConfig().environment("CartPole-v1").env_runners(num_env_runners=0)
+              .training(train_batch_size=200, minibatch_size=100, num_epochs=1))
+    with config.build() as algo:
+        algo.train()
+        return Path(algo.save(tmp_path_factory.mktemp("ckpt") / "checkpoint_000001"))
+
+
+def edited(checkpoint: Path, tmp_path: Path, **changes) -> Path:
+    """A copy of ``checkpoint`` whose metadata has ``changes`` (``config__env`` sets
+    meta["config"]["env"])."""
+    copy = tmp_path / "edited"
+    shutil.copytree(checkpoint, copy)
+    meta = msgpack.unpackb((copy / META).read_bytes())
+    for key, value in changes.items():
+        where, *path = key.split("__")
+        target = meta
+        for part in [where, *path][:-1]:
+            target = target[part]
+        target[[where, *path][-1]] = value
+    (copy / META).write_bytes(msgpack.packb(meta, use_bin_type=True))
+    return copy
+
+
+def test_checkpoints_name_their_algorithm_by_registry_name_and_load_without_trust(checkpoint):
+    meta = msgpack.unpackb((checkpoint / META).read_bytes())
+    assert meta["algorithm"] == "PPO"
+    run = rlmesh("rollout", str(checkpoint), "--episodes", "1")
+    assert run.returncode == 0, run.stderr
+
+
+@pytest.mark.parametrize("field", ["config__env", "algorithm"])
+def test_a_checkpoint_naming_a_file_never_runs_it_even_with_trust(checkpoint, tmp_path, field):
+    script, marker = evil_file(tmp_path)
+    name = "make_env" if field == "config__env" else "Algo"
+    bad = edited(checkpoint, tmp_path, **{field: f"{script}:{name}"})
+    for trust in ([], ["--trust-code"]):
+        one_line_error(rlmesh("rollout", str(bad), "--episodes", "1", *trust), "evil.py",
+                       "never runs a file")
+    with pytest.raises(CheckpointError, match="never runs a file"):
+        Algorithm.from_checkpoint(bad, trust_code=True)
+    assert not marker.exists()
+
+
+def test_a_checkpoint_naming_code_outside_rlmesh_loads_only_with_trust_code(checkpoint, tmp_path):
+    marker = tmp_path / "imported"
+    env = {**os.environ, "RLMESH_TEST_MARKER": str(marker)}
+    bad = edited(checkpoint, tmp_path, config__env="tests.integration.code_marker:make_env")
+    one_line_error(rlmesh("rollout", str(bad), "--episodes", "1", env=env), "--trust-code",
+                   "tests.integration.code_marker:make_env")
+    with pytest.raises(CheckpointError, match="trust_code=True"):
+        Algorithm.from_checkpoint(bad)
+    assert not marker.exists()
+    run = rlmesh("rollout", str(bad), "--episodes", "1", "--trust-code", env=env)
+    assert run.returncode == 0, run.stderr
+    assert marker.exists()  # trusted: the checkpoint's env module was imported and run
+
+
+def test_train_resume_from_a_checkpoint_naming_other_code_needs_trust_code(tmp_path):
+    def train(iterations: int, *extra: str) -> subprocess.CompletedProcess:
+        return rlmesh("train", "--run", "PPO", "--env", "CartPole-v1", "--local-dir",
+                      str(tmp_path), "--experiment-name", "exp", "--checkpoint-freq", "1",
+                      "--stop", f'{{"training_iteration": {iterations}}}', "--config",
+                      '{"num_env_runners": 0, "train_batch_size": 200, "minibatch_size": 100}',
+                      *extra)
+
+    assert train(1).returncode == 0
+    [ckpt] = list(tmp_path.glob("exp/*/checkpoint_000001"))
+    meta = msgpack.unpackb((ckpt / META).read_bytes())
+    meta["config"]["callbacks_class"] = "tests.integration.code_marker:Callbacks"
+    (ckpt / META).write_bytes(msgpack.packb(meta, use_bin_type=True))
+    one_line_error(train(2, "--resume"), "--trust-code", "callbacks_class")
+    run = train(2, "--resume", "--trust-code")
+    assert run.returncode == 0 and "resuming from" in run.stdout, run.stderr
+
+
+def test_messages_cannot_make_a_running_runner_import_a_file_or_a_new_package(
+        tmp_path, monkeypatch):
+    script, marker = evil_file(tmp_path)
+    # A module the runners could import (it is on their path) but were not started with.
+    (tmp_path / "not_started_with.py").write_text(
+        f"from pathlib import Path\nPath({str(marker)!r}).write_text('imported')\n"
+        "def fn(env, *args): return 'ran'\n")
+    monkeypatch.setenv("PYTHONPATH", f"{REPO}:{tmp_path}")
+    config = (PPOConfig().environment("CartPole-v1").env_runners(num_env_runners=1)
+              .training(train_batch_size=200, minibatch_size=100, num_epochs=1))
+    with config.build() as algo:
+        pid = algo.env_runners.foreach_env_runner("pid")
+        for path, words in ((f"{script}:make_env", "names a file"),
+                            ("not_started_with:fn", "not one this process was started with")):
+            for call in (algo.env_runners.foreach_env, algo.env_runners.foreach_env_runner):
+                with pytest.raises(RemoteError) as err:
+                    call(path)
+                assert err.value.etype == "PermissionError" and words in err.value.remote_msg
+        with pytest.raises(RemoteError, match="only public methods"):
+            algo.env_runners.foreach_env("__init__")
+        # Code of the packages the run was started with still runs; the runner lives on.
+        assert algo.env_runners.foreach_env("tests.integration.code_marker:env_name") == ["CartPoleEnv"]
+        assert algo.env_runners.foreach_env_runner("pid") == pid
+        assert algo.train()["num_healthy_env_runners"] == 1
+    assert not marker.exists()
+
+
+def test_a_scripts_own_functions_reach_the_runners(tmp_path):
+    script = tmp_path / "user_script.py"
+    script.write_text(textwrap.dedent("""
+        from rlmesh.algorithms import PPOConfig
+
+        def obs_size(env):
+            return env.observation_space.shape[0]
+
+        if __name__ == "__main__":
+            config = PPOConfig().environment("CartPole-v1").env_runners(num_env_runners=1)
+            with config.build() as algo:
+                print("sizes", algo.env_runners.foreach_env(obs_size))
+    """))
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         timeout=150, cwd=tmp_path)
+    assert run.returncode == 0 and "sizes [4]" in run.stdout, run.stdout + run.stderr
