@@ -50,6 +50,10 @@ class CheckpointError(ValueError):
     """A directory that is not a checkpoint this rlmesh can read."""
 
 
+class UntrustedCode(CheckpointError):
+    """A checkpoint that names code loading would run without ``trust_code`` (or a file)."""
+
+
 def write(path: Path, algo: Any, learner_state: dict[str, Any]) -> str:
     path = path.expanduser().resolve()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -203,11 +207,11 @@ def check_code(path: Path, meta: dict[str, Any], trust_code: bool, trusted: set[
         if is_file(module):
             if _is_main_script(module) and trust_code:
                 continue
-            raise CheckpointError(
+            raise UntrustedCode(
                 f"{path}: its {where} names the file {module!r}; rlmesh never runs a file named "
                 "by a checkpoint (name code by module path, 'pkg.module:name')")
         if not trust_code:
-            raise CheckpointError(
+            raise UntrustedCode(
                 f"{path}: its {where} names code outside rlmesh ({value!r}), which loading "
                 "would import and run; if you trust where the checkpoint came from, load it "
                 "with --trust-code (Python: trust_code=True)")

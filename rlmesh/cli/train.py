@@ -458,13 +458,15 @@ def write_error(e: OSError) -> str:
 def resume_into(algo, spec: TrainSpec, trust_code: bool = False) -> tuple[Path, str]:
     """Restore ``algo`` from the newest loadable checkpoint of the trial to go on in,
     saying which newer ones were skipped and why; the trial folder and the checkpoint."""
-    from rlmesh.algorithms.checkpoints import CheckpointError
+    from rlmesh.algorithms.checkpoints import CheckpointError, UntrustedCode
 
     trial, candidates = find_resume_point(spec)
     skipped = []
     for checkpoint in candidates:
         try:
             algo.restore(checkpoint, trust_code=trust_code)
+        except UntrustedCode:  # older checkpoints of the run name the same code: say it once
+            raise
         except CheckpointError as e:
             print(f"rlmesh train: skipping {checkpoint}: {_one_line(str(e))}", file=sys.stderr)
             skipped.append(checkpoint)
