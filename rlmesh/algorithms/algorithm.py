@@ -33,6 +33,7 @@ from rlmesh.envs import as_space, env_registry, import_object, spaces_of
 from rlmesh.policy.policy import Policy
 from rlmesh.policy.spec import PolicySpec, build_policy_from_data
 from rlmesh.rl.columns import DEFAULT_POLICY_ID
+from rlmesh.rl.filters import make_filter
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -82,6 +83,8 @@ class Algorithm:
         self._episodes: deque[dict[str, Any]] = deque(maxlen=SMOOTHING_EPISODES)
         self.obs_space, self.action_space = self._spaces(config)
         self.policy_specs = self._policy_specs()
+        # The global observation filter: every runner's statistics merged (sync_filters).
+        self.obs_filter = make_filter(config.observation_filter, self.obs_space)
         self.last_checkpoint: str | None = None
         self._loop = LoopThread()
         self.mesh = self.mesh_class(config, self._loop, self.policy_specs)
@@ -150,6 +153,7 @@ class Algorithm:
         start = time.perf_counter()
         self._timers = {"sample_time_s": 0.0, "learn_time_s": 0.0}
         learner_stats = self.training_step() or {}
+        self.sync_filters()
         fragments, steps = self.env_runners.pop_sampled()
         self.timesteps_total += steps
         self.num_env_steps_trained += sum(int(s.get("num_env_steps_trained", 0))
@@ -177,6 +181,12 @@ class Algorithm:
                                                             timesteps=self.timesteps_sampled)
         self.env_runners.sync_weights()
         return stats
+
+    def sync_filters(self) -> None:
+        """Merge the runners' new observation statistics into the global filter and hand
+        it back to them (RLlib does it after every training step)."""
+        if self.config.observation_filter != "NoFilter":
+            self._loop.run(self.mesh.sync_filters(self.obs_filter))
 
     @property
     def timesteps_sampled(self) -> int:
@@ -256,6 +266,7 @@ class Algorithm:
         the env takes it; with ``state`` (a recurrent policy) ``(action, state_out, extra)``."""
         policy = self.get_policy(policy_id)
         obs = np.asarray(observation, dtype=getattr(policy.observation_space, "dtype", None))
+        obs = self.obs_filter(obs, update=False)
         action, state_out, extra = policy.compute_single_action(obs, state, explore=explore)
         action = env_action(self.config, policy.action_space, action)
         return (action, state_out, extra) if state is not None else action
@@ -281,6 +292,10 @@ class Algorithm:
         self.episodes_total = counters["episodes_total"]
         self.num_env_steps_trained = counters.get("num_env_steps_trained", 0)
         self.time_total_s = counters["time_total_s"]
+        self.obs_filter.set_state(meta.get("filters", {}).get(DEFAULT_POLICY_ID))
+        self.obs_filter.flush()  # the restored statistics are global already
+        if self.config.observation_filter != "NoFilter":
+            self._loop.run(self.mesh.foreach_runner("set_filter_state", self.obs_filter.get_state()))
         self._publish()
 
     @classmethod

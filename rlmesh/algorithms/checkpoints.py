@@ -4,7 +4,8 @@
       rlmesh_checkpoint.msgpack   {"format": "rlmesh-checkpoint", "format_version": 2,
                                    "algorithm": "rlmesh.algorithms.ppo:PPO", "config": {...},
                                    "policies": {policy_id: PolicySpec data},
-                                   "counters": {...}, "created": unix time}
+                                   "counters": {...}, "created": unix time,
+                                   "filters": {policy_id: {n, mean, m2} or None}}
       learner.pt                  torch.save({"policies": {policy_id: policy.get_state()},
                                               "num_updates": n}); read with weights_only=True;
                                   a TorchPolicy's state: {"model": state_dict, "optimizer":
@@ -45,6 +46,7 @@ def write(path: Path, algo: Any, learner_state: dict[str, Any]) -> str:
         shutil.rmtree(stale, ignore_errors=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     tmp.mkdir()
+    obs_filter = getattr(algo, "obs_filter", None)
     meta = {
         "format": FORMAT, "format_version": FORMAT_VERSION,
         "algorithm": f"{type(algo).__module__}:{type(algo).__qualname__}",
@@ -54,6 +56,8 @@ def write(path: Path, algo: Any, learner_state: dict[str, Any]) -> str:
                      "episodes_total": algo.episodes_total, "time_total_s": algo.time_total_s,
                      "num_env_steps_trained": algo.num_env_steps_trained},
         "created": time.time(),
+        # observation_filter statistics by policy id ({n, mean, m2}; None for NoFilter)
+        "filters": _plain({"default_policy": obs_filter.get_state() if obs_filter else None}),
     }
     torch.save(learner_state, tmp / STATE)
     (tmp / META).write_bytes(msgpack.packb(meta, use_bin_type=True))

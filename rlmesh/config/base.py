@@ -118,6 +118,19 @@ class AlgorithmConfig:
             "the server's wake-up from sleep (about half the round trip on a 2-core VM). "
             "It spins only while requests come that fast; 0 never spins (a server sharing "
             "its cores with CPU-bound simulators).")
+    observation_filter: Literal["NoFilter", "MeanStdFilter"] = setting(
+        "NoFilter", "env_runners",
+        doc="'MeanStdFilter': each observation normalised by the running mean and std of "
+            "every observation sampled so far, clipped to [-10, 10] (Box observations). Each "
+            "runner updates its copy as it samples; the driver merges all runners' new "
+            "statistics every iteration and syncs them back; checkpoints keep them and "
+            "compute_single_action, rollout and the policy client apply them. 'NoFilter': "
+            "observations as the env gives them.")
+    enable_connectors: Literal[True] = setting(
+        True, "env_runners",
+        doc="RLlib's switch for its runner-side connectors; here observations are always "
+            "filtered (observation_filter) and stacked (model framestack) in the runner, so "
+            "only True is valid (the key exists so that RLlib configs naming it load).")
     sample_timeout_s: float | None = setting(
         60.0, "env_runners", gt=0,
         doc="Seconds to wait for a runner's fragment before treating the runner as failed; "

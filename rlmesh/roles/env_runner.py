@@ -21,6 +21,7 @@ import numpy as np
 from rlmesh.callbacks import load_callbacks
 from rlmesh.envs import EnvContext, import_object, make_env, space_to_data
 from rlmesh.rl.columns import DEFAULT_POLICY_ID
+from rlmesh.rl.filters import make_filter
 from rlmesh.roles.env_sampler import SEED_STRIDE, EnvSampler
 from rlmesh.roles.runner_policy import VersionedPolicies, make_runner_policies
 from rlmesh.runtime import Actor, ActorUnavailable, RemoteError, current_job
@@ -90,6 +91,8 @@ class EnvRunner(VersionedPolicies, Actor):
         self.sampler = EnvSampler(create, n, seeds=seeds, callbacks=load_callbacks(cfg.callbacks_class),
                                   env_runner=self, normalize_actions=normalize,
                                   clip_actions=cfg.clip_actions, clip_rewards=cfg.clip_rewards)
+        self.sampler.obs_filter = make_filter(cfg.observation_filter,
+                                              self.sampler.observation_space)
         job = current_job()
         if specs is None:
             specs = default_policy_specs(self.sampler.observation_space,
@@ -221,6 +224,20 @@ class EnvRunner(VersionedPolicies, Actor):
         return {"gradients": grads, "stats": stats, "episodes": fragment["episodes"],
                 "env_steps": fragment["env_steps"], "policy_version": fragment["policy_version"],
                 "policy_id": self.policy_id}
+
+    # --- observation filter: the driver merges every runner's new statistics (RLlib's
+    # FilterManager.synchronize) ---
+
+    def get_filter_updates(self) -> dict[str, Any] | None:
+        """The filter statistics gathered since the last call (then forgotten here)."""
+        return self.sampler.obs_filter.flush()
+
+    def set_filter_state(self, state: dict[str, Any] | None) -> None:
+        """Take the driver's global filter statistics."""
+        self.sampler.obs_filter.set_state(state)
+
+    def get_filter_state(self) -> dict[str, Any] | None:
+        return self.sampler.obs_filter.get_state()
 
     def get_spaces(self) -> dict[str, Any]:
         """The spaces as plain data (``rlmesh.envs.space_from_data`` rebuilds them)."""
