@@ -24,6 +24,15 @@ MODEL_DEFAULTS: dict = {
     "squash_actions": False,
     "custom_model": None,  # "package.module:ClassName" of a torch.nn.Module, see build_model
     "custom_model_config": {},  # passed through, untouched, for a custom model's own use
+    # Recurrent default model (rl/recurrent.py): encoder -> LSTM -> heads, state per env.
+    "use_lstm": False,
+    "lstm_cell_size": 256,  # width of the LSTM's hidden and cell state
+    "max_seq_len": 20,  # learners train on sequences of at most this many steps
+    "lstm_use_prev_action": False,  # the previous action is an input of the LSTM
+    "lstm_use_prev_reward": False,  # the previous reward is an input of the LSTM
+    # Stack the last k observations (runner-side, restarted each episode) along the last
+    # axis; a 2-D (grayscale) observation gains that axis. True is 4, False or 1 none.
+    "framestack": False,
 }
 
 ACTIVATION_NAMES = ("tanh", "relu", "swish", "linear")

@@ -57,8 +57,8 @@ def default_policy_specs(obs_space: gym.Space, action_space: gym.Space, config: 
         spec = PolicySpec(config.policy_class).resolved(None, obs_space, action_space)
         return {DEFAULT_POLICY_ID: spec.to_data(config)}
     torch_policy = "rlmesh.policy.torch_policy:TorchPolicy"
-    runner = (torch_policy if config.model.get("custom_model") is not None
-              else "rlmesh.policy.numpy_mlp:NumpyMLPPolicy")
+    torch_model = config.model.get("custom_model") is not None or config.model.get("use_lstm")
+    runner = torch_policy if torch_model else "rlmesh.policy.numpy_mlp:NumpyMLPPolicy"
     return {DEFAULT_POLICY_ID: {"policy_class": torch_policy, "runner_class": runner,
                                 "observation_space": space_to_data(obs_space),
                                 "action_space": space_to_data(action_space), "config": {}}}
