@@ -25,6 +25,16 @@ from rlmesh.roles.env_sampler import EnvSampler
 from tests.integration.envs_for_tests import RepeatFirstEnv
 
 
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """Tiny LSTMs: a second OpenMP thread only spins on a loaded 2-core machine (0.3 s a
+    backward pass instead of 10 ms)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def test_sequences_cut_at_episode_ends_invalid_rows_and_the_length_cap():
     mask = np.array([[1, 1], [1, 1], [1, 0], [1, 1], [1, 1]], bool)
     done = np.array([[0, 0], [1, 0], [0, 0], [0, 0], [0, 1]], bool)
