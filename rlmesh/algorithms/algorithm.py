@@ -31,6 +31,7 @@ from rlmesh.config.base import AlgorithmConfig
 from rlmesh.algorithms.inference import env_action
 from rlmesh.envs import as_space, env_registry, import_object, spaces_of
 from rlmesh.policy.policy import Policy
+from rlmesh.preprocessing import model_obs_space
 from rlmesh.policy.spec import PolicySpec, build_policy_from_data
 from rlmesh.rl.columns import DEFAULT_POLICY_ID
 from rlmesh.rl.filters import make_filter
@@ -144,7 +145,9 @@ class Algorithm:
             raise ValueError("no env: set .environment('CartPole-v1') (a gymnasium id or "
                              "'pkg.module:make_env'), or, for external simulators, "
                              "policy_server_address with observation_space and action_space")
-        return spaces_of(config.to_dict()["env"], config.env_config, env_registry())
+        obs_space, action_space = spaces_of(config.to_dict()["env"], config.env_config,
+                                            env_registry())
+        return model_obs_space(obs_space, config.model), action_space  # framestack
 
     # --- training ---
 

@@ -104,6 +104,9 @@ def main(args: argparse.Namespace) -> int:
                   file=sys.stderr)
             return 2
         env = make_env(env_id, {} if args.env else dict(_config_value(algo, "env_config") or {}))
+        from rlmesh.preprocessing import wrap_for_model
+
+        env = wrap_for_model(env, dict(_config_value(algo, "model") or {}))  # framestack
         episodes = args.episodes if args.steps is None and args.episodes else None
         if args.steps is None and episodes is None:
             episodes = DEFAULT_EPISODES

@@ -20,6 +20,7 @@ import numpy as np
 
 from rlmesh.callbacks import load_callbacks
 from rlmesh.envs import EnvContext, import_object, make_env, space_to_data
+from rlmesh.preprocessing import wrap_for_model
 from rlmesh.rl.columns import DEFAULT_POLICY_ID
 from rlmesh.rl.filters import make_filter
 from rlmesh.roles.env_sampler import SEED_STRIDE, EnvSampler
@@ -84,7 +85,7 @@ class EnvRunner(VersionedPolicies, Actor):
 
         def create(i: int) -> gym.Env:
             context = EnvContext(cfg.env_config, worker_index, i, cfg.num_env_runners)
-            return make_env(cfg.env, context, registry)
+            return wrap_for_model(make_env(cfg.env, context, registry), cfg.model)
 
         # Squashed actions are in the bounds already: stepped as drawn, never rescaled.
         normalize = cfg.normalize_actions and not cfg.model.get("squash_actions", False)
