@@ -174,7 +174,9 @@ class AlgorithmConfig:
         MODEL_DEFAULTS, "training", merge=True,
         doc="Network settings in RLlib's names (fcnet_hiddens, fcnet_activation, "
             "vf_share_layers, free_log_std, custom_model, custom_model_config) and "
-            "squash_actions (Box actions tanh-squashed into the bounds instead of clipped); "
+            "squash_actions (Box actions tanh-squashed into the bounds instead of clipped), "
+            "use_lstm and its lstm_* keys and max_seq_len, framestack "
+            "(docs/observations_and_memory.md); "
             "every key with its meaning: rlmesh.rl.spec.MODEL_DEFAULTS. A dict given updates "
             "the current one key by key, as in RLlib.")
 
