@@ -8,6 +8,7 @@ import argparse
 import math
 from pathlib import Path
 
+import gymnasium as gym
 import numpy as np
 
 from rlmesh.algorithms import Algorithm, PPOConfig
@@ -72,3 +73,30 @@ def test_filter_survives_save_and_restore_and_rollout_applies_it(tmp_path):
         assert restored.obs_filter.get_state()["n"] >= state["n"] + 400
     rollout = InferencePolicy.from_checkpoint(path)
     assert [rollout.compute_single_action(o) for o in obs] == actions
+
+
+def test_policy_client_local_inference_applies_the_servers_filter():
+    from rlmesh.client import PolicyClient
+    from tests.integration.test_policy_client import runner_process
+
+    mean = np.array([0.5, -1.0, 0.1, 2.0])
+    state = {"n": 101, "mean": mean, "m2": np.full(4, 4.0 * 100)}  # std 2
+    with runner_process(observation_filter="MeanStdFilter") as (run, runner, address):
+        run(runner.set_filter_state(state))
+        seen = []
+        for mode in ("local", "remote"):
+            with PolicyClient(address, inference_mode=mode) as client:
+                env = gym.make("CartPole-v1")
+                eid = client.start_episode()
+                obs, _ = env.reset(seed=0)
+                for _ in range(5):
+                    seen.append(obs)
+                    obs, reward, *_ = env.step(client.get_action(eid, obs))
+                    client.log_returns(eid, reward)
+                client.end_episode(eid, obs, truncated=True)
+        fragment = run(runner.sample())
+        counted = run(runner.get_filter_updates())
+    # Local inference: the server's statistics exactly, as the client recorded the steps.
+    local = ((np.array(seen[:5]) - mean) / 2).astype(np.float32)
+    assert any(np.allclose(fragment["obs"][:5, b], local, atol=1e-6) for b in range(2))
+    assert counted["n"] == 6  # remote inference counts what its clients send; local does not
