@@ -29,7 +29,12 @@ class RunningStat:
     def push(self, rows: np.ndarray) -> None:
         """Add a batch of observations ``[N, *shape]``."""
         rows = np.asarray(rows, np.float64)
-        if len(rows):
+        if len(rows) == 1:  # one observation (a runner's step): Welford's update, in place
+            self.n += 1
+            delta = rows[0] - self.mean
+            self.mean += delta / self.n
+            self.m2 += delta * (rows[0] - self.mean)
+        elif len(rows):
             other = RunningStat(self.mean.shape)
             other.n, other.mean = len(rows), rows.mean(0)
             other.m2 = ((rows - other.mean) ** 2).sum(0)
