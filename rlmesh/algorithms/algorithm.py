@@ -264,13 +264,17 @@ class Algorithm:
         self._publish(list(weights))
 
     def compute_single_action(self, observation: Any, state: list[Any] | None = None,
-                              explore: bool = False, policy_id: str = DEFAULT_POLICY_ID) -> Any:
+                              explore: bool = False, policy_id: str = DEFAULT_POLICY_ID,
+                              prev_action: Any = None, prev_reward: Any = None) -> Any:
         """The action for one observation, from the newest weights (driver-side copy), as
-        the env takes it; with ``state`` (a recurrent policy) ``(action, state_out, extra)``."""
+        the env takes it; with ``state`` (a recurrent policy) ``(action, state_out, extra)``
+        (start an episode from ``get_policy().get_initial_state()``; ``prev_action`` and
+        ``prev_reward`` for a model that reads them)."""
         policy = self.get_policy(policy_id)
         obs = np.asarray(observation, dtype=getattr(policy.observation_space, "dtype", None))
         obs = self.obs_filter(obs, update=False)
-        action, state_out, extra = policy.compute_single_action(obs, state, explore=explore)
+        action, state_out, extra = policy.compute_single_action(
+            obs, state, prev_action, prev_reward, explore=explore)
         action = env_action(self.config, policy.action_space, action)
         return (action, state_out, extra) if state is not None else action
 

@@ -41,10 +41,19 @@ class InferencePolicy:
         obs_filter.set_state(meta.get("filters", {}).get(policy_id))
         return cls(config, policy, obs_filter)
 
-    def compute_single_action(self, observation: Any, explore: bool = False) -> Any:
+    def compute_single_action(self, observation: Any, state: list[Any] | None = None,
+                              explore: bool = False, prev_action: Any = None,
+                              prev_reward: Any = None) -> Any:
+        """As ``Algorithm.compute_single_action``: the action, or with ``state`` (a
+        recurrent policy) ``(action, state_out, extra)``."""
         obs = self.obs_filter(np.asarray(observation, dtype=self.obs_space.dtype), update=False)
-        return env_action(self.config, self.action_space,
-                          self.policy.compute_single_action(obs, explore=explore)[0])
+        action, state_out, extra = self.policy.compute_single_action(
+            obs, state, prev_action, prev_reward, explore=explore)
+        action = env_action(self.config, self.action_space, action)
+        return (action, state_out, extra) if state is not None else action
+
+    def get_policy(self) -> Any:
+        return self.policy
 
     def stop(self) -> None:
         """Nothing to stop (the same call as an Algorithm's, for code that takes either)."""

@@ -59,3 +59,22 @@ def test_ppo_with_lstm_learns_to_remember_where_the_mlp_cannot():
         assert wins >= 16, f"compute_single_action with state recalled {wins} of 20"
     finally:
         algo.stop()
+
+
+def test_rollout_of_a_recurrent_checkpoint_carries_the_state(tmp_path):
+    """rlmesh rollout's loop with an LSTM checkpoint: the state goes from step to step, so
+    a trained memory policy still recalls; from the initial state at every step it could
+    not."""
+    from rlmesh.algorithms.inference import InferencePolicy
+    from rlmesh.cli.rollout import run_episodes
+
+    algo, _, means = train(memory_config(True), 40_000, target=0.9)
+    try:
+        path = algo.save(tmp_path / "ckpt")
+    finally:
+        algo.stop()
+    policy = InferencePolicy.from_checkpoint(path)
+    returns: list[float] = []
+    run_episodes(policy, RepeatFirstEnv({"num_symbols": SYMBOLS}), None, 40, False, 0, returns,
+                 out=lambda line: None)
+    assert np.mean(returns) >= 0.8, returns
