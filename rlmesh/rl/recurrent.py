@@ -11,25 +11,43 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from rlmesh.rl.models import layer_init, mlp, preprocess_obs
-from rlmesh.rl.spec import MODEL_DEFAULTS, obs_size
+from rlmesh.rl.encoders import FlatEncoder, ObsEncoder
+from rlmesh.rl.models import ACTIVATIONS, check_action_mask, layer_init, mlp
+from rlmesh.rl.spaces import is_nested, leaves
+from rlmesh.rl.spec import MODEL_DEFAULTS
+from rlmesh.rl.torch_spaces import unpack_tensor
 
 
-def prev_action_size(action_space: gym.Space) -> int:
-    """Width of a previous action as the LSTM takes it: one-hot for Discrete, flat for Box."""
-    if isinstance(action_space, gym.spaces.Discrete):
-        return int(action_space.n)
-    return int(np.prod(action_space.shape))
+class ActionEncoder(nn.Module):
+    """Previous actions as their column stores them -> floats for the LSTM: each leaf of
+    the action space one-hot (Discrete, MultiDiscrete) or flattened (Box, MultiBinary)."""
+
+    def __init__(self, action_space: gym.Space) -> None:
+        super().__init__()
+        self.nested = is_nested(action_space)
+        self.leaves = leaves(action_space)
+        self.encoders = nn.ModuleList([FlatEncoder(leaf.space) for leaf in self.leaves])
+        self.out_size = sum(e.out_size for e in self.encoders)
+
+    def forward(self, actions: torch.Tensor) -> torch.Tensor:
+        values = unpack_tensor(self.leaves, actions) if self.nested else {(): actions}
+        return torch.cat([enc(values[leaf.path]) for leaf, enc in zip(self.leaves, self.encoders)], -1)
 
 
 class RecurrentActorCritic(nn.Module):
-    """obs ``[S, L, ...]`` and LSTM state ``(h, c)`` of ``[S, cell]`` -> distribution inputs
-    ``[S, L, n]``, values ``[S, L]`` and the state after the last step. ``forward(obs)`` is
-    one step from the initial state: ``(dist_inputs [N, n], values [N])``, the shape every
-    model gives (model checks, export)."""
+    """obs ``[S, L, ...]`` (as the column stores them: packed records for Tuple/Dict) and
+    LSTM state ``(h, c)`` of ``[S, cell]`` -> distribution inputs ``[S, L, n]``, values
+    ``[S, L]`` and the state after the last step. ``forward(obs)`` is one step from the
+    initial state: ``(dist_inputs [N, n], values [N])``, the shape every model gives (model
+    checks, export).
+
+    ``encoder`` is the default model's (``rl/encoders.py``: conv for images, one-hot
+    discrete leaves, a Dict's leaves concatenated), then ``trunk`` (``fcnet_hiddens`` then
+    ``post_fcnet_hiddens``), the LSTM (one for policy and value, as RLlib's wrapper) and
+    the heads; an ``action_mask`` observation key masks the logits as in the default model.
+    """
 
     is_recurrent = True
 
@@ -42,13 +60,20 @@ class RecurrentActorCritic(nn.Module):
         self.max_seq_len = int(config["max_seq_len"])
         self.use_prev_action = bool(config["lstm_use_prev_action"])
         self.use_prev_reward = bool(config["lstm_use_prev_reward"])
-        self.encoder, features = mlp(obs_size(obs_space), list(config["fcnet_hiddens"]),
-                                     config["fcnet_activation"])
-        inputs = (features + self.use_prev_action * prev_action_size(action_space)
+        self.encoder = ObsEncoder(obs_space, config, ACTIVATIONS[config["conv_activation"]])
+        self.masked = self.encoder.mask_leaf is not None
+        if self.masked:
+            check_action_mask(self.encoder.mask_leaf, action_space, num_outputs)
+        hiddens = list(config["fcnet_hiddens"]) + list(config["post_fcnet_hiddens"])
+        self.trunk, features = mlp(self.encoder.out_size, hiddens, config["fcnet_activation"])
+        self.prev_action_encoder = ActionEncoder(action_space) if self.use_prev_action else None
+        inputs = (features + (self.prev_action_encoder.out_size if self.use_prev_action else 0)
                   + int(self.use_prev_reward))
         self.lstm = nn.LSTM(inputs, self.cell_size, batch_first=True)
         self.free_log_std = bool(config["free_log_std"])
         if self.free_log_std:
+            if not isinstance(action_space, gym.spaces.Box) or num_outputs % 2:
+                raise ValueError(f"free_log_std needs a Box action space (Gaussian), got {action_space}")
             num_outputs //= 2
             self.log_std = nn.Parameter(torch.zeros(num_outputs))
         self.pi_head = layer_init(nn.Linear(self.cell_size, num_outputs), gain=0.01)
@@ -62,7 +87,7 @@ class RecurrentActorCritic(nn.Module):
                     prev_rewards: torch.Tensor | None = None
                     ) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
         s, length = obs.shape[:2]
-        x = self.encoder(preprocess_obs(obs.flatten(0, 1), self.obs_space)).reshape(s, length, -1)
+        x = self.trunk(self.encoder(obs.flatten(0, 1))).reshape(s, length, -1)
         parts = [x]
         if self.use_prev_action:
             parts.append(self._prev_actions(prev_actions, s, length, x))
@@ -74,26 +99,27 @@ class RecurrentActorCritic(nn.Module):
         dist_inputs = self.pi_head(out)
         if self.free_log_std:
             dist_inputs = torch.cat([dist_inputs, self.log_std.expand_as(dist_inputs)], dim=-1)
-        return dist_inputs, self.vf_head(out).squeeze(-1), [h[0], c[0]]
+        return self.mask_logits(dist_inputs, obs), self.vf_head(out).squeeze(-1), [h[0], c[0]]
 
     def _prev_actions(self, prev: torch.Tensor | None, s: int, length: int,
                       like: torch.Tensor) -> torch.Tensor:
-        size = prev_action_size(self.action_space)
         if prev is None:
-            return like.new_zeros(s, length, size)
-        if isinstance(self.action_space, gym.spaces.Discrete):
-            return F.one_hot(prev.long().reshape(s, length), size).to(like.dtype)
-        return prev.reshape(s, length, size).to(like.dtype)
+            return like.new_zeros(s, length, self.prev_action_encoder.out_size)
+        return self.prev_action_encoder(prev.flatten(0, 1)).reshape(s, length, -1).to(like.dtype)
+
+    def mask_logits(self, dist_inputs: torch.Tensor, obs: torch.Tensor) -> torch.Tensor:
+        """As the default model's: the actions ``action_mask`` rules out at the dtype's
+        minimum (``dist_inputs`` and ``obs`` of the same leading shape)."""
+        if not self.masked:
+            return dist_inputs
+        mask = self.encoder.action_mask(obs)
+        return dist_inputs.masked_fill(~mask, torch.finfo(dist_inputs.dtype).min)
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         n = obs.shape[0]
-        zeros = obs.new_zeros((n, self.cell_size), dtype=torch.float32)
+        zeros = torch.zeros((n, self.cell_size), dtype=torch.float32, device=obs.device)
         dist_inputs, values, _ = self.forward_seq(obs.unsqueeze(1), [zeros, zeros])
         return dist_inputs[:, 0], values[:, 0]
-
-
-def wants_lstm(model_config: dict) -> bool:
-    return bool(model_config.get("use_lstm", False))
 
 
 def check_recurrent_config(config: dict, custom: Any) -> None:
