@@ -127,7 +127,11 @@ def make_env(env_spec: Any, env_config: dict | None = None,
     elif ":" in env_spec:
         env = _make_from_path(env_spec, env_config)
     else:
-        env = _gym_make(env_spec, env_config, registry)
+        from rlmesh.preprocessing import atari_settings, make_atari
+
+        rest, atari = atari_settings(env_config)  # env_config {"atari": True}: ALE wrappers
+        env = (make_atari(env_spec, rest, atari) if atari
+               else _gym_make(env_spec, env_config, registry))
     if not isinstance(env, gym.Env):
         raise TypeError(f"env {env_spec!r} made a {type(env).__name__}, not a gymnasium.Env")
     return env

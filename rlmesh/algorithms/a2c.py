@@ -27,11 +27,13 @@ class A2CTorchPolicy(TorchPolicy):
     def prepare_batch(self, batch: Tensors) -> Tensors:
         cfg = self.config
         flat = gae_samples(self.model, batch, cfg.gamma, cfg.lambda_ if cfg.use_gae else 1.0)
-        return {k: flat[k] for k in ("obs", "actions", "advantages", "value_targets")}
+        drop = ("values", "action_logp", "action_dist_inputs")  # what the loss never reads
+        return {k: v for k, v in flat.items() if k not in drop}
 
     def loss(self, mb: Tensors) -> tuple[torch.Tensor, Tensors]:
         cfg = self.config
-        dist_inputs, values = self.model(mb["obs"])
+        dist_inputs, values = self.model_outputs(mb)
+        mb = self.train_rows(mb)  # sequences: their real steps, flat
         dist = self.dist_class.from_inputs(dist_inputs)
         policy_loss = -(dist.logp(mb["actions"]) * mb["advantages"]).mean()
         vf_loss = (values - mb["value_targets"]).pow(2).mean()

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import torch
 
+from rlmesh.policy.recurrent import (is_recurrent, sequence_index, sequence_samples,
+                                     standardized_steps, time_major_outputs)
 from rlmesh.rl.gae import compute_gae
 
 
@@ -12,7 +14,10 @@ def gae_samples(model: torch.nn.Module, batch: dict[str, torch.Tensor], gamma: f
                 lambda_: float) -> dict[str, torch.Tensor]:
     """Flat valid samples of ``batch`` (time-major ``[T, B]`` columns with ``next_obs``,
     ``trunc_index`` and ``trunc_obs``) with ``values``, ``advantages`` and
-    ``value_targets``. ``model(obs)`` returns ``(dist_inputs, values)``."""
+    ``value_targets``. ``model(obs)`` returns ``(dist_inputs, values)``. A recurrent model's
+    samples are whole sequences instead (``recurrent_gae_samples``)."""
+    if is_recurrent(model):
+        return recurrent_gae_samples(model, batch, gamma, lambda_)
     t, b = batch["rewards"].shape
     with torch.no_grad():
         values = model(batch["obs"].flatten(0, 1))[1].reshape(t, b)
@@ -36,6 +41,24 @@ def gae_samples(model: torch.nn.Module, batch: dict[str, torch.Tensor], gamma: f
     return {k: v[valid] for k, v in flat.items()}
 
 
-def standardized(x: torch.Tensor) -> torch.Tensor:
-    """Zero mean, unit variance (left as is for a single sample, which has no variance)."""
+def recurrent_gae_samples(model: torch.nn.Module, batch: dict[str, torch.Tensor], gamma: float,
+                          lambda_: float) -> dict[str, torch.Tensor]:
+    """``gae_samples`` of a recurrent model: values from its sequences, GAE over the
+    time-major batch, the samples as padded sequences ``[S, L, ...]`` with ``seq_mask``."""
+    index = sequence_index(batch, model.max_seq_len)
+    with torch.no_grad():
+        _, values, bootstrap = time_major_outputs(model, batch, index)
+        advantages, targets = compute_gae(
+            batch["rewards"], values, bootstrap, batch["terminateds"], batch["truncateds"],
+            gamma, lambda_)
+    return sequence_samples(batch, index, values=values, advantages=advantages,
+                            value_targets=targets)
+
+
+def standardized(x: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
+    """Zero mean, unit variance (left as is for a single sample, which has no variance);
+    with ``valid`` (sequences' ``seq_mask``), over the real steps, padding zero."""
+    if valid is not None:
+        return standardized_steps(x, valid)
     return (x - x.mean()) / (x.std() + 1e-8) if len(x) > 1 else x
+

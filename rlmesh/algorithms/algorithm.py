@@ -32,8 +32,10 @@ from rlmesh.config.base import AlgorithmConfig
 from rlmesh.algorithms.inference import env_action
 from rlmesh.envs import as_space, env_registry, spaces_of
 from rlmesh.policy.policy import Policy
+from rlmesh.preprocessing import model_obs_space
 from rlmesh.policy.spec import PolicySpec, build_policy_from_data
 from rlmesh.rl.columns import DEFAULT_POLICY_ID
+from rlmesh.rl.filters import make_filter
 from rlmesh.runtime import ActorUnavailable, RemoteError
 
 log = logging.getLogger(__name__)
@@ -94,6 +96,8 @@ class Algorithm:
         self.obs_space, self.action_space = self._spaces(config)
         self.policy_specs = self._policy_specs()
         self._entropy_warned: set[str] = set()
+        # The global observation filter: every runner's statistics merged (sync_filters).
+        self.obs_filter = make_filter(config.observation_filter, self.obs_space)
         self.last_checkpoint: str | None = None
         self._loop = LoopThread()
         self.mesh = self.mesh_class(config, self._loop, self.policy_specs)
@@ -153,7 +157,9 @@ class Algorithm:
             raise ValueError("no env: set .environment('CartPole-v1') (a gymnasium id or "
                              "'pkg.module:make_env'), or, for external simulators, "
                              "policy_server_address with observation_space and action_space")
-        return spaces_of(config.to_dict()["env"], config.env_config, env_registry())
+        obs_space, action_space = spaces_of(config.to_dict()["env"], config.env_config,
+                                            env_registry())
+        return model_obs_space(obs_space, config.model), action_space  # framestack
 
     # --- training ---
 
@@ -163,6 +169,7 @@ class Algorithm:
         self._timers = {"sample_time_s": 0.0, "learn_time_s": 0.0}
         with self._learner_calls():
             learner_stats = self.training_step() or {}
+        self.sync_filters()
         fragments, steps = self.env_runners.pop_sampled()
         self.timesteps_total += steps
         self.num_env_steps_trained += sum(int(s.get("num_env_steps_trained", 0))
@@ -211,6 +218,12 @@ class Algorithm:
                  "would give one to resume from)")
         return (f"the learner failed, so the run stops (its weights and optimizer state "
                 f"exist nowhere else): {what}\n{where}")
+
+    def sync_filters(self) -> None:
+        """Merge the runners' new observation statistics into the global filter and hand
+        it back to them (RLlib does it after every training step)."""
+        if self.config.observation_filter != "NoFilter":
+            self._loop.run(self.mesh.sync_filters(self.obs_filter))
 
     @property
     def timesteps_sampled(self) -> int:
@@ -320,11 +333,17 @@ class Algorithm:
         self._publish(list(weights))
 
     def compute_single_action(self, observation: Any, state: list[Any] | None = None,
-                              explore: bool = False, policy_id: str = DEFAULT_POLICY_ID) -> Any:
+                              explore: bool = False, policy_id: str = DEFAULT_POLICY_ID,
+                              prev_action: Any = None, prev_reward: Any = None) -> Any:
         """The action for one observation, from the newest weights (driver-side copy), as
-        the env takes it; with ``state`` (a recurrent policy) ``(action, state_out, extra)``."""
+        the env takes it; with ``state`` (a recurrent policy) ``(action, state_out, extra)``
+        (start an episode from ``get_policy().get_initial_state()``; ``prev_action`` and
+        ``prev_reward`` for a model that reads them)."""
         policy = self.get_policy(policy_id)
-        action, state_out, extra = policy.compute_single_action(observation, state, explore=explore)
+        # Nested (Tuple/Dict) observations go as they are: MeanStdFilter takes Box ones only.
+        obs = self.obs_filter(observation, update=False)
+        action, state_out, extra = policy.compute_single_action(
+            obs, state, prev_action, prev_reward, explore=explore)
         action = env_action(self.config, policy.action_space, action)
         return (action, state_out, extra) if state is not None else action
 
@@ -362,6 +381,10 @@ class Algorithm:
         self.episodes_total = counters["episodes_total"]
         self.num_env_steps_trained = counters.get("num_env_steps_trained", 0)
         self.time_total_s = counters["time_total_s"]
+        self.obs_filter.set_state(meta.get("filters", {}).get(DEFAULT_POLICY_ID))
+        self.obs_filter.flush()  # the restored statistics are global already
+        if self.config.observation_filter != "NoFilter":
+            self._loop.run(self.mesh.foreach_runner("set_filter_state", self.obs_filter.get_state()))
         self._publish()
 
     @classmethod

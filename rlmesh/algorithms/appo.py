@@ -16,8 +16,9 @@ import torch
 from rlmesh.algorithms.appo_config import APPOConfig
 from rlmesh.algorithms.ppo import adapt_kl_coeff
 from rlmesh.algorithms.impala import (
-    IMPALA, ImpalaTorchPolicy, drop_last_step, entropy_coeff, evaluate, flat_valid, forward,
-    loss_terms, valid_rows, vtrace_targets, whole_batch)
+    IMPALA, ImpalaTorchPolicy, drop_last_step, entropy_coeff, evaluate, forward, loss_terms,
+    train_samples, valid_rows, vtrace_targets, whole_batch)
+from rlmesh.policy.recurrent import is_recurrent, time_major_outputs
 
 __all__ = ["APPO", "APPOConfig", "APPOTorchPolicy"]
 
@@ -38,7 +39,9 @@ class APPOTorchPolicy(ImpalaTorchPolicy):
         if self.config.vtrace_drop_last_ts:
             batch = drop_last_step(batch)
         with torch.no_grad():
-            old_inputs = target_model(self)(batch["obs"].flatten(0, 1))[0]
+            target = target_model(self)
+            old_inputs = (time_major_outputs(target, batch)[0] if is_recurrent(target)
+                          else target(batch["obs"].flatten(0, 1))[0])
             old_logp = self.dist_class.from_inputs(old_inputs).logp(
                 batch["actions"].flatten(0, 1)).reshape(batch["rewards"].shape)
             whole = whole_batch(self, batch)
@@ -46,14 +49,15 @@ class APPOTorchPolicy(ImpalaTorchPolicy):
                 return {**whole, "old_logp": old_logp, "old_dist_inputs": old_inputs}
             _, values, bootstrap = evaluate(self, batch, self.model)
             vs, pg_advantages = vtrace_targets(self, batch, old_logp, values, bootstrap)
-        flat = flat_valid(batch, vs=vs, pg_advantages=pg_advantages, old_logp=old_logp)
-        flat["old_dist_inputs"] = old_inputs[batch["mask"].flatten()]
-        return flat
+        t, b = old_logp.shape
+        return train_samples(self, batch, vs=vs, pg_advantages=pg_advantages, old_logp=old_logp,
+                             old_dist_inputs=old_inputs.reshape(t, b, -1))
 
     def loss(self, mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         cfg = self.config
-        if "vs" in mb:  # a flat minibatch with its V-trace targets
-            dist_inputs, values = self.model(mb["obs"])
+        if "vs" in mb:  # a flat minibatch (or sequences) with its V-trace targets
+            dist_inputs, values = self.model_outputs(mb)
+            mb = self.train_rows(mb)
             mask: torch.Tensor | slice = slice(None)
             actions, vs, adv = mb["actions"], mb["vs"], mb["pg_advantages"]
             behaviour, old_logp = mb["action_logp"], mb["old_logp"]

@@ -35,6 +35,7 @@ class AsyncAlgorithm(Algorithm):
         """One iteration: at least ``min_time_s_per_reporting`` seconds and one update."""
         start = time.perf_counter()
         self._wait_for_update(start)
+        self.sync_filters()
         learners = self._ask(self.mesh.learner_metrics())
         sampled = self._ask(self.mesh.pop_sampled())
         aggregators = self._ask(self.mesh.aggregator_stats())

@@ -4,7 +4,8 @@
       rlmesh_checkpoint.msgpack   {"format": "rlmesh-checkpoint", "format_version": 3,
                                    "algorithm": "PPO", "config": {...},
                                    "policies": {policy_id: PolicySpec data},
-                                   "counters": {...}, "created": unix time}
+                                   "counters": {...}, "created": unix time,
+                                   "filters": {policy_id: {n, mean, m2} or None}}
       learner.pt                  torch.save({"policies": {policy_id: policy.get_state()},
                                               "num_updates": n}); read with weights_only=True;
                                   a TorchPolicy's state: {"model": state_dict, "optimizer":
@@ -112,6 +113,7 @@ def _alive(pid: int) -> bool:
 
 
 def _write_into(tmp: Path, algo: Any, learner_state: dict[str, Any]) -> None:
+    obs_filter = getattr(algo, "obs_filter", None)
     meta = {
         "format": FORMAT, "format_version": FORMAT_VERSION,
         "algorithm": algorithm_name(algo),
@@ -121,6 +123,8 @@ def _write_into(tmp: Path, algo: Any, learner_state: dict[str, Any]) -> None:
                      "episodes_total": algo.episodes_total, "time_total_s": algo.time_total_s,
                      "num_env_steps_trained": algo.num_env_steps_trained},
         "created": time.time(),
+        # observation_filter statistics by policy id ({n, mean, m2}; None for NoFilter)
+        "filters": _plain({"default_policy": obs_filter.get_state() if obs_filter else None}),
     }
     # Serialized in memory first: torch's own file writer turns a full disk into an
     # "enforce fail" RuntimeError, a plain write gives the OSError (ENOSPC) that says so.

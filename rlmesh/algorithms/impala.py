@@ -15,6 +15,8 @@ import torch
 from rlmesh.algorithms.asynchronous import AsyncAlgorithm
 from rlmesh.algorithms.impala_config import ImpalaConfig
 from rlmesh.config.schedules import value_at
+from rlmesh.policy.recurrent import (is_recurrent, sequence_index, sequence_samples,
+                                     time_major_outputs)
 from rlmesh.policy.torch_policy import TorchPolicy, entropy_of, explained_variance
 from rlmesh.rl.columns import time_major_keys
 from rlmesh.rl.optim import Adam, Optimizers, RMSprop
@@ -56,7 +58,10 @@ def evaluate(policy: Any, batch: dict[str, torch.Tensor], model: torch.nn.Module
              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``model``'s action log-probabilities and values ``[T, B]`` on a time-major batch,
     and the bootstrap values (see ``forward``)."""
-    dist_inputs, values, bootstrap = forward(batch, model)
+    if is_recurrent(model):  # over the batch's sequences, each from its recorded state
+        dist_inputs, values, bootstrap = time_major_outputs(model, batch)
+    else:
+        dist_inputs, values, bootstrap = forward(batch, model)
     logp = policy.dist_class.from_inputs(dist_inputs).logp(batch["actions"].flatten(0, 1))
     return logp.reshape(values.shape), values, bootstrap
 
@@ -76,9 +81,18 @@ def flat_valid(batch: dict[str, torch.Tensor], **extra: torch.Tensor) -> dict[st
     flat = {"obs": batch["obs"].flatten(0, 1), "actions": batch["actions"].flatten(0, 1),
             "action_logp": batch["action_logp"].flatten(),
             "action_dist_inputs": batch["action_dist_inputs"].flatten(0, 1),
-            **{k: v.flatten() for k, v in extra.items()}}
+            **{k: v.flatten(0, 1) for k, v in extra.items()}}
     valid = batch["mask"].flatten()
     return {k: v[valid] for k, v in flat.items()}
+
+
+def train_samples(policy: Any, batch: dict[str, torch.Tensor], **extra: torch.Tensor
+                  ) -> dict[str, torch.Tensor]:
+    """``flat_valid``'s samples, or for a recurrent model whole padded sequences."""
+    if policy.recurrent:
+        index = sequence_index(batch, policy.model.max_seq_len)
+        return sequence_samples(batch, index, **extra)
+    return flat_valid(batch, **extra)
 
 
 def valid_rows(mask: torch.Tensor) -> torch.Tensor | slice:
@@ -118,7 +132,7 @@ def make_optimizer(policy: Any) -> Any:
 def whole_batch(policy: Any, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor] | None:
     """Without minibatches, the batch stays time-major and the loss computes V-trace from
     its own forward pass (one pass instead of two); None when minibatches are asked for."""
-    if policy.config.minibatch_size is not None:
+    if policy.config.minibatch_size is not None or policy.recurrent:
         return None
     return {**batch, "_whole_batch": True}
 
@@ -156,12 +170,13 @@ class ImpalaTorchPolicy(TorchPolicy):
         with torch.no_grad():
             target_logp, values, bootstrap = evaluate(self, batch, self.model)
             vs, pg_advantages = vtrace_targets(self, batch, target_logp, values, bootstrap)
-        return flat_valid(batch, vs=vs, pg_advantages=pg_advantages)
+        return train_samples(self, batch, vs=vs, pg_advantages=pg_advantages)
 
     def loss(self, mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         cfg = self.config
-        if "vs" in mb:  # a flat minibatch with its V-trace targets
-            dist_inputs, values = self.model(mb["obs"])
+        if "vs" in mb:  # a flat minibatch (or sequences) with its V-trace targets
+            dist_inputs, values = self.model_outputs(mb)
+            mb = self.train_rows(mb)
             dist = self.dist_class.from_inputs(dist_inputs)
             logp = dist.logp(mb["actions"])
             vs, pg_advantages = mb["vs"], mb["pg_advantages"]

@@ -12,15 +12,17 @@ from rlmesh.algorithms import checkpoints
 from rlmesh.envs import actions_for_env, env_registry, spaces_of
 from rlmesh.policy.spec import PolicySpec, build_policy_from_data
 from rlmesh.rl.columns import DEFAULT_POLICY_ID
+from rlmesh.rl.filters import NoFilter, make_filter
 from rlmesh.rl.spaces import to_column
 
 
 class InferencePolicy:
     """``compute_single_action`` of one policy of a checkpoint, at its saved weights."""
 
-    def __init__(self, config: Any, policy: Any) -> None:
+    def __init__(self, config: Any, policy: Any, obs_filter: Any = None) -> None:
         self.config, self.policy = config, policy
         self.obs_space, self.action_space = policy.observation_space, policy.action_space
+        self.obs_filter = obs_filter if obs_filter is not None else NoFilter()
 
     @classmethod
     def from_checkpoint(cls, path: str | Path, policy_id: str = DEFAULT_POLICY_ID,
@@ -38,11 +40,24 @@ class InferencePolicy:
             specs = {DEFAULT_POLICY_ID: spec.to_data(config)}
         policy = build_policy_from_data(specs[policy_id], config, runner=False)
         policy.set_state(state["policies"][policy_id])
-        return cls(config, policy)
+        obs_filter = make_filter(config.observation_filter, policy.observation_space)
+        obs_filter.set_state(meta.get("filters", {}).get(policy_id))
+        return cls(config, policy, obs_filter)
 
-    def compute_single_action(self, observation: Any, explore: bool = False) -> Any:
-        return env_action(self.config, self.action_space,
-                          self.policy.compute_single_action(observation, explore=explore)[0])
+    def compute_single_action(self, observation: Any, state: list[Any] | None = None,
+                              explore: bool = False, prev_action: Any = None,
+                              prev_reward: Any = None) -> Any:
+        """As ``Algorithm.compute_single_action``: the action, or with ``state`` (a
+        recurrent policy) ``(action, state_out, extra)``."""
+        # Nested (Tuple/Dict) observations go as they are: MeanStdFilter takes Box ones only.
+        obs = self.obs_filter(observation, update=False)
+        action, state_out, extra = self.policy.compute_single_action(
+            obs, state, prev_action, prev_reward, explore=explore)
+        action = env_action(self.config, self.action_space, action)
+        return (action, state_out, extra) if state is not None else action
+
+    def get_policy(self) -> Any:
+        return self.policy
 
     def stop(self) -> None:
         """Nothing to stop (the same call as an Algorithm's, for code that takes either)."""

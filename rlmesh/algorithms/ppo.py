@@ -24,12 +24,13 @@ class PPOTorchPolicy(TorchPolicy):
     def prepare_batch(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         cfg = self.config
         flat = gae_samples(self.model, batch, cfg.gamma, cfg.lambda_ if cfg.use_gae else 1.0)
-        flat["advantages"] = standardized(flat["advantages"])
+        flat["advantages"] = standardized(flat["advantages"], flat.get("seq_mask"))
         return flat
 
     def loss(self, mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         cfg = self.config
-        dist_inputs, values = self.model(mb["obs"])
+        dist_inputs, values = self.model_outputs(mb)
+        mb = self.train_rows(mb)  # sequences: their real steps, flat
         dist = self.dist_class.from_inputs(dist_inputs)
         old = self.dist_class.from_inputs(mb["action_dist_inputs"])
         logp = dist.logp(mb["actions"])

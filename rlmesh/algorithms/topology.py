@@ -224,6 +224,29 @@ class Mesh:
         return list(await asyncio.gather(*(r.call(method, *args, **kwargs)
                                            for r in self.healthy_runners())))
 
+    async def sync_filters(self, obs_filter: Any) -> None:
+        """Every runner's new observation statistics merged into ``obs_filter`` (the
+        driver's global one), which then goes back to every runner. A runner gone meanwhile
+        takes the global statistics at the next sync."""
+        runners = self.healthy_runners()
+        updates = await asyncio.gather(*(r.call("get_filter_updates") for r in runners),
+                                       return_exceptions=True)
+        for runner, update in zip(runners, updates):
+            if isinstance(update, ActorUnavailable):
+                self.runner_unavailable(runner.name, update, "its statistics wait")
+            elif isinstance(update, BaseException):
+                raise update
+            else:
+                obs_filter.merge_buffer(update)
+        state = obs_filter.get_state()
+        done = await asyncio.gather(*(r.call("set_filter_state", state) for r in runners),
+                                    return_exceptions=True)
+        for runner, outcome in zip(runners, done):
+            if isinstance(outcome, ActorUnavailable):
+                self.runner_unavailable(runner.name, outcome, "it syncs when back")
+            elif isinstance(outcome, BaseException):
+                raise outcome
+
     async def learner_call(self, method: str, *args: Any) -> list[Any]:
         return list(await asyncio.gather(*(h.call(method, *args) for h in self.learners)))
 

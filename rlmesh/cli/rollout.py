@@ -61,14 +61,23 @@ def run_episodes(algo, env, steps: int | None, episodes: int | None, explore: bo
     ``returns`` as it ends (so a Ctrl-C keeps those already run)."""
     obs, _ = env.reset(seed=seed)
     ret, length, taken = 0.0, 0, 0
+    # A recurrent policy carries its state (and previous action and reward) per episode.
+    get_policy = getattr(algo, "get_policy", None)
+    initial = list(get_policy().get_initial_state()) if get_policy is not None else []
+    state, prev = initial, {}
     while (steps is None or taken < steps) and (episodes is None or len(returns) < episodes):
-        action = algo.compute_single_action(obs, explore=explore)
+        if initial:
+            action, state, _ = algo.compute_single_action(obs, state=state, explore=explore, **prev)
+        else:
+            action = algo.compute_single_action(obs, explore=explore)
         obs, reward, terminated, truncated, _ = env.step(action)
+        prev = {"prev_action": action, "prev_reward": float(reward)}
         ret, length, taken = ret + float(reward), length + 1, taken + 1
         if terminated or truncated:
             returns.append(ret)
             out(f"episode {len(returns)}: return {ret:.2f}, length {length}")
             ret, length = 0.0, 0
+            state, prev = initial, {}
             obs, _ = env.reset()
     if length:
         out(f"(episode {len(returns) + 1} cut at {length} steps, return so far {ret:.2f}; "
@@ -113,6 +122,9 @@ def main(args: argparse.Namespace) -> int:
                   file=sys.stderr)
             return 2
         env = make_env(env_id, {} if args.env else dict(_config_value(algo, "env_config") or {}))
+        from rlmesh.preprocessing import wrap_for_model
+
+        env = wrap_for_model(env, dict(_config_value(algo, "model") or {}))  # framestack
         episodes = args.episodes if args.steps is None and args.episodes else None
         if args.steps is None and episodes is None:
             episodes = DEFAULT_EPISODES

@@ -54,6 +54,7 @@ async def serve(checkpoint: str, address: str, curve_keys: str | None, explore: 
                                  param_server=None, training=False, name="policy_server",
                                  in_process=True)
         await server.set_weights(0, weights)
+        await server.set_filter_state((meta.get("filters") or {}).get(DEFAULT_POLICY_ID))
         print(f"serving {path} on {await server.get_address()} (Ctrl-C stops)", flush=True)
         if ready is not None:
             ready.set()

@@ -233,7 +233,8 @@ class Stopper:
     """The first stop criterion a result meets (value >= threshold), in words."""
 
     def __init__(self, stop: dict[str, float]):
-        self.stop = stop
+        # RLlib's older result keys ("sampler_results/episode_reward_mean") are ours unprefixed.
+        self.stop = {k.removeprefix("sampler_results/"): v for k, v in stop.items()}
         self._checked_keys = False
 
     def met(self, result: dict, warn=print) -> str | None:

@@ -218,6 +218,10 @@ class _LocalInference:
                              "torch: use inference_mode='remote'")
         self.policy = NumpyPolicy(self.obs_space, self.action_space, model, info["explore"])
         self.normalize = info["normalize_actions"]
+        from rlmesh.rl.filters import make_filter
+
+        # The server's global statistics, refreshed with the weights, applied unchanged.
+        self.obs_filter = make_filter(info.get("observation_filter", "NoFilter"), self.obs_space)
         self._to_env = actions_for_env
         self.episodes = Episodes(info["chunk_len"])
         self.version = -1
@@ -232,13 +236,15 @@ class _LocalInference:
         self._checked = now
         got = self.client._call("get_weights", self.version)
         if got is not None:
-            self.version, weights = got
+            self.version, weights = got[:2]
             self.policy.set_weights(weights)
+            if len(got) > 2:
+                self.obs_filter.set_state(got[2])
 
     def _obs(self, observation: Any) -> Any:
         from rlmesh.rl.spec import check_observation  # gymnasium: local inference only
 
-        return check_observation(self.obs_space, observation)
+        return self.obs_filter(check_observation(self.obs_space, observation), update=False)
 
     def get_action(self, episode_id: str, observation: Any) -> Any:
         self.episodes.get(episode_id)  # unknown ids fail before any work

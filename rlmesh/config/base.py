@@ -150,6 +150,19 @@ class AlgorithmConfig:
         1024, "env_runners", ge=1,
         doc="Connections a policy server keeps open; past it, the oldest that never sent "
             "a valid message is closed first, so idle connections cannot lock clients out.")
+    observation_filter: Literal["NoFilter", "MeanStdFilter"] = setting(
+        "NoFilter", "env_runners",
+        doc="'MeanStdFilter': each observation normalised by the running mean and std of "
+            "every observation sampled so far, clipped to [-10, 10] (Box observations). Each "
+            "runner updates its copy as it samples; the driver merges all runners' new "
+            "statistics every iteration and syncs them back; checkpoints keep them and "
+            "compute_single_action, rollout and the policy client apply them. 'NoFilter': "
+            "observations as the env gives them.")
+    enable_connectors: Literal[True] = setting(
+        True, "env_runners",
+        doc="RLlib's switch for its runner-side connectors; here observations are always "
+            "filtered (observation_filter) and stacked (model framestack) in the runner, so "
+            "only True is valid (the key exists so that RLlib configs naming it load).")
     sample_timeout_s: float | None = setting(
         60.0, "env_runners", gt=0,
         doc="Seconds to wait for a runner's fragment before treating the runner as failed; "
@@ -193,7 +206,9 @@ class AlgorithmConfig:
         MODEL_DEFAULTS, "training", merge=True,
         doc="Network settings in RLlib's names (fcnet_hiddens, fcnet_activation, conv_filters, "
             "vf_share_layers, free_log_std, custom_model, custom_model_config) and "
-            "squash_actions (Box actions tanh-squashed into the bounds instead of clipped); "
+            "squash_actions (Box actions tanh-squashed into the bounds instead of clipped), "
+            "use_lstm and its lstm_* keys and max_seq_len, framestack "
+            "(docs/observations_and_memory.md); "
             "every key with its meaning: rlmesh.rl.spec.MODEL_DEFAULTS. A dict given updates "
             "the current one key by key, as in RLlib.")
 

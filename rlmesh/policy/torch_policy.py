@@ -16,9 +16,11 @@ import torch
 from rlmesh.envs import import_object
 from rlmesh.policy.numpy_mlp import NumpyMLPPolicy
 from rlmesh.policy.policy import Policy, class_path
+from rlmesh.policy.recurrent import (SEQ_MASK, flat_steps, is_recurrent, num_steps,
+                                     sequence_outputs, sequences_per_minibatch)
 from rlmesh.rl.batch import minibatches, to_tensors
-from rlmesh.rl.columns import (Columns, SampleBatch, action_dist_columns, postprocessed_samples,
-                               space_layout)
+from rlmesh.rl.columns import (ColumnSpec, Columns, SampleBatch, action_dist_columns,
+                               optional_columns, postprocessed_samples, space_layout)
 from rlmesh.rl.distributions import distribution_for
 from rlmesh.rl.finite import NonFiniteError
 from rlmesh.rl.models import build_model
@@ -53,6 +55,9 @@ class TorchPolicy(Policy):
         self.action_dtype = space_layout(action_space).dtype  # actions as the column stores them
         self.view_requirements = {**action_dist_columns(self.num_dist_inputs),
                                   **type(self).view_requirements}
+        self.recurrent = is_recurrent(self.model)
+        if self.recurrent:  # runners record what the LSTM reads
+            self.view_requirements.update(self._recurrent_columns())
         self.optimizer: Any = None  # made by the learner (make_optimizer): runners need none
         self.state: dict[str, float] = {}  # what after_update adapts; checkpoints keep it
         self.num_updates = 0
@@ -67,6 +72,15 @@ class TorchPolicy(Policy):
     def make_model(self) -> torch.nn.Module:
         """The default actor-critic model, or ``model.custom_model`` (``rl/models.py``)."""
         return build_model(self.observation_space, self.action_space, self.config.model)
+
+    def _recurrent_columns(self) -> dict[str, ColumnSpec]:
+        optional = optional_columns(self.action_space)
+        keys = [k for k, used in ((Columns.PREV_ACTIONS, self.model.use_prev_action),
+                                  (Columns.PREV_REWARDS, self.model.use_prev_reward)) if used]
+        return {k: optional[k] for k in keys}
+
+    def get_initial_state(self) -> list[Any]:
+        return self.model.get_initial_state() if self.recurrent else []
 
     def make_optimizer(self) -> Any:
         return Adam(self.model.parameters(), lr=self.config.lr)
@@ -85,7 +99,8 @@ class TorchPolicy(Policy):
         acts as ``TorchPolicy`` does; this class otherwise."""
         default_acting = (cls.compute_actions is TorchPolicy.compute_actions
                           and cls.make_model is TorchPolicy.make_model)
-        flat = (config.model.get("custom_model") is None if observation_space is None
+        flat = (config.model.get("custom_model") is None and not config.model.get("use_lstm")
+                if observation_space is None
                 else numpy_fast_path(observation_space, action_space, config.model))
         if default_acting and flat:
             return class_path(NumpyMLPPolicy)
@@ -102,12 +117,18 @@ class TorchPolicy(Policy):
                         explore: bool | None = None, timestep: int | None = None,
                         **kwargs: Any) -> tuple[np.ndarray, list[np.ndarray], dict[str, np.ndarray]]:
         explore = self.config.explore if explore is None else explore
+        state_out: list[np.ndarray] = []
         with torch.no_grad():
-            inputs = self._policy_inputs(torch.as_tensor(np.asarray(obs_batch), device=self.device))
+            obs = torch.as_tensor(np.asarray(obs_batch), device=self.device)
+            if self.recurrent:
+                inputs, state_out = self._step_recurrent(obs, state_batches, prev_action_batch,
+                                                         prev_reward_batch)
+            else:
+                inputs = self._policy_inputs(obs)
             dist = self.dist_class.from_inputs(inputs)
             actions = dist.sample() if explore else dist.deterministic_sample()
             logp = dist.logp(actions)
-        return (actions.cpu().numpy().astype(self.action_dtype, copy=False), [],
+        return (actions.cpu().numpy().astype(self.action_dtype, copy=False), state_out,
                 {Columns.ACTION_LOGP: logp.cpu().numpy().astype(np.float32, copy=False),
                  Columns.ACTION_DIST_INPUTS: inputs.cpu().numpy().astype(np.float32, copy=False)})
 
@@ -116,6 +137,35 @@ class TorchPolicy(Policy):
         if hasattr(self.model, "policy_inputs"):
             return self.model.policy_inputs(obs)
         return self.model(obs)[0]
+
+    def _step_recurrent(self, obs: torch.Tensor, states: Any, prev_actions: Any,
+                        prev_rewards: Any) -> tuple[torch.Tensor, list[np.ndarray]]:
+        """One step of the recurrent model for a batch of envs, each from its own state
+        (the initial state where none is given)."""
+        n = len(obs)
+        if not states:
+            states = [np.repeat(s[None], n, 0) for s in self.get_initial_state()]
+
+        def tensor(x: Any) -> torch.Tensor | None:
+            return None if x is None else torch.as_tensor(np.asarray(x), device=self.device)[:, None]
+
+        inputs, _, state_out = self.model.forward_seq(
+            obs[:, None], [torch.as_tensor(np.asarray(s), device=self.device) for s in states],
+            tensor(prev_actions), tensor(prev_rewards))
+        return inputs[:, 0], [s.cpu().numpy() for s in state_out]
+
+    def model_outputs(self, mb: Tensors) -> tuple[torch.Tensor, torch.Tensor]:
+        """The model's ``(dist_inputs, values)`` on a minibatch of train samples: flat
+        ones, or whole sequences (``seq_mask``: then of their real steps, flat, in the order
+        of ``train_rows``)."""
+        if SEQ_MASK in mb:
+            return sequence_outputs(self.model, mb)
+        return self.model(mb["obs"])
+
+    @staticmethod
+    def train_rows(mb: Tensors) -> Tensors:
+        """A minibatch's per-step columns, flat: sequences at their real steps."""
+        return flat_steps(mb) if SEQ_MASK in mb else mb
 
     def score_actions(self, obs_batch: np.ndarray, actions: np.ndarray) -> dict[str, np.ndarray]:
         with torch.no_grad():
@@ -190,6 +240,10 @@ class TorchPolicy(Policy):
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         size = min(minibatch_size or cfg.minibatch_size or n, max(n, 1))
+        if SEQ_MASK in train and (minibatch_size or cfg.minibatch_size):
+            # n sequences: minibatches of whole ones, of about minibatch_size steps
+            size = min(sequences_per_minibatch(minibatch_size or cfg.minibatch_size,
+                                               train[SEQ_MASK].shape[1]), max(n, 1))
         # Only shuffling draws from it (seeding from the OS costs ~35 us an update here).
         rng = (np.random.default_rng(None if cfg.seed is None else cfg.seed + self.num_updates)
                if cfg.shuffle_batch_per_epoch and not whole else None)
@@ -212,11 +266,12 @@ class TorchPolicy(Policy):
         result = {k: v / max(count, 1) for k, v in sums.items()}
         result["num_nonfinite_updates_skipped"] = self.num_nonfinite_updates_skipped
         self.num_updates += 1
-        self.num_env_steps_trained += n
+        steps = num_steps(train) if SEQ_MASK in train else n
+        self.num_env_steps_trained += steps
         self.after_update(result)
         if self._after_train_step is not None:
             self._after_train_step(self, result)
-        result.update(cur_lr=lr, num_grad_updates=count, num_env_steps_trained=n, **self.state)
+        result.update(cur_lr=lr, num_grad_updates=count, num_env_steps_trained=steps, **self.state)
         return result
 
     def _step(self, mb: Tensors) -> dict[str, Any] | None:

@@ -34,16 +34,16 @@ MODEL_DEFAULTS: dict = {
     # given to rlmesh.models.register_custom_model; the contract: docs/models.md.
     "custom_model": None,
     "custom_model_config": {},  # passed through, untouched, for a custom model's own use
-    # Recurrent models and frame stacking (implemented with the recurrent training of
-    # issue 17; docs/models.md): an LSTM of lstm_cell_size units over the trunk's output,
-    # trained on sequences of at most max_seq_len steps, optionally fed the previous
-    # action and reward; framestack: the last N observations of an image env stacked.
+    # Recurrent default model (rl/recurrent.py): the encoder above -> fcnet_hiddens then
+    # post_fcnet_hiddens -> LSTM -> heads, its state carried per env (docs/models.md).
     "use_lstm": False,
-    "lstm_cell_size": 256,
-    "max_seq_len": 20,
-    "lstm_use_prev_action": False,
-    "lstm_use_prev_reward": False,
-    "framestack": 1,
+    "lstm_cell_size": 256,  # width of the LSTM's hidden and cell state
+    "max_seq_len": 20,  # learners train on sequences of at most this many steps
+    "lstm_use_prev_action": False,  # the previous action is an input of the LSTM
+    "lstm_use_prev_reward": False,  # the previous reward is an input of the LSTM
+    # Stack the last k observations (runner-side, restarted each episode) along the last
+    # axis; a 2-D (grayscale) observation gains that axis. True is 4, False or 1 none.
+    "framestack": False,
 }
 
 ACTIVATION_NAMES = ("tanh", "relu", "swish", "linear")
@@ -138,9 +138,10 @@ def default_conv_filters(space: gym.Space) -> list:
 def numpy_fast_path(obs_space: gym.Space, action_space: gym.Space, model_config: dict) -> bool:
     """Whether runners act with the numpy MLP (``numpy_policy``): the default model on a
     flat observation (a Box that is not an image, or a Discrete) with Discrete or Box
-    actions; everything else (conv, nested spaces, custom or recurrent models) runs torch."""
+    actions; everything else (conv, nested spaces, custom or recurrent models) runs torch.
+    ``obs_space`` is the one the policy sees: with ``framestack``, the stacked one."""
     config = {**MODEL_DEFAULTS, **model_config}
-    if config["custom_model"] is not None or config["use_lstm"] or config["framestack"] != 1:
+    if config["custom_model"] is not None or config["use_lstm"]:
         return False
     flat_obs = (isinstance(obs_space, gym.spaces.Discrete)
                 or (isinstance(obs_space, gym.spaces.Box) and image_shape(obs_space) is None))

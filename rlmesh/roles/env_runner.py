@@ -21,7 +21,9 @@ import numpy as np
 from rlmesh.callbacks import load_callbacks
 from rlmesh.code import code_names, is_file, resolve_sent
 from rlmesh.envs import EnvContext, import_object, make_env, space_to_data
+from rlmesh.preprocessing import wrap_for_model
 from rlmesh.rl.columns import DEFAULT_POLICY_ID
+from rlmesh.rl.filters import make_filter
 from rlmesh.rl.spec import numpy_fast_path
 from rlmesh.roles.env_sampler import SEED_STRIDE, EnvSampler
 from rlmesh.roles.runner_policy import VersionedPolicies, make_runner_policies
@@ -93,7 +95,7 @@ class EnvRunner(VersionedPolicies, Actor):
 
         def create(i: int) -> gym.Env:
             context = EnvContext(cfg.env_config, worker_index, i, cfg.num_env_runners)
-            return make_env(cfg.env, context, registry)
+            return wrap_for_model(make_env(cfg.env, context, registry), cfg.model)
 
         # Squashed actions are in the bounds already: stepped as drawn, never rescaled.
         normalize = cfg.normalize_actions and not cfg.model.get("squash_actions", False)
@@ -101,6 +103,8 @@ class EnvRunner(VersionedPolicies, Actor):
                                   env_runner=self, normalize_actions=normalize,
                                   clip_actions=cfg.clip_actions, clip_rewards=cfg.clip_rewards,
                                   on_nonfinite=cfg.on_nonfinite)
+        self.sampler.obs_filter = make_filter(cfg.observation_filter,
+                                              self.sampler.observation_space)
         job = current_job()
         if job is not None:  # a blocked env step shows in the heartbeat's status
             job.diagnostics.add_probe(f"env_runner-{worker_index}", self._busy)
@@ -246,6 +250,20 @@ class EnvRunner(VersionedPolicies, Actor):
         return {"gradients": grads, "stats": stats, "episodes": fragment["episodes"],
                 "env_steps": fragment["env_steps"], "policy_version": fragment["policy_version"],
                 "policy_id": self.policy_id}
+
+    # --- observation filter: the driver merges every runner's new statistics (RLlib's
+    # FilterManager.synchronize) ---
+
+    def get_filter_updates(self) -> dict[str, Any] | None:
+        """The filter statistics gathered since the last call (then forgotten here)."""
+        return self.sampler.obs_filter.flush()
+
+    def set_filter_state(self, state: dict[str, Any] | None) -> None:
+        """Take the driver's global filter statistics."""
+        self.sampler.obs_filter.set_state(state)
+
+    def get_filter_state(self) -> dict[str, Any] | None:
+        return self.sampler.obs_filter.get_state()
 
     def get_spaces(self) -> dict[str, Any]:
         """The spaces as plain data (``rlmesh.envs.space_from_data`` rebuilds them)."""

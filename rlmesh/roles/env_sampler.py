@@ -17,6 +17,7 @@ from rlmesh.callbacks import Callbacks, Episode
 from rlmesh.envs import actions_for_env
 from rlmesh.policy.policy import Policy
 from rlmesh.rl.columns import ColumnSpec, Columns, env_columns, optional_columns, space_layout
+from rlmesh.rl.filters import NoFilter
 from rlmesh.rl.spaces import ObservationError, describe_mismatch, is_nested, to_column
 from rlmesh.rl.finite import FLOAT32_MAX, NonFiniteError, describe
 
@@ -102,8 +103,12 @@ class EnvSampler:
                  policy: Policy | None = None, *, seeds: list[int | None] | None = None,
                  callbacks: Callbacks | None = None, env_runner: Any = None,
                  normalize_actions: bool = True, clip_actions: bool = True,
-                 clip_rewards: bool | float | None = None, on_nonfinite: str = "raise") -> None:
+                 clip_rewards: bool | float | None = None, on_nonfinite: str = "raise",
+                 obs_filter: Any = None) -> None:
         self.make_env = make_env
+        # observation_filter (rl/filters.py): applied, and its statistics updated, as each
+        # observation comes from an env; fragments hold the filtered observations.
+        self.obs_filter = obs_filter if obs_filter is not None else NoFilter()
         seeds = seeds or [None] * num_envs
         self.slots = [_Slot(make_env(i), seeds[i]) for i in range(num_envs)]
         self.base_seeds = list(seeds)
@@ -316,8 +321,12 @@ class EnvSampler:
         cols["mask"][t, b] = True
         if Columns.PREV_REWARDS in self._prev_values:
             self._prev_values[Columns.PREV_REWARDS][b] = reward
-        self._next_obs[b] = obs
         slot.episode.record_step(raw, reward, info)
+        if (self._float_obs and not isinstance(self.obs_filter, NoFilter)
+                and not np.isfinite(np.asarray(obs, self._obs.dtype)).all()):
+            # Checked before the filter sees it: one NaN would spoil its statistics for good.
+            return self._nonfinite(b, t, buf, f"observation ({describe(obs)})")
+        obs = self._next_obs[b] = self.obs_filter(obs)
         if self.callbacks is not None:
             self.callbacks.on_episode_step(episode=slot.episode, env_runner=self.env_runner,
                                            env_index=b)
@@ -413,13 +422,14 @@ class EnvSampler:
             raise RuntimeError(f"env {b} failed to reset {MAX_RESET_ATTEMPTS} times in a row, "
                                "each time recreated; the log has the tracebacks")
         slot.seed = None
-        slot.obs, slot.start_row = to_column(self.observation_space, obs), start_row
+        slot.episode = Episode(b, next(self._episode_ids), obs, info)
+        slot.obs = self.obs_filter(to_column(self.observation_space, obs))
+        slot.start_row = start_row
         self._obs[b] = slot.obs
         for state, initial in zip(self._states, self._initial):
             state[b] = initial
         for values in self._prev_values.values():
             values[b] = 0
-        slot.episode = Episode(b, next(self._episode_ids), obs, info)
         counters = getattr(self, "_counters", {})
         if Columns.T in counters:
             counters[Columns.T][b] = 0

@@ -23,6 +23,7 @@ from rlmesh.client.keys import client_names, default_keys_dir, make_curve_keys
 from rlmesh.envs import actions_for_env, as_space, space_to_data, spaces_of
 from rlmesh.rl.columns import (DEFAULT_POLICY_ID, ColumnSpec, Columns, action_dist_columns,
                                check_columns, space_layout)
+from rlmesh.rl.filters import make_filter
 from rlmesh.rl.spec import check_action
 from rlmesh.roles.env_runner import default_policy_specs, runner_config
 from rlmesh.roles.env_sampler import SEED_STRIDE
@@ -93,6 +94,9 @@ class PolicyServerRunner(VersionedPolicies, Actor):
                              f"{type(self.policy).__name__} declares {sorted(dist_columns)}")
         self.num_inputs = dist_columns[Columns.ACTION_DIST_INPUTS].shape[0]
         self.squash = bool(cfg.model.get("squash_actions", False))
+        # Remote inference filters (and counts) observations here; local-inference clients
+        # apply the global statistics that come with the weights.
+        self.obs_filter = make_filter(cfg.observation_filter, self.observation_space)
         self.fragment_length = cfg.get_rollout_fragment_length(worker_index)
         self.limits = ClientLimits.from_config(cfg)
         self.episodes = Episodes(self.fragment_length, self.limits.max_open_episodes,
@@ -183,6 +187,15 @@ class PolicyServerRunner(VersionedPolicies, Actor):
         return {"observation_space": space_to_data(self.observation_space),
                 "action_space": space_to_data(self.action_space)}
 
+    def get_filter_updates(self) -> dict[str, Any] | None:
+        return self.obs_filter.flush()
+
+    def set_filter_state(self, state: dict[str, Any] | None) -> None:
+        self.obs_filter.set_state(state)
+
+    def get_filter_state(self) -> dict[str, Any] | None:
+        return self.obs_filter.get_state()
+
     def get_address(self) -> str:
         """The address clients connect to (a tcp port 0 resolved)."""
         return self.address
@@ -234,7 +247,8 @@ class PolicyService(Actor):
                 "action_space": space_to_data(r.action_space), "model": dict(r.config.model),
                 "explore": r.config.explore, "chunk_len": r.fragment_length,
                 "normalize_actions": r.config.normalize_actions and not r.squash,
-                "training": r.training, "policy_version": r.version}
+                "training": r.training, "policy_version": r.version,
+                "observation_filter": r.config.observation_filter}
 
     @counted
     def start_episode(self, episode_id: str | None = None, training_enabled: bool = True) -> str:
@@ -248,7 +262,7 @@ class PolicyService(Actor):
     def get_action(self, episode_id: str, observation: Any) -> Any:
         r = self._r
         r.episodes.get(episode_id)
-        obs = check_obs(r.observation_space, observation)
+        obs = r.obs_filter(check_obs(r.observation_space, observation), r.training)
         actions, _, extras = r.policy.compute_actions(obs[None])
         r.episodes.act(episode_id, obs, actions[0], extras[Columns.ACTION_LOGP][0],
                        extras[Columns.ACTION_DIST_INPUTS][0])
@@ -263,7 +277,7 @@ class PolicyService(Actor):
     def log_action(self, episode_id: str, observation: Any, action: Any) -> None:
         r = self._r
         r.episodes.get(episode_id)
-        obs = check_obs(r.observation_space, observation)
+        obs = r.obs_filter(check_obs(r.observation_space, observation), r.training)
         try:
             stored = check_action(r.action_space, action, space_layout(r.action_space).dtype)
         except (TypeError, ValueError, OverflowError) as exc:
@@ -282,16 +296,17 @@ class PolicyService(Actor):
     def end_episode(self, episode_id: str, observation: Any, truncated: bool = False) -> None:
         r = self._r
         r.episodes.get(episode_id)
-        obs = check_obs(r.observation_space, observation)
+        obs = r.obs_filter(check_obs(r.observation_space, observation), r.training)
         r.episodes.end(episode_id, obs, bool(truncated))
         r._new_data.set()
 
     def get_weights(self, have_version: int) -> list[Any] | None:
-        """``[version, weights]`` if newer than ``have_version`` (local inference)."""
+        """``[version, weights, observation filter state]`` if newer than ``have_version``
+        (local inference)."""
         r = self._r
         if r.version <= have_version and have_version >= 0:
             return None
-        return [r.version, r.policy.get_weights()]
+        return [r.version, r.policy.get_weights(), r.obs_filter.get_state()]
 
     @counted
     def report_chunks(self, chunks: list[dict[str, Any]], policy_version: int) -> int:

@@ -172,3 +172,38 @@ class HeldFragmentSink(FragmentSink):
 
     def release(self) -> None:
         self._released.set()
+
+
+class RepeatFirstEnv(gym.Env):
+    """A memory task: the first observation shows one of ``num_symbols`` symbols (one-hot),
+    every later one is blank; the last of ``length`` steps pays 1 if the action names the
+    symbol shown at the start, else 0. A policy without memory is right 1/num_symbols of
+    the time; one that remembers, always. ``env_config``: ``num_symbols`` (4), ``length`` (4)."""
+
+    action_space: gym.spaces.Discrete
+
+    def __init__(self, env_config: dict | None = None) -> None:
+        config = dict(env_config or {})
+        self.num_symbols = int(config.get("num_symbols", 4))
+        self.length = int(config.get("length", 4))
+        # The extra entry flags the first step, so that even blank steps differ from it.
+        self.observation_space = gym.spaces.Box(0.0, 1.0, (self.num_symbols + 1,), np.float32)
+        self.action_space = gym.spaces.Discrete(self.num_symbols)
+        self.symbol, self.t = 0, 0
+
+    def _obs(self) -> np.ndarray:
+        obs = np.zeros(self.num_symbols + 1, np.float32)
+        if self.t == 0:
+            obs[self.symbol], obs[-1] = 1.0, 1.0
+        return obs
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        self.symbol, self.t = int(self.np_random.integers(self.num_symbols)), 0
+        return self._obs(), {}
+
+    def step(self, action):
+        self.t += 1
+        done = self.t >= self.length
+        reward = float(done and int(action) == self.symbol)
+        return self._obs(), reward, done, False, {}

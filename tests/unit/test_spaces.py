@@ -209,3 +209,39 @@ def test_compute_single_action_takes_and_returns_nested_structures():
     assert set(action) == {"move", "speed"}
     assert action["move"].shape == (2,) and action["speed"].shape == (1,)
     assert np.isfinite(extra["action_logp"])
+
+
+def test_use_lstm_encodes_a_dict_observation_with_an_image_and_carries_its_state():
+    torch.manual_seed(0)
+    space = gym.spaces.Dict({"image": gym.spaces.Box(0, 255, (7, 7, 3), np.uint8),
+                             "direction": gym.spaces.Discrete(4),
+                             "action_mask": gym.spaces.MultiBinary(3)})
+    model = build_model(space, gym.spaces.Discrete(3),
+                        {"use_lstm": True, "lstm_cell_size": 8, "fcnet_hiddens": [16],
+                         "lstm_use_prev_action": True, "lstm_use_prev_reward": True})
+    assert model.encoder.out_size == 32 * 3 * 3 + 4  # the small-grid conv stack, one-hot
+    obs = sample_obs_batch(space, 10).reshape(2, 5, -1)
+    prev_actions = torch.randint(0, 3, (2, 5))
+    prev_rewards = torch.randn(2, 5)
+    state = [torch.as_tensor(np.stack([s, s])) for s in model.get_initial_state()]
+    dist_inputs, values, state_out = model.forward_seq(obs, state, prev_actions, prev_rewards)
+    assert dist_inputs.shape == (2, 5, 3) and values.shape == (2, 5)
+    assert [tuple(s.shape) for s in state_out] == [(2, 8), (2, 8)]
+    # One step at a time from the state each step handed on: the same outputs and state.
+    step_state = state
+    for t in range(5):
+        step_inputs, step_values, step_state = model.forward_seq(
+            obs[:, t:t + 1], step_state, prev_actions[:, t:t + 1], prev_rewards[:, t:t + 1])
+        torch.testing.assert_close(step_inputs[:, 0], dist_inputs[:, t])
+        torch.testing.assert_close(step_values[:, 0], values[:, t])
+    for a, b in zip(step_state, state_out):
+        torch.testing.assert_close(a, b)
+    # The state is read: the same step from the initial state gives other values.
+    assert not torch.allclose(model.forward_seq(obs[:, 4:5], state, prev_actions[:, 4:5],
+                                                prev_rewards[:, 4:5])[1][:, 0], values[:, 4])
+    mask = torch.as_tensor(np.stack([from_column(space, r.numpy())["action_mask"]
+                                     for r in obs.flatten(0, 1)])).reshape(2, 5, 3)
+    assert torch.all(dist_inputs[mask == 0] == torch.finfo(dist_inputs.dtype).min)
+    values.sum().backward()  # the conv stack learns through the LSTM
+    conv = next(m for m in model.encoder.modules() if isinstance(m, nn.Conv2d))
+    assert conv.weight.grad is not None and conv.weight.grad.abs().sum() > 0
