@@ -322,7 +322,7 @@ class EnvSampler:
         if Columns.PREV_REWARDS in self._prev_values:
             self._prev_values[Columns.PREV_REWARDS][b] = reward
         slot.episode.record_step(raw, reward, info)
-        if (self._float_obs and not isinstance(self.obs_filter, NoFilter)
+        if (self._float_obs and type(self.obs_filter) is not NoFilter
                 and not np.isfinite(np.asarray(obs, self._obs.dtype)).all()):
             # Checked before the filter sees it: one NaN would spoil its statistics for good.
             return self._nonfinite(b, t, buf, f"observation ({describe(obs)})")

@@ -86,3 +86,12 @@ def test_a_sent_name_resolves_only_within_the_roots_never_a_file():
                         ("__mp_main__:f", {"tests"})):
         with pytest.raises(PermissionError):
             resolve_sent(path, "fn", roots, None)
+
+
+def test_a_nan_observation_never_reaches_the_mean_std_filter():
+    from rlmesh.rl.filters import MeanStdFilter
+
+    s = sampler({"obs": "nan", "at": 3}, "skip")
+    s.obs_filter = MeanStdFilter((4,))
+    s.sample(20)
+    assert np.isfinite(s.obs_filter.rs.mean).all() and np.isfinite(s.obs_filter.rs.std).all()
