@@ -73,7 +73,7 @@ def test_rollout_of_a_recurrent_checkpoint_carries_the_state(tmp_path):
         path = algo.save(tmp_path / "ckpt")
     finally:
         algo.stop()
-    policy = InferencePolicy.from_checkpoint(path)
+    policy = InferencePolicy.from_checkpoint(path, trust_code=True)  # the env is a test module
     returns: list[float] = []
     run_episodes(policy, RepeatFirstEnv({"num_symbols": SYMBOLS}), None, 40, False, 0, returns,
                  out=lambda line: None)
