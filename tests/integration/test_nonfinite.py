@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from rlmesh.algorithms import PPOConfig
+from tests.integration.test_policy_errors import assert_one_line_error
 
 REPO = Path(__file__).resolve().parents[2]
 ENV = "tests.integration.hostile_envs:PoisonedCartPole"
@@ -35,14 +36,6 @@ def rlmesh_train(tmp_path: Path, env_config: str) -> subprocess.CompletedProcess
         capture_output=True, text=True, timeout=150, cwd=REPO)
 
 
-def one_line_error(run: subprocess.CompletedProcess, *words: str) -> None:
-    assert run.returncode == 2, run.stdout + run.stderr
-    lines = [line for line in run.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("rlmesh train: error: "), run.stderr
-    assert "Traceback" not in run.stdout + run.stderr
-    for word in words:
-        assert word in lines[0], lines[0]
-
 
 def all_finite(weights: dict) -> bool:
     return all(np.isfinite(np.asarray(w)).all() for p in weights.values() for w in p.values())
@@ -50,7 +43,7 @@ def all_finite(weights: dict) -> bool:
 
 def test_an_env_returning_a_nan_observation_stops_the_run_with_one_line(tmp_path):
     run = rlmesh_train(tmp_path, '{"obs": "nan", "at": 5}')
-    one_line_error(run, "NonFiniteError", "env_runner-1", "observation (nan)", "on_nonfinite")
+    assert_one_line_error(run, "NonFiniteError", "env_runner-1", "observation (nan)", "on_nonfinite")
 
 
 @pytest.mark.parametrize("poison", [{"obs": "nan"}, {"reward": "inf"}, {"reward": "-inf"},
@@ -78,5 +71,5 @@ def test_a_non_finite_update_is_never_applied(tmp_path):
     assert all_finite(after)
     assert all(np.array_equal(before[p][k], after[p][k]) for p in before for k in before[p])
     run = rlmesh_train(tmp_path, '{"reward": 3e38}')
-    one_line_error(run, "NonFiniteError", "policy 'default_policy'", "non-finite update",
+    assert_one_line_error(run, "NonFiniteError", "policy 'default_policy'", "non-finite update",
                    "not applied")
