@@ -41,7 +41,8 @@ class PPOTorchPolicy(TorchPolicy):
         policy_loss = -surrogate.mean()
         if cfg.use_critic:
             vf_error = (values - mb["value_targets"]).pow(2)
-            vf_loss = torch.clamp(vf_error, 0, cfg.vf_clip_param).mean()
+            vf_loss = (vf_error if cfg.vf_clip_param is None
+                       else torch.clamp(vf_error, 0, cfg.vf_clip_param)).mean()
         else:
             vf_error = vf_loss = torch.zeros((), device=values.device)
         entropy = entropy_of(dist).mean()

@@ -1,5 +1,8 @@
 """PPOConfig: PPO's own settings (clipped surrogate, GAE, KL penalty) and its defaults for
-the shared ones, all as in RLlib's PPOConfig so tuned RLlib configs carry over."""
+the shared ones. The names are RLlib's, so tuned RLlib configs carry over; the defaults are
+not: RLlib's learn small problems slowly (lr 5e-5, 30 epochs), so rlmesh's were measured
+across CartPole, Pendulum, Acrobot and LunarLander (``tests/benchmarks/bench_defaults.py``,
+docs/benchmarks.md "Untuned PPO"). ``PPOConfig.rllib_defaults()`` gives RLlib's values."""
 
 from __future__ import annotations
 
@@ -8,16 +11,35 @@ from dataclasses import dataclass
 from rlmesh.config.base import AlgorithmConfig, setting
 from rlmesh.rl.spec import MODEL_DEFAULTS
 
-# RLlib's PPOConfig.__init__ values for settings AlgorithmConfig already declares.
+# PPO's values for settings AlgorithmConfig declares. Why each differs from RLlib's (in the
+# comment: RLlib's value), from the measurements in docs/benchmarks.md "Untuned PPO":
 _PPO_DEFAULTS = {
-    "lr": 5e-5,
+    # 3e-4 (5e-5): the step size SB3 and CleanRL default to; 5e-5 took 68-128k steps and
+    # 136-149 s on CartPole, most of it in 30 epochs of tiny steps.
+    "lr": 3e-4,
     "rollout_fragment_length": "auto",
-    "train_batch_size": 4000,
+    # 2048 (4000): twice the updates per sample; CartPole and Acrobot need fewer env steps,
+    # and 2048 steps still hold several episodes of every task measured.
+    "train_batch_size": 2048,
     "minibatch_size": 128,
-    "num_epochs": 30,
+    # 10 (30): 160 gradient steps per 2048 samples, as many per sample as rl-zoo's tuned
+    # CartPole; 30 epochs over-fit each batch and cost 3x the time for no fewer env steps.
+    "num_epochs": 10,
     "shuffle_batch_per_epoch": True,
     "num_env_runners": 2,
-    "model": dict(MODEL_DEFAULTS),
+    # Global-norm clipping at 0.5 (none): SB3's and CleanRL's guard against the rare huge
+    # advantage batch; it costs nothing measurable.
+    "grad_clip": 0.5,
+    # [64, 64] trunks (RLlib's [256, 256]): SB3's on-policy default; a gradient step costs
+    # a third, and no task measured learned faster with the wider net.
+    "model": {**MODEL_DEFAULTS, "fcnet_hiddens": [64, 64]},
+}
+
+# RLlib's PPOConfig values where rlmesh's differ, for ``PPOConfig.rllib_defaults()``.
+RLLIB_PPO_DEFAULTS = {
+    "lr": 5e-5, "train_batch_size": 4000, "num_epochs": 30, "grad_clip": None,
+    "model": {"fcnet_hiddens": [256, 256]}, "lambda": 1.0, "use_kl_loss": True,
+    "vf_loss_coeff": 1.0, "clip_param": 0.3, "vf_clip_param": 10.0,
 }
 
 
@@ -39,13 +61,15 @@ class PPOConfig(AlgorithmConfig, defaults=_PPO_DEFAULTS):
         doc="Advantages by Generalized Advantage Estimation; False: discounted returns "
             "minus the value baseline.")
     lambda_: float = setting(
-        1.0, "training", key="lambda", ge=0, le=1,
+        0.95, "training", key="lambda", ge=0, le=1,
         doc="GAE lambda: 0 bootstraps from the value function after one step (less "
-            "variance, more bias), 1 uses the observed return up to the fragment's end.")
+            "variance, more bias), 1 uses the observed return up to the fragment's end. "
+            "Default 0.95 (RLlib's 1.0): the GAE paper's and SB3's value, less variance.")
     use_kl_loss: bool = setting(
-        True, "training",
+        False, "training",
         doc="Add kl_coeff x KL(old policy || new policy) to the loss, kl_coeff adapting "
-            "toward kl_target.")
+            "toward kl_target. Default off (RLlib's on): the clip already bounds each "
+            "update, and the penalty slowed every task measured.")
     kl_coeff: float = setting(
         0.2, "training", ge=0, doc="Initial coefficient of the KL penalty.")
     kl_target: float = setting(
@@ -53,17 +77,28 @@ class PPOConfig(AlgorithmConfig, defaults=_PPO_DEFAULTS):
         doc="KL per update that the adaptive kl_coeff aims for: x1.5 when the KL is above "
             "twice the target, x0.5 when below half of it.")
     vf_loss_coeff: float = setting(
-        1.0, "training", ge=0, doc="Weight of the value-function loss in the total loss.")
+        0.5, "training", ge=0,
+        doc="Weight of the value-function loss in the total loss. Default 0.5 (RLlib's 1.0), "
+            "SB3's: with grad_clip on the joint gradient, the value loss's large early "
+            "gradients otherwise crowd out the policy's.")
     entropy_coeff: float = setting(
         0.0, "training", ge=0, doc="Weight of the entropy bonus subtracted from the loss.")
     clip_param: float = setting(
-        0.3, "training", gt=0,
+        0.2, "training", gt=0,
         doc="PPO's epsilon: the probability ratio is clipped to [1 - clip_param, "
-            "1 + clip_param].")
-    vf_clip_param: float = setting(
-        10.0, "training", gt=0,
-        doc="Cap on each sample's squared value error in the value loss; it is in reward "
-            "units squared, so raise it when returns are large.")
+            "1 + clip_param]. Default 0.2 (RLlib's 0.3), the PPO paper's value.")
+    vf_clip_param: float | None = setting(
+        None, "training", gt=0,
+        doc="Cap on each sample's squared value error in the value loss, in reward units "
+            "squared; None: no cap. Default None (RLlib's 10): a cap of 10 zeroes the value "
+            "gradient of every sample whose return is off by more than ~3, which is most of "
+            "them on CartPole (returns to 100) or Pendulum (to -1,600).")
+
+    @classmethod
+    def rllib_defaults(cls) -> "PPOConfig":
+        """A config with RLlib's PPO defaults where rlmesh's differ (to compare, or to
+        reproduce an RLlib run that relied on them)."""
+        return cls().training(**RLLIB_PPO_DEFAULTS)
 
     def _cross_checks(self) -> list[str]:
         problems = super()._cross_checks()

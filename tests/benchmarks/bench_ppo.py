@@ -138,7 +138,7 @@ def bench_sampling(sizes: PPOSizes, tmp: Path) -> list[Row]:
                 if rllib is not None:
                     rllib.close()
             length = ours.info[0]
-            why = "PPO's default train batch, 4000" if fragment == "auto" else TUNED
+            why = "RLlib PPO's default train batch, 4000" if fragment == "auto" else TUNED
             name = (f"sampling, {NUM_RUNNERS} runners x {NUM_ENVS} envs, fragments of {length} "
                     f"steps per env ({why})")
             ours_rate = statistics.median(rates["ours"])

@@ -124,6 +124,11 @@ def _serve(run: Callable[[int], tuple[int, float]], warmup: int, info: str) -> N
         print(steps, secs, flush=True)
 
 
+# RLlib's PPO train batch: "auto" fragments are 4000 / 16 envs = 250 steps on both sides
+# (rlmesh's own default batch is 2048 since the defaults were measured, issue 16).
+RLLIB_TRAIN_BATCH = 4000
+
+
 def _tuned_model() -> dict[str, Any]:
     from rlmesh.tuned_examples import load_experiment
 
@@ -138,7 +143,7 @@ def serve_rlmesh(warmup: int, fragment: str) -> None:
     config = (PPOConfig().environment(ENV)
               .env_runners(num_env_runners=NUM_RUNNERS, num_envs_per_env_runner=NUM_ENVS,
                            rollout_fragment_length=length)
-              .training(model=_tuned_model()))
+              .training(model=_tuned_model(), train_batch_size=RLLIB_TRAIN_BATCH))
     algo = config.build()
     try:
         def run(steps: int) -> tuple[int, float]:

@@ -147,7 +147,7 @@ def test_ppo_keys_are_unknown_to_the_base_config():
     ({"rollout_fragment_length": "full"},
      "rollout_fragment_length: expected int or 'auto', got 'full'"),
     ({"rollout_fragment_length": 0}, "rollout_fragment_length: expected > 0, got 0"),
-    ({"minibatch_size": 8000}, "minibatch_size: expected <= the train batch per learner (4000)"),
+    ({"minibatch_size": 8000}, "minibatch_size: expected <= the train batch per learner (2048)"),
     ({"train_batch_size_per_learner": 100}, "minibatch_size: expected <= the train batch per "
                                             "learner (100), got 128"),
     ({"framework": "tf2"}, "framework: expected 'torch', got 'tf2'"),
@@ -182,7 +182,7 @@ def test_defaults_validate_and_valid_edge_values_pass():
     PPOConfig.from_dict({"gamma": 1.0, "lr": 0, "num_env_runners": 0, "lambda": 0,
                          "use_gae": False, "batch_mode": "complete_episodes",
                          "lr_schedule": [[0, 1e-3], [1000, 0.0]], "grad_clip": 40,
-                         "minibatch_size": 4000}).validate()
+                         "minibatch_size": 2048}).validate()
 
 
 # --- dicts and copies ---
@@ -217,30 +217,40 @@ def test_copy_is_independent():
     clone.model["fcnet_hiddens"].append(32)
     clone.env_config["a"].append(2)
     clone.training(model={"fcnet_activation": "relu"}, lr=1.0)
-    assert original.model["fcnet_hiddens"] == [256, 256]
+    assert original.model["fcnet_hiddens"] == [64, 64]
     assert original.model["fcnet_activation"] == "tanh"
-    assert original.env_config == {"a": [1]} and original.lr == 5e-5
+    assert original.env_config == {"a": [1]} and original.lr == 3e-4
 
 
 def test_instances_do_not_share_mutable_defaults():
     a, b = PPOConfig(), PPOConfig()
     a.model["fcnet_hiddens"].append(8)
     a.env_config["x"] = 1
-    assert b.model["fcnet_hiddens"] == [256, 256] and b.env_config == {}
+    assert b.model["fcnet_hiddens"] == [64, 64] and b.env_config == {}
     assert ImpalaConfig().model["vf_share_layers"] is True  # IMPALA's override stays IMPALA's
     assert AlgorithmConfig().model == MODEL_DEFAULTS and AlgorithmConfig().model is not MODEL_DEFAULTS
 
 
 # --- defaults ---
 
-def test_ppo_defaults_are_rllibs():
+def test_ppo_defaults_are_the_measured_ones():
     c = PPOConfig()
+    assert (c.lr, c.train_batch_size, c.minibatch_size, c.num_epochs) == (3e-4, 2048, 128, 10)
+    assert (c.lambda_, c.clip_param, c.vf_clip_param, c.vf_loss_coeff) == (0.95, 0.2, None, 0.5)
+    assert (c.kl_coeff, c.kl_target, c.entropy_coeff, c.grad_clip) == (0.2, 0.01, 0.0, 0.5)
+    assert not c.use_kl_loss and c.use_critic and c.use_gae and c.shuffle_batch_per_epoch
+    assert (c.rollout_fragment_length, c.num_env_runners, c.gamma) == ("auto", 2, 0.99)
+    assert c.model["vf_share_layers"] is False and c.model["fcnet_hiddens"] == [64, 64]
+    # Other algorithms keep the shared model default.
+    assert AlgorithmConfig().model["fcnet_hiddens"] == [256, 256]
+
+
+def test_rllib_defaults_give_rllibs_ppo_values():
+    c = PPOConfig.rllib_defaults()
     assert (c.lr, c.train_batch_size, c.minibatch_size, c.num_epochs) == (5e-5, 4000, 128, 30)
     assert (c.lambda_, c.clip_param, c.vf_clip_param, c.vf_loss_coeff) == (1.0, 0.3, 10.0, 1.0)
-    assert (c.kl_coeff, c.kl_target, c.entropy_coeff) == (0.2, 0.01, 0.0)
-    assert c.use_kl_loss and c.use_critic and c.use_gae and c.shuffle_batch_per_epoch
-    assert (c.rollout_fragment_length, c.num_env_runners, c.gamma) == ("auto", 2, 0.99)
-    assert c.model["vf_share_layers"] is False
+    assert c.use_kl_loss and c.grad_clip is None and c.model["fcnet_hiddens"] == [256, 256]
+    assert c.model["fcnet_activation"] == "tanh"  # the rest of the model dict is untouched
 
 
 def test_subclass_default_for_unknown_setting_is_an_error():
@@ -277,7 +287,7 @@ def test_validate_schedule_rejects(bad):
 
 
 def test_lr_at_uses_the_schedule_when_set():
-    assert PPOConfig().lr_at(10**6) == 5e-5
+    assert PPOConfig().lr_at(10**6) == 3e-4
     config = PPOConfig().training(lr_schedule=[[0, 1e-3], [1000, 0.0]])
     assert config.lr_at(500) == pytest.approx(5e-4)
 

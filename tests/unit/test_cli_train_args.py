@@ -302,7 +302,7 @@ def test_config_help_is_derived_from_the_fields(built, capsys):
     out = capsys.readouterr().out
     for row in PPOConfig.fields_table():
         assert f"  {row.key}: " in out
-    assert "lambda: float = 1.0" in out
+    assert "lambda: float = 0.95" in out
     assert "(also: num_workers, num_rollout_workers)" in out
     assert "GAE lambda" in out and not built
 

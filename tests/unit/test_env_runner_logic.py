@@ -418,7 +418,7 @@ def test_runner_config_keeps_the_shared_settings_of_an_algorithm_config():
     cfg, specs, registry = runner_config({**d, "lambda": 0.9})
     assert specs is None and registry == {}
     assert cfg.num_envs_per_env_runner == 3 and cfg.env == "CartPole-v1"
-    assert cfg.get_rollout_fragment_length(1) == 4000 // (2 * 3) + 1
+    assert cfg.get_rollout_fragment_length(1) == 2048 // (2 * 3) + 1
 
 
 # --- rlmesh.envs ---

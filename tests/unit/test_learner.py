@@ -69,7 +69,7 @@ def test_prepare_batch_keeps_only_valid_steps_and_normalises_advantages():
 
 
 def test_kl_coefficient_adapts_toward_the_target():
-    learner = make_learner(kl_coeff=0.2, kl_target=0.01)
+    learner = make_learner(use_kl_loss=True, kl_coeff=0.2, kl_target=0.01)
     learner.after_update({"mean_kl_loss": 0.05})
     assert learner.state["cur_kl_coeff"] == pytest.approx(0.3)
     learner.after_update({"mean_kl_loss": 0.001})
