@@ -18,14 +18,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from rlmesh.algorithms.ddpg_config import DDPGConfig
-from rlmesh.policy.actor_critic_replay import ActorCriticReplayPolicy
+from rlmesh.algorithms.off_policy import OffPolicy
+from rlmesh.algorithms.actor_critic_replay import ActorCriticReplayPolicy, OwnRates
 from rlmesh.policy.torch_policy import TorchPolicy
 from rlmesh.rl.action_noise import ActionNoise
-from rlmesh.rl.actor_q import (DeterministicActor, TwinQ, action_bounds, frozen,
-                               polyak_update, target_copy)
-from rlmesh.rl.optim import Adam, Optimizers
+from rlmesh.rl.actor_q import DeterministicActor, TwinQ, action_bounds, frozen
+from rlmesh.rl.optim import Adam
 
-__all__ = ["DDPGConfig", "DDPGTorchPolicy", "td_loss", "weight_l2"]
+__all__ = ["DDPG", "DDPGConfig", "DDPGTorchPolicy", "td_loss", "weight_l2"]
 
 Tensors = dict[str, torch.Tensor]
 
@@ -44,13 +44,14 @@ def weight_l2(module: nn.Module) -> torch.Tensor:
     return sum(p.pow(2).sum() for n, p in module.named_parameters() if n.endswith("weight"))
 
 
-def bootstrap_discount(policy: TorchPolicy, batch: Tensors) -> torch.Tensor | float:
-    """gamma^n per sample: replay's n-step column ``n_steps`` when it has one (episodes
-    that ended early are shorter), else gamma^n_step."""
+def bootstrap_discount(policy: TorchPolicy, batch: Tensors) -> torch.Tensor:
+    """What the next state's value is discounted by: replay's ``discounts`` (gamma^k for
+    the k steps an n-step transition spans, 0 after a termination), else gamma^n_step
+    where the transition did not terminate."""
+    if "discounts" in batch:
+        return batch["discounts"]
     cfg = policy.config
-    if "n_steps" in batch:
-        return cfg.gamma ** batch["n_steps"].float()
-    return cfg.gamma ** cfg.n_step
+    return cfg.gamma ** cfg.n_step * (1.0 - batch["terminateds"].float())
 
 
 class DDPGTorchPolicy(ActorCriticReplayPolicy):
@@ -71,13 +72,12 @@ class DDPGTorchPolicy(ActorCriticReplayPolicy):
                                    cfg.actor_hiddens, cfg.actor_hidden_activation, cfg.model)
         q = TwinQ(self.observation_space, self.action_space, cfg.critic_hiddens,
                   cfg.critic_hidden_activation, cfg.twin_q, cfg.model)
-        return nn.ModuleDict({"actor": actor, "q": q, "target_actor": target_copy(actor),
-                              "target_q": target_copy(q)})
+        return nn.ModuleDict({"actor": actor, "q": q})  # the target: a copy of both
 
     def make_optimizer(self) -> Any:
         cfg = self.config
-        return Optimizers(Adam(self.model["actor"].parameters(), lr=cfg.actor_lr),
-                          Adam(self.model["q"].parameters(), lr=cfg.critic_lr))
+        return OwnRates(Adam(self.model["actor"].parameters(), lr=cfg.actor_lr),
+                        Adam(self.model["q"].parameters(), lr=cfg.critic_lr))
 
     # --- runner side ---
 
@@ -98,21 +98,19 @@ class DDPGTorchPolicy(ActorCriticReplayPolicy):
         shape = (len(actions), *self.action_space.shape)
         return actions.reshape(shape).astype(self.action_dtype, copy=False), [], {}
 
+    def on_timestep(self, timestep: int) -> None:
+        self.noise.timestep = max(self.noise.timestep, timestep)
+
     # --- learner side ---
 
     def updates_actor(self) -> bool:
         """TD3's delayed policy updates: the actor and the targets every policy_delay-th."""
-        return self.num_updates % self.config.policy_delay == 0
-
-    def update_targets(self) -> None:
-        tau = self.config.tau
-        polyak_update(self.model["target_actor"], self.model["actor"], tau)
-        polyak_update(self.model["target_q"], self.model["q"], tau)
+        return self.grad_steps() % self.config.policy_delay == 0
 
     def target_actions(self, next_obs: torch.Tensor) -> torch.Tensor:
         """mu'(s'), with TD3's clipped Gaussian smoothing when asked."""
         cfg = self.config
-        actions = self.model["target_actor"](next_obs)
+        actions = self.target_model["actor"](next_obs)
         if cfg.smooth_target_policy:
             half = (self._high - self._low) / 2
             noise = (torch.randn_like(actions) * cfg.target_noise).clamp(
@@ -124,9 +122,8 @@ class DDPGTorchPolicy(ActorCriticReplayPolicy):
         cfg, m = self.config, self.model
         actions = mb["actions"].reshape(len(mb["actions"]), -1)
         with torch.no_grad():
-            q_next = m["target_q"].min(mb["next_obs"], self.target_actions(mb["next_obs"]))
-            done = mb["terminateds"].float()
-            target = mb["rewards"] + bootstrap_discount(self, mb) * (1.0 - done) * q_next
+            q_next = self.target_model["q"].min(mb["next_obs"], self.target_actions(mb["next_obs"]))
+            target = mb["rewards"] + bootstrap_discount(self, mb) * q_next
         qs = m["q"](mb["obs"], actions)
         huber = cfg.huber_threshold if cfg.use_huber else None
         weights = mb.get("weights")
@@ -144,3 +141,21 @@ class DDPGTorchPolicy(ActorCriticReplayPolicy):
             total = total + actor_loss
             stats["actor_loss"] = actor_loss.detach()
         return total, stats
+
+
+def check_box_actions(name: str, action_space: gym.Space) -> None:
+    """A one-line error unless ``action_space`` is a Box (DDPG and TD3 act continuously)."""
+    if not isinstance(action_space, gym.spaces.Box):
+        raise ValueError(f"{name} needs a Box (continuous) action space, got {action_space}; "
+                         "for Discrete actions use SAC, DQN, PPO, APPO, IMPALA, A2C or PG")
+
+
+class DDPG(OffPolicy):
+    """DDPG on the rlmesh mesh: runners act with the actor plus noise, the driver keeps the
+    replay buffer, the learner trains on it (``OffPolicy.training_step``)."""
+
+    config_class = DDPGConfig
+    default_policy_class = DDPGTorchPolicy
+
+    def check_spaces(self, obs_space: gym.Space, action_space: gym.Space) -> None:
+        check_box_actions(type(self).__name__, action_space)

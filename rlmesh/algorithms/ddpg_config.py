@@ -1,24 +1,28 @@
-"""DDPGConfig: DDPG's settings (actor and critic networks and learning rates, Polyak ``tau``,
-TD3's twin critics, target smoothing and delayed actor updates, exploration noise), named
-and defaulted as in RLlib's DDPGConfig so tuned RLlib configs carry over."""
+"""DDPGConfig: DDPG's settings (actor and critic networks and learning rates, TD3's twin
+critics, target smoothing and delayed actor updates, exploration noise), named and defaulted
+as in RLlib's DDPGConfig so tuned RLlib configs carry over (replay, n_step, tau:
+``OffPolicyConfig``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rlmesh.config.base import AlgorithmConfig, setting
+from rlmesh.algorithms.off_policy_config import OffPolicyConfig
+from rlmesh.config.base import setting
 from rlmesh.rl.action_noise import exploration_problems
 
 # RLlib's DDPGConfig.__init__ values for settings AlgorithmConfig already declares.
 _DDPG_DEFAULTS = {
     "train_batch_size": 256,
     "rollout_fragment_length": 1,
-    "num_env_runners": 0,
+    "num_steps_sampled_before_learning_starts": 1500,
+    "tau": 0.002,
+    "target_network_update_freq": 0,
 }
 
 
 @dataclass(kw_only=True)
-class DDPGConfig(AlgorithmConfig, defaults=_DDPG_DEFAULTS):
+class DDPGConfig(OffPolicyConfig, defaults=_DDPG_DEFAULTS):
     """Deep Deterministic Policy Gradient (Lillicrap et al. 2016), configured as in RLlib::
 
         DDPGConfig().environment("Pendulum-v1").training(actor_lr=1e-3, tau=5e-3)
@@ -37,10 +41,6 @@ class DDPGConfig(AlgorithmConfig, defaults=_DDPG_DEFAULTS):
         "relu", "training", doc="Activation of the critics' hidden layers.")
     actor_lr: float = setting(1e-3, "training", gt=0, doc="Adam learning rate of the actor.")
     critic_lr: float = setting(1e-3, "training", gt=0, doc="Adam learning rate of the critics.")
-    tau: float = setting(
-        0.002, "training", ge=0, le=1,
-        doc="Polyak factor of the target networks: target <- tau x online + (1 - tau) x "
-            "target after each actor update; 1 copies.")
     twin_q: bool = setting(
         False, "training",
         doc="Two critics, the target taking the smaller estimate (TD3's clipped double Q).")
@@ -64,10 +64,6 @@ class DDPGConfig(AlgorithmConfig, defaults=_DDPG_DEFAULTS):
         1e-6, "training", ge=0,
         doc="L2 penalty on the weights (not biases) of the actor in its loss and of the "
             "critics in theirs.")
-    n_step: int = setting(
-        1, "training", ge=1,
-        doc="Bootstrap after n steps: targets are n-step discounted returns plus "
-            "gamma^n Q(s_n, mu(s_n)).")
     exploration_config: dict = setting(
         {"type": "OrnsteinUhlenbeckNoise", "random_timesteps": 1000, "ou_base_scale": 0.1,
          "ou_theta": 0.15, "ou_sigma": 0.2, "initial_scale": 1.0, "final_scale": 0.02,
@@ -80,4 +76,8 @@ class DDPGConfig(AlgorithmConfig, defaults=_DDPG_DEFAULTS):
             "compute_single_action's default) takes the actor's action as it is.")
 
     def _cross_checks(self) -> list[str]:
-        return super()._cross_checks() + exploration_problems(self.exploration_config)
+        problems = super()._cross_checks() + exploration_problems(self.exploration_config)
+        if self.exploration_config.get("type") == "StochasticSampling":
+            problems.append("exploration_config: DDPG's actor is deterministic; use type "
+                            "GaussianNoise or OrnsteinUhlenbeckNoise")
+        return problems

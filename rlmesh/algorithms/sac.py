@@ -21,14 +21,14 @@ from torch import nn
 
 from rlmesh.algorithms.ddpg import bootstrap_discount, td_loss
 from rlmesh.algorithms.sac_config import SACConfig
-from rlmesh.policy.actor_critic_replay import ActorCriticReplayPolicy
+from rlmesh.algorithms.off_policy import OffPolicy
+from rlmesh.algorithms.actor_critic_replay import ActorCriticReplayPolicy, OwnRates
 from rlmesh.rl.action_noise import uniform_actions
-from rlmesh.rl.actor_q import (StochasticActor, TwinQ, action_bounds, frozen, polyak_update,
-                               target_copy)
+from rlmesh.rl.actor_q import StochasticActor, TwinQ, action_bounds, frozen
 from rlmesh.rl.distributions import Categorical, SquashedGaussian
-from rlmesh.rl.optim import Adam, Optimizers
+from rlmesh.rl.optim import Adam
 
-__all__ = ["SACConfig", "SACTorchPolicy"]
+__all__ = ["SAC", "SACConfig", "SACTorchPolicy"]
 
 Tensors = dict[str, torch.Tensor]
 
@@ -66,16 +66,19 @@ class SACTorchPolicy(ActorCriticReplayPolicy):
                                 pm["fcnet_activation"], cfg.model)
         q = TwinQ(self.observation_space, self.action_space, qm["fcnet_hiddens"],
                   qm["fcnet_activation"], cfg.twin_q, cfg.model)
-        model = nn.ModuleDict({"actor": actor, "q": q, "target_q": target_copy(q)})
+        model = nn.ModuleDict({"actor": actor, "q": q})
         model.register_parameter("log_alpha",
                                  nn.Parameter(torch.tensor(math.log(cfg.initial_alpha))))
         return model
 
     def make_optimizer(self) -> Any:
         rates = self.config.optimization_config
-        return Optimizers(Adam(self.model["actor"].parameters(), lr=rates["actor_learning_rate"]),
-                          Adam(self.model["q"].parameters(), lr=rates["critic_learning_rate"]),
-                          Adam([self.model.log_alpha], lr=rates["entropy_learning_rate"]))
+        return OwnRates(Adam(self.model["actor"].parameters(), lr=rates["actor_learning_rate"]),
+                        Adam(self.model["q"].parameters(), lr=rates["critic_learning_rate"]),
+                        Adam([self.model.log_alpha], lr=rates["entropy_learning_rate"]))
+
+    def target_modules(self) -> nn.Module:
+        return self.model["q"]  # the actor has no target in SAC
 
     # --- runner side ---
 
@@ -105,10 +108,10 @@ class SACTorchPolicy(ActorCriticReplayPolicy):
         actions = uniform_actions(self.rng, self.low, self.high, n)
         return actions.reshape(n, *self.action_space.shape).astype(self.action_dtype)
 
-    # --- learner side ---
+    def on_timestep(self, timestep: int) -> None:
+        self.timestep = max(self.timestep, timestep)
 
-    def update_targets(self) -> None:
-        polyak_update(self.model["target_q"], self.model["q"], self.config.tau)
+    # --- learner side ---
 
     def loss(self, mb: Tensors) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         log_alpha = self.model.log_alpha
@@ -126,15 +129,14 @@ class SACTorchPolicy(ActorCriticReplayPolicy):
                            self.target_entropy), "td_error": td_error}
 
     def _soft_target(self, mb: Tensors, next_value: torch.Tensor) -> torch.Tensor:
-        done = mb["terminateds"].float()
-        return mb["rewards"] + bootstrap_discount(self, mb) * (1.0 - done) * next_value
+        return mb["rewards"] + bootstrap_discount(self, mb) * next_value
 
     def _continuous_losses(self, mb: Tensors, alpha: torch.Tensor) -> tuple[torch.Tensor, ...]:
         m, weights = self.model, mb.get("weights")
         with torch.no_grad():
             next_dist = self.dist_class.from_inputs(m["actor"](mb["next_obs"]))
             next_actions, next_logp = next_dist.rsample_with_logp()
-            next_value = m["target_q"].min(mb["next_obs"], next_actions) - alpha * next_logp
+            next_value = self.target_model.min(mb["next_obs"], next_actions) - alpha * next_logp
             target = self._soft_target(mb, next_value)
         qs = m["q"](mb["obs"], mb["actions"])
         critic_loss = sum(td_loss(q - target, weights, None) for q in qs)
@@ -148,7 +150,7 @@ class SACTorchPolicy(ActorCriticReplayPolicy):
         m, weights = self.model, mb.get("weights")
         with torch.no_grad():
             next_logp = F.log_softmax(m["actor"](mb["next_obs"]), -1)
-            next_q = m["target_q"].min(mb["next_obs"])
+            next_q = self.target_model.min(mb["next_obs"])
             next_value = (next_logp.exp() * (next_q - alpha * next_logp)).sum(-1)
             target = self._soft_target(mb, next_value)
         q_all = m["q"](mb["obs"])
@@ -161,3 +163,16 @@ class SACTorchPolicy(ActorCriticReplayPolicy):
         actor_loss = (probs * (alpha * logp - q_min)).sum(-1).mean()
         entropy = -(probs * logp).sum(-1)
         return critic_loss, actor_loss, entropy, (qs[0] - target).detach()
+
+
+class SAC(OffPolicy):
+    """SAC on the rlmesh mesh: runners sample from the policy, the driver keeps the replay
+    buffer, the learner trains on it (``OffPolicy.training_step``)."""
+
+    config_class = SACConfig
+    default_policy_class = SACTorchPolicy
+
+    def check_spaces(self, obs_space: gym.Space, action_space: gym.Space) -> None:
+        if not isinstance(action_space, (gym.spaces.Box, gym.spaces.Discrete)):
+            raise ValueError(f"SAC needs a Box or Discrete action space, got {action_space}; "
+                             "for other action spaces use PPO, APPO, IMPALA, A2C or PG")

@@ -1,13 +1,14 @@
 """SACConfig: SAC's settings (twin Q, Polyak ``tau``, the entropy temperature and its target,
 the three learning rates, the Q and policy networks), named and defaulted as in RLlib's
-SACConfig so tuned RLlib configs carry over."""
+SACConfig so tuned RLlib configs carry over (replay, n_step, tau: ``OffPolicyConfig``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Literal
 
-from rlmesh.config.base import AlgorithmConfig, setting
+from rlmesh.algorithms.off_policy_config import OffPolicyConfig
+from rlmesh.config.base import setting
 from rlmesh.rl.action_noise import exploration_problems
 
 _NETWORK = {"fcnet_hiddens": [256, 256], "fcnet_activation": "relu"}
@@ -16,12 +17,15 @@ _NETWORK = {"fcnet_hiddens": [256, 256], "fcnet_activation": "relu"}
 _SAC_DEFAULTS = {
     "train_batch_size": 256,
     "rollout_fragment_length": 1,
-    "num_env_runners": 0,
+    "num_steps_sampled_before_learning_starts": 1500,
+    "tau": 5e-3,
+    "target_network_update_freq": 0,
+    "replay_buffer_config": {"type": "MultiAgentPrioritizedReplayBuffer", "capacity": 1_000_000},
 }
 
 
 @dataclass(kw_only=True)
-class SACConfig(AlgorithmConfig, defaults=_SAC_DEFAULTS):
+class SACConfig(OffPolicyConfig, defaults=_SAC_DEFAULTS):
     """Soft Actor-Critic (Haarnoja et al. 2018; discrete actions: Christodoulou 2019),
     configured as in RLlib::
 
@@ -42,10 +46,6 @@ class SACConfig(AlgorithmConfig, defaults=_SAC_DEFAULTS):
         _NETWORK, "training", merge=True,
         doc="The policy network: fcnet_hiddens and fcnet_activation (obs in; a squashed "
             "Gaussian's mean and log-std out, or logits for Discrete actions).")
-    tau: float = setting(
-        5e-3, "training", ge=0, le=1,
-        doc="Polyak factor of the target Q networks: target <- tau x online + (1 - tau) x "
-            "target after every update; 1 copies.")
     initial_alpha: float = setting(
         1.0, "training", gt=0, doc="Initial entropy temperature alpha.")
     target_entropy: float | Literal["auto"] = setting(
@@ -58,10 +58,6 @@ class SACConfig(AlgorithmConfig, defaults=_SAC_DEFAULTS):
         "training", merge=True,
         doc="Adam learning rates: actor_learning_rate, critic_learning_rate and "
             "entropy_learning_rate (of log alpha).")
-    n_step: int = setting(
-        1, "training", ge=1,
-        doc="Bootstrap after n steps: targets are n-step discounted returns plus gamma^n "
-            "times the soft value of the n-th next state.")
     exploration_config: dict = setting(
         {"type": "StochasticSampling", "random_timesteps": 0}, "env_runners", merge=True,
         doc="Exploration in the runners: actions sampled from the policy (StochasticSampling), "
@@ -71,6 +67,9 @@ class SACConfig(AlgorithmConfig, defaults=_SAC_DEFAULTS):
     def _cross_checks(self) -> list[str]:
         problems = super()._cross_checks() + exploration_problems(self.exploration_config)
         rates = {"actor_learning_rate", "critic_learning_rate", "entropy_learning_rate"}
+        if self.exploration_config.get("type") != "StochasticSampling":
+            problems.append("exploration_config: SAC explores by sampling its policy; use "
+                            "type StochasticSampling (with random_timesteps)")
         if set(self.optimization_config) != rates:
             problems.append(f"optimization_config: expected the keys {sorted(rates)}, got "
                             f"{sorted(self.optimization_config)}")

@@ -1,10 +1,9 @@
 """The networks of DDPG, TD3 and SAC: actors (deterministic, or squashed Gaussian /
-categorical for SAC), Q critics taking obs and action (twin when asked), and the Polyak
-update of their target copies. Observations go through the default model's encoder."""
+categorical for SAC) and Q critics taking obs and action (twin when asked), observations
+through the default model's encoder. Target copies: ``algorithms/off_policy.py``."""
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import gymnasium as gym
@@ -115,20 +114,6 @@ class TwinQ(nn.Module):
     def min(self, obs: torch.Tensor, actions: torch.Tensor | None = None) -> torch.Tensor:
         qs = self(obs, actions)
         return qs[0] if len(qs) == 1 else torch.minimum(qs[0], qs[1])
-
-
-def target_copy(module: nn.Module) -> nn.Module:
-    """A frozen copy of ``module`` to serve as its target network."""
-    target = copy.deepcopy(module)
-    for p in target.parameters():
-        p.requires_grad_(False)
-    return target
-
-
-@torch.no_grad()
-def polyak_update(target: nn.Module, source: nn.Module, tau: float) -> None:
-    """target <- tau * source + (1 - tau) * target, over all parameters in a few kernels."""
-    torch._foreach_lerp_(list(target.parameters()), list(source.parameters()), tau)
 
 
 class frozen:

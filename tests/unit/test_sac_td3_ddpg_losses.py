@@ -15,7 +15,6 @@ from rlmesh.algorithms.ddpg import DDPGConfig, DDPGTorchPolicy
 from rlmesh.algorithms.sac import SACConfig, SACTorchPolicy
 from rlmesh.config.base import ConfigError
 from rlmesh.rl.action_noise import ActionNoise
-from rlmesh.rl.actor_q import polyak_update
 from rlmesh.rl.batch import to_tensors
 from rlmesh.rl.distributions import SquashedGaussian
 
@@ -54,6 +53,15 @@ def batch(n=8, discrete=False, seed=0):
             "terminateds": np.arange(n) % 3 == 0}
 
 
+def learn(policy, b, timesteps=0):
+    """One gradient step on ``b`` through the learner's entry point (a [K=1, B] batch)."""
+    return policy.update({k: np.asarray(v)[None] for k, v in b.items()}, timesteps)
+
+
+def target_q(policy):
+    return policy.target_model["q"] if isinstance(policy, DDPGTorchPolicy) else policy.target_model
+
+
 def constant_q(q_module, value):
     """Every Q network of ``q_module`` made to answer ``value`` whatever it is given."""
     with torch.no_grad():
@@ -75,10 +83,9 @@ def same(a, b):
 @pytest.mark.parametrize("make", [ddpg, td3], ids=["ddpg", "td3"])
 def test_critic_target_is_reward_plus_discounted_target_q_except_after_termination(make):
     policy = make(gamma=0.9)
-    constant_q(policy.model["target_q"], 5.0)
+    constant_q(target_q(policy), 5.0)
     constant_q(policy.model["q"], 0.0)
     b = batch()
-    policy.loss(to_tensors(b, "cpu"))
     _, stats = policy.loss(to_tensors(b, "cpu"))
     expected = b["rewards"] + 0.9 * 5.0 * ~b["terminateds"]
     np.testing.assert_allclose(-stats["td_error"].numpy(), expected, rtol=1e-5)
@@ -88,19 +95,21 @@ def test_critic_target_is_reward_plus_discounted_target_q_except_after_terminati
                                                         rel=1e-5)
 
 
-def test_n_step_returns_bootstrap_with_gamma_to_the_steps_each_spans():
+def test_replays_discounts_column_sets_the_bootstrap():
     policy = ddpg(gamma=0.9)
-    constant_q(policy.model["target_q"], 1.0)
+    constant_q(target_q(policy), 1.0)
     constant_q(policy.model["q"], 0.0)
-    b = {**batch(), "n_steps": np.array([1, 2, 3, 3, 1, 2, 3, 3])}
+    # n-step transitions: gamma^k for the k steps taken, 0 after a termination.
+    discounts = np.array([0.9, 0.81, 0.729, 0.0, 0.9, 0.81, 0.0, 0.729], np.float32)
+    b = {**batch(), "discounts": discounts}
     _, stats = policy.loss(to_tensors(b, "cpu"))
-    expected = b["rewards"] + 0.9 ** b["n_steps"] * ~b["terminateds"]
+    expected = b["rewards"] + discounts
     np.testing.assert_allclose(-stats["td_error"].numpy(), expected, rtol=1e-5)
 
 
 def test_importance_weights_scale_each_sample_of_the_critic_loss():
     policy = ddpg()
-    constant_q(policy.model["target_q"], 0.0)
+    constant_q(target_q(policy), 0.0)
     constant_q(policy.model["q"], 0.0)
     b = batch()
     weights = np.linspace(0, 2, 8).astype(np.float32)
@@ -112,7 +121,7 @@ def test_importance_weights_scale_each_sample_of_the_critic_loss():
 def test_target_policy_smoothing_noise_is_clipped_and_actions_stay_in_bounds():
     policy = td3(target_noise=10.0, target_noise_clip=0.3)
     obs = torch.as_tensor(batch(n=512)["next_obs"])
-    plain = policy.model["target_actor"](obs)
+    plain = policy.target_model["actor"](obs)
     smoothed = policy.target_actions(obs)
     assert not torch.equal(plain, smoothed)
     assert float((smoothed - plain).abs().max()) <= 0.3 + 1e-6  # actions in [-1, 1]
@@ -123,15 +132,16 @@ def test_target_policy_smoothing_noise_is_clipped_and_actions_stay_in_bounds():
 
 def test_td3_steps_the_actor_and_the_targets_on_every_second_update_only():
     policy = td3(tau=0.5)
-    m = policy.model
-    for i in range(4):
-        actor, target_actor, target_q, q = (params(m["actor"]), params(m["target_actor"]),
-                                            params(m["target_q"]), params(m["q"]))
-        stats = policy.learn_on_batch(batch(seed=i))
+    m, t = policy.model, policy.target_model
+    for i in range(5):
+        actor, target_actor, target, q = (params(m["actor"]), params(t["actor"]),
+                                          params(t["q"]), params(m["q"]))
+        stats = learn(policy, batch(seed=i))
         moved = not same(actor, params(m["actor"]))
         assert moved == (i % 2 == 0) == ("actor_loss" in stats)
-        assert (not same(target_actor, params(m["target_actor"]))) == moved
-        assert (not same(target_q, params(m["target_q"]))) == moved
+        # The targets follow (just before) each actor step, and then only.
+        assert (not same(target_actor, params(t["actor"]))) == (moved and i > 0)
+        assert (not same(target, params(t["q"]))) == (moved and i > 0)
         assert not same(q, params(m["q"]))  # the critics learn on every update
 
 
@@ -164,14 +174,6 @@ def stats_loss(policy, mb, which):
     return policy._continuous_losses(mb, alpha)[0]
 
 
-def test_polyak_update_moves_the_target_tau_of_the_way():
-    a, b = torch.nn.Linear(3, 2), torch.nn.Linear(3, 2)
-    before = params(a)
-    polyak_update(a, b, 0.25)
-    for old, new, src in zip(before, a.parameters(), b.parameters()):
-        torch.testing.assert_close(new.detach(), 0.75 * old + 0.25 * src.detach())
-
-
 # --- SAC ---
 
 @pytest.mark.parametrize("space", [BOX, DISCRETE], ids=["box", "discrete"])
@@ -179,7 +181,7 @@ def test_polyak_update_moves_the_target_tau_of_the_way():
 def test_alpha_falls_when_entropy_is_above_its_target_and_rises_below(space, target, direction):
     policy = sac(space, target_entropy=target)
     for i in range(3):
-        policy.learn_on_batch(batch(discrete=space is DISCRETE, seed=i))
+        learn(policy, batch(discrete=space is DISCRETE, seed=i))
     assert math.copysign(1, float(policy.model.log_alpha.detach())) == direction
 
 
@@ -193,7 +195,7 @@ def test_discrete_sac_soft_value_sums_over_all_actions():
     with torch.no_grad():  # a uniform policy: soft value = Q' + alpha x log(n)
         policy.model["actor"].head.weight.zero_()
         policy.model["actor"].head.bias.zero_()
-    constant_q(policy.model["target_q"], 3.0)
+    constant_q(target_q(policy), 3.0)
     constant_q(policy.model["q"], 0.0)
     b = batch(discrete=True)
     _, stats = policy.loss(to_tensors(b, "cpu"))
@@ -262,28 +264,30 @@ def test_a_bad_exploration_config_is_a_config_error(bad):
 def test_state_keeps_targets_optimizers_and_alpha(make):
     policy = make()
     for i in range(3):
-        policy.learn_on_batch(batch(seed=i))
+        learn(policy, batch(seed=i))
     state = policy.get_state()
     fresh = make()
     fresh.set_state(state)
     for name, value in policy.model.state_dict().items():
         torch.testing.assert_close(fresh.model.state_dict()[name], value, msg=name)
+    for name, value in policy.target_model.state_dict().items():
+        torch.testing.assert_close(fresh.target_model.state_dict()[name], value, msg=name)
+    assert not same(params(policy.target_model), params(make().for_learning().target_model))
     for mine, theirs in zip(policy.optimizer.optimizers, fresh.optimizer.optimizers):
         torch.testing.assert_close(mine.exp_avg.flat, theirs.exp_avg.flat)
         assert mine.steps == theirs.steps
-    assert any(k.startswith("target_") for k in state["model"])
     # Both go on identically from there.
     torch.manual_seed(1)
-    a = policy.learn_on_batch(batch(seed=9))
+    a = learn(policy, batch(seed=9))
     torch.manual_seed(1)
-    b = fresh.learn_on_batch(batch(seed=9))
+    b = learn(fresh, batch(seed=9))
     assert a["critic_loss"] == pytest.approx(b["critic_loss"])
 
 
 def test_runner_weights_are_the_actor_alone():
     policy, runner = sac(), sac()
     runner.set_weights(policy.get_weights())
-    assert all(not k.startswith(("q.", "target_")) for k in policy.get_weights())
+    assert all(k.startswith(("trunk.", "head.", "_")) for k in policy.get_weights())
     obs = batch()["obs"]
     np.testing.assert_array_equal(policy.compute_actions(obs, explore=False)[0],
                                   runner.compute_actions(obs, explore=False)[0])
