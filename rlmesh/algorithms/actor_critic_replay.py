@@ -38,6 +38,7 @@ class ActorCriticReplayPolicy(OffPolicyTorchPolicy):
         # their episode (rl/nstep.py).
         self.view_requirements = {Columns.T: optional_columns(action_space)[Columns.T]}
         self._actor_step = True  # whether the current gradient step moves the actor
+        self.q_params = list(self.model["q"].parameters())  # what the actor's loss freezes
 
     def grad_steps(self) -> int:
         return int(self.state.get("num_grad_steps", 0))

@@ -19,13 +19,14 @@ from torch import nn
 
 from rlmesh.algorithms.ddpg_config import DDPGConfig
 from rlmesh.algorithms.off_policy import OffPolicy
+from rlmesh.config.base import ConfigError
 from rlmesh.algorithms.actor_critic_replay import ActorCriticReplayPolicy, OwnRates
 from rlmesh.policy.torch_policy import TorchPolicy
 from rlmesh.rl.action_noise import ActionNoise
 from rlmesh.rl.actor_q import DeterministicActor, TwinQ, action_bounds, frozen
 from rlmesh.rl.optim import Adam
 
-__all__ = ["DDPG", "DDPGConfig", "DDPGTorchPolicy", "td_loss", "weight_l2"]
+__all__ = ["DDPG", "DDPGConfig", "DDPGTorchPolicy", "td_loss"]
 
 Tensors = dict[str, torch.Tensor]
 
@@ -39,9 +40,13 @@ def td_loss(errors: torch.Tensor, weights: torch.Tensor | None, huber: float | N
     return (per * weights).mean() if weights is not None else per.mean()
 
 
-def weight_l2(module: nn.Module) -> torch.Tensor:
-    """Sum of squares of ``module``'s weight matrices (RLlib's l2_reg skips biases)."""
-    return sum(p.pow(2).sum() for n, p in module.named_parameters() if n.endswith("weight"))
+def weight_matrices(module: nn.Module) -> list[torch.Tensor]:
+    """What l2_reg penalises: the weights, not the biases (as RLlib)."""
+    return [p for name, p in module.named_parameters() if name.endswith("weight")]
+
+
+def weight_l2(weights: list[torch.Tensor]) -> torch.Tensor:
+    return sum(p.pow(2).sum() for p in weights)
 
 
 def bootstrap_discount(policy: TorchPolicy, batch: Tensors) -> torch.Tensor:
@@ -63,6 +68,7 @@ class DDPGTorchPolicy(ActorCriticReplayPolicy):
         self.low, self.high = action_bounds(action_space, config)
         super().__init__(observation_space, action_space, config, device)
         self.noise = ActionNoise(config.exploration_config, self.low, self.high)
+        self.l2_weights = {k: weight_matrices(self.model[k]) for k in ("actor", "q")}
         self._low = torch.as_tensor(self.low, device=self.device)
         self._high = torch.as_tensor(self.high, device=self.device)
 
@@ -129,15 +135,15 @@ class DDPGTorchPolicy(ActorCriticReplayPolicy):
         weights = mb.get("weights")
         critic_loss = sum(td_loss(q - target, weights, huber) for q in qs)
         if cfg.l2_reg:
-            critic_loss = critic_loss + cfg.l2_reg * weight_l2(m["q"])
+            critic_loss = critic_loss + cfg.l2_reg * weight_l2(self.l2_weights["q"])
         total = critic_loss
         stats = {"critic_loss": critic_loss.detach(), "mean_q": qs[0].detach().mean(),
                  "td_error": (qs[0] - target).detach()}
         if self._actor_step:
-            with frozen(m["q"]):  # the actor's loss moves the actor only
+            with frozen(self.q_params):  # the actor's loss moves the actor only
                 actor_loss = -m["q"].nets[0](mb["obs"], m["actor"](mb["obs"])).mean()
             if cfg.l2_reg:
-                actor_loss = actor_loss + cfg.l2_reg * weight_l2(m["actor"])
+                actor_loss = actor_loss + cfg.l2_reg * weight_l2(self.l2_weights["actor"])
             total = total + actor_loss
             stats["actor_loss"] = actor_loss.detach()
         return total, stats
@@ -146,7 +152,7 @@ class DDPGTorchPolicy(ActorCriticReplayPolicy):
 def check_box_actions(name: str, action_space: gym.Space) -> None:
     """A one-line error unless ``action_space`` is a Box (DDPG and TD3 act continuously)."""
     if not isinstance(action_space, gym.spaces.Box):
-        raise ValueError(f"{name} needs a Box (continuous) action space, got {action_space}; "
+        raise ConfigError(f"{name} needs a Box (continuous) action space, got {action_space}; "
                          "for Discrete actions use SAC, DQN, PPO, APPO, IMPALA, A2C or PG")
 
 

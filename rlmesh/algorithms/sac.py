@@ -22,6 +22,7 @@ from torch import nn
 from rlmesh.algorithms.ddpg import bootstrap_discount, td_loss
 from rlmesh.algorithms.sac_config import SACConfig
 from rlmesh.algorithms.off_policy import OffPolicy
+from rlmesh.config.base import ConfigError
 from rlmesh.algorithms.actor_critic_replay import ActorCriticReplayPolicy, OwnRates
 from rlmesh.rl.action_noise import uniform_actions
 from rlmesh.rl.actor_q import StochasticActor, TwinQ, action_bounds, frozen
@@ -141,7 +142,7 @@ class SACTorchPolicy(ActorCriticReplayPolicy):
         qs = m["q"](mb["obs"], mb["actions"])
         critic_loss = sum(td_loss(q - target, weights, None) for q in qs)
         actions, logp = self.dist_class.from_inputs(m["actor"](mb["obs"])).rsample_with_logp()
-        with frozen(m["q"]):  # the actor's loss moves the actor only
+        with frozen(self.q_params):  # the actor's loss moves the actor only
             q_pi = m["q"].min(mb["obs"], actions)
         actor_loss = (alpha * logp - q_pi).mean()
         return critic_loss, actor_loss, -logp, (qs[0] - target).detach()
@@ -174,5 +175,5 @@ class SAC(OffPolicy):
 
     def check_spaces(self, obs_space: gym.Space, action_space: gym.Space) -> None:
         if not isinstance(action_space, (gym.spaces.Box, gym.spaces.Discrete)):
-            raise ValueError(f"SAC needs a Box or Discrete action space, got {action_space}; "
+            raise ConfigError(f"SAC needs a Box or Discrete action space, got {action_space}; "
                              "for other action spaces use PPO, APPO, IMPALA, A2C or PG")

@@ -117,12 +117,13 @@ class TwinQ(nn.Module):
 
 
 class frozen:
-    """``with frozen(critic): q = critic(obs, actor(obs))`` -- gradients flow into the actions
-    but not into the critic's parameters, so one backward pass serves the critic's loss and
-    the actor's (the actor's must not move the critic)."""
+    """``with frozen(critic_params): q = critic(obs, actor(obs))`` -- gradients flow into the
+    actions but not into the critic's parameters, so one backward pass serves the critic's
+    loss and the actor's (the actor's must not move the critic). Takes the parameters as a
+    list made once: walking the module for them on every step costs more than the rest."""
 
-    def __init__(self, module: nn.Module):
-        self.params = [p for p in module.parameters() if p.requires_grad]
+    def __init__(self, params: list[torch.Tensor]):
+        self.params = params
 
     def __enter__(self) -> None:
         for p in self.params:
