@@ -141,7 +141,7 @@ class DDPGTorchPolicy(ActorCriticReplayPolicy):
                  "td_error": (qs[0] - target).detach()}
         if self._actor_step:
             with frozen(self.q_params):  # the actor's loss moves the actor only
-                actor_loss = -m["q"].nets[0](mb["obs"], m["actor"](mb["obs"])).mean()
+                actor_loss = -m["q"](mb["obs"], m["actor"](mb["obs"]))[0].mean()  # Q1
             if cfg.l2_reg:
                 actor_loss = actor_loss + cfg.l2_reg * weight_l2(self.l2_weights["actor"])
             total = total + actor_loss

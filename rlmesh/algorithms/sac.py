@@ -132,16 +132,23 @@ class SACTorchPolicy(ActorCriticReplayPolicy):
     def _soft_target(self, mb: Tensors, next_value: torch.Tensor) -> torch.Tensor:
         return mb["rewards"] + bootstrap_discount(self, mb) * next_value
 
+    def _actor_outputs(self, mb: Tensors) -> tuple[torch.Tensor, torch.Tensor]:
+        """The actor on ``obs`` and (detached) on ``next_obs``, in one forward pass: the
+        launches of a small network cost more than its arithmetic."""
+        n = len(mb["obs"])
+        inputs = self.model["actor"](torch.cat([mb["obs"], mb["next_obs"]]))
+        return inputs[:n], inputs[n:].detach()
+
     def _continuous_losses(self, mb: Tensors, alpha: torch.Tensor) -> tuple[torch.Tensor, ...]:
         m, weights = self.model, mb.get("weights")
+        inputs, next_inputs = self._actor_outputs(mb)
         with torch.no_grad():
-            next_dist = self.dist_class.from_inputs(m["actor"](mb["next_obs"]))
-            next_actions, next_logp = next_dist.rsample_with_logp()
+            next_actions, next_logp = self.dist_class.from_inputs(next_inputs).rsample_with_logp()
             next_value = self.target_model.min(mb["next_obs"], next_actions) - alpha * next_logp
             target = self._soft_target(mb, next_value)
         qs = m["q"](mb["obs"], mb["actions"])
         critic_loss = sum(td_loss(q - target, weights, None) for q in qs)
-        actions, logp = self.dist_class.from_inputs(m["actor"](mb["obs"])).rsample_with_logp()
+        actions, logp = self.dist_class.from_inputs(inputs).rsample_with_logp()
         with frozen(self.q_params):  # the actor's loss moves the actor only
             q_pi = m["q"].min(mb["obs"], actions)
         actor_loss = (alpha * logp - q_pi).mean()
@@ -149,8 +156,9 @@ class SACTorchPolicy(ActorCriticReplayPolicy):
 
     def _discrete_losses(self, mb: Tensors, alpha: torch.Tensor) -> tuple[torch.Tensor, ...]:
         m, weights = self.model, mb.get("weights")
+        logits, next_logits = self._actor_outputs(mb)
         with torch.no_grad():
-            next_logp = F.log_softmax(m["actor"](mb["next_obs"]), -1)
+            next_logp = F.log_softmax(next_logits, -1)
             next_q = self.target_model.min(mb["next_obs"])
             next_value = (next_logp.exp() * (next_q - alpha * next_logp)).sum(-1)
             target = self._soft_target(mb, next_value)
@@ -158,7 +166,7 @@ class SACTorchPolicy(ActorCriticReplayPolicy):
         index = mb["actions"].long().reshape(-1, 1)
         qs = [q.gather(1, index).squeeze(1) for q in q_all]
         critic_loss = sum(td_loss(q - target, weights, None) for q in qs)
-        logp = F.log_softmax(m["actor"](mb["obs"]), -1)
+        logp = F.log_softmax(logits, -1)
         probs = logp.exp()
         q_min = (q_all[0] if len(q_all) == 1 else torch.minimum(*q_all)).detach()
         actor_loss = (probs * (alpha * logp - q_min)).sum(-1).mean()

@@ -4,6 +4,7 @@ through the default model's encoder. Target copies: ``algorithms/off_policy.py``
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import gymnasium as gym
@@ -77,39 +78,55 @@ class StochasticActor(nn.Module):
         return self.head(self.trunk(self.encoder(obs)))
 
 
-class QNetwork(nn.Module):
-    """Q(s, a) -> ``[N]`` for a Box action space (the action concatenated to the encoded
-    observation); Q(s, .) -> ``[N, n]`` for a Discrete one."""
+class EnsembleLinear(nn.Module):
+    """``members`` independent Linear layers applied in one batched matmul: ``[E, N, in]``
+    -> ``[E, N, out]``. Twin critics then cost the kernel launches of one, which is most
+    of a small network's time. Initialised as ``nn.Linear`` (uniform in +-1/sqrt(in))."""
 
-    def __init__(self, obs_space: gym.Space, action_space: gym.Space, hiddens: list[int],
-                 activation: str, model_config: dict | None = None):
+    def __init__(self, members: int, in_size: int, out_size: int):
         super().__init__()
-        self.discrete = isinstance(action_space, gym.spaces.Discrete)
-        self.encoder = encoder_for(obs_space, model_config)
-        in_size = self.encoder.out_size + (0 if self.discrete else int(np.prod(action_space.shape)))
-        self.trunk, out = hidden_layers(in_size, hiddens, activation)
-        self.head = nn.Linear(out, int(action_space.n) if self.discrete else 1)
+        bound = 1.0 / math.sqrt(in_size)
+        self.weight = nn.Parameter(torch.empty(members, in_size, out_size).uniform_(-bound, bound))
+        self.bias = nn.Parameter(torch.empty(members, 1, out_size).uniform_(-bound, bound))
 
-    def forward(self, obs: torch.Tensor, actions: torch.Tensor | None = None) -> torch.Tensor:
-        features = self.encoder(obs)
-        if not self.discrete:
-            features = torch.cat([features, actions.reshape(len(actions), -1)], -1)
-        q = self.head(self.trunk(features))
-        return q if self.discrete else q.squeeze(-1)
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.baddbmm(self.bias, x, self.weight)
 
 
 class TwinQ(nn.Module):
-    """One Q network, or two (``twin_q``: TD3's and SAC's clipped double Q); ``forward``
-    returns each one's estimate."""
+    """One Q network, or two (``twin_q``: TD3's and SAC's clipped double Q), computed
+    together; ``forward`` returns each one's estimate: Q(s, a) ``[N]`` for a Box action
+    space (the action concatenated to the encoded observation), Q(s, .) ``[N, n]`` for a
+    Discrete one."""
 
     def __init__(self, obs_space: gym.Space, action_space: gym.Space, hiddens: list[int],
                  activation: str, twin_q: bool, model_config: dict | None = None):
         super().__init__()
-        self.nets = nn.ModuleList([QNetwork(obs_space, action_space, hiddens, activation,
-                                            model_config) for _ in range(2 if twin_q else 1)])
+        self.members = 2 if twin_q else 1
+        self.discrete = isinstance(action_space, gym.spaces.Discrete)
+        encoders = [encoder_for(obs_space, model_config) for _ in range(self.members)]
+        # A parameterless encoder (flat observations) serves both critics.
+        self.shared_encoder = not any(p.numel() for p in encoders[0].parameters())
+        self.encoders = nn.ModuleList(encoders[:1] if self.shared_encoder else encoders)
+        in_size = encoders[0].out_size + (0 if self.discrete else int(np.prod(action_space.shape)))
+        layers: list[nn.Module] = []
+        for size in hiddens:
+            layers += [EnsembleLinear(self.members, in_size, size), ACTIVATIONS[activation]()]
+            in_size = size
+        self.trunk = nn.Sequential(*layers)
+        self.head = EnsembleLinear(self.members, in_size,
+                                   int(action_space.n) if self.discrete else 1)
 
     def forward(self, obs: torch.Tensor, actions: torch.Tensor | None = None) -> list[torch.Tensor]:
-        return [q(obs, actions) for q in self.nets]
+        if self.shared_encoder:
+            features = self.encoders[0](obs).expand(self.members, -1, -1)
+        else:
+            features = torch.stack([encoder(obs) for encoder in self.encoders])
+        if not self.discrete:
+            a = actions.reshape(len(actions), -1).expand(self.members, -1, -1)
+            features = torch.cat([features, a], -1)
+        q = self.head(self.trunk(features))
+        return list(q.unbind(0)) if self.discrete else list(q.squeeze(-1).unbind(0))
 
     def min(self, obs: torch.Tensor, actions: torch.Tensor | None = None) -> torch.Tensor:
         qs = self(obs, actions)

@@ -65,9 +65,8 @@ def target_q(policy):
 def constant_q(q_module, value):
     """Every Q network of ``q_module`` made to answer ``value`` whatever it is given."""
     with torch.no_grad():
-        for net in q_module.nets:
-            net.head.weight.zero_()
-            net.head.bias.fill_(value)
+        q_module.head.weight.zero_()
+        q_module.head.bias.fill_(value)
 
 
 def params(module):
