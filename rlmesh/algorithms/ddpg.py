@@ -3,8 +3,9 @@ a deterministic actor mu(s), critics Q(s, a) trained on replayed transitions tow
 r + gamma^n Q'(s', mu'(s')), target networks following by Polyak averaging.
 
 The policy acts on the runners (the actor's action plus Gaussian or OU noise) and learns on
-the learner: one ``learn_on_batch`` is one backward pass and one step of each optimizer on
-one replayed batch (``off_policy.py`` samples the batches and keeps the replay buffer).
+the learner: each gradient step on a replayed minibatch is one backward pass and one step of
+each optimizer (``actor_critic_replay.py``); ``off_policy.py`` keeps the replay buffer and
+the driver's loop.
 """
 
 from __future__ import annotations
@@ -17,10 +18,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from rlmesh.algorithms.actor_critic_replay import ActorCriticReplayPolicy, OwnRates
 from rlmesh.algorithms.ddpg_config import DDPGConfig
 from rlmesh.algorithms.off_policy import OffPolicy
 from rlmesh.config.base import ConfigError
-from rlmesh.algorithms.actor_critic_replay import ActorCriticReplayPolicy, OwnRates
 from rlmesh.policy.torch_policy import TorchPolicy
 from rlmesh.rl.action_noise import ActionNoise
 from rlmesh.rl.actor_q import DeterministicActor, TwinQ, action_bounds, frozen

@@ -19,11 +19,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rlmesh.algorithms.ddpg import bootstrap_discount, td_loss
-from rlmesh.algorithms.sac_config import SACConfig
-from rlmesh.algorithms.off_policy import OffPolicy
-from rlmesh.config.base import ConfigError
 from rlmesh.algorithms.actor_critic_replay import ActorCriticReplayPolicy, OwnRates
+from rlmesh.algorithms.ddpg import bootstrap_discount, td_loss
+from rlmesh.algorithms.off_policy import OffPolicy
+from rlmesh.algorithms.sac_config import SACConfig
+from rlmesh.config.base import ConfigError
 from rlmesh.rl.action_noise import uniform_actions
 from rlmesh.rl.actor_q import StochasticActor, TwinQ, action_bounds, frozen
 from rlmesh.rl.distributions import Categorical, SquashedGaussian
