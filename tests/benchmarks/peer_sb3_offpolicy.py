@@ -85,11 +85,13 @@ def main() -> None:
     parser.add_argument("--threshold", type=float, default=-200.0)
     parser.add_argument("--window", type=int, default=10)
     parser.add_argument("--timesteps", type=int, default=N_TIMESTEPS)
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=0,
+                        help="torch threads; 0: torch's default, as a user would run it")
     args = parser.parse_args()
-    import torch
+    if args.threads:
+        import torch
 
-    torch.set_num_threads(args.threads)
+        torch.set_num_threads(args.threads)
     model = build(args.algo, args.seed, args.window)
     stopper = make_stopper(args.threshold)
     t0 = time.perf_counter()
