@@ -140,15 +140,17 @@ class SACTorchPolicy(ActorCriticReplayPolicy):
         return inputs[:n], inputs[n:].detach()
 
     def _continuous_losses(self, mb: Tensors, alpha: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        m, weights = self.model, mb.get("weights")
-        inputs, next_inputs = self._actor_outputs(mb)
+        m, weights, n = self.model, mb.get("weights"), len(mb["obs"])
+        # a ~ pi(.|s) and a' ~ pi(.|s') drawn together; only a carries gradients.
+        inputs = m["actor"](torch.cat([mb["obs"], mb["next_obs"]]))
+        both, both_logp = self.dist_class.from_inputs(inputs).rsample_with_logp()
+        actions, logp = both[:n], both_logp[:n]
         with torch.no_grad():
-            next_actions, next_logp = self.dist_class.from_inputs(next_inputs).rsample_with_logp()
+            next_actions, next_logp = both[n:], both_logp[n:]
             next_value = self.target_model.min(mb["next_obs"], next_actions) - alpha * next_logp
             target = self._soft_target(mb, next_value)
         qs = m["q"](mb["obs"], mb["actions"])
         critic_loss = sum(td_loss(q - target, weights, None) for q in qs)
-        actions, logp = self.dist_class.from_inputs(inputs).rsample_with_logp()
         with frozen(self.q_params):  # the actor's loss moves the actor only
             q_pi = m["q"].min(mb["obs"], actions)
         actor_loss = (alpha * logp - q_pi).mean()

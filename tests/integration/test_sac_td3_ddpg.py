@@ -89,7 +89,7 @@ def test_a_checkpoint_keeps_targets_optimizers_and_alpha(tmp_path):
         saved = {"target": {k: v.clone() for k, v in policy.target_model.state_dict().items()},
                  "model": {k: v.clone() for k, v in policy.model.state_dict().items()},
                  "optimizer": policy.optimizer.state_dict(), "state": dict(policy.state)}
-        assert float(policy.model.log_alpha) != 0.0  # alpha moved from initial_alpha 1.0
+        assert float(policy.model.log_alpha.detach()) != 0.0  # alpha moved from initial_alpha 1.0
         path = algo.save(tmp_path / "ckpt")
     with sac_config().build() as fresh:
         restored = fresh.get_policy()
