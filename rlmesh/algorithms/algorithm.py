@@ -43,7 +43,6 @@ log = logging.getLogger(__name__)
 # A discrete policy whose entropy is below this fraction of log(n) is warned about.
 ENTROPY_COLLAPSE = 0.02
 T = TypeVar("T")
-SMOOTHING_EPISODES = 100  # RLlib's metrics_num_episodes_for_smoothing
 
 
 class LearnerFailed(RuntimeError):
@@ -92,7 +91,8 @@ class Algorithm:
         self.num_nonfinite_steps_skipped = 0  # env steps with NaN/inf data, dropped (on_nonfinite)
         self._nonfinite_counts: dict[str, int] = {}  # the learners' (see _nonfinite_learner_counts)
         self.time_total_s = 0.0
-        self._episodes: deque[dict[str, Any]] = deque(maxlen=SMOOTHING_EPISODES)
+        self._episodes: deque[dict[str, Any]] = deque(
+            maxlen=config.metrics_num_episodes_for_smoothing)
         self.obs_space, self.action_space = self._spaces(config)
         self.policy_specs = self._policy_specs()
         self._entropy_warned: set[str] = set()

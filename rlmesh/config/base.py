@@ -252,6 +252,13 @@ class AlgorithmConfig:
         doc="Class (or import path 'pkg.module:Class') whose hooks run on episode, sample "
             "and training events; None: no callbacks.")
 
+    # --- reporting ---
+    metrics_num_episodes_for_smoothing: int = setting(
+        100, "reporting", ge=1,
+        doc="episode_reward_mean (and _min, _max, episode_len_mean) are over this many "
+            "newest episodes. A short task (Pendulum in 20k steps: 100 episodes in all) "
+            "needs a smaller window to see its progress.")
+
     # --- debugging ---
     seed: int | None = setting(
         None, "debugging",

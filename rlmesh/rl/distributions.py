@@ -183,6 +183,15 @@ class SquashedGaussian(Distribution):
     def deterministic_sample(self) -> torch.Tensor:
         return _shaped(self, self._squash(self.mean))
 
+    def rsample_with_logp(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """A reparameterised sample and its log-density, from the pre-squash value (SAC's
+        losses): exact where ``logp`` of the squashed action must invert a saturated tanh."""
+        z = torch.randn_like(self.mean)
+        u = self.mean + self.std * z
+        normal_logp = -0.5 * z.pow(2) - self.log_std - 0.5 * _LOG_2PI
+        log_det = 2.0 * (math.log(2.0) - u - F.softplus(-2.0 * u)) + self._half_range.log()
+        return _shaped(self, self._squash(u)), (normal_logp - log_det).sum(-1)
+
     def logp(self, actions: torch.Tensor) -> torch.Tensor:
         actions = _flat(self, actions)
         y = ((actions - self._low) / self._half_range - 1.0).clamp(-1.0 + self.EPS, 1.0 - self.EPS)

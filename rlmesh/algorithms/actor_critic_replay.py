@@ -1,0 +1,79 @@
+"""``ActorCriticReplayPolicy``: the learner side DDPG, TD3 and SAC share, on the off-policy
+plumbing (``algorithms/off_policy.py``). One gradient step on a replayed minibatch is one
+forward and one backward pass over the sum of the algorithm's losses (each loss reaching
+only its own network) and one step of each optimizer. Runners receive the actor alone."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from rlmesh.algorithms.off_policy import OffPolicyTorchPolicy
+from rlmesh.rl.columns import Columns, optional_columns
+from rlmesh.rl.optim import Optimizers
+
+
+class OwnRates(Optimizers):
+    """Optimizers that each keep the learning rate they were built with (actor_lr,
+    critic_lr, ...): no param_groups for the shared ``lr`` schedule to overwrite."""
+
+    @property
+    def param_groups(self) -> list[dict[str, Any]]:
+        return []
+
+
+class ActorCriticReplayPolicy(OffPolicyTorchPolicy):
+    """Subclasses build ``model`` as a ModuleDict with an ``actor`` (what runners act
+    with), define ``loss`` (with a ``td_error`` statistic: replay's new priorities), and
+    say with ``updates_actor`` whether the coming step moves the actor and the targets
+    (TD3's delay)."""
+
+    def __init__(self, observation_space: gym.Space, action_space: gym.Space, config: Any,
+                 device: str | torch.device = "cpu") -> None:
+        super().__init__(observation_space, action_space, config, device)
+        # No log-probs or distribution inputs recorded; t keeps n-step transitions within
+        # their episode (rl/nstep.py).
+        self.view_requirements = {Columns.T: optional_columns(action_space)[Columns.T]}
+        self._actor_step = True  # whether the current gradient step moves the actor
+        self.q_params = list(self.model["q"].parameters())  # what the actor's loss freezes
+
+    def grad_steps(self) -> int:
+        return int(self.state.get("num_grad_steps", 0))
+
+    def updates_actor(self) -> bool:
+        return True
+
+    def maybe_update_target(self) -> None:
+        if self.updates_actor():  # TD3: the targets follow the delayed actor
+            super().maybe_update_target()
+
+    def learn_minibatch(self, mb: dict[str, torch.Tensor]) -> dict[str, Any] | None:
+        self._actor_step = self.updates_actor()
+        stats = self._step(mb)
+        self.state["num_grad_steps"] = self.grad_steps() + 1
+        return stats
+
+    # --- weights: the runners act with the actor alone ---
+
+    def get_weights(self) -> dict[str, np.ndarray]:
+        weights = {k: v.detach().to("cpu", copy=True).numpy()
+                   for k, v in self.model["actor"].state_dict().items()}
+        weights["_timestep"] = np.array(self.global_timestep, np.int64)
+        return weights
+
+    def set_weights(self, weights: dict[str, Any]) -> None:
+        self.model["actor"].load_state_dict({k: torch.as_tensor(np.array(v))
+                                             for k, v in weights.items() if not k.startswith("_")})
+        if "_timestep" in weights:  # the run's env steps: exploration schedules follow them
+            self.on_timestep(int(np.asarray(weights["_timestep"])))
+
+    def on_timestep(self, timestep: int) -> None:
+        """The run has sampled ``timestep`` env steps (runner side)."""
+
+    def export_model(self, export_dir: str, onnx: int | None = None) -> str:
+        from rlmesh.policy.export import export_model
+
+        return str(export_model(self.model["actor"], self.observation_space, export_dir, onnx))

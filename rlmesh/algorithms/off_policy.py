@@ -1,0 +1,272 @@
+"""The off-policy family's shared plumbing (DQN, SAC, TD3, DDPG): a replay buffer fed with
+n-step transitions, gradient steps at ``training_intensity``, target networks.
+
+How a replay-based algorithm is written on it
+---------------------------------------------
+- **Config**: subclass ``OffPolicyConfig`` (``off_policy_config.py``: replay_buffer_config,
+  n_step, training_intensity, num_steps_sampled_before_learning_starts,
+  target_network_update_freq, tau, store_buffer_in_checkpoints); add the loss's settings.
+- **Learner side**: subclass ``OffPolicyTorchPolicy``. ``make_model`` builds every network
+  the loss needs as one ``nn.Module`` (SAC: actor, twin critics, log alpha as submodules);
+  ``self.target_model`` is its copy, made by ``for_learning`` (override ``target_modules``
+  to copy only part). Write ``loss(mb) -> (loss, stats)`` for one minibatch of transitions
+  (``rl/replay.py``: ``obs, actions, rewards`` (n-step), ``next_obs, terminateds,
+  discounts`` (gamma**k, 0 after a termination: every target is ``r + discounts * V'``),
+  ``weights`` (importance weights; 1 without prioritized replay)). ``stats["td_error"]``,
+  a ``[B]`` tensor, becomes the sampled transitions' new priorities. A loss with several
+  optimizers (actor, critic, alpha) overrides ``learn_minibatch(mb) -> stats`` instead and
+  steps them itself. Targets are updated by ``maybe_update_target`` (every
+  ``target_network_update_freq`` env steps, or every gradient step when 0, by ``tau``).
+  Checkpoints keep the target network and ``self.state``; ``get_weights`` adds
+  ``_timestep`` (env steps sampled) so runner-side exploration schedules follow the run.
+- **Runner side**: the class ``runner_class`` names acts with exploration (epsilon-greedy,
+  Gaussian or OU noise) and must declare ``t`` in its ``view_requirements`` so that n-step
+  transitions never join two episodes (``rl/nstep.py``).
+- **Algorithm**: subclass ``OffPolicy``; override ``check_spaces`` to refuse spaces the
+  loss cannot serve. Its ``training_step`` reads top to bottom: sample one round of
+  fragments, store their n-step transitions, owe ``training_intensity`` worth of gradient
+  steps, sample them all as one ``[K, B]`` batch for one learner call, put the TD errors
+  back as priorities, publish the weights.
+
+The replay buffer lives in the driver next to the learner (RLlib's local buffer); sharded
+replay actors (APEX) would stand behind the same ``add``/``sample``/``update_priorities``.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from rlmesh.algorithms.algorithm import Algorithm
+from rlmesh.algorithms.env_runner_group import synchronous_parallel_sample
+from rlmesh.algorithms.off_policy_config import OffPolicyConfig
+from rlmesh.config.schedules import value_at
+from rlmesh.policy.torch_policy import TorchPolicy, load_weights
+from rlmesh.rl.batch import to_tensors
+from rlmesh.rl.columns import DEFAULT_POLICY_ID
+from rlmesh.rl.nstep import NStepBuilder
+from rlmesh.rl.replay import PrioritizedReplayBuffer, ReplayBuffer, transition_columns
+
+log = logging.getLogger(__name__)
+
+REPLAY_FILE = "replay.npz"
+
+
+def make_replay(config: OffPolicyConfig, obs_space: Any, action_space: Any) -> ReplayBuffer:
+    """The buffer replay_buffer_config describes; refused (ReplayMemoryError) when it would
+    not fit this machine's available memory."""
+    rb = config.replay_settings()
+    specs = transition_columns(obs_space, action_space)
+    if config.prioritized_replay:
+        return PrioritizedReplayBuffer(rb["capacity"], specs, rb["prioritized_replay_alpha"],
+                                       rb["prioritized_replay_eps"], seed=config.seed)
+    return ReplayBuffer(rb["capacity"], specs, seed=config.seed)
+
+
+def replay_beta(config: OffPolicyConfig, timestep: int) -> float:
+    """prioritized_replay_beta, annealed linearly over the env steps sampled."""
+    rb = config.replay_settings()
+    steps = rb["prioritized_replay_beta_annealing_timesteps"]
+    if not steps:
+        return float(rb["prioritized_replay_beta"])
+    return float(value_at([[0, rb["prioritized_replay_beta"]],
+                           [steps, rb["final_prioritized_replay_beta"]]], timestep))
+
+
+class OffPolicyTorchPolicy(TorchPolicy):
+    """Learner side of a replay-based algorithm: K gradient steps per update on a
+    ``[K, B, ...]`` batch of transitions, target networks, TD errors out."""
+
+    target_model: torch.nn.Module | None = None
+
+    def target_modules(self) -> torch.nn.Module:
+        """What the target network copies (the whole model by default)."""
+        return self.model
+
+    def for_learning(self) -> "OffPolicyTorchPolicy":
+        super().for_learning()
+        if self.target_model is None:
+            self.target_model = copy.deepcopy(self.target_modules()).requires_grad_(False)
+            self.state.setdefault("last_target_update_ts", 0)
+        return self
+
+    def maybe_update_target(self) -> None:
+        cfg = self.config
+        due = (cfg.target_network_update_freq == 0 or self.global_timestep
+               - self.state["last_target_update_ts"] >= cfg.target_network_update_freq)
+        if due:
+            self.update_target(cfg.tau)
+            self.state["last_target_update_ts"] = self.global_timestep
+            self.state["num_target_updates"] = self.state.get("num_target_updates", 0) + 1
+
+    @torch.no_grad()
+    def update_target(self, tau: float) -> None:
+        online = list(self.target_modules().parameters())
+        target = list(self.target_model.parameters())
+        if tau >= 1.0:
+            torch._foreach_copy_(target, online)
+        else:  # target <- target + tau * (online - target)
+            torch._foreach_lerp_(target, online, tau)
+
+    def update(self, batch: dict[str, Any], timesteps: int, **_: Any) -> dict[str, Any]:
+        """One gradient step per leading row of ``batch`` (``[K, B, ...]`` columns);
+        mean statistics, and ``td_error`` ``[K, B]`` (NaN where a step was skipped)."""
+        self.for_learning()
+        self.global_timestep = timesteps
+        lr = self.config.lr_at(timesteps)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        tensors = to_tensors({k: v for k, v in batch.items() if k != "batch_indexes"}, self.device)
+        k_steps, size = tensors["rewards"].shape[:2]
+        td = torch.full((k_steps, size), float("nan"))
+        sums: dict[str, float] = {}
+        done = 0
+        for k in range(k_steps):
+            self.maybe_update_target()
+            stats = self.learn_minibatch({key: v[k] for key, v in tensors.items()})
+            if stats is None:
+                continue
+            td[k] = stats.pop("td_error").detach().to("cpu", torch.float32)
+            for key, v in stats.items():  # tensors summed as tensors: no sync per step
+                v = v.detach() if isinstance(v, torch.Tensor) else float(v)
+                sums[key] = sums[key] + v if key in sums else v
+            done += 1
+        self.num_updates += 1
+        self.num_env_steps_trained += k_steps * size
+        result = {key: float(v) / max(done, 1) for key, v in sums.items()}
+        self.after_update(result)
+        result.update(cur_lr=lr, num_grad_updates=done, num_env_steps_trained=k_steps * size,
+                      num_nonfinite_updates_skipped=self.num_nonfinite_updates_skipped,
+                      **self.state)
+        result["td_error"] = td.numpy()
+        return result
+
+    def learn_minibatch(self, mb: dict[str, torch.Tensor]) -> dict[str, Any] | None:
+        """One optimizer step on one minibatch (``loss``, clipping, the non-finite check);
+        None where it was not applied."""
+        return self._step(mb)
+
+    # --- weights and state ---
+
+    def get_weights(self) -> dict[str, np.ndarray]:
+        return {**super().get_weights(), "_timestep": np.array(self.global_timestep, np.int64)}
+
+    def set_weights(self, weights: dict[str, Any]) -> None:
+        load_weights(self.model, {k: v for k, v in weights.items() if not k.startswith("_")})
+
+    def get_state(self) -> dict[str, Any]:
+        state = super().get_state()
+        state["target_model"] = {k: v.detach().clone()
+                                 for k, v in self.target_model.state_dict().items()}
+        return state
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        super().set_state(state)
+        self.target_model.load_state_dict(state["target_model"])
+
+
+class OffPolicy(Algorithm):
+    """Base of replay-based algorithms: see the module docstring."""
+
+    config_class = OffPolicyConfig
+    config: OffPolicyConfig
+
+    def check_spaces(self, obs_space: Any, action_space: Any) -> None:
+        """Raise a one-line error for spaces this algorithm cannot learn on."""
+
+    def _policy_specs(self) -> dict[str, dict[str, Any]]:
+        # Runs before any process starts: a bad space or a buffer too large fails here.
+        self.check_spaces(self.obs_space, self.action_space)
+        self.replay = make_replay(self.config, self.obs_space, self.action_space)
+        self.nstep = NStepBuilder(self.config.n_step, self.config.gamma)
+        self._updates_owed = 0.0
+        return super()._policy_specs()
+
+    def training_step(self) -> dict[str, dict[str, float]]:
+        cfg = self.config
+        stats: dict[str, dict[str, float]] = {}
+        start = self.env_runners.env_steps
+        while True:
+            with self.timer("sample_time_s"):
+                fragments = synchronous_parallel_sample(self.env_runners, max_env_steps=1)
+            steps = self.store(fragments)
+            if self.timesteps_sampled >= cfg.num_steps_sampled_before_learning_starts:
+                k_steps = self.owed_gradient_steps(steps, len(fragments))
+                if k_steps:
+                    with self.timer("learn_time_s"):
+                        stats = self.learn(k_steps)
+                    self.env_runners.sync_weights()
+            if self.env_runners.env_steps - start >= cfg.min_sample_timesteps_per_iteration:
+                return stats
+
+    def store(self, fragments: list[dict[str, Any]]) -> int:
+        """The fragments' n-step transitions into the buffer; the env steps they hold."""
+        for fragment in fragments:
+            if fragment["env_steps"]:
+                transitions = self.nstep.add_fragment(fragment)
+                if transitions:
+                    self.replay.add(transitions)
+        return sum(int(f["env_steps"]) for f in fragments)
+
+    def owed_gradient_steps(self, steps: int, rounds: int) -> int:
+        """Gradient steps due for ``steps`` new env steps: ``training_intensity`` samples
+        per env step, else one step per fragment sampled."""
+        cfg = self.config
+        if cfg.training_intensity is None:
+            self._updates_owed += rounds
+        else:
+            self._updates_owed += steps * cfg.training_intensity / cfg.train_batch_size
+        k_steps = int(self._updates_owed)
+        self._updates_owed -= k_steps
+        return k_steps
+
+    def learn(self, k_steps: int) -> dict[str, dict[str, float]]:
+        """``k_steps`` gradient steps on replayed minibatches in one learner call; the TD
+        errors go back to the buffer as priorities."""
+        size = self.config.train_batch_size
+        sample = self.replay.sample(k_steps * size, beta=replay_beta(self.config,
+                                                                     self.timesteps_sampled))
+        batch = {k: v.reshape(k_steps, size, *v.shape[1:]) for k, v in sample.items()}
+        if "weights" not in batch:
+            batch["weights"] = np.ones((k_steps, size), np.float32)
+        stats = self.learner_group.update_from_batch({DEFAULT_POLICY_ID: batch},
+                                                     timesteps=self.timesteps_sampled)
+        td = np.asarray(stats[DEFAULT_POLICY_ID].pop("td_error")).reshape(-1)
+        ok = np.isfinite(td)
+        self.replay.update_priorities(sample["batch_indexes"][ok], td[ok])
+        return stats
+
+    def train(self) -> dict[str, Any]:
+        result = super().train()
+        result.update(replay_buffer_size_bytes=self.replay.size_bytes,
+                      replay_buffer_num_transitions=len(self.replay),
+                      replay_buffer_num_added=self.replay.num_added,
+                      **self.nstep.counters)
+        return result
+
+    # --- checkpoints: the buffer's contents with store_buffer_in_checkpoints ---
+
+    def save(self, checkpoint_dir: str | Path | None = None) -> str:
+        path = super().save(checkpoint_dir)
+        if self.config.store_buffer_in_checkpoints:
+            state = self.replay.get_state()
+            tmp = Path(path) / f".{REPLAY_FILE}.tmp"
+            with open(tmp, "wb") as f:
+                np.savez(f, **{f"col_{k}": v for k, v in state.pop("columns").items()},
+                         **{k: np.asarray(v) for k, v in state.items()})
+            tmp.replace(Path(path) / REPLAY_FILE)
+        return path
+
+    def restore(self, path: str | Path, trust_code: bool = False) -> None:
+        super().restore(path, trust_code)
+        file = Path(path) / REPLAY_FILE
+        if self.config.store_buffer_in_checkpoints and file.is_file():
+            with np.load(file, allow_pickle=False) as data:
+                state = {k: data[k] for k in data.files if not k.startswith("col_")}
+                state["columns"] = {k[4:]: data[k] for k in data.files if k.startswith("col_")}
+            self.replay.set_state(state)

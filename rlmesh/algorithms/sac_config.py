@@ -1,0 +1,76 @@
+"""SACConfig: SAC's settings (twin Q, Polyak ``tau``, the entropy temperature and its target,
+the three learning rates, the Q and policy networks), named and defaulted as in RLlib's
+SACConfig so tuned RLlib configs carry over (replay, n_step, tau: ``OffPolicyConfig``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from rlmesh.algorithms.off_policy_config import OffPolicyConfig
+from rlmesh.config.base import setting
+from rlmesh.rl.action_noise import exploration_problems
+
+_NETWORK = {"fcnet_hiddens": [256, 256], "fcnet_activation": "relu"}
+
+# RLlib's SACConfig.__init__ values for settings AlgorithmConfig already declares.
+_SAC_DEFAULTS = {
+    "train_batch_size": 256,
+    "rollout_fragment_length": 1,
+    "num_steps_sampled_before_learning_starts": 1500,
+    "tau": 5e-3,
+    "target_network_update_freq": 0,
+    "replay_buffer_config": {"type": "MultiAgentPrioritizedReplayBuffer", "capacity": 1_000_000},
+}
+
+
+@dataclass(kw_only=True)
+class SACConfig(OffPolicyConfig, defaults=_SAC_DEFAULTS):
+    """Soft Actor-Critic (Haarnoja et al. 2018; discrete actions: Christodoulou 2019),
+    configured as in RLlib::
+
+        SACConfig().environment("Pendulum-v1").training(initial_alpha=1.0, tau=5e-3)
+    """
+
+    #: The algorithm build() makes from this config.
+    algorithm_path = "rlmesh.algorithms.sac:SAC"
+
+    twin_q: bool = setting(
+        True, "training",
+        doc="Two Q networks, targets and the actor's loss taking the smaller estimate.")
+    q_model_config: dict = setting(
+        _NETWORK, "training", merge=True,
+        doc="Each Q network: fcnet_hiddens and fcnet_activation (obs and action in, "
+            "Q out; Q(s, .) for Discrete actions).")
+    policy_model_config: dict = setting(
+        _NETWORK, "training", merge=True,
+        doc="The policy network: fcnet_hiddens and fcnet_activation (obs in; a squashed "
+            "Gaussian's mean and log-std out, or logits for Discrete actions).")
+    initial_alpha: float = setting(
+        1.0, "training", gt=0, doc="Initial entropy temperature alpha.")
+    target_entropy: float | Literal["auto"] = setting(
+        "auto", "training",
+        doc="The entropy alpha is tuned toward; 'auto': -dim(A) for Box actions, "
+            "0.98 log(n) for Discrete(n).")
+    optimization_config: dict = setting(
+        {"actor_learning_rate": 3e-4, "critic_learning_rate": 3e-4,
+         "entropy_learning_rate": 3e-4},
+        "training", merge=True,
+        doc="Adam learning rates: actor_learning_rate, critic_learning_rate and "
+            "entropy_learning_rate (of log alpha).")
+    exploration_config: dict = setting(
+        {"type": "StochasticSampling", "random_timesteps": 0}, "env_runners", merge=True,
+        doc="Exploration in the runners: actions sampled from the policy (StochasticSampling), "
+            "after random_timesteps of uniform random actions per runner. explore=False "
+            "(and compute_single_action's default) takes the distribution's mode.")
+
+    def _cross_checks(self) -> list[str]:
+        problems = super()._cross_checks() + exploration_problems(self.exploration_config)
+        rates = {"actor_learning_rate", "critic_learning_rate", "entropy_learning_rate"}
+        if self.exploration_config.get("type") != "StochasticSampling":
+            problems.append("exploration_config: SAC explores by sampling its policy; use "
+                            "type StochasticSampling (with random_timesteps)")
+        if set(self.optimization_config) != rates:
+            problems.append(f"optimization_config: expected the keys {sorted(rates)}, got "
+                            f"{sorted(self.optimization_config)}")
+        return problems

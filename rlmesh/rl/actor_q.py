@@ -1,0 +1,151 @@
+"""The networks of DDPG, TD3 and SAC: actors (deterministic, or squashed Gaussian /
+categorical for SAC) and Q critics taking obs and action (twin when asked), observations
+through the default model's encoder. Target copies: ``algorithms/off_policy.py``."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from rlmesh.rl.encoders import ObsEncoder
+from rlmesh.rl.models import ACTIVATIONS
+from rlmesh.rl.spec import MODEL_DEFAULTS
+
+
+def hidden_layers(in_size: int, hiddens: list[int], activation: str) -> tuple[nn.Sequential, int]:
+    """Linear + activation layers with torch's default initialisation (as stable-baselines3
+    and CleanRL build their off-policy networks), and the width they output."""
+    layers: list[nn.Module] = []
+    for size in hiddens:
+        layers += [nn.Linear(in_size, size), ACTIVATIONS[activation]()]
+        in_size = size
+    return nn.Sequential(*layers), in_size
+
+
+def encoder_for(obs_space: gym.Space, model_config: dict | None) -> ObsEncoder:
+    config = {**MODEL_DEFAULTS, **(model_config or {})}
+    return ObsEncoder(obs_space, config, ACTIVATIONS[config["conv_activation"]])
+
+
+def action_bounds(action_space: gym.Space, config: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Where the actor's actions live: [-1, 1] when the runners rescale actions to the Box
+    (``normalize_actions``, the default), else the Box's own bounds."""
+    dim = int(np.prod(action_space.shape))
+    squash = bool(config.model.get("squash_actions", False))
+    if config.normalize_actions and not squash:
+        return -np.ones(dim, np.float32), np.ones(dim, np.float32)
+    low, high = np.asarray(action_space.low).reshape(-1), np.asarray(action_space.high).reshape(-1)
+    if not (np.all(np.isfinite(low)) and np.all(np.isfinite(high))):
+        raise ValueError(f"the actor needs finite action bounds, {action_space} has infinite "
+                         "ones; set normalize_actions=True or give the Box finite bounds")
+    return low.astype(np.float32), high.astype(np.float32)
+
+
+class DeterministicActor(nn.Module):
+    """obs -> tanh -> an action in ``[low, high]`` (DDPG's and TD3's mu(s))."""
+
+    def __init__(self, obs_space: gym.Space, low: np.ndarray, high: np.ndarray,
+                 hiddens: list[int], activation: str, model_config: dict | None = None):
+        super().__init__()
+        self.encoder = encoder_for(obs_space, model_config)
+        self.trunk, out = hidden_layers(self.encoder.out_size, hiddens, activation)
+        self.head = nn.Linear(out, len(low))
+        self.register_buffer("low", torch.as_tensor(low))
+        self.register_buffer("half_range", torch.as_tensor((high - low) / 2))
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        squashed = torch.tanh(self.head(self.trunk(self.encoder(obs))))
+        return self.low + (squashed + 1.0) * self.half_range
+
+
+class StochasticActor(nn.Module):
+    """obs -> distribution inputs: ``concat(mean, log_std)`` for a squashed Gaussian over a
+    Box, logits for a Discrete space (SAC's pi(a|s))."""
+
+    def __init__(self, obs_space: gym.Space, num_outputs: int, hiddens: list[int],
+                 activation: str, model_config: dict | None = None):
+        super().__init__()
+        self.encoder = encoder_for(obs_space, model_config)
+        self.trunk, out = hidden_layers(self.encoder.out_size, hiddens, activation)
+        self.head = nn.Linear(out, num_outputs)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.head(self.trunk(self.encoder(obs)))
+
+
+class EnsembleLinear(nn.Module):
+    """``members`` independent Linear layers applied in one batched matmul: ``[E, N, in]``
+    -> ``[E, N, out]``. Twin critics then cost the kernel launches of one, which is most
+    of a small network's time. Initialised as ``nn.Linear`` (uniform in +-1/sqrt(in))."""
+
+    def __init__(self, members: int, in_size: int, out_size: int):
+        super().__init__()
+        bound = 1.0 / math.sqrt(in_size)
+        self.weight = nn.Parameter(torch.empty(members, in_size, out_size).uniform_(-bound, bound))
+        self.bias = nn.Parameter(torch.empty(members, 1, out_size).uniform_(-bound, bound))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.baddbmm(self.bias, x, self.weight)
+
+
+class TwinQ(nn.Module):
+    """One Q network, or two (``twin_q``: TD3's and SAC's clipped double Q), computed
+    together; ``forward`` returns each one's estimate: Q(s, a) ``[N]`` for a Box action
+    space (the action concatenated to the encoded observation), Q(s, .) ``[N, n]`` for a
+    Discrete one."""
+
+    def __init__(self, obs_space: gym.Space, action_space: gym.Space, hiddens: list[int],
+                 activation: str, twin_q: bool, model_config: dict | None = None):
+        super().__init__()
+        self.members = 2 if twin_q else 1
+        self.discrete = isinstance(action_space, gym.spaces.Discrete)
+        encoders = [encoder_for(obs_space, model_config) for _ in range(self.members)]
+        # A parameterless encoder (flat observations) serves both critics.
+        self.shared_encoder = not any(p.numel() for p in encoders[0].parameters())
+        self.encoders = nn.ModuleList(encoders[:1] if self.shared_encoder else encoders)
+        in_size = encoders[0].out_size + (0 if self.discrete else int(np.prod(action_space.shape)))
+        layers: list[nn.Module] = []
+        for size in hiddens:
+            layers += [EnsembleLinear(self.members, in_size, size), ACTIVATIONS[activation]()]
+            in_size = size
+        self.trunk = nn.Sequential(*layers)
+        self.head = EnsembleLinear(self.members, in_size,
+                                   int(action_space.n) if self.discrete else 1)
+
+    def forward(self, obs: torch.Tensor, actions: torch.Tensor | None = None) -> list[torch.Tensor]:
+        if self.shared_encoder:
+            features = self.encoders[0](obs).expand(self.members, -1, -1)
+        else:
+            features = torch.stack([encoder(obs) for encoder in self.encoders])
+        if not self.discrete:
+            a = actions.reshape(len(actions), -1).expand(self.members, -1, -1)
+            features = torch.cat([features, a], -1)
+        q = self.head(self.trunk(features))
+        return list(q.unbind(0)) if self.discrete else list(q.squeeze(-1).unbind(0))
+
+    def min(self, obs: torch.Tensor, actions: torch.Tensor | None = None) -> torch.Tensor:
+        qs = self(obs, actions)
+        return qs[0] if len(qs) == 1 else torch.minimum(qs[0], qs[1])
+
+
+class frozen:
+    """``with frozen(critic_params): q = critic(obs, actor(obs))`` -- gradients flow into the
+    actions but not into the critic's parameters, so one backward pass serves the critic's
+    loss and the actor's (the actor's must not move the critic). Takes the parameters as a
+    list made once: walking the module for them on every step costs more than the rest."""
+
+    def __init__(self, params: list[torch.Tensor]):
+        self.params = params
+
+    def __enter__(self) -> None:
+        for p in self.params:
+            p.requires_grad_(False)
+
+    def __exit__(self, *exc: Any) -> None:
+        for p in self.params:
+            p.requires_grad_(True)

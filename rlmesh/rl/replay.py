@@ -1,0 +1,244 @@
+"""Replay memory as plain numpy: a ring buffer of transition columns (uniform sampling) and
+prioritized replay over a vectorized sum tree (Schaul et al. 2016). No sockets: the
+off-policy driver (``algorithms/off_policy.py``) and, later, replay shard actors hold one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from rlmesh.rl.columns import ColumnSpec, space_layout
+
+#: Transition columns every off-policy learner reads (n-step folded in at insertion, see
+#: ``rl/nstep.py``): ``rewards`` is the n-step discounted return, ``next_obs`` the
+#: observation n steps on (or where the episode ended), ``discounts`` is gamma**k for the
+#: k steps taken and 0 after a termination, so every target is ``r + discounts * V(next_obs)``.
+TRANSITION_KEYS = ("obs", "actions", "rewards", "next_obs", "terminateds", "discounts")
+
+# The headroom a buffer must leave of the machine's available memory when built.
+MEMORY_FRACTION = 0.9
+
+
+class ReplayMemoryError(ValueError):
+    """A replay buffer that does not fit the machine's memory."""
+
+
+def transition_columns(obs_space: Any, action_space: Any) -> dict[str, ColumnSpec]:
+    """The columns of one stored transition, from the spaces."""
+    obs, act = space_layout(obs_space), space_layout(action_space)
+    f32 = np.dtype(np.float32)
+    return {"obs": obs, "actions": act, "rewards": ColumnSpec((), f32), "next_obs": obs,
+            "terminateds": ColumnSpec((), np.dtype(bool)), "discounts": ColumnSpec((), f32)}
+
+
+def columns_nbytes(capacity: int, specs: dict[str, ColumnSpec]) -> int:
+    """Raw bytes of ``capacity`` transitions of ``specs``."""
+    per = sum(int(np.prod(s.shape, dtype=np.int64)) * np.dtype(s.dtype).itemsize
+              for s in specs.values())
+    return int(capacity) * per
+
+
+def check_memory(nbytes: int, what: str = "replay buffer") -> None:
+    """ReplayMemoryError, with the figures, when ``nbytes`` exceeds what this machine has
+    available (psutil), less a margin for everything else."""
+    import psutil
+
+    available = psutil.virtual_memory().available
+    if nbytes > MEMORY_FRACTION * available:
+        raise ReplayMemoryError(
+            f"the {what} needs {nbytes / 2**30:.2f} GiB but this machine has "
+            f"{available / 2**30:.2f} GiB available; lower replay_buffer_config['capacity']")
+
+
+class ReplayBuffer:
+    """``capacity`` transitions in preallocated numpy columns, written in a ring: the
+    oldest are overwritten first. ``add`` takes a dict of ``[N, ...]`` columns,
+    ``sample(n)`` draws n uniformly (with replacement) and returns copies plus
+    ``batch_indexes`` (where each came from)."""
+
+    def __init__(self, capacity: int, specs: dict[str, ColumnSpec], seed: int | None = None,
+                 check: bool = True) -> None:
+        if capacity < 1:
+            raise ValueError(f"replay capacity must be at least 1, got {capacity}")
+        self.capacity = int(capacity)
+        self.specs = dict(specs)
+        if check:
+            check_memory(columns_nbytes(self.capacity, self.specs) + self._extra_bytes())
+        # np.empty: pages are touched (and count in RSS) only as the ring fills.
+        self.columns = {k: np.empty((self.capacity, *s.shape), s.dtype) for k, s in specs.items()}
+        self.rng = np.random.default_rng(seed)
+        self.next_index = 0
+        self.size = 0
+        self.num_added = 0
+
+    def _extra_bytes(self) -> int:
+        return 0
+
+    def __len__(self) -> int:
+        return self.size
+
+    @property
+    def size_bytes(self) -> int:
+        """Bytes the buffer's arrays take when full (its memory bound)."""
+        return sum(a.nbytes for a in self.columns.values()) + self._extra_bytes()
+
+    def add(self, batch: dict[str, np.ndarray]) -> np.ndarray:
+        """Store the transitions of ``batch`` (every column of the spec, ``[N, ...]``);
+        the indexes they went to."""
+        n = len(batch["rewards"])
+        if n == 0:
+            return np.zeros(0, np.int64)
+        if n > self.capacity:  # only the newest fit
+            batch = {k: v[n - self.capacity:] for k, v in batch.items()}
+            n = self.capacity
+        idx = (self.next_index + np.arange(n)) % self.capacity
+        first = min(n, self.capacity - self.next_index)
+        for key, col in self.columns.items():
+            values = np.asarray(batch[key])
+            # Two slice copies (before and after the wrap) instead of a fancy-index scatter.
+            col[self.next_index:self.next_index + first] = values[:first]
+            if first < n:
+                col[:n - first] = values[first:]
+        self.next_index = (self.next_index + n) % self.capacity
+        self.size = min(self.size + n, self.capacity)
+        self.num_added += n
+        return idx
+
+    def sample_indexes(self, n: int) -> np.ndarray:
+        if self.size == 0:
+            raise ValueError("cannot sample from an empty replay buffer")
+        return self.rng.integers(0, self.size, n)
+
+    def gather(self, idx: np.ndarray) -> dict[str, np.ndarray]:
+        out = {k: col[idx] for k, col in self.columns.items()}
+        out["batch_indexes"] = idx
+        return out
+
+    def sample(self, n: int, **_: Any) -> dict[str, np.ndarray]:
+        return self.gather(self.sample_indexes(n))
+
+    def update_priorities(self, idx: np.ndarray, td_errors: np.ndarray) -> None:
+        """Uniform replay keeps no priorities."""
+
+    # --- checkpoints (store_buffer_in_checkpoints) ---
+
+    def get_state(self) -> dict[str, Any]:
+        return {"columns": {k: v[:self.size] for k, v in self.columns.items()},
+                "next_index": self.next_index, "size": self.size, "num_added": self.num_added}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        size = min(int(state["size"]), self.capacity)
+        for k, col in self.columns.items():
+            col[:size] = np.asarray(state["columns"][k])[:size]
+        self.size, self.num_added = size, int(state["num_added"])
+        self.next_index = int(state["next_index"]) % self.capacity
+
+
+class SumTree:
+    """A binary tree over ``capacity`` leaves (a power of two above it) whose nodes hold the
+    sum (and the least positive value) of their children. ``set`` and ``find`` work on whole index
+    arrays, one level at a time: O(batch * log capacity) in a few numpy calls."""
+
+    def __init__(self, capacity: int) -> None:
+        self.leaves = 1 << max(0, int(capacity - 1).bit_length())
+        self.sums = np.zeros(2 * self.leaves)
+        self.mins = np.full(2 * self.leaves, np.inf)
+
+    def set(self, idx: np.ndarray, values: np.ndarray) -> None:
+        node = np.asarray(idx, np.int64) + self.leaves
+        self.sums[node] = values
+        # Zero priorities (never drawn) stay out of the minimum, which sets the weights' scale.
+        self.mins[node] = np.where(np.asarray(values) > 0, values, np.inf)
+        node = np.unique(node // 2)
+        while node[0] >= 1:
+            left, right = 2 * node, 2 * node + 1
+            self.sums[node] = self.sums[left] + self.sums[right]
+            self.mins[node] = np.minimum(self.mins[left], self.mins[right])
+            if node[0] == 1:
+                break
+            node = np.unique(node // 2)
+
+    @property
+    def total(self) -> float:
+        return float(self.sums[1])
+
+    @property
+    def min(self) -> float:
+        return float(self.mins[1])
+
+    def find(self, mass: np.ndarray) -> np.ndarray:
+        """The leaf where each prefix sum ``mass`` (in [0, total)) falls."""
+        node = np.ones(len(mass), np.int64)
+        mass = np.array(mass, np.float64)
+        while node[0] < self.leaves:
+            left = 2 * node
+            left_sum = self.sums[left]
+            go_right = mass >= left_sum
+            mass -= np.where(go_right, left_sum, 0.0)
+            node = left + go_right
+        return node - self.leaves
+
+
+class PrioritizedReplayBuffer(ReplayBuffer):
+    """Proportional prioritized replay: transition i is drawn with probability
+    p_i^alpha / sum_j p_j^alpha, and weighted by (N * P(i))^-beta / max_j (N * P(j))^-beta
+    to undo the bias. New transitions get the highest priority seen so far (or the one
+    given, e.g. computed on a runner); ``update_priorities`` sets |TD error| + eps."""
+
+    def __init__(self, capacity: int, specs: dict[str, ColumnSpec], alpha: float = 0.6,
+                 eps: float = 1e-6, seed: int | None = None, check: bool = True) -> None:
+        self.tree = SumTree(capacity)
+        super().__init__(capacity, specs, seed, check)
+        self.alpha, self.eps = float(alpha), float(eps)
+        self.max_priority = 1.0
+
+    def _extra_bytes(self) -> int:
+        tree = getattr(self, "tree", None)
+        return 0 if tree is None else tree.sums.nbytes + tree.mins.nbytes
+
+    def add(self, batch: dict[str, np.ndarray], priorities: np.ndarray | None = None) -> np.ndarray:
+        idx = super().add(batch)
+        if len(idx):
+            if priorities is None:
+                p = np.full(len(idx), self.max_priority ** self.alpha)
+            else:
+                p = (np.abs(np.asarray(priorities, np.float64))[-len(idx):] + self.eps) ** self.alpha
+                self.max_priority = max(self.max_priority, float(p.max() ** (1 / self.alpha)))
+            self.tree.set(idx, p)
+        return idx
+
+    def sample(self, n: int, beta: float = 0.4, **_: Any) -> dict[str, np.ndarray]:
+        """n transitions by priority (stratified: one draw in each of n equal slices of
+        the total mass) with their importance ``weights``."""
+        if self.size == 0:
+            raise ValueError("cannot sample from an empty replay buffer")
+        total = self.tree.total
+        mass = (np.arange(n) + self.rng.random(n)) * (total / n)
+        idx = np.minimum(self.tree.find(np.minimum(mass, np.nextafter(total, 0))), self.size - 1)
+        p = self.tree.sums[idx + self.tree.leaves] / total
+        # The largest weight is the rarest transition's: normalising by it keeps weights <= 1.
+        max_weight = (self.tree.min / total * self.size) ** -beta
+        out = self.gather(idx)
+        out["weights"] = ((p * self.size) ** -beta / max_weight).astype(np.float32)
+        perm = self.rng.permutation(n)  # strata come sorted; minibatches need not
+        return {k: v[perm] for k, v in out.items()}
+
+    def update_priorities(self, idx: np.ndarray, td_errors: np.ndarray) -> None:
+        """New priorities |td_error| + eps for the transitions at ``idx`` (the
+        ``batch_indexes`` of a sample); an index written over since is updated all the same
+        (the learner's error is on the sampled data; the next sample corrects it)."""
+        p = np.abs(np.asarray(td_errors, np.float64)).reshape(-1) + self.eps
+        idx = np.asarray(idx, np.int64).reshape(-1)
+        self.max_priority = max(self.max_priority, float(p.max()))
+        self.tree.set(idx, p ** self.alpha)
+
+    def get_state(self) -> dict[str, Any]:
+        return {**super().get_state(), "priorities": self.tree.sums[self.tree.leaves:][:self.size],
+                "max_priority": self.max_priority}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        super().set_state(state)
+        if self.size:
+            self.tree.set(np.arange(self.size), np.asarray(state["priorities"])[:self.size])
+        self.max_priority = float(state.get("max_priority", 1.0))

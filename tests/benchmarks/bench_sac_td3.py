@@ -1,0 +1,137 @@
+"""SAC, TD3 and DDPG on Pendulum-v1 to -200 within 20k env steps: rlmesh's tuned examples
+(``rlmesh train -f pendulum-{sac,td3,ddpg}.yaml``) beside stable-baselines3's SAC and TD3 with
+rl-baselines3-zoo's hyperparameters (``peer_sb3_offpolicy.py`` in the peers' venv), seed by
+seed in the same run. Both stop at the first check where the mean return of the last 10
+episodes is >= -200. DDPG has no SB3 run here; its figures stand beside SB3's TD3.
+
+``python -m tests.benchmarks.run --only sac_td3`` (``--quick``: one seed). Set
+``PEERS_PYTHON`` to use a peers' venv other than this checkout's ``.venv-peers``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from .bench_ppo import NOT_INSTALLED, PEERS_PYTHON, PPORow, _results, _train_cmd
+from .bench_runtime import ROOT, Row
+from .ppo_sides import started
+
+PEER = ROOT / "tests" / "benchmarks" / "peer_sb3_offpolicy.py"
+TUNED = ROOT / "rlmesh" / "tuned_examples"
+SOLVED, WINDOW, BUDGET = -200.0, 10, 20_000
+GOAL = 0.5  # rlmesh's wall time at most half of stable-baselines3's
+# rlmesh's algorithm -> the SB3 run it stands beside.
+PAIRS = {"sac": "sac", "td3": "td3", "ddpg": "td3"}
+
+
+@dataclass(frozen=True)
+class Sizes:
+    seeds: tuple[int, ...]
+    algos: tuple[str, ...]
+
+
+DEFAULT = Sizes(seeds=(0, 1, 2), algos=("sac", "td3", "ddpg"))
+QUICK = Sizes(seeds=(0,), algos=("sac", "td3", "ddpg"))
+
+
+def _peers_python() -> Path:
+    return Path(os.environ.get("PEERS_PYTHON", PEERS_PYTHON))
+
+
+def rlmesh_learns(algo: str, seed: int, tmp: Path) -> dict[str, Any]:
+    local_dir = tmp / f"{algo}-{seed}"
+    t0 = time.perf_counter()
+    with started(_train_cmd("-f", str(TUNED / f"pendulum-{algo}.yaml"), "--local-dir",
+                            str(local_dir), "--seed", str(seed)),
+                 stdout=subprocess.DEVNULL) as (proc, _):
+        code = proc.wait()
+    wall = time.perf_counter() - t0
+    results = _results(local_dir)
+    if code != 0 or not results:
+        raise RuntimeError(f"rlmesh train -f pendulum-{algo}.yaml --seed {seed} exited {code}")
+    last = results[-1]
+    return {"wall": wall, "timesteps": last["timesteps_total"], "inside": last["time_total_s"],
+            "solved": last["episode_reward_mean"] >= SOLVED}
+
+
+def sb3_learns(algo: str, seed: int) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    with started([str(_peers_python()), str(PEER), "--algo", algo, "--seed", str(seed),
+                  "--threshold", str(SOLVED), "--window", str(WINDOW)],
+                 stdout=subprocess.PIPE, text=True) as (proc, _):
+        out, _ = proc.communicate()
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise RuntimeError(f"peer_sb3_offpolicy.py --algo {algo} --seed {seed} exited "
+                           f"{proc.returncode}")
+    got = json.loads(out.strip().splitlines()[-1])
+    return {"wall": wall, "timesteps": got["timesteps"], "inside": got["learn_s"],
+            "solved": got["solved"], "version": got["stable_baselines3"]}
+
+
+def rows_of(algo: str, runs: list[tuple[int, dict, dict]], peer: str) -> list[Row]:
+    """Per seed: wall time (the goal), env steps and time inside the loop; then medians."""
+    rows: list[Row] = []
+    name = f"{algo.upper()} Pendulum-v1 to {SOLVED:g}"
+    for seed, ours, theirs in runs:
+        failed = ", ".join(f"{who} did not reach {SOLVED:g} in {BUDGET:,} steps"
+                           for who, r in (("rlmesh", ours), ("sb3", theirs)) if not r["solved"])
+        rows += [PPORow(f"{name}, seed {seed}", "s, process start to exit", ours["wall"],
+                        theirs["wall"], peer, goal=GOAL, failed=failed),
+                 PPORow(f"{name}, seed {seed}", "env steps", ours["timesteps"],
+                        theirs["timesteps"], peer),
+                 PPORow(f"{name}, seed {seed}", "s in the training loop", ours["inside"],
+                        theirs["inside"], peer)]
+    if len(runs) > 1:
+        med = lambda side, key: statistics.median(r[side][key] for r in runs)  # noqa: E731
+        unsolved = any(not (r[1]["solved"] and r[2]["solved"]) for r in runs)
+        rows.append(PPORow(f"{name}, median of {len(runs)} seeds", "s, process start to exit",
+                           med(1, "wall"), med(2, "wall"), peer, goal=GOAL,
+                           failed="some run did not solve" if unsolved else ""))
+    return rows
+
+
+def bench_learning(sizes: Sizes, tmp: Path) -> list[Row]:
+    have_peer = _peers_python().exists()
+    nan = float("nan")
+    none = {"wall": nan, "timesteps": nan, "inside": nan, "solved": True, "version": "?"}
+    sb3: dict[tuple[str, int], dict[str, Any]] = {}
+    rows: list[Row] = []
+    for algo in sizes.algos:
+        runs = []
+        for seed in sizes.seeds:  # take turns, seed by seed
+            ours = rlmesh_learns(algo, seed, tmp)
+            key = (PAIRS[algo], seed)
+            if key not in sb3:
+                sb3[key] = sb3_learns(*key) if have_peer else none
+            theirs = sb3[key]
+            runs.append((seed, ours, theirs))
+            print(f"  {algo} seed {seed}: rlmesh {ours['wall']:.1f} s {ours['timesteps']} steps "
+                  f"solved={ours['solved']}, sb3 {PAIRS[algo]} {theirs['wall']:.1f} s "
+                  f"{theirs['timesteps']} steps solved={theirs['solved']}", flush=True)
+        version = runs[0][2]["version"]
+        peer = (f"stable-baselines3 {version} {PAIRS[algo].upper()}, rl-zoo's Pendulum "
+                "hyperparameters" if have_peer else NOT_INSTALLED)
+        rows += rows_of(algo, runs, peer)
+    return rows
+
+
+BENCHMARKS: dict[str, Callable[[Sizes, Path], list[Row]]] = {"sac_td3_learning": bench_learning}
+
+
+if __name__ == "__main__":
+    import tempfile
+
+    from .run import text_table
+
+    quick = "--quick" in sys.argv
+    with tempfile.TemporaryDirectory() as tmp:
+        print(text_table(bench_learning(QUICK if quick else DEFAULT, Path(tmp))))

@@ -1,0 +1,193 @@
+"""Replay memory: the ring buffer, prioritized sampling, n-step transitions across fragments."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from rlmesh.rl.nstep import NStepBuilder
+from rlmesh.rl.replay import (PrioritizedReplayBuffer, ReplayBuffer, ReplayMemoryError,
+                              SumTree, columns_nbytes, transition_columns)
+
+SPECS = transition_columns(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2))
+
+
+def batch(start: int, n: int) -> dict[str, np.ndarray]:
+    ids = np.arange(start, start + n)
+    return {"obs": np.repeat(ids[:, None], 3, 1).astype(np.float32), "actions": ids % 2,
+            "rewards": ids.astype(np.float32), "next_obs": np.zeros((n, 3), np.float32),
+            "terminateds": np.zeros(n, bool), "discounts": np.ones(n, np.float32)}
+
+
+def test_ring_buffer_wraps_and_keeps_the_newest():
+    buf = ReplayBuffer(5, SPECS, seed=0)
+    buf.add(batch(0, 3))
+    idx = buf.add(batch(3, 4))  # wraps: 3, 4 at the end, 5, 6 over 0, 1
+    assert idx.tolist() == [3, 4, 0, 1]
+    assert len(buf) == 5 and buf.next_index == 2 and buf.num_added == 7
+    assert sorted(buf.columns["rewards"].tolist()) == [2, 3, 4, 5, 6]
+    buf.add(batch(10, 12))  # more than the capacity at once: the newest 5
+    assert sorted(buf.columns["rewards"].tolist()) == [17, 18, 19, 20, 21]
+    sample = buf.sample(1000)
+    assert set(sample["rewards"].tolist()) == {17, 18, 19, 20, 21}
+    assert (sample["obs"][:, 0] == sample["rewards"]).all()  # rows stay together
+
+
+def test_memory_is_bounded_and_reported():
+    buf = ReplayBuffer(1000, SPECS)
+    raw = columns_nbytes(1000, SPECS)
+    assert buf.size_bytes == raw == 1000 * (3 * 4 * 2 + 8 + 4 + 1 + 4)
+    for i in range(30):
+        buf.add(batch(i * 100, 100))
+    assert buf.size_bytes == raw and len(buf) == 1000
+
+
+def test_a_buffer_larger_than_the_machine_is_refused_with_the_figure():
+    import psutil
+
+    too_many = int(psutil.virtual_memory().total // (3 * 4 * 2 + 17)) * 4
+    with pytest.raises(ReplayMemoryError, match=r"needs [\d.]+ GiB but this machine has"):
+        ReplayBuffer(too_many, SPECS)
+
+
+def test_sum_tree_sums_and_finds():
+    tree = SumTree(5)
+    tree.set(np.arange(5), np.array([1.0, 2.0, 3.0, 4.0, 0.5]))
+    assert tree.total == pytest.approx(10.5) and tree.min == 0.5
+    assert tree.find(np.array([0.0, 0.99, 1.0, 2.99, 3.0, 5.99, 6.0, 9.99, 10.2])).tolist() == \
+        [0, 0, 1, 1, 2, 2, 3, 3, 4]
+    tree.set(np.array([1]), np.array([0.0]))
+    assert tree.total == pytest.approx(8.5)
+    assert 1 not in tree.find(np.linspace(0, 8.49, 1000)).tolist()
+
+
+def test_prioritized_sampling_matches_the_priorities():
+    buf = PrioritizedReplayBuffer(8, SPECS, alpha=0.5, eps=0.0, seed=1)
+    buf.add(batch(0, 6))
+    buf.update_priorities(np.arange(6), np.array([1.0, 4.0, 9.0, 16.0, 0.25, 0.0]))
+    expected = np.sqrt([1.0, 4.0, 9.0, 16.0, 0.25, 0.0])
+    expected /= expected.sum()
+    counts = np.zeros(6)
+    for _ in range(40):
+        s = buf.sample(1000, beta=1.0)
+        counts += np.bincount(s["batch_indexes"], minlength=6)
+    freq = counts / counts.sum()
+    assert np.abs(freq - expected).max() < 0.01
+    assert counts[5] == 0  # zero priority is never drawn
+    # Importance weights: (N * P(i))^-beta normalised by the largest possible.
+    s = buf.sample(256, beta=1.0)
+    p = expected[s["batch_indexes"]]
+    want = (6 * p) ** -1.0 / (6 * expected[expected > 0].min()) ** -1.0
+    np.testing.assert_allclose(s["weights"], want, rtol=1e-5)
+    assert s["weights"].max() <= 1.0
+
+
+def test_new_transitions_get_the_highest_priority_so_far():
+    buf = PrioritizedReplayBuffer(16, SPECS, alpha=1.0, eps=0.0, seed=2)
+    buf.add(batch(0, 4))
+    buf.update_priorities(np.arange(4), np.array([0.1, 0.1, 0.1, 5.0]))
+    buf.add(batch(4, 1))  # priority 5, as the highest seen
+    counts = np.bincount(buf.sample(20000)["batch_indexes"], minlength=5)
+    assert abs(counts[4] / counts[3] - 1) < 0.1
+
+
+# --- n-step ---
+
+def episode_streams(rng: np.random.Generator, num_envs: int, length: int):
+    """Per env: a list of steps (obs id, action, reward, terminated, truncated, next obs id,
+    index in episode), obs ids unique over the whole run."""
+    next_id = iter(range(10**6))
+    streams = []
+    for _ in range(num_envs):
+        steps, obs, t = [], float(next(next_id)), 0
+        for _ in range(length):
+            end = rng.random()
+            term, trunc = end < 0.06, 0.06 <= end < 0.1
+            nxt = float(next(next_id))
+            steps.append((obs, int(rng.integers(2)), float(rng.normal()), term, trunc, nxt, t))
+            t = 0 if term or trunc else t + 1
+            obs = float(next(next_id)) if term or trunc else nxt
+        streams.append(steps)
+    return streams
+
+
+def fragments_of(streams, cuts):
+    """The streams cut into time-major fragments at rows ``cuts``, as an env runner ships
+    them (next_obs of the last row, final observations of truncations before it)."""
+    out = []
+    for lo, hi in zip(cuts[:-1], cuts[1:]):
+        rows = [[s[t] for s in streams] for t in range(lo, hi)]
+        f = {"obs": np.array([[[r[0]] for r in row] for row in rows], np.float32),
+             "actions": np.array([[r[1] for r in row] for row in rows]),
+             "rewards": np.array([[r[2] for r in row] for row in rows], np.float32),
+             "terminateds": np.array([[r[3] for r in row] for row in rows]),
+             "truncateds": np.array([[r[4] for r in row] for row in rows]),
+             "t": np.array([[r[6] for r in row] for row in rows]),
+             "mask": np.ones((hi - lo, len(streams)), bool),
+             "next_obs": np.array([[r[5]] for r in rows[-1]], np.float32), "worker_index": 1}
+        trunc = [(t, b, rows[t][b][5]) for t in range(hi - lo - 1) for b in range(len(streams))
+                 if rows[t][b][4] and not rows[t][b][3]]
+        f["trunc_index"] = np.array([(t, b) for t, b, _ in trunc], np.int64).reshape(-1, 2)
+        f["trunc_obs"] = np.array([[o] for _, _, o in trunc], np.float32).reshape(-1, 1)
+        out.append(f)
+    return out
+
+
+def brute_force(stream, n: int, gamma: float):
+    """Each step's n-step transition by its definition: {obs id: (return, next obs id,
+    terminated, discount)}; steps whose window runs past the stream are left out."""
+    out = {}
+    for i, (obs, _, _, _, _, _, _) in enumerate(stream):
+        ret, k = 0.0, 0
+        for m in range(n):
+            if i + m >= len(stream):
+                break
+            _, _, r, term, trunc, nxt, _ = stream[i + m]
+            ret += gamma ** m * r
+            k = m + 1
+            if term or trunc:
+                break
+        last = stream[i + k - 1]
+        if k < n and not (last[3] or last[4]):
+            continue  # incomplete at the end of the data
+        term = last[3]
+        out[obs] = (ret, None if term else last[5], term, 0.0 if term else gamma ** k)
+    return out
+
+
+@pytest.mark.parametrize("n", [1, 3, 5])
+def test_nstep_matches_brute_force_across_fragments(n):
+    rng = np.random.default_rng(n)
+    gamma = 0.9
+    streams = episode_streams(rng, num_envs=3, length=300)
+    cuts = [0, 7, 8, 30, 31, 33, 100, 197, 200, 260, 300]  # fragments of 1 to 97 rows
+    builder = NStepBuilder(n, gamma)
+    got = {}
+    for f in fragments_of(streams, cuts):
+        tr = builder.add_fragment(f)
+        for i in range(len(tr["rewards"])):
+            got[float(tr["obs"][i, 0])] = (float(tr["rewards"][i]), float(tr["next_obs"][i, 0]),
+                                           bool(tr["terminateds"][i]), float(tr["discounts"][i]))
+    want = {}
+    for s in streams:
+        want.update(brute_force(s, n, gamma))
+    assert set(got) == set(want)
+    assert builder.num_pending == sum(len(s) for s in streams) - len(want)
+    for obs, (ret, nxt, term, disc) in want.items():
+        g = got[obs]
+        assert g[0] == pytest.approx(ret, rel=1e-5, abs=1e-5)
+        assert g[2] == term and g[3] == pytest.approx(disc)
+        if not term:
+            assert g[1] == nxt
+
+
+def test_nstep_drops_a_carry_whose_episode_did_not_go_on():
+    builder = NStepBuilder(3, 0.5)
+    f = fragments_of([[(0.0, 0, 1.0, False, False, 1.0, 0), (1.0, 0, 1.0, False, False, 2.0, 1)]],
+                     [0, 2])[0]
+    assert len(builder.add_fragment(f)["rewards"]) == 0  # both wait for a third step
+    g = fragments_of([[(10.0, 0, 1.0, True, False, 11.0, 0)]], [0, 1])[0]  # a new episode (t=0)
+    out = builder.add_fragment(g)
+    assert out["obs"][:, 0].tolist() == [10.0]
+    assert builder.counters["num_nstep_steps_dropped"] == 2 and builder.num_pending == 0
