@@ -107,6 +107,28 @@ def test_interleaved_episodes_keep_their_own_state(mode):
     assert not np.allclose(frag["state_out_1"][:, col_b], frag["state_out_1"][:, is_a[0]])
 
 
+@pytest.mark.parametrize("mode", ["remote", "local"])
+def test_logged_actions_advance_the_episodes_state_as_chosen_ones_do(mode):
+    """log_action (the simulator chose) with the actions get_action chose in another
+    episode of the same observations records the same states, inputs and logp."""
+    obs_a = observations(3)
+    with lstm_server(explore=False) as (run, runner, address):
+        with PolicyClient(address, inference_mode=mode) as client:
+            chosen, logged = client.start_episode(), client.start_episode()
+            for t, obs in enumerate(obs_a):
+                action = client.get_action(chosen, obs)
+                client.log_returns(chosen, 1.0)
+                client.log_action(logged, obs, action)
+                client.log_returns(logged, 1.0)
+            client.end_episode(chosen, obs_a[-1])
+            client.end_episode(logged, obs_a[-1])
+        frag = run(runner.sample())
+    assert frag["obs"].shape[:2] == (6, 2) and frag["state_out_0"][1:].any()
+    for key in ("state_in_0", "state_in_1", "state_out_0", "state_out_1", "action_dist_inputs",
+                "action_logp", "actions", "prev_actions", "prev_rewards"):
+        np.testing.assert_allclose(frag[key][:, 0], frag[key][:, 1], atol=1e-5, err_msg=key)
+
+
 def a_chunk(n=3, **columns):
     chunk = {"obs": np.zeros((n, SYMBOLS + 1), np.float32), "actions": np.zeros(n, np.int64),
              "action_logp": np.full(n, -1.4, np.float32),
