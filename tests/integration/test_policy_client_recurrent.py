@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 from contextlib import contextmanager
@@ -185,3 +186,47 @@ def test_ppo_with_lstm_learns_to_remember_from_client_experience(mode):
     print(f"\n{mode}: mean return {means[-1]:.2f} after {result['timesteps_total']} steps")
     assert means[-1] >= 0.9, f"{mode}: PPO with use_lstm did not learn from the client: {means}"
     assert result["num_env_steps_trained"] == result["timesteps_total"]
+
+
+def test_rlmesh_serve_a_recurrent_checkpoint_keeps_each_episodes_state(tmp_path):
+    """``rlmesh serve`` of an LSTM checkpoint: two interleaved episodes get the actions
+    ``compute_single_action`` gives each with its own state carried."""
+    config = (PPOConfig().environment("CartPole-v1").env_runners(num_env_runners=0)
+              # A negligible lr keeps the fresh policy head, whose logits the state sways.
+              .training(train_batch_size=64, minibatch_size=64, num_epochs=1, lr=1e-9,
+                        model={"fcnet_hiddens": [8], "use_lstm": True, "lstm_cell_size": 8}))
+    runs = [4 * observations(seed, 8)[:, :4] - 2 for seed in (4, 5)]
+    with config.build() as algo:
+        algo.train()
+        checkpoint = algo.save(tmp_path / "ckpt")
+        initial = algo.get_policy().get_initial_state()
+        expected, stateless = [], []
+        for run_obs in runs:
+            state, actions = initial, []
+            for obs in run_obs:
+                action, state, _ = algo.compute_single_action(obs, state=state, explore=False)
+                actions.append(int(action))
+            expected.append(actions)
+            stateless.append([int(algo.compute_single_action(obs, state=initial, explore=False)[0])
+                              for obs in run_obs])
+    assert stateless != expected  # the state changes actions here: the test can tell
+    proc = subprocess.Popen([sys.executable, "-m", "rlmesh.cli.main", "serve", checkpoint,
+                             "--address", "tcp://127.0.0.1:0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("serving "), line + proc.stderr.read()
+        address = line.split(" on ")[1].split()[0]
+        with PolicyClient(address) as client:
+            ids = [client.start_episode(), client.start_episode()]
+            got = [[], []]
+            for t in range(8):
+                for i in (1, 0):
+                    got[i].append(client.get_action(ids[i], runs[i][t]))
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(15) == 0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert got == expected
