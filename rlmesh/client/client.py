@@ -2,9 +2,10 @@
 it for actions (RLlib's PolicyClient, over ZeroMQ and msgpack instead of HTTP and pickle).
 
 Remote inference needs only pyzmq, msgpack and numpy: every call is a request to the
-policy server. Local inference keeps a numpy copy of the policy (gymnasium for the
-spaces, no torch), refreshes its weights when the server has newer ones (at most every
-``update_interval`` seconds), and ships experience in chunks.
+policy server. Local inference keeps a numpy copy of the policy (the default MLP, or its
+LSTM; gymnasium for the spaces, no torch), refreshes its weights when the server has newer
+ones (at most every ``update_interval`` seconds), and ships experience in chunks. A
+recurrent policy's state is kept per episode in both modes (``Episodes.step_inputs``).
 """
 
 from __future__ import annotations

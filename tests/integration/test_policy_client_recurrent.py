@@ -1,7 +1,8 @@
 """Recurrent (use_lstm) policies through PolicyClient and the policy server: each episode
 keeps its own LSTM state in both inference modes, so interleaved episodes act as they would
-alone; PPO with use_lstm learns a memory task from client experience; a client's chunk
-with a state of the wrong shape is refused by the field's name."""
+alone (get_action, log_action, rlmesh serve); PPO with use_lstm learns a memory task from
+client experience; local inference steps the LSTM without torch; a client's chunk with a
+state of the wrong shape is refused by the field's name."""
 
 from __future__ import annotations
 
@@ -128,6 +129,23 @@ def test_logged_actions_advance_the_episodes_state_as_chosen_ones_do(mode):
     for key in ("state_in_0", "state_in_1", "state_out_0", "state_out_1", "action_dist_inputs",
                 "action_logp", "actions", "prev_actions", "prev_rewards"):
         np.testing.assert_allclose(frag[key][:, 0], frag[key][:, 1], atol=1e-5, err_msg=key)
+
+
+def test_local_inference_of_an_lstm_loads_no_torch():
+    with lstm_server() as (run, runner, address):
+        code = ("import sys, numpy as np\n"
+                "from rlmesh.client import PolicyClient\n"
+                f"c = PolicyClient({address!r}, inference_mode='local')\n"
+                "e = c.start_episode()\n"
+                f"a = [c.get_action(e, np.zeros({SYMBOLS + 1}, np.float32)) for _ in range(3)]\n"
+                f"c.end_episode(e, np.zeros({SYMBOLS + 1}, np.float32)); c.close()\n"
+                "print(len(a), 'torch' in sys.modules)")
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             timeout=60)
+        frag = run(runner.sample())
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["3", "False"]
+    assert frag["env_steps"] == 3 and frag["state_out_0"][2, 0].any()
 
 
 def a_chunk(n=3, **columns):
