@@ -31,7 +31,8 @@ def main(argv: list[str] | None = None) -> int:
             for i, env in enumerate(envs):
                 action = client.get_action(ids[i], obs[i])
                 obs[i], reward, done, _, _ = env.step(action)
-                client.log_returns(ids[i], reward)
+                if reward:  # a step's reward is 0 unless logged: one round trip fewer
+                    client.log_returns(ids[i], reward)
                 if done:
                     client.end_episode(ids[i], obs[i])
                     ids[i] = client.start_episode()

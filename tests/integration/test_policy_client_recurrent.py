@@ -90,10 +90,9 @@ def test_interleaved_episodes_keep_their_own_state(mode):
         frag = run(runner.sample())
     assert actions_a == actions_alone
     assert frag["obs"].shape[:2] == (6, 3) and frag["mask"].all()
-    cols = {tuple(np.round(frag["obs"][0, i], 6)): i for i in range(3)}
     is_a = [i for i in range(3) if np.allclose(frag["obs"][0, i], obs_a[0])]
     (col_b,) = [i for i in range(3) if np.allclose(frag["obs"][0, i], obs_b[0])]
-    assert len(is_a) == 2 and len(cols) == 2
+    assert len(is_a) == 2
     recorded = ["state_in_0", "state_in_1", "state_out_0", "state_out_1", "action_dist_inputs",
                 "prev_actions", "prev_rewards"]
     for key in recorded:
@@ -181,6 +180,7 @@ def test_a_state_of_the_wrong_shape_is_refused_naming_the_field():
     assert counts == {"state_in_0": 1, "state_out_1": 1, "state_in_1": 1, "prev_actions": 1}
 
 
+@pytest.mark.timeout(300)  # remote inference: ~10k round trips of 1-3 ms on a loaded VM
 @pytest.mark.parametrize("mode", ["local", "remote"])
 def test_ppo_with_lstm_learns_to_remember_from_client_experience(mode):
     """RepeatFirstEnv (recall the first of 4 observations at the last step; chance 0.25)
