@@ -2,9 +2,10 @@
 it for actions (RLlib's PolicyClient, over ZeroMQ and msgpack instead of HTTP and pickle).
 
 Remote inference needs only pyzmq, msgpack and numpy: every call is a request to the
-policy server. Local inference keeps a numpy copy of the policy (gymnasium for the
-spaces, no torch), refreshes its weights when the server has newer ones (at most every
-``update_interval`` seconds), and ships experience in chunks.
+policy server. Local inference keeps a numpy copy of the policy (the default MLP, or its
+LSTM; gymnasium for the spaces, no torch), refreshes its weights when the server has newer
+ones (at most every ``update_interval`` seconds), and ships experience in chunks. A
+recurrent policy's state is kept per episode in both modes (``Episodes.step_inputs``).
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ import threading
 import time
 from typing import Any
 
+import numpy as np
 import zmq
 
-from rlmesh.client.episodes import Episodes, check_reward
+from rlmesh.client.episodes import Episodes, as_batch, check_reward
 from rlmesh.client.keys import curve_client_options, default_keys_dir
 from rlmesh.wire import codec
 from rlmesh.wire import messages as M
@@ -210,24 +212,38 @@ class _LocalInference:
         self.obs_space = space_from_data(info["observation_space"])
         self.action_space = space_from_data(info["action_space"])
         model = info["model"]
+        from rlmesh.rl.numpy_lstm import NumpyLSTMPolicy
         from rlmesh.rl.spec import numpy_fast_path
 
-        if not numpy_fast_path(self.obs_space, self.action_space, model):
-            raise ValueError("inference_mode='local' computes the default MLP in numpy; this "
-                             "server's model (a custom_model, a conv net or nested spaces) needs "
-                             "torch: use inference_mode='remote'")
-        self.policy = NumpyPolicy(self.obs_space, self.action_space, model, info["explore"])
+        # The default MLP, or the LSTM over it (use_lstm), on a flat observation.
+        if not numpy_fast_path(self.obs_space, self.action_space, {**model, "use_lstm": False}):
+            raise ValueError("inference_mode='local' computes the default MLP (or its LSTM) in "
+                             "numpy; this server's model (a custom_model, a conv net or nested "
+                             "spaces) needs torch: use inference_mode='remote'")
+        self.recurrent = bool(model.get("use_lstm"))
+        self.policy = (NumpyLSTMPolicy if self.recurrent else NumpyPolicy)(
+            self.obs_space, self.action_space, model, info["explore"])
         self.normalize = info["normalize_actions"]
         from rlmesh.rl.filters import make_filter
 
         # The server's global statistics, refreshed with the weights, applied unchanged.
         self.obs_filter = make_filter(info.get("observation_filter", "NoFilter"), self.obs_space)
         self._to_env = actions_for_env
-        self.episodes = Episodes(info["chunk_len"])
+        self.episodes = Episodes(info["chunk_len"], **self._memory_options())
         self.version = -1
         self._in_flight: int | None = None  # the report_chunks call whose reply is due
         self._checked = -float("inf")
         self._refresh(force=True)
+
+    def _memory_options(self) -> dict[str, Any]:
+        """A recurrent policy's state, kept per episode by ``Episodes`` and recorded with
+        each step (``state_in``/``state_out``, prev action/reward), as runners record it."""
+        if not self.recurrent:
+            return {}
+        p = self.policy
+        zero_action = np.zeros(p.prev_action_shape, p.action_dtype) if p.use_prev_action else None
+        return {"initial_state": p.get_initial_state(), "prev_action": zero_action,
+                "prev_reward": p.use_prev_reward}
 
     def _refresh(self, force: bool = False) -> None:
         now = time.monotonic()
@@ -247,23 +263,34 @@ class _LocalInference:
         return self.obs_filter(check_observation(self.obs_space, observation), update=False)
 
     def get_action(self, episode_id: str, observation: Any) -> Any:
-        self.episodes.get(episode_id)  # unknown ids fail before any work
+        # The episode's own recurrent state (unknown ids fail here, before any work).
+        memory = self.episodes.step_inputs(episode_id)
         self._refresh()
         obs = self._obs(observation)
-        actions, logp, inputs = self.policy(obs[None])
-        self.episodes.act(episode_id, obs, actions[0], logp[0], inputs[0])
+        state_out: list[Any] = []
+        if memory:
+            actions, logp, inputs, state_out = self.policy.step(obs[None], *as_batch(memory))
+        else:
+            actions, logp, inputs = self.policy(obs[None])
+        self.episodes.act(episode_id, obs, actions[0], logp[0], inputs[0], memory,
+                          [s[0] for s in state_out])
         self._ship(enough=True)
         return _plain(self._to_env(actions[0], self.action_space, self.normalize))
 
     def log_action(self, episode_id: str, observation: Any, action: Any) -> None:
         from rlmesh.rl.spec import check_action
 
-        self.episodes.get(episode_id)
+        memory = self.episodes.step_inputs(episode_id)
         obs = self._obs(observation)
         action = check_action(self.action_space, action, self.policy.action_dtype)
-        inputs = self.policy.dist_inputs(obs[None])
+        state_out: list[Any] = []
+        if memory:  # scored from the episode's state, which the logged action advances
+            inputs, state_out = self.policy.recurrent_inputs(obs[None], *as_batch(memory))
+        else:
+            inputs = self.policy.dist_inputs(obs[None])
         logp = self.policy.logp(inputs, action[None])
-        self.episodes.act(episode_id, obs, action, logp[0], inputs[0])
+        self.episodes.act(episode_id, obs, action, logp[0], inputs[0], memory,
+                          [s[0] for s in state_out])
         self._ship(enough=True)
 
     def end_episode(self, episode_id: str, observation: Any, truncated: bool) -> None:

@@ -8,6 +8,12 @@ A step becomes complete when the next observation of its episode arrives (the ne
 ``act``) or the episode ends; its reward is what ``reward`` added meanwhile. Complete
 steps are cut into chunks of at most ``chunk_len`` steps; a chunk's ``next_obs`` is the
 observation after its last step, so a chunk cut mid-episode bootstraps from it.
+
+A recurrent policy's state lives with its episode (``step_inputs``, ``act``): started from
+the initial state, advanced by each action, gone when the episode closes, so interleaved
+episodes never share it. Each step records the state it read and the one it left
+(``state_in_i``, ``state_out_i``, and ``prev_actions``/``prev_rewards`` when the policy
+reads them), the columns an env runner's fragments carry for the learner's sequences.
 """
 
 from __future__ import annotations
@@ -41,8 +47,10 @@ class _Episode:
     training_enabled: bool
     last_seen: float
     client: str = ""
-    steps: list[tuple[Any, Any, float, Any, float]] = field(default_factory=list)  # complete
-    current: list[Any] | None = None  # [obs, action, logp, dist_inputs, reward so far]
+    # Complete steps: STEP_COLUMNS' values, then the recurrent columns (a dict, or None).
+    steps: list[tuple[Any, Any, float, Any, float, Any]] = field(default_factory=list)
+    current: list[Any] | None = None  # [obs, action, logp, dist_inputs, reward so far, memory]
+    state: list[Any] = field(default_factory=list)  # a recurrent policy's, for the next action
     total_reward: float = 0.0
     length: int = 0  # complete steps so far, over every chunk
 
@@ -53,13 +61,22 @@ class Episodes:
     At most ``max_open`` episodes are open, ``max_open_per_client`` of one client; starting
     one more closes the least recently used one (of that client, then of all), so a flood
     of episodes never locks other clients out. An episode may have ``max_steps`` steps.
+
+    A recurrent policy's episodes start from ``initial_state`` (one array per state tensor);
+    ``prev_action`` (the zero action, or None) and ``prev_reward`` say whether the policy
+    reads the previous action and reward.
     """
 
     def __init__(self, chunk_len: int, max_open: int = 10_000,
-                 max_open_per_client: int | None = None, max_steps: int | None = None) -> None:
+                 max_open_per_client: int | None = None, max_steps: int | None = None,
+                 initial_state: list[Any] | tuple = (), prev_action: Any = None,
+                 prev_reward: bool = False) -> None:
         if chunk_len < 1:
             raise ValueError(f"chunk_len must be at least 1, got {chunk_len}")
         self.chunk_len = chunk_len
+        self.initial_state = [np.asarray(s) for s in initial_state]
+        self.prev_action = None if prev_action is None else np.asarray(prev_action)
+        self.prev_reward = bool(prev_reward)
         self.max_open = max_open
         self.max_open_per_client = max_open_per_client
         self.max_steps = max_steps
@@ -86,7 +103,7 @@ class Episodes:
         if len(self.open) >= self.max_open:
             self._evict(next(iter(self.open.values())))
         self.open[episode_id] = _Episode(episode_id, bool(training_enabled), time.monotonic(),
-                                         client)
+                                         client, state=list(self.initial_state))
         self.by_client.setdefault(client, {})[episode_id] = None
         self.counters["episodes_started"] += 1
         return episode_id
@@ -114,15 +131,39 @@ class Episodes:
         self.counters["episodes_evicted"] += 1
         self._close_unfinished(episode)
 
-    def act(self, episode_id: str, obs: Any, action: Any, logp: float, dist_inputs: Any) -> None:
-        """A new step from ``obs``; the step before it (if any) is complete now."""
+    def step_inputs(self, episode_id: Any) -> dict[str, np.ndarray]:
+        """What a recurrent policy reads besides the observation for the episode's next
+        action, one step's worth each: ``state_in_i`` and, if the policy reads them,
+        ``prev_actions`` and ``prev_rewards`` (zeros at the episode's start). Empty for a
+        stateless policy. Unknown ids fail here, before any work."""
+        episode = self.get(episode_id)
+        if not self.initial_state:
+            return {}
+        inputs = {f"state_in_{i}": s for i, s in enumerate(episode.state)}
+        if self.prev_action is not None:
+            inputs["prev_actions"] = (self.prev_action if episode.current is None
+                                      else np.asarray(episode.current[1], self.prev_action.dtype))
+        if self.prev_reward:
+            inputs["prev_rewards"] = np.float32(0.0 if episode.current is None
+                                                else episode.current[4])
+        return inputs
+
+    def act(self, episode_id: str, obs: Any, action: Any, logp: float, dist_inputs: Any,
+            inputs: dict[str, Any] | None = None, state_out: list[Any] | tuple = ()) -> None:
+        """A new step from ``obs``; the step before it (if any) is complete now. A recurrent
+        policy's step also gives what it read (``step_inputs``) and the state it left,
+        which the episode's next action reads."""
         episode = self.get(episode_id)
         if self.max_steps is not None and episode.length + (episode.current is not None) >= self.max_steps:
             raise ClientDataError("episode_id", f"episode {episode_id!r} has {self.max_steps} "
                                                 f"steps, the most an episode may have here "
                                                 f"(policy_server_max_episode_steps); end it")
+        memory = None
+        if self.initial_state:
+            memory = {**(inputs or {}), **{f"state_out_{i}": s for i, s in enumerate(state_out)}}
+            episode.state = list(state_out)
         self._complete_current(episode)
-        episode.current = [obs, action, float(logp), dist_inputs, 0.0]
+        episode.current = [obs, action, float(logp), dist_inputs, 0.0, memory]
         if len(episode.steps) >= self.chunk_len:
             self._cut(episode, next_obs=obs, terminated=False, truncated=False)
 
@@ -216,6 +257,9 @@ class Episodes:
         chunk = {name: np.asarray(col) for name, col in zip(STEP_COLUMNS, columns)}
         chunk["action_logp"] = chunk["action_logp"].astype(np.float32)
         chunk["rewards"] = chunk["rewards"].astype(np.float32)
+        memory = columns[len(STEP_COLUMNS)]
+        if memory[0] is not None:  # a recurrent policy's: state_in/out, prev action/reward
+            chunk.update({k: np.stack([np.asarray(m[k]) for m in memory]) for k in memory[0]})
         chunk["next_obs"] = np.asarray(next_obs)
         chunk["terminated"], chunk["truncated"] = terminated, truncated
         chunk["episode"] = self.summary(episode) if final else None
@@ -228,19 +272,20 @@ def fragment_from_chunks(chunks: list[dict[str, Any]], specs: dict[str, Any]) ->
     are padding (mask False, terminated, as ``merge_fragments`` pads). A chunk that did not
     end in a termination is a truncation at its last row, bootstrapped from its next_obs.
     Empty chunks only carry an episode's end into ``episodes``. ``specs``: each step
-    column's ``ColumnSpec`` (``STEP_COLUMNS``, from ``rl/columns.py``)."""
+    column's ``ColumnSpec`` (``STEP_COLUMNS`` and a recurrent policy's columns, from
+    ``rl/columns.py``)."""
     full = [c for c in chunks if len(c["rewards"])]
     episodes = [c["episode"] for c in chunks if c.get("episode") is not None]
     obs_shape, obs_dtype = specs["obs"].shape, specs["obs"].dtype
     T, B = max((len(c["rewards"]) for c in full), default=0), len(full)
-    layout = {k: (specs[k].shape, specs[k].dtype) for k in STEP_COLUMNS}
+    layout = {k: (spec.shape, spec.dtype) for k, spec in specs.items()}
     layout.update(terminateds=((), bool), truncateds=((), bool), mask=((), bool))
     out: dict[str, Any] = {k: np.zeros((T, B, *shape), dtype) for k, (shape, dtype) in layout.items()}
     out["next_obs"] = np.zeros((B, *obs_shape), obs_dtype)
     trunc_index, trunc_obs = [], []
     for b, chunk in enumerate(full):
         n = len(chunk["rewards"])
-        for k in STEP_COLUMNS:
+        for k in specs:
             out[k][:n, b] = np.asarray(chunk[k]).reshape(n, *out[k].shape[2:])
         out["mask"][:n, b] = True
         out["terminateds"][n:, b] = True
@@ -259,6 +304,17 @@ def fragment_from_chunks(chunks: list[dict[str, Any]], specs: dict[str, Any]) ->
     out["env_steps"] = int(out["mask"].sum())
     out["episodes"] = episodes
     return out
+
+
+def as_batch(inputs: dict[str, Any]) -> tuple[Any, Any, Any]:
+    """``step_inputs`` as a policy's state, prev action and prev reward batches of one."""
+    if not inputs:
+        return None, None, None
+    states = [np.asarray(inputs[f"state_in_{i}"])[None]
+              for i in range(sum(k.startswith("state_in_") for k in inputs))]
+    prev = [None if k not in inputs else np.asarray(inputs[k])[None]
+            for k in ("prev_actions", "prev_rewards")]
+    return states, prev[0], prev[1]
 
 
 def _empty_end(summary: dict[str, Any]) -> dict[str, Any]:

@@ -68,10 +68,14 @@ class Policy:
         return (from_column(self.action_space, np.asarray(actions)[0]),
                 [np.asarray(s)[0] for s in states], {k: np.asarray(v)[0] for k, v in extra.items()})
 
-    def score_actions(self, obs_batch: np.ndarray, actions: np.ndarray) -> dict[str, np.ndarray]:
+    def score_actions(self, obs_batch: np.ndarray, actions: np.ndarray, state_batches: Any = None,
+                      prev_action_batch: Any = None, prev_reward_batch: Any = None
+                      ) -> dict[str, np.ndarray]:
         """The extra outputs ``compute_actions`` would have given had it chosen ``actions``
         (``action_logp``, ``action_dist_inputs``): what a policy server records when a
-        simulator chose the action itself (``log_action``)."""
+        simulator chose the action itself (``log_action``). A recurrent policy scores from
+        the given state (and previous action/reward) and adds the state the step leaves
+        (``state_out_i``)."""
         raise PolicyError(f"{type(self).__name__} cannot score actions it did not choose; "
                           "log_action needs a policy with an action distribution")
 

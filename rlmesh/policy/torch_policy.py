@@ -167,13 +167,24 @@ class TorchPolicy(Policy):
         """A minibatch's per-step columns, flat: sequences at their real steps."""
         return flat_steps(mb) if SEQ_MASK in mb else mb
 
-    def score_actions(self, obs_batch: np.ndarray, actions: np.ndarray) -> dict[str, np.ndarray]:
+    def score_actions(self, obs_batch: np.ndarray, actions: np.ndarray, state_batches: Any = None,
+                      prev_action_batch: Any = None, prev_reward_batch: Any = None
+                      ) -> dict[str, np.ndarray]:
+        """A recurrent model scores from ``state_batches`` and also returns the state the
+        step leaves (``state_out_i``)."""
+        state_out: list[np.ndarray] = []
         with torch.no_grad():
-            inputs = self.model(torch.as_tensor(np.asarray(obs_batch), device=self.device))[0]
+            obs = torch.as_tensor(np.asarray(obs_batch), device=self.device)
+            if self.recurrent:
+                inputs, state_out = self._step_recurrent(obs, state_batches, prev_action_batch,
+                                                         prev_reward_batch)
+            else:
+                inputs = self.model(obs)[0]
             logp = self.dist_class.from_inputs(inputs).logp(
                 torch.as_tensor(np.asarray(actions), device=self.device))
         return {Columns.ACTION_LOGP: logp.cpu().numpy().astype(np.float32, copy=False),
-                Columns.ACTION_DIST_INPUTS: inputs.cpu().numpy().astype(np.float32, copy=False)}
+                Columns.ACTION_DIST_INPUTS: inputs.cpu().numpy().astype(np.float32, copy=False),
+                **{Columns.state_out(i): s for i, s in enumerate(state_out)}}
 
     # --- learner side: what an algorithm overrides ---
 

@@ -135,7 +135,11 @@ class NumpyPolicy:
 
     def __call__(self, obs: np.ndarray, explore: bool | None = None
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        inputs = self.dist_inputs(obs)
+        return self.act(self.dist_inputs(obs), explore)
+
+    def act(self, inputs: np.ndarray, explore: bool | None = None
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(actions, logp, inputs)`` drawn from distribution inputs ``[N, num_inputs]``."""
         explore = self.explore if explore is None else explore
         if self.kind == CATEGORICAL and len(inputs) == 1 and inputs.shape[1] <= 64:
             return (*self._categorical_one(inputs[0].tolist(), explore), inputs)

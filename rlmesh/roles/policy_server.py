@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from rlmesh.client.episodes import Episodes, fragment_from_chunks
+from rlmesh.client.episodes import Episodes, as_batch, fragment_from_chunks
 from rlmesh.client.keys import client_names, default_keys_dir, make_curve_keys
 from rlmesh.envs import actions_for_env, as_space, space_to_data, spaces_of
 from rlmesh.rl.columns import (DEFAULT_POLICY_ID, ColumnSpec, Columns, action_dist_columns,
@@ -31,6 +31,7 @@ from rlmesh.roles.runner_policy import VersionedPolicies, make_runner_policies
 from rlmesh.roles.policy_checks import (ClientDataError, ClientLimits, Rejections,
                                         check_actions, check_chunk_columns, check_obs,
                                         check_reward, check_summary, counted, field_of)
+from rlmesh.roles.policy_memory import check_memory_columns, memory_options, recurrent_columns
 from rlmesh.runtime import Actor, current_job
 from rlmesh.runtime.actor import ActorServer, caller_id
 from rlmesh.wire import codec
@@ -85,14 +86,15 @@ class PolicyServerRunner(VersionedPolicies, Actor):
             specs, cfg, None if cfg.seed is None else cfg.seed + SEED_STRIDE * worker_index,
             own_process=job is None or job.role != "driver")
         self.versions = {pid: -1 for pid in self.policies}
-        if self.policy.is_recurrent():
-            raise ValueError(f"the policy server serves stateless policies only; "
-                             f"{type(self.policy).__name__} is recurrent")
-        dist_columns = self.policy.view_requirements
-        if set(dist_columns) != set(action_dist_columns(1)):
-            raise ValueError(f"the policy server records action_logp and action_dist_inputs; "
-                             f"{type(self.policy).__name__} declares {sorted(dist_columns)}")
-        self.num_inputs = dist_columns[Columns.ACTION_DIST_INPUTS].shape[0]
+        columns = self.policy.view_requirements
+        # A recurrent policy's state is kept per episode (client/episodes.py) and recorded
+        # with each step, as env runners record it; prev action/reward likewise.
+        self.memory_specs = recurrent_columns(self.policy, self.action_space)
+        if set(columns) - set(self.memory_specs) != set(action_dist_columns(1)):
+            raise ValueError(f"the policy server records action_logp and action_dist_inputs "
+                             f"(and a recurrent state); {type(self.policy).__name__} declares "
+                             f"{sorted(columns)}")
+        self.num_inputs = columns[Columns.ACTION_DIST_INPUTS].shape[0]
         self.squash = bool(cfg.model.get("squash_actions", False))
         # Remote inference filters (and counts) observations here; local-inference clients
         # apply the global statistics that come with the weights.
@@ -101,7 +103,8 @@ class PolicyServerRunner(VersionedPolicies, Actor):
         self.limits = ClientLimits.from_config(cfg)
         self.episodes = Episodes(self.fragment_length, self.limits.max_open_episodes,
                                  self.limits.max_open_episodes_per_client,
-                                 self.limits.max_episode_steps)
+                                 self.limits.max_episode_steps, **memory_options(
+                                     self.policy.get_initial_state(), self.memory_specs))
         self.rejections = Rejections()
         self.received: deque[dict[str, Any]] = deque()  # chunks from local-inference clients
         self.received_steps = 0
@@ -177,7 +180,7 @@ class PolicyServerRunner(VersionedPolicies, Actor):
         return {Columns.OBS: space_layout(self.observation_space),
                 Columns.ACTIONS: space_layout(self.action_space),
                 **action_dist_columns(self.num_inputs),
-                Columns.REWARDS: ColumnSpec((), np.dtype(np.float32))}
+                Columns.REWARDS: ColumnSpec((), np.dtype(np.float32)), **self.memory_specs}
 
     def _steps_ready(self) -> int:
         open_steps = sum(len(e.steps) for e in self.episodes.open.values())
@@ -261,11 +264,12 @@ class PolicyService(Actor):
     @counted
     def get_action(self, episode_id: str, observation: Any) -> Any:
         r = self._r
-        r.episodes.get(episode_id)
+        inputs = r.episodes.step_inputs(episode_id)  # the episode's recurrent state, if any
         obs = r.obs_filter(check_obs(r.observation_space, observation), r.training)
-        actions, _, extras = r.policy.compute_actions(obs[None])
+        actions, state_out, extras = r.policy.compute_actions(obs[None], *as_batch(inputs))
         r.episodes.act(episode_id, obs, actions[0], extras[Columns.ACTION_LOGP][0],
-                       extras[Columns.ACTION_DIST_INPUTS][0])
+                       extras[Columns.ACTION_DIST_INPUTS][0], inputs,
+                       [np.asarray(s)[0] for s in state_out])
         r._new_data.set()
         action = actions_for_env(actions[0], r.action_space,
                                  r.config.normalize_actions and not r.squash)
@@ -276,16 +280,20 @@ class PolicyService(Actor):
     @counted
     def log_action(self, episode_id: str, observation: Any, action: Any) -> None:
         r = self._r
-        r.episodes.get(episode_id)
+        inputs = r.episodes.step_inputs(episode_id)
         obs = r.obs_filter(check_obs(r.observation_space, observation), r.training)
         try:
             stored = check_action(r.action_space, action, space_layout(r.action_space).dtype)
         except (TypeError, ValueError, OverflowError) as exc:
             raise ClientDataError("action", str(exc)) from None
         check_actions(r.action_space, stored[None])
-        scored = r.policy.score_actions(obs[None], stored[None])
+        if inputs:  # scored from the episode's state, which the logged action advances
+            scored = r.policy.score_actions(obs[None], stored[None], *as_batch(inputs))
+        else:
+            scored = r.policy.score_actions(obs[None], stored[None])
+        state_out = [scored[Columns.state_out(i)][0] for i in range(len(r.episodes.initial_state))]
         r.episodes.act(episode_id, obs, stored, scored[Columns.ACTION_LOGP][0],
-                       scored[Columns.ACTION_DIST_INPUTS][0])
+                       scored[Columns.ACTION_DIST_INPUTS][0], inputs, state_out)
         r._new_data.set()
 
     @counted
@@ -336,12 +344,14 @@ def _check_chunk(r: PolicyServerRunner, chunk: Any) -> dict[str, Any]:
     try:
         with np.errstate(over="ignore", invalid="ignore"):  # values turned inf: refused below
             n = len(np.asarray(chunk["rewards"]))
-            out: dict[str, Any] = check_columns(chunk, r.chunk_specs(), n, "chunk")
+            specs = {k: v for k, v in r.chunk_specs().items() if k not in r.memory_specs}
+            out: dict[str, Any] = check_columns(chunk, specs, n, "chunk")
             obs = r.chunk_specs()[Columns.OBS]
             out["next_obs"] = check_columns({"next_obs": [chunk["next_obs"]]}, {"next_obs": obs},
                                             1, "chunk")["next_obs"][0]
     except (TypeError, ValueError, OverflowError) as exc:
         raise ClientDataError("chunk", str(exc)) from None
+    out.update(check_memory_columns(chunk, r.memory_specs, r.action_space, r.limits, n))
     check_chunk_columns(out, r.action_space, r.limits)
     out["terminated"], out["truncated"] = bool(chunk["terminated"]), bool(chunk["truncated"])
     out["episode"] = check_summary(chunk["episode"], r.limits)

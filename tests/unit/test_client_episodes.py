@@ -168,3 +168,52 @@ def test_past_the_caps_the_least_recently_used_episode_is_closed_without_an_end(
     with pytest.raises(ValueError, match="policy_server_max_episode_steps"):
         eps.act("b1", obs(3), 0, 0.0, np.zeros(2, np.float32))
     assert eps.by_client == {"a": {"a3": None}, "b": {"b2": None, "b1": None}}
+
+
+def test_a_recurrent_policys_state_lives_with_its_episode_and_goes_with_it():
+    """Each episode reads the state its own last step left (and its own previous action
+    and reward), each step records both states; a closed episode's state is gone."""
+    init = [np.zeros(3, np.float32)]
+    eps = Episodes(chunk_len=2, max_open=2, initial_state=init, prev_action=np.int64(0),
+                   prev_reward=True)
+    a, b = eps.start("a"), eps.start("b")
+    for t in range(3):  # a counts up and takes action 1, b counts down and takes action 0
+        for eid, sign, action in ((a, 1, 1), (b, -1, 0)):
+            inputs = eps.step_inputs(eid)
+            assert inputs["state_in_0"][0] == sign * t
+            assert inputs["prev_actions"] == (0 if t == 0 else action)
+            assert inputs["prev_rewards"] == (0.0 if t == 0 else sign * (t - 1))
+            eps.act(eid, obs(t), action, -0.5, np.zeros(2, np.float32), inputs,
+                    [inputs["state_in_0"] + sign])
+            eps.reward(eid, sign * t)
+    eps.end(a, obs(3))
+    a01, b01, a2 = eps.take_chunks()
+    np.testing.assert_array_equal(a01["state_in_0"][:, 0], [0, 1])
+    np.testing.assert_array_equal(a01["state_out_0"][:, 0], [1, 2])
+    np.testing.assert_array_equal(b01["state_out_0"][:, 0], [-1, -2])
+    np.testing.assert_array_equal(b01["prev_actions"], [0, 0])
+    np.testing.assert_array_equal(a2["prev_actions"], [1])
+    np.testing.assert_array_equal(a2["prev_rewards"], [1])
+    state = ColumnSpec((3,), np.dtype(np.float32))
+    fragment = fragment_from_chunks([a01, b01, a2], {
+        **SPECS, "state_in_0": state, "state_out_0": state,
+        "prev_actions": ColumnSpec((), np.dtype(np.int64)),
+        "prev_rewards": ColumnSpec((), np.dtype(np.float32))})
+    assert fragment["state_in_0"].shape == (2, 3, 3)
+    np.testing.assert_array_equal(fragment["state_in_0"][:, 2, 0], [2, 0])  # a2, then padding
+    eps.start("c")
+    eps.start("d")  # past max_open: b, the least recently used, is closed with its state
+    with pytest.raises(KeyError):
+        eps.step_inputs(b)
+    eps.start("b")  # a new episode of the same id starts from the initial state
+    assert not eps.step_inputs("b")["state_in_0"].any()
+
+
+def test_a_stateless_policy_has_no_step_inputs_and_no_state_columns():
+    eps = Episodes(chunk_len=10)
+    eid = eps.start()
+    assert eps.step_inputs(eid) == {}
+    play(eps, eid, 0, 2)
+    eps.end(eid, obs(2))
+    (chunk,) = eps.take_chunks()
+    assert not any(k.startswith(("state_", "prev_")) for k in chunk)
