@@ -261,7 +261,8 @@ def test_every_tuned_example_is_a_valid_config(name):
     (["-f", "no-such-example.yaml"], "no such file: no-such-example.yaml (rlmesh's tuned "
                                      "examples: cartpole-a2c.yaml, cartpole-a3c.yaml, "
                                      "cartpole-appo.yaml, cartpole-impala.yaml, "
-                                     "cartpole-pg.yaml, cartpole-ppo.yaml, pendulum-ppo.yaml)"),
+                                     "cartpole-pg.yaml, cartpole-ppo.yaml, lunarlander-ppo.yaml, "
+                                     "pendulum-ppo.yaml)"),
 ])
 def test_errors_are_one_line_with_exit_2(tmp_path, built, capsys, argv, expected):
     assert run_train(tmp_path, *argv) == 2
@@ -295,6 +296,13 @@ def test_config_error_from_build_is_one_line(tmp_path, monkeypatch, capsys):
     assert run_train(tmp_path, "--run", "PPO", "--env", "Nope-v0") == 2
     assert one_error_line(capsys) == ("rlmesh train: error: invalid config: env: no env "
                                       "'Nope-v0'; seed: bad")
+
+
+def test_an_env_gymnasium_cannot_make_is_one_line_before_anything_starts(tmp_path, capsys):
+    # The real build: the driver makes one env for its spaces before it starts any process.
+    assert run_train(tmp_path, "--run", "PPO", "--env", "CartPole-v9") == 2
+    line = one_error_line(capsys)
+    assert line.startswith("rlmesh train: error: env 'CartPole-v9' not found") and "CartPole-v1" in line
 
 
 def test_config_help_is_derived_from_the_fields(built, capsys):
