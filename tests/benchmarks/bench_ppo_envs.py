@@ -5,7 +5,8 @@ taking turns per seed in the same run; env steps and seconds to the threshold, a
 ``python -m tests.benchmarks.bench_ppo_envs [--only pendulum,lunar] [--seeds 0 1 2]
 [--config JSON] [--peer-python PATH]`` (``--config`` goes to every ``rlmesh train``).
 Both sides get the example's step budget and stop at the first rollout after which the mean
-return of the last 100 episodes reaches the threshold. Measured, never asserted.
+return of the last 100 episodes reaches the threshold. Measured, never asserted. The peers'
+venv needs box2d and pygame for LunarLander (``make bench-peers`` installs them).
 """
 
 from __future__ import annotations

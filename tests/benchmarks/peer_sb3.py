@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 import time
 from typing import Any, Callable
 
@@ -41,7 +42,7 @@ def linear(start: float) -> Callable[[float], float]:
     return lambda progress_remaining: progress_remaining * start
 
 
-def make_stopper(threshold: float) -> Any:
+def make_stopper(threshold: float, progress: bool = False) -> Any:
     from stable_baselines3.common.callbacks import BaseCallback
 
     class StopAtMeanReturn(BaseCallback):
@@ -55,6 +56,7 @@ def make_stopper(threshold: float) -> Any:
             self.rollouts = 0
             self.mean = math.nan
             self.best = -math.inf
+            self.start = time.perf_counter()
 
         def _on_rollout_end(self) -> None:
             self.rollouts += 1
@@ -62,6 +64,9 @@ def make_stopper(threshold: float) -> Any:
             self.mean = sum(returns) / len(returns) if returns else math.nan
             if returns:
                 self.best = max(self.best, self.mean)
+            if progress:  # for runs of many minutes: where it is, on stderr
+                print(f"rollout {self.rollouts}: {self.num_timesteps} steps, mean {self.mean:.1f}, "
+                      f"{time.perf_counter() - self.start:.0f} s", file=sys.stderr, flush=True)
             if self.solved_at is None and self.mean >= threshold:
                 self.solved_at = self.num_timesteps
 
@@ -80,9 +85,10 @@ def versions() -> dict[str, str]:
             "gymnasium": gymnasium.__version__}
 
 
-def learn_and_report(model: Any, seed: int, threshold: float, timesteps: int) -> None:
+def learn_and_report(model: Any, seed: int, threshold: float, timesteps: int,
+                     progress: bool = False) -> None:
     """Train ``model`` until the stopper's threshold (or ``timesteps``); print one JSON line."""
-    stopper = make_stopper(threshold)
+    stopper = make_stopper(threshold, progress)
     t0 = time.perf_counter()
     model.learn(total_timesteps=timesteps, callback=stopper)
     learn_s = time.perf_counter() - t0
@@ -103,6 +109,7 @@ def main() -> None:
                         help="stop at this mean return (default: 475, -250, 200 by env)")
     parser.add_argument("--timesteps", type=int,
                         help="step budget (default: rl-zoo's n_timesteps for the env)")
+    parser.add_argument("--progress", action="store_true", help="a line per rollout on stderr")
     parser.add_argument("--versions", action="store_true", help="print the versions and exit")
     args = parser.parse_args()
     if args.versions:
@@ -120,7 +127,7 @@ def main() -> None:
     env = make_vec_env(env_id, n_envs=n_envs, seed=args.seed)  # DummyVecEnv + Monitor
     model = PPO("MlpPolicy", env, seed=args.seed, device="cpu", verbose=0, **kwargs)
     learn_and_report(model, args.seed, args.threshold if args.threshold is not None else threshold,
-                     args.timesteps or timesteps)
+                     args.timesteps or timesteps, args.progress)
 
 
 if __name__ == "__main__":
