@@ -86,7 +86,7 @@ bench-peers: $(PEERS_VENV)/.installed $(RLLIB_VENV)/.installed
 $(PEERS_VENV)/.installed: deploy/ensure_torch.py
 	$(PY) -m venv $(PEERS_VENV)
 	$(PEERS_VENV)/bin/python deploy/ensure_torch.py
-	$(PEERS_VENV)/bin/pip install stable-baselines3 gymnasium
+	$(PEERS_VENV)/bin/pip install stable-baselines3 gymnasium box2d pygame  # box2d, pygame: LunarLander
 	touch $@
 $(RLLIB_VENV)/.installed: deploy/ensure_torch.py
 	$(PY) -m venv $(RLLIB_VENV)

@@ -17,6 +17,12 @@ import numpy as np
 from rlmesh.rl.spec import clip_actions
 
 _REGISTRY: dict[str, str] = {}  # name -> "module:qualname" of its creator
+EXTRA_HINT = "pip install 'rlmesh[envs]'"  # the extra with the envs beyond gymnasium's own
+
+
+class EnvError(ValueError):
+    """A gymnasium id that cannot be made here (unknown, or a package missing); the CLI
+    prints it as one line."""
 
 
 class EnvContext(dict):
@@ -153,11 +159,16 @@ def _make_from_path(env_spec: str, env_config: dict) -> gym.Env:
 def _gym_make(env_id: str, env_config: dict, registry: dict[str, str]) -> gym.Env:
     try:
         return gym.make(env_id, **env_config)
+    except gym.error.DependencyNotInstalled as exc:
+        # gymnasium's advice for Box2D (swig, gymnasium[box2d]) predates box2d's wheels,
+        # which rlmesh's envs extra installs.
+        hint = EXTRA_HINT if "box2d" in str(exc).lower() else str(exc)
+        raise EnvError(f"env {env_id!r} needs a package that is not installed: {hint}") from None
     except gym.error.Error as exc:
         known = list(gym.envs.registry) + list(registry)
         close = difflib.get_close_matches(env_id, known, n=3, cutoff=0.6)
         hint = f" Did you mean {' or '.join(map(repr, close))}?" if close else ""
-        raise ValueError(
+        raise EnvError(
             f"env {env_id!r} not found: it is not a registered name (registered: "
             f"{sorted(registry) or 'none'}), not an import path 'pkg.module:make_env', and "
             f"gymnasium says: {exc}.{hint}") from None

@@ -363,9 +363,11 @@ def run_spec(spec: TrainSpec, resume: bool = False, trust_code: bool = False) ->
     level = str(spec.config.get("log_level", "WARNING")).upper()
     logging.basicConfig(level={"WARN": "WARNING"}.get(level, level),
                         format="%(levelname)s %(name)s: %(message)s")
+    from rlmesh.envs import EnvError
+
     try:
         algo = build_algorithm(config)
-    except ConfigError as e:
+    except (ConfigError, EnvError) as e:
         return _fail(e)
     except Exception as e:
         if (message := policy_error_message(e)) is None:

@@ -1,9 +1,11 @@
-"""The reference of the ``ppo_learning`` benchmark: stable-baselines3 PPO on CartPole-v1 with
-rl-baselines3-zoo's tuned hyperparameters, stopped by rlmesh's rule (the mean return of the
-last 100 episodes >= 475, checked after each rollout and its update).
+"""The PPO peer: stable-baselines3 PPO with rl-baselines3-zoo's tuned hyperparameters on
+CartPole-v1 (the ``ppo_learning`` benchmark), Pendulum-v1 or LunarLander-v3
+(``bench_ppo_envs``), stopped by rlmesh's rule (the mean return of the last 100 episodes >=
+the threshold, checked after each rollout and its update).
 
 Runs with the peers' venv (``make bench-peers``), never rlmesh's, and imports nothing of
-rlmesh: ``.venv-peers/bin/python tests/benchmarks/peer_sb3.py --seed 0`` prints one JSON line.
+rlmesh: ``.venv-peers/bin/python tests/benchmarks/peer_sb3.py [--env pendulum] --seed 0``
+prints one JSON line.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 import time
 from typing import Any, Callable
 
@@ -22,13 +25,24 @@ ZOO = {"n_steps": 32, "batch_size": 256, "n_epochs": 20, "gamma": 0.98, "gae_lam
 LEARNING_RATE = 0.001  # lin_0.001: linear to 0 over n_timesteps
 CLIP_RANGE = 0.2  # lin_0.2
 
+# The other envs, from the same file: env id, n_envs, n_timesteps, threshold, PPO kwargs
+# (SB3's defaults otherwise: batch_size 64, lr 3e-4, clip_range 0.2, [64, 64] tanh nets).
+OTHER_ENVS: dict[str, tuple[str, int, int, float, dict[str, Any]]] = {
+    "pendulum": ("Pendulum-v1", 4, 100_000, -250.0, {
+        "n_steps": 1024, "gae_lambda": 0.95, "gamma": 0.9, "n_epochs": 10, "ent_coef": 0.0,
+        "learning_rate": 1e-3, "clip_range": 0.2, "use_sde": True, "sde_sample_freq": 4}),
+    "lunar": ("LunarLander-v3", 16, 1_000_000, 200.0, {  # rl-zoo's LunarLander-v2 entry
+        "n_steps": 1024, "batch_size": 64, "gae_lambda": 0.98, "gamma": 0.999,
+        "n_epochs": 4, "ent_coef": 0.01}),
+}
+
 
 def linear(start: float) -> Callable[[float], float]:
     """rl-zoo's ``lin_<start>``: SB3 passes progress_remaining, 1 at the start and 0 at the end."""
     return lambda progress_remaining: progress_remaining * start
 
 
-def make_stopper(threshold: float) -> Any:
+def make_stopper(threshold: float, progress: bool = False) -> Any:
     from stable_baselines3.common.callbacks import BaseCallback
 
     class StopAtMeanReturn(BaseCallback):
@@ -41,11 +55,18 @@ def make_stopper(threshold: float) -> Any:
             self.solved_at: int | None = None
             self.rollouts = 0
             self.mean = math.nan
+            self.best = -math.inf
+            self.start = time.perf_counter()
 
         def _on_rollout_end(self) -> None:
             self.rollouts += 1
             returns = [info["r"] for info in self.model.ep_info_buffer]
             self.mean = sum(returns) / len(returns) if returns else math.nan
+            if returns:
+                self.best = max(self.best, self.mean)
+            if progress:  # for runs of many minutes: where it is, on stderr
+                print(f"rollout {self.rollouts}: {self.num_timesteps} steps, mean {self.mean:.1f}, "
+                      f"{time.perf_counter() - self.start:.0f} s", file=sys.stderr, flush=True)
             if self.solved_at is None and self.mean >= threshold:
                 self.solved_at = self.num_timesteps
 
@@ -64,9 +85,10 @@ def versions() -> dict[str, str]:
             "gymnasium": gymnasium.__version__}
 
 
-def learn_and_report(model: Any, seed: int, threshold: float, timesteps: int) -> None:
+def learn_and_report(model: Any, seed: int, threshold: float, timesteps: int,
+                     progress: bool = False) -> None:
     """Train ``model`` until the stopper's threshold (or ``timesteps``); print one JSON line."""
-    stopper = make_stopper(threshold)
+    stopper = make_stopper(threshold, progress)
     t0 = time.perf_counter()
     model.learn(total_timesteps=timesteps, callback=stopper)
     learn_s = time.perf_counter() - t0
@@ -74,14 +96,20 @@ def learn_and_report(model: Any, seed: int, threshold: float, timesteps: int) ->
     print(json.dumps({
         "seed": seed, "solved": solved,
         "timesteps": stopper.solved_at if solved else model.num_timesteps,
-        "episode_reward_mean": stopper.mean, "rollouts": stopper.rollouts, "learn_s": learn_s,
+        "episode_reward_mean": stopper.mean, "best_mean": stopper.best,
+        "rollouts": stopper.rollouts, "learn_s": learn_s,
         **versions()}), flush=True)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--env", choices=["cartpole", *OTHER_ENVS], default="cartpole")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threshold", type=float, default=475.0)
+    parser.add_argument("--threshold", type=float,
+                        help="stop at this mean return (default: 475, -250, 200 by env)")
+    parser.add_argument("--timesteps", type=int,
+                        help="step budget (default: rl-zoo's n_timesteps for the env)")
+    parser.add_argument("--progress", action="store_true", help="a line per rollout on stderr")
     parser.add_argument("--versions", action="store_true", help="print the versions and exit")
     args = parser.parse_args()
     if args.versions:
@@ -90,10 +118,16 @@ def main() -> None:
     from stable_baselines3 import PPO
     from stable_baselines3.common.env_util import make_vec_env
 
-    env = make_vec_env("CartPole-v1", n_envs=N_ENVS, seed=args.seed)  # DummyVecEnv + Monitor
-    model = PPO("MlpPolicy", env, learning_rate=linear(LEARNING_RATE),
-                clip_range=linear(CLIP_RANGE), seed=args.seed, device="cpu", verbose=0, **ZOO)
-    learn_and_report(model, args.seed, args.threshold, N_TIMESTEPS)
+    if args.env == "cartpole":
+        env_id, n_envs, timesteps, threshold = "CartPole-v1", N_ENVS, N_TIMESTEPS, 475.0
+        # lin_ schedules run to 0 over rl-zoo's n_timesteps whatever --timesteps says.
+        kwargs = {**ZOO, "learning_rate": linear(LEARNING_RATE), "clip_range": linear(CLIP_RANGE)}
+    else:
+        env_id, n_envs, timesteps, threshold, kwargs = OTHER_ENVS[args.env]
+    env = make_vec_env(env_id, n_envs=n_envs, seed=args.seed)  # DummyVecEnv + Monitor
+    model = PPO("MlpPolicy", env, seed=args.seed, device="cpu", verbose=0, **kwargs)
+    learn_and_report(model, args.seed, args.threshold if args.threshold is not None else threshold,
+                     args.timesteps or timesteps, args.progress)
 
 
 if __name__ == "__main__":

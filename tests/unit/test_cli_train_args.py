@@ -297,6 +297,13 @@ def test_config_error_from_build_is_one_line(tmp_path, monkeypatch, capsys):
                                       "'Nope-v0'; seed: bad")
 
 
+def test_an_env_gymnasium_cannot_make_is_one_line_before_anything_starts(tmp_path, capsys):
+    # The real build: the driver makes one env for its spaces before it starts any process.
+    assert run_train(tmp_path, "--run", "PPO", "--env", "CartPole-v9") == 2
+    line = one_error_line(capsys)
+    assert line.startswith("rlmesh train: error: env 'CartPole-v9' not found") and "CartPole-v1" in line
+
+
 def test_config_help_is_derived_from_the_fields(built, capsys):
     assert cli_main(["train", "--config-help"]) == 0
     out = capsys.readouterr().out

@@ -465,6 +465,19 @@ def test_make_env_errors_say_what_was_tried():
         make_env(None)
 
 
+def test_lunarlander_without_box2d_names_the_extra(monkeypatch):
+    # Box2D absent, as in an install without rlmesh[envs]: gymnasium's lunar_lander module
+    # imports it when LunarLander is first made, so drop any copy already imported.
+    monkeypatch.setitem(sys.modules, "Box2D", None)
+    for name in [m for m in sys.modules if m.startswith("gymnasium.envs.box2d")]:
+        monkeypatch.delitem(sys.modules, name)
+    with pytest.raises(ValueError) as info:
+        make_env("LunarLander-v3")
+    message = str(info.value)
+    assert "\n" not in message and "'LunarLander-v3'" in message
+    assert message.endswith("pip install 'rlmesh[envs]'") and "not found" not in message
+
+
 def test_script_function_is_named_by_its_file(tmp_path, monkeypatch):
     monkeypatch.delitem(sys.modules, "__mp_main__", raising=False)
     script = tmp_path / "train_script.py"
