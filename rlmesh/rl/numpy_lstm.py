@@ -36,9 +36,11 @@ class NumpyLSTMPolicy(NumpyPolicy):
         discrete = isinstance(action_space, gym.spaces.Discrete)
         self._action_one_hot = np.eye(int(action_space.n), dtype=np.float32) if discrete else None
         self.prev_action_shape = () if discrete else tuple(action_space.shape)
-        self._prev_action_size = int(action_space.n) if discrete else int(np.prod(action_space.shape))
+        self._prev_action_size = (int(action_space.n) if discrete
+                                  else int(np.prod(action_space.shape)))
         # The MLP's checks (flat spaces, no custom model) hold for the LSTM's encoder too.
-        super().__init__(obs_space, action_space, {**model_config, "use_lstm": False}, explore, seed)
+        super().__init__(obs_space, action_space, {**model_config, "use_lstm": False}, explore,
+                         seed)
 
     def get_initial_state(self) -> list[np.ndarray]:
         return [np.zeros(self.cell_size, np.float32), np.zeros(self.cell_size, np.float32)]
@@ -64,7 +66,8 @@ class NumpyLSTMPolicy(NumpyPolicy):
 
     def _load(self) -> None:
         w = self.weights
-        trunk = sorted(int(k.split(".")[1]) for k in w if k.startswith("trunk.") and k.endswith(".weight"))
+        trunk = sorted(int(k.split(".")[1]) for k in w
+                       if k.startswith("trunk.") and k.endswith(".weight"))
         self._layers = [(np.ascontiguousarray(w[f"trunk.{i}.weight"].T), w[f"trunk.{i}.bias"])
                         for i in trunk]
         self._w_ih = np.ascontiguousarray(w["lstm.weight_ih_l0"].T)

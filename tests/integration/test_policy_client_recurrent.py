@@ -191,13 +191,16 @@ def test_ppo_with_lstm_learns_to_remember_from_client_experience(mode):
         sim = subprocess.Popen(
             [sys.executable, "-m", "tests.integration.repeat_first_client", "--address", address,
              "--inference-mode", mode], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-            env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])})
+            env={**os.environ,
+                 "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])})
         try:
-            means = []
-            while not means or (means[-1] < 0.9 and result["timesteps_total"] < 60_000):
+            means: list[float] = []
+            while True:
                 result = algo.train()
                 means.append(result["episode_reward_mean"])
                 assert sim.poll() is None, sim.stderr.read().decode()[-2000:]
+                if means[-1] >= 0.9 or result["timesteps_total"] >= 60_000:
+                    break
         finally:
             sim.terminate()
             sim.wait(10)
