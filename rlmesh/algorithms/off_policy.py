@@ -126,8 +126,16 @@ class OffPolicyTorchPolicy(TorchPolicy):
         td = torch.full((k_steps, size), float("nan"))
         sums: dict[str, float] = {}
         done = 0
-        for k in range(k_steps):
+        # Updated by env steps, the target network changes at most once per call (first):
+        # what it computes for all K minibatches is then one batched pass.
+        fixed_target = self.config.target_network_update_freq > 0
+        if fixed_target:
             self.maybe_update_target()
+            with torch.no_grad():
+                tensors.update(self.target_outputs(tensors))
+        for k in range(k_steps):
+            if not fixed_target:
+                self.maybe_update_target()
             stats = self.learn_minibatch({key: v[k] for key, v in tensors.items()})
             if stats is None:
                 continue
@@ -145,6 +153,12 @@ class OffPolicyTorchPolicy(TorchPolicy):
                       **self.state)
         result["td_error"] = td.numpy()
         return result
+
+    def target_outputs(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Columns the target network computes for a whole ``[K, B, ...]`` batch at once
+        (when it stays fixed over the K steps), added to each minibatch; the loss computes
+        them itself where absent."""
+        return {}
 
     def learn_minibatch(self, mb: dict[str, torch.Tensor]) -> dict[str, Any] | None:
         """One optimizer step on one minibatch (``loss``, clipping, the non-finite check);
