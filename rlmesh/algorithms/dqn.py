@@ -50,10 +50,13 @@ class QModel(nn.Module):
             self.v_branch, v_size = mlp(size, list(hiddens), "relu")
             self.v_head = nn.Linear(v_size, 1)
 
-    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def q_values(self, obs: torch.Tensor) -> torch.Tensor:
         x = self.trunk(self.encoder(obs))
         a = self.a_head(self.a_branch(x))
-        q = a + self.v_head(self.v_branch(x)) - a.mean(-1, keepdim=True) if self.dueling else a
+        return a + self.v_head(self.v_branch(x)) - a.mean(-1, keepdim=True) if self.dueling else a
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        q = self.q_values(obs)
         return q, q.max(-1).values
 
 
@@ -100,21 +103,21 @@ class DQNTorchPolicy(OffPolicyTorchPolicy):
 
     def target_outputs(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         next_obs = batch["next_obs"]
-        q_next = self.target_model(next_obs.flatten(0, 1))[0]
+        q_next = q_values(self.target_model, next_obs.flatten(0, 1))
         return {"target_q_next": q_next.reshape(*next_obs.shape[:2], -1)}
 
     def loss(self, mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         cfg = self.config
         n = len(mb["rewards"])
         if cfg.double_q:  # the online network on obs and next_obs in one pass
-            q_all = self.model(torch.cat([mb["obs"], mb["next_obs"]]))[0]
+            q_all = q_values(self.model, torch.cat([mb["obs"], mb["next_obs"]]))
             q, q_next_online = q_all[:n], q_all[n:].detach()
         else:
-            q = self.model(mb["obs"])[0]
+            q = q_values(self.model, mb["obs"])
         with torch.no_grad():
             q_next = mb.get("target_q_next")
             if q_next is None:
-                q_next = self.target_model(mb["next_obs"])[0]
+                q_next = q_values(self.target_model, mb["next_obs"])
             chooser = q_next_online if cfg.double_q else q_next
             best = q_next.gather(1, chooser.argmax(-1, keepdim=True)).squeeze(1)
             target = mb["rewards"] + mb["discounts"] * best
@@ -127,6 +130,12 @@ class DQNTorchPolicy(OffPolicyTorchPolicy):
         td = (q_taken - target).detach()
         return loss, {"total_loss": loss.detach(), "mean_q": q_taken.detach().mean(),
                       "mean_td_error": td.abs().mean(), "td_error": td}
+
+
+def q_values(model: nn.Module, obs: torch.Tensor) -> torch.Tensor:
+    """Q-values ``[N, num_actions]``: ``QModel.q_values``, or a custom model's first output."""
+    fn = getattr(model, "q_values", None)
+    return fn(obs) if fn is not None else model(obs)[0]
 
 
 def check_discrete(action_space: gym.Space) -> None:
