@@ -19,6 +19,7 @@ from torch import nn
 
 from rlmesh.algorithms.dqn_config import DQNConfig
 from rlmesh.algorithms.off_policy import OffPolicy, OffPolicyTorchPolicy
+from rlmesh.config.base import ConfigError
 from rlmesh.policy.numpy_q import STEP_INDEX, epsilon_at
 from rlmesh.policy.policy import class_path
 from rlmesh.rl.encoders import ObsEncoder
@@ -140,7 +141,7 @@ def q_values(model: nn.Module, obs: torch.Tensor) -> torch.Tensor:
 
 def check_discrete(action_space: gym.Space) -> None:
     if not isinstance(action_space, gym.spaces.Discrete):
-        raise ValueError(f"DQN needs a Discrete action space, got {action_space}; for Box "
+        raise ConfigError(f"DQN needs a Discrete action space, got {action_space}; for Box "
                          "actions use SAC, TD3 or DDPG")
 
 

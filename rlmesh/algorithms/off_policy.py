@@ -45,12 +45,14 @@ import torch
 from rlmesh.algorithms.algorithm import Algorithm
 from rlmesh.algorithms.env_runner_group import synchronous_parallel_sample
 from rlmesh.algorithms.off_policy_config import OffPolicyConfig
+from rlmesh.config.base import ConfigError
 from rlmesh.config.schedules import value_at
 from rlmesh.policy.torch_policy import TorchPolicy, load_weights
 from rlmesh.rl.batch import to_tensors
 from rlmesh.rl.columns import DEFAULT_POLICY_ID
 from rlmesh.rl.nstep import NStepBuilder
-from rlmesh.rl.replay import PrioritizedReplayBuffer, ReplayBuffer, transition_columns
+from rlmesh.rl.replay import (PrioritizedReplayBuffer, ReplayBuffer, ReplayMemoryError,
+                              transition_columns)
 
 log = logging.getLogger(__name__)
 
@@ -221,7 +223,10 @@ class OffPolicy(Algorithm):
     def _policy_specs(self) -> dict[str, dict[str, Any]]:
         # Runs before any process starts: a bad space or a buffer too large fails here.
         self.check_spaces(self.obs_space, self.action_space)
-        self.replay = make_replay(self.config, self.obs_space, self.action_space)
+        try:
+            self.replay = make_replay(self.config, self.obs_space, self.action_space)
+        except ReplayMemoryError as e:  # a setting to change: the CLI's one-line error
+            raise ConfigError(str(e)) from None
         self.nstep = NStepBuilder(self.config.n_step, self.config.gamma)
         self._updates_owed = 0.0
         return super()._policy_specs()

@@ -15,7 +15,7 @@ import torch
 
 from rlmesh.algorithms import Algorithm
 from rlmesh.algorithms.dqn import DQNConfig
-from rlmesh.rl.replay import ReplayMemoryError
+from rlmesh.config.base import ConfigError
 
 
 def cartpole_config(**training) -> DQNConfig:
@@ -131,13 +131,13 @@ def test_a_killed_env_runner_is_replaced_and_training_continues():
 
 def test_continuous_actions_and_oversized_buffers_are_refused_before_any_process():
     before = set(psutil.Process().children(recursive=True))
-    with pytest.raises(ValueError) as info:
+    with pytest.raises(ConfigError) as info:
         DQNConfig().environment("Pendulum-v1").env_runners(num_env_runners=1).build()
     message = str(info.value)
     assert "\n" not in message
     assert message.startswith("DQN needs a Discrete action space, got Box(")
     assert "use SAC, TD3 or DDPG" in message
     huge = int(psutil.virtual_memory().total // 49) * 4  # CartPole: 49 bytes a transition
-    with pytest.raises(ReplayMemoryError, match=r"needs [\d.]+ GiB but this machine has"):
+    with pytest.raises(ConfigError, match=r"needs [\d.]+ GiB but this machine has"):
         cartpole_config(replay_buffer_config={"capacity": huge}).build()
     assert set(psutil.Process().children(recursive=True)) <= before
