@@ -13,9 +13,10 @@ How a replay-based algorithm is written on it
   (``rl/replay.py``: ``obs, actions, rewards`` (n-step), ``next_obs, terminateds,
   discounts`` (gamma**k, 0 after a termination: every target is ``r + discounts * V'``),
   ``weights`` (importance weights; 1 without prioritized replay)). ``stats["td_error"]``,
-  a ``[B]`` tensor, becomes the sampled transitions' new priorities. A loss with several
-  optimizers (actor, critic, alpha) overrides ``learn_minibatch(mb) -> stats`` instead and
-  steps them itself. Targets are updated by ``maybe_update_target`` (every
+  a ``[B]`` tensor, becomes the sampled transitions' new priorities (without it they
+  stay). A loss with several optimizers (actor, critic, alpha) overrides
+  ``learn_minibatch(mb) -> stats`` instead and steps them itself (returning None for a
+  step not applied). Targets are updated by ``maybe_update_target`` (every
   ``target_network_update_freq`` env steps, or every gradient step when 0, by ``tau``).
   Checkpoints keep the target network and ``self.state``; ``get_weights`` adds
   ``_timestep`` (env steps sampled) so runner-side exploration schedules follow the run.
@@ -141,7 +142,9 @@ class OffPolicyTorchPolicy(TorchPolicy):
             stats = self.learn_minibatch({key: v[k] for key, v in tensors.items()})
             if stats is None:
                 continue
-            td[k] = stats.pop("td_error").detach().to("cpu", torch.float32)
+            td_k = stats.pop("td_error", None)  # none: the priorities stay as they are
+            if td_k is not None:
+                td[k] = td_k.detach().to("cpu", torch.float32)
             for key, v in stats.items():  # tensors summed as tensors: no sync per step
                 v = v.detach() if isinstance(v, torch.Tensor) else float(v)
                 sums[key] = sums[key] + v if key in sums else v
