@@ -239,6 +239,7 @@ def test_packaged_tuned_example_found_by_bare_name(tmp_path, built, monkeypatch)
 
 @pytest.mark.parametrize("name", tuned_examples.names())
 def test_every_tuned_example_is_a_valid_config(name):
+    from rlmesh.algorithms.registry import ALGORITHMS
     from rlmesh.cli.train import config_class
 
     experiment, exp, _ = tuned_examples.load_experiment(name)
