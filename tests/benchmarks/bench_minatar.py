@@ -32,12 +32,13 @@ def make_breakout(env_config=None) -> gym.Env:
 
 # --- rlmesh ---
 
-def rlmesh_rates(steps: int) -> tuple[float, float, float]:
+def rlmesh_rates(steps: int, learner_threads: int | str = "auto") -> tuple[float, float, float]:
     """(train env steps/s, sample env steps/s, last mean return)."""
     from rlmesh.algorithms import PPOConfig
 
     config = (PPOConfig().environment("tests.benchmarks.bench_minatar:make_breakout")
               .env_runners(num_env_runners=NUM_RUNNERS, num_envs_per_env_runner=NUM_ENVS)
+              .learners(num_cpus_per_learner=learner_threads)
               .training(lr=LR, train_batch_size=BATCH, minibatch_size=MINIBATCH,
                         num_epochs=EPOCHS, entropy_coeff=0.01, model=MODEL)
               .debugging(seed=0))
@@ -142,11 +143,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=40_000)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--learner-threads", default="auto",
+                        help="rlmesh's num_cpus_per_learner (torch threads of the learner)")
     args = parser.parse_args()
     rates = {"rlmesh": [], "cleanrl": []}
     for _ in range(args.rounds):  # take turns: both see the same load
         for side, fn in (("cleanrl", cleanrl_rates), ("rlmesh", rlmesh_rates)):
-            rates[side].append(fn(args.steps))
+            threads = args.learner_threads
+            extra = ({"learner_threads": threads if threads == "auto" else int(threads)}
+                     if side == "rlmesh" else {})
+            rates[side].append(fn(args.steps, **extra))
             print(side, "train %.0f  sample %.0f env steps/s, return %.2f" % rates[side][-1], flush=True)
     med = {side: [statistics.median(r[i] for r in rs) for i in range(3)] for side, rs in rates.items()}
     print(f"MinAtar Breakout, PPO, default conv net, {NUM_RUNNERS}x{NUM_ENVS} envs, "
