@@ -16,6 +16,7 @@ ALGORITHMS = {
     "PG": "rlmesh.algorithms.pg_config:PGConfig",
     "A2C": "rlmesh.algorithms.a2c_config:A2CConfig",
     "A3C": "rlmesh.algorithms.a3c_config:A3CConfig",
+    "DQN": "rlmesh.algorithms.dqn_config:DQNConfig",
     "DDPG": "rlmesh.algorithms.ddpg_config:DDPGConfig",
     "TD3": "rlmesh.algorithms.td3_config:TD3Config",
     "SAC": "rlmesh.algorithms.sac_config:SACConfig",

@@ -63,7 +63,7 @@ class ReplayBuffer:
             raise ValueError(f"replay capacity must be at least 1, got {capacity}")
         self.capacity = int(capacity)
         self.specs = dict(specs)
-        if check:
+        if check:  # before anything is allocated
             check_memory(columns_nbytes(self.capacity, self.specs) + self._extra_bytes())
         # np.empty: pages are touched (and count in RSS) only as the ring fills.
         self.columns = {k: np.empty((self.capacity, *s.shape), s.dtype) for k, s in specs.items()}
@@ -141,23 +141,35 @@ class SumTree:
     arrays, one level at a time: O(batch * log capacity) in a few numpy calls."""
 
     def __init__(self, capacity: int) -> None:
-        self.leaves = 1 << max(0, int(capacity - 1).bit_length())
+        self.leaves = self.num_leaves(capacity)
+        self.depth = self.leaves.bit_length() - 1
         self.sums = np.zeros(2 * self.leaves)
         self.mins = np.full(2 * self.leaves, np.inf)
 
     def set(self, idx: np.ndarray, values: np.ndarray) -> None:
         node = np.asarray(idx, np.int64) + self.leaves
+        values = np.asarray(values, np.float64)
         self.sums[node] = values
         # Zero priorities (never drawn) stay out of the minimum, which sets the weights' scale.
-        self.mins[node] = np.where(np.asarray(values) > 0, values, np.inf)
-        node = np.unique(node // 2)
-        while node[0] >= 1:
-            left, right = 2 * node, 2 * node + 1
-            self.sums[node] = self.sums[left] + self.sums[right]
-            self.mins[node] = np.minimum(self.mins[left], self.mins[right])
-            if node[0] == 1:
-                break
-            node = np.unique(node // 2)
+        self.mins[node] = np.where(values > 0, values, np.inf)
+        # Every leaf is as deep as the others: each pass lifts all the nodes one level.
+        # Parents met twice are recomputed twice from the same children: no np.unique
+        # (sorting at every level cost more than the repeated sums), and separate sum and
+        # min arrays (one interleaved array's row gathers took twice as long in numpy).
+        for _ in range(self.depth):
+            node >>= 1
+            left = node << 1
+            self.sums[node] = self.sums[left] + self.sums[left + 1]
+            self.mins[node] = np.minimum(self.mins[left], self.mins[left + 1])
+
+    @staticmethod
+    def num_leaves(capacity: int) -> int:
+        return 1 << max(0, int(capacity - 1).bit_length())
+
+    @staticmethod
+    def nbytes(capacity: int) -> int:
+        """Bytes of the sum and min trees over ``capacity`` leaves."""
+        return 2 * 2 * SumTree.num_leaves(capacity) * 8
 
     @property
     def total(self) -> float:
@@ -171,12 +183,13 @@ class SumTree:
         """The leaf where each prefix sum ``mass`` (in [0, total)) falls."""
         node = np.ones(len(mass), np.int64)
         mass = np.array(mass, np.float64)
-        while node[0] < self.leaves:
-            left = 2 * node
-            left_sum = self.sums[left]
+        sums = self.sums
+        for _ in range(self.depth):
+            node <<= 1
+            left_sum = sums[node]
             go_right = mass >= left_sum
-            mass -= np.where(go_right, left_sum, 0.0)
-            node = left + go_right
+            mass -= left_sum * go_right
+            node += go_right
         return node - self.leaves
 
 
@@ -188,14 +201,13 @@ class PrioritizedReplayBuffer(ReplayBuffer):
 
     def __init__(self, capacity: int, specs: dict[str, ColumnSpec], alpha: float = 0.6,
                  eps: float = 1e-6, seed: int | None = None, check: bool = True) -> None:
-        self.tree = SumTree(capacity)
         super().__init__(capacity, specs, seed, check)
+        self.tree = SumTree(capacity)
         self.alpha, self.eps = float(alpha), float(eps)
         self.max_priority = 1.0
 
     def _extra_bytes(self) -> int:
-        tree = getattr(self, "tree", None)
-        return 0 if tree is None else tree.sums.nbytes + tree.mins.nbytes
+        return SumTree.nbytes(self.capacity)
 
     def add(self, batch: dict[str, np.ndarray], priorities: np.ndarray | None = None) -> np.ndarray:
         idx = super().add(batch)

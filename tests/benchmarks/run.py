@@ -7,9 +7,10 @@ PPO's (bench_ppo: ppo_*, about 5 min; ``--only ppo``) and the policy client's (b
 client_*, about 1 min; ``--only client``), the scheduler's (bench_scheduler: scheduler_*,
 simulated, no processes, under 1 min; ``--only scheduler``) and IMPALA's (bench_impala:
 impala_*, about 8 min with RLlib's learning runs; ``--only impala``) and CURVE's cost
-(bench_curve: curve_*, plain tcp vs CURVE, about 1 min; ``--only curve``) and SAC/TD3/DDPG's
-(bench_sac_td3: sac_td3_learning vs stable-baselines3, several minutes; ``--only sac_td3``).
-Each suite has its own sizes.
+(bench_curve: curve_*, plain tcp vs CURVE, about 1 min; ``--only curve``), DQN's
+(bench_dqn: dqn_replay, dqn_learning against stable-baselines3; ``--only dqn``) and
+SAC/TD3/DDPG's (bench_sac_td3: sac_td3_learning against stable-baselines3, several minutes;
+``--only sac_td3``). Each suite has its own sizes.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import (bench_client, bench_curve, bench_impala, bench_ppo, bench_runtime,
+from . import (bench_client, bench_curve, bench_dqn, bench_impala, bench_ppo, bench_runtime,
                bench_sac_td3, bench_scheduler)
 from .bench_runtime import Row
 
@@ -34,7 +35,7 @@ from .bench_runtime import Row
 BENCHMARKS: dict[str, tuple[Any, Any, Any]] = {
     name: (fn, suite.DEFAULT, suite.QUICK)
     for suite in (bench_runtime, bench_ppo, bench_client, bench_scheduler, bench_impala,
-                  bench_curve, bench_sac_td3)
+                  bench_curve, bench_dqn, bench_sac_td3)
     for name, fn in suite.BENCHMARKS.items()}
 
 

@@ -1,0 +1,155 @@
+"""DQN (Mnih et al. 2015) with double Q, dueling heads, n-step returns and prioritized replay.
+
+Runners act epsilon-greedily on the Q network (in numpy, ``policy/numpy_q.py``) and ship
+fragments; the driver stores their n-step transitions and, at ``training_intensity``,
+has the learner regress Q(s, a) on ``r + discounts * Q_target(s', argmax_a' Q(s', a'))``
+with the Huber loss, weighted by prioritized replay's importance weights (the plumbing:
+``off_policy.py``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from rlmesh.algorithms.dqn_config import DQNConfig
+from rlmesh.algorithms.off_policy import OffPolicy, OffPolicyTorchPolicy
+from rlmesh.policy.numpy_q import STEP_INDEX, epsilon_at
+from rlmesh.policy.policy import class_path
+from rlmesh.rl.encoders import ObsEncoder
+from rlmesh.rl.models import ACTIVATIONS, mlp
+from rlmesh.rl.spec import MODEL_DEFAULTS, numpy_fast_path
+
+__all__ = ["DQN", "DQNConfig", "DQNTorchPolicy", "QModel"]
+
+NUMPY_RUNNER = "rlmesh.policy.numpy_q:NumpyQPolicy"
+
+
+class QModel(nn.Module):
+    """obs -> (Q-values ``[N, num_actions]``, max Q ``[N]``): an observation encoder, the
+    ``fcnet_hiddens`` trunk, then an advantage branch (``hiddens``, ReLU) and, dueling, a
+    value branch: Q = V + A - mean(A). The second output makes it read like the default
+    model (distribution inputs, value) wherever a model is only run."""
+
+    def __init__(self, obs_space: gym.Space, num_actions: int, model_config: dict,
+                 hiddens: list[int], dueling: bool) -> None:
+        super().__init__()
+        config = {**MODEL_DEFAULTS, **model_config}
+        self.encoder = ObsEncoder(obs_space, config, ACTIVATIONS[config["conv_activation"]])
+        trunk = list(config["fcnet_hiddens"]) + list(config["post_fcnet_hiddens"])
+        self.trunk, size = mlp(self.encoder.out_size, trunk, config["fcnet_activation"])
+        self.a_branch, a_size = mlp(size, list(hiddens), "relu")
+        self.a_head = nn.Linear(a_size, num_actions)
+        self.dueling = dueling
+        if dueling:
+            self.v_branch, v_size = mlp(size, list(hiddens), "relu")
+            self.v_head = nn.Linear(v_size, 1)
+
+    def q_values(self, obs: torch.Tensor) -> torch.Tensor:
+        x = self.trunk(self.encoder(obs))
+        a = self.a_head(self.a_branch(x))
+        return a + self.v_head(self.v_branch(x)) - a.mean(-1, keepdim=True) if self.dueling else a
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        q = self.q_values(obs)
+        return q, q.max(-1).values
+
+
+class DQNTorchPolicy(OffPolicyTorchPolicy):
+    """DQN's learner side: the Q network, its target copy, the TD loss."""
+
+    def __init__(self, observation_space: gym.Space, action_space: gym.Space, config: Any,
+                 device: str | torch.device = "cpu") -> None:
+        check_discrete(action_space)
+        super().__init__(observation_space, action_space, config, device)
+        self.view_requirements = dict(STEP_INDEX)
+        self._rng = np.random.default_rng(config.seed)
+
+    def make_model(self) -> nn.Module:
+        cfg = self.config
+        return QModel(self.observation_space, int(self.action_space.n), cfg.model, cfg.hiddens,
+                      cfg.dueling)
+
+    @classmethod
+    def runner_class(cls, config: Any, observation_space: gym.Space | None = None,
+                     action_space: gym.Space | None = None) -> str:
+        """Numpy acting for the default Q network on a flat observation; else this class."""
+        default = (cls.compute_actions is DQNTorchPolicy.compute_actions
+                   and cls.make_model is DQNTorchPolicy.make_model)
+        flat = (observation_space is not None
+                and numpy_fast_path(observation_space, action_space, config.model))
+        return NUMPY_RUNNER if default and flat else class_path(cls)
+
+    def compute_actions(self, obs_batch: np.ndarray, state_batches: Any = None,
+                        prev_action_batch: Any = None, prev_reward_batch: Any = None,
+                        explore: bool | None = None, timestep: int | None = None,
+                        **kwargs: Any) -> tuple[np.ndarray, list[np.ndarray], dict[str, np.ndarray]]:
+        explore = self.config.explore if explore is None else explore
+        with torch.no_grad():
+            q = self.model(torch.as_tensor(np.asarray(obs_batch), device=self.device))[0]
+        actions = q.argmax(-1).cpu().numpy().astype(np.int64)
+        if explore:
+            eps = epsilon_at(self.config.exploration_config,
+                             self.global_timestep if timestep is None else timestep)
+            rand = self._rng.random(len(actions)) < eps
+            actions[rand] = self._rng.integers(0, q.shape[-1], int(rand.sum()))
+            self.global_timestep += len(actions)
+        return actions, [], {}
+
+    def target_outputs(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        next_obs = batch["next_obs"]
+        q_next = q_values(self.target_model, next_obs.flatten(0, 1))
+        return {"target_q_next": q_next.reshape(*next_obs.shape[:2], -1)}
+
+    def loss(self, mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        cfg = self.config
+        n = len(mb["rewards"])
+        if cfg.double_q:  # the online network on obs and next_obs in one pass
+            q_all = q_values(self.model, torch.cat([mb["obs"], mb["next_obs"]]))
+            q, q_next_online = q_all[:n], q_all[n:].detach()
+        else:
+            q = q_values(self.model, mb["obs"])
+        with torch.no_grad():
+            q_next = mb.get("target_q_next")
+            if q_next is None:
+                q_next = q_values(self.target_model, mb["next_obs"])
+            chooser = q_next_online if cfg.double_q else q_next
+            best = q_next.gather(1, chooser.argmax(-1, keepdim=True)).squeeze(1)
+            target = mb["rewards"] + mb["discounts"] * best
+        q_taken = q.gather(1, mb["actions"].long().unsqueeze(1)).squeeze(1)
+        if cfg.td_error_loss_fn == "huber":
+            per_sample = F.huber_loss(q_taken, target, reduction="none", delta=1.0)
+        else:
+            per_sample = 0.5 * (q_taken - target).pow(2)
+        loss = (mb["weights"] * per_sample).mean()
+        td = (q_taken - target).detach()
+        return loss, {"total_loss": loss.detach(), "mean_q": q_taken.detach().mean(),
+                      "mean_td_error": td.abs().mean(), "td_error": td}
+
+
+def q_values(model: nn.Module, obs: torch.Tensor) -> torch.Tensor:
+    """Q-values ``[N, num_actions]``: ``QModel.q_values``, or a custom model's first output."""
+    fn = getattr(model, "q_values", None)
+    return fn(obs) if fn is not None else model(obs)[0]
+
+
+def check_discrete(action_space: gym.Space) -> None:
+    if not isinstance(action_space, gym.spaces.Discrete):
+        raise ValueError(f"DQN needs a Discrete action space, got {action_space}; for Box "
+                         "actions use SAC, TD3 or DDPG")
+
+
+class DQN(OffPolicy):
+    """DQN on the rlmesh mesh: runners sample epsilon-greedily, the driver keeps the replay
+    buffer, the learner trains on it (``OffPolicy.training_step``)."""
+
+    config_class = DQNConfig
+    default_policy_class = DQNTorchPolicy
+
+    def check_spaces(self, obs_space: Any, action_space: Any) -> None:
+        check_discrete(action_space)

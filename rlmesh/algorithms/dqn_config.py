@@ -1,0 +1,71 @@
+"""DQNConfig: DQN's own settings (double Q, dueling heads, the loss, epsilon-greedy
+exploration) and its defaults for the shared ones, in RLlib's names."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from rlmesh.algorithms.off_policy_config import REPLAY_DEFAULTS, OffPolicyConfig
+from rlmesh.config.base import setting
+from rlmesh.rl.spec import MODEL_DEFAULTS
+
+#: exploration_config's keys and defaults (RLlib's EpsilonGreedy).
+EXPLORATION_DEFAULTS = {"type": "EpsilonGreedy", "initial_epsilon": 1.0, "final_epsilon": 0.02,
+                        "epsilon_timesteps": 10_000}
+
+# RLlib's DQNConfig.__init__ values for settings the base configs already declare.
+_DQN_DEFAULTS = {
+    "lr": 5e-4,
+    "train_batch_size": 32,
+    "rollout_fragment_length": 4,
+    "grad_clip": 40.0,
+    "target_network_update_freq": 500,
+    "num_steps_sampled_before_learning_starts": 1000,
+    "replay_buffer_config": dict(REPLAY_DEFAULTS),
+    "model": dict(MODEL_DEFAULTS),
+}
+
+
+@dataclass(kw_only=True)
+class DQNConfig(OffPolicyConfig, defaults=_DQN_DEFAULTS):
+    """Deep Q-Networks (Mnih et al. 2015) with Rainbow's double Q, dueling heads, n-step
+    returns and prioritized replay, configured as in RLlib::
+
+        DQNConfig().environment("CartPole-v1").training(lr=1e-3, double_q=True, n_step=3)
+    """
+
+    #: The algorithm build() makes from this config.
+    algorithm_path = "rlmesh.algorithms.dqn:DQN"
+
+    double_q: bool = setting(
+        True, "training",
+        doc="Double Q-learning (van Hasselt et al. 2016): the online network picks the next "
+            "action, the target network values it.")
+    dueling: bool = setting(
+        True, "training",
+        doc="Dueling heads (Wang et al. 2016): Q = V + A - mean(A), from two branches.")
+    hiddens: list = setting(
+        [256], "training",
+        doc="Hidden layers (ReLU) of the advantage and value branches after the model's "
+            "fcnet_hiddens trunk; [] puts the Q head straight on the trunk.")
+    td_error_loss_fn: Literal["huber", "mse"] = setting(
+        "huber", "training",
+        doc="Loss of the TD error: 'huber' (delta 1, as DQN's clipped error) or 'mse'.")
+    exploration_config: dict = setting(
+        EXPLORATION_DEFAULTS, "env_runners", merge=True,
+        doc="Epsilon-greedy exploration in the runners (RLlib's keys): epsilon goes from "
+            "'initial_epsilon' to 'final_epsilon' linearly over 'epsilon_timesteps' env steps "
+            "sampled, then stays. A dict given updates the current one key by key.")
+
+    def _cross_checks(self) -> list[str]:
+        problems = super()._cross_checks()
+        ex = {**EXPLORATION_DEFAULTS, **self.exploration_config}
+        if ex["type"] != "EpsilonGreedy" or set(ex) - set(EXPLORATION_DEFAULTS):
+            problems.append(f"exploration_config: DQN explores with type 'EpsilonGreedy' and "
+                            f"the keys {sorted(EXPLORATION_DEFAULTS)}, got {self.exploration_config}")
+        if not all(0 <= ex[k] <= 1 for k in ("initial_epsilon", "final_epsilon")):
+            problems.append("exploration_config: epsilons must be in [0, 1]")
+        if any(not isinstance(h, int) or h < 1 for h in self.hiddens):
+            problems.append(f"hiddens: layer sizes must be positive ints, got {self.hiddens}")
+        return problems

@@ -1,0 +1,133 @@
+"""Q-learning's runner side in numpy: the Q network DQN's learner trains (``QModel``: an MLP
+trunk, advantage and value branches) read from its weights, and epsilon-greedy actions with
+epsilon scheduled by env steps. The runner process never imports torch."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from rlmesh.policy.policy import Policy
+from rlmesh.rl.columns import ColumnSpec, Columns
+from rlmesh.rl.numpy_policy import ACTIVATIONS
+
+#: What n-step transitions need to tell a new episode from one going on (rl/nstep.py).
+STEP_INDEX = {Columns.T: ColumnSpec((), np.dtype(np.int64))}
+
+
+def epsilon_at(exploration_config: dict, timestep: int) -> float:
+    """Epsilon-greedy's epsilon after ``timestep`` env steps: linear from initial_epsilon
+    to final_epsilon over epsilon_timesteps, then constant."""
+    ex = exploration_config
+    frac = min(1.0, timestep / max(1, ex["epsilon_timesteps"]))
+    return float(ex["initial_epsilon"] + frac * (ex["final_epsilon"] - ex["initial_epsilon"]))
+
+
+def layers_of(weights: dict[str, np.ndarray], prefix: str) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The Linear layers ``prefix.<i>.weight/bias`` in order, as (W.T contiguous, b)."""
+    index = sorted(int(m.group(1)) for k in weights
+                   if (m := re.fullmatch(rf"{re.escape(prefix)}\.(\d+)\.weight", k)))
+    return [(np.ascontiguousarray(np.asarray(weights[f"{prefix}.{i}.weight"], np.float32).T),
+             np.asarray(weights[f"{prefix}.{i}.bias"], np.float32)) for i in index]
+
+
+class NumpyQNet:
+    """``QModel``'s forward pass: obs ``[N, ...]`` -> Q-values ``[N, num_actions]``."""
+
+    def __init__(self, obs_space: gym.Space, model_config: dict) -> None:
+        self.obs_space = obs_space
+        self.activation = ACTIVATIONS[model_config["fcnet_activation"]]
+        self._one_hot = (np.eye(int(obs_space.n), dtype=np.float32)
+                         if isinstance(obs_space, gym.spaces.Discrete) else None)
+        self.loaded = False
+
+    def set_weights(self, weights: dict[str, Any]) -> None:
+        self.trunk = layers_of(weights, "trunk")
+        self.a_branch = layers_of(weights, "a_branch")
+        self.a_head = layers_of({"h.0.weight": weights["a_head.weight"],
+                                 "h.0.bias": weights["a_head.bias"]}, "h")[0]
+        self.dueling = "v_head.weight" in weights
+        if self.dueling:
+            self.v_branch = layers_of(weights, "v_branch")
+            self.v_head = layers_of({"h.0.weight": weights["v_head.weight"],
+                                     "h.0.bias": weights["v_head.bias"]}, "h")[0]
+        self.loaded = True
+
+    def __call__(self, obs: np.ndarray) -> np.ndarray:
+        if self._one_hot is not None:
+            x = self._one_hot[np.asarray(obs, np.int64).reshape(-1) - int(self.obs_space.start)]
+        else:
+            x = np.asarray(obs, np.float32).reshape(len(obs), -1)
+        for w, b in self.trunk:
+            x = self.activation(x @ w + b)
+        a = x
+        for w, b in self.a_branch:
+            a = np.maximum(a @ w + b, 0.0)
+        a = a @ self.a_head[0] + self.a_head[1]
+        if not self.dueling:
+            return a
+        v = x
+        for w, b in self.v_branch:
+            v = np.maximum(v @ w + b, 0.0)
+        v = v @ self.v_head[0] + self.v_head[1]
+        return v + a - a.mean(-1, keepdims=True)
+
+
+class NumpyQPolicy(Policy):
+    """Acts epsilon-greedily on the Q-values of DQN's default model; runners only.
+
+    Epsilon follows the run's env steps: the learner's weights carry ``_timestep`` (env
+    steps sampled when they were published) and, between two publications, this runner
+    counts its own steps times the number of runners."""
+
+    view_requirements = STEP_INDEX
+
+    def __init__(self, observation_space: gym.Space, action_space: gym.Space, config: Any) -> None:
+        super().__init__(observation_space, action_space, config)
+        if not isinstance(action_space, gym.spaces.Discrete):
+            raise ValueError(f"NumpyQPolicy acts on a Discrete action space, got {action_space}")
+        self.num_actions = int(action_space.n)
+        self.net = NumpyQNet(observation_space, config.model)
+        self.exploration = dict(config.exploration_config)
+        self.runners = max(1, int(config.num_env_runners))
+        self.timestep = 0
+        self.rng = np.random.default_rng()
+        self._weights: dict[str, np.ndarray] = {}
+
+    def seed(self, seed: int | None) -> None:
+        self.rng = np.random.default_rng(seed)
+
+    @property
+    def epsilon(self) -> float:
+        return epsilon_at(self.exploration, self.timestep)
+
+    def compute_actions(self, obs_batch: np.ndarray, state_batches: Any = None,
+                        prev_action_batch: Any = None, prev_reward_batch: Any = None,
+                        explore: bool | None = None, timestep: int | None = None,
+                        **kwargs: Any) -> tuple[np.ndarray, list[np.ndarray], dict[str, np.ndarray]]:
+        n = len(obs_batch)
+        explore = self.config.explore if explore is None else explore
+        eps = self.epsilon if explore else 0.0
+        if not self.net.loaded:  # no weights yet: nothing to be greedy about
+            actions = self.rng.integers(0, self.num_actions, n)
+        else:
+            actions = self.net(obs_batch).argmax(-1)
+            if eps > 0:
+                rand = self.rng.random(n) < eps
+                if rand.any():
+                    actions[rand] = self.rng.integers(0, self.num_actions, int(rand.sum()))
+        if explore:
+            self.timestep += n * self.runners
+        return actions.astype(np.int64), [], {}
+
+    def get_weights(self) -> dict[str, np.ndarray]:
+        return dict(self._weights)
+
+    def set_weights(self, weights: dict[str, Any]) -> None:
+        self._weights = {k: np.asarray(v) for k, v in weights.items()}
+        if "_timestep" in weights:
+            self.timestep = int(np.asarray(weights["_timestep"]))
+        self.net.set_weights(weights)

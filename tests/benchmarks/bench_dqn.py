@@ -1,0 +1,193 @@
+"""DQN benchmarks, each beside stable-baselines3 measured in the same run.
+
+``dqn_learning``: env steps and wall time (process start to exit) to a mean return of 475 on
+CartPole-v1: ``rlmesh train -f cartpole-dqn.yaml`` (rl-zoo's hyperparameters in RLlib's
+names) against SB3's DQN with rl-zoo's hyperparameters (``peer_sb3_dqn.py learn``), seed by
+seed, taking turns. ``dqn_replay``: insertions/s and batch-256 samples/s from a full
+1M-transition CartPole buffer, uniform and prioritized, against SB3's ReplayBuffer
+(``peer_sb3_dqn.py replay``), and the filled buffer's RSS against its columns' raw bytes.
+Every side runs in a process of its own. ``python -m tests.benchmarks.run --only dqn``;
+``python -m tests.benchmarks.bench_dqn replay`` runs rlmesh's replay side alone.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from .bench_ppo import (NOT_INSTALLED, PEERS_PYTHON, PEERS_READY, PPORow, _results,
+                        _train_cmd)
+from .bench_runtime import ROOT, Row
+from .ppo_sides import started
+
+PEER = ROOT / "tests" / "benchmarks" / "peer_sb3_dqn.py"
+TUNED = "cartpole-dqn.yaml"  # rlmesh/tuned_examples
+SOLVED = 475.0
+CAPACITY = 1_000_000
+FRAGMENT = 256  # transitions per add on rlmesh's side: one fragment, as the driver adds them
+
+
+@dataclass(frozen=True)
+class DQNSizes:
+    seeds: tuple[int, ...]
+    inserts: int  # transitions inserted while timed
+    samples: int  # batches of 256 sampled while timed
+
+
+DEFAULT = DQNSizes(seeds=(0, 1, 2), inserts=200_000, samples=2_000)
+QUICK = DQNSizes(seeds=(0,), inserts=50_000, samples=500)
+
+
+# --- learning ---
+
+def _rlmesh_learns(seed: int, tmp: Path) -> dict[str, Any]:
+    local_dir = tmp / f"dqn-{seed}"
+    t0 = time.perf_counter()
+    with started(_train_cmd("-f", TUNED, "--local-dir", str(local_dir), "--seed", str(seed)),
+                 stdout=subprocess.DEVNULL) as (proc, _):
+        code = proc.wait()
+    wall = time.perf_counter() - t0
+    results = _results(local_dir)
+    if code != 0 or not results:
+        raise RuntimeError(f"rlmesh train -f {TUNED} --seed {seed} exited with {code}")
+    last = results[-1]
+    return {"wall": wall, "timesteps": last["timesteps_total"], "inside": last["time_total_s"],
+            "solved": last["episode_reward_mean"] >= SOLVED}
+
+
+def _sb3_learns(seed: int) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    with started([str(PEERS_PYTHON), str(PEER), "learn", "--seed", str(seed)],
+                 stdout=subprocess.PIPE, text=True) as (proc, _):
+        out, _ = proc.communicate()
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise RuntimeError(f"peer_sb3_dqn.py learn --seed {seed} exited with {proc.returncode}")
+    got = json.loads(out.strip().splitlines()[-1])
+    return {"wall": wall, "timesteps": got["timesteps"], "inside": got["learn_s"],
+            "solved": got["solved"], "version": got["stable_baselines3"]}
+
+
+def bench_learning(sizes: DQNSizes, tmp: Path) -> list[Row]:
+    nan = float("nan")
+    none = {"wall": nan, "timesteps": nan, "inside": nan, "solved": True, "version": "?"}
+    runs = []
+    for seed in sizes.seeds:  # take turns, seed by seed
+        ours = _rlmesh_learns(seed, tmp)
+        theirs = _sb3_learns(seed) if PEERS_READY.exists() else none
+        runs.append((seed, ours, theirs))
+        print(f"  seed {seed}: rlmesh {ours['wall']:.1f} s {ours['timesteps']} steps "
+              f"(solved {ours['solved']}), sb3 {theirs['wall']:.1f} s {theirs['timesteps']} "
+              f"steps (solved {theirs['solved']})", flush=True)
+    peer = (f"stable-baselines3 {runs[0][2]['version']} DQN, rl-zoo's CartPole-v1 "
+            "hyperparameters" if PEERS_READY.exists() else NOT_INSTALLED)
+    rows: list[Row] = []
+    for seed, ours, theirs in runs:
+        failed = ", ".join(f"{who} did not reach {SOLVED:g}"
+                           for who, r in (("rlmesh", ours), ("sb3", theirs)) if not r["solved"])
+        name = f"DQN learning, CartPole-v1 to {SOLVED:g}, seed {seed}"
+        rows += [PPORow(name, "s, process start to exit", ours["wall"], theirs["wall"], peer,
+                        goal=0.5, failed=failed),
+                 PPORow(name, "env steps", ours["timesteps"], theirs["timesteps"], peer),
+                 PPORow(name, "s in the training loop", ours["inside"], theirs["inside"], peer)]
+    if len(runs) > 1:
+        med = lambda side, key: statistics.median(r[side][key] for r in runs)  # noqa: E731
+        rows.append(PPORow(f"DQN learning, CartPole-v1 to {SOLVED:g}, median of {len(runs)} "
+                           "seeds", "s, process start to exit", med(1, "wall"), med(2, "wall"),
+                           peer, goal=0.5))
+    return rows
+
+
+# --- replay throughput ---
+
+def rlmesh_replay(inserts: int, samples: int) -> dict[str, float]:
+    """rlmesh's side, in its own process: fragments through the n-step builder into a 1M
+    buffer, then batch-256 samples, uniform and prioritized (sample + priority update)."""
+    import gymnasium as gym
+    import numpy as np
+    import psutil
+
+    from rlmesh.rl.nstep import NStepBuilder
+    from rlmesh.rl.replay import PrioritizedReplayBuffer, ReplayBuffer, transition_columns
+
+    specs = transition_columns(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2))
+    rng = np.random.default_rng(0)
+    obs = rng.standard_normal((FRAGMENT + 1, 1, 4)).astype(np.float32)
+    fragment = {"obs": obs[:-1], "actions": np.zeros((FRAGMENT, 1), np.int64),
+                "rewards": np.ones((FRAGMENT, 1), np.float32),
+                "terminateds": np.zeros((FRAGMENT, 1), bool),
+                "truncateds": np.zeros((FRAGMENT, 1), bool), "mask": np.ones((FRAGMENT, 1), bool),
+                "next_obs": obs[-1], "trunc_index": np.zeros((0, 2), np.int64),
+                "trunc_obs": np.zeros((0, 4), np.float32)}
+    out: dict[str, float] = {}
+    for name, cls in (("uniform", ReplayBuffer), ("prioritized", PrioritizedReplayBuffer)):
+        rss0 = psutil.Process().memory_info().rss
+        buf = cls(CAPACITY, specs, seed=0)
+        builder = NStepBuilder(1, 0.99)
+        t0 = time.perf_counter()
+        for _ in range(inserts // FRAGMENT):
+            buf.add(builder.add_fragment(fragment))
+        out[f"{name}_insertions_per_s"] = (inserts // FRAGMENT) * FRAGMENT / (time.perf_counter() - t0)
+        while buf.num_added < CAPACITY:  # fill, untimed
+            buf.add(builder.add_fragment(fragment))
+        if name == "uniform":
+            out["rss_mb"] = (psutil.Process().memory_info().rss - rss0) / 2**20
+            out["raw_mb"] = buf.size_bytes / 2**20
+        else:  # priorities as after training: all different
+            buf.update_priorities(np.arange(CAPACITY), rng.exponential(size=CAPACITY))
+        buf.sample(256)
+        t0 = time.perf_counter()
+        for _ in range(samples):
+            batch = buf.sample(256)
+            buf.update_priorities(batch["batch_indexes"], rng.exponential(size=256))
+        out[f"{name}_batches_per_s"] = samples / (time.perf_counter() - t0)
+        del buf
+    return out
+
+
+def bench_replay(sizes: DQNSizes, tmp: Path) -> list[Row]:
+    cmd = [sys.executable, "-m", "tests.benchmarks.bench_dqn", "replay", str(sizes.inserts),
+           str(sizes.samples)]
+    with started(cmd, stdout=subprocess.PIPE, text=True) as (proc, _):
+        ours = json.loads(proc.communicate()[0].strip().splitlines()[-1])
+    nan = float("nan")
+    theirs: dict[str, Any] = {"insertions_per_s": nan, "batches_per_s": nan}
+    peer = NOT_INSTALLED
+    if PEERS_READY.exists():
+        with started([str(PEERS_PYTHON), str(PEER), "replay", "--inserts", str(sizes.inserts),
+                      "--samples", str(sizes.samples)], stdout=subprocess.PIPE, text=True) as (p, _):
+            theirs = json.loads(p.communicate()[0].strip().splitlines()[-1])
+        peer = (f"stable-baselines3 {theirs['stable_baselines3']} ReplayBuffer (uniform; one "
+                "transition per add, samples as torch tensors)")
+    name = "replay, CartPole transitions, 1M buffer"
+    return [
+        Row(name, "insertions/s, uniform (a 256-step fragment per add, n-step included)",
+            ours["uniform_insertions_per_s"], theirs["insertions_per_s"], peer, goal=1.0,
+            higher_is_better=True),
+        Row(name, "insertions/s, prioritized", ours["prioritized_insertions_per_s"],
+            theirs["insertions_per_s"], peer, goal=1.0, higher_is_better=True),
+        Row(name, "batches of 256/s, uniform", ours["uniform_batches_per_s"],
+            theirs["batches_per_s"], peer, goal=1.0, higher_is_better=True),
+        Row(name, "batches of 256/s, prioritized (sample + priority update)",
+            ours["prioritized_batches_per_s"], theirs["batches_per_s"], peer, goal=1.0,
+            higher_is_better=True),
+        Row(name, "RSS of the full buffer, MB", ours["rss_mb"], ours["raw_mb"],
+            "the raw bytes of its columns", goal=1.2),
+    ]
+
+
+BENCHMARKS: dict[str, Callable[[DQNSizes, Path], list[Row]]] = {
+    "dqn_replay": bench_replay,
+    "dqn_learning": bench_learning,
+}
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["replay"]:
+        print(json.dumps(rlmesh_replay(int(sys.argv[2]), int(sys.argv[3]))), flush=True)
