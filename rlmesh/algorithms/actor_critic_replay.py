@@ -52,7 +52,7 @@ class ActorCriticReplayPolicy(OffPolicyTorchPolicy):
 
     def learn_minibatch(self, mb: dict[str, torch.Tensor]) -> dict[str, Any] | None:
         self._actor_step = self.updates_actor()
-        stats = self._step(mb)
+        stats = super().learn_minibatch(mb)
         self.state["num_grad_steps"] = self.grad_steps() + 1
         return stats
 

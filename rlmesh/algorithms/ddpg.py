@@ -32,7 +32,8 @@ __all__ = ["DDPG", "DDPGConfig", "DDPGTorchPolicy", "td_loss"]
 Tensors = dict[str, torch.Tensor]
 
 
-def td_loss(errors: torch.Tensor, weights: torch.Tensor | None, huber: float | None) -> torch.Tensor:
+def td_loss(errors: torch.Tensor, weights: torch.Tensor | None,
+            huber: float | None) -> torch.Tensor:
     """Mean (importance-weighted) 0.5 x squared TD error, or Huber with threshold ``huber``."""
     if huber is None:
         per = 0.5 * errors.pow(2)

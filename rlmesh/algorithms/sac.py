@@ -55,7 +55,8 @@ class SACTorchPolicy(ActorCriticReplayPolicy):
         self.dist_class = (Categorical if self.discrete
                            else SquashedGaussian.with_bounds(self.low, self.high))
         target = config.target_entropy
-        self.target_entropy = auto_target_entropy(action_space) if target == "auto" else float(target)
+        self.target_entropy = (auto_target_entropy(action_space) if target == "auto"
+                               else float(target))
         self.rng = np.random.default_rng()
         self.timestep = 0  # steps acted with exploration on this copy (random_timesteps)
 

@@ -30,7 +30,8 @@ def exploration_problems(cfg: dict) -> list[str]:
     return problems
 
 
-def uniform_actions(rng: np.random.Generator, low: np.ndarray, high: np.ndarray, n: int) -> np.ndarray:
+def uniform_actions(rng: np.random.Generator, low: np.ndarray, high: np.ndarray,
+                    n: int) -> np.ndarray:
     return rng.uniform(low, high, size=(n, len(low))).astype(np.float32)
 
 
@@ -72,7 +73,8 @@ class ActionNoise:
             return actions
         width = self.high - self.low
         if kind == "GaussianNoise":
-            noise = self.rng.normal(0.0, self.cfg.get("stddev", 0.1), size=actions.shape) * width / 2
+            std = self.cfg.get("stddev", 0.1)
+            noise = self.rng.normal(0.0, std, size=actions.shape) * width / 2
         else:
             noise = self._ou_step(actions.shape) * width
         noisy = actions + self.scale() * noise

@@ -64,8 +64,10 @@ def rlmesh_learns(algo: str, seed: int, tmp: Path) -> dict[str, Any]:
 
 def sb3_learns(algo: str, seed: int) -> dict[str, Any]:
     t0 = time.perf_counter()
+    # One torch thread, as rlmesh's learner: torch's default of one per core slowed SB3
+    # several times over on the loaded 2-core VM (seed 1 below), a figure of the machine.
     with started([str(_peers_python()), str(PEER), "--algo", algo, "--seed", str(seed),
-                  "--threshold", str(SOLVED), "--window", str(WINDOW)],
+                  "--threshold", str(SOLVED), "--window", str(WINDOW), "--threads", "1"],
                  stdout=subprocess.PIPE, text=True) as (proc, _):
         out, _ = proc.communicate()
     wall = time.perf_counter() - t0

@@ -9,7 +9,7 @@ simulated, no processes, under 1 min; ``--only scheduler``) and IMPALA's (bench_
 impala_*, about 8 min with RLlib's learning runs; ``--only impala``) and CURVE's cost
 (bench_curve: curve_*, plain tcp vs CURVE, about 1 min; ``--only curve``), DQN's
 (bench_dqn: dqn_replay, dqn_learning against stable-baselines3; ``--only dqn``) and
-SAC/TD3/DDPG's (bench_sac_td3: sac_td3_learning vs stable-baselines3, several minutes;
+SAC/TD3/DDPG's (bench_sac_td3: sac_td3_learning against stable-baselines3, several minutes;
 ``--only sac_td3``). Each suite has its own sizes.
 """
 

@@ -68,11 +68,14 @@ def train_until(algo, bar: float, max_steps: int) -> tuple[float, dict]:
     return best, result
 
 
+@pytest.mark.timeout(300)
 @pytest.mark.parametrize("make, bar, max_steps", [
-    (sac_config, -900, 7000), (td3_config, -900, 7000), (ddpg_config, -900, 7000)],
+    (sac_config, -600, 8000), (td3_config, -600, 8000), (ddpg_config, -600, 8000)],
     ids=["SAC", "TD3", "DDPG"])
 def test_learns_pendulum_past_a_low_bar(make, bar, max_steps):
-    # Random actions score about -1200 on Pendulum; -200 is solved (the benchmark's bar).
+    # Random or zero torques score about -1200 on Pendulum (a lucky 5 episodes of a
+    # near-zero actor reach -900); -200 is solved (the benchmark's bar). Each crosses -600
+    # after about 4-7k env steps.
     with make().build() as algo:
         best, result = train_until(algo, bar, max_steps)
         assert best >= bar, f"best mean return {best} after {result['timesteps_total']} steps"
