@@ -120,7 +120,7 @@ def main() -> None:
 
     if args.env == "cartpole":
         env_id, n_envs, timesteps, threshold = "CartPole-v1", N_ENVS, N_TIMESTEPS, 475.0
-        # lin_ schedules run to 0 over rl-zoo's n_timesteps whatever --timesteps says.
+        # SB3 runs the lin_ schedules to 0 over the budget learn() gets (--timesteps).
         kwargs = {**ZOO, "learning_rate": linear(LEARNING_RATE), "clip_range": linear(CLIP_RANGE)}
     else:
         env_id, n_envs, timesteps, threshold, kwargs = OTHER_ENVS[args.env]
