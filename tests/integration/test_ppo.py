@@ -24,7 +24,7 @@ def cartpole_config(**training) -> PPOConfig:
 
 
 def test_ppo_learns_cartpole_and_reports_honest_counters():
-    with cartpole_config().build() as algo:
+    with cartpole_config(use_kl_loss=True).build() as algo:  # cur_kl_coeff reported with it
         best = -math.inf
         for _ in range(40):
             result = algo.train()
