@@ -12,12 +12,11 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
+
+from .bench_stability import run_train
 
 # name -> (env id, threshold on the mean return of the last 100 episodes, env-step budget)
 ENVS: dict[str, tuple[str, float, int]] = {
@@ -31,19 +30,8 @@ ENVS: dict[str, tuple[str, float, int]] = {
 def train(env: str, seed: int, stop: dict[str, float], config: str | None, tmp: Path
           ) -> tuple[list[dict[str, Any]], float]:
     """``rlmesh train --run PPO --env env --seed seed --stop stop``: result rows, wall s."""
-    local_dir = tmp / f"{env}-{seed}"
-    cmd = [sys.executable, "-m", "rlmesh.cli.main", "train", "--run", "PPO", "--env", env,
-           "--seed", str(seed), "--local-dir", str(local_dir), "--stop", json.dumps(stop)]
-    if config:
-        cmd += ["--config", config]
-    start = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    wall = time.perf_counter() - start
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-2000:]}")
-    rows = [json.loads(line) for line in
-            next(local_dir.glob("*/*/result.json")).read_text().splitlines()]
-    return rows, wall
+    return run_train(["--run", "PPO", "--env", env, "--seed", str(seed),
+                      "--stop", json.dumps(stop)], tmp / f"{env}-{seed}", config)
 
 
 def grad_steps(row: dict[str, Any]) -> int:

@@ -22,6 +22,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .bench_stability import run_train
+
 HERE = Path(__file__).resolve().parent
 PEER_PYTHON = HERE.parents[1] / ".venv-peers" / "bin" / "python"
 # env -> (tuned example, threshold, step budget: the example's timesteps_total stop).
@@ -33,18 +35,8 @@ EXAMPLES: dict[str, tuple[str, float, int]] = {
 
 def run_rlmesh(example: str, seed: int, config: str | None, tmp: Path) -> dict[str, Any]:
     """``rlmesh train -f example --seed seed`` to its own stop: steps, returns, seconds."""
-    local_dir = tmp / f"{Path(example).stem}-{seed}"
-    cmd = [sys.executable, "-m", "rlmesh.cli.main", "train", "-f", example, "--seed", str(seed),
-           "--local-dir", str(local_dir)]
-    if config:
-        cmd += ["--config", config]
-    start = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    wall = time.perf_counter() - start
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-2000:]}")
-    rows = [json.loads(line) for line in
-            next(local_dir.glob("*/*/result.json")).read_text().splitlines()]
+    rows, wall = run_train(["-f", example, "--seed", str(seed)],
+                           tmp / f"{Path(example).stem}-{seed}", config)
     last = rows[-1]
     return {"steps": last["timesteps_total"], "mean": last["episode_reward_mean"],
             "best": max(r["episode_reward_mean"] for r in rows),

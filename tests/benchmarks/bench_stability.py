@@ -32,13 +32,11 @@ EXAMPLES: dict[str, tuple[str, float, int]] = {
 }
 
 
-def train(example: str, seed: int, budget: int, config: str | None, tmp: Path
-          ) -> tuple[list[dict[str, Any]], float]:
-    """``rlmesh train -f example --seed seed`` to ``budget`` env steps: every result row and
-    the wall time."""
-    local_dir = tmp / f"{Path(example).stem}-{seed}"
-    cmd = [sys.executable, "-m", "rlmesh.cli.main", "train", "-f", example, "--seed", str(seed),
-           "--local-dir", str(local_dir), "--stop", json.dumps({"timesteps_total": budget})]
+def run_train(args: list[str], local_dir: Path, config: str | None = None
+              ) -> tuple[list[dict[str, Any]], float]:
+    """``rlmesh train *args --local-dir local_dir [--config config]`` in a process of its
+    own: every result row and the wall time (bench_defaults and bench_ppo_envs use it too)."""
+    cmd = [sys.executable, "-m", "rlmesh.cli.main", "train", *args, "--local-dir", str(local_dir)]
     if config:
         cmd += ["--config", config]
     start = time.perf_counter()
@@ -49,6 +47,15 @@ def train(example: str, seed: int, budget: int, config: str | None, tmp: Path
     rows = [json.loads(line) for line in
             next(local_dir.glob("*/*/result.json")).read_text().splitlines()]
     return rows, wall
+
+
+def train(example: str, seed: int, budget: int, config: str | None, tmp: Path
+          ) -> tuple[list[dict[str, Any]], float]:
+    """``rlmesh train -f example --seed seed`` to ``budget`` env steps: every result row and
+    the wall time."""
+    return run_train(["-f", example, "--seed", str(seed), "--stop",
+                      json.dumps({"timesteps_total": budget})],
+                     tmp / f"{Path(example).stem}-{seed}", config)
 
 
 def learner_stat(row: dict[str, Any], key: str) -> float:
