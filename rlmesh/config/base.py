@@ -12,6 +12,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, get_type_hints
 
+from rlmesh.config.evaluation import EvaluationSettings
+from rlmesh.config.multi_agent import MultiAgentSettings
+from rlmesh.config.offline import OfflineSettings
 from rlmesh.config.schedules import validate_schedule, value_at
 from rlmesh.rl.spec import MODEL_DEFAULTS
 from rlmesh.rl.spec import custom_model_path as _custom_model_path
@@ -25,13 +28,14 @@ from rlmesh.config.settings import (  # noqa: F401  (ConfigError, Setting, GROUP
 
 
 @dataclass(kw_only=True)
-class AlgorithmConfig:
+class AlgorithmConfig(EvaluationSettings, MultiAgentSettings, OfflineSettings):
     """Settings shared by every algorithm, set by chained builders as in RLlib::
 
         PPOConfig().environment("CartPole-v1").env_runners(num_env_runners=2).training(lr=3e-4)
 
     A subclass adds its own settings and changes inherited defaults with
-    ``class PPOConfig(AlgorithmConfig, defaults={"lr": 5e-5})``.
+    ``class PPOConfig(AlgorithmConfig, defaults={"lr": 5e-5})``. The evaluation,
+    multi_agent and offline_data groups are declared in their own modules and mixed in.
     """
 
     # --- environment ---

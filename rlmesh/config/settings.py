@@ -16,6 +16,7 @@ from typing import Any, Literal, NamedTuple, Union, get_args, get_origin
 GROUPS = (
     "environment", "env_runners", "training", "rl_module", "learners",
     "resources", "framework", "callbacks", "reporting", "debugging", "fault_tolerance",
+    "evaluation", "multi_agent", "offline_data",
 )
 
 
