@@ -96,7 +96,8 @@ class DQNTorchPolicy(OffPolicyTorchPolicy):
         actions = q.argmax(-1).cpu().numpy().astype(np.int64)
         if explore:
             eps = epsilon_at(self.config.exploration_config,
-                             self.global_timestep if timestep is None else timestep)
+                             self.global_timestep if timestep is None else timestep,
+                             self.worker_index, self.config.num_env_runners)
             rand = self._rng.random(len(actions)) < eps
             actions[rand] = self._rng.integers(0, q.shape[-1], int(rand.sum()))
             self.global_timestep += len(actions)

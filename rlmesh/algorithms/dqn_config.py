@@ -56,13 +56,17 @@ class DQNConfig(OffPolicyConfig, defaults=_DQN_DEFAULTS):
         EXPLORATION_DEFAULTS, "env_runners", merge=True,
         doc="Epsilon-greedy exploration in the runners (RLlib's keys): epsilon goes from "
             "'initial_epsilon' to 'final_epsilon' linearly over 'epsilon_timesteps' env steps "
-            "sampled, then stays. A dict given updates the current one key by key.")
+            "sampled, then stays. Type 'PerWorkerEpsilonGreedy' (APEX): runner i of N keeps "
+            "0.4 ** (1 + 7 (i - 1) / (N - 1)) instead. A dict given updates the current one "
+            "key by key.")
 
     def _cross_checks(self) -> list[str]:
         problems = super()._cross_checks()
         ex = {**EXPLORATION_DEFAULTS, **self.exploration_config}
-        if ex["type"] != "EpsilonGreedy" or set(ex) - set(EXPLORATION_DEFAULTS):
-            problems.append(f"exploration_config: DQN explores with type 'EpsilonGreedy' and "
+        if (ex["type"] not in ("EpsilonGreedy", "PerWorkerEpsilonGreedy")
+                or set(ex) - set(EXPLORATION_DEFAULTS)):
+            problems.append(f"exploration_config: DQN explores with type 'EpsilonGreedy' (or "
+                            f"'PerWorkerEpsilonGreedy', APEX's) and "
                             f"the keys {sorted(EXPLORATION_DEFAULTS)}, got {self.exploration_config}")
         if not all(0 <= ex[k] <= 1 for k in ("initial_epsilon", "final_epsilon")):
             problems.append("exploration_config: epsilons must be in [0, 1]")

@@ -27,6 +27,7 @@ POLICY_SERVER_RUNNER = "rlmesh.roles.policy_server:PolicyServerRunner"
 PARAM_SERVER = "rlmesh.roles.paramserver:ParamServer"
 LEARNER = "rlmesh.roles.learner_actor:LearnerActor"
 AGGREGATOR = "rlmesh.roles.aggregator:Aggregator"
+REPLAY_SHARD = "rlmesh.roles.replay_shard:ReplayShard"
 
 
 class Totals:
@@ -369,3 +370,50 @@ class AsyncMesh(Mesh):
                 self.totals.add(a.name, {k: g.get(k, 0) for k in
                                          ("num_batches_lost", "num_fragments_lost")})
         return out
+
+
+class ApexMesh(AsyncMesh):
+    """The processes of an APEX run: runners stream fragments to ``num_replay_buffer_shards``
+    replay shards (runner i to shard i mod shards, so each runner's n-step windows stay in
+    one shard); the learner, in the driver, samples the shards. A shard that dies is
+    restarted empty and its runners start new streams into it."""
+
+    asynchronous = False  # the learner is the driver's own (LearnerGroup.local)
+    publish = Mesh.publish  # the driver publishes its learner's weights
+
+    def __init__(self, config: Any, loop_thread: Any, policy_specs: dict[str, Any]) -> None:
+        super().__init__(config, loop_thread, policy_specs)
+        self.shards: list[Any] = []
+        self.shard_restarts = 0
+
+    async def start_shards(self, obs_space: Any, action_space: Any) -> None:
+        cfg = self.config
+        policy = RestartPolicy(max_restarts=cfg.max_num_env_runner_restarts)
+        self.shards = list(await asyncio.gather(*(
+            self.job.spawn(REPLAY_SHARD, cfg.to_dict(), class_path(type(cfg)), obs_space,
+                           action_space, j, name=f"replay_shard-{j}", role="ReplayShard",
+                           restart=policy)
+            for j in range(cfg.num_replay_buffer_shards))))
+
+    def sinks_of(self, runner_index: int) -> list[str]:
+        return [self.shards[runner_index % len(self.shards)].name]
+
+    async def start_async(self) -> None:
+        window = self.config.max_sample_requests_in_flight_per_worker
+        await asyncio.gather(*(r.call("start_streaming", self.sinks_of(i), window)
+                               for i, r in enumerate(self.runners)))
+
+    def _on_event(self, event: Any) -> None:
+        super()._on_event(event)
+        if event.kind == "restarted" and event.name.startswith("replay_shard-"):
+            self.shard_restarts += 1
+            loop = asyncio.get_running_loop()
+            for i, r in enumerate(self.runners):
+                if self.sinks_of(i) == [event.name]:
+                    loop.create_task(self._tell(r, "reset_streams", f"{event.name} restarted"))
+
+    async def shard_stats(self) -> list[dict[str, Any]]:
+        """Each reachable shard's counters (a restarting one is left out)."""
+        got = await asyncio.gather(*(s.call("stats", timeout=10) for s in self.shards),
+                                   return_exceptions=True)
+        return [g for g in got if isinstance(g, dict)]

@@ -18,10 +18,27 @@ from rlmesh.rl.numpy_policy import ACTIVATIONS
 STEP_INDEX = {Columns.T: ColumnSpec((), np.dtype(np.int64))}
 
 
-def epsilon_at(exploration_config: dict, timestep: int) -> float:
+#: APEX's per-runner epsilons (Horgan et al. 2018, RLlib's PerWorkerEpsilonGreedy).
+PER_WORKER_EPS, PER_WORKER_ALPHA = 0.4, 7.0
+
+
+def per_worker_epsilon(worker_index: int, num_workers: int) -> float:
+    """The constant epsilon of runner ``worker_index`` (1..num_workers) of num_workers:
+    0.4 ** (1 + (i / (N - 1)) * 7) with i = worker_index - 1, from 0.4 for the first runner
+    down to 0.4 ** 8 for the last, so some runners explore while others play greedily."""
+    i = max(0, int(worker_index) - 1)
+    spread = float(num_workers - 1) if num_workers > 1 else 1.0
+    return PER_WORKER_EPS ** (1 + i / spread * PER_WORKER_ALPHA)
+
+
+def epsilon_at(exploration_config: dict, timestep: int, worker_index: int = 0,
+               num_workers: int = 0) -> float:
     """Epsilon-greedy's epsilon after ``timestep`` env steps: linear from initial_epsilon
-    to final_epsilon over epsilon_timesteps, then constant."""
+    to final_epsilon over epsilon_timesteps, then constant. ``PerWorkerEpsilonGreedy``:
+    a runner process's constant ``per_worker_epsilon`` (the schedule in the driver's)."""
     ex = exploration_config
+    if ex.get("type") == "PerWorkerEpsilonGreedy" and worker_index > 0 and num_workers > 0:
+        return per_worker_epsilon(worker_index, num_workers)
     frac = min(1.0, timestep / max(1, ex["epsilon_timesteps"]))
     return float(ex["initial_epsilon"] + frac * (ex["final_epsilon"] - ex["initial_epsilon"]))
 
@@ -102,7 +119,8 @@ class NumpyQPolicy(Policy):
 
     @property
     def epsilon(self) -> float:
-        return epsilon_at(self.exploration, self.timestep)
+        return epsilon_at(self.exploration, self.timestep, self.worker_index,
+                          self.config.num_env_runners)
 
     def compute_actions(self, obs_batch: np.ndarray, state_batches: Any = None,
                         prev_action_batch: Any = None, prev_reward_batch: Any = None,

@@ -34,6 +34,9 @@ class Policy:
     #: Columns this policy adds to its samples beyond the env's, by name: state_in/out and
     #: extra action outputs are also discovered from the first ``compute_actions`` call.
     view_requirements: dict[str, ColumnSpec] = {}
+    #: The env runner acting with this copy (1..num_env_runners; 0: the driver's or a
+    #: learner's), set by the runner: per-runner exploration reads it (APEX's epsilons).
+    worker_index: int = 0
 
     def __init__(self, observation_space: gym.Space, action_space: gym.Space, config: Any) -> None:
         self.observation_space = observation_space

@@ -114,6 +114,8 @@ class EnvRunner(VersionedPolicies, Actor):
         self.policies = make_runner_policies(
             specs, cfg, None if cfg.seed is None else cfg.seed + SEED_STRIDE * worker_index,
             own_process=job is None or job.role != "driver")
+        for policy in self.policies.values():  # per-runner exploration (APEX)
+            policy.worker_index = worker_index
         self.versions = {pid: -1 for pid in self.policies}  # no weights from the param server yet
         self.policy_id = DEFAULT_POLICY_ID if DEFAULT_POLICY_ID in self.policies else next(iter(self.policies))
         self.sampler.policy = self.policies[self.policy_id]

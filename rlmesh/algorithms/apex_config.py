@@ -1,0 +1,102 @@
+"""APEX's settings (Horgan et al. 2018, RLlib's ApexDQNConfig and ApexDDPGConfig): sharded
+replay, per-runner exploration, weight broadcasts; mixed into DQN's and DDPG's configs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rlmesh.algorithms.ddpg_config import DDPGConfig
+from rlmesh.algorithms.dqn_config import EXPLORATION_DEFAULTS, DQNConfig
+from rlmesh.config.base import setting
+
+
+@dataclass(kw_only=True)
+class ApexSettings:
+    """What the APEX plumbing reads beyond the off-policy settings; declared once here."""
+
+    num_replay_buffer_shards: int = setting(
+        4, "training", ge=1, aliases=("num_replay_shards",),
+        doc="Replay shard processes; each holds capacity / num_replay_buffer_shards "
+            "transitions, takes the fragments of runners i mod shards and serves the "
+            "learner's samples. A shard that dies is restarted empty.")
+    replay_sample_requests_in_flight: int = setting(
+        2, "training", ge=1,
+        doc="Sample requests the learner keeps outstanding per shard (its credits); the "
+            "batches that come back wait in a queue of that many per shard.")
+    broadcast_interval: int = setting(
+        1, "training", ge=1,
+        doc="Learner updates between two weight broadcasts to the runners (through the "
+            "param server).")
+    max_sample_requests_in_flight_per_worker: int = setting(
+        2, "env_runners", ge=1, aliases=("max_requests_in_flight_per_env_runner",),
+        doc="Fragments a runner may have streamed to its shard and not yet seen stored; it "
+            "samples on until this many are in flight, then waits.")
+
+    def _apex_problems(self) -> list[str]:
+        problems = []
+        if self.store_buffer_in_checkpoints:
+            problems.append("store_buffer_in_checkpoints: APEX's buffers live in its replay "
+                            "shards and are not checkpointed; set it False")
+        if self.num_env_runners < 1:
+            problems.append("num_env_runners: APEX samples in runner processes streaming to "
+                            "its replay shards; set at least 1")
+        if self.num_learners > 0:
+            problems.append("num_learners: APEX's learner runs in the driver on a thread of "
+                            "its own; set num_learners=0")
+        return problems
+
+
+# RLlib's ApexDQNConfig values for settings DQN declares (its CartPole example's scale:
+# RLlib's 2M-transition buffer and 50k warm-up steps are for Atari).
+_APEX_DQN_DEFAULTS = {
+    "n_step": 3,
+    "train_batch_size": 512,
+    "rollout_fragment_length": 50,
+    "target_network_update_freq": 50_000,
+    "num_steps_sampled_before_learning_starts": 50_000,
+    "min_sample_timesteps_per_iteration": 25_000,
+    "exploration_config": {**EXPLORATION_DEFAULTS, "type": "PerWorkerEpsilonGreedy"},
+    "replay_buffer_config": {"type": "MultiAgentPrioritizedReplayBuffer", "capacity": 2_000_000,
+                             "prioritized_replay_alpha": 0.6, "prioritized_replay_beta": 0.4,
+                             "prioritized_replay_eps": 1e-6},
+}
+
+
+@dataclass(kw_only=True)
+class ApexDQNConfig(DQNConfig, ApexSettings, defaults=_APEX_DQN_DEFAULTS):
+    """Distributed prioritized experience replay with DQN (APEX), as RLlib's::
+
+        ApexDQNConfig().environment("CartPole-v1").env_runners(num_env_runners=3)
+            .training(num_replay_buffer_shards=2)
+    """
+
+    algorithm_path = "rlmesh.algorithms.apex:ApexDQN"
+
+    def _cross_checks(self) -> list[str]:
+        return super()._cross_checks() + self._apex_problems()
+
+
+_APEX_DDPG_DEFAULTS = {
+    "n_step": 3,
+    "train_batch_size": 512,
+    "rollout_fragment_length": 50,
+    "target_network_update_freq": 500_000,
+    "tau": 1.0,
+    "num_steps_sampled_before_learning_starts": 50_000,
+    "min_sample_timesteps_per_iteration": 25_000,
+    "replay_buffer_config": {"type": "MultiAgentPrioritizedReplayBuffer",
+                             "capacity": 2_000_000},
+}
+
+
+@dataclass(kw_only=True)
+class ApexDDPGConfig(DDPGConfig, ApexSettings, defaults=_APEX_DDPG_DEFAULTS):
+    """APEX with DDPG's actor and critics (RLlib's ApexDDPGConfig)::
+
+        ApexDDPGConfig().environment("Pendulum-v1").env_runners(num_env_runners=2)
+    """
+
+    algorithm_path = "rlmesh.algorithms.apex:ApexDDPG"
+
+    def _cross_checks(self) -> list[str]:
+        return super()._cross_checks() + self._apex_problems()

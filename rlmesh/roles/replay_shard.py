@@ -1,0 +1,111 @@
+"""The replay shard: one slice of a sharded replay buffer (APEX), in a process of its own.
+Runners stream fragments into it (their n-step transitions stored here), the learner samples
+batches from it on credit and sends the TD errors back as the sampled items' priorities.
+
+Backpressure: ``add_fragment`` is a stream method that returns (and so gives the runner its
+credit back) only once the transitions are stored; the learner has a bounded number of
+``sample`` calls in flight per shard. A restarted shard starts empty under a new
+``incarnation``; priorities meant for its former life are dropped and counted.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from typing import Any
+
+import numpy as np
+
+from rlmesh.envs import import_object, space_from_data
+from rlmesh.rl.nstep import NStepBuilder
+from rlmesh.rl.replay import PrioritizedReplayBuffer, ReplayBuffer, transition_columns
+from rlmesh.runtime import Actor
+
+
+def shard_capacity(capacity: int, num_shards: int) -> int:
+    """Transitions one of ``num_shards`` shards holds (the capacity split evenly, as RLlib)."""
+    return max(1, int(capacity) // max(1, int(num_shards)))
+
+
+class ReplayShard(Actor):
+    """Shard ``index`` of ``num_replay_buffer_shards``: a (prioritized) buffer of
+    ``capacity / num_shards`` transitions and the n-step builder of the runners feeding it."""
+
+    def __init__(self, config: dict[str, Any], config_cls: str, obs_space: Any,
+                 action_space: Any, index: int = 0) -> None:
+        cfg = self.config = import_object(config_cls, "config class").from_dict(config)
+        rb = cfg.replay_settings()
+        shards = cfg.num_replay_buffer_shards
+        capacity = shard_capacity(rb["capacity"], shards)
+        specs = transition_columns(space_from_data(obs_space), space_from_data(action_space))
+        seed = None if cfg.seed is None else cfg.seed + 1000 * (index + 1)
+        if cfg.prioritized_replay:
+            self.buffer: ReplayBuffer = PrioritizedReplayBuffer(
+                capacity, specs, rb["prioritized_replay_alpha"], rb["prioritized_replay_eps"],
+                seed=seed)
+        else:
+            self.buffer = ReplayBuffer(capacity, specs, seed=seed)
+        self.nstep = NStepBuilder(cfg.n_step, cfg.gamma)
+        self.index = index
+        # Sampling waits for this shard's share of the steps before learning starts.
+        self.min_size = max(1, -(-cfg.num_steps_sampled_before_learning_starts // shards))
+        self.incarnation = secrets.token_hex(4)  # new after a restart: old indexes mean nothing
+        self.counters = {"num_fragments": 0, "num_env_steps": 0, "num_samples": 0,
+                         "num_sample_calls": 0, "num_priority_updates": 0,
+                         "num_stale_priority_updates": 0}
+
+    # --- runners' side (a stream) ---
+
+    def add_fragment(self, fragment: dict[str, Any]) -> int:
+        """A runner's fragment: its n-step transitions into the buffer; how many."""
+        steps = int(fragment["env_steps"])
+        transitions = self.nstep.add_fragment(fragment) if steps else {}
+        self.counters["num_fragments"] += 1
+        self.counters["num_env_steps"] += steps
+        if not transitions:
+            return 0
+        self.buffer.add(transitions)
+        return len(transitions["rewards"])
+
+    # --- the learner's side ---
+
+    def sample(self, num_items: int, beta: float = 0.4) -> dict[str, Any] | None:
+        """``num_items`` transitions (with ``weights``, ``batch_indexes`` and this shard's
+        ``incarnation``), or None while the shard holds fewer than its share of
+        ``num_steps_sampled_before_learning_starts``."""
+        self.counters["num_sample_calls"] += 1
+        if len(self.buffer) < self.min_size:
+            return None
+        out = self.buffer.sample(int(num_items), beta=float(beta))
+        if "weights" not in out:
+            out["weights"] = np.ones(int(num_items), np.float32)
+        self.counters["num_samples"] += int(num_items)
+        return {"columns": out, "incarnation": self.incarnation, "shard": self.index,
+                "num_added": self.buffer.num_added}
+
+    def update_priorities(self, batch_indexes: np.ndarray, td_errors: np.ndarray,
+                          incarnation: str) -> int:
+        """The learner's TD errors as new priorities of the items sampled from this shard
+        (NaN entries, steps the learner skipped, keep theirs); dropped when the items were
+        sampled from this shard before it restarted. How many were set."""
+        if incarnation != self.incarnation:
+            self.counters["num_stale_priority_updates"] += 1
+            return 0
+        td = np.asarray(td_errors, np.float64).reshape(-1)
+        idx = np.asarray(batch_indexes, np.int64).reshape(-1)
+        ok = np.isfinite(td) & (idx >= 0) & (idx < len(self.buffer))
+        if ok.any():
+            self.buffer.update_priorities(idx[ok], td[ok])
+        self.counters["num_priority_updates"] += 1
+        return int(ok.sum())
+
+    # --- the driver's side ---
+
+    def stats(self) -> dict[str, Any]:
+        """Counters since this shard (process) started, and its buffer's state."""
+        return {**self.counters, **self.nstep.counters, "index": self.index,
+                "incarnation": self.incarnation, "num_added": self.buffer.num_added,
+                "size": len(self.buffer), "size_bytes": self.buffer.size_bytes}
+
+    def pid(self) -> int:
+        return os.getpid()
