@@ -3,13 +3,15 @@ Runners stream fragments into it (their n-step transitions stored here), the lea
 batches from it on credit and sends the TD errors back as the sampled items' priorities.
 
 Backpressure: ``add_fragment`` is a stream method that returns (and so gives the runner its
-credit back) only once the transitions are stored; the learner has a bounded number of
-``sample`` calls in flight per shard. A restarted shard starts empty under a new
+credit back) only once the transitions are stored and, with ``training_intensity``, only
+while the learner keeps up (samples served >= intensity x env steps taken, past the warm-up);
+the learner has a bounded number of ``sample`` calls in flight per shard. A restarted shard starts empty under a new
 ``incarnation``; priorities meant for its former life are dropped and counted.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import secrets
 from typing import Any
@@ -49,15 +51,37 @@ class ReplayShard(Actor):
         self.index = index
         # Sampling waits for this shard's share of the steps before learning starts.
         self.min_size = max(1, -(-cfg.num_steps_sampled_before_learning_starts // shards))
+        self.intensity = cfg.training_intensity
+        # How far the runners may run ahead of the learner before add_fragment waits.
+        self.slack = cfg.train_batch_size * cfg.replay_sample_requests_in_flight
         self.incarnation = secrets.token_hex(4)  # new after a restart: old indexes mean nothing
         self.counters = {"num_fragments": 0, "num_env_steps": 0, "num_samples": 0,
                          "num_sample_calls": 0, "num_priority_updates": 0,
-                         "num_stale_priority_updates": 0}
+                         "num_stale_priority_updates": 0, "wait_for_learner_s": 0.0}
 
     # --- runners' side (a stream) ---
 
-    def add_fragment(self, fragment: dict[str, Any]) -> int:
-        """A runner's fragment: its n-step transitions into the buffer; how many."""
+    async def add_fragment(self, fragment: dict[str, Any]) -> int:
+        """A runner's fragment: its n-step transitions into the buffer; how many. Waits
+        first while the learner is behind (``learner_behind``)."""
+        if self.learner_behind():
+            started = asyncio.get_running_loop().time()
+            while self.learner_behind():
+                await asyncio.sleep(0.005)
+            self.counters["wait_for_learner_s"] += asyncio.get_running_loop().time() - started
+        return self.store(fragment)
+
+    def learner_behind(self) -> bool:
+        """With training_intensity: this shard's env steps past its warm-up, times the
+        intensity, exceed the samples the learner drew from it (by more than its credits'
+        worth): the runners wait for the learner instead of sampling on."""
+        if self.intensity is None or len(self.buffer) < self.min_size:
+            return False
+        ahead = self.counters["num_env_steps"] - self.min_size
+        return ahead * self.intensity > self.counters["num_samples"] + self.slack
+
+    def store(self, fragment: dict[str, Any]) -> int:
+        """The fragment's n-step transitions into the buffer; how many."""
         steps = int(fragment["env_steps"])
         transitions = self.nstep.add_fragment(fragment) if steps else {}
         self.counters["num_fragments"] += 1
