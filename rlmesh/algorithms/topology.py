@@ -349,6 +349,7 @@ class AsyncMesh(Mesh):
                 raise g
             self.totals.add(runner.name, {"num_fragments_lost": g["num_fragments_lost"]})
             self.env_errors(runner.name, g)
+            g["runner"] = runner.name
             out.append(g)
         return out
 

@@ -1,0 +1,159 @@
+"""APEX's pieces without processes: the per-runner epsilons, and the replay shard's handling
+of its messages (fragments in, samples out, priorities back, backpressure, restarts)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from rlmesh.algorithms.apex_config import ApexDQNConfig
+from rlmesh.envs import space_to_data
+from rlmesh.policy.numpy_q import NumpyQPolicy, epsilon_at, per_worker_epsilon
+from rlmesh.policy.policy import class_path
+from rlmesh.roles.replay_shard import ReplayShard, shard_capacity
+from tests.unit.test_replay import episode_streams, fragments_of
+
+OBS = gym.spaces.Box(-np.inf, np.inf, (1,), np.float32)
+ACT = gym.spaces.Discrete(2)
+
+
+# --- per-worker epsilon (RLlib's PerWorkerEpsilonGreedy: eps=0.4, alpha=7) ---
+
+def test_per_worker_epsilons_follow_the_apex_formula():
+    n = 8
+    eps = [per_worker_epsilon(i, n) for i in range(1, n + 1)]
+    assert eps[0] == pytest.approx(0.4)
+    assert eps[-1] == pytest.approx(0.4 ** 8)
+    for i, e in enumerate(eps):  # eps_i = eps^(1 + i/(N-1) * alpha), i from 0
+        assert e == pytest.approx(0.4 ** (1 + i / (n - 1) * 7))
+    assert eps == sorted(eps, reverse=True)
+    assert per_worker_epsilon(1, 1) == pytest.approx(0.4)  # one runner: the first epsilon
+
+
+def test_per_worker_epsilon_replaces_the_schedule_in_runners_only():
+    ex = {"type": "PerWorkerEpsilonGreedy", "initial_epsilon": 1.0, "final_epsilon": 0.02,
+          "epsilon_timesteps": 100}
+    assert epsilon_at(ex, 0, worker_index=3, num_workers=3) == pytest.approx(0.4 ** 8)
+    assert epsilon_at(ex, 0, worker_index=0, num_workers=3) == 1.0  # the driver's copy
+    assert epsilon_at({**ex, "type": "EpsilonGreedy"}, 0, 3, 3) == 1.0
+
+
+def test_each_runner_policy_acts_with_its_own_epsilon():
+    cfg = (ApexDQNConfig().environment("CartPole-v1").env_runners(num_env_runners=4)
+           .training(model={"fcnet_hiddens": [8]}, hiddens=[]))
+    obs_space = gym.spaces.Box(-1, 1, (4,), np.float32)
+    weights = {"trunk.0.weight": np.zeros((8, 4), np.float32), "trunk.0.bias": np.zeros(8, np.float32),
+               "a_head.weight": np.zeros((2, 8), np.float32),
+               "a_head.bias": np.array([1.0, 0.0], np.float32),  # greedy: always action 0
+               "v_head.weight": np.zeros((1, 8), np.float32), "v_head.bias": np.zeros(1, np.float32)}
+    obs = np.zeros((20_000, 4), np.float32)
+    for index in (1, 2, 4):
+        policy = NumpyQPolicy(obs_space, ACT, cfg)
+        policy.worker_index = index  # what the EnvRunner sets
+        policy.seed(index)
+        policy.set_weights(weights)
+        actions, _, _ = policy.compute_actions(obs, explore=True)
+        random_share = 2 * float(np.mean(actions == 1))  # half the random picks are action 0
+        assert random_share == pytest.approx(per_worker_epsilon(index, 4), abs=0.02)
+
+
+# --- the replay shard's messages ---
+
+def make_shard(index=0, **training) -> ReplayShard:
+    cfg = (ApexDQNConfig().environment("CartPole-v1").env_runners(num_env_runners=2)
+           .training(**{"num_replay_buffer_shards": 2, "train_batch_size": 16, "n_step": 3,
+                        "num_steps_sampled_before_learning_starts": 100,
+                        "replay_buffer_config": {"capacity": 1000}, **training})
+           .debugging(seed=0))
+    return ReplayShard(cfg.to_dict(), class_path(type(cfg)), space_to_data(OBS),
+                       space_to_data(ACT), index)
+
+
+def fragments(seed=0, num_envs=2, length=400, cut=50):
+    streams = episode_streams(np.random.default_rng(seed), num_envs, length)
+    out = fragments_of(streams, list(range(0, length + 1, cut)))
+    for f in out:
+        f["env_steps"] = int(f["mask"].sum())
+    return out
+
+
+def test_shard_holds_its_share_and_stores_nstep_transitions():
+    shard = make_shard()
+    assert shard.buffer.capacity == shard_capacity(1000, 2) == 500
+    stored = sum(shard.store(f) for f in fragments(length=200))
+    stats = shard.stats()
+    assert stats["num_env_steps"] == 400 and stats["num_fragments"] == 4
+    # Every step becomes a transition but the last few of each env, still waiting for
+    # their n-step window.
+    assert 400 - 2 * 2 <= stored + shard.nstep.num_pending <= 400
+    assert stored == len(shard.buffer) == stats["size"]
+
+
+def test_sampling_waits_for_the_shards_share_of_learning_starts():
+    shard = make_shard(num_steps_sampled_before_learning_starts=300)  # 150 per shard
+    frags = fragments(length=200)
+    shard.store(frags[0])  # 100 env steps
+    assert shard.sample(16) is None
+    for f in frags[1:3]:
+        shard.store(f)
+    got = shard.sample(16, beta=0.5)
+    cols = got["columns"]
+    assert got["shard"] == 0 and got["incarnation"] == shard.incarnation
+    assert set(cols) >= {"obs", "actions", "rewards", "next_obs", "discounts", "weights",
+                         "batch_indexes"}
+    assert all(len(v) == 16 for v in cols.values())
+    assert np.all(cols["weights"] <= 1.0 + 1e-6) and np.all(cols["weights"] > 0)
+
+
+def test_priorities_go_to_the_sampled_items_and_stale_ones_are_dropped():
+    shard = make_shard()
+    for f in fragments():
+        shard.store(f)
+    got = shard.sample(64)
+    idx = got["columns"]["batch_indexes"]
+    td = np.full(len(idx), 50.0)
+    td[0] = np.nan  # a step the learner skipped keeps its priority
+    assert shard.update_priorities(idx, td, got["incarnation"]) == len(idx) - 1
+    leaves = shard.buffer.tree.sums[shard.buffer.tree.leaves:]
+    high = (50.0 + 1e-6) ** shard.buffer.alpha
+    assert np.allclose(leaves[idx[1:]], high)
+    # Mostly the high-priority items come back now.
+    again = shard.sample(256)["columns"]["batch_indexes"]
+    assert np.isin(again, idx[1:]).mean() > 0.5
+    # Indexes sampled before a restart (another incarnation) mean nothing here.
+    before = leaves.copy()
+    assert shard.update_priorities(idx, np.zeros(len(idx)), "an-old-life") == 0
+    assert np.array_equal(before, shard.buffer.tree.sums[shard.buffer.tree.leaves:])
+    assert shard.stats()["num_stale_priority_updates"] == 1
+
+
+def test_add_fragment_waits_while_the_learner_is_behind():
+    shard = make_shard(training_intensity=1.0, num_steps_sampled_before_learning_starts=0)
+    frags = fragments(length=400)
+
+    async def scenario():
+        await shard.add_fragment(frags[0])  # nothing sampled yet, but within the slack
+        assert shard.learner_behind()  # 100 steps x 1.0 > 0 samples + 16 x 2 slack
+        blocked = asyncio.ensure_future(shard.add_fragment(frags[1]))
+        await asyncio.sleep(0.05)
+        assert not blocked.done()  # the runner's credit is held back
+        shard.sample(64)
+        shard.sample(64)  # the learner caught up
+        await asyncio.wait_for(blocked, 1.0)
+        assert shard.stats()["wait_for_learner_s"] > 0
+
+    asyncio.run(scenario())
+
+
+def test_without_training_intensity_fragments_are_never_held():
+    shard = make_shard(num_steps_sampled_before_learning_starts=0)
+
+    async def scenario():
+        for f in fragments(length=400):
+            await asyncio.wait_for(shard.add_fragment(f), 1.0)
+
+    asyncio.run(scenario())
+    assert shard.stats()["wait_for_learner_s"] == 0.0
