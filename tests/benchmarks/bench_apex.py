@@ -1,0 +1,119 @@
+"""APEX end to end: env steps/s sampled, transitions/s inserted into the replay shards,
+learner updates/s and samples/s, at 2 and 4 runners (2 shards), each beside synchronous DQN
+with the same runners, network, batch and training_intensity, measured in the same run.
+
+Two settings: ``training_intensity`` 8 (both train 8 samples per env step: the figures say
+how much the pipeline overlaps sampling with learning), and APEX unthrottled
+(``training_intensity`` None: the runners sample as fast as they can, as in RLlib's APEX; its
+reference is the same DQN). Each side runs in a process of its own, one after the other.
+``python -m tests.benchmarks.run --only apex``; ``python -m tests.benchmarks.bench_apex side
+APEX 2 8`` runs one side alone and prints its figures as JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from .bench_runtime import Row
+from .ppo_sides import started
+
+BATCH = 64
+LEARNING_STARTS = 1000
+
+
+@dataclass(frozen=True)
+class ApexSizes:
+    runners: tuple[int, ...]
+    seconds: float  # measured, after the warm-up
+
+
+DEFAULT = ApexSizes(runners=(2, 4), seconds=20.0)
+QUICK = ApexSizes(runners=(2,), seconds=8.0)
+
+
+def config(run: str, runners: int, intensity: float | None) -> Any:
+    from rlmesh.algorithms.apex_config import ApexDQNConfig
+    from rlmesh.algorithms.dqn_config import DQNConfig
+
+    cls = ApexDQNConfig if run == "APEX" else DQNConfig
+    training = {"train_batch_size": BATCH, "lr": 1e-3, "n_step": 3, "hiddens": [],
+                "training_intensity": intensity, "target_network_update_freq": 1000,
+                "num_steps_sampled_before_learning_starts": LEARNING_STARTS,
+                "replay_buffer_config": {"type": "MultiAgentPrioritizedReplayBuffer",
+                                         "capacity": 100_000},
+                "model": {"fcnet_hiddens": [64, 64]}}
+    if run == "APEX":
+        training["num_replay_buffer_shards"] = 2
+    return (cls().environment("CartPole-v1")
+            .env_runners(num_env_runners=runners, rollout_fragment_length=50)
+            .training(**training)
+            .reporting(min_sample_timesteps_per_iteration=1000)
+            .debugging(seed=0))
+
+
+def side(run: str, runners: int, intensity: float | None, seconds: float) -> dict[str, float]:
+    """One side in this process: warm up past learning_starts, then count for ``seconds``."""
+    with config(run, runners, intensity).build() as algo:
+        first = algo.train()
+        while first["timesteps_total"] < 2 * LEARNING_STARTS:
+            first = algo.train()
+        t0 = time.perf_counter()
+        last = first
+        while time.perf_counter() - t0 < seconds:
+            last = algo.train()
+        elapsed = time.perf_counter() - t0
+    delta = lambda key: (last[key] - first[key]) / elapsed  # noqa: E731
+    return {"env_steps_per_s": delta("timesteps_total"),
+            "inserted_per_s": delta("replay_buffer_num_added"),
+            "samples_per_s": delta("num_env_steps_trained"),
+            "updates_per_s": delta("num_env_steps_trained") / BATCH}
+
+
+def _measure(run: str, runners: int, intensity: float | None, seconds: float) -> dict[str, float]:
+    cmd = [sys.executable, "-m", "tests.benchmarks.bench_apex", "side", run, str(runners),
+           str(intensity), str(seconds)]
+    with started(cmd, stdout=subprocess.PIPE, text=True) as (proc, _):
+        out = proc.communicate()[0]
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd[2:])} exited with {proc.returncode}")
+    return json.loads(out.strip().splitlines()[-1])
+
+
+METRICS = (("env_steps_per_s", "env steps/s sampled"),
+           ("inserted_per_s", "transitions/s inserted"),
+           ("updates_per_s", "learner updates/s (batch 64)"),
+           ("samples_per_s", "learner samples/s"))
+
+
+def bench_throughput(sizes: ApexSizes, tmp: Path) -> list[Row]:
+    rows: list[Row] = []
+    for n in sizes.runners:
+        dqn = _measure("DQN", n, 8.0, sizes.seconds)
+        peer = f"synchronous DQN, {n} runners, same settings, training_intensity 8"
+        for intensity in (8.0, None):
+            apex = _measure("APEX", n, intensity, sizes.seconds)
+            what = "training_intensity 8" if intensity else "unthrottled"
+            print(f"  {n} runners, {what}: APEX {apex}, DQN {dqn}", flush=True)
+            name = f"APEX CartPole-v1, {n} runners, 2 shards, {what}"
+            rows += [Row(name, label, apex[key], dqn[key], peer, higher_is_better=True)
+                     for key, label in METRICS]
+    return rows
+
+
+BENCHMARKS: dict[str, Callable[[ApexSizes, Path], list[Row]]] = {
+    "apex_throughput": bench_throughput,
+}
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["side"]:
+        run, runners, intensity, seconds = sys.argv[2:6]
+        got = side(run, int(runners), None if intensity == "None" else float(intensity),
+                   float(seconds))
+        print(json.dumps(got), flush=True)
