@@ -58,7 +58,7 @@ _APEX_DQN_DEFAULTS = {
     "exploration_config": {**EXPLORATION_DEFAULTS, "type": "PerWorkerEpsilonGreedy"},
     "replay_buffer_config": {"type": "MultiAgentPrioritizedReplayBuffer", "capacity": 2_000_000,
                              "prioritized_replay_alpha": 0.6, "prioritized_replay_beta": 0.4,
-                             "prioritized_replay_eps": 1e-6},
+                             "prioritized_replay_eps": 1e-6, "worker_side_prioritization": True},
 }
 
 

@@ -109,6 +109,9 @@ class NumpyQPolicy(Policy):
         self.num_actions = int(action_space.n)
         self.net = NumpyQNet(observation_space, config.model)
         self.exploration = dict(config.exploration_config)
+        # APEX: ship the Q-values the initial priorities are computed from.
+        self.runner_q = bool(getattr(config, "replay_buffer_config", {}).get(
+            "worker_side_prioritization", False))
         self.runners = max(1, int(config.num_env_runners))
         self.timestep = 0
         self.rng = np.random.default_rng()
@@ -129,17 +132,28 @@ class NumpyQPolicy(Policy):
         n = len(obs_batch)
         explore = self.config.explore if explore is None else explore
         eps = self.epsilon if explore else 0.0
+        q = None
         if not self.net.loaded:  # no weights yet: nothing to be greedy about
             actions = self.rng.integers(0, self.num_actions, n)
         else:
-            actions = self.net(obs_batch).argmax(-1)
+            q = self.net(obs_batch)
+            actions = q.argmax(-1)
             if eps > 0:
                 rand = self.rng.random(n) < eps
                 if rand.any():
                     actions[rand] = self.rng.integers(0, self.num_actions, int(rand.sum()))
         if explore:
             self.timestep += n * self.runners
-        return actions.astype(np.int64), [], {}
+        return actions.astype(np.int64), [], self._runner_q(q, actions) if self.runner_q else {}
+
+    def _runner_q(self, q: np.ndarray | None, actions: np.ndarray) -> dict[str, np.ndarray]:
+        """Q(obs, action) and max Q(obs), the columns APEX's worker-side priorities are
+        computed from (``rl/nstep.py``); NaN before the first weights."""
+        if q is None:
+            nan = np.full(len(actions), np.nan, np.float32)
+            return {"action_q": nan, "max_q": nan.copy()}
+        return {"action_q": q[np.arange(len(actions)), actions].astype(np.float32),
+                "max_q": q.max(-1).astype(np.float32)}
 
     def get_weights(self) -> dict[str, np.ndarray]:
         return dict(self._weights)

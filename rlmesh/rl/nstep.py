@@ -12,6 +12,7 @@ import numpy as np
 from rlmesh.rl.columns import DEFAULT_POLICY_ID, Columns
 
 STEP_KEYS = ("obs", "actions", "rewards", "terminateds", "truncateds", "next_obs")
+RUNNER_Q_KEYS = ("action_q", "max_q")
 
 
 def step_next_obs(fragment: dict[str, Any]) -> np.ndarray:
@@ -61,7 +62,24 @@ def nstep_transitions(steps: dict[str, np.ndarray], n: int, gamma: float
            "next_obs": steps["next_obs"][last[:keep]],
            "terminateds": terminated[:keep],
            "discounts": np.where(terminated[:keep], 0.0, gamma ** k[:keep]).astype(np.float32)}
+    if "max_q" in steps:  # the runner's Q-values: the TD error it would see (worker side)
+        out.update(runner_td_error(steps, out, last[:keep], done[last[:keep]]))
     return out, {key: v[keep:] for key, v in steps.items()}
+
+
+def runner_td_error(steps: dict[str, np.ndarray], out: dict[str, np.ndarray],
+                    last: np.ndarray, last_done: np.ndarray) -> dict[str, np.ndarray]:
+    """``td_error`` of each transition from the runner's own Q-values (APEX's
+    worker-side priorities): r + discounts * max Q(next_obs) - Q(obs, action), the max
+    taken where the runner acted on next_obs (the step after ``last``, same episode); NaN
+    where it did not (a truncation, or past the steps at hand)."""
+    nxt = last + 1
+    seen = ~last_done & (nxt < len(steps["max_q"]))
+    boot = np.full(len(last), np.nan)
+    boot[seen] = steps["max_q"][nxt[seen]]
+    boot[out["discounts"] == 0] = 0.0  # terminated: nothing to bootstrap
+    return {"td_error": (out["rewards"] + out["discounts"] * boot
+                         - steps["action_q"][:len(last)]).astype(np.float32)}
 
 
 class NStepBuilder:
@@ -70,10 +88,12 @@ class NStepBuilder:
     carry whose episode did not go on (the env's next valid step starts an episode: t == 0,
     or the row is invalid after an env error) is dropped and counted."""
 
-    def __init__(self, n_step: int, gamma: float) -> None:
+    def __init__(self, n_step: int, gamma: float, runner_q: bool = False) -> None:
         if n_step < 1:
             raise ValueError(f"n_step must be at least 1, got {n_step}")
         self.n, self.gamma = int(n_step), float(gamma)
+        # The runner's Q-values come along (action_q, max_q): transitions get td_error.
+        self.keys = STEP_KEYS + (RUNNER_Q_KEYS if runner_q else ())
         self._carry: dict[tuple[Any, ...], dict[str, np.ndarray]] = {}
         self.counters = {"num_nstep_steps_dropped": 0}
 
@@ -84,10 +104,12 @@ class NStepBuilder:
         nxt = step_next_obs(fragment)
         t_col = fragment.get(Columns.T)
         who = (fragment.get("worker_index", 0), fragment.get("policy_id", DEFAULT_POLICY_ID))
+        # The runner's Q-values only where its policy shipped them (the numpy Q network).
+        keys = [k for k in self.keys if k != "next_obs" and k in fragment]
         parts = []
         for b in range(mask.shape[1]):
             rows = np.flatnonzero(mask[:, b])
-            steps = {k: np.asarray(fragment[k])[rows, b] for k in STEP_KEYS if k != "next_obs"}
+            steps = {k: np.asarray(fragment[k])[rows, b] for k in keys}
             steps["next_obs"] = nxt[rows, b]
             carry = self._carry.pop((*who, b), None)
             if carry is not None:
@@ -96,7 +118,8 @@ class NStepBuilder:
                 if starts_anew:
                     self.counters["num_nstep_steps_dropped"] += len(carry["rewards"])
                 else:
-                    steps = {k: np.concatenate([carry[k], steps[k]]) for k in STEP_KEYS}
+                    steps = {k: np.concatenate([carry[k], steps[k]]) for k in steps
+                             if k in carry}
             if not len(steps["rewards"]):
                 continue
             out, tail = nstep_transitions(steps, self.n, self.gamma)
@@ -105,7 +128,8 @@ class NStepBuilder:
             parts.append(out)
         if not parts:
             return {}
-        return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+        common = [k for k in parts[0] if all(k in p for p in parts)]
+        return {k: np.concatenate([p[k] for p in parts]) for k in common}
 
     @property
     def num_pending(self) -> int:

@@ -47,7 +47,10 @@ class ReplayShard(Actor):
                 seed=seed)
         else:
             self.buffer = ReplayBuffer(capacity, specs, seed=seed)
-        self.nstep = NStepBuilder(cfg.n_step, cfg.gamma)
+        # Worker-side prioritization: runners ship their Q-values, new transitions get
+        # their TD error as priority instead of the highest so far.
+        self.worker_side = bool(rb.get("worker_side_prioritization")) and cfg.prioritized_replay
+        self.nstep = NStepBuilder(cfg.n_step, cfg.gamma, runner_q=self.worker_side)
         self.index = index
         # Sampling waits for this shard's share of the steps before learning starts.
         self.min_size = max(1, -(-cfg.num_steps_sampled_before_learning_starts // shards))
@@ -57,7 +60,8 @@ class ReplayShard(Actor):
         self.incarnation = secrets.token_hex(4)  # new after a restart: old indexes mean nothing
         self.counters = {"num_fragments": 0, "num_env_steps": 0, "num_samples": 0,
                          "num_sample_calls": 0, "num_priority_updates": 0,
-                         "num_stale_priority_updates": 0, "wait_for_learner_s": 0.0}
+                         "num_stale_priority_updates": 0, "wait_for_learner_s": 0.0,
+                         "num_runner_priorities": 0}
 
     # --- runners' side (a stream) ---
 
@@ -88,7 +92,13 @@ class ReplayShard(Actor):
         self.counters["num_env_steps"] += steps
         if not transitions:
             return 0
-        self.buffer.add(transitions)
+        td = transitions.pop("td_error", None)
+        if td is not None and isinstance(self.buffer, PrioritizedReplayBuffer):
+            known = np.isfinite(td)  # unknown: the highest priority so far, as without
+            self.counters["num_runner_priorities"] += int(known.sum())
+            self.buffer.add(transitions, np.where(known, np.abs(td), self.buffer.max_priority))
+        else:
+            self.buffer.add(transitions)
         return len(transitions["rewards"])
 
     # --- the learner's side ---

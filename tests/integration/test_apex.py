@@ -50,6 +50,8 @@ def test_apex_learns_cartpole_with_3_runners_and_2_shards():
         assert set(shards) == {0, 1}
         for s in shards.values():
             assert s["num_added"] > 0 and s["num_samples"] > 0 and s["num_priority_updates"] > 0
+            # Worker-side prioritization: most new transitions came with the runner's TD error.
+            assert s["num_runner_priorities"] > 0.5 * s["num_added"]
         assert result["replay_buffer_num_added"] >= sum(s["num_added"] for s in shards.values())
         # training_intensity 16: the learner trained ~16 samples per env step sampled.
         learned = result["timesteps_total"] - 1000

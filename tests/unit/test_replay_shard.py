@@ -157,3 +157,50 @@ def test_without_training_intensity_fragments_are_never_held():
 
     asyncio.run(scenario())
     assert shard.stats()["wait_for_learner_s"] == 0.0
+
+
+# --- worker-side prioritization: initial priorities from the runners' Q-values ---
+
+def with_runner_q(fragment, rng):
+    out = dict(fragment)
+    shape = fragment["rewards"].shape
+    out["action_q"] = rng.normal(size=shape).astype(np.float32)
+    out["max_q"] = (out["action_q"] + rng.random(shape)).astype(np.float32)
+    return out
+
+
+def test_runner_q_values_give_each_new_transition_its_td_error_as_priority():
+    shard = make_shard(n_step=1, gamma=0.9, replay_buffer_config={
+        "capacity": 1000, "worker_side_prioritization": True})
+    rng = np.random.default_rng(1)
+    frag = with_runner_q(fragments(num_envs=1, length=100, cut=100)[0], rng)
+    shard.store(frag)
+    assert shard.stats()["num_runner_priorities"] > 0
+    r, q, m = frag["rewards"][:, 0], frag["action_q"][:, 0], frag["max_q"][:, 0]
+    term, trunc = frag["terminateds"][:, 0], frag["truncateds"][:, 0]
+    leaves = shard.buffer.tree.sums[shard.buffer.tree.leaves:]
+    alpha, eps = shard.buffer.alpha, shard.buffer.eps
+    checked = 0
+    for t in range(len(r)):  # 1-step: stored in order, one per step (the last waits)
+        if t + 1 >= len(r) - 1:
+            break
+        if term[t]:
+            td = r[t] - q[t]
+        elif trunc[t]:
+            continue  # bootstrapped from the final observation: no runner Q, max priority
+        else:
+            td = r[t] + 0.9 * m[t + 1] - q[t]
+        assert leaves[t] == pytest.approx((abs(td) + eps) ** alpha, rel=1e-4), t
+        checked += 1
+    assert checked > 50
+
+
+def test_runner_q_values_are_ignored_without_worker_side_prioritization():
+    shard = make_shard(n_step=3, replay_buffer_config={"capacity": 1000,
+                                                       "worker_side_prioritization": False})
+    rng = np.random.default_rng(2)
+    for f in fragments(num_envs=2, length=200):
+        shard.store(with_runner_q(f, rng))
+    assert shard.stats()["num_runner_priorities"] == 0
+    leaves = shard.buffer.tree.sums[shard.buffer.tree.leaves:][:len(shard.buffer)]
+    assert np.allclose(leaves, 1.0)  # the highest priority so far: the initial one
