@@ -244,7 +244,7 @@ def test_every_tuned_example_is_a_valid_config(name):
 
     experiment, exp, _ = tuned_examples.load_experiment(name)
     assert experiment and exp["run"] in ALGORITHMS
-    assert name.split("-")[1].startswith(exp["run"].lower())
+    assert name.split("-", 1)[1].replace("-", "_").startswith(exp["run"].lower())
     assert set(exp["stop"]) == {"episode_reward_mean", "timesteps_total"}
     config_class(exp["run"]).from_dict({**exp["config"], "env": exp["env"]}).validate()
 
