@@ -140,9 +140,12 @@ class Apex(OffPolicy):
                 log.error("APEX learner stopped: %s", self._learner_error)
 
     def _may_train(self) -> bool:
-        """training_intensity: at most that many samples trained per env step sampled."""
-        intensity = self.config.training_intensity
-        return intensity is None or self._trained_samples < intensity * self.timesteps_total
+        """training_intensity: at most that many samples trained per env step sampled
+        since learning started (as the synchronous off-policy algorithms)."""
+        cfg = self.config
+        learned = self.timesteps_total - cfg.num_steps_sampled_before_learning_starts
+        return (cfg.training_intensity is None
+                or self._trained_samples < cfg.training_intensity * learned)
 
     def _learn_on(self, got: dict[str, Any]) -> None:
         """One gradient step on a shard's batch; its TD errors back to that shard."""
@@ -270,7 +273,7 @@ class Apex(OffPolicy):
 
     def stop(self) -> None:
         stop = getattr(self, "_stop", None)
-        if stop is not None:
+        if stop is not None and getattr(self, "_loop", None) is not None:
             stop.set()
             for task in getattr(self, "_pullers", ()):
                 self._loop.loop.call_soon_threadsafe(task.cancel)
