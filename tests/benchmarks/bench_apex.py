@@ -6,8 +6,12 @@ Two settings: ``training_intensity`` 8 (both train 8 samples per env step: the f
 how much the pipeline overlaps sampling with learning), and APEX unthrottled
 (``training_intensity`` None: the runners sample as fast as they can, as in RLlib's APEX; its
 reference is the same DQN). Each side runs in a process of its own, one after the other.
+``apex_learning``: the tuned examples to their goals (cartpole-apex.yaml: 450, 3 runners,
+2 shards; pendulum-apex-ddpg.yaml: -200), env steps and seconds, each runner's mean return,
+and a greedy evaluation of the final policy (20 episodes, ``compute_single_action``).
 ``python -m tests.benchmarks.run --only apex``; ``python -m tests.benchmarks.bench_apex side
-APEX 2 8`` runs one side alone and prints its figures as JSON.
+APEX 2 8`` runs one side alone and prints its figures as JSON; ``python -m
+tests.benchmarks.bench_apex learn cartpole-apex.yaml 0`` one learning run.
 """
 
 from __future__ import annotations
@@ -106,8 +110,72 @@ def bench_throughput(sizes: ApexSizes, tmp: Path) -> list[Row]:
     return rows
 
 
+# --- learning: the tuned examples to their goals ---
+
+def learn(name: str, seed: int) -> dict[str, Any]:
+    """One tuned example to its stop criteria, in this process; the figures as a dict."""
+    import gymnasium as gym
+    import numpy as np
+
+    from rlmesh import tuned_examples
+    from rlmesh.cli.train import config_class
+
+    _, exp, _ = tuned_examples.load_experiment(name)
+    cfg = config_class(exp["run"]).from_dict({**exp["config"], "env": exp["env"], "seed": seed})
+    goal, budget = exp["stop"]["episode_reward_mean"], exp["stop"]["timesteps_total"]
+    t0 = time.perf_counter()
+    reached: dict[str, Any] = {}
+    with cfg.build() as algo:
+        while True:
+            r = algo.train()
+            best_runner = max(r["episode_reward_mean_by_runner"].values(), default=-np.inf)
+            for what, value in (("all runners", r["episode_reward_mean"]),
+                                ("best runner", best_runner)):
+                if value >= goal and what not in reached:
+                    reached[what] = {"timesteps": r["timesteps_total"],
+                                     "s": time.perf_counter() - t0}
+            if "all runners" in reached or r["timesteps_total"] >= budget:
+                break
+        env = gym.make(exp["env"])
+        returns = []
+        for episode in range(20):  # the final policy, greedy
+            obs, _ = env.reset(seed=10_000 + episode)
+            total, done = 0.0, False
+            while not done:
+                obs, rew, term, trunc, _ = env.step(algo.compute_single_action(obs))
+                total += float(rew)
+                done = term or trunc
+            returns.append(total)
+    return {"name": name, "seed": seed, "goal": goal, "reached": reached,
+            "timesteps": r["timesteps_total"], "s": time.perf_counter() - t0,
+            "final_mean_all_runners": r["episode_reward_mean"],
+            "final_by_runner": r["episode_reward_mean_by_runner"],
+            "greedy_eval_mean": float(np.mean(returns)),
+            "learner_updates": r["num_learner_updates_total"]}
+
+
+def bench_learning(sizes: ApexSizes, tmp: Path) -> list[Row]:
+    rows: list[Row] = []
+    nan = float("nan")
+    for name in ("cartpole-apex.yaml", "pendulum-apex-ddpg.yaml"):
+        cmd = [sys.executable, "-m", "tests.benchmarks.bench_apex", "learn", name, "0"]
+        with started(cmd, stdout=subprocess.PIPE, text=True) as (proc, _):
+            got = json.loads(proc.communicate()[0].strip().splitlines()[-1])
+        print(f"  {name}: {got}", flush=True)
+        for what in ("all runners", "best runner"):
+            hit = got["reached"].get(what, {})
+            rows.append(Row(f"{name} to {got['goal']:g} ({what}' mean), seed 0",
+                            "env steps", hit.get("timesteps", nan), got["timesteps"],
+                            "the run's env step budget"))
+        rows.append(Row(f"{name}, final policy", "greedy return, 20 episodes",
+                        got["greedy_eval_mean"], got["goal"], "the goal",
+                        higher_is_better=True))
+    return rows
+
+
 BENCHMARKS: dict[str, Callable[[ApexSizes, Path], list[Row]]] = {
     "apex_throughput": bench_throughput,
+    "apex_learning": bench_learning,
 }
 
 
@@ -117,3 +185,5 @@ if __name__ == "__main__":
         got = side(run, int(runners), None if intensity == "None" else float(intensity),
                    float(seconds))
         print(json.dumps(got), flush=True)
+    elif sys.argv[1:2] == ["learn"]:
+        print(json.dumps(learn(sys.argv[2], int(sys.argv[3]))), flush=True)
