@@ -89,7 +89,7 @@ def test_a_killed_replay_shard_is_restarted_empty_and_training_goes_on():
         assert last["replay_buffer_num_added"] > before["num_added"] + after["num_added"]
 
 
-def test_apex_ddpg_trains_on_pendulum_through_the_shards():
+def test_apex_ddpg_trains_on_pendulum_through_the_shards(tmp_path):
     config = (ApexDDPGConfig().environment("Pendulum-v1")
               .env_runners(num_env_runners=2, rollout_fragment_length=50)
               .training(num_replay_buffer_shards=2, train_batch_size=64, training_intensity=4,
@@ -100,6 +100,12 @@ def test_apex_ddpg_trains_on_pendulum_through_the_shards():
     with config.build() as algo:
         for _ in range(3):
             result = algo.train()
+        # A checkpoint mid-run (the learner thread pauses for it) restores into a new run.
+        path = algo.save(tmp_path / "ckpt")
+    with config.build() as again:
+        again.restore(path)
+        assert (again.iteration, again.timesteps_total) == (3, result["timesteps_total"])
+        assert again.train()["training_iteration"] == 4
     stats = result["info"]["learner"]["default_policy"]
     assert result["num_learner_updates"] > 0 and math.isfinite(stats["critic_loss"])
     assert all(s["num_priority_updates"] > 0 for s in result["replay_shards"])
