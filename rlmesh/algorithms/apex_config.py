@@ -15,7 +15,7 @@ class ApexSettings:
     """What the APEX plumbing reads beyond the off-policy settings; declared once here."""
 
     num_replay_buffer_shards: int = setting(
-        4, "training", ge=1, aliases=("num_replay_shards",),
+        2, "training", ge=1, aliases=("num_replay_shards",),
         doc="Replay shard processes; each holds capacity / num_replay_buffer_shards "
             "transitions, takes the fragments of runners i mod shards and serves the "
             "learner's samples. A shard that dies is restarted empty.")
@@ -40,6 +40,10 @@ class ApexSettings:
         if self.num_env_runners < 1:
             problems.append("num_env_runners: APEX samples in runner processes streaming to "
                             "its replay shards; set at least 1")
+        if self.num_replay_buffer_shards > max(1, self.num_env_runners):
+            problems.append(f"num_replay_buffer_shards: runner i feeds shard i mod shards, so "
+                            f"{self.num_replay_buffer_shards} shards for {self.num_env_runners} "
+                            f"runners leaves some empty; use at most {max(1, self.num_env_runners)}")
         if self.num_learners > 0:
             problems.append("num_learners: APEX's learner runs in the driver on a thread of "
                             "its own; set num_learners=0")
@@ -49,6 +53,7 @@ class ApexSettings:
 # RLlib's ApexDQNConfig values for settings DQN declares (its CartPole example's scale:
 # RLlib's 2M-transition buffer and 50k warm-up steps are for Atari).
 _APEX_DQN_DEFAULTS = {
+    "num_env_runners": 2,  # RLlib's 32, for a cluster
     "n_step": 3,
     "train_batch_size": 512,
     "rollout_fragment_length": 50,
@@ -77,6 +82,7 @@ class ApexDQNConfig(DQNConfig, ApexSettings, defaults=_APEX_DQN_DEFAULTS):
 
 
 _APEX_DDPG_DEFAULTS = {
+    "num_env_runners": 2,
     "n_step": 3,
     "train_batch_size": 512,
     "rollout_fragment_length": 50,

@@ -120,3 +120,5 @@ def test_registered_names_and_wrong_spaces():
         ApexDDPGConfig().environment("CartPole-v1").env_runners(num_env_runners=1).build()
     with pytest.raises(ConfigError, match="num_env_runners"):
         ApexDQNConfig().env_runners(num_env_runners=0).validate()
+    with pytest.raises(ConfigError, match="num_replay_buffer_shards: .* at most 2"):
+        ApexDQNConfig().training(num_replay_buffer_shards=3).validate()
