@@ -115,9 +115,9 @@ def test_registered_names_and_wrong_spaces():
     assert get_config_class("APEX") is ApexDQNConfig
     assert get_config_class("apex_ddpg") is ApexDDPGConfig
     with pytest.raises(ConfigError, match="DQN needs a Discrete action space"):
-        ApexDQNConfig().environment("Pendulum-v1").env_runners(num_env_runners=1).build()
+        ApexDQNConfig().environment("Pendulum-v1").build()
     with pytest.raises(ConfigError, match="APEX_DDPG needs a Box"):
-        ApexDDPGConfig().environment("CartPole-v1").env_runners(num_env_runners=1).build()
+        ApexDDPGConfig().environment("CartPole-v1").build()
     with pytest.raises(ConfigError, match="num_env_runners"):
         ApexDQNConfig().env_runners(num_env_runners=0).validate()
     with pytest.raises(ConfigError, match="num_replay_buffer_shards: .* at most 2"):
