@@ -41,9 +41,10 @@ class ApexSettings:
             problems.append("num_env_runners: APEX samples in runner processes streaming to "
                             "its replay shards; set at least 1")
         if self.num_replay_buffer_shards > max(1, self.num_env_runners):
+            most = max(1, self.num_env_runners)
             problems.append(f"num_replay_buffer_shards: runner i feeds shard i mod shards, so "
                             f"{self.num_replay_buffer_shards} shards for {self.num_env_runners} "
-                            f"runners leaves some empty; use at most {max(1, self.num_env_runners)}")
+                            f"runners leaves some empty; use at most {most}")
         if self.num_learners > 0:
             problems.append("num_learners: APEX's learner runs in the driver on a thread of "
                             "its own; set num_learners=0")

@@ -5,8 +5,9 @@ batches from it on credit and sends the TD errors back as the sampled items' pri
 Backpressure: ``add_fragment`` is a stream method that returns (and so gives the runner its
 credit back) only once the transitions are stored and, with ``training_intensity``, only
 while the learner keeps up (samples served >= intensity x env steps taken, past the warm-up);
-the learner has a bounded number of ``sample`` calls in flight per shard. A restarted shard starts empty under a new
-``incarnation``; priorities meant for its former life are dropped and counted.
+the learner has a bounded number of ``sample`` calls in flight per shard. A restarted shard
+starts empty under a new ``incarnation``; priorities meant for its former life are dropped
+and counted.
 """
 
 from __future__ import annotations

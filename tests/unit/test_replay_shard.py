@@ -45,10 +45,11 @@ def test_each_runner_policy_acts_with_its_own_epsilon():
     cfg = (ApexDQNConfig().environment("CartPole-v1").env_runners(num_env_runners=4)
            .training(model={"fcnet_hiddens": [8]}, hiddens=[]))
     obs_space = gym.spaces.Box(-1, 1, (4,), np.float32)
-    weights = {"trunk.0.weight": np.zeros((8, 4), np.float32), "trunk.0.bias": np.zeros(8, np.float32),
-               "a_head.weight": np.zeros((2, 8), np.float32),
+    zeros = lambda *shape: np.zeros(shape, np.float32)  # noqa: E731
+    weights = {"trunk.0.weight": zeros(8, 4), "trunk.0.bias": zeros(8),
+               "a_head.weight": zeros(2, 8),
                "a_head.bias": np.array([1.0, 0.0], np.float32),  # greedy: always action 0
-               "v_head.weight": np.zeros((1, 8), np.float32), "v_head.bias": np.zeros(1, np.float32)}
+               "v_head.weight": zeros(1, 8), "v_head.bias": zeros(1)}
     obs = np.zeros((20_000, 4), np.float32)
     for index in (1, 2, 4):
         policy = NumpyQPolicy(obs_space, ACT, cfg)
