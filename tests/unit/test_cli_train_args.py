@@ -360,7 +360,9 @@ def test_second_ctrl_c_quits_at_once(tmp_path, built, monkeypatch):
         os.kill(os.getpid(), signal.SIGINT)
         os.kill(os.getpid(), signal.SIGINT)
 
-    monkeypatch.setattr(train, "_exit_now", exit_now)
+    from rlmesh.cli import experiments
+
+    monkeypatch.setattr(experiments, "_exit_now", exit_now)
     FakeAlgo.on_train = interrupt_twice
     with pytest.raises(SystemExit) as exc:
         run_train(tmp_path, "--run", "PPO", "--env", "CartPole-v1", "--checkpoint-at-end")
