@@ -74,6 +74,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-level", type=str.upper, metavar="L",
                    choices=("DEBUG", "INFO", "WARN", "WARNING", "ERROR"),
                    help="sets log_level: DEBUG, INFO, WARN or ERROR")
+    from rlmesh.tune.cli import add_sweep_arguments  # the standard library only
+
+    add_sweep_arguments(p)
     p.add_argument("--config-help", action="store_true",
                    help="list the config keys of --run (default PPO) with their docs, and exit")
 
@@ -148,16 +151,30 @@ def parse_stop(stop: dict, where: str) -> dict[str, float]:
     return out
 
 
+def resolve_specs(args: argparse.Namespace) -> list[tuple[TrainSpec, dict]]:
+    """Each experiment of the -f file (one without a file) merged with the flags, and the
+    experiment's raw dict (a sweep reads num_samples from it)."""
+    if not args.config_file:
+        return [(spec_from(args, None, {}, "-f"), {})]
+    from rlmesh.tuned_examples import ExperimentFileError, load_experiments
+
+    try:
+        experiments, where = load_experiments(args.config_file)
+    except ExperimentFileError as e:
+        raise UsageError(str(e)) from None
+    return [(spec_from(args, name, exp, where), exp) for name, exp in experiments]
+
+
 def resolve_spec(args: argparse.Namespace) -> TrainSpec:
     """Merge the -f file and the flags (flags win) into one TrainSpec."""
-    name, exp, where = None, {}, "-f"
-    if args.config_file:
-        from rlmesh.tuned_examples import ExperimentFileError, load_experiment
+    specs = resolve_specs(args)
+    if len(specs) > 1:
+        raise UsageError(f"{args.config_file} holds {len(specs)} experiments; give it one")
+    return specs[0][0]
 
-        try:
-            name, exp, where = load_experiment(args.config_file)
-        except ExperimentFileError as e:
-            raise UsageError(str(e)) from None
+
+def spec_from(args: argparse.Namespace, name: str | None, exp: dict, where: str) -> TrainSpec:
+    """One experiment of the file merged with the flags (flags win)."""
     run = args.run or exp.get("run")
     if not run:
         raise UsageError(f"no algorithm: give --run ({', '.join(ALGORITHMS)}) or run: in a -f file")
@@ -231,7 +248,14 @@ def main(args: argparse.Namespace) -> int:
         if args.config_help:
             print(config_help(args.run or "PPO"))
             return 0
-        spec = resolve_spec(args)
+        specs = resolve_specs(args)
+        from rlmesh.tune.cli import is_sweep
+
+        if len(specs) > 1 or any(is_sweep(spec, exp, args) for spec, exp in specs):
+            from rlmesh.tune.cli import run_sweeps
+
+            return run_sweeps(specs, args)
+        spec = specs[0][0]
     except (UsageError, ConfigError) as e:
         return _fail(e)
     return run_spec(spec, resume=args.resume, trust_code=args.trust_code)

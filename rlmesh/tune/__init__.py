@@ -6,16 +6,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlmesh.tune.executor import get_checkpoint, get_trial_dir, report
 from rlmesh.tune.spaces import (choice, grid_search, loguniform, quniform, randint, sample_from,
                                 uniform)
 
-_LAZY = {"run": "rlmesh.tune.api", "Tuner": "rlmesh.tune.api", "TuneConfig": "rlmesh.tune.api",
+_LAZY = {"report": "rlmesh.tune.executor", "get_checkpoint": "rlmesh.tune.executor",
+         "get_trial_dir": "rlmesh.tune.executor", "run": "rlmesh.tune.api", "Tuner": "rlmesh.tune.api", "TuneConfig": "rlmesh.tune.api",
          "RunConfig": "rlmesh.tune.api", "ExperimentAnalysis": "rlmesh.tune.analysis",
          "PopulationBasedTraining": "rlmesh.tune.pbt"}
 
-__all__ = ["choice", "get_checkpoint", "get_trial_dir", "grid_search", "loguniform", "quniform",
-           "randint", "report", "sample_from", "uniform", *_LAZY]
+__all__ = ["choice", "grid_search", "loguniform", "quniform", "randint", "sample_from", "uniform",
+           *_LAZY]
 
 
 def __getattr__(name: str) -> Any:

@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from rlmesh.runtime.process import ONE_THREAD_PER_LIBRARY
 
 # Event kinds: "result" (a dict), "saved" ([iteration, path]), "exit" (exit code, error text)
 
@@ -33,6 +32,8 @@ class ProcessTrial:
                 "restore": trial.restore_from, "checkpoint_freq": checkpoint_freq}
         spec_path = trial_dir / "trial_spec.json"
         spec_path.write_text(json.dumps(spec))
+        from rlmesh.runtime.process import ONE_THREAD_PER_LIBRARY
+
         env = {**ONE_THREAD_PER_LIBRARY, **os.environ, "PYTHONUNBUFFERED": "1"}
         self.popen = subprocess.Popen(
             [sys.executable, "-m", "rlmesh.tune.worker", str(spec_path), str(os.getpid())],
