@@ -59,7 +59,6 @@ def run(run_or_experiment: Any, *, config: dict | None = None, stop: dict | None
     Trials run as many at a time as their resource requests fit ``nodes`` (this machine by
     default) and ``max_concurrent_trials`` allow. Nested metric keys are written with "/".
     """
-    from rlmesh.cli.train import DEFAULT_STOP, config_class, parse_stop
     from rlmesh.tune.controller import Sweep
     from rlmesh.tune.pbt import PopulationBasedTraining
     from rlmesh.tune.search import Search
@@ -70,10 +69,14 @@ def run(run_or_experiment: Any, *, config: dict | None = None, stop: dict | None
                         and scheduler.metric else DEFAULT_METRIC)
     config = dict(config or {})
     if fn is None:  # the algorithm's spellings of keys (aliases), as `rlmesh train` takes them
-        from rlmesh.cli.train import canonical_keys
+        from rlmesh.cli.train import DEFAULT_STOP, canonical_keys, config_class, parse_stop
 
         config = canonical_keys(config_class(run_name), config)
-    stop = parse_stop(stop, "stop") if stop else ({} if fn is not None else dict(DEFAULT_STOP))
+        stop = parse_stop(stop, "stop") if stop else dict(DEFAULT_STOP)
+    else:  # a function trainable stops itself, or at one of these
+        from rlmesh.results import flatten
+
+        stop = flatten(stop or {})
     pbt = scheduler if isinstance(scheduler, PopulationBasedTraining) else None
     if pbt is not None:
         pbt.metric, pbt.mode = metric, mode
@@ -108,11 +111,13 @@ def run(run_or_experiment: Any, *, config: dict | None = None, stop: dict | None
         if resources_per_trial is not None or fn is not None:
             return [PlacementGroup((Bundle(resources_per_trial or {"CPU": 1}, "trial"),),
                                    "PACK", trial.trial_id)]
+        from rlmesh.cli.train import config_class
+
         cfg = config_class(run_name).from_dict(copy.deepcopy(trial.config))
         cfg.validate()
         return cfg.resource_request()
 
-    table = TrialTable(metric, print_every_s=print_every_s)
+    table = TrialTable(metric, print_every_s=print_every_s, verbose=verbose)
     if verbose:
         table.message(f"rlmesh tune: {search.total} trials of {run_name} in {exp_dir}"
                       f"{' (resumed)' if resume else ''}")

@@ -44,6 +44,8 @@ class Sweep:
         self.waiting_said: str | None = None
         self.interrupted = False
         self._state_at = 0.0
+        self._dirty = False
+        self._pool = None  # threads of function trainables, reused from trial to trial
 
     # --- the loop ---
 
@@ -59,8 +61,11 @@ class Sweep:
                     event = self.events.get(timeout=0.5)
                 except queue.Empty:
                     self.table.show(self.trials, self._resources())
+                    if self._dirty:
+                        self._write_state()
                     continue
                 self._handle(*event)
+                self._dirty = True
                 self.table.show(self.trials, self._resources())
             if self.interrupted:
                 self._stop_all()
@@ -69,6 +74,8 @@ class Sweep:
                 signal.signal(s, handler)
             for runner in list(self.running.values()):
                 runner.kill()
+            if self._pool is not None:
+                self._pool.shutdown(wait=False)
             self._write_state(force=True)
         self.table.finish(self.trials, self._resources())
         return not self.interrupted
@@ -142,7 +149,11 @@ class Sweep:
         if self.trainable is None:
             runner = ProcessTrial(trial, self.events, self.checkpoint_freq)
         else:
-            runner = FunctionTrial(trial, self.events, self.trainable)
+            if self._pool is None:
+                from concurrent.futures import ThreadPoolExecutor
+
+                self._pool = ThreadPoolExecutor(max_workers=64, thread_name_prefix="rlmesh.tune")
+            runner = FunctionTrial(trial, self.events, self.trainable, self._pool)
         self.running[trial.trial_id] = runner
         asks = ", ".join(f"{k} {v:g}" for k, v in sorted(_sum(usage).items()) if v)
         waiting = sum(t.status == PENDING for t in self.trials) + self.total - len(self.trials)
@@ -150,7 +161,7 @@ class Sweep:
         self.table.message(f"scheduler: {trial.trial_id} placed on {trial.node} ({asks}){from_}; "
                            f"{len(self.running)} running, {waiting} waiting, "
                            f"{self._resources()}")
-        self._write_state(force=True)
+        self._write_state()
 
     def _used(self) -> dict[str, dict[str, float]]:
         used: dict[str, dict[str, float]] = {}
@@ -219,7 +230,7 @@ class Sweep:
             self._complete(trial, failed=True)
             self.table.message(f"{trial.trial_id} ERROR (exit code {code}); its log "
                                f"{trial.dir}/trial.log ends:\n{error}")
-        self._write_state(force=True)
+        self._write_state()
 
     def _exploit(self, trial, exploit: dict) -> None:
         """PBT: ``trial`` goes on from a copy of the donor's newest checkpoint, perturbed."""
@@ -242,9 +253,12 @@ class Sweep:
                                  trial.trial_id in self.pruned, failed)
 
     def _write_state(self, force: bool = False) -> None:
+        """Write the state file if it changed and STATE_EVERY_S has passed (``force``: now).
+        Rewriting every trial's record at each event cost 46 s of a 100-trial sweep."""
+        self._dirty = True
         now = time.monotonic()
         if force or now - self._state_at >= STATE_EVERY_S:
-            self._state_at = now
+            self._state_at, self._dirty = now, False
             write_state(self.dir, self.trials,
                         {**self.meta, "metric": self.metric, "mode": self.mode,
                          "total": self.total})

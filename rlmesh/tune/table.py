@@ -27,11 +27,25 @@ def _short(value) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
+class _Null:
+    def write(self, text):
+        pass
+
+    def flush(self):
+        pass
+
+    def isatty(self):
+        return False
+
+
+MAX_ROWS = 20  # rows of the live table: running trials first, then the best finished
+
+
 class TrialTable:
     def __init__(self, metric: str, stream: TextIO | None = None, tty: bool | None = None,
-                 print_every_s: float = 15.0):
+                 print_every_s: float = 15.0, verbose: int = 1):
         self.metric = metric
-        self.stream = stream or sys.stdout
+        self.stream = stream or (sys.stdout if verbose else _Null())
         self.tty = self.stream.isatty() if tty is None else tty
         self.print_every_s = print_every_s
         self._drawn = 0  # lines of the table now on screen (terminal only)
@@ -49,7 +63,10 @@ class TrialTable:
         if not force and self.tty and now - self._last < 0.5:
             return
         self._last = now
-        lines = [self.status_line(trials, resources), *trial_rows(trials, self.metric)]
+        shown = _pick(trials, self.metric) if len(trials) > MAX_ROWS else trials
+        lines = [self.status_line(trials, resources), *trial_rows(shown, self.metric)]
+        if len(shown) < len(trials):
+            lines.append(f"... and {len(trials) - len(shown)} more")
         if self.tty:
             self._erase()
             self._drawn = len(lines)
@@ -77,3 +94,12 @@ class TrialTable:
 
 def _metric(value) -> str:
     return "-" if value is None else f"{value:.5g}"
+
+
+def _pick(trials: list, metric: str) -> list:
+    """The rows worth a look when there are many: running, then best finished, then pending."""
+    running = [t for t in trials if t.status == "RUNNING"]
+    scored = sorted((t for t in trials if t.status != "RUNNING" and t.metric(metric) is not None),
+                    key=lambda t: -t.metric(metric))
+    rest = [t for t in trials if t.status != "RUNNING" and t.metric(metric) is None]
+    return (running + scored + rest)[:MAX_ROWS]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -54,14 +54,15 @@ class Trial:
         self.iteration = int(self.last_result.get("training_iteration", self.iteration + 1))
 
     def to_data(self) -> dict:
-        return to_jsonable(asdict(self))
+        # not dataclasses.asdict: its deep copy of every config was most of a state write
+        return to_jsonable(dict(self.__dict__))
 
 
 def write_state(experiment_dir: Path, trials: list[Trial], meta: dict) -> None:
     """The state file, written atomically (a crash leaves the previous one)."""
     data = {"version": STATE_VERSION, **meta, "trials": [t.to_data() for t in trials]}
     tmp = experiment_dir / (STATE_FILE + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1, allow_nan=False))
+    tmp.write_text(json.dumps(data, allow_nan=False))
     os.replace(tmp, experiment_dir / STATE_FILE)
 
 
