@@ -102,6 +102,7 @@ def run(run_or_experiment: Any, *, config: dict | None = None, stop: dict | None
                      stop=stop, dir=str(exp_dir / (f"{trial_id}_{tag}" if tag else trial_id)),
                      params=params, optuna_number=number)
 
+    search.replay(trials)
     if not search.optuna_search:  # every trial known now: the table and state list them
         trials += [make_trial(i) for i in range(len(trials), search.total)]
 

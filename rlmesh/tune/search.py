@@ -52,6 +52,25 @@ class Search:
             self.live[number] = otrial
         return config, {**grid_params, **drawn}, number
 
+    def replay(self, trials: list) -> None:
+        """On resume: tell a fresh study the finished trials, so TPE goes on knowing them."""
+        if not self.optuna_search:
+            return
+        optuna = require("optuna", "tune", "Optuna search and pruning")
+        domains = {spaces.path_name(p): d for p, d in spaces.find_domains(self.variants[0][0]).items()
+                   if d.kind != "sample_from"}
+        for trial in trials:
+            value = trial.metric(self.metric)
+            if trial.status != "TERMINATED" or value is None:
+                continue
+            try:
+                params = {k: _as_param(domains[k], trial.params[k]) for k in domains}
+                dists = {k: _distribution(optuna, d) for k, d in domains.items()}
+                self.study.add_trial(optuna.trial.create_trial(params=params, distributions=dists,
+                                                               value=value))
+            except (KeyError, ValueError):  # the space changed since: start it afresh
+                continue
+
     def reattach(self, trial) -> None:
         """A trial resumed from the state file: a fresh Optuna trial judges it from here on."""
         if self.study is not None and trial.optuna_number not in self.live:
@@ -97,3 +116,23 @@ def _make_study(search_alg: str, scheduler: str | None, mode: str, seed: int | N
         pruner = optuna.pruners.NopPruner()
     direction = "maximize" if mode == "max" else "minimize"
     return optuna.create_study(direction=direction, sampler=sampler, pruner=pruner)
+
+
+def _distribution(optuna, domain: spaces.Domain):
+    d, a = optuna.distributions, domain.args
+    if domain.kind == "choice":
+        return d.CategoricalDistribution(a[0] if _simple(a[0]) else list(range(len(a[0]))))
+    if domain.kind == "randint":
+        return d.IntDistribution(a[0], a[1] - 1)
+    return d.FloatDistribution(a[0], a[1], log=domain.kind == "loguniform",
+                               step=a[2] if domain.kind == "quniform" else None)
+
+
+def _as_param(domain: spaces.Domain, value):
+    if domain.kind == "choice" and not _simple(domain.args[0]):
+        return domain.args[0].index(value)
+    return value
+
+
+def _simple(values) -> bool:
+    return all(v is None or isinstance(v, (bool, int, float, str)) for v in values)
