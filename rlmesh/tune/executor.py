@@ -129,6 +129,7 @@ class FunctionTrial:
         self._stopping = False
         self._iteration = trial.iteration
         self._started = time.monotonic()
+        self._elapsed_before = trial.elapsed  # time of its earlier runs (resumed, exploited)
         Path(trial.dir).mkdir(parents=True, exist_ok=True)
         self.logger = None
         from rlmesh.cli.experiments import Stopper
@@ -149,7 +150,7 @@ class FunctionTrial:
         self._iteration += 1
         now = time.monotonic()
         result = {**metrics, "training_iteration": self._iteration,
-                  "time_total_s": self.trial.elapsed + now - self._started}
+                  "time_total_s": self._elapsed_before + now - self._started}
         tid = self.trial.trial_id
         if self.logger is None:  # result.json and progress.csv, as an algorithm trial writes
             from rlmesh.results import ResultLogger

@@ -48,6 +48,9 @@ def test_interrupted_sweep_resumes_without_rerunning_finished_trials(tmp_path):
 
     resumed = subprocess.run([*cmd, "resume"], capture_output=True, text=True, timeout=120)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    placed = sorted(line.split()[1] for line in resumed.stdout.splitlines()
+                    if line.startswith("scheduler:") and " placed on " in line)
+    assert placed == sorted(t["trial_id"] for t in cut), resumed.stdout
     trials = _state(exp)["trials"]
     assert [t["status"] for t in trials] == ["TERMINATED"] * 4
     for t in trials:
