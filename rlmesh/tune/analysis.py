@@ -76,16 +76,20 @@ class ExperimentAnalysis:
                  "dir": t.dir} for t in self.sorted_trials(metric)]
 
     def summary(self) -> str:
+        """Every trial, best first, then the best trial's lines."""
         from rlmesh.tune.table import trial_rows
 
+        return "\n".join([*trial_rows(self.sorted_trials(), self.metric), "",
+                          *self.best_lines()])
+
+    def best_lines(self) -> list[str]:
         best = self.best_trial
-        lines = trial_rows(self.sorted_trials(), self.metric)
-        if best is not None:
-            lines += ["", f"best trial: {best.trial_id} ({self.metric} = "
-                          f"{best.metric(self.metric):g}, mode {self.mode})",
-                      f"best config: {json.dumps(best.params or best.config, default=str)}",
-                      f"best checkpoint: {best.last_checkpoint}"]
-        return "\n".join(lines)
+        if best is None:
+            return [f"best trial: none ({self.metric} is in no trial's results)"]
+        return [f"best trial: {best.trial_id} ({self.metric} = {best.metric(self.metric):g}, "
+                f"mode {self.mode})",
+                f"best config: {json.dumps(best.params or best.config, default=str)}",
+                f"best checkpoint: {best.last_checkpoint}"]
 
     def __repr__(self) -> str:
         return (f"ExperimentAnalysis({len(self.trials)} trials, metric={self.metric!r}, "

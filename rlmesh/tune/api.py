@@ -67,45 +67,74 @@ def run(run_or_experiment: Any, *, config: dict | None = None, stop: dict | None
     run_name, fn = _trainable(run_or_experiment)
     metric = metric or (scheduler.metric if isinstance(scheduler, PopulationBasedTraining)
                         and scheduler.metric else DEFAULT_METRIC)
-    config = dict(config or {})
-    if fn is None:  # the algorithm's spellings of keys (aliases), as `rlmesh train` takes them
-        from rlmesh.cli.train import DEFAULT_STOP, canonical_keys, config_class, parse_stop
-
-        config = canonical_keys(config_class(run_name), config)
-        stop = parse_stop(stop, "stop") if stop else dict(DEFAULT_STOP)
-    else:  # a function trainable stops itself, or at one of these
-        from rlmesh.results import flatten
-
-        stop = flatten(stop or {})
+    config, stop = _config_and_stop(run_name, fn, config, stop)
     pbt = scheduler if isinstance(scheduler, PopulationBasedTraining) else None
     if pbt is not None:
         pbt.metric, pbt.mode = metric, mode
     search = Search(config, num_samples, search_alg, None if pbt else scheduler, metric, mode,
                     seed, grace_period, reduction_factor)
-    env = config.get("env")
-    experiment = name or (f"{safe_name(run_name.rsplit(':', 1)[-1])}_{safe_name(env)}"
-                          if env else safe_name(run_name.rsplit(":", 1)[-1]))
-    root = Path(os.path.expanduser(str(storage_path or local_dir or DEFAULT_LOCAL_DIR)))
-    exp_dir = root / safe_name(experiment)
+    short = safe_name(run_name.rsplit(":", 1)[-1])
+    prefix = short + (f"_{safe_name(config['env'])}" if config.get("env") else "")
+    experiment = name or prefix
+    exp_dir = Path(os.path.expanduser(str(storage_path or local_dir or DEFAULT_LOCAL_DIR)))
+    exp_dir = exp_dir / safe_name(experiment)
     trials = _resumed_trials(exp_dir) if resume else []
     if not resume and (exp_dir / "experiment_state.json").exists():
         raise FileExistsError(f"{exp_dir} holds a sweep already: resume it (--resume, "
                               "resume=True) or give another name")
     exp_dir.mkdir(parents=True, exist_ok=True)
-    prefix = f"{safe_name(run_name.rsplit(':', 1)[-1])}" + (f"_{safe_name(env)}" if env else "")
-
-    def make_trial(index: int) -> Trial:
-        trial_config, params, number = search.config(index)
-        trial_id = f"{prefix}_{index:05d}"
-        tag = param_tag(params)
-        return Trial(trial_id=trial_id, experiment=experiment, run=run_name, config=trial_config,
-                     stop=stop, dir=str(exp_dir / (f"{trial_id}_{tag}" if tag else trial_id)),
-                     params=params, optuna_number=number)
-
+    make_trial = _TrialMaker(search, prefix, experiment, run_name, stop, exp_dir)
     search.replay(trials)
     if not search.optuna_search:  # every trial known now: the table and state list them
         trials += [make_trial(i) for i in range(len(trials), search.total)]
+    table = TrialTable(metric, print_every_s=print_every_s, verbose=verbose)
+    table.message(f"rlmesh tune: {search.total} trials of {run_name} in {exp_dir}"
+                  f"{' (resumed)' if resume else ''}")
+    sweep = Sweep(exp_dir, trials, search.total, make_trial,
+                  _requester(run_name, fn, resources_per_trial), fn, search, pbt, metric, mode,
+                  table, nodes or local_nodes(), max_concurrent_trials, checkpoint_freq,
+                  meta={"run": run_name, "experiment": experiment})
+    finished = sweep.run()
+    analysis = ExperimentAnalysis(sweep.trials, metric, mode, exp_dir, interrupted=not finished)
+    (exp_dir / "summary.txt").write_text(analysis.summary() + "\n")
+    table.message("\n".join(analysis.best_lines()))
+    return analysis
 
+
+def _config_and_stop(run_name: str, fn, config: dict | None, stop: dict | None):
+    """The config with an algorithm's key spellings made canonical, and the stop criteria
+    (an algorithm's default when none: `rlmesh train`'s)."""
+    config = dict(config or {})
+    if fn is not None:  # a function trainable stops itself, or at one of these
+        from rlmesh.results import flatten
+
+        return config, flatten(stop or {})
+    from rlmesh.cli.train import DEFAULT_STOP, canonical_keys, config_class, parse_stop
+
+    config = canonical_keys(config_class(run_name), config)
+    return config, (parse_stop(stop, "stop") if stop else dict(DEFAULT_STOP))
+
+
+class _TrialMaker:
+    """Trial ``index``'s record: its config from the search, its folder named by its values."""
+
+    def __init__(self, search, prefix: str, experiment: str, run_name: str, stop: dict,
+                 exp_dir: Path):
+        self.search, self.prefix, self.experiment = search, prefix, experiment
+        self.run_name, self.stop, self.exp_dir = run_name, stop, exp_dir
+
+    def __call__(self, index: int) -> Trial:
+        config, params, number = self.search.config(index)
+        trial_id = f"{self.prefix}_{index:05d}"
+        tag = param_tag(params)
+        return Trial(trial_id=trial_id, experiment=self.experiment, run=self.run_name,
+                     config=config, stop=self.stop, params=params, optuna_number=number,
+                     dir=str(self.exp_dir / (f"{trial_id}_{tag}" if tag else trial_id)))
+
+
+def _requester(run_name: str, fn, resources_per_trial: dict | None):
+    """trial -> the placement groups it asks for: its config's resource_request() for an
+    algorithm, ``resources_per_trial`` (default 1 CPU) for a function."""
     def request(trial: Trial):
         from rlmesh.runtime.resources import Bundle, PlacementGroup
 
@@ -118,19 +147,7 @@ def run(run_or_experiment: Any, *, config: dict | None = None, stop: dict | None
         cfg.validate()
         return cfg.resource_request()
 
-    table = TrialTable(metric, print_every_s=print_every_s, verbose=verbose)
-    if verbose:
-        table.message(f"rlmesh tune: {search.total} trials of {run_name} in {exp_dir}"
-                      f"{' (resumed)' if resume else ''}")
-    sweep = Sweep(exp_dir, trials, search.total, make_trial, request, fn, search, pbt, metric,
-                  mode, table, nodes or local_nodes(), max_concurrent_trials, checkpoint_freq,
-                  meta={"run": run_name, "experiment": experiment})
-    finished = sweep.run()
-    analysis = ExperimentAnalysis(sweep.trials, metric, mode, exp_dir, interrupted=not finished)
-    (exp_dir / "summary.txt").write_text(analysis.summary() + "\n")
-    if verbose:
-        print(analysis.summary())
-    return analysis
+    return request
 
 
 def _resumed_trials(exp_dir: Path) -> list[Trial]:

@@ -85,8 +85,12 @@ def main(spec_path: str, parent_pid: int) -> int:
         print(f"restored from {data['restore']}")
     logger = ResultLogger(trial_dir, config.to_dict(), resume=bool(data.get("restore")))
     control = PipeControl(out, sys.stdin)
-    return experiments._train_loop(algo, spec, trial_dir, data["trial_id"], _Quiet(), logger,
-                                   control)
+    try:
+        return experiments._train_loop(algo, spec, trial_dir, data["trial_id"], _Quiet(),
+                                       logger, control)
+    except experiments.UsageError as e:  # a stop key no result has: one line, not a traceback
+        print(f"rlmesh train: error: {e}")
+        return experiments.EXIT_USAGE
 
 
 if __name__ == "__main__":
