@@ -104,6 +104,8 @@ def run(run_or_experiment: Any, *, config: dict | None = None, stop: dict | None
 def _config_and_stop(run_name: str, fn, config: dict | None, stop: dict | None):
     """The config with an algorithm's key spellings made canonical, and the stop criteria
     (an algorithm's default when none: `rlmesh train`'s)."""
+    if hasattr(config, "fields_table"):  # an AlgorithmConfig built with spaces in it
+        config = _config_object_dict(config)
     config = dict(config or {})
     if fn is not None:  # a function trainable stops itself, or at one of these
         from rlmesh.results import flatten
@@ -113,6 +115,25 @@ def _config_and_stop(run_name: str, fn, config: dict | None, stop: dict | None):
 
     config = canonical_keys(config_class(run_name), config)
     return config, (parse_stop(stop, "stop") if stop else dict(DEFAULT_STOP))
+
+
+def _config_object_dict(cfg) -> dict:
+    """``cfg.to_dict()``, except that search spaces stay as they are (to_dict refuses them),
+    so ``PPOConfig().training(lr=tune.grid_search([...]))`` can be swept as in RLlib."""
+    import dataclasses
+
+    from rlmesh.config.base import _jsonable
+    from rlmesh.tune.spaces import Domain
+
+    def plain(value):
+        if isinstance(value, Domain):
+            return value
+        if isinstance(value, dict):
+            return {k: plain(v) for k, v in value.items()}
+        return _jsonable(value)
+
+    return {f.metadata["key"] or f.name: plain(getattr(cfg, f.name))
+            for f in dataclasses.fields(cfg)}
 
 
 class _TrialMaker:

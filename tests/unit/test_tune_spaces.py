@@ -125,3 +125,18 @@ def test_resumed_optuna_search_is_told_the_finished_trials():
     told = again.study.trials
     assert [tr.value for tr in told] == [t.metric("score") for t in finished]
     assert [tr.params["m"] for tr in told] == [[[1], [2]].index(t.params["m"]) for t in finished]
+
+
+def test_an_algorithm_config_with_spaces_in_it_is_swept():
+    from rlmesh.algorithms.ppo import PPOConfig
+    from rlmesh.tune.api import _config_and_stop
+
+    cfg = PPOConfig().environment("CartPole-v1").training(
+        lr=tune.grid_search([1e-3, 1e-4]), model={"fcnet_hiddens": tune.choice([[8], [16]])})
+    config, stop = _config_and_stop("PPO", None, cfg, None)
+    variants = spaces.grid_variants(config)
+    assert [v["lr"] for v, _ in variants] == [1e-3, 1e-4]
+    drawn, _ = spaces.resolve(variants[0][0], random.Random(0))
+    assert drawn["model"]["fcnet_hiddens"] in ([8], [16]) and drawn["env"] == "CartPole-v1"
+    PPOConfig.from_dict(drawn).validate()  # a trial's config is a valid config
+    assert stop == {"training_iteration": 100}
