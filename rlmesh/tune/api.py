@@ -75,9 +75,9 @@ def run(run_or_experiment: Any, *, config: dict | None = None, stop: dict | None
                     seed, grace_period, reduction_factor)
     short = safe_name(run_name.rsplit(":", 1)[-1])
     prefix = short + (f"_{safe_name(config['env'])}" if config.get("env") else "")
-    experiment = name or prefix
-    exp_dir = Path(os.path.expanduser(str(storage_path or local_dir or DEFAULT_LOCAL_DIR)))
-    exp_dir = exp_dir / safe_name(experiment)
+    root = Path(os.path.expanduser(str(storage_path or local_dir or DEFAULT_LOCAL_DIR)))
+    experiment = name or _default_experiment(root, prefix, resume)
+    exp_dir = root / safe_name(experiment)
     trials = _resumed_trials(exp_dir) if resume else []
     if not resume and (exp_dir / "experiment_state.json").exists():
         raise FileExistsError(f"{exp_dir} holds a sweep already: resume it (--resume, "
@@ -99,6 +99,19 @@ def run(run_or_experiment: Any, *, config: dict | None = None, stop: dict | None
     (exp_dir / "summary.txt").write_text(analysis.summary() + "\n")
     table.message("\n".join(analysis.best_lines()))
     return analysis
+
+
+def _default_experiment(root: Path, prefix: str, resume: bool) -> str:
+    """``<prefix>_<date>`` for a new sweep; to resume, the newest such sweep under ``root``."""
+    if not resume:
+        from rlmesh.results import date_str
+
+        return f"{prefix}_{date_str()}"
+    found = sorted(root.glob(f"{prefix}_*/experiment_state.json"), key=lambda p: p.stat().st_mtime)
+    if not found:
+        raise FileNotFoundError(f"nothing to resume: no sweep {prefix}_* under {root}; give "
+                                "its name (--experiment-name, name=)")
+    return found[-1].parent.name
 
 
 def _config_and_stop(run_name: str, fn, config: dict | None, stop: dict | None):
