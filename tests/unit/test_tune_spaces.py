@@ -140,3 +140,21 @@ def test_an_algorithm_config_with_spaces_in_it_is_swept():
     assert drawn["model"]["fcnet_hiddens"] in ([8], [16]) and drawn["env"] == "CartPole-v1"
     PPOConfig.from_dict(drawn).validate()  # a trial's config is a valid config
     assert stop == {"training_iteration": 100}
+
+
+def test_trial_table_lists_running_first_and_limits_rows():
+    import io
+
+    from rlmesh.tune.table import MAX_ROWS, TrialTable
+
+    trials = [_trial(i, float(i)) for i in range(30)]
+    for t in trials:
+        t.status = "TERMINATED"
+    trials[0].status = "RUNNING"
+    out = io.StringIO()
+    TrialTable("score", stream=out, tty=False).show(trials, "local CPU 1/2 in use", force=True)
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "== sweep: 30 trials: 1 RUNNING | 29 TERMINATED; local CPU 1/2 in use"
+    assert lines[2].startswith("t0 ") and "RUNNING" in lines[2]
+    assert lines[3].startswith("t29 ")  # then the best finished
+    assert len(lines) == 2 + MAX_ROWS + 1 and lines[-1] == "... and 10 more"
