@@ -120,7 +120,15 @@ class Sweep:
             trial = self._next_pending()
             if trial is None:
                 return
-            groups = self.request(trial)
+            try:
+                groups = self.request(trial)
+            except Exception as e:  # e.g. a drawn value its config refuses: this trial fails
+                trial.status, trial.error = ERROR, f"{type(e).__name__}: {e}"
+                self._complete(trial, failed=True)
+                from rlmesh.cli.experiments import _one_line
+
+                self.table.message(f"{trial.trial_id} ERROR: {_one_line(str(e))}")
+                continue
             try:
                 placement = place(groups, self.nodes, self._used())
             except PlacementError as e:
