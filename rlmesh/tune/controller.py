@@ -8,6 +8,7 @@ import os
 import queue
 import shutil
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -51,7 +52,9 @@ class Sweep:
 
     def run(self) -> bool:
         """Train every trial; False if interrupted (Ctrl-C, SIGTERM)."""
-        old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        old = {}
+        if threading.current_thread() is threading.main_thread():  # signals reach only it
+            old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         try:
             while not self.interrupted:
                 self._start_what_fits()
