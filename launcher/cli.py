@@ -103,7 +103,12 @@ def launch(cluster: Any, args: argparse.Namespace) -> int:
             runpy.run_path(str(job.script), run_name="__main__")
             return 0
         from rlmesh.cli.train import run_spec
+        from rlmesh.tune.spaces import has_domains
 
+        if has_domains(dict(job.config)):  # each trial's worker would start on the head alone
+            print("rlmesh launch: error: [job] config holds search spaces: sweeps run on one "
+                  "machine for now (rlmesh train -f FILE there)", file=sys.stderr)
+            return EXIT_USAGE
         return run_spec(job.train_spec(), resume=args.resume)
     except PlacementError as exc:  # raised before any of the job's processes started
         print(f"rlmesh launch: error: the job does not fit the cluster: {exc}", file=sys.stderr)

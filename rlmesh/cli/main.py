@@ -47,6 +47,8 @@ COMMANDS = {
                 lambda p: importlib.import_module("rlmesh.cli.rollout").add_arguments(p)),
     "serve": ("serve", "serve a checkpoint's policy to PolicyClients (inference only)",
               lambda p: importlib.import_module("rlmesh.cli.serve").add_arguments(p)),
+    "analyze": ("rlmesh.tune.cli", "a sweep's trials ranked by a metric, and PNG learning curves",
+                lambda p: importlib.import_module("rlmesh.tune.cli").add_analyze_arguments(p)),
     # The cluster layer (rlmesh.launcher), each command with a cluster file.
     "launch": ("rlmesh.launcher.cli", "run a cluster file's job: agents on its nodes over SSH, "
                "the actors placed on them, logs home", _cluster("launch")),
@@ -79,6 +81,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "stack" and args.cluster_file:
         name = "rlmesh.launcher.cli"
     module = importlib.import_module(name if "." in name else f"rlmesh.cli.{name}")
+    if args.command == "analyze":
+        return int(module.analyze_main(args) or 0)
     return int(module.main(args) or 0)
 
 

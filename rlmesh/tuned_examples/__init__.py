@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 SUFFIXES = (".yaml", ".yml", ".toml", ".json")
 # Keys of one experiment, as in RLlib's tuned examples (storage_path: Tune's newer local_dir).
 EXPERIMENT_KEYS = ("run", "env", "config", "stop", "checkpoint_freq", "checkpoint_at_end",
-                   "local_dir", "storage_path")
+                   "local_dir", "storage_path", "num_samples")
 
 
 class ExperimentFileError(ValueError):
@@ -91,23 +91,33 @@ def read(name: str) -> tuple[Any, str]:
 
 
 def load_experiment(name: str) -> tuple[str | None, dict, str]:
-    """(experiment name or None for the flat shape, the experiment dict, where it was found)."""
+    """(experiment name or None for the flat shape, the experiment dict, where it was found)
+    of a file holding one experiment."""
+    experiments, where = load_experiments(name)
+    if len(experiments) > 1:
+        raise ExperimentFileError(f"{where} holds {len(experiments)} experiments "
+                                  f"({', '.join(str(n) for n, _ in experiments)}); give it one")
+    return experiments[0][0], experiments[0][1], where
+
+
+def load_experiments(name: str) -> tuple[list[tuple[str | None, dict]], str]:
+    """Every experiment of a file, [(name or None for the flat shape, dict)], and where it
+    was found. Several are RLlib's ``{name1: {...}, name2: {...}}``, run one after another."""
     data, where = read(name)
     if not isinstance(data, dict) or not data:
         raise ExperimentFileError(f"{where}: expected a mapping with run, env, config and stop")
-    exp_name, exp = None, data
-    if not any(k in EXPERIMENT_KEYS for k in data):  # RLlib's {experiment_name: {...}}
-        if len(data) > 1:
-            raise ExperimentFileError(f"{where} holds {len(data)} experiments "
-                                      f"({', '.join(map(str, data))}); give it one")
-        exp_name, exp = next(iter(data.items()))
+    if any(k in EXPERIMENT_KEYS for k in data):
+        experiments = [(None, data)]
+    else:  # RLlib's {experiment_name: {...}, ...}
+        experiments = [(str(n), e) for n, e in data.items()]
+    for exp_name, exp in experiments:
         if not isinstance(exp, dict):
             raise ExperimentFileError(f"{where}: experiment {exp_name!r} is not a mapping")
-    for key in exp:
-        if key not in EXPERIMENT_KEYS:
-            close = difflib.get_close_matches(str(key), EXPERIMENT_KEYS, n=1)
-            hint = f"did you mean {close[0]!r}?" if close else f"expected {', '.join(EXPERIMENT_KEYS)}"
-            raise ExperimentFileError(f"{where}: unknown key {key!r}; {hint}")
-    if not isinstance(exp.get("config", {}), dict):
-        raise ExperimentFileError(f"{where}: config must be a mapping")
-    return (str(exp_name) if exp_name is not None else None), exp, where
+        for key in exp:
+            if key not in EXPERIMENT_KEYS:
+                close = difflib.get_close_matches(str(key), EXPERIMENT_KEYS, n=1)
+                hint = f"did you mean {close[0]!r}?" if close else f"expected {', '.join(EXPERIMENT_KEYS)}"
+                raise ExperimentFileError(f"{where}: unknown key {key!r}; {hint}")
+        if not isinstance(exp.get("config", {}), dict):
+            raise ExperimentFileError(f"{where}: config must be a mapping")
+    return experiments, where

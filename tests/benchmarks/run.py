@@ -10,8 +10,9 @@ impala_*, about 8 min with RLlib's learning runs; ``--only impala``) and CURVE's
 (bench_curve: curve_*, plain tcp vs CURVE, about 1 min; ``--only curve``), DQN's
 (bench_dqn: dqn_replay, dqn_learning against stable-baselines3; ``--only dqn``) and
 SAC/TD3/DDPG's (bench_sac_td3: sac_td3_learning against stable-baselines3, several minutes;
-``--only sac_td3``) and APEX's (bench_apex: apex_throughput beside synchronous DQN, about
-4 min; ``--only apex``). Each suite has its own sizes.
+``--only sac_td3``), APEX's (bench_apex: apex_throughput beside synchronous DQN, about
+4 min; ``--only apex``) and sweeps' (bench_tune: tune_overhead, tune_ppo_sweep, about 3 min;
+``--only tune``). Each suite has its own sizes.
 """
 
 from __future__ import annotations
@@ -29,14 +30,14 @@ from pathlib import Path
 from typing import Any
 
 from . import (bench_apex, bench_client, bench_curve, bench_dqn, bench_impala, bench_ppo,
-               bench_runtime, bench_sac_td3, bench_scheduler)
+               bench_runtime, bench_sac_td3, bench_scheduler, bench_tune)
 from .bench_runtime import Row
 
 # name -> (benchmark, its suite's default sizes, its suite's --quick sizes)
 BENCHMARKS: dict[str, tuple[Any, Any, Any]] = {
     name: (fn, suite.DEFAULT, suite.QUICK)
     for suite in (bench_runtime, bench_ppo, bench_client, bench_scheduler, bench_impala,
-                  bench_curve, bench_dqn, bench_sac_td3, bench_apex)
+                  bench_curve, bench_dqn, bench_sac_td3, bench_apex, bench_tune)
     for name, fn in suite.BENCHMARKS.items()}
 
 

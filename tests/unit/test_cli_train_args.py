@@ -275,7 +275,8 @@ def test_errors_are_one_line_with_exit_2(tmp_path, built, capsys, argv, expected
 @pytest.mark.parametrize("name,text,expected", [
     ("a.yaml", "exp:\n  run: PPO\n  env: CartPole-v1\n  stopp: {}\n",
      "unknown key 'stopp'; did you mean 'stop'?"),
-    ("a.yaml", "one: {run: PPO}\ntwo: {run: PPO}\n", "holds 2 experiments (one, two)"),
+    # several experiments run one after another (issue 21); each is checked before any runs
+    ("a.yaml", "one: {run: PPO, env: CartPole-v1}\ntwo: {run: PPO}\n", "no environment"),
     ("a.yaml", "run: PPO\nenv: [unclosed\n", "cannot parse"),
     ("a.toml", "run = \n", "cannot parse"),
     ("a.json", '{"run": "PPO", "config": [1]}', "config must be a mapping"),
@@ -360,7 +361,9 @@ def test_second_ctrl_c_quits_at_once(tmp_path, built, monkeypatch):
         os.kill(os.getpid(), signal.SIGINT)
         os.kill(os.getpid(), signal.SIGINT)
 
-    monkeypatch.setattr(train, "_exit_now", exit_now)
+    from rlmesh.cli import experiments
+
+    monkeypatch.setattr(experiments, "_exit_now", exit_now)
     FakeAlgo.on_train = interrupt_twice
     with pytest.raises(SystemExit) as exc:
         run_train(tmp_path, "--run", "PPO", "--env", "CartPole-v1", "--checkpoint-at-end")

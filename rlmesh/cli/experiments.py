@@ -1,0 +1,257 @@
+"""One trial of ``rlmesh train`` once its algorithm is built: the loop of train, log,
+checkpoint and stop (``_train_loop``), signals, resuming a trial, and the one-line
+messages for the errors a run ends with. ``rlmesh.tune``'s trial workers run the same loop."""
+
+from __future__ import annotations
+
+import difflib
+import errno
+import os
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rlmesh.cli.train import TrainSpec
+
+EXIT_FAILED, EXIT_USAGE, EXIT_SIGINT, EXIT_SIGTERM = 1, 2, 130, 143
+
+
+class UsageError(Exception):
+    """A problem with the command line or the -f file, printed as one line (exit 2)."""
+
+
+# --- training ---
+
+class Stopper:
+    """The first stop criterion a result meets (value >= threshold), in words."""
+
+    def __init__(self, stop: dict[str, float]):
+        # RLlib's older result keys ("sampler_results/episode_reward_mean") are ours unprefixed.
+        self.stop = {k.removeprefix("sampler_results/"): v for k, v in stop.items()}
+        self._checked_keys = False
+
+    def met(self, result: dict, warn=print) -> str | None:
+        from rlmesh.results import as_number, flatten
+
+        flat = flatten(result)
+        if not self._checked_keys:  # a misspelled key would train forever: stop at once
+            self._checked_keys = True
+            self._check_keys(flat, warn)
+        for key, threshold in self.stop.items():
+            value = as_number(flat.get(key))
+            if value is not None and value >= threshold:
+                return f"{key} = {value:g} >= {threshold:g}"
+        return None
+
+    def _check_keys(self, flat: dict, warn) -> None:
+        """UsageError for a stop key missing from the first result where its siblings are
+        there (a misspelling); a warning only for one under a dict still empty (a custom
+        metric, a policy's statistics after an idle first iteration)."""
+        for key in (k for k in self.stop if k not in flat):
+            close = difflib.get_close_matches(key, list(flat), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            parent = key.rpartition("/")[0]
+            if not parent or any(k.startswith(parent + "/") for k in flat):
+                raise UsageError(f"stop key {key!r} is not in the results, so it would never "
+                                 f"stop the run{hint}")
+            warn(f"stop key {key!r} is not in the results yet{hint}")
+
+
+def _exit_now(code: int) -> None:
+    """Quit at once (the second Ctrl-C); child processes follow through their lifelines."""
+    sys.stdout.flush()
+    os.write(2, b"\nrlmesh train: quitting now\n")
+    os._exit(code)
+
+
+class _Signals:
+    """First SIGINT/SIGTERM: finish the current iteration, then stop. Second: quit."""
+
+    def __init__(self):
+        self.signum: int | None = None
+        self._old = {}
+
+    def __enter__(self):
+        for s in (signal.SIGINT, signal.SIGTERM):
+            self._old[s] = signal.signal(s, self._handle)
+        return self
+
+    def __exit__(self, *exc):
+        for s, handler in self._old.items():
+            signal.signal(s, handler)
+
+    def _handle(self, signum, frame):
+        if self.signum is not None:
+            _exit_now(128 + signum)
+            return
+        self.signum = signum
+        os.write(2, b"\nrlmesh train: stopping after this iteration "
+                    b"(Ctrl-C again to quit at once)\n")
+
+
+def _save(algo, trial_dir: Path, iteration: int) -> str:
+    path = trial_dir / f"checkpoint_{iteration:06d}"
+    saved = algo.save(str(path))
+    return os.fspath(saved) if isinstance(saved, (str, os.PathLike)) else str(path)
+
+
+def _one_line(message: str) -> str:
+    lines = [line.strip() for line in str(message).splitlines() if line.strip()]
+    if len(lines) > 1 and lines[0].endswith(":"):
+        return f"{lines[0]} {'; '.join(lines[1:])}"
+    return "; ".join(lines)
+
+
+
+#: Errors in the user's policy code that say all there is to say in one line: a policy class
+#: that breaks the contract, a loss that asks for a column the batch lacks, a NaN or inf
+#: from an env or in an update (``on_nonfinite``).
+POLICY_ERRORS = ("PolicyError", "MissingColumn", "NonFiniteError")
+
+
+def policy_error_message(error: BaseException) -> str | None:
+    """The one line to print for a policy error, raised here or in another process (then
+    a RemoteError naming its type; its remote traceback is not shown); None for others."""
+    from rlmesh.policy.policy import PolicyError
+    from rlmesh.rl.columns import MissingColumn
+    from rlmesh.rl.finite import NonFiniteError
+    from rlmesh.runtime import RemoteError
+
+    if isinstance(error, (PolicyError, MissingColumn, NonFiniteError)):
+        return f"{type(error).__name__}: {error}"
+    if isinstance(error, RemoteError) and error.etype in POLICY_ERRORS:
+        where = f" in {error.actor}" if error.actor else ""
+        return f"{error.etype}{where}: {error.remote_msg}"
+    return None
+
+
+def env_error_message(error: BaseException) -> str | None:
+    """An env that failed however often it was recreated (EnvError, here or in a runner):
+    its one line, then the first traceback; None for other errors."""
+    from rlmesh.roles.env_sampler import EnvError
+    from rlmesh.runtime import RemoteError
+
+    if isinstance(error, EnvError):
+        return str(error)
+    if isinstance(error, RemoteError) and error.etype == "EnvError":
+        head, _, rest = error.remote_msg.partition("\n")
+        return f"{head} in {error.actor or 'an env runner'}\n{rest}"
+    return None
+
+
+#: What a write into the results folder fails with: no space, no quota, too large, no right.
+WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EACCES, errno.EROFS, errno.EPERM)
+
+
+def write_error(e: OSError) -> str:
+    """One line for a file that could not be written, with the way out."""
+    where = e.filename or "the results folder"
+    if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        way = "free space there, or give --local-dir on another disk"
+    else:
+        way = "make it writable, or give --local-dir a folder you can write"
+    return f"cannot write {where}: {e.strerror or e}; {way}"
+
+
+def resume_into(algo, spec: TrainSpec, trust_code: bool = False) -> tuple[Path, str]:
+    """Restore ``algo`` from the newest loadable checkpoint of the trial to go on in,
+    saying which newer ones were skipped and why; the trial folder and the checkpoint."""
+    from rlmesh.algorithms.checkpoints import CheckpointError, UntrustedCode
+
+    trial, candidates = find_resume_point(spec)
+    skipped = []
+    for checkpoint in candidates:
+        try:
+            algo.restore(checkpoint, trust_code=trust_code)
+        except UntrustedCode:  # older checkpoints of the run name the same code: say it once
+            raise
+        except CheckpointError as e:
+            print(f"rlmesh train: skipping {checkpoint}: {_one_line(str(e))}", file=sys.stderr)
+            skipped.append(checkpoint)
+            continue
+        return trial, checkpoint
+    raise UsageError(f"--resume: none of the {len(skipped)} checkpoints in {trial} can be "
+                     "loaded (see above); start afresh without --resume")
+
+
+def find_resume_point(spec: TrainSpec) -> tuple[Path, list[str]]:
+    """The trial folder to go on in and its checkpoints, newest first; UsageError if none."""
+    from rlmesh.results import DEFAULT_LOCAL_DIR, safe_name
+
+    root = Path(os.path.expanduser(str(spec.local_dir or DEFAULT_LOCAL_DIR)))
+    prefix = f"{safe_name(spec.run)}_{safe_name(spec.env)}_"
+    if spec.experiment:
+        experiments = [root / safe_name(spec.experiment)]
+    else:
+        experiments = sorted((d for d in root.glob(f"{prefix}*") if d.is_dir()),
+                             key=lambda d: d.stat().st_mtime)
+    trials = [t for e in experiments[-1:] for t in e.glob(f"{prefix}*") if t.is_dir()]
+    for trial in sorted(trials, key=lambda d: d.stat().st_mtime, reverse=True):
+        checkpoints = sorted((c for c in trial.glob("checkpoint_*") if c.is_dir()), reverse=True)
+        if checkpoints:
+            return trial, [str(c) for c in checkpoints]
+    where = experiments[-1] if experiments else root / f"{prefix}*"
+    raise UsageError(f"--resume: no checkpoint of {spec.run} on {spec.env} under {where}; "
+                     "train with --checkpoint-freq N to have one")
+
+
+def _trial_id(trial_dir: Path) -> str:
+    parts = trial_dir.name.split("_")
+    return next((f"{a}_{b}" for a, b in zip(parts, parts[1:]) if b == "00000"), "resumed")
+
+
+def _train_loop(algo, spec: TrainSpec, trial_dir: Path, trial_id: str, reporter, logger,
+                control=None) -> int:
+    """Train until a stop criterion, a signal, or ``control`` (a sweep's trial worker: its
+    ``decide(result)`` returns {"save": bool, "stop": reason or None}, ``saved(iteration,
+    path)`` hears of each checkpoint) ends it; the exit code."""
+    stopper = Stopper(spec.stop)
+    last_checkpoint, saved_at, iteration, why = None, None, 0, None
+    signals = _Signals()
+    try:
+        with signals:
+            while not signals.signum:
+                result = algo.train()
+                result.update({k: v for k, v in _tune_fields(trial_id).items() if k not in result})
+                iteration = int(result.get("training_iteration") or getattr(algo, "iteration", 0))
+                logger.log(result)
+                reporter.report(result)
+                decision = control.decide(result) if control is not None else {}
+                if (spec.checkpoint_freq and iteration % spec.checkpoint_freq == 0) \
+                        or decision.get("save"):
+                    last_checkpoint, saved_at = _save(algo, trial_dir, iteration), iteration
+                    reporter.message(f"checkpoint: {last_checkpoint}")
+                    if control is not None:
+                        control.saved(iteration, last_checkpoint)
+                why = decision.get("stop") or stopper.met(
+                    result, warn=lambda m: reporter.message(f"warning: {m}"))
+                if why:
+                    break
+            if spec.checkpoint_at_end and iteration and saved_at != iteration:
+                last_checkpoint = _save(algo, trial_dir, iteration)
+                if control is not None:
+                    control.saved(iteration, last_checkpoint)
+    finally:
+        reporter.finish()
+        logger.close()
+        with signals:  # a Ctrl-C while the mesh shuts down quits at once
+            algo.stop()
+    if signals.signum:
+        why = f"{signal.Signals(signals.signum).name} after iteration {iteration}"
+    print(f"stopped: {why}")
+    print(f"results: {trial_dir}  (tensorboard --logdir {trial_dir.parent})")
+    print(f"last checkpoint: {last_checkpoint}" if last_checkpoint else
+          "last checkpoint: none (save with --checkpoint-freq N or --checkpoint-at-end)")
+    if signals.signum:
+        return EXIT_SIGINT if signals.signum == signal.SIGINT else EXIT_SIGTERM
+    return 0
+
+
+def _tune_fields(trial_id: str) -> dict:
+    """The bookkeeping fields Tune adds to each result, for scripts that read them."""
+    return {"trial_id": trial_id, "date": time.strftime("%Y-%m-%d_%H-%M-%S"),
+            "timestamp": int(time.time()), "hostname": socket.gethostname(), "pid": os.getpid()}

@@ -1,0 +1,239 @@
+"""``rlmesh.tune.run(...)`` and ``Tuner(...).fit()``: an experiment's trials made from its
+search space, placed on this machine's resources, run by controller.Sweep, and returned
+as an ExperimentAnalysis. ``--resume`` reads the experiment folder's state file back."""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from rlmesh.results import DEFAULT_LOCAL_DIR, safe_name
+from rlmesh.tune.analysis import ExperimentAnalysis
+from rlmesh.tune.trial import DONE, PENDING, RUNNING, Trial, param_tag, read_state
+
+DEFAULT_METRIC = "episode_reward_mean"
+
+
+def local_nodes() -> list:
+    """This machine as the scheduler sees a node (CPUs this process may use, GPUs, memory)."""
+    from rlmesh.launcher.node_resources import detect_resources
+    from rlmesh.launcher.scheduler import Node
+
+    return [Node("local", detect_resources())]
+
+
+def _trainable(run: Any) -> tuple[str, Callable | None]:
+    """(name stored in the state file, the function) for a function trainable; (algorithm
+    name, None) for an algorithm."""
+    if callable(run) and not inspect.isclass(run):
+        return f"{run.__module__}:{run.__qualname__}", run
+    if isinstance(run, str) and ":" in run:
+        import importlib
+
+        module, _, name = run.partition(":")
+        obj = getattr(importlib.import_module(module), name)
+        if callable(obj) and not inspect.isclass(obj):
+            return run, obj
+    if inspect.isclass(run):
+        return f"{run.__module__}:{run.__qualname__}", None
+    return str(run), None
+
+
+def run(run_or_experiment: Any, *, config: dict | None = None, stop: dict | None = None,
+        num_samples: int = 1, metric: str | None = None, mode: str = "max",
+        search_alg: str | None = None, scheduler: Any = None, max_concurrent_trials: int | None = None,
+        resources_per_trial: dict | None = None, name: str | None = None,
+        local_dir: str | None = None, storage_path: str | None = None, checkpoint_freq: int = 0,
+        resume: bool = False, seed: int | None = None, grace_period: int = 1,
+        reduction_factor: int = 3, nodes: list | None = None, verbose: int = 1,
+        print_every_s: float = 15.0) -> ExperimentAnalysis:
+    """Run a sweep of ``run_or_experiment`` (an algorithm name such as "PPO", or a function
+    ``fn(config)`` calling rlmesh.tune.report) over ``config``'s search spaces.
+
+    ``scheduler``: None, "asha" or "median" (Optuna's pruners), or a PopulationBasedTraining.
+    ``search_alg``: None (grid and random draws), "optuna"/"tpe" or "optuna_random".
+    Trials run as many at a time as their resource requests fit ``nodes`` (this machine by
+    default) and ``max_concurrent_trials`` allow. Nested metric keys are written with "/".
+    """
+    from rlmesh.tune.controller import Sweep
+    from rlmesh.tune.pbt import PopulationBasedTraining
+    from rlmesh.tune.search import Search
+    from rlmesh.tune.table import TrialTable
+
+    run_name, fn = _trainable(run_or_experiment)
+    metric = metric or (scheduler.metric if isinstance(scheduler, PopulationBasedTraining)
+                        and scheduler.metric else DEFAULT_METRIC)
+    config, stop = _config_and_stop(run_name, fn, config, stop)
+    pbt = scheduler if isinstance(scheduler, PopulationBasedTraining) else None
+    if pbt is not None:
+        pbt.metric, pbt.mode = metric, mode
+    search = Search(config, num_samples, search_alg, None if pbt else scheduler, metric, mode,
+                    seed, grace_period, reduction_factor)
+    short = safe_name(run_name.rsplit(":", 1)[-1])
+    prefix = short + (f"_{safe_name(config['env'])}" if config.get("env") else "")
+    root = Path(os.path.expanduser(str(storage_path or local_dir or DEFAULT_LOCAL_DIR)))
+    experiment = name or _default_experiment(root, prefix, resume)
+    exp_dir = root / safe_name(experiment)
+    trials = _resumed_trials(exp_dir) if resume else []
+    if not resume and (exp_dir / "experiment_state.json").exists():
+        raise FileExistsError(f"{exp_dir} holds a sweep already: resume it (--resume, "
+                              "resume=True) or give another name")
+    exp_dir.mkdir(parents=True, exist_ok=True)
+    make_trial = _TrialMaker(search, prefix, experiment, run_name, stop, exp_dir)
+    search.replay(trials)
+    if not search.optuna_search:  # every trial known now: the table and state list them
+        trials += [make_trial(i) for i in range(len(trials), search.total)]
+    table = TrialTable(metric, print_every_s=print_every_s, verbose=verbose)
+    table.message(f"rlmesh tune: {search.total} trials of {run_name} in {exp_dir}"
+                  f"{' (resumed)' if resume else ''}")
+    sweep = Sweep(exp_dir, trials, search.total, make_trial,
+                  _requester(run_name, fn, resources_per_trial), fn, search, pbt, metric, mode,
+                  table, nodes or local_nodes(), max_concurrent_trials, checkpoint_freq,
+                  meta={"run": run_name, "experiment": experiment})
+    finished = sweep.run()
+    analysis = ExperimentAnalysis(sweep.trials, metric, mode, exp_dir, interrupted=not finished)
+    (exp_dir / "summary.txt").write_text(analysis.summary() + "\n")
+    table.message("\n".join(analysis.best_lines()))
+    return analysis
+
+
+def _default_experiment(root: Path, prefix: str, resume: bool) -> str:
+    """``<prefix>_<date>`` for a new sweep; to resume, the newest such sweep under ``root``."""
+    if not resume:
+        from rlmesh.results import date_str
+
+        return f"{prefix}_{date_str()}"
+    found = sorted(root.glob(f"{prefix}_*/experiment_state.json"), key=lambda p: p.stat().st_mtime)
+    if not found:
+        raise FileNotFoundError(f"nothing to resume: no sweep {prefix}_* under {root}; give "
+                                "its name (--experiment-name, name=)")
+    return found[-1].parent.name
+
+
+def _config_and_stop(run_name: str, fn, config: dict | None, stop: dict | None):
+    """The config with an algorithm's key spellings made canonical, and the stop criteria
+    (an algorithm's default when none: `rlmesh train`'s)."""
+    if hasattr(config, "fields_table"):  # an AlgorithmConfig built with spaces in it
+        config = _config_object_dict(config)
+    config = dict(config or {})
+    if fn is not None:  # a function trainable stops itself, or at one of these
+        from rlmesh.results import flatten
+
+        return config, flatten(stop or {})
+    from rlmesh.cli.train import DEFAULT_STOP, canonical_keys, config_class, parse_stop
+
+    config = canonical_keys(config_class(run_name), config)
+    return config, (parse_stop(stop, "stop") if stop else dict(DEFAULT_STOP))
+
+
+def _config_object_dict(cfg) -> dict:
+    """``cfg.to_dict()``, except that search spaces stay as they are (to_dict refuses them),
+    so ``PPOConfig().training(lr=tune.grid_search([...]))`` can be swept as in RLlib."""
+    import dataclasses
+
+    from rlmesh.config.base import _jsonable
+    from rlmesh.tune.spaces import Domain
+
+    def plain(value):
+        if isinstance(value, Domain):
+            return value
+        if isinstance(value, dict):
+            return {k: plain(v) for k, v in value.items()}
+        return _jsonable(value)
+
+    return {f.metadata["key"] or f.name: plain(getattr(cfg, f.name))
+            for f in dataclasses.fields(cfg)}
+
+
+class _TrialMaker:
+    """Trial ``index``'s record: its config from the search, its folder named by its values."""
+
+    def __init__(self, search, prefix: str, experiment: str, run_name: str, stop: dict,
+                 exp_dir: Path):
+        self.search, self.prefix, self.experiment = search, prefix, experiment
+        self.run_name, self.stop, self.exp_dir = run_name, stop, exp_dir
+
+    def __call__(self, index: int) -> Trial:
+        config, params, number = self.search.config(index)
+        trial_id = f"{self.prefix}_{index:05d}"
+        tag = param_tag(params)
+        return Trial(trial_id=trial_id, experiment=self.experiment, run=self.run_name,
+                     config=config, stop=self.stop, params=params, optuna_number=number,
+                     dir=str(self.exp_dir / (f"{trial_id}_{tag}" if tag else trial_id)))
+
+
+def _requester(run_name: str, fn, resources_per_trial: dict | None):
+    """trial -> the placement groups it asks for: its config's resource_request() for an
+    algorithm, ``resources_per_trial`` (default 1 CPU) for a function."""
+    def request(trial: Trial):
+        from rlmesh.runtime.resources import Bundle, PlacementGroup
+
+        if resources_per_trial is not None or fn is not None:
+            return [PlacementGroup((Bundle(resources_per_trial or {"CPU": 1}, "trial"),),
+                                   "PACK", trial.trial_id)]
+        from rlmesh.cli.train import config_class
+
+        cfg = config_class(run_name).from_dict(copy.deepcopy(trial.config))
+        cfg.validate()
+        return cfg.resource_request()
+
+    return request
+
+
+def _resumed_trials(exp_dir: Path) -> list[Trial]:
+    """The state file's trials: finished ones kept, running ones to go on from their newest
+    checkpoint, pending ones to start."""
+    trials, _ = read_state(exp_dir)
+    for t in trials:
+        if t.status == RUNNING:
+            t.status, t.restore_from = PENDING, t.last_checkpoint or t.restore_from
+        if t.status not in DONE:
+            t.optuna_number = None
+    return trials
+
+
+@dataclass
+class TuneConfig:
+    """Ray Tune's TuneConfig, the fields rlmesh reads."""
+
+    metric: str | None = None
+    mode: str = "max"
+    num_samples: int = 1
+    search_alg: str | None = None
+    scheduler: Any = None
+    max_concurrent_trials: int | None = None
+    seed: int | None = None
+
+
+@dataclass
+class RunConfig:
+    name: str | None = None
+    storage_path: str | None = None
+    stop: dict | None = None
+    checkpoint_freq: int = 0
+    verbose: int = 1
+
+
+@dataclass
+class Tuner:
+    """``Tuner("PPO", param_space={...}, tune_config=TuneConfig(...)).fit()``."""
+
+    trainable: Any
+    param_space: dict = field(default_factory=dict)
+    tune_config: TuneConfig = field(default_factory=TuneConfig)
+    run_config: RunConfig = field(default_factory=RunConfig)
+    resources_per_trial: dict | None = None
+
+    def fit(self, resume: bool = False) -> ExperimentAnalysis:
+        tc, rc = self.tune_config, self.run_config
+        return run(self.trainable, config=self.param_space, stop=rc.stop,
+                   num_samples=tc.num_samples, metric=tc.metric, mode=tc.mode,
+                   search_alg=tc.search_alg, scheduler=tc.scheduler,
+                   max_concurrent_trials=tc.max_concurrent_trials, seed=tc.seed,
+                   resources_per_trial=self.resources_per_trial, name=rc.name,
+                   storage_path=rc.storage_path, checkpoint_freq=rc.checkpoint_freq,
+                   resume=resume, verbose=rc.verbose)

@@ -1,0 +1,97 @@
+"""One algorithm trial in a process of its own: ``python -m rlmesh.tune.worker SPEC.json``.
+
+It runs ``rlmesh train``'s trial loop (cli.experiments._train_loop) and talks to the sweep
+over its pipes, one JSON line each way: it sends each result and each checkpoint, and after
+every result waits for the sweep's decision ({"save": bool, "stop": reason or null}). Its
+own output goes to ``<trial>/trial.log``; it dies with the sweep (parent-death signal).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+
+class PipeControl:
+    """The sweep's side of _train_loop: results out, decisions in."""
+
+    def __init__(self, out, inp):
+        self.out, self.inp = out, inp
+
+    def send(self, message: dict) -> None:
+        from rlmesh.results import to_jsonable
+
+        self.out.write(json.dumps(to_jsonable(message), allow_nan=False) + "\n")
+        self.out.flush()
+
+    def decide(self, result: dict) -> dict:
+        self.send({"result": {k: v for k, v in result.items() if k != "config"}})
+        line = self.inp.readline()
+        if not line:  # the sweep is gone: stop (the parent-death signal may be on its way)
+            return {"stop": "the sweep ended"}
+        return json.loads(line)
+
+    def saved(self, iteration: int, path: str) -> None:
+        self.send({"saved": [iteration, path]})
+
+
+class _Quiet:
+    """The trial's progress goes to the sweep's table, not to a table of its own."""
+
+    def report(self, result):
+        pass
+
+    def message(self, text):
+        print(text)
+
+    def finish(self):
+        pass
+
+
+def main(spec_path: str, parent_pid: int) -> int:
+    from rlmesh.runtime.bootstrap import die_with_parent
+
+    die_with_parent(parent_pid)
+    data = json.loads(Path(spec_path).read_text())
+    trial_dir = Path(data["trial_dir"])
+    # The pipe keeps fd 1; everything printed goes to the trial's log.
+    out = os.fdopen(os.dup(1), "w")
+    log = open(trial_dir / "trial.log", "a", buffering=1)
+    os.dup2(log.fileno(), 1)
+    os.dup2(log.fileno(), 2)
+    sys.stdout = sys.stderr = log
+    from rlmesh.cli import experiments
+    from rlmesh.cli.train import TrainSpec, build_algorithm, make_config
+    from rlmesh.results import ResultLogger
+
+    spec = TrainSpec(run=data["run"], env=data["config"].get("env"), config=data["config"],
+                     stop=data["stop"], checkpoint_freq=data.get("checkpoint_freq", 0),
+                     checkpoint_at_end=True)
+    config = make_config(spec)
+    import logging
+
+    level = str(spec.config.get("log_level", "WARNING")).upper()
+    logging.basicConfig(level={"WARN": "WARNING"}.get(level, level),
+                        format="%(levelname)s %(name)s: %(message)s")
+    algo = build_algorithm(config)
+    if data.get("restore"):
+        try:
+            algo.restore(data["restore"], trust_code=True)  # the sweep's own checkpoint
+        except BaseException:
+            algo.stop()
+            raise
+        print(f"restored from {data['restore']}")
+    logger = ResultLogger(trial_dir, config.to_dict(), resume=bool(data.get("restore")))
+    control = PipeControl(out, sys.stdin)
+    try:
+        return experiments._train_loop(algo, spec, trial_dir, data["trial_id"], _Quiet(),
+                                       logger, control)
+    except experiments.UsageError as e:  # a stop key no result has: one line, not a traceback
+        print(f"rlmesh train: error: {e}")
+        return experiments.EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1], int(sys.argv[2])))
