@@ -20,6 +20,8 @@ ALGORITHMS = {
     "DDPG": "rlmesh.algorithms.ddpg_config:DDPGConfig",
     "TD3": "rlmesh.algorithms.td3_config:TD3Config",
     "SAC": "rlmesh.algorithms.sac_config:SACConfig",
+    "MARWIL": "rlmesh.algorithms.marwil_config:MARWILConfig",
+    "BC": "rlmesh.algorithms.bc_config:BCConfig",
 }
 
 

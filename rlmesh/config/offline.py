@@ -5,12 +5,23 @@ Mixed into AlgorithmConfig; each setting is declared here once, as in base.py.""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from rlmesh.config.settings import setting
 
 #: The off-policy estimators rlmesh.offline.estimators implements, by RLlib's short names.
 ESTIMATORS = ("is", "wis")
+
+
+def estimator_kind(name: Any) -> str | None:
+    """'is' or 'wis' for a method's name or RLlib class path (…ImportanceSampling,
+    …WeightedImportanceSampling); None for anything else."""
+    if not isinstance(name, str):
+        return None
+    short = name.rpartition(".")[2].lower()
+    if short in ESTIMATORS:
+        return short
+    return {"importancesampling": "is", "weightedimportancesampling": "wis"}.get(short)
 
 
 @dataclass(kw_only=True)
@@ -76,7 +87,7 @@ class OfflineSettings:
         names = ([m.get("type", n) if isinstance(m, dict) else n for n, m in methods.items()]
                  if isinstance(methods, dict) else list(methods))
         for name in names:
-            if not isinstance(name, str) or name.lower() not in ESTIMATORS:
+            if estimator_kind(name) is None:
                 problems.append(f"off_policy_estimation_methods: unknown estimator {name!r}; "
                                 f"known: {', '.join(ESTIMATORS)}")
         mix = self.input_

@@ -14,6 +14,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from rlmesh.config.settings import ConfigError
 from rlmesh.offline.json_io import BadRecord, read_json
 from rlmesh.offline.records import batch_from_episodes, join_episodes
 from rlmesh.rl.columns import Columns, space_layout
@@ -28,7 +29,7 @@ LEARNER_COLUMNS = (*REQUIRED, Columns.ACTION_LOGP, Columns.ACTION_DIST_INPUTS,
 MAX_PROBLEMS_KEPT = 20  # skipped records named in the result; the rest only counted
 
 
-class DatasetError(ValueError):
+class DatasetError(ConfigError):
     """An input that cannot train this run (no files, nothing readable, other spaces)."""
 
 
@@ -166,6 +167,11 @@ class OfflineDataset:
             steps += len(e[Columns.REWARDS])
         return out
 
+    def draw(self, n: int) -> list[dict[str, np.ndarray]]:
+        """``n`` episodes drawn at random (with replacement when the data has fewer)."""
+        index = self.rng.choice(len(self.episodes), n, replace=n > len(self.episodes))
+        return [self.episodes[i] for i in index]
+
     def sample(self, num_steps: int, keys: list[str] | None = None) -> dict[str, Any]:
         """A fragment as runners ship them (time-major, whole episodes) of >= num_steps."""
         episodes = self.sample_episodes(num_steps)
@@ -181,3 +187,35 @@ class OfflineDataset:
         return {"num_records_skipped": self.num_skipped, "skipped": list(self.problems[:5]),
                 "num_episodes": len(self.episodes), "num_steps": self.num_steps,
                 "num_files": len(self.files)}
+
+
+def open_input(config: Any, obs_space: gym.Space, action_space: gym.Space
+               ) -> list[tuple[float, OfflineDataset | None]]:
+    """``config.input`` as ``[(share of each train batch, dataset or None for the
+    sampler)]``, every dataset read and checked against the spaces (DatasetError)."""
+    source = config.input_
+    mix = source if isinstance(source, dict) else {"x": 1.0}
+    options = dict(config.input_config)
+    out = []
+    for key, share in mix.items():
+        where = key if isinstance(source, dict) else source
+        if where == "sampler":
+            out.append((float(share), None))
+            continue
+        dataset = OfflineDataset(where, shuffle=options.get("shuffle", True), seed=config.seed,
+                                 fmt=options.get("format"))
+        dataset.check_spaces(obs_space, action_space, config.env)
+        out.append((float(share), dataset))
+    return out
+
+
+def common_columns(fragments: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Fragments from several sources cut to the time-major columns they all have (data
+    from another tool may lack action_logp), so that they merge into one batch."""
+    if len(fragments) < 2:
+        return fragments
+    from rlmesh.rl.columns import time_major_keys
+
+    shared = set.intersection(*(set(time_major_keys(f)) for f in fragments))
+    return [{k: v for k, v in f.items() if k in shared or k not in time_major_keys(f)}
+            for f in fragments]
