@@ -20,8 +20,7 @@ class OutputWriter:
 
     def __init__(self, directory: str | Path, worker_index: int, fmt: str = "json",
                  max_file_size: int = 64 * 1024 * 1024,
-                 compress_columns: list[str] | tuple[str, ...] = (),
-                 policy_id: str | None = None) -> None:
+                 compress_columns: list[str] | tuple[str, ...] = ()) -> None:
         self.directory = Path(directory).expanduser()
         self.directory.mkdir(parents=True, exist_ok=True)
         self.worker_index = worker_index
@@ -52,7 +51,10 @@ class OutputWriter:
         """Append one fragment (of the policy its ``policy_id`` names)."""
         pid = fragment.get("policy_id", "default_policy")
         recorder = self.recorders.setdefault(pid, FragmentRecorder(pid))
-        records = recorder.records(fragment)
+        self.write_records(recorder.records(fragment))
+
+    def write_records(self, records: list[dict[str, Any]]) -> None:
+        """Append records (flat per-step columns of episode chunks, with eps_id)."""
         if not records:
             return
         if self.file is None:
