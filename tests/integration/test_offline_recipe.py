@@ -99,3 +99,39 @@ def test_marwil_learns_from_the_data_alone(ppo_data):
     assert stats["vf_loss"] < results[0]["info"]["learner"]["default_policy"]["vf_loss"]
     assert stats["moving_average_sqd_adv_norm"] > 0
     assert evaluation["episode_reward_mean"] >= 250, evaluation
+
+
+def test_parquet_output_per_runner_and_a_mixed_input(tmp_path):
+    """Two runners write Parquet files of their own; MARWIL then trains on a mix of those
+    files and fresh samples ({"sampler": 0.5, dir: 0.5})."""
+    out = tmp_path / "parquet"
+    config = (PPOConfig().environment("CartPole-v1")
+              .env_runners(num_env_runners=2, num_envs_per_env_runner=2,
+                           batch_mode="complete_episodes", rollout_fragment_length=50)
+              .training(train_batch_size=400)
+              .offline_data(output=str(out), output_format="parquet"))
+    algo = config.build()
+    try:
+        sampled = sum(algo.train()["num_env_steps_sampled_this_iter"] for _ in range(2))
+    finally:
+        algo.stop()  # closes the Parquet files (their footers)
+    files = resolve_files(out)
+    assert {f.name.split("_worker-")[1].split("_")[0] for f in files} == {"1", "2"}
+    assert all(f.suffix == ".parquet" for f in files)
+    assert OfflineDataset(out).num_steps == sampled
+
+    mixed = (MARWILConfig().environment("CartPole-v1")
+             .env_runners(num_env_runners=1)
+             .offline_data(input={"sampler": 0.5, str(out): 0.5})
+             .training(train_batch_size=400))
+    algo = mixed.build()
+    try:
+        results = [algo.train() for _ in range(2)]
+    finally:
+        algo.stop()
+    assert all(r["num_env_steps_sampled_this_iter"] >= 200 for r in results)
+    last = results[-1]
+    trained = last["info"]["learner"]["default_policy"]["num_env_steps_trained"]
+    # Both halves: the sampled steps and at least 200 read ones.
+    assert trained >= last["num_env_steps_sampled_this_iter"] + 200
+    assert results[-1]["offline"]["num_records_skipped"] == 0
