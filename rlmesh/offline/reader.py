@@ -16,7 +16,7 @@ import numpy as np
 
 from rlmesh.config.settings import ConfigError
 from rlmesh.offline.json_io import BadRecord, read_json
-from rlmesh.offline.records import batch_from_episodes, join_episodes
+from rlmesh.offline.records import NEW_OBS, batch_from_episodes, join_episodes
 from rlmesh.rl.columns import Columns, space_layout
 
 log = logging.getLogger(__name__)
@@ -135,14 +135,15 @@ class OfflineDataset:
     def check_spaces(self, obs_space: gym.Space, action_space: gym.Space, env: Any) -> None:
         """DatasetError (one line) when the data does not fit the run's spaces; else cast
         obs and actions to the layouts runners use."""
-        for key, space in ((Columns.OBS, obs_space), (Columns.ACTIONS, action_space)):
+        for key, space, what in ((Columns.OBS, obs_space, "observation"),
+                                 (Columns.ACTIONS, action_space, "action")):
             layout = space_layout(space)
             shapes = {tuple(e[key].shape[1:]) for e in self.episodes}
             if shapes != {layout.shape}:
                 raise DatasetError(
                     f"input {self.source!r} does not fit env {env!r}: its {key} have per-step "
-                    f"shape {sorted(shapes)[0]}, the {key[:3]} space {space} needs "
-                    f"{layout.shape}")
+                    f"shape {sorted(shapes)[0]}, the env's {what} space "
+                    f"({type(space).__name__}) needs {layout.shape}")
             if isinstance(space, gym.spaces.Discrete):
                 values = np.concatenate([e[key] for e in self.episodes])
                 bad = values[(values < space.start) | (values >= space.start + space.n)]
@@ -151,7 +152,9 @@ class OfflineDataset:
                         f"input {self.source!r} does not fit env {env!r}: {key} "
                         f"{bad[0] if len(bad) else values[0]!r} is not in {space}")
             for e in self.episodes:
-                e[key] = e[key].astype(layout.dtype, copy=False)
+                for k in (key, NEW_OBS) if key == Columns.OBS else (key,):
+                    if k in e:
+                        e[k] = e[k].astype(layout.dtype, copy=False)
 
     def sample_episodes(self, num_steps: int) -> list[dict[str, np.ndarray]]:
         """Whole episodes, in shuffled passes over the dataset, until ``num_steps`` steps."""
