@@ -31,8 +31,9 @@ class OfflineSettings:
         doc="Where training samples come from: 'sampler' (the env runners), a directory, a "
             "file or a glob of JSON-lines / Parquet files (or a list of them), or a mix "
             "{'sampler': 0.4, '/data/expert': 0.6} giving each source its share of every "
-            "train batch. Files are split between readers (rlmesh.offline.shard_files); "
-            "episodes cut into several records are joined by eps_id (docs/offline.md).")
+            "train batch. The driver reads the data; each train batch of whole episodes is split "
+            "between data-parallel learners. Episodes cut into several records are joined "
+            "by eps_id (docs/offline.md).")
     input_config: dict = setting(
         {}, "offline_data",
         doc="Options of the dataset reader: 'shuffle' (bool, default True: episodes in "
