@@ -22,6 +22,8 @@ ALGORITHMS = {
     "SAC": "rlmesh.algorithms.sac_config:SACConfig",
     "APEX": "rlmesh.algorithms.apex_config:ApexDQNConfig",
     "APEX_DDPG": "rlmesh.algorithms.apex_config:ApexDDPGConfig",
+    "MARWIL": "rlmesh.algorithms.marwil_config:MARWILConfig",
+    "BC": "rlmesh.algorithms.bc_config:BCConfig",
 }
 
 

@@ -21,6 +21,7 @@ import numpy as np
 from rlmesh.callbacks import load_callbacks
 from rlmesh.code import code_names, is_file, resolve_sent
 from rlmesh.envs import EnvContext, import_object, make_env, space_to_data
+from rlmesh.offline.writer import OutputWriter
 from rlmesh.preprocessing import wrap_for_model
 from rlmesh.rl.columns import DEFAULT_POLICY_ID
 from rlmesh.rl.filters import make_filter
@@ -131,6 +132,8 @@ class EnvRunner(VersionedPolicies, Actor):
         self._sampled: dict[str, Any] = {"episodes": [], "env_steps": 0,
                                          "num_nonfinite_steps_skipped": 0}
         self._stream_error: str | None = None
+        # ``output``: what this runner samples also goes to files of its own (docs/offline.md).
+        self.output_writer = OutputWriter.from_config(cfg, worker_index)
 
     @property
     def envs(self) -> list[gym.Env]:
@@ -155,6 +158,8 @@ class EnvRunner(VersionedPolicies, Actor):
         fragment["policy_version"] = self.versions[self.policy_id]
         fragment["policy_id"] = self.policy_id
         fragment["worker_index"] = self.worker_index
+        if self.output_writer is not None:
+            self.output_writer.write(fragment)
         return fragment
 
     # --- streaming: sampling without being asked (IMPALA, APPO) ---
@@ -307,6 +312,8 @@ class EnvRunner(VersionedPolicies, Actor):
     async def on_stop(self) -> None:
         if self._stream_task is not None:
             self._stream_task.cancel()
+        if self.output_writer is not None:
+            self.output_writer.close()
         for env in self.envs:
             try:
                 env.close()

@@ -1,0 +1,179 @@
+"""MARWIL (Wang et al. 2018): imitation weighted by exp(beta x advantage), advantages from a
+value function trained alongside on whole-episode returns; BC is beta = 0.
+
+Offline: each iteration reads ``train_batch_size`` steps of whole episodes from ``input``
+(a dataset, or a mix with the sampler), computes returns and advantages on the learner, and
+takes the configured SGD passes. No env is stepped for training; ``offline_eval_episodes``
+rolls the policy out in a local env to report how it does.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from rlmesh.algorithms.algorithm import Algorithm
+from rlmesh.algorithms.env_runner_group import synchronous_parallel_sample
+from rlmesh.algorithms.marwil_config import MARWILConfig
+from rlmesh.offline.estimators import estimate
+from rlmesh.offline.reader import common_columns, open_input
+from rlmesh.policy.recurrent import (is_recurrent, sequence_index, sequence_samples,
+                                     time_major_outputs)
+from rlmesh.policy.torch_policy import TorchPolicy, entropy_of, explained_variance
+from rlmesh.rl.columns import Columns
+from rlmesh.rl.gae import compute_gae
+
+__all__ = ["MARWIL", "MARWILConfig", "MARWILTorchPolicy"]
+
+MAX_EXPONENT = 20.0  # exp(beta * A / c) capped at e^20: one outlier return cannot overflow
+
+
+class MARWILTorchPolicy(TorchPolicy):
+    """MARWIL's learner side: returns (bootstrapped where an episode is cut) and the
+    critic's values over the time-major batch, the advantage-weighted imitation loss."""
+
+    def prepare_batch(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        cfg, model = self.config, self.model
+        if is_recurrent(model):
+            self._initial_states(batch)
+            index = sequence_index(batch, model.max_seq_len)
+            with torch.no_grad():
+                _, values, bootstrap = time_major_outputs(model, batch, index)
+            return sequence_samples(batch, index, returns=self._returns(batch, values, bootstrap))
+        steps, width = batch[Columns.REWARDS].shape
+        values = torch.zeros((steps, width), device=batch[Columns.REWARDS].device)
+        bootstrap = torch.zeros_like(values)
+        if cfg.beta > 0:  # BC reads no value: none computed
+            with torch.no_grad():
+                values = model(batch[Columns.OBS].flatten(0, 1))[1].reshape(steps, width)
+                bootstrap[steps - 1] = model(batch["next_obs"])[1]
+                index = batch["trunc_index"].long().reshape(-1, 2)
+                if len(index):
+                    bootstrap[index[:, 0], index[:, 1]] = model(batch["trunc_obs"])[1]
+        returns = self._returns(batch, values, bootstrap)
+        valid = batch[Columns.MASK].flatten()
+        return {"obs": batch[Columns.OBS].flatten(0, 1)[valid],
+                "actions": batch[Columns.ACTIONS].flatten(0, 1)[valid],
+                "returns": returns.flatten()[valid]}
+
+    def _returns(self, batch: dict[str, torch.Tensor], values: torch.Tensor,
+                 bootstrap: torch.Tensor) -> torch.Tensor:
+        """Discounted returns of the rest of each episode (lambda 1: Monte Carlo, with the
+        critic's value where the data stops before the episode's end)."""
+        _, returns = compute_gae(batch[Columns.REWARDS], values, bootstrap,
+                                 batch[Columns.TERMINATEDS], batch[Columns.TRUNCATEDS],
+                                 self.config.gamma, 1.0)
+        return returns
+
+    def _initial_states(self, batch: dict[str, torch.Tensor]) -> None:
+        """Data without recorded recurrent state (another policy's, a converted dataset):
+        every sequence starts from the initial state."""
+        if Columns.state_in(0) in batch:
+            return
+        steps, width = batch[Columns.REWARDS].shape
+        for i, s in enumerate(self.get_initial_state()):
+            zeros = torch.as_tensor(np.asarray(s), device=batch[Columns.REWARDS].device)
+            batch[Columns.state_in(i)] = batch[Columns.state_out(i)] = zeros.expand(
+                steps, width, *zeros.shape).clone()
+
+    def loss(self, mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        cfg = self.config
+        dist_inputs, values = self.model_outputs(mb)
+        mb = self.train_rows(mb)  # sequences: their real steps only, padding left out
+        dist = self.dist_class.from_inputs(dist_inputs)
+        logp = dist.logp(mb["actions"])
+        stats = {"entropy": entropy_of(dist).mean().detach()}
+        if cfg.beta == 0:  # behaviour cloning
+            policy_loss = -logp.mean()
+            return policy_loss, {"policy_loss": policy_loss.detach(),
+                                 "total_loss": policy_loss.detach(), **stats}
+        adv = mb["returns"] - values
+        ma = self.state.setdefault("moving_average_sqd_adv_norm",
+                                   cfg.moving_average_sqd_adv_norm_start)
+        ma += cfg.moving_average_sqd_adv_norm_update_rate * (float(adv.detach().pow(2).mean()) - ma)
+        self.state["moving_average_sqd_adv_norm"] = ma
+        exponent = torch.clamp(cfg.beta * adv.detach() / (1e-8 + ma ** 0.5), max=MAX_EXPONENT)
+        policy_loss = -(torch.exp(exponent) * logp).mean()
+        vf_loss = 0.5 * adv.pow(2).mean()
+        total = policy_loss + cfg.vf_coeff * vf_loss
+        return total, {"policy_loss": policy_loss.detach(), "vf_loss": vf_loss.detach(),
+                       "total_loss": total.detach(),
+                       "vf_explained_var": explained_variance(mb["returns"], values), **stats}
+
+
+class MARWIL(Algorithm):
+    """MARWIL from ``input``: whole episodes read (or sampled), one update, repeated."""
+
+    config_class = MARWILConfig
+    default_policy_class = MARWILTorchPolicy
+
+    def __init__(self, config: MARWILConfig | dict[str, Any]) -> None:
+        if isinstance(config, dict):
+            config = self.config_class.from_dict(config)
+        config.validate()
+        # The data is read and checked against the spaces before any process starts.
+        self.sources = open_input(config, *self._spaces(config))
+        self._eval_env: Any = None
+        super().__init__(config)
+
+    def training_step(self) -> dict[str, dict[str, float]]:
+        cfg, fragments, sampled = self.config, [], False
+        for share, dataset in self.sources:
+            steps = max(1, round(share * cfg.train_batch_size))
+            if dataset is None:
+                with self.timer("sample_time_s"):
+                    fragments += synchronous_parallel_sample(self.env_runners, max_env_steps=steps)
+                sampled = True
+            else:
+                fragments.append(dataset.sample(steps))
+        with self.timer("learn_time_s"):
+            stats = self.learner_group.update_from_episodes(common_columns(fragments),
+                                                            timesteps=self.timesteps_sampled)
+        if sampled:
+            self.env_runners.sync_weights()
+        return stats
+
+    def train(self) -> dict[str, Any]:
+        result = super().train()
+        datasets = [d for _, d in self.sources if d is not None]
+        if datasets:
+            result["offline"] = {
+                "num_records_skipped": sum(d.num_skipped for d in datasets),
+                "skipped": [p for d in datasets for p in d.problems][:5],
+                "num_episodes": sum(len(d.episodes) for d in datasets),
+                "num_steps": sum(d.num_steps for d in datasets)}
+            methods = self.config.off_policy_estimation_methods
+            if methods:
+                episodes = datasets[0].draw(self.config.off_policy_estimation_episodes)
+                result["off_policy_estimation"] = estimate(
+                    methods, self.get_policy(), episodes, self.config.gamma)
+        if self.config.offline_eval_episodes:
+            result["evaluation"] = self.rollout(self.config.offline_eval_episodes)
+        return result
+
+    def rollout(self, episodes: int) -> dict[str, float]:
+        """The greedy policy on ``episodes`` episodes of one local env (no training)."""
+        from rlmesh.envs import make_env
+
+        if self._eval_env is None:
+            self._eval_env = make_env(self.config.to_dict()["env"], self.config.env_config)
+        env, returns = self._eval_env, []
+        seed = None if self.config.seed is None else self.config.seed + 10_000 + self.iteration
+        for i in range(episodes):
+            obs, _ = env.reset(seed=None if seed is None else seed * 1000 + i)
+            total, done = 0.0, False
+            policy = self.get_policy()
+            state = list(policy.get_initial_state())
+            while not done:
+                if state:
+                    action, state, _ = self.compute_single_action(obs, state=state)
+                else:
+                    action = self.compute_single_action(obs)
+                obs, reward, terminated, truncated, _ = env.step(action)
+                total, done = total + float(reward), terminated or truncated
+            returns.append(total)
+        return {"episode_reward_mean": float(np.mean(returns)),
+                "episode_reward_min": float(np.min(returns)),
+                "episode_reward_max": float(np.max(returns)), "episodes_this_iter": episodes}

@@ -1,0 +1,146 @@
+"""The offline record: a runner's time-major fragment as flat per-step chunks of episodes
+(RLlib's SampleBatch columns plus eps_id, t, agent_index, policy_id), and the way back:
+chunks joined into episodes by eps_id, episodes laid side by side as a time-major batch."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from rlmesh.rl.columns import DEFAULT_POLICY_ID, Columns, time_major_keys
+
+NEW_OBS = "new_obs"  # RLlib's name of the observation after each step
+ACTION_PROB = "action_prob"  # RLlib's estimators read it: exp(action_logp)
+POLICY_ID, AGENT_ID, UNROLL_ID = "policy_id", "agent_id", "unroll_id"
+SINGLE_AGENT_ID = "agent0"  # RLlib's agent id of a single-agent env
+#: Per-step columns that only label a step; the learner's batch leaves them out.
+LABELS = frozenset({Columns.EPS_ID, Columns.T, Columns.AGENT_INDEX, NEW_OBS, ACTION_PROB,
+                    POLICY_ID, AGENT_ID, UNROLL_ID, Columns.INFOS, "dones"})
+
+
+class FragmentRecorder:
+    """Cuts one runner's fragments into per-episode chunks, keeping each env's episode id and
+    step counter across fragments (an episode cut by truncate_episodes keeps its id)."""
+
+    def __init__(self, policy_id: str = DEFAULT_POLICY_ID) -> None:
+        self.policy_id = policy_id
+        self._ids: list[int] = []
+        self._t: list[int] = []
+        self._unroll = 0
+
+    def _new_id(self) -> int:
+        # Random 63-bit ids, as RLlib's: files of several runs in one directory never clash.
+        return int.from_bytes(os.urandom(8), "little") >> 1
+
+    def records(self, fragment: dict[str, Any]) -> list[dict[str, np.ndarray]]:
+        mask = np.asarray(fragment[Columns.MASK], bool)
+        steps, width = mask.shape
+        while len(self._ids) < width:
+            self._ids.append(self._new_id())
+            self._t.append(0)
+        done = np.asarray(fragment[Columns.TERMINATEDS], bool) | np.asarray(
+            fragment[Columns.TRUNCATEDS], bool)
+        trunc = {(int(t), int(b)): i for i, (t, b) in
+                 enumerate(np.asarray(fragment["trunc_index"]).reshape(-1, 2))}
+        keys = [k for k in time_major_keys(fragment) if k != Columns.MASK and k not in LABELS]
+        out = []
+        for b in range(width):
+            rows = np.flatnonzero(mask[:, b])
+            # A chunk ends at an episode's end or where the rows stop being consecutive (an
+            # episode discarded after an env error left masked rows between).
+            cuts = [i + 1 for i, t in enumerate(rows)
+                    if done[t, b] or (i + 1 < len(rows) and rows[i + 1] != t + 1)]
+            for lo, hi in zip([0, *cuts], [*cuts, len(rows)]):
+                if hi > lo:
+                    out.append(self._chunk(fragment, keys, rows[lo:hi], b, done, trunc))
+        self._unroll += 1
+        return out
+
+    def _chunk(self, fragment: dict[str, Any], keys: list[str], index: np.ndarray, b: int,
+               done: np.ndarray, trunc: dict) -> dict[str, np.ndarray]:
+        n, last = len(index), int(index[-1])
+        if index[0] > 0 and not np.asarray(fragment[Columns.MASK])[index[0] - 1, b]:
+            self._ids[b], self._t[b] = self._new_id(), 0  # after a gap: a new episode
+        rec = {k: np.asarray(fragment[k])[index, b] for k in keys}
+        obs = np.asarray(fragment[Columns.OBS])
+        new_obs = np.zeros_like(rec[Columns.OBS])
+        new_obs[:-1] = obs[index[1:], b]
+        if (last, b) in trunc:
+            new_obs[-1] = np.asarray(fragment["trunc_obs"])[trunc[(last, b)]]
+        elif last == len(obs) - 1:
+            new_obs[-1] = np.asarray(fragment["next_obs"])[b]
+        # else: a terminal step inside the fragment, whose final observation the runner
+        # does not keep (nothing bootstraps from it): left as zeros.
+        rec[NEW_OBS] = new_obs
+        rec[Columns.EPS_ID] = np.full(n, self._ids[b], np.int64)
+        rec[Columns.T] = np.arange(self._t[b], self._t[b] + n, dtype=np.int64)
+        rec[Columns.AGENT_INDEX] = np.zeros(n, np.int64)
+        rec[UNROLL_ID] = np.full(n, self._unroll, np.int64)
+        rec[POLICY_ID] = np.array([self.policy_id] * n)
+        rec[AGENT_ID] = np.array([SINGLE_AGENT_ID] * n)
+        if Columns.ACTION_LOGP in rec:
+            rec[ACTION_PROB] = np.exp(rec[Columns.ACTION_LOGP]).astype(np.float32)
+        if done[last, b]:
+            self._ids[b], self._t[b] = self._new_id(), 0
+        else:
+            self._t[b] += n
+        return rec
+
+
+def record_length(record: dict[str, Any]) -> int:
+    return len(record[Columns.REWARDS])
+
+
+def join_episodes(records: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
+    """Chunks grouped by eps_id (a record may hold several episodes: a Parquet file) and
+    joined in the order of t; columns not in every chunk of an episode are dropped."""
+    chunks: dict[int, list[dict[str, np.ndarray]]] = {}
+    for rec in records:
+        ids = rec[Columns.EPS_ID]
+        starts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])
+        for lo, hi in zip(starts, [*starts[1:], len(ids)]):
+            chunks.setdefault(int(ids[lo]), []).append({k: v[lo:hi] for k, v in rec.items()})
+    episodes = []
+    for parts in chunks.values():
+        parts.sort(key=lambda p: int(p[Columns.T][0]) if Columns.T in p else 0)
+        keys = set.intersection(*(set(p) for p in parts))
+        episodes.append({k: np.concatenate([p[k] for p in parts]) for k in parts[0] if k in keys})
+    return episodes
+
+
+def batch_from_episodes(episodes: list[dict[str, np.ndarray]], keys: list[str]
+                        ) -> dict[str, np.ndarray]:
+    """Episodes side by side as a time-major batch ``[T, B]`` as runners ship them: padding
+    masked (and marked terminated, as merge_fragments pads), ``next_obs`` after each column's
+    last row, truncations with their final observations. An episode the data does not end
+    is cut as a truncation, bootstrapping from its last new_obs."""
+    steps, width = max(len(e[Columns.REWARDS]) for e in episodes), len(episodes)
+    batch = {}
+    for k in keys:
+        first = np.asarray(episodes[0][k])
+        col = np.zeros((steps, width, *first.shape[1:]), first.dtype)
+        for b, e in enumerate(episodes):
+            col[:len(e[k]), b] = e[k]
+        batch[k] = col
+    mask = np.zeros((steps, width), bool)
+    trunc_index, trunc_obs, next_obs = [], [], []
+    for b, e in enumerate(episodes):
+        n = len(e[Columns.REWARDS])
+        mask[:n, b] = True
+        batch[Columns.TERMINATEDS][n:, b] = True
+        if not (e[Columns.TERMINATEDS][-1] or e[Columns.TRUNCATEDS][-1]):
+            batch[Columns.TRUNCATEDS][n - 1, b] = True
+        final = e[NEW_OBS][-1] if NEW_OBS in e else e[Columns.OBS][-1]
+        next_obs.append(final)
+        if n < steps and batch[Columns.TRUNCATEDS][n - 1, b] and not batch[Columns.TERMINATEDS][n - 1, b]:
+            trunc_index.append((n - 1, b))
+            trunc_obs.append(final)
+    obs = batch[Columns.OBS]
+    batch[Columns.MASK] = mask
+    batch["next_obs"] = np.asarray(np.stack(next_obs), obs.dtype)
+    batch["trunc_index"] = np.array(trunc_index, np.int64).reshape(-1, 2)
+    batch["trunc_obs"] = (np.asarray(np.stack(trunc_obs), obs.dtype) if trunc_obs
+                          else np.zeros((0, *obs.shape[2:]), obs.dtype))
+    return batch

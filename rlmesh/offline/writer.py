@@ -1,0 +1,90 @@
+"""``output``: the writer each env runner owns. It turns the fragments the runner samples
+into per-episode records and appends them to files of its own (no two runners share a
+file, so nothing is locked), starting a new file past ``output_max_file_size``."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from rlmesh.offline.json_io import JsonFile
+from rlmesh.offline.records import FragmentRecorder
+
+log = logging.getLogger(__name__)
+
+
+class OutputWriter:
+    """Writes fragments of runner ``worker_index`` under ``directory``."""
+
+    def __init__(self, directory: str | Path, worker_index: int, fmt: str = "json",
+                 max_file_size: int = 64 * 1024 * 1024,
+                 compress_columns: list[str] | tuple[str, ...] = ()) -> None:
+        self.directory = Path(directory).expanduser()
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.worker_index = worker_index
+        if fmt == "parquet":
+            from rlmesh.offline.parquet_io import ParquetFile, _pa
+
+            _pa()  # a missing pyarrow is one line at the runner's start, not mid-run
+            self.file_class: Any = ParquetFile
+        else:
+            self.file_class = JsonFile
+        self.max_file_size = max_file_size
+        self.compress = frozenset(compress_columns)
+        self.recorders: dict[str, FragmentRecorder] = {}
+        self.file: Any = None
+        self.num_files = 0
+        self.steps_written = 0
+        self.paths: list[Path] = []
+
+    @classmethod
+    def from_config(cls, config: Any, worker_index: int) -> "OutputWriter | None":
+        """The writer ``config.output`` asks for, or None."""
+        if not config.output:
+            return None
+        return cls(config.output, worker_index, config.output_format,
+                   config.output_max_file_size, config.output_compress_columns)
+
+    def write(self, fragment: dict[str, Any]) -> None:
+        """Append one fragment (of the policy its ``policy_id`` names)."""
+        pid = fragment.get("policy_id", "default_policy")
+        recorder = self.recorders.setdefault(pid, FragmentRecorder(pid))
+        self.write_records(recorder.records(fragment))
+
+    def write_records(self, records: list[dict[str, Any]]) -> None:
+        """Append records (flat per-step columns of episode chunks, with eps_id)."""
+        if not records:
+            return
+        if self.file is None:
+            self._open()
+        try:
+            size = self.file.write(records)
+        except ValueError as e:  # Parquet: columns changed; start a file for the new ones
+            if type(e).__name__ != "SchemaChanged":
+                raise
+            self._open()
+            size = self.file.write(records)
+        self.steps_written += sum(len(r["rewards"]) for r in records)
+        if size >= self.max_file_size:
+            self.close()  # the next write opens the next file
+
+    def _open(self) -> None:
+        self.close()
+        stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
+        while True:  # a restarted runner of the same index may reuse a name: take the next
+            name = (f"output-{stamp}_worker-{self.worker_index}_{self.num_files}"
+                    f"{self.file_class.extension}")
+            self.num_files += 1
+            try:
+                self.file = self.file_class(self.directory / name, self.compress)
+                break
+            except FileExistsError:
+                continue
+        self.paths.append(self.file.path)
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+            self.file = None
