@@ -20,6 +20,8 @@ ALGORITHMS = {
     "DDPG": "rlmesh.algorithms.ddpg_config:DDPGConfig",
     "TD3": "rlmesh.algorithms.td3_config:TD3Config",
     "SAC": "rlmesh.algorithms.sac_config:SACConfig",
+    "ES": "rlmesh.algorithms.es_config:ESConfig",
+    "ARS": "rlmesh.algorithms.ars_config:ARSConfig",
 }
 
 
