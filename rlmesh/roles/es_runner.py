@@ -9,6 +9,7 @@ actor around it: config, weights from the param server, observation filter stati
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import time
@@ -66,14 +67,15 @@ class Evaluator:
             if terminated or truncated:
                 return total, total - self.offset * length, length
 
-    def rollouts(self, theta: np.ndarray, min_pairs: int, min_steps: int) -> dict[str, Any]:
+    async def rollouts(self, theta: np.ndarray, min_pairs: int, min_steps: int) -> dict[str, Any]:
         """Mirrored pairs until ``min_pairs`` pairs and ``min_steps`` env steps (at least one
         pair); each episode is instead, with probability ``eval_prob``, an evaluation of
-        ``theta`` itself."""
+        ``theta`` itself. The event loop runs between episodes (a call may take seconds)."""
         cfg = self.config
         indices, returns, lengths, eval_returns, eval_lengths = [], [], [], [], []
         steps = 0
         while len(indices) < max(1, min_pairs) or steps < min_steps:
+            await asyncio.sleep(0)
             if self.rng.random() < cfg.eval_prob:
                 ret, _, n = self.episode(theta, noisy=False)
                 eval_returns.append(ret)
@@ -122,7 +124,7 @@ class ESRunner(VersionedPolicies, Actor):
         await self._pull_weights()
         start = time.perf_counter()
         policy = self.policies[DEFAULT_POLICY_ID]
-        out = self.evaluator.rollouts(policy.get_flat(), min_pairs, min_steps)
+        out = await self.evaluator.rollouts(policy.get_flat(), min_pairs, min_steps)
         self._stats["sample_time_s"] += time.perf_counter() - start
         self._stats["num_calls"] += 1
         self._stats["num_env_steps_sampled"] += out["env_steps"]
