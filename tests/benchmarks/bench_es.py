@@ -4,7 +4,7 @@ processes (``ESMesh.rollouts``, what an ES iteration waits for) against the same
 same run; the scaling efficiency ``rate(n) / (n * rate(in-process))``; and the bytes a
 runner's reply takes on the wire, per episode.
 
-``python -m tests.benchmarks.bench_es [--env Pendulum-v1] [--episodes 400] [--runners 1 2 4]``
+``python -m tests.benchmarks.bench_es [--env Pendulum-v1] [--episodes 200] [--runners 1 2 4]``
 Pendulum-v1 by default: every episode is 200 steps, so episodes per second do not drift with
 what the policy learned. The weights stay fixed (no update), as the rate is the runners'.
 Measured, never asserted.
@@ -57,7 +57,7 @@ def in_process(env: str, episodes: int) -> tuple[float, float]:
     return rate, size / (2 * len(share["noise_indices"]))
 
 
-def distributed(env: str, runners: int, episodes: int, repeats: int = 3) -> float:
+def distributed(env: str, runners: int, episodes: int, repeats: int = 2) -> float:
     """Episodes per second over ``runners`` runner processes: the best of ``repeats``
     batches of ``episodes`` (the first batch, made while processes warm up, not counted)."""
     algo = config(env, runners, episodes).build()
@@ -78,7 +78,7 @@ def distributed(env: str, runners: int, episodes: int, repeats: int = 3) -> floa
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--env", default="Pendulum-v1")
-    p.add_argument("--episodes", type=int, default=400)
+    p.add_argument("--episodes", type=int, default=200)
     p.add_argument("--runners", type=int, nargs="+", default=[1, 2, 4])
     args = p.parse_args()
     base, per_episode = in_process(args.env, args.episodes)
