@@ -24,6 +24,9 @@ class ESPolicy(Policy):
     """OpenAI-ES's policy (Salimans et al. 2017): argmax of the logits for Discrete actions,
     the output itself for Box ones (rescaled to the bounds as for every algorithm)."""
 
+    #: A policy without hidden layers starts at zero (ARS) instead of at random.
+    linear_starts_at_zero = False
+
     def __init__(self, observation_space: gym.Space, action_space: gym.Space, config: Any) -> None:
         super().__init__(observation_space, action_space, config)
         if not isinstance(action_space, (gym.spaces.Discrete, gym.spaces.Box)):
@@ -63,8 +66,6 @@ class ESPolicy(Policy):
             x = rng.standard_normal(w.shape)
             gain = 0.01 if k == len(self._layers) - 1 else 1.0
             w[:] = gain * x / np.sqrt((x ** 2).sum(0, keepdims=True))
-
-    linear_starts_at_zero = False
 
     # --- runner side ---
 
