@@ -39,18 +39,17 @@ class Evaluator:
         self.env, self.policy, self.noise, self.obs_filter = env, policy, noise, obs_filter
         self.config = config
         self.rng = np.random.default_rng(seed)
-        self._reset_seed = seed
         self.box = isinstance(env.action_space, gym.spaces.Box)
         self.offset = float(getattr(config, "offset", 0.0))
 
-    def episode(self, theta: np.ndarray, noisy: bool) -> tuple[float, float, int]:
-        """``(return, training return, length)`` of one episode at ``theta``. A noisy episode
-        (a perturbation) adds to the filter statistics and gets ``action_noise_std``; its
-        training return has ``offset`` taken off each step's reward (ARS)."""
+    def episode(self, theta: np.ndarray, noisy: bool, env_seed: int) -> tuple[float, float, int]:
+        """``(return, training return, length)`` of one episode at ``theta`` from the env
+        reset with ``env_seed``. A noisy episode (a perturbation) adds to the filter
+        statistics and gets ``action_noise_std``; its training return has ``offset`` taken
+        off each step's reward (ARS)."""
         cfg, policy = self.config, self.policy
         policy.set_flat(theta)
-        obs, _ = self.env.reset(seed=self._reset_seed)
-        self._reset_seed = None  # seeded once; later resets continue the env's own stream
+        obs, _ = self.env.reset(seed=env_seed)
         total, length = 0.0, 0
         action_noise = cfg.action_noise_std if (noisy and self.box) else 0.0
         while True:
@@ -70,22 +69,26 @@ class Evaluator:
     async def rollouts(self, theta: np.ndarray, min_pairs: int, min_steps: int) -> dict[str, Any]:
         """Mirrored pairs until ``min_pairs`` pairs and ``min_steps`` env steps (at least one
         pair); each episode is instead, with probability ``eval_prob``, an evaluation of
-        ``theta`` itself. The event loop runs between episodes (a call may take seconds)."""
+        ``theta`` itself. The two episodes of a pair start from the same initial state
+        (common random numbers: their return difference is the perturbation's doing, not
+        the start's; on Pendulum, where the start decides much of the return, this is what
+        lets ES learn). The event loop runs between episodes (a call may take seconds)."""
         cfg = self.config
         indices, returns, lengths, eval_returns, eval_lengths = [], [], [], [], []
         steps = 0
         while len(indices) < max(1, min_pairs) or steps < min_steps:
             await asyncio.sleep(0)
+            env_seed = int(self.rng.integers(2 ** 31))
             if self.rng.random() < cfg.eval_prob:
-                ret, _, n = self.episode(theta, noisy=False)
+                ret, _, n = self.episode(theta, noisy=False, env_seed=env_seed)
                 eval_returns.append(ret)
                 eval_lengths.append(n)
                 steps += n
                 continue
             index = self.noise.sample_index(self.rng, theta.size)
             eps = cfg.noise_stdev * self.noise.get(index, theta.size)
-            _, pos, n_pos = self.episode(theta + eps, noisy=True)
-            _, neg, n_neg = self.episode(theta - eps, noisy=True)
+            _, pos, n_pos = self.episode(theta + eps, noisy=True, env_seed=env_seed)
+            _, neg, n_neg = self.episode(theta - eps, noisy=True, env_seed=env_seed)
             indices.append(index)
             returns.append((pos, neg))
             lengths.append((n_pos, n_neg))
