@@ -42,6 +42,10 @@ class ESPolicy(Policy):
         sizes = [obs_size(observation_space), *model.get("fcnet_hiddens", []), outputs]
         self.shapes = list(zip(sizes[:-1], sizes[1:]))
         self.dim = sum(i * o + o for i, o in self.shapes)
+        if self.dim > config.noise_size:
+            raise ValueError(f"the policy has {self.dim} parameters, more than the noise table's "
+                             f"noise_size ({config.noise_size}): raise noise_size or use a "
+                             "smaller model (fcnet_hiddens)")
         self.theta = np.zeros(self.dim, np.float32)
         self._layers = self._views(self.theta)
         self._init(np.random.default_rng(config.seed))

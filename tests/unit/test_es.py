@@ -114,6 +114,10 @@ def test_policy_parameters_are_one_flat_vector_the_layers_view():
     np.testing.assert_array_equal(policy.compute_actions(obs)[0], logits.argmax(-1))
     with pytest.raises(ValueError, match="58"):
         policy.set_weights({"theta": np.zeros(5)})
+    # A table too small for the policy is named when the policy is built, not mid-run.
+    small = ESConfig().training(model={"fcnet_hiddens": [8]}, noise_size=50)
+    with pytest.raises(ValueError, match="raise noise_size"):
+        es_policy(config=small)
 
 
 def test_box_actions_are_the_outputs_and_ars_starts_linear_at_zero():
