@@ -71,8 +71,7 @@ class Evaluator:
         pair); each episode is instead, with probability ``eval_prob``, an evaluation of
         ``theta`` itself. The two episodes of a pair start from the same initial state
         (common random numbers: their return difference is the perturbation's doing, not
-        the start's; on Pendulum, where the start decides much of the return, this is what
-        lets ES learn). The event loop runs between episodes (a call may take seconds)."""
+        the start's). The event loop runs between episodes (a call may take seconds)."""
         cfg = self.config
         indices, returns, lengths, eval_returns, eval_lengths = [], [], [], [], []
         steps = 0
