@@ -24,6 +24,8 @@ ALGORITHMS = {
     "APEX_DDPG": "rlmesh.algorithms.apex_config:ApexDDPGConfig",
     "MARWIL": "rlmesh.algorithms.marwil_config:MARWILConfig",
     "BC": "rlmesh.algorithms.bc_config:BCConfig",
+    "ES": "rlmesh.algorithms.es_config:ESConfig",
+    "ARS": "rlmesh.algorithms.ars_config:ARSConfig",
 }
 
 

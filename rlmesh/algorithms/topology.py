@@ -59,6 +59,8 @@ class Mesh:
     """The processes of one run, and the few things the driver asks of them."""
 
     asynchronous = False
+    #: The actor class of the runners (ES and ARS name their own, ``ESRunner``).
+    runner_path = ENV_RUNNER
 
     def __init__(self, config: AlgorithmConfig, loop_thread: Any,
                  policy_specs: dict[str, Any]) -> None:
@@ -94,7 +96,7 @@ class Mesh:
         policy = RestartPolicy(max_restarts=cfg.max_num_env_runner_restarts
                                if cfg.restart_failed_env_runners else 0)
         # External simulators: runners that serve PolicyClients instead of stepping envs.
-        runner_cls = ENV_RUNNER if cfg.policy_server_address is None else POLICY_SERVER_RUNNER
+        runner_cls = self.runner_path if cfg.policy_server_address is None else POLICY_SERVER_RUNNER
         if cfg.num_env_runners == 0:
             # As RLlib's local env runner: sampling happens in the driver process.
             self.runners = [await self.job.spawn(runner_cls, runner_config, 0, name="env_runner-0",

@@ -1,0 +1,65 @@
+"""The processes of an ES or ARS run: the param server and ES runners (``ESRunner``) in
+place of env runners, spawned and placed by ``Mesh`` as env runners are; no learner
+process. ``rollouts`` keeps every healthy runner busy until an iteration has its episodes."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from typing import Any
+
+from rlmesh.algorithms.topology import Mesh
+from rlmesh.runtime import ActorUnavailable
+
+ES_RUNNER = "rlmesh.roles.es_runner:ESRunner"
+
+
+class ESMesh(Mesh):
+    """A synchronous mesh whose runners evaluate perturbations (``do_rollouts``)."""
+
+    runner_path = ES_RUNNER
+
+    async def rollouts(self, min_pairs: int, min_steps: int, chunks: int) -> list[dict[str, Any]]:
+        """Replies of ``do_rollouts`` until they hold ``min_pairs`` mirrored pairs and
+        ``min_steps`` env steps. Each runner is called again as soon as it answers, with
+        about ``1 / chunks`` of its share of what is still missing, so a slow or dying
+        runner holds up (or loses) little: the others evaluate its part."""
+        got: list[dict[str, Any]] = []
+        have = {"pairs": 0, "steps": 0}
+
+        def missing() -> tuple[int, int]:
+            return max(0, min_pairs - have["pairs"]), max(0, min_steps - have["steps"])
+
+        async def drive(runner: Any, n: int) -> None:
+            while any(missing()):
+                pairs, steps = missing()
+                share = n * chunks
+                try:
+                    reply = await runner.call("do_rollouts", math.ceil(pairs / share),
+                                              math.ceil(steps / share),
+                                              timeout=self.config.sample_timeout_s)
+                except ActorUnavailable as exc:  # died mid-call: its episodes are lost
+                    self.fragments_missed += 1
+                    self.runner_unavailable(runner.name, exc, "the others evaluate its share")
+                    return
+                got.append(reply)
+                have["pairs"] += len(reply["noise_indices"])
+                have["steps"] += int(reply["env_steps"])
+
+        deadline = None
+        while any(missing()):
+            if not self.num_live_runners():
+                raise RuntimeError("every ES runner is gone (see the log for why); the run "
+                                   "cannot evaluate perturbations")
+            runners = self.healthy_runners()
+            if not runners:  # all restarting: wait for them, not for ever
+                timeout = self.config.sample_timeout_s or 3600
+                deadline = deadline or time.monotonic() + timeout
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"no ES runner answered for {timeout} s")
+                await asyncio.sleep(0.2)
+                continue
+            deadline = None
+            await asyncio.gather(*(drive(r, len(runners)) for r in runners))
+        return got
