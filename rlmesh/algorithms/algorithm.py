@@ -25,6 +25,7 @@ import torch
 
 from rlmesh.algorithms import checkpoints
 from rlmesh.algorithms.env_runner_group import EnvRunnerGroup, synchronous_parallel_sample
+from rlmesh.algorithms.evaluation import EvaluationGroup, default_video_dir
 from rlmesh.algorithms.learner_group import LearnerGroup
 from rlmesh.algorithms.topology import Mesh
 from rlmesh.callbacks import load_callbacks, summarize_custom_metrics
@@ -99,6 +100,11 @@ class Algorithm:
         # The global observation filter: every runner's statistics merged (sync_filters).
         self.obs_filter = make_filter(config.observation_filter, self.obs_space)
         self.last_checkpoint: str | None = None
+        # The trial folder (rlmesh train sets it): evaluation videos go to its videos/.
+        self.logdir: str | None = None
+        self.run_name = f"{type(self).__name__}_{time.strftime('%Y-%m-%d_%H-%M-%S')}"
+        # Loaded before any process starts: a callbacks class with a misspelled hook fails here.
+        self.callbacks = load_callbacks(config.callbacks_class)
         self._loop = LoopThread()
         self.mesh = self.mesh_class(config, self._loop, self.policy_specs)
         # The runner processes start (imports, envs) while this thread builds the learner.
@@ -108,12 +114,16 @@ class Algorithm:
                 log.warning("%s", warning)
             self.learner_group = LearnerGroup(config, self.policy_specs, self.mesh)
             self.env_runners = EnvRunnerGroup(self)
-            self.callbacks = load_callbacks(config.callbacks_class)
+            self.eval_env_runner_group = EvaluationGroup(self)
             self._policies = self._driver_policies()
             runners.result()
+            if config.evaluation_interval:
+                self._loop.run(self.eval_env_runner_group.start())
             self._loop.run(self.learner_group.start())
             self._publish()
             self._on_started()
+            if self.callbacks is not None:
+                self.callbacks.on_algorithm_init(algorithm=self)
         except BaseException:
             try:  # let a spawn in progress finish before the job shuts down
                 runners.result(60)
@@ -164,6 +174,49 @@ class Algorithm:
     # --- training ---
 
     def train(self) -> dict[str, Any]:
+        """One iteration (``training_iteration``) and, every ``evaluation_interval``
+        iterations, an evaluation (after it, or during it with
+        evaluation_parallel_to_training), its metrics under ``result["evaluation"]``."""
+        interval = self.config.evaluation_interval
+        evaluate_now = bool(interval) and (self.iteration + 1) % interval == 0
+        parallel = None
+        if evaluate_now and self.config.evaluation_parallel_to_training:
+            parallel = self._start_evaluation(self.iteration + 1)
+        result = self.training_iteration()
+        if evaluate_now:
+            metrics = self._end_evaluation(*parallel) if parallel else self._evaluate()
+            result["evaluation"] = metrics
+        if self.callbacks is not None:
+            self.callbacks.on_train_result(algorithm=self, result=result)
+        return result
+
+    def evaluate(self) -> dict[str, Any]:
+        """Evaluate now on the evaluation runners (started on first use): ``{"evaluation":
+        metrics}`` with RLlib's keys (episode_reward_mean, ...) and the partial episodes."""
+        return {"evaluation": self._evaluate()}
+
+    def _evaluate(self) -> dict[str, Any]:
+        return self._end_evaluation(*self._start_evaluation(self.iteration))
+
+    def _start_evaluation(self, iteration: int) -> tuple[Any, int]:
+        """The evaluation's call on the mesh's loop, started with the weights of now."""
+        if self.callbacks is not None:
+            self.callbacks.on_evaluate_start(algorithm=self)
+        weights = self.get_weights()
+        video_dir = default_video_dir(self) if self.config.get_evaluation_config_object().record_env else None
+        future = asyncio.run_coroutine_threadsafe(
+            self.eval_env_runner_group.run(weights, self.obs_filter.get_state(), iteration,
+                                           video_dir), self._loop.loop)
+        return future, iteration
+
+    def _end_evaluation(self, future: Any, iteration: int) -> dict[str, Any]:
+        metrics = future.result()
+        if self.callbacks is not None:
+            self.callbacks.on_evaluate_end(algorithm=self, evaluation_metrics=metrics)
+        self.eval_env_runner_group.last_metrics = metrics
+        return metrics
+
+    def training_iteration(self) -> dict[str, Any]:
         """One iteration: ``training_step()``, then the result (RLlib's keys)."""
         start = time.perf_counter()
         self._timers = {"sample_time_s": 0.0, "learn_time_s": 0.0}
@@ -177,12 +230,9 @@ class Algorithm:
         self.iteration += 1
         elapsed = time.perf_counter() - start
         self.time_total_s += elapsed
-        result = self._result(fragments, steps, learner_stats, elapsed,
-                              self._timers["sample_time_s"] or elapsed,
-                              self._timers["learn_time_s"])
-        if self.callbacks is not None:
-            self.callbacks.on_train_result(algorithm=self, result=result)
-        return result
+        return self._result(fragments, steps, learner_stats, elapsed,
+                            self._timers["sample_time_s"] or elapsed,
+                            self._timers["learn_time_s"])
 
     def training_step(self) -> dict[str, dict[str, float]]:
         """Sample ``train_batch_size`` env steps, update every policy, publish the weights;
@@ -386,6 +436,8 @@ class Algorithm:
         if self.config.observation_filter != "NoFilter":
             self._loop.run(self.mesh.foreach_runner("set_filter_state", self.obs_filter.get_state()))
         self._publish()
+        if self.callbacks is not None:
+            self.callbacks.on_checkpoint_loaded(algorithm=self)
 
     @classmethod
     def from_checkpoint(cls, path: str | Path, trust_code: bool = False) -> "Algorithm":

@@ -531,6 +531,7 @@ class AlgorithmConfig(EvaluationSettings, MultiAgentSettings, OfflineSettings):
             problems.append(f"rollout_fragment_length: 'auto' needs a train batch of at least "
                             f"one step per env ({envs}), got {self.total_train_batch_size}")
         problems += self._policy_server_checks()
+        problems += self._evaluation_checks()
         try:  # the config crosses process boundaries as plain data, never pickled
             self.to_dict()
         except ConfigError as e:
