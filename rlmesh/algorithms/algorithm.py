@@ -38,6 +38,7 @@ from rlmesh.policy.spec import PolicySpec, build_policy_from_data
 from rlmesh.rl.columns import DEFAULT_POLICY_ID
 from rlmesh.rl.filters import make_filter
 from rlmesh.runtime import ActorUnavailable, RemoteError
+from rlmesh.runtime.logtail import LogTail, level_number
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +83,7 @@ class Algorithm:
             config = self.config_class.from_dict(config)
         config.validate()
         self.config = config
-        logging.getLogger("rlmesh").setLevel(config.log_level)
+        logging.getLogger("rlmesh").setLevel(level_number(config.log_level))
         if config.seed is not None:
             torch.manual_seed(config.seed)
         self.iteration = 0
@@ -117,6 +118,7 @@ class Algorithm:
             self.eval_env_runner_group = EvaluationGroup(self)
             self._policies = self._driver_policies()
             runners.result()
+            self._log_tail = self._follow_logs()
             if config.evaluation_interval:
                 self._loop.run(self.eval_env_runner_group.start())
             self._loop.run(self.learner_group.start())
@@ -146,6 +148,14 @@ class Algorithm:
         spec = PolicySpec(self.config.policy_class).resolved(default, self.obs_space,
                                                              self.action_space)
         return {DEFAULT_POLICY_ID: spec.to_data(self.config)}
+
+    def _follow_logs(self) -> LogTail | None:
+        """With log_level INFO or DEBUG, every process's records in this one's logging
+        (``[env_runner-1] ...``); a run at WARN leaves them in the run directory's logs/."""
+        job = self.mesh.job
+        if level_number(self.config.log_level) > logging.INFO or job is None:
+            return None
+        return LogTail(job.run_dir.path / "logs", self.config.log_level).start()
 
     def _driver_policies(self) -> dict[str, Policy]:
         """The policies ``get_policy`` returns: the learner's own when it runs here, else
@@ -186,6 +196,8 @@ class Algorithm:
         if evaluate_now:
             metrics = self._end_evaluation(*parallel) if parallel else self._evaluate()
             result["evaluation"] = metrics
+        log.debug("iteration %d: %d env steps in %.2f s", self.iteration,
+                  result.get("num_env_steps_sampled_this_iter", 0), result.get("time_this_iter_s", 0))
         if self.callbacks is not None:
             self.callbacks.on_train_result(algorithm=self, result=result)
         return result
@@ -460,6 +472,8 @@ class Algorithm:
         try:
             if getattr(self, "learner_group", None) is not None:
                 self.learner_group.stop()
+            if getattr(self, "_log_tail", None) is not None:
+                self._log_tail.stop()
             loop.run(self.mesh.stop(), timeout=30)
         finally:
             loop.close()

@@ -25,6 +25,9 @@ from typing import Any
 from rlmesh.algorithms.registry import ALGORITHMS, UnknownAlgorithm, get_config_class
 
 DEFAULT_STOP = {"training_iteration": 100}
+# The role in brackets: [driver] here, [env_runner-1], [learner-0], ... from other processes.
+LOG_FORMAT = "%(levelname)s [%(role)s] %(name)s: %(message)s"
+LOG_FILE = "rlmesh.log"  # in the trial folder: every process's records at log_level
 EXIT_FAILED, EXIT_USAGE, EXIT_SIGINT, EXIT_SIGTERM = 1, 2, 130, 143
 
 EPILOG = """\
@@ -236,6 +239,7 @@ class Stopper:
         # RLlib's older result keys ("sampler_results/episode_reward_mean") are ours unprefixed.
         self.stop = {k.removeprefix("sampler_results/"): v for k, v in stop.items()}
         self._checked_keys = False
+        self._pending: list[str] = []
 
     def met(self, result: dict, warn=print) -> str | None:
         from rlmesh.results import as_number, flatten
@@ -243,25 +247,40 @@ class Stopper:
         flat = flatten(result)
         if not self._checked_keys:  # a misspelled key would train forever: stop at once
             self._checked_keys = True
-            self._check_keys(flat, warn)
+            self._pending = self._check_keys(list(self.stop), flat, warn)
+        elif self._pending:  # keys under a group that had not come yet (evaluation/...)
+            self._pending = self._check_keys(self._pending, flat, lambda m: None)
         for key, threshold in self.stop.items():
             value = as_number(flat.get(key))
             if value is not None and value >= threshold:
                 return f"{key} = {value:g} >= {threshold:g}"
         return None
 
-    def _check_keys(self, flat: dict, warn) -> None:
-        """UsageError for a stop key missing from the first result where its siblings are
-        there (a misspelling); a warning only for one under a dict still empty (a custom
-        metric, a policy's statistics after an idle first iteration)."""
-        for key in (k for k in self.stop if k not in flat):
-            close = difflib.get_close_matches(key, list(flat), n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
+    def _check_keys(self, keys: list[str], flat: dict, warn) -> list[str]:
+        """UsageError, naming the closest keys, for a stop key missing from a result where
+        its siblings are (a misspelling); the keys under a group not in the results yet
+        (evaluation/... before the first evaluation, a custom metric, a policy's statistics
+        after an idle first iteration) are returned, to be checked when it comes."""
+        pending = []
+        for key in (k for k in keys if k not in flat):
+            close = difflib.get_close_matches(key, list(flat), n=3)
+            hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
             parent = key.rpartition("/")[0]
             if not parent or any(k.startswith(parent + "/") for k in flat):
                 raise UsageError(f"stop key {key!r} is not in the results, so it would never "
                                  f"stop the run{hint}")
-            warn(f"stop key {key!r} is not in the results yet{hint}")
+            if not parent.startswith("evaluation"):
+                warn(f"stop key {key!r} is not in the results yet{hint}")
+            pending.append(key)
+        return pending
+
+
+def check_evaluation_stop(stop: dict[str, float], config) -> None:
+    """UsageError for a stop key under evaluation/ in a run that never evaluates."""
+    keys = [k for k in stop if k.startswith("evaluation/")]
+    if keys and not config.evaluation_interval:
+        raise UsageError(f"stop key {keys[0]!r} needs evaluation results: set "
+                         "evaluation_interval (e.g. --config '{\"evaluation_interval\": 1}')")
 
 
 def _exit_now(code: int) -> None:
@@ -358,11 +377,16 @@ def run_spec(spec: TrainSpec, resume: bool = False, trust_code: bool = False) ->
     try:
         config = make_config(spec)
         config_dict = config.to_dict()
+        check_evaluation_stop(spec.stop, config)
     except (UsageError, ConfigError) as e:
         return _fail(e)
     level = str(spec.config.get("log_level", "WARNING")).upper()
-    logging.basicConfig(level={"WARN": "WARNING"}.get(level, level),
-                        format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level={"WARN": "WARNING"}.get(level, level), format=LOG_FORMAT)
+    from rlmesh.runtime.logtail import RoleFilter, attach_log_file
+
+    for handler in logging.getLogger().handlers:  # LOG_FORMAT reads the role
+        if not any(isinstance(f, RoleFilter) for f in handler.filters):
+            handler.addFilter(RoleFilter())
     from rlmesh.envs import EnvError
 
     try:
@@ -387,7 +411,10 @@ def run_spec(spec: TrainSpec, resume: bool = False, trust_code: bool = False) ->
         else:
             experiment = spec.experiment or default_experiment_name(spec.run, spec.env)
             trial_dir, trial_id = make_trial_dir(spec.local_dir, experiment, spec.run, spec.env)
-        logger = ResultLogger(trial_dir, config_dict, resume=resume)
+        algo.logdir = str(trial_dir)  # evaluation videos go to its videos/
+        logger = ResultLogger(trial_dir, config_dict, resume=resume,
+                              video_frames=bool(config_dict.get("evaluation_video_to_tensorboard")))
+        log_file = attach_log_file(trial_dir / LOG_FILE, level)
     except (UsageError, CheckpointError) as e:
         algo.stop()
         return _fail(e)
@@ -406,7 +433,7 @@ def run_spec(spec: TrainSpec, resume: bool = False, trust_code: bool = False) ->
     from rlmesh.algorithms.algorithm import LearnerFailed
 
     try:
-        return _train_loop(algo, spec, trial_dir, trial_id, ProgressReporter(), logger)
+        return _run_loop(algo, spec, trial_dir, trial_id, logger, log_file)
     except LearnerFailed as e:  # the learner died: the message names the checkpoint
         print(f"rlmesh train: error: {e}", file=sys.stderr)
         return EXIT_FAILED
@@ -428,6 +455,16 @@ def run_spec(spec: TrainSpec, resume: bool = False, trust_code: bool = False) ->
         if (message := policy_error_message(e)) is None:
             raise
         return _fail(message)
+
+
+def _run_loop(algo, spec: TrainSpec, trial_dir: Path, trial_id: str, logger, log_file) -> int:
+    from rlmesh.cli.progress import ProgressReporter
+
+    try:
+        return _train_loop(algo, spec, trial_dir, trial_id, ProgressReporter(), logger)
+    finally:
+        logging.getLogger().removeHandler(log_file)
+        log_file.close()
 
 
 def env_error_message(error: BaseException) -> str | None:

@@ -164,6 +164,9 @@ class EnvRunner(VersionedPolicies, Actor):
         fragment["policy_version"] = self.versions[self.policy_id]
         fragment["policy_id"] = self.policy_id
         fragment["worker_index"] = self.worker_index
+        log.debug("fragment %d: %d env steps, %d episodes ended, policy version %d",
+                  self._stats["num_fragments"], fragment["env_steps"],
+                  len(fragment["episodes"]), fragment["policy_version"])
         if self.callbacks is not None:
             self.callbacks.on_postprocess_trajectory(
                 env_runner=self, policy_id=self.policy_id, policies=self.policies,

@@ -4,6 +4,7 @@ episode's steps and the evaluation's time, and records the first episode to mp4 
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from pathlib import Path
@@ -12,6 +13,8 @@ from typing import Any
 import gymnasium as gym
 
 from rlmesh.roles.env_runner import EnvRunner
+
+log = logging.getLogger(__name__)
 
 CHUNK_STEPS = 64  # steps per env between checks of the targets and the time budget
 
@@ -74,6 +77,8 @@ class EvalRunner(EnvRunner):
         if self._recorder is not None:
             self._recorder.flush()
             videos, self._recorder.written = self._recorder.written, []
+        log.debug("evaluated: %d episodes, %d partial, %d env steps%s", len(finished),
+                  len(capped) + len(running), steps, " (out of time)" if timed_out else "")
         return {"episodes": finished, "partial_episodes": capped + running, "env_steps": steps,
                 "timed_out": timed_out, "videos": videos, "worker_index": self.worker_index}
 

@@ -10,10 +10,15 @@ from typing import Any
 import numpy as np
 import torch
 
+import logging
+
 from rlmesh.callbacks import load_callbacks
 from rlmesh.policy.spec import build_policy_from_data
 from rlmesh.policy.torch_policy import TorchPolicy
 from rlmesh.rl.finite import NonFiniteError, describe, first_nonfinite_column
+
+
+log = logging.getLogger(__name__)
 
 
 class Learner:
@@ -60,6 +65,8 @@ class Learner:
                 raise NonFiniteError(f"policy {pid!r}: {e}") from None
             out[pid] = {**stats, **added, "num_nonfinite_batches_skipped": self.num_nonfinite_batches_skipped[pid]}
         self.num_updates += 1
+        log.debug("update %d of %s", self.num_updates, ", ".join(
+            f"{pid} ({s.get('num_env_steps_trained', '?')} samples)" for pid, s in out.items()))
         return out
 
     def _finite_batch(self, pid: str, batch: dict[str, Any]) -> bool:
