@@ -97,9 +97,11 @@ class FrameRecorder(gym.Wrapper):
     """Keeps the frames of the next whole episode once ``arm(path_stem)`` is called: the
     frame after reset and one after each step (an episode of n steps: n + 1 frames), written
     to ``<stem>.mp4`` when it ends (``<stem>-partial.mp4`` when cut or ``flush``ed early).
+    With ``every_episode`` (a path prefix) every episode is recorded, to
+    ``<prefix>0001.mp4``, ``<prefix>0002.mp4``, ... (``rlmesh rollout --video``).
     The env must be made with ``render_mode="rgb_array"``."""
 
-    def __init__(self, env: gym.Env) -> None:
+    def __init__(self, env: gym.Env, every_episode: str | None = None) -> None:
         super().__init__(env)
         if getattr(env, "render_mode", None) != "rgb_array":
             raise ValueError(f"recording video needs the env made with render_mode='rgb_array', "
@@ -109,6 +111,7 @@ class FrameRecorder(gym.Wrapper):
         self._stem: str | None = None
         self._frames: list[np.ndarray] | None = None
         self.written: list[str] = []
+        self._prefix, self._count = every_episode, 0
 
     def arm(self, stem: str) -> None:
         """Record the next episode that starts, into ``<stem>.mp4``."""
@@ -118,6 +121,9 @@ class FrameRecorder(gym.Wrapper):
         out = self.env.reset(**kwargs)
         if self._frames is not None:  # reset mid-recording: what was kept is partial
             self.flush()
+        if self._prefix is not None:
+            self._count += 1
+            self._stem = f"{self._prefix}{self._count:04d}"
         if self._stem is not None:
             self._frames = [self._frame()]
         return out
@@ -134,9 +140,13 @@ class FrameRecorder(gym.Wrapper):
         """Write what is recorded (partial unless the episode ended) and stop recording."""
         frames, stem = self._frames, self._stem
         self._frames = self._stem = None
-        if frames and stem is not None:
+        if frames and len(frames) > 1 and stem is not None:  # more than a reset frame
             self.written.append(write_mp4(f"{stem}{'-partial' if partial else ''}.mp4",
                                           frames, self.fps))
+
+    def close(self) -> None:
+        self.flush()
+        super().close()
 
     def _frame(self) -> np.ndarray:
         frame = self.env.render()
