@@ -127,10 +127,12 @@ HOOKS = tuple(name for name in vars(Callbacks) if name.startswith("on_"))
 
 
 def check_hooks(cls: type) -> None:
-    """TypeError naming the closest hook for a public method of ``cls`` (below Callbacks)
+    """ConfigError naming the closest hook for a public method of ``cls`` (below Callbacks)
     that is not one: ``on_episode_ended`` would otherwise never be called. Helpers of the
     class are fine when their name neither starts with ``on_`` nor nearly spells a hook."""
     import difflib
+
+    from rlmesh.config.settings import ConfigError
 
     for klass in cls.__mro__:
         if klass is Callbacks or not issubclass(klass, Callbacks):
@@ -143,7 +145,7 @@ def check_hooks(cls: type) -> None:
             if not name.startswith("on_") and not near:
                 continue  # the class's own helper ("episode_ended" is still caught)
             hint = f"did you mean {close[0]!r}?" if close else f"the hooks are {', '.join(HOOKS)}"
-            raise TypeError(f"callbacks {cls.__qualname__}.{name} is not a callback hook, "
+            raise ConfigError(f"callbacks {cls.__qualname__}.{name} is not a callback hook, "
                             f"so it would never be called; {hint}")
 
 
