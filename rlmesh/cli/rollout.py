@@ -53,21 +53,28 @@ def make_env(env, env_config: dict):
     return _make(env, env_config)
 
 
-def make_shown_env(env_id, env_config: dict, render: bool, video: str | None):
-    """The env, in a window (``render``: gymnasium's render_mode "human") or recording every
-    episode under ``video`` (render_mode "rgb_array"); RuntimeError without a display,
-    MissingExtra without imageio-ffmpeg."""
+def check_shown(render: bool, video: str | None) -> None:
+    """RuntimeError for --render without a display, MissingExtra for --video without
+    imageio-ffmpeg."""
     if render:
         from rlmesh.algorithms.evaluation import has_display
 
         if not has_display():
             raise RuntimeError("--render needs a display ($DISPLAY or $WAYLAND_DISPLAY is not "
                                "set); --video DIR writes the episodes to mp4 instead")
-        env_config = {**env_config, "render_mode": "human"}
     if video:
         from rlmesh.video import ffmpeg
 
-        ffmpeg("--video")  # missing: one line now, not after the first episode
+        ffmpeg("--video")
+
+
+def make_shown_env(env_id, env_config: dict, render: bool, video: str | None):
+    """The env, in a window (``render``: gymnasium's render_mode "human") or recording every
+    episode under ``video`` (render_mode "rgb_array")."""
+    check_shown(render, video)
+    if render:
+        env_config = {**env_config, "render_mode": "human"}
+    if video:
         env_config = {**env_config, "render_mode": "rgb_array"}
     env = make_env(env_id, env_config)
     if video:
@@ -134,6 +141,11 @@ def main(args: argparse.Namespace) -> int:
     try:
         checkpoint = resolve_checkpoint(args.checkpoint)
     except FileNotFoundError as e:
+        print(f"rlmesh rollout: error: {e}", file=sys.stderr)
+        return 2
+    try:  # before the policy is loaded: a missing display or package says so at once
+        check_shown(args.render, args.video)
+    except (RuntimeError, ImportError) as e:
         print(f"rlmesh rollout: error: {e}", file=sys.stderr)
         return 2
     from rlmesh.algorithms.checkpoints import CheckpointError

@@ -103,17 +103,20 @@ def test_evaluation_parallel_to_training():
 
 @pytest.mark.parametrize("run,env,settings", [
     ("IMPALA", "CartPole-v1", {"train_batch_size": 100, "rollout_fragment_length": 50,
-                               "min_time_s_per_reporting": 0.1}),
+                               "min_time_s_per_reporting": 0.1, "num_env_runners": 1}),
     ("APPO", "CartPole-v1", {"train_batch_size": 100, "rollout_fragment_length": 50,
-                             "min_time_s_per_reporting": 0.1}),
+                             "min_time_s_per_reporting": 0.1, "num_env_runners": 1}),
     ("DQN", "CartPole-v1", {"num_steps_sampled_before_learning_starts": 32,
-                            "train_batch_size": 32}),
+                            "train_batch_size": 32, "min_sample_timesteps_per_iteration": 64,
+                            "rollout_fragment_length": 16}),
     ("SAC", "Pendulum-v1", {"num_steps_sampled_before_learning_starts": 32,
-                            "train_batch_size": 32}),
+                            "train_batch_size": 32, "min_sample_timesteps_per_iteration": 64,
+                            "rollout_fragment_length": 16}),
 ])
 def test_every_algorithm_family_evaluates(run, env, settings):
+    # Off-policy algorithms sample in the driver (num_env_runners 0), evaluating there too.
     config = get_config_class(run).from_dict({
-        "env": env, "num_env_runners": 1, "evaluation_interval": 1, "evaluation_duration": 1,
+        "env": env, "num_env_runners": 0, "evaluation_interval": 1, "evaluation_duration": 1,
         "evaluation_max_steps_per_episode": 100, **settings})
     with config.build() as algo:
         ev = algo.train()["evaluation"]
