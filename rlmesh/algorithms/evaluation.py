@@ -29,11 +29,20 @@ CALL_MARGIN_S = 30.0  # beyond evaluation_sample_timeout_s: a runner stuck insid
 def evaluation_runner_config(config: Any, policy_specs: dict[str, Any]) -> dict[str, Any]:
     """The evaluation runners' config as plain data: evaluation_config applied, explore off
     by default, and the render mode their envs need to show or record episodes."""
+    from rlmesh.config.settings import ConfigError
+    from rlmesh.extras import MissingExtra
+    from rlmesh.video import ffmpeg
+
     cfg = config.get_evaluation_config_object()
+    if cfg.record_env:
+        try:  # here, as one line, rather than in a runner at the first video
+            ffmpeg("record_env")
+        except MissingExtra as e:
+            raise ConfigError(str(e)) from None
     if cfg.render_env or cfg.record_env:
         if cfg.render_env and not cfg.record_env and not has_display():
-            raise RuntimeError("render_env needs a display ($DISPLAY or $WAYLAND_DISPLAY is "
-                               "not set); record_env=True writes the episodes to mp4 instead")
+            raise ConfigError("render_env needs a display ($DISPLAY or $WAYLAND_DISPLAY is "
+                              "not set); record_env=True writes the episodes to mp4 instead")
         mode = "rgb_array" if cfg.record_env else "human"
         cfg.env_config = {**cfg.env_config, "render_mode": cfg.env_config.get("render_mode", mode)}
     out = {**cfg.to_dict(), "_env_registry": env_registry(), "_config_class": class_path(type(cfg)),

@@ -146,3 +146,16 @@ def test_missing_imageio_ffmpeg_is_one_line(checkpoint, tmp_path):
     assert out.stderr.strip().splitlines()[-1] == (
         "rlmesh rollout: error: --video needs the imageio_ffmpeg package: "
         "pip install 'rlmesh[video]'")
+
+
+def test_train_with_record_env_and_no_imageio_ffmpeg_is_one_line(tmp_path):
+    code = ("import sys; sys.modules['imageio_ffmpeg'] = None; "
+            "from rlmesh.cli.main import main; sys.exit(main())")
+    config = {"evaluation_interval": 1, "evaluation_config": {"record_env": True}}
+    out = subprocess.run([sys.executable, "-c", code, "train", "--run", "PPO", "--env",
+                          "CartPole-v1", "--local-dir", str(tmp_path), "--config",
+                          json.dumps(config)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines() == [
+        "rlmesh train: error: record_env needs the imageio_ffmpeg package: "
+        "pip install 'rlmesh[video]'"]
