@@ -76,6 +76,10 @@ class EvaluationSettings:
                 self._resolve(key)
             except ConfigError as e:
                 problems.append(f"evaluation_config: {e}")
+        if self.evaluation_interval and self.env is None:
+            problems.append("evaluation_interval: evaluation steps envs of its own, and this "
+                            "run has none (policy_server_address); set .environment(env=...) "
+                            "or leave evaluation off")
         if self.evaluation_parallel_to_training and self.evaluation_num_env_runners == 0:
             problems.append("evaluation_parallel_to_training: needs evaluation runner processes "
                             "(evaluation_num_env_runners >= 1); with 0 the evaluation would "

@@ -16,11 +16,10 @@ from rlmesh.runtime.logtail import LogTail, RoleFilter
 
 
 def test_evaluation_builder_sets_rllib_names_and_old_aliases():
-    config = PPOConfig().evaluation(evaluation_interval=3, evaluation_num_workers=2,
-                                    evaluation_duration=5, evaluation_duration_unit="timesteps",
-                                    evaluation_config={"explore": True},
-                                    evaluation_parallel_to_training=True,
-                                    evaluation_sample_timeout_s=9.0, record_env=True)
+    config = PPOConfig().environment("CartPole-v1").evaluation(
+        evaluation_interval=3, evaluation_num_workers=2, evaluation_duration=5,
+        evaluation_duration_unit="timesteps", evaluation_config={"explore": True},
+        evaluation_parallel_to_training=True, evaluation_sample_timeout_s=9.0, record_env=True)
     config.validate()
     assert config["evaluation_num_env_runners"] == 2
     assert config.to_dict()["evaluation_config"] == {"explore": True}
@@ -46,6 +45,8 @@ def test_bad_evaluation_settings_are_named():
         PPOConfig().evaluation(evaluation_duration_unit="steps").validate()
     with pytest.raises(ConfigError, match="evaluation_interval: expected >= 1"):
         PPOConfig().evaluation(evaluation_interval=0).validate()
+    with pytest.raises(ConfigError, match="evaluation_interval: evaluation steps envs"):
+        PPOConfig().evaluation(evaluation_interval=1).validate()  # no env
 
 
 def test_split_gives_every_runner_its_share():
