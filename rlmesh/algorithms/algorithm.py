@@ -25,7 +25,7 @@ import torch
 
 from rlmesh.algorithms import checkpoints
 from rlmesh.algorithms.env_runner_group import EnvRunnerGroup, synchronous_parallel_sample
-from rlmesh.algorithms.evaluation import EvaluationGroup, default_video_dir
+from rlmesh.algorithms.evaluation import EvaluationGroup
 from rlmesh.algorithms.learner_group import LearnerGroup
 from rlmesh.algorithms.topology import Mesh
 from rlmesh.callbacks import load_callbacks, summarize_custom_metrics
@@ -189,13 +189,13 @@ class Algorithm:
         evaluation_parallel_to_training), its metrics under ``result["evaluation"]``."""
         interval = self.config.evaluation_interval
         evaluate_now = bool(interval) and (self.iteration + 1) % interval == 0
+        evaluation = self.eval_env_runner_group
         parallel = None
         if evaluate_now and self.config.evaluation_parallel_to_training:
-            parallel = self._start_evaluation(self.iteration + 1)
+            parallel = evaluation.begin(self.iteration + 1)
         result = self.training_iteration()
         if evaluate_now:
-            metrics = self._end_evaluation(*parallel) if parallel else self._evaluate()
-            result["evaluation"] = metrics
+            result["evaluation"] = evaluation.finish(parallel or evaluation.begin(self.iteration))
         log.debug("iteration %d: %d env steps in %.2f s", self.iteration,
                   result.get("num_env_steps_sampled_this_iter", 0), result.get("time_this_iter_s", 0))
         if self.callbacks is not None:
@@ -205,28 +205,8 @@ class Algorithm:
     def evaluate(self) -> dict[str, Any]:
         """Evaluate now on the evaluation runners (started on first use): ``{"evaluation":
         metrics}`` with RLlib's keys (episode_reward_mean, ...) and the partial episodes."""
-        return {"evaluation": self._evaluate()}
-
-    def _evaluate(self) -> dict[str, Any]:
-        return self._end_evaluation(*self._start_evaluation(self.iteration))
-
-    def _start_evaluation(self, iteration: int) -> tuple[Any, int]:
-        """The evaluation's call on the mesh's loop, started with the weights of now."""
-        if self.callbacks is not None:
-            self.callbacks.on_evaluate_start(algorithm=self)
-        weights = self.get_weights()
-        video_dir = default_video_dir(self) if self.config.get_evaluation_config_object().record_env else None
-        future = asyncio.run_coroutine_threadsafe(
-            self.eval_env_runner_group.run(weights, self.obs_filter.get_state(), iteration,
-                                           video_dir), self._loop.loop)
-        return future, iteration
-
-    def _end_evaluation(self, future: Any, iteration: int) -> dict[str, Any]:
-        metrics = future.result()
-        if self.callbacks is not None:
-            self.callbacks.on_evaluate_end(algorithm=self, evaluation_metrics=metrics)
-        self.eval_env_runner_group.last_metrics = metrics
-        return metrics
+        group = self.eval_env_runner_group
+        return {"evaluation": group.finish(group.begin(self.iteration))}
 
     def training_iteration(self) -> dict[str, Any]:
         """One iteration: ``training_step()``, then the result (RLlib's keys)."""

@@ -6,6 +6,7 @@ episodes into the ``evaluation/...`` results."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import os
 import time
@@ -84,6 +85,25 @@ class EvaluationGroup:
             job.spawn(EVAL_RUNNER, runner_config, i, None, name=f"eval_runner-{i}",
                       restart=policy, role="EvalRunner")
             for i in range(1, cfg.evaluation_num_env_runners + 1))))
+
+    def begin(self, iteration: int) -> concurrent.futures.Future:
+        """Start an evaluation on the mesh's loop with the weights of now (callbacks'
+        on_evaluate_start first); ``finish`` waits for it."""
+        algo = self._algo
+        if algo.callbacks is not None:
+            algo.callbacks.on_evaluate_start(algorithm=algo)
+        record = self.config.get_evaluation_config_object().record_env
+        coro = self.run(algo.get_weights(), algo.obs_filter.get_state(), iteration,
+                        default_video_dir(algo) if record else None)
+        return asyncio.run_coroutine_threadsafe(coro, algo._loop.loop)
+
+    def finish(self, pending: concurrent.futures.Future) -> dict[str, Any]:
+        """The metrics of an evaluation ``begin`` started (callbacks' on_evaluate_end last)."""
+        metrics = pending.result()
+        if self._algo.callbacks is not None:
+            self._algo.callbacks.on_evaluate_end(algorithm=self._algo, evaluation_metrics=metrics)
+        self.last_metrics = metrics
+        return metrics
 
     async def run(self, weights: dict[str, Any], filter_state: Any, iteration: int,
                   video_dir: str | None) -> dict[str, Any]:

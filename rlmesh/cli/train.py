@@ -400,7 +400,6 @@ def run_spec(spec: TrainSpec, resume: bool = False, trust_code: bool = False) ->
     except KeyboardInterrupt:  # started processes follow us out through their lifelines
         print("rlmesh train: interrupted while starting", file=sys.stderr)
         return EXIT_SIGINT
-    from rlmesh.cli.progress import ProgressReporter
     from rlmesh.results import ResultLogger, default_experiment_name, make_trial_dir
 
     try:
