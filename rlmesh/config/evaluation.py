@@ -4,8 +4,9 @@ Mixed into AlgorithmConfig; each setting is declared here once, as in base.py.""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_type_hints
 
 from rlmesh.config.settings import setting
 
@@ -76,6 +77,11 @@ class EvaluationSettings:
                 self._resolve(key)
             except ConfigError as e:
                 problems.append(f"evaluation_config: {e}")
+        if not problems:  # the overrides' values, checked as the fields they set
+            cfg = self.get_evaluation_config_object()
+            hints = get_type_hints(type(cfg))
+            problems += [f"evaluation_config: {p}" for f in dataclasses.fields(cfg)
+                         if (p := cfg._check_field(f, hints))]
         if self.evaluation_interval and self.env is None:
             problems.append("evaluation_interval: evaluation steps envs of its own, and this "
                             "run has none (policy_server_address); set .environment(env=...) "

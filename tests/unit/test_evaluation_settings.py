@@ -41,6 +41,8 @@ def test_evaluation_config_turns_explore_off_unless_it_says_otherwise():
 def test_bad_evaluation_settings_are_named():
     with pytest.raises(ConfigError, match="evaluation_config: unknown config key 'num_workerz'"):
         PPOConfig().evaluation(evaluation_config={"num_workerz": 1}).validate()
+    with pytest.raises(ConfigError, match="evaluation_config: explore: expected bool, got 'no'"):
+        PPOConfig().evaluation(evaluation_config={"explore": "no"}).validate()
     with pytest.raises(ConfigError, match="evaluation_duration_unit: expected 'episodes' or"):
         PPOConfig().evaluation(evaluation_duration_unit="steps").validate()
     with pytest.raises(ConfigError, match="evaluation_interval: expected >= 1"):
