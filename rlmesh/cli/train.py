@@ -553,6 +553,8 @@ def _train_loop(algo, spec: TrainSpec, trial_dir: Path, trial_id: str, reporter,
                 iteration = int(result.get("training_iteration") or getattr(algo, "iteration", 0))
                 logger.log(result)
                 reporter.report(result)
+                if isinstance(result.get("evaluation"), dict):
+                    reporter.message(evaluation_line(result["evaluation"]))
                 if spec.checkpoint_freq and iteration % spec.checkpoint_freq == 0:
                     last_checkpoint, saved_at = _save(algo, trial_dir, iteration), iteration
                     reporter.message(f"checkpoint: {last_checkpoint}")
@@ -575,6 +577,20 @@ def _train_loop(algo, spec: TrainSpec, trial_dir: Path, trial_id: str, reporter,
     if signals.signum:
         return EXIT_SIGINT if signals.signum == signal.SIGINT else EXIT_SIGTERM
     return 0
+
+
+def evaluation_line(ev: dict) -> str:
+    """One line for an evaluation's result, under the progress table's row."""
+    from rlmesh.results import as_number
+
+    mean = as_number(ev.get("episode_reward_mean"))
+    text = (f"evaluation: reward_mean {mean:.1f} over {ev.get('episodes_this_iter', 0)} episodes"
+            if mean is not None and mean == mean else "evaluation: no episode ended")
+    if ev.get("num_partial_episodes"):
+        text += f", {ev['num_partial_episodes']} partial (cut by the step cap or time)"
+    for video in ev.get("videos") or ():
+        text += f"; video {video}"
+    return text
 
 
 def _tune_fields(trial_id: str) -> dict:

@@ -139,6 +139,7 @@ def test_cli_stops_on_an_evaluation_metric(tmp_path):
                        {"evaluation/episode_reward_mean": 1, "training_iteration": 10})
     assert out.returncode == 0, out.stderr
     assert "stopped: evaluation/episode_reward_mean" in out.stdout
+    assert "evaluation: reward_mean" in out.stdout  # under the progress table's row
     rows = [json.loads(line) for line in
             next(tmp_path.glob("*/*/result.json")).read_text().splitlines()]
     assert [r["training_iteration"] for r in rows] == [1, 2]
