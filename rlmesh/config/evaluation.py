@@ -18,7 +18,7 @@ class EvaluationSettings:
         doc="Evaluate every this many training iterations (results under 'evaluation/...'); "
             "None: never, unless algo.evaluate() is called.")
     evaluation_duration: int = setting(
-        10, "evaluation", gt=0,
+        10, "evaluation", gt=0, aliases=("evaluation_num_episodes",),
         doc="How long one evaluation runs, in evaluation_duration_unit, over all evaluation "
             "runners (split evenly between them).")
     evaluation_duration_unit: Literal["episodes", "timesteps"] = setting(
