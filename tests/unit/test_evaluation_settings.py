@@ -155,3 +155,11 @@ def test_role_filter_marks_this_process_records():
     record = logging.makeLogRecord({"msg": "x"})
     RoleFilter().filter(record)
     assert record.role == "driver"
+
+
+def test_evaluation_runners_are_in_the_placement_request():
+    config = PPOConfig().environment("CartPole-v1").env_runners(num_env_runners=2).evaluation(
+        evaluation_interval=1, evaluation_num_env_runners=2)
+    groups = {g.name: [b.label for b in g.bundles] for g in config.resource_request()}
+    assert groups["evaluation_runners"] == ["eval_runner-1", "eval_runner-2"]
+    assert "evaluation_runners" not in {g.name for g in PPOConfig().resource_request()}
