@@ -40,6 +40,7 @@ DEFAULT_LOCAL_DIR = "~/rlmesh_results"
 DATE_FORMAT = "%Y-%m-%d_%H-%M-%S"  # Tune's
 TB_PREFIX = "ray/tune/"  # RLlib's tag prefix, so dashboards built for RLlib runs carry over
 TB_FLUSH_SECS = 5  # how stale a live TensorBoard view may be
+TB_VIDEO_FRAMES = 16  # frames of each evaluation video shown in TensorBoard
 # Not curves worth plotting (RLlib's TBX logger drops these too).
 _TB_SKIP = frozenset({"config", "pid", "timestamp"})
 
@@ -145,8 +146,10 @@ class ResultLogger:
     """
 
     def __init__(self, trial_dir: str | os.PathLike, config_dict: dict | None = None,
-                 tensorboard: bool = True, resume: bool = False):
+                 tensorboard: bool = True, resume: bool = False, video_frames: bool = False):
         self.trial_dir = Path(trial_dir)
+        # Frames of the evaluation videos a result names, as TensorBoard images.
+        self.video_frames = video_frames
         self.trial_dir.mkdir(parents=True, exist_ok=True)
         self.result_path = self.trial_dir / "result.json"
         self.progress_path = self.trial_dir / "progress.csv"
@@ -222,6 +225,29 @@ class ResultLogger:
             number = as_number(value)
             if number is not None and math.isfinite(number):
                 self._tb.add_scalar(TB_PREFIX + key, number, global_step=int(step))
+        evaluation = result.get("evaluation")
+        if self.video_frames and isinstance(evaluation, dict):
+            for path in evaluation.get("videos") or ():
+                self._add_video_frames(path, int(step))
+
+    def _add_video_frames(self, path: str, step: int) -> None:
+        """Up to TB_VIDEO_FRAMES frames of the video at ``path``, evenly spaced, as one
+        image grid under "evaluation/video" (TensorBoard's own video needs moviepy)."""
+        import numpy as np
+
+        from rlmesh.video import count_frames, read_frames
+
+        try:
+            every = max(1, -(-count_frames(path) // TB_VIDEO_FRAMES))
+            frames = read_frames(path, every)[:TB_VIDEO_FRAMES]
+        except Exception as e:  # a video gone or unreadable costs its images, not the run
+            import logging
+
+            logging.getLogger(__name__).warning("video %s not logged to TensorBoard: %s", path, e)
+            return
+        if frames:
+            self._tb.add_images("evaluation/video", np.stack(frames), global_step=step,
+                                dataformats="NHWC")
 
     def _tb_worker(self) -> None:
         while (item := self._tb_queue.get()) is not None:

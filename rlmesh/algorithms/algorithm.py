@@ -25,6 +25,7 @@ import torch
 
 from rlmesh.algorithms import checkpoints
 from rlmesh.algorithms.env_runner_group import EnvRunnerGroup, synchronous_parallel_sample
+from rlmesh.algorithms.evaluation import EvaluationGroup
 from rlmesh.algorithms.learner_group import LearnerGroup
 from rlmesh.algorithms.topology import Mesh
 from rlmesh.callbacks import load_callbacks, summarize_custom_metrics
@@ -37,6 +38,7 @@ from rlmesh.policy.spec import PolicySpec, build_policy_from_data
 from rlmesh.rl.columns import DEFAULT_POLICY_ID
 from rlmesh.rl.filters import make_filter
 from rlmesh.runtime import ActorUnavailable, RemoteError
+from rlmesh.runtime.logtail import LogTail, level_number
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +83,7 @@ class Algorithm:
             config = self.config_class.from_dict(config)
         config.validate()
         self.config = config
-        logging.getLogger("rlmesh").setLevel(config.log_level)
+        logging.getLogger("rlmesh").setLevel(level_number(config.log_level))
         if config.seed is not None:
             torch.manual_seed(config.seed)
         self.iteration = 0
@@ -99,6 +101,11 @@ class Algorithm:
         # The global observation filter: every runner's statistics merged (sync_filters).
         self.obs_filter = make_filter(config.observation_filter, self.obs_space)
         self.last_checkpoint: str | None = None
+        # The trial folder (rlmesh train sets it): evaluation videos go to its videos/.
+        self.logdir: str | None = None
+        self.run_name = f"{type(self).__name__}_{time.strftime('%Y-%m-%d_%H-%M-%S')}"
+        # Loaded before any process starts: a callbacks class with a misspelled hook fails here.
+        self.callbacks = load_callbacks(config.callbacks_class)
         self._loop = LoopThread()
         self.mesh = self.mesh_class(config, self._loop, self.policy_specs)
         # The runner processes start (imports, envs) while this thread builds the learner.
@@ -108,12 +115,17 @@ class Algorithm:
                 log.warning("%s", warning)
             self.learner_group = LearnerGroup(config, self.policy_specs, self.mesh)
             self.env_runners = EnvRunnerGroup(self)
-            self.callbacks = load_callbacks(config.callbacks_class)
+            self.eval_env_runner_group = EvaluationGroup(self)
             self._policies = self._driver_policies()
             runners.result()
+            self._log_tail = self._follow_logs()
+            if config.evaluation_interval:
+                self._loop.run(self.eval_env_runner_group.start())
             self._loop.run(self.learner_group.start())
             self._publish()
             self._on_started()
+            if self.callbacks is not None:
+                self.callbacks.on_algorithm_init(algorithm=self)
         except BaseException:
             try:  # let a spawn in progress finish before the job shuts down
                 runners.result(60)
@@ -136,6 +148,14 @@ class Algorithm:
         spec = PolicySpec(self.config.policy_class).resolved(default, self.obs_space,
                                                              self.action_space)
         return {DEFAULT_POLICY_ID: spec.to_data(self.config)}
+
+    def _follow_logs(self) -> LogTail | None:
+        """With log_level INFO or DEBUG, every process's records in this one's logging
+        (``[env_runner-1] ...``); a run at WARN leaves them in the run directory's logs/."""
+        job = self.mesh.job
+        if level_number(self.config.log_level) > logging.INFO or job is None:
+            return None
+        return LogTail(job.run_dir.path / "logs", self.config.log_level).start()
 
     def _driver_policies(self) -> dict[str, Policy]:
         """The policies ``get_policy`` returns: the learner's own when it runs here, else
@@ -164,6 +184,31 @@ class Algorithm:
     # --- training ---
 
     def train(self) -> dict[str, Any]:
+        """One iteration (``training_iteration``) and, every ``evaluation_interval``
+        iterations, an evaluation (after it, or during it with
+        evaluation_parallel_to_training), its metrics under ``result["evaluation"]``."""
+        interval = self.config.evaluation_interval
+        evaluate_now = bool(interval) and (self.iteration + 1) % interval == 0
+        evaluation = self.eval_env_runner_group
+        parallel = None
+        if evaluate_now and self.config.evaluation_parallel_to_training:
+            parallel = evaluation.begin(self.iteration + 1)
+        result = self.training_iteration()
+        if evaluate_now:
+            result["evaluation"] = evaluation.finish(parallel or evaluation.begin(self.iteration))
+        log.debug("iteration %d: %d env steps in %.2f s", self.iteration,
+                  result.get("num_env_steps_sampled_this_iter", 0), result.get("time_this_iter_s", 0))
+        if self.callbacks is not None:
+            self.callbacks.on_train_result(algorithm=self, result=result)
+        return result
+
+    def evaluate(self) -> dict[str, Any]:
+        """Evaluate now on the evaluation runners (started on first use): ``{"evaluation":
+        metrics}`` with RLlib's keys (episode_reward_mean, ...) and the partial episodes."""
+        group = self.eval_env_runner_group
+        return {"evaluation": group.finish(group.begin(self.iteration))}
+
+    def training_iteration(self) -> dict[str, Any]:
         """One iteration: ``training_step()``, then the result (RLlib's keys)."""
         start = time.perf_counter()
         self._timers = {"sample_time_s": 0.0, "learn_time_s": 0.0}
@@ -177,12 +222,9 @@ class Algorithm:
         self.iteration += 1
         elapsed = time.perf_counter() - start
         self.time_total_s += elapsed
-        result = self._result(fragments, steps, learner_stats, elapsed,
-                              self._timers["sample_time_s"] or elapsed,
-                              self._timers["learn_time_s"])
-        if self.callbacks is not None:
-            self.callbacks.on_train_result(algorithm=self, result=result)
-        return result
+        return self._result(fragments, steps, learner_stats, elapsed,
+                            self._timers["sample_time_s"] or elapsed,
+                            self._timers["learn_time_s"])
 
     def training_step(self) -> dict[str, dict[str, float]]:
         """Sample ``train_batch_size`` env steps, update every policy, publish the weights;
@@ -386,6 +428,8 @@ class Algorithm:
         if self.config.observation_filter != "NoFilter":
             self._loop.run(self.mesh.foreach_runner("set_filter_state", self.obs_filter.get_state()))
         self._publish()
+        if self.callbacks is not None:
+            self.callbacks.on_checkpoint_loaded(algorithm=self)
 
     @classmethod
     def from_checkpoint(cls, path: str | Path, trust_code: bool = False) -> "Algorithm":
@@ -408,6 +452,8 @@ class Algorithm:
         try:
             if getattr(self, "learner_group", None) is not None:
                 self.learner_group.stop()
+            if getattr(self, "_log_tail", None) is not None:
+                self._log_tail.stop()
             loop.run(self.mesh.stop(), timeout=30)
         finally:
             loop.close()

@@ -31,7 +31,7 @@ class AsyncAlgorithm(Algorithm):
         self._loop.run(self.mesh.start_async())
         self._updates_seen = 0
 
-    def train(self) -> dict[str, Any]:
+    def training_iteration(self) -> dict[str, Any]:
         """One iteration: at least ``min_time_s_per_reporting`` seconds and one update."""
         start = time.perf_counter()
         self._wait_for_update(start)
@@ -54,8 +54,6 @@ class AsyncAlgorithm(Algorithm):
         stats = _mean_stats(learners)
         result = self._result(episodes, steps, stats, elapsed, elapsed, elapsed)
         result.update(self._pipeline_metrics(learners, sampled, aggregators))
-        if self.callbacks is not None:
-            self.callbacks.on_train_result(algorithm=self, result=result)
         return result
 
     def _wait_for_update(self, start: float) -> None:

@@ -292,8 +292,8 @@ class OffPolicy(Algorithm):
         self.replay.update_priorities(sample["batch_indexes"][ok], td[ok])
         return stats
 
-    def train(self) -> dict[str, Any]:
-        result = super().train()
+    def training_iteration(self) -> dict[str, Any]:
+        result = super().training_iteration()
         result.update(replay_buffer_size_bytes=self.replay.size_bytes,
                       replay_buffer_num_transitions=len(self.replay),
                       replay_buffer_num_added=self.replay.num_added,

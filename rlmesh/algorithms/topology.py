@@ -88,6 +88,9 @@ class Mesh:
         # places each actor on a node by this request.
         self.job = await make_job(cfg.resource_request())
         self.job.supervisor.listeners.append(self._on_event)
+        # log_level reaches every process; their log files keep INFO at least (the lines
+        # shown when a process dies).
+        self.job.child_env["RLMESH_LOG_LEVEL"] = "DEBUG" if cfg.log_level == "DEBUG" else "INFO"
         self.param_server = await self.job.spawn(PARAM_SERVER, name="param_server", in_process=True)
         runner_config = {**cfg.to_dict(), "_env_registry": env_registry(),
                          "_config_class": class_path(type(cfg)),

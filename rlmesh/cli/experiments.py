@@ -33,6 +33,7 @@ class Stopper:
         # RLlib's older result keys ("sampler_results/episode_reward_mean") are ours unprefixed.
         self.stop = {k.removeprefix("sampler_results/"): v for k, v in stop.items()}
         self._checked_keys = False
+        self._pending: list[str] = []
 
     def met(self, result: dict, warn=print) -> str | None:
         from rlmesh.results import as_number, flatten
@@ -40,25 +41,54 @@ class Stopper:
         flat = flatten(result)
         if not self._checked_keys:  # a misspelled key would train forever: stop at once
             self._checked_keys = True
-            self._check_keys(flat, warn)
+            self._pending = self._check_keys(list(self.stop), flat, warn)
+        elif self._pending:  # keys under a group that had not come yet (evaluation/...)
+            self._pending = self._check_keys(self._pending, flat, lambda m: None)
         for key, threshold in self.stop.items():
             value = as_number(flat.get(key))
             if value is not None and value >= threshold:
                 return f"{key} = {value:g} >= {threshold:g}"
         return None
 
-    def _check_keys(self, flat: dict, warn) -> None:
-        """UsageError for a stop key missing from the first result where its siblings are
-        there (a misspelling); a warning only for one under a dict still empty (a custom
-        metric, a policy's statistics after an idle first iteration)."""
-        for key in (k for k in self.stop if k not in flat):
-            close = difflib.get_close_matches(key, list(flat), n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
+    def _check_keys(self, keys: list[str], flat: dict, warn) -> list[str]:
+        """UsageError, naming the closest keys, for a stop key missing from a result where
+        its siblings are (a misspelling); the keys under a group not in the results yet
+        (evaluation/... before the first evaluation, a custom metric, a policy's statistics
+        after an idle first iteration) are returned, to be checked when it comes."""
+        pending = []
+        for key in (k for k in keys if k not in flat):
+            close = difflib.get_close_matches(key, list(flat), n=3)
+            hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
             parent = key.rpartition("/")[0]
             if not parent or any(k.startswith(parent + "/") for k in flat):
                 raise UsageError(f"stop key {key!r} is not in the results, so it would never "
                                  f"stop the run{hint}")
-            warn(f"stop key {key!r} is not in the results yet{hint}")
+            if not parent.startswith("evaluation"):
+                warn(f"stop key {key!r} is not in the results yet{hint}")
+            pending.append(key)
+        return pending
+
+
+def check_evaluation_stop(stop: dict[str, float], config) -> None:
+    """UsageError for a stop key under evaluation/ in a run that never evaluates."""
+    keys = [k for k in stop if k.startswith("evaluation/")]
+    if keys and not config.evaluation_interval:
+        raise UsageError(f"stop key {keys[0]!r} needs evaluation results: set "
+                         "evaluation_interval (e.g. --config '{\"evaluation_interval\": 1}')")
+
+
+def evaluation_line(ev: dict) -> str:
+    """One line for an evaluation's result, under the progress table's row."""
+    from rlmesh.results import as_number
+
+    mean = as_number(ev.get("episode_reward_mean"))
+    text = (f"evaluation: reward_mean {mean:.1f} over {ev.get('episodes_this_iter', 0)} episodes"
+            if mean is not None and mean == mean else "evaluation: no episode ended")
+    if ev.get("num_partial_episodes"):
+        text += f", {ev['num_partial_episodes']} partial (cut by the step cap or time)"
+    for video in ev.get("videos") or ():
+        text += f"; video {video}"
+    return text
 
 
 def _exit_now(code: int) -> None:
@@ -220,6 +250,8 @@ def _train_loop(algo, spec: TrainSpec, trial_dir: Path, trial_id: str, reporter,
                 iteration = int(result.get("training_iteration") or getattr(algo, "iteration", 0))
                 logger.log(result)
                 reporter.report(result)
+                if isinstance(result.get("evaluation"), dict):
+                    reporter.message(evaluation_line(result["evaluation"]))
                 decision = control.decide(result) if control is not None else {}
                 if (spec.checkpoint_freq and iteration % spec.checkpoint_freq == 0) \
                         or decision.get("save"):

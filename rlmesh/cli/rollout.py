@@ -1,5 +1,6 @@
 """``rlmesh rollout``: restore a policy from a checkpoint and run it in a local env,
-printing each episode's return and the mean at the end."""
+printing each episode's return and the mean at the end; ``--render`` shows the episodes in a
+window, ``--video DIR`` writes each to an mp4."""
 
 from __future__ import annotations
 
@@ -23,6 +24,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--explore", action="store_true",
                    help="sample actions from the policy's distribution (default: its likeliest)")
     p.add_argument("--seed", type=int, metavar="S", help="seed of the env's first reset")
+    show = p.add_mutually_exclusive_group()
+    show.add_argument("--render", action="store_true",
+                      help="show the episodes in a window (needs a display)")
+    show.add_argument("--video", metavar="DIR",
+                      help="write each episode to DIR/episode_0001.mp4, ... (pip install "
+                           "'rlmesh[video]')")
     p.add_argument("--trust-code", action="store_true",
                    help="load a checkpoint that names code outside rlmesh (its env, policy, model or "
                         "callbacks, imported and run on loading); trust only checkpoints you made. "
@@ -44,6 +51,38 @@ def make_env(env, env_config: dict):
     from rlmesh.envs import make_env as _make
 
     return _make(env, env_config)
+
+
+def check_shown(render: bool, video: str | None) -> None:
+    """RuntimeError for --render without a display, MissingExtra for --video without
+    imageio-ffmpeg."""
+    if render:
+        from rlmesh.algorithms.evaluation import has_display
+
+        if not has_display():
+            raise RuntimeError("--render needs a display ($DISPLAY or $WAYLAND_DISPLAY is not "
+                               "set); --video DIR writes the episodes to mp4 instead")
+    if video:
+        from rlmesh.video import ffmpeg
+
+        ffmpeg("--video")
+
+
+def make_shown_env(env_id, env_config: dict, render: bool, video: str | None):
+    """The env, in a window (``render``: gymnasium's render_mode "human") or recording every
+    episode under ``video`` (render_mode "rgb_array")."""
+    check_shown(render, video)
+    if render:
+        env_config = {**env_config, "render_mode": "human"}
+    if video:
+        env_config = {**env_config, "render_mode": "rgb_array"}
+    env = make_env(env_id, env_config)
+    if video:
+        from rlmesh.video import FrameRecorder
+
+        os.makedirs(video, exist_ok=True)
+        env = FrameRecorder(env, every_episode=os.path.join(video, "episode_"))
+    return env
 
 
 def _config_value(algo, key, default=None):
@@ -104,6 +143,11 @@ def main(args: argparse.Namespace) -> int:
     except FileNotFoundError as e:
         print(f"rlmesh rollout: error: {e}", file=sys.stderr)
         return 2
+    try:  # before the policy is loaded: a missing display or package says so at once
+        check_shown(args.render, args.video)
+    except (RuntimeError, ImportError) as e:
+        print(f"rlmesh rollout: error: {e}", file=sys.stderr)
+        return 2
     from rlmesh.algorithms.checkpoints import CheckpointError
     from rlmesh.algorithms.inference import InferencePolicy
 
@@ -121,7 +165,12 @@ def main(args: argparse.Namespace) -> int:
             print("rlmesh rollout: error: the checkpoint names no env; give --env ID",
                   file=sys.stderr)
             return 2
-        env = make_env(env_id, {} if args.env else dict(_config_value(algo, "env_config") or {}))
+        env_config = {} if args.env else dict(_config_value(algo, "env_config") or {})
+        try:
+            env = make_shown_env(env_id, env_config, args.render, args.video)
+        except (RuntimeError, ImportError, ValueError) as e:  # no display, no imageio-ffmpeg
+            print(f"rlmesh rollout: error: {e}", file=sys.stderr)
+            return 2
         from rlmesh.preprocessing import wrap_for_model
 
         env = wrap_for_model(env, dict(_config_value(algo, "model") or {}))  # framestack
@@ -134,6 +183,8 @@ def main(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             code = 130
         env.close()
+        if args.video:
+            print(f"videos: {os.path.abspath(args.video)}")
     finally:
         algo.stop()
     print(summary(returns))

@@ -13,16 +13,21 @@ import json
 import logging
 import sys
 import textwrap
+from pathlib import Path
 from typing import Any
 
 from rlmesh.algorithms.registry import ALGORITHMS, UnknownAlgorithm, get_config_class
 from rlmesh.cli.experiments import (  # noqa: F401 (Stopper: its old import place)
                                     EXIT_FAILED, EXIT_SIGINT, EXIT_USAGE, WRITE_ERRNOS,
                                     Stopper, UsageError, _one_line, _train_loop, _trial_id,
+                                    check_evaluation_stop, evaluation_line,
                                     env_error_message, policy_error_message, resume_into,
                                     write_error)
 
 DEFAULT_STOP = {"training_iteration": 100}
+# The role in brackets: [driver] here, [env_runner-1], [learner-0], ... from other processes.
+LOG_FORMAT = "%(levelname)s [%(role)s] %(name)s: %(message)s"
+LOG_FILE = "rlmesh.log"  # in the trial folder: every process's records at log_level
 
 EPILOG = """\
 -f FILE takes YAML, TOML or JSON in either of RLlib's tuned-example shapes:
@@ -270,11 +275,16 @@ def run_spec(spec: TrainSpec, resume: bool = False, trust_code: bool = False) ->
     try:
         config = make_config(spec)
         config_dict = config.to_dict()
+        check_evaluation_stop(spec.stop, config)
     except (UsageError, ConfigError) as e:
         return _fail(e)
     level = str(spec.config.get("log_level", "WARNING")).upper()
-    logging.basicConfig(level={"WARN": "WARNING"}.get(level, level),
-                        format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level={"WARN": "WARNING"}.get(level, level), format=LOG_FORMAT)
+    from rlmesh.runtime.logtail import RoleFilter, attach_log_file
+
+    for handler in logging.getLogger().handlers:  # LOG_FORMAT reads the role
+        if not any(isinstance(f, RoleFilter) for f in handler.filters):
+            handler.addFilter(RoleFilter())
     from rlmesh.envs import EnvError
 
     try:
@@ -288,7 +298,6 @@ def run_spec(spec: TrainSpec, resume: bool = False, trust_code: bool = False) ->
     except KeyboardInterrupt:  # started processes follow us out through their lifelines
         print("rlmesh train: interrupted while starting", file=sys.stderr)
         return EXIT_SIGINT
-    from rlmesh.cli.progress import ProgressReporter
     from rlmesh.results import ResultLogger, default_experiment_name, make_trial_dir
 
     try:
@@ -299,7 +308,10 @@ def run_spec(spec: TrainSpec, resume: bool = False, trust_code: bool = False) ->
         else:
             experiment = spec.experiment or default_experiment_name(spec.run, spec.env)
             trial_dir, trial_id = make_trial_dir(spec.local_dir, experiment, spec.run, spec.env)
-        logger = ResultLogger(trial_dir, config_dict, resume=resume)
+        algo.logdir = str(trial_dir)  # evaluation videos go to its videos/
+        logger = ResultLogger(trial_dir, config_dict, resume=resume,
+                              video_frames=bool(config_dict.get("evaluation_video_to_tensorboard")))
+        log_file = attach_log_file(trial_dir / LOG_FILE, level)
     except (UsageError, CheckpointError) as e:
         algo.stop()
         return _fail(e)
@@ -318,7 +330,7 @@ def run_spec(spec: TrainSpec, resume: bool = False, trust_code: bool = False) ->
     from rlmesh.algorithms.algorithm import LearnerFailed
 
     try:
-        return _train_loop(algo, spec, trial_dir, trial_id, ProgressReporter(), logger)
+        return _run_loop(algo, spec, trial_dir, trial_id, logger, log_file)
     except LearnerFailed as e:  # the learner died: the message names the checkpoint
         print(f"rlmesh train: error: {e}", file=sys.stderr)
         return EXIT_FAILED
@@ -342,3 +354,11 @@ def run_spec(spec: TrainSpec, resume: bool = False, trust_code: bool = False) ->
         return _fail(message)
 
 
+def _run_loop(algo, spec: TrainSpec, trial_dir: Path, trial_id: str, logger, log_file) -> int:
+    from rlmesh.cli.progress import ProgressReporter
+
+    try:
+        return _train_loop(algo, spec, trial_dir, trial_id, ProgressReporter(), logger)
+    finally:
+        logging.getLogger().removeHandler(log_file)
+        log_file.close()

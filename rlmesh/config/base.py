@@ -481,6 +481,11 @@ class AlgorithmConfig(EvaluationSettings, MultiAgentSettings, OfflineSettings):
         groups = [PlacementGroup((Bundle(driver, "driver"), *learners), "PACK", "learners")]
         if runners:
             groups.append(PlacementGroup(tuple(runners), "SPREAD", "env_runners"))
+        if self.evaluation_interval and self.evaluation_num_env_runners:  # started with the run
+            groups.append(PlacementGroup(tuple(
+                Bundle({"CPU": self.num_cpus_per_env_runner}, f"eval_runner-{i}")
+                for i in range(1, self.evaluation_num_env_runners + 1)), "SPREAD",
+                "evaluation_runners"))
         return groups
 
     def _driver_side_cpus(self) -> float:
@@ -532,6 +537,7 @@ class AlgorithmConfig(EvaluationSettings, MultiAgentSettings, OfflineSettings):
                             f"one step per env ({envs}), got {self.total_train_batch_size}")
         problems += self._policy_server_checks()
         problems += self._offline_checks()
+        problems += self._evaluation_checks()
         try:  # the config crosses process boundaries as plain data, never pickled
             self.to_dict()
         except ConfigError as e:

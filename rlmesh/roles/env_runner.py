@@ -94,13 +94,18 @@ class EnvRunner(VersionedPolicies, Actor):
         seeds = ([None] * n if cfg.seed is None
                  else [cfg.seed + SEED_STRIDE * worker_index + i for i in range(n)])
 
+        self.callbacks = load_callbacks(cfg.callbacks_class)
+
         def create(i: int) -> gym.Env:
             context = EnvContext(cfg.env_config, worker_index, i, cfg.num_env_runners)
-            return wrap_for_model(make_env(cfg.env, context, registry), cfg.model)
+            env = wrap_for_model(self.wrap_env(make_env(cfg.env, context, registry), i), cfg.model)
+            if self.callbacks is not None:
+                self.callbacks.on_environment_created(env_runner=self, env=env, env_context=context)
+            return env
 
         # Squashed actions are in the bounds already: stepped as drawn, never rescaled.
         normalize = cfg.normalize_actions and not cfg.model.get("squash_actions", False)
-        self.sampler = EnvSampler(create, n, seeds=seeds, callbacks=load_callbacks(cfg.callbacks_class),
+        self.sampler = EnvSampler(create, n, seeds=seeds, callbacks=self.callbacks,
                                   env_runner=self, normalize_actions=normalize,
                                   clip_actions=cfg.clip_actions, clip_rewards=cfg.clip_rewards,
                                   on_nonfinite=cfg.on_nonfinite)
@@ -135,6 +140,12 @@ class EnvRunner(VersionedPolicies, Actor):
         # ``output``: what this runner samples also goes to files of its own (docs/offline.md).
         self.output_writer = OutputWriter.from_config(cfg, worker_index)
 
+    in_evaluation = False  # EvalRunner (roles/eval_runner.py) says True
+
+    def wrap_env(self, env: gym.Env, index: int) -> gym.Env:
+        """The env as made, before the model's wrappers: a subclass adds its own."""
+        return env
+
     @property
     def envs(self) -> list[gym.Env]:
         return self.sampler.envs
@@ -158,7 +169,15 @@ class EnvRunner(VersionedPolicies, Actor):
         fragment["policy_version"] = self.versions[self.policy_id]
         fragment["policy_id"] = self.policy_id
         fragment["worker_index"] = self.worker_index
-        if self.output_writer is not None:
+        log.debug("fragment %d: %d env steps, %d episodes ended, policy version %d",
+                  self._stats["num_fragments"], fragment["env_steps"],
+                  len(fragment["episodes"]), fragment["policy_version"])
+        if self.callbacks is not None:
+            self.callbacks.on_postprocess_trajectory(
+                env_runner=self, policy_id=self.policy_id, policies=self.policies,
+                postprocessed_batch=fragment)
+            self.callbacks.on_sample_end(env_runner=self, samples=fragment)
+        if self.output_writer is not None:  # what the callbacks left, as RLlib writes it
             self.output_writer.write(fragment)
         return fragment
 

@@ -173,6 +173,11 @@ class EnvSampler:
     def envs(self) -> list[gym.Env]:
         return [s.env for s in self.slots]
 
+    def restart_episodes(self) -> None:
+        """Reset every env at the next ``sample``: fresh episodes (evaluation), the running
+        ones dropped unreported."""
+        self._started = False
+
     def sample(self, num_steps: int, complete_episodes: bool = False,
                explore: bool | None = None) -> dict[str, Any]:
         """One fragment: ``num_steps`` rows of every env (truncate_episodes), or, with
@@ -409,6 +414,10 @@ class EnvSampler:
 
     def _reset(self, b: int, start_row: int) -> None:
         slot = self.slots[b]
+        episode = Episode(b, next(self._episode_ids))
+        if self.callbacks is not None:
+            self.callbacks.on_episode_created(episode=episode, env_runner=self.env_runner,
+                                              env_index=b)
         for attempt in range(MAX_RESET_ATTEMPTS):
             try:
                 obs, info = slot.env.reset(seed=slot.seed)
@@ -422,7 +431,8 @@ class EnvSampler:
             raise RuntimeError(f"env {b} failed to reset {MAX_RESET_ATTEMPTS} times in a row, "
                                "each time recreated; the log has the tracebacks")
         slot.seed = None
-        slot.episode = Episode(b, next(self._episode_ids), obs, info)
+        episode.last_observation, episode.last_info = obs, info or {}
+        slot.episode = episode
         slot.obs = self.obs_filter(to_column(self.observation_space, obs))
         slot.start_row = start_row
         self._obs[b] = slot.obs

@@ -10,9 +10,15 @@ from typing import Any
 import numpy as np
 import torch
 
+import logging
+
+from rlmesh.callbacks import load_callbacks
 from rlmesh.policy.spec import build_policy_from_data
 from rlmesh.policy.torch_policy import TorchPolicy
 from rlmesh.rl.finite import NonFiniteError, describe, first_nonfinite_column
+
+
+log = logging.getLogger(__name__)
 
 
 class Learner:
@@ -34,6 +40,7 @@ class Learner:
             if isinstance(policy, TorchPolicy):
                 policy.for_learning()
             self.policies[pid] = policy
+        self.callbacks = load_callbacks(config.callbacks_class)
         self.num_updates = 0
         self.num_nonfinite_batches_skipped = {pid: 0 for pid in self.policies}
         self._data_parallel = False
@@ -49,12 +56,17 @@ class Learner:
                 out[pid] = {"num_nonfinite_batches_skipped": self.num_nonfinite_batches_skipped[pid]}
                 continue
             extra = kwargs if isinstance(policy, TorchPolicy) else {}
+            added: dict[str, Any] = {}
+            if self.callbacks is not None:
+                self.callbacks.on_learn_on_batch(policy=policy, train_batch=batch, result=added)
             try:
                 stats = policy.update(batch, timesteps, **extra)
             except NonFiniteError as e:
                 raise NonFiniteError(f"policy {pid!r}: {e}") from None
-            out[pid] = {**stats, "num_nonfinite_batches_skipped": self.num_nonfinite_batches_skipped[pid]}
+            out[pid] = {**stats, **added, "num_nonfinite_batches_skipped": self.num_nonfinite_batches_skipped[pid]}
         self.num_updates += 1
+        log.debug("update %d of %s", self.num_updates, ", ".join(
+            f"{pid} ({s.get('num_env_steps_trained', '?')} samples)" for pid, s in out.items()))
         return out
 
     def _finite_batch(self, pid: str, batch: dict[str, Any]) -> bool:

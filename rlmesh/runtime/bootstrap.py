@@ -77,6 +77,8 @@ async def serve(spec_path: Path, lifeline_fd: int) -> None:
     # What start-up created lives as long as the process: keep it out of every collection.
     gc.freeze()
     job.register_self(address=address, cls=spec.cls_path)
+    logging.getLogger("rlmesh.runtime").debug("%s (%s) serving on %s, pid %d", spec.name,
+                                              spec.cls_path, address, os.getpid())
     try:
         await job.wait_stopped()
         await _call_hook(actor.on_stop)

@@ -70,6 +70,8 @@ class Job:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         self.mode = mode
+        # Environment variables of every actor process this job starts (RLMESH_LOG_LEVEL).
+        self.child_env: dict[str, str] = {}
         self.name = name
         self.role = role
         if isinstance(run_dir, (str, Path)):
@@ -210,7 +212,8 @@ class Job:
                              role=role or cls_path.rpartition(":")[2], main_path=main_path,
                              address=address or ("" if node else self._data_address(actor_name)),
                              sys_path=[p for p in sys.path if p],
-                             max_message_bytes=self.limits.max_message_bytes, env=env or {},
+                             max_message_bytes=self.limits.max_message_bytes,
+                             env={**self.child_env, **(env or {})},
                              node=node or "")
             handle = await self._spawn_process(spec, restart or RestartPolicy(), start_timeout)
         if name:

@@ -70,6 +70,7 @@ def main(spec_path: str, parent_pid: int) -> int:
                      stop=data["stop"], checkpoint_freq=data.get("checkpoint_freq", 0),
                      checkpoint_at_end=True)
     config = make_config(spec)
+    experiments.check_evaluation_stop(spec.stop, config)
     import logging
 
     level = str(spec.config.get("log_level", "WARNING")).upper()
@@ -83,6 +84,7 @@ def main(spec_path: str, parent_pid: int) -> int:
             algo.stop()
             raise
         print(f"restored from {data['restore']}")
+    algo.logdir = str(trial_dir)  # evaluation videos go to its videos/
     logger = ResultLogger(trial_dir, config.to_dict(), resume=bool(data.get("restore")))
     control = PipeControl(out, sys.stdin)
     try:

@@ -205,7 +205,7 @@ def test_a_misspelled_stop_key_ends_the_run_after_the_first_result(tmp_path, bui
     assert built[0].iteration == 1
     line = one_error_line(capsys)
     assert "stop key 'episode_reward_maen' is not in the results" in line
-    assert "did you mean 'episode_reward_mean'?" in line
+    assert "did you mean 'episode_reward_mean' or" in line  # the closest keys, best first
 
 
 def test_a_stop_key_under_a_dict_still_empty_only_warns(tmp_path, built, capsys):
