@@ -188,9 +188,10 @@ class Apex(OffPolicy):
 
     # --- the driver's iteration ---
 
-    def train(self) -> dict[str, Any]:
+    def training_iteration(self) -> dict[str, Any]:
         """One iteration: at least ``min_sample_timesteps_per_iteration`` env steps sampled
-        while the learner trains on; what happened, as one result."""
+        while the learner trains on; what happened, as one result (Algorithm.train adds
+        the evaluation and calls on_train_result)."""
         start = time.perf_counter()
         steps, sampled = 0, []
         while True:
@@ -220,8 +221,6 @@ class Apex(OffPolicy):
                               elapsed, report.busy_s)
         result.update(self._replay_metrics(shards, report, elapsed))
         result.update(self._per_runner_returns(sampled))
-        if self.callbacks is not None:
-            self.callbacks.on_train_result(algorithm=self, result=result)
         return result
 
     def _replay_metrics(self, shards: list[dict[str, Any]], report: "_Report",
