@@ -26,6 +26,7 @@ from rlmesh.rl.columns import DEFAULT_POLICY_ID
 from rlmesh.rl.filters import make_filter
 from rlmesh.rl.spec import numpy_fast_path
 from rlmesh.roles.env_sampler import SEED_STRIDE, EnvSampler
+from rlmesh.roles.multi_agent_sampler import bind_policies, sampler_for
 from rlmesh.roles.runner_policy import VersionedPolicies, make_runner_policies
 from rlmesh.runtime import Actor, ActorUnavailable, RemoteError, current_job
 
@@ -99,12 +100,14 @@ class EnvRunner(VersionedPolicies, Actor):
 
         # Squashed actions are in the bounds already: stepped as drawn, never rescaled.
         normalize = cfg.normalize_actions and not cfg.model.get("squash_actions", False)
-        self.sampler = EnvSampler(create, n, seeds=seeds, callbacks=load_callbacks(cfg.callbacks_class),
-                                  env_runner=self, normalize_actions=normalize,
-                                  clip_actions=cfg.clip_actions, clip_rewards=cfg.clip_rewards,
-                                  on_nonfinite=cfg.on_nonfinite)
-        self.sampler.obs_filter = make_filter(cfg.observation_filter,
-                                              self.sampler.observation_space)
+        create, sampler_cls = sampler_for(create)  # a MultiAgentEnv: multi_agent_sampler.py
+        self.sampler = sampler_cls(create, n, seeds=seeds, callbacks=load_callbacks(cfg.callbacks_class),
+                                   env_runner=self, normalize_actions=normalize,
+                                   clip_actions=cfg.clip_actions, clip_rewards=cfg.clip_rewards,
+                                   on_nonfinite=cfg.on_nonfinite)
+        if sampler_cls is EnvSampler:
+            self.sampler.obs_filter = make_filter(cfg.observation_filter,
+                                                  self.sampler.observation_space)
         job = current_job()
         if job is not None:  # a blocked env step shows in the heartbeat's status
             job.diagnostics.add_probe(f"env_runner-{worker_index}", self._busy)
@@ -117,6 +120,8 @@ class EnvRunner(VersionedPolicies, Actor):
         self.versions = {pid: -1 for pid in self.policies}  # no weights from the param server yet
         self.policy_id = DEFAULT_POLICY_ID if DEFAULT_POLICY_ID in self.policies else next(iter(self.policies))
         self.sampler.policy = self.policies[self.policy_id]
+        if sampler_cls is not EnvSampler:
+            bind_policies(self.sampler, self.policies, cfg)
         self.fragment_length = cfg.get_rollout_fragment_length(worker_index)
         self.complete_episodes = cfg.batch_mode == "complete_episodes"
         self._ps_name = param_server
@@ -152,6 +157,8 @@ class EnvRunner(VersionedPolicies, Actor):
         self._stats["num_fragments"] += 1
         fragment["policy_version"] = self.versions[self.policy_id]
         fragment["policy_id"] = self.policy_id
+        for pid, part in fragment.get("policy_batches", {}).items():  # multi-agent
+            part["policy_version"] = self.versions[pid]
         fragment["worker_index"] = self.worker_index
         return fragment
 

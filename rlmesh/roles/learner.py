@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from rlmesh.config.multi_agent import trainable
 from rlmesh.policy.spec import build_policy_from_data
 from rlmesh.policy.torch_policy import TorchPolicy
 from rlmesh.rl.finite import NonFiniteError, describe, first_nonfinite_column
@@ -44,6 +45,8 @@ class Learner:
         (``num_epochs``, ``minibatch_size``, ``num_minibatches``) go to torch policies."""
         out = {}
         for pid, batch in batches.items():
+            if not trainable(self.config, pid):  # acts, never learns (policies_to_train)
+                continue
             policy = self.policy(pid)
             if not self._finite_batch(pid, batch):
                 out[pid] = {"num_nonfinite_batches_skipped": self.num_nonfinite_batches_skipped[pid]}
