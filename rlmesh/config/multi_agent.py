@@ -102,19 +102,30 @@ def policies_as_data(policies: Any) -> dict[str, dict[str, Any]]:
     return out
 
 
-def resolve_function(fn: Any, what: str) -> Any:
-    """A function given by itself or by import path."""
+def resolve_function(fn: Any, what: str, main_script: str | None = None) -> Any:
+    """A function given by itself or by import path; ``__mp_main__:name`` is a function of
+    the script the run was started from (``main_script`` in a process of its own)."""
     if fn is None or callable(fn):
         return fn
+    from rlmesh.code import MAIN, _main_module
     from rlmesh.envs import import_object
 
+    module, _, name = fn.partition(":")
+    if module in (MAIN, "__main__"):
+        if main_script is None:  # this process runs the script itself (the driver)
+            import os
+            import sys
+
+            main = getattr(sys.modules.get("__main__"), "__file__", None)
+            main_script = os.path.abspath(main) if main else None
+        return getattr(_main_module(what, fn, main_script), name)
     return import_object(fn, what)
 
 
-def mapping_function(config: Any, policy_ids: Any) -> Any:
+def mapping_function(config: Any, policy_ids: Any, main_script: str | None = None) -> Any:
     """The config's ``policy_mapping_fn``; none: every agent to the only policy (or to
     'default_policy')."""
-    fn = resolve_function(config.policy_mapping_fn, "policy_mapping_fn")
+    fn = resolve_function(config.policy_mapping_fn, "policy_mapping_fn", main_script)
     if fn is not None:
         return fn
     ids = list(policy_ids)

@@ -121,7 +121,7 @@ class EnvRunner(VersionedPolicies, Actor):
         self.policy_id = DEFAULT_POLICY_ID if DEFAULT_POLICY_ID in self.policies else next(iter(self.policies))
         self.sampler.policy = self.policies[self.policy_id]
         if sampler_cls is not EnvSampler:
-            bind_policies(self.sampler, self.policies, cfg)
+            bind_policies(self.sampler, self.policies, cfg, self._main_script)
         self.fragment_length = cfg.get_rollout_fragment_length(worker_index)
         self.complete_episodes = cfg.batch_mode == "complete_episodes"
         self._ps_name = param_server

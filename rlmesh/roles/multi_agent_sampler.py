@@ -351,9 +351,10 @@ def sampler_for(create: Callable[[int], Any]) -> tuple[Callable[[int], Any], typ
     return make, cls
 
 
-def bind_policies(sampler: MultiAgentSampler, policies: dict[str, Policy], config: Any) -> None:
+def bind_policies(sampler: MultiAgentSampler, policies: dict[str, Policy], config: Any,
+                  main_script: str | None = None) -> None:
     """The runner's policies and the config's mapping function into ``sampler``."""
     from rlmesh.config.multi_agent import mapping_function
 
     sampler.policies = policies
-    sampler.mapping_fn = mapping_function(config, policies)
+    sampler.mapping_fn = mapping_function(config, policies, main_script)
