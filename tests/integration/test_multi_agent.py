@@ -1,0 +1,86 @@
+"""Multi-agent runs end to end (real runner processes): agents that leave early, a policy
+not in policies_to_train whose weights stay bit-identical, checkpoints holding every policy,
+per-policy results, and a mapping to an unknown policy id refused in one line."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rlmesh.algorithms import Algorithm, PPOConfig
+
+
+def _ppo(env, env_config=None, **multi_agent):
+    return (PPOConfig()
+            .environment(env, env_config=env_config or {})
+            .env_runners(num_env_runners=1, num_envs_per_env_runner=2,
+                         rollout_fragment_length=40)
+            .training(train_batch_size=160, minibatch_size=80, num_epochs=2,
+                      model={"fcnet_hiddens": [16]})
+            .multi_agent(**multi_agent)
+            .debugging(seed=0))
+
+
+def test_agents_that_leave_early_train_on_their_own_steps():
+    cfg = _ppo("tests.integration.multi_agent_envs:make_early_leaver",
+               policies={"stayer", "leaver"},
+               policy_mapping_fn="tests.integration.multi_agent_envs:by_agent")
+    with cfg.build() as algo:
+        result = algo.train()
+        result = algo.train()
+    # 2 envs x 40 steps x 2 rounds per iteration: 160 env steps; episodes of 20 steps hold
+    # 20 stayer steps and 3 leaver steps each
+    assert result["num_env_steps_sampled_this_iter"] == 160
+    assert result["num_agent_steps_sampled_this_iter"] == 160 + 160 * 3 // 20
+    assert result["policy_reward_mean"] == {"stayer": 20.0, "leaver": 3.0}
+    assert result["episode_reward_mean"] == 23.0
+    info = result["info"]["learner"]
+    assert info["stayer"]["num_env_steps_trained"] == 160
+    assert info["leaver"]["num_env_steps_trained"] == 24
+    assert result["num_agent_steps_sampled"] == 2 * (160 + 24)
+
+
+def test_untrained_policy_stays_bit_identical_and_checkpoints_hold_every_policy(tmp_path):
+    cfg = _ppo("examples.multi_agent_cartpole:make_env", {"num_agents": 2},
+               policies={"p0", "p1"},
+               policy_mapping_fn="tests.integration.multi_agent_envs:cartpole_two",
+               policies_to_train=["p0"])
+    obs = np.random.default_rng(0).normal(size=(10, 4)).astype(np.float32)
+    with cfg.build() as algo:
+        before = algo.get_weights()
+        for _ in range(2):
+            result = algo.train()
+        after = algo.get_weights()
+        assert set(result["info"]["learner"]["p0"]) and not result["info"]["learner"]["p1"]
+        assert set(result["policy_reward_mean"]) == {"p0", "p1"}
+        for name, value in before["p1"].items():  # acted all along, never updated
+            np.testing.assert_array_equal(after["p1"][name], value)
+        assert any(not np.array_equal(after["p0"][k], v) for k, v in before["p0"].items())
+        actions = {pid: [algo.compute_single_action(o, policy_id=pid) for o in obs]
+                   for pid in ("p0", "p1")}
+        path = algo.save(tmp_path / "ckpt")
+    with Algorithm.from_checkpoint(path, trust_code=True) as restored:  # names test code
+        for pid in ("p0", "p1"):
+            assert [restored.compute_single_action(o, policy_id=pid) for o in obs] == actions[pid]
+            for name, value in after[pid].items():
+                np.testing.assert_array_equal(restored.get_weights()[pid][name], value)
+
+
+def test_mapping_to_an_unknown_policy_is_one_line_naming_agent_and_ids():
+    cfg = _ppo("tests.integration.multi_agent_envs:make_early_leaver",
+               policies={"stayer", "leaver"},
+               policy_mapping_fn="tests.integration.multi_agent_envs:to_ghost")
+    with pytest.raises(ValueError) as info:
+        cfg.build()
+    msg = str(info.value)
+    assert "\n" not in msg
+    assert "agent 'stayer'" in msg and "'ghost'" in msg and "['leaver', 'stayer']" in msg
+
+
+def test_multi_agent_settings_are_known_config_keys():
+    cfg = PPOConfig().update_from_dict({"policies": ["a"], "policy_mapping_fn": "m:f",
+                                        "policies_to_train": ["a"],
+                                        "count_steps_by": "agent_steps"})
+    assert cfg.is_multi_agent and cfg["count_steps_by"] == "agent_steps"
+    with pytest.raises(Exception, match="count_steps_by"):
+        PPOConfig().multi_agent(count_steps_by="steps").validate()
