@@ -337,6 +337,16 @@ class Algorithm:
         except KeyError:
             raise KeyError(f"no policy {policy_id!r}; this algorithm has {sorted(self._policies)}") from None
 
+    def add_policy(self, policy_id: str, policy_cls: Any = None, **kwargs: Any) -> Policy:
+        """Add a policy while training (RLlib's signature: ``observation_space``,
+        ``action_space``, ``config``, ``policy_state``, ``policy_mapping_fn``,
+        ``policies_to_train``); see ``multi_agent.add_policy``."""
+        return multi_agent.add_policy(self, policy_id, policy_cls, **kwargs)
+
+    def remove_policy(self, policy_id: str, **kwargs: Any) -> None:
+        """Remove a policy while training (``policy_mapping_fn``, ``policies_to_train``)."""
+        multi_agent.remove_policy(self, policy_id, **kwargs)
+
     def get_weights(self, policies: list[str] | None = None) -> dict[str, dict[str, np.ndarray]]:
         """``{policy_id: {name: array}}``."""
         return self.learner_group.get_weights(policies)

@@ -88,3 +88,75 @@ def policy_results(episodes: list[dict[str, Any]], new: list[dict[str, Any]],
 
 def trained_policies(config: Any, policy_ids: Any) -> list[str]:
     return [pid for pid in policy_ids if trainable(config, pid)]
+
+
+# --- policies added and removed while training ---
+
+def _settings(config: Any, policy_mapping_fn: Any, policies_to_train: Any) -> dict[str, Any]:
+    """Apply new mapping/training settings to the driver's config; what the others take."""
+    if policy_mapping_fn is not None or policies_to_train is not None:
+        config.multi_agent(**{k: v for k, v in (("policy_mapping_fn", policy_mapping_fn),
+                                                ("policies_to_train", policies_to_train))
+                              if v is not None})
+    data = config.to_dict()
+    return {k: data[k] for k in ("policies", "policy_mapping_fn", "policies_to_train")}
+
+
+def add_policy(algo: Any, policy_id: str, policy_cls: Any = None, *,
+               observation_space: Any = None, action_space: Any = None,
+               config: dict[str, Any] | None = None, policy_state: dict[str, Any] | None = None,
+               policy_mapping_fn: Any = None, policies_to_train: Any = None) -> Any:
+    """Algorithm.add_policy: the new policy in the learners, the driver and every runner,
+    its state loaded (``policy_state``, e.g. ``get_policy("main").get_state()``) and its
+    weights published. Spaces default to those of the first policy."""
+    from rlmesh.envs import space_from_data
+    from rlmesh.policy.spec import build_policy_from_data
+
+    if policy_id in algo.policy_specs:
+        raise ValueError(f"policy {policy_id!r} exists already (policies: {sorted(algo.policy_specs)})")
+    first = next(iter(algo.policy_specs.values()))
+    obs_space = observation_space or space_from_data(first["observation_space"])
+    act_space = action_space or space_from_data(first["action_space"])
+    default = algo.get_default_policy_class(algo.config)
+    spec = PolicySpec(policy_cls, obs_space, act_space, dict(config or {})).resolved(
+        default, obs_space, act_space)
+    data = spec.to_data(algo.config)
+    algo.config.policies = {**policies_as_data(algo.config.policies or list(algo.policy_specs)),
+                            **policies_as_data({policy_id: spec})}
+    settings = _settings(algo.config, policy_mapping_fn, policies_to_train)
+    algo.policy_specs[policy_id] = data
+    algo.learner_group.foreach_learner("add_policy", policy_id, data, settings)
+    if policy_state is not None:
+        algo.learner_group.set_state({"policies": {policy_id: policy_state},
+                                      "num_updates": _num_updates(algo)})
+    if algo.learner_group.local is None:
+        algo._policies[policy_id] = build_policy_from_data(data, algo.config, runner=False)
+    algo._loop.run(algo.mesh.foreach_runner("add_policy", policy_id, data, settings))
+    algo._publish([policy_id])
+    return algo.get_policy(policy_id)
+
+
+def remove_policy(algo: Any, policy_id: str, *, policy_mapping_fn: Any = None,
+                  policies_to_train: Any = None) -> None:
+    """Algorithm.remove_policy: gone from runners (their episodes with it discarded),
+    learners, the param server and the config; give a mapping function that no longer
+    names it."""
+    if policy_id not in algo.policy_specs:
+        raise KeyError(f"no policy {policy_id!r}; this algorithm has {sorted(algo.policy_specs)}")
+    entries = policies_as_data(algo.config.policies or list(algo.policy_specs))
+    entries.pop(policy_id, None)
+    algo.config.policies = entries
+    if isinstance(algo.config.policies_to_train, list):
+        algo.config.policies_to_train = [p for p in algo.config.policies_to_train if p != policy_id]
+    settings = _settings(algo.config, policy_mapping_fn, policies_to_train)
+    algo._loop.run(algo.mesh.foreach_runner("remove_policy", policy_id, settings))
+    algo.learner_group.foreach_learner("remove_policy", policy_id, settings)
+    algo._loop.run(algo.mesh.param_server.remove_policy(policy_id))
+    del algo.policy_specs[policy_id]
+    algo._policies.pop(policy_id, None)
+
+
+def _num_updates(algo: Any) -> int:
+    local = algo.learner_group.local
+    return local.num_updates if local is not None else int(algo.learner_group.foreach_learner(
+        "num_updates")[0])

@@ -26,6 +26,7 @@ from rlmesh.rl.columns import DEFAULT_POLICY_ID
 from rlmesh.rl.filters import make_filter
 from rlmesh.rl.spec import numpy_fast_path
 from rlmesh.roles.env_sampler import SEED_STRIDE, EnvSampler
+from rlmesh.roles.multi_agent_runner import MultiAgentPolicies
 from rlmesh.roles.multi_agent_sampler import bind_policies, sampler_for
 from rlmesh.roles.runner_policy import VersionedPolicies, make_runner_policies
 from rlmesh.runtime import Actor, ActorUnavailable, RemoteError, current_job
@@ -70,7 +71,7 @@ def default_policy_specs(obs_space: gym.Space, action_space: gym.Space, config: 
                                 "action_space": space_to_data(action_space), "config": {}}}
 
 
-class EnvRunner(VersionedPolicies, Actor):
+class EnvRunner(MultiAgentPolicies, VersionedPolicies, Actor):
     """Samples fragments with ``num_envs_per_env_runner`` envs (RLlib's EnvRunner).
 
     ``config`` is an algorithm config as a dict (``to_dict()``) with the driver's env

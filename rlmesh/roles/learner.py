@@ -38,6 +38,7 @@ class Learner:
         self.num_updates = 0
         self.num_nonfinite_batches_skipped = {pid: 0 for pid in self.policies}
         self._data_parallel = False
+        self._dp: Any = None
 
     def update_from_batch(self, batches: dict[str, dict[str, Any]], timesteps: int,
                           **kwargs: Any) -> dict[str, dict[str, float]]:
@@ -95,7 +96,33 @@ class Learner:
             raise KeyError(f"no policy {policy_id!r} on this learner (it has "
                            f"{sorted(self.policies)})") from None
 
+    # --- policies added and removed while training (self-play) ---
+
+    def add_policy(self, policy_id: str, spec: dict[str, Any], settings: dict[str, Any]) -> None:
+        """Build policy ``policy_id`` from its spec data and take the new multi_agent
+        ``settings`` (policies_to_train); data-parallel ranks each build it alike."""
+        extra = {"device": str(self.device)} if _is_torch_policy(spec) else {}
+        policy = build_policy_from_data(spec, self.config, runner=False, **extra)
+        if isinstance(policy, TorchPolicy):
+            policy.for_learning()
+            if self._dp is not None:
+                self._dp.broadcast_module(policy.model)
+                policy.data_parallel = self._dp
+        self.policies[policy_id] = policy
+        self.num_nonfinite_batches_skipped[policy_id] = 0
+        self.set_multi_agent(settings)
+
+    def remove_policy(self, policy_id: str, settings: dict[str, Any]) -> None:
+        self.policies.pop(policy_id, None)
+        self.num_nonfinite_batches_skipped.pop(policy_id, None)
+        self.set_multi_agent(settings)
+
+    def set_multi_agent(self, settings: dict[str, Any]) -> None:
+        for key, value in settings.items():
+            setattr(self.config, key, value)
+
     def set_data_parallel(self, dp: Any) -> None:
+        self._dp = dp
         self._data_parallel = True
         for policy in self.policies.values():
             if isinstance(policy, TorchPolicy):

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import logging
 from typing import Any, Callable
@@ -43,16 +44,26 @@ class MultiAgentEpisode(Episode):
 
 
 def map_agent(mapping_fn: Callable[..., str], agent_id: Any, episode: Any,
-              known: Any) -> str:
-    """``mapping_fn(agent_id, episode)``, checked: a one-line UnknownPolicyError for a
-    policy id that is not among ``known``."""
-    pid = mapping_fn(agent_id, episode)
+              known: Any, worker: Any = None) -> str:
+    """``mapping_fn(agent_id, episode, worker=env_runner)`` (RLlib's signature; ``worker``
+    is None in the driver), checked: a one-line UnknownPolicyError for a policy id that is
+    not among ``known``."""
+    pid = (mapping_fn(agent_id, episode, worker=worker) if _takes_worker(mapping_fn)
+           else mapping_fn(agent_id, episode))
     if pid not in known:
         raise UnknownPolicyError(
             f"policy_mapping_fn mapped agent {agent_id!r} to policy {pid!r}, which is not "
             f"configured; the policy ids are {sorted(known)} (fix the function, or add the "
             f"policy with .multi_agent(policies=...))")
     return pid
+
+
+def _takes_worker(fn: Callable[..., Any]) -> bool:
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == "worker" or p.kind is p.VAR_KEYWORD for p in params)
 
 
 class _Trajectory:
@@ -298,13 +309,20 @@ class MultiAgentSampler:
         return to_column(space, obs) if is_nested(space) else np.asarray(obs)
 
     def _join(self, slot: _EnvSlot, aid: Any) -> None:
-        pid = map_agent(self.mapping_fn, aid, slot.episode, self.policies)
+        pid = map_agent(self.mapping_fn, aid, slot.episode, self.policies, self.env_runner)
         slot.episode.policy_for[aid] = pid
         self.used_policies.add(pid)
         slot.trajs[aid] = _Trajectory(pid)
         initial = self.policies[pid].get_initial_state()
         if initial:
             slot.states[aid] = [np.asarray(s) for s in initial]
+
+    def drop_episodes_of(self, policy_id: str) -> None:
+        """Discard the running episodes in which an agent acts with ``policy_id`` (it is
+        being removed): their envs start new episodes, unreported."""
+        for b, slot in enumerate(self.slots):
+            if slot.episode is not None and policy_id in slot.episode.policy_for.values():
+                self._reset(b)
 
     def _reset(self, b: int) -> None:
         slot = self.slots[b]
