@@ -160,6 +160,7 @@ class EnvRunner(MultiAgentPolicies, VersionedPolicies, Actor):
         fragment["policy_id"] = self.policy_id
         for pid, part in fragment.get("policy_batches", {}).items():  # multi-agent
             part["policy_version"] = self.versions[pid]
+            fragment["policy_version"] = min(fragment["policy_version"], part["policy_version"])
         fragment["worker_index"] = self.worker_index
         return fragment
 
@@ -196,6 +197,8 @@ class EnvRunner(MultiAgentPolicies, VersionedPolicies, Actor):
                 if "env_error" in fragment:  # the first one, for the driver to show
                     self._sampled["env_error"] = fragment.pop("env_error")
                 self._sampled["env_steps"] += fragment["env_steps"]
+                if "agent_steps" in fragment:  # multi-agent
+                    self._sampled["agent_steps"] = self._sampled.get("agent_steps", 0) + fragment["agent_steps"]
                 self._sampled["num_nonfinite_steps_skipped"] += fragment["num_nonfinite_steps_skipped"]
                 await self._ship(self._senders[i % len(self._senders)], fragment)
                 if fetch is not None and fetch.done():
