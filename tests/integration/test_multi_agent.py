@@ -4,6 +4,9 @@ per-policy results, and a mapping to an unknown policy id refused in one line.""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -64,6 +67,11 @@ def test_untrained_policy_stays_bit_identical_and_checkpoints_hold_every_policy(
             assert [restored.compute_single_action(o, policy_id=pid) for o in obs] == actions[pid]
             for name, value in after[pid].items():
                 np.testing.assert_array_equal(restored.get_weights()[pid][name], value)
+    # rlmesh rollout acts with each agent's policy, through the recorded mapping function
+    proc = subprocess.run([sys.executable, "-m", "rlmesh.cli.main", "rollout", path,
+                           "--episodes", "2", "--trust-code"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("by policy p0 ") == 2 and "mean return over 2 episodes" in proc.stdout
 
 
 def test_mapping_to_an_unknown_policy_is_one_line_naming_agent_and_ids():
