@@ -18,6 +18,18 @@ class MultiAgentPolicies:
     sampler: Any
     _main_script: str | None
 
+    def _wanted_versions(self) -> dict[str, int]:
+        """A multi-agent runner asks only for the policies its agents have acted with, and
+        for those it never loaded: a league of frozen snapshots costs a runner nothing for
+        the snapshots it does not play (one first used later acts, for one fragment, with
+        the weights it was loaded with)."""
+        from rlmesh.roles.multi_agent_sampler import MultiAgentSampler
+
+        if not isinstance(self.sampler, MultiAgentSampler) or not self.sampler.used_policies:
+            return dict(self.versions)
+        used = self.sampler.used_policies
+        return {pid: v for pid, v in self.versions.items() if pid in used or v < 0}
+
     def set_multi_agent(self, settings: dict[str, Any]) -> None:
         """Take new multi_agent settings (``{"policy_mapping_fn": path, ...}``)."""
         from rlmesh.roles.multi_agent_sampler import MultiAgentSampler, bind_policies

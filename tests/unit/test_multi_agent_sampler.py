@@ -175,3 +175,18 @@ def test_make_multi_agent_copies_leave_independently():
         if term[ALL]:
             break
     assert not alive and steps < 100
+
+
+def test_a_runner_asks_only_for_the_policies_its_agents_use():
+    from rlmesh.roles.multi_agent_runner import MultiAgentPolicies
+
+    class Runner(MultiAgentPolicies):
+        pass
+
+    runner = Runner()
+    runner.sampler = _sampler(num_envs=1, mapping=lambda a, e: "pa", policies=("pa", "pb", "pc"))
+    runner.versions = {"pa": -1, "pb": -1, "pc": -1}
+    assert runner._wanted_versions() == {"pa": -1, "pb": -1, "pc": -1}  # nothing loaded yet
+    runner.sampler.sample(1)
+    runner.versions = {"pa": 3, "pb": 3, "pc": -1}
+    assert runner._wanted_versions() == {"pa": 3, "pc": -1}  # pb unused; pc never loaded
