@@ -92,3 +92,48 @@ def test_multi_agent_settings_are_known_config_keys():
     assert cfg.is_multi_agent and cfg["count_steps_by"] == "agent_steps"
     with pytest.raises(Exception, match="count_steps_by"):
         PPOConfig().multi_agent(count_steps_by="steps").validate()
+
+
+def test_policy_client_speaks_multi_agent_episodes():
+    """A simulator with two CartPoles drives episodes through MultiAgentPolicyClient (dicts
+    of observations and rewards); the server's policy learns from each agent's steps."""
+    import gymnasium as gym
+
+    from examples.multi_agent_cartpole import MultiAgentCartPole
+    from rlmesh.client import MultiAgentPolicyClient
+
+    space = gym.make("CartPole-v1")
+    cfg = (PPOConfig()
+           .environment(observation_space=space.observation_space,
+                        action_space=space.action_space)
+           .env_runners(policy_server_address="tcp://127.0.0.1:0", num_env_runners=1,
+                        policy_server_idle_timeout_s=1.0)
+           .training(train_batch_size=200, minibatch_size=100, num_epochs=2,
+                     model={"fcnet_hiddens": [16]})
+           .debugging(seed=0))
+    with cfg.build() as algo:
+        address = algo.env_runners.foreach_env_runner("get_address")[0]
+        env = MultiAgentCartPole({"num_agents": 2})
+        with MultiAgentPolicyClient(address) as client:
+            lengths, seed = [], 0
+            while sum(lengths) < 300:  # env steps; each is one or two agent steps
+                seed += 1
+                eid = client.start_episode()
+                obs, _ = env.reset(seed=seed)
+                length = 0
+                while obs:
+                    actions = client.get_action(eid, obs)
+                    obs, rewards, terms, truncs, _ = env.step(actions)
+                    client.log_returns(eid, rewards)
+                    length += 1
+                    for aid in [a for a in obs if terms.get(a) or truncs.get(a)]:
+                        client.end_agent(eid, aid, obs.pop(aid), truncated=not terms.get(aid))
+                    if terms["__all__"]:
+                        break
+                client.end_episode(eid, obs)
+                lengths.append(length)
+            result = algo.train()
+        # each agent's episode reached the server as an episode of its own
+        assert result["episodes_this_iter"] >= 2
+        assert result["timesteps_total"] >= 200
+        assert np.isfinite(result["info"]["learner"]["default_policy"]["policy_loss"])
