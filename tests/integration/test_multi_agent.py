@@ -137,3 +137,15 @@ def test_policy_client_speaks_multi_agent_episodes():
         assert result["episodes_this_iter"] >= 2
         assert result["timesteps_total"] >= 200
         assert np.isfinite(result["info"]["learner"]["default_policy"]["policy_loss"])
+
+
+@pytest.mark.parametrize("count_steps_by,rounds", [("env_steps", 3), ("agent_steps", 2)])
+def test_count_steps_by_decides_what_the_train_batch_counts(count_steps_by, rounds):
+    # a round: 2 envs x 40 steps = 80 env steps, 80 + 12 agent steps (the leaver's 3 of 20)
+    cfg = _ppo("tests.integration.multi_agent_envs:make_early_leaver",
+               policies={"stayer", "leaver"},
+               policy_mapping_fn="tests.integration.multi_agent_envs:by_agent",
+               count_steps_by=count_steps_by).training(train_batch_size=170)
+    with cfg.build() as algo:
+        result = algo.train()
+    assert result["num_env_steps_sampled_this_iter"] == 80 * rounds
