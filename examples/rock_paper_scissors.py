@@ -57,7 +57,7 @@ def learned_vs_heuristic(agent_id, episode, **kwargs) -> str:
 
 def config(seed: int = 0) -> PPOConfig:
     return (PPOConfig()
-            .environment("rlmesh.env.pettingzoo:make", env_config={"name": "classic.rps_v2"})
+            .environment("rlmesh.env.pettingzoo:make", env_config={"name": "classic/rps-v2"})
             .env_runners(num_env_runners=1, num_envs_per_env_runner=8,
                          rollout_fragment_length="auto")
             .training(train_batch_size=960, minibatch_size=240, num_epochs=10, lr=1e-3,

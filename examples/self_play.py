@@ -24,7 +24,7 @@ def self_play_mapping(agent_id, episode, worker=None, **kwargs) -> str:
 
 def config(seed: int = 0) -> PPOConfig:
     return (PPOConfig()
-            .environment("rlmesh.env.pettingzoo:make", env_config={"name": "classic.rps_v2"})
+            .environment("rlmesh.env.pettingzoo:make", env_config={"name": "classic/rps-v2"})
             .env_runners(num_env_runners=1, num_envs_per_env_runner=8,
                          rollout_fragment_length="auto")
             .training(train_batch_size=480, minibatch_size=240, num_epochs=5, lr=1e-3,

@@ -4,6 +4,7 @@ step, its reward arriving over the others' turns). pettingzoo is the ``multiagen
 
 from __future__ import annotations
 
+import difflib
 import importlib
 from typing import Any
 
@@ -27,18 +28,30 @@ def _module(name: str) -> Any:
 
 def make(env_config: dict) -> MultiAgentEnv:
     """An env factory for ``.environment("rlmesh.env.pettingzoo:make", env_config=...)``:
-    ``env_config["name"]`` the PettingZoo module ('classic.rps_v2'), ``"api"`` 'parallel'
-    (default) or 'aec', every other key an argument of the env's constructor."""
+    ``env_config["name"]`` a registered PettingZoo id ('classic/rps-v2', pettingzoo's
+    ``make``) or an env module ('classic.rps_v2', or one of your own), ``"api"``
+    'parallel' (default) or 'aec', every other key an argument of the env's constructor."""
     config = dict(env_config)
     name, api = config.pop("name", None), config.pop("api", "parallel")
     if not name:
         raise ValueError("env_config needs 'name', the PettingZoo env module ('classic.rps_v2')")
+    if api not in ("parallel", "aec"):
+        raise ValueError(f"env_config 'api': 'parallel' or 'aec', got {api!r}")
+    wrapper = ParallelPettingZooEnv if api == "parallel" else PettingZooEnv
+    if "/" in name and "-v" in name:  # a registered id, 'classic/rps-v2'
+        pettingzoo = require("pettingzoo", "multiagent", f"the PettingZoo env {name!r}")
+        if not hasattr(pettingzoo, "make"):
+            raise ValueError(f"this pettingzoo ({pettingzoo.__version__}) has no registry: "
+                             "name the env's module ('classic.rps_v2')")
+        registry = pettingzoo.parallel_registry if api == "parallel" else pettingzoo.aec_registry
+        if name not in registry:
+            close = difflib.get_close_matches(name, list(registry), 3)
+            raise ValueError(f"no PettingZoo env {name!r} in its {api} registry"
+                             + (f"; did you mean {' or '.join(map(repr, close))}?" if close
+                                else f" ({len(registry)} ids: pettingzoo.pprint_registry())"))
+        return wrapper(pettingzoo.make(api, name, **config))
     module = _module(name)
-    if api == "parallel":
-        return ParallelPettingZooEnv(module.parallel_env(**config))
-    if api == "aec":
-        return PettingZooEnv(module.env(**config))
-    raise ValueError(f"env_config 'api': 'parallel' or 'aec', got {api!r}")
+    return wrapper(module.parallel_env(**config) if api == "parallel" else module.env(**config))
 
 
 class _Spaces(MultiAgentEnv):
