@@ -121,6 +121,7 @@ class MultiAgentSampler:
         self._episode_ids = itertools.count()
         self._started = False
         self._episodes: list[dict[str, Any]] = []
+        self._nested: dict[Any, Any] = {}  # agent id -> its nested obs space, or None
 
     @property
     def envs(self) -> list[Any]:
@@ -210,39 +211,43 @@ class MultiAgentSampler:
         obs, rewards, terms, truncs, infos = slot.env.step(actions)
         self.stepping = -1
         episode = slot.episode
-        total = 0.0
-        for aid, r in rewards.items():
-            r = float(r)
-            total += r
-            episode.agent_rewards[aid] = episode.agent_rewards.get(aid, 0.0) + r
-            traj = slot.trajs.get(aid)
-            if traj is not None and traj.rows:  # the reward of the agent's last action
-                traj.rows[-1][Columns.REWARDS] += self._clip_reward(r)
-        episode.record_step(obs, total, infos)
+        episode.record_step(obs, self._add_rewards(slot, rewards), infos)
         if self.callbacks is not None:
             self.callbacks.on_episode_step(episode=episode, env_runner=self.env_runner,
                                            env_index=b)
-        all_done = bool(terms.get(ALL, False) or truncs.get(ALL, False))
+        all_done = bool(terms.get(ALL) or truncs.get(ALL))
         slot.obs = {}
+        trajs = slot.trajs
         for aid, o in obs.items():
             o = self._column(aid, o)
-            done = terms.get(aid, False) or truncs.get(aid, False)
-            if aid not in slot.trajs:  # an agent joining
+            if aid not in trajs:  # an agent joining
                 self._join(slot, aid)
-            traj = slot.trajs[aid]
-            traj.next_obs = o
-            if done or all_done:
-                self._end_agent(slot, aid, terms.get(aid, False) or terms.get(ALL, False),
-                                pieces)
+            trajs[aid].next_obs = o
+            if all_done or terms.get(aid) or truncs.get(aid):
+                self._end_agent(slot, aid, bool(terms.get(aid) or terms.get(ALL)), pieces)
             else:
                 slot.obs[aid] = o
-        for aid in [a for a in slot.trajs if terms.get(a) or truncs.get(a)]:
-            self._end_agent(slot, aid, bool(terms.get(aid)), pieces)  # left without an obs
+        if len(trajs) > len(slot.obs):  # agents that left without an observation
+            for aid in [a for a in trajs if terms.get(a) or truncs.get(a)]:
+                self._end_agent(slot, aid, bool(terms.get(aid)), pieces)
         if all_done:
-            for aid in list(slot.trajs):
+            for aid in list(trajs):
                 self._end_agent(slot, aid, bool(terms.get(ALL)), pieces)
             self._end_episode(b)
             self._reset(b)
+
+    def _add_rewards(self, slot: _EnvSlot, rewards: dict[Any, Any]) -> float:
+        """Each agent's reward onto its last action (and its episode's sum); the total."""
+        total = 0.0
+        agent_rewards = slot.episode.agent_rewards
+        for aid, r in rewards.items():
+            r = float(r)
+            total += r
+            agent_rewards[aid] = agent_rewards.get(aid, 0.0) + r
+            traj = slot.trajs.get(aid)
+            if traj is not None and traj.rows:
+                traj.rows[-1][Columns.REWARDS] += self._clip_reward(r) if self.clip_rewards else r
+        return total
 
     def _end_agent(self, slot: _EnvSlot, aid: Any, terminated: bool,
                    pieces: dict[str, list[_Trajectory]]) -> None:
@@ -305,8 +310,12 @@ class MultiAgentSampler:
     # --- episodes ---
 
     def _column(self, aid: Any, obs: Any) -> Any:
-        space = self.slots[0].env.unwrapped.get_observation_space(aid)
-        return to_column(space, obs) if is_nested(space) else np.asarray(obs)
+        """An agent's observation as its column stores it (nested spaces packed)."""
+        space = self._nested.get(aid, False)
+        if space is False:  # looked up once per agent id
+            space = self.slots[0].env.unwrapped.get_observation_space(aid)
+            space = self._nested[aid] = space if is_nested(space) else None
+        return np.asarray(obs) if space is None else to_column(space, obs)
 
     def _join(self, slot: _EnvSlot, aid: Any) -> None:
         pid = map_agent(self.mapping_fn, aid, slot.episode, self.policies, self.env_runner)
