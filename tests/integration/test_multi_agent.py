@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from rlmesh.algorithms import Algorithm, PPOConfig
+from rlmesh.policy.spec import PolicySpec
 
 
 def _ppo(env, env_config=None, **multi_agent):
@@ -25,12 +26,20 @@ def _ppo(env, env_config=None, **multi_agent):
 
 
 def test_agents_that_leave_early_train_on_their_own_steps():
+    # 'leaver' has a model and learning rate of its own (config overrides of its spec)
     cfg = _ppo("tests.integration.multi_agent_envs:make_early_leaver",
-               policies={"stayer", "leaver"},
+               policies={"stayer": None,
+                         "leaver": PolicySpec(config={"model": {"fcnet_hiddens": [8]},
+                                                      "lr": 1e-4})},
                policy_mapping_fn="tests.integration.multi_agent_envs:by_agent")
     with cfg.build() as algo:
         result = algo.train()
         result = algo.train()
+        shapes = {pid: sorted(w.shape for w in ws.values())
+                  for pid, ws in algo.get_weights().items()}
+    assert (8, 2) in shapes["leaver"] and (8, 2) not in shapes["stayer"]
+    assert (16, 2) in shapes["stayer"]
+    assert result["info"]["learner"]["leaver"]["cur_lr"] == pytest.approx(1e-4)
     # 2 envs x 40 steps x 2 rounds per iteration: 160 env steps; episodes of 20 steps hold
     # 20 stayer steps and 3 leaver steps each
     assert result["num_env_steps_sampled_this_iter"] == 160
