@@ -79,7 +79,9 @@ def policies_as_data(policies: Any) -> dict[str, dict[str, Any]]:
     from rlmesh.policy.policy import class_path
     from rlmesh.policy.spec import PolicySpec
 
-    if isinstance(policies, (set, list, tuple, frozenset)):
+    if isinstance(policies, (set, frozenset)):  # sorted: each policy's seed is its position
+        policies = sorted(policies)
+    if isinstance(policies, (list, tuple)):
         policies = {pid: None for pid in policies}
     if not isinstance(policies, dict):
         raise TypeError(f"policies: expected a set of ids or a dict id -> PolicySpec, got {policies!r}")

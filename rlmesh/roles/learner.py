@@ -39,6 +39,7 @@ class Learner:
         self.num_nonfinite_batches_skipped = {pid: 0 for pid in self.policies}
         self._data_parallel = False
         self._dp: Any = None
+        self.removed: set[str] = set()  # policies removed while training
 
     def update_from_batch(self, batches: dict[str, dict[str, Any]], timesteps: int,
                           **kwargs: Any) -> dict[str, dict[str, float]]:
@@ -46,8 +47,8 @@ class Learner:
         (``num_epochs``, ``minibatch_size``, ``num_minibatches``) go to torch policies."""
         out = {}
         for pid, batch in batches.items():
-            if not trainable(self.config, pid):  # acts, never learns (policies_to_train)
-                continue
+            if not trainable(self.config, pid) or pid in self.removed:
+                continue  # acts, never learns (policies_to_train); or sampled before removal
             policy = self.policy(pid)
             if not self._finite_batch(pid, batch):
                 out[pid] = {"num_nonfinite_batches_skipped": self.num_nonfinite_batches_skipped[pid]}
@@ -109,11 +110,13 @@ class Learner:
                 self._dp.broadcast_module(policy.model)
                 policy.data_parallel = self._dp
         self.policies[policy_id] = policy
+        self.removed.discard(policy_id)
         self.num_nonfinite_batches_skipped[policy_id] = 0
         self.set_multi_agent(settings)
 
     def remove_policy(self, policy_id: str, settings: dict[str, Any]) -> None:
         self.policies.pop(policy_id, None)
+        self.removed.add(policy_id)  # its fragments still in flight (IMPALA) are dropped
         self.num_nonfinite_batches_skipped.pop(policy_id, None)
         self.set_multi_agent(settings)
 

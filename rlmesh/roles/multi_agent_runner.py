@@ -51,6 +51,9 @@ class MultiAgentPolicies:
 
         self.policies.pop(policy_id, None)
         self.versions.pop(policy_id, None)
+        if getattr(self, "policy_id", None) == policy_id:  # the runner's "main" policy id
+            self.policy_id = next(iter(self.policies))
+            self.sampler.policy = self.policies[self.policy_id]
         self.set_multi_agent(settings)  # the new episodes below map without it
         if isinstance(self.sampler, MultiAgentSampler):
             self.sampler.drop_episodes_of(policy_id)

@@ -47,3 +47,31 @@ def test_algorithm_trains_each_policy_of_a_multi_agent_env(cls, training):
     assert set(result["policy_reward_mean"]) == {"p0", "p1"}
     assert all(math.isfinite(v) for v in result["policy_reward_mean"].values())
     assert result["num_agent_steps_sampled"] > 0
+
+
+def test_impala_self_play_adds_and_removes_snapshots_while_streaming():
+    """Policies added and removed while runners stream to the learner: the runners' first
+    policy among them, and fragments of a removed policy still in flight."""
+    from examples.self_play import self_play_mapping
+
+    cfg = (ImpalaConfig()
+           .environment("rlmesh.env.pettingzoo:make", env_config={"name": "classic/rps-v2"})
+           .env_runners(num_env_runners=1, num_envs_per_env_runner=4, rollout_fragment_length=30)
+           .training(lr=1e-3, train_batch_size=240, model={"fcnet_hiddens": [16]})
+           .reporting(min_time_s_per_reporting=0.5)
+           # a dict keeps its order: 'main_v0' is the runners' first policy
+           .multi_agent(policies={"main_v0": None, "main": None},
+                        policy_mapping_fn=self_play_mapping, policies_to_train=["main"])
+           .debugging(seed=0))
+    with cfg.build() as algo:
+        for i in range(1, 7):
+            result = algo.train()
+            if i % 2 == 0:
+                algo.add_policy(f"main_v{i // 2}",
+                                policy_state=algo.get_policy("main").get_state())
+            if i == 3:
+                algo.remove_policy("main_v0")  # the first policy id, as the runner knew it
+        result = algo.train()
+        assert sorted(algo.policy_specs) == ["main", "main_v1", "main_v2", "main_v3"]
+        assert [p for p, stats in result["info"]["learner"].items() if stats] == ["main"]
+        assert result["num_env_runner_restarts"] == 0 and result["episodes_this_iter"] > 0
