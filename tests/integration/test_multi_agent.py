@@ -158,3 +158,13 @@ def test_count_steps_by_decides_what_the_train_batch_counts(count_steps_by, roun
     with cfg.build() as algo:
         result = algo.train()
     assert result["num_env_steps_sampled_this_iter"] == 80 * rounds
+
+
+def test_an_algorithm_without_multi_agent_support_says_so_at_build():
+    from rlmesh.algorithms.a3c import A3CConfig
+
+    cfg = A3CConfig().environment("examples.multi_agent_cartpole:make_env").env_runners(
+        num_env_runners=1)
+    with pytest.raises(ValueError, match="A3C does not run multi-agent envs yet") as info:
+        cfg.build()
+    assert "\n" not in str(info.value)
