@@ -115,7 +115,8 @@ FRAGMENT_KEYS = frozenset({
     "next_obs", "trunc_index", "trunc_obs", "env_steps", "episodes", "policy_version",
     "policy_id", "worker_index", "idle", "policy_versions", "client_rejections",
     "num_nonfinite_steps_skipped",
-    "num_env_errors", "env_error", "policy_batches", "agent_steps"})  # the sampler's env errors: a count, the first traceback
+    "num_env_errors", "env_error",  # the sampler's env errors: a count, the first traceback
+    "policy_batches", "agent_steps"})  # a multi-agent fragment: one fragment per policy
 
 
 def time_major_keys(fragment: dict[str, Any]) -> list[str]:
