@@ -23,7 +23,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from rlmesh.algorithms import checkpoints
+from rlmesh.algorithms import checkpoints, multi_agent
 from rlmesh.algorithms.env_runner_group import EnvRunnerGroup, synchronous_parallel_sample
 from rlmesh.algorithms.evaluation import EvaluationGroup
 from rlmesh.algorithms.learner_group import LearnerGroup
@@ -145,6 +145,9 @@ class Algorithm:
         """Every policy id's spec as plain data: the config's ``policy_class`` or the
         algorithm's default, on the env's spaces."""
         default = self.get_default_policy_class(self.config)
+        specs = multi_agent.specs_or_none(self, default)
+        if specs is not None:  # a MultiAgentEnv: a spec per policy id (multi_agent.py)
+            return specs
         spec = PolicySpec(self.config.policy_class).resolved(default, self.obs_space,
                                                              self.action_space)
         return {DEFAULT_POLICY_ID: spec.to_data(self.config)}
@@ -237,7 +240,7 @@ class Algorithm:
         with self.timer("learn_time_s"):
             stats = self.learner_group.update_from_episodes(fragments,
                                                             timesteps=self.timesteps_sampled)
-        self.env_runners.sync_weights()
+        self.env_runners.sync_weights(sorted(stats) or None)  # untrained ones stay as they are
         return stats
 
     @contextmanager
@@ -327,8 +330,19 @@ class Algorithm:
             "num_nonfinite_steps_skipped": self.num_nonfinite_steps_skipped,
             **self._nonfinite_learner_counts(learner_info),
             "info": {"learner": learner_info},
+            **self._multi_agent_results(new, fragments),
             **client_rejections(fragments),
         }
+
+    def _multi_agent_results(self, new: list[dict[str, Any]],
+                             fragments: list[dict[str, Any]]) -> dict[str, Any]:
+        """Per-policy rewards and agent steps (multi-agent runs only)."""
+        if not any("agent_steps" in f for f in fragments) and not self.config.is_multi_agent:
+            return {}
+        out = multi_agent.policy_results(list(self._episodes), new, fragments)
+        self.num_agent_steps_sampled = getattr(self, "num_agent_steps_sampled", 0) + \
+            out["num_agent_steps_sampled_this_iter"]
+        return {**out, "num_agent_steps_sampled": self.num_agent_steps_sampled}
 
     def _warn_entropy_collapse(self, stats: dict[str, Any]) -> None:
         """Warn once per policy whose discrete action distribution has become nearly
@@ -364,6 +378,16 @@ class Algorithm:
             return self._policies[policy_id]
         except KeyError:
             raise KeyError(f"no policy {policy_id!r}; this algorithm has {sorted(self._policies)}") from None
+
+    def add_policy(self, policy_id: str, policy_cls: Any = None, **kwargs: Any) -> Policy:
+        """Add a policy while training (RLlib's signature: ``observation_space``,
+        ``action_space``, ``config``, ``policy_state``, ``policy_mapping_fn``,
+        ``policies_to_train``); see ``multi_agent.add_policy``."""
+        return multi_agent.add_policy(self, policy_id, policy_cls, **kwargs)
+
+    def remove_policy(self, policy_id: str, **kwargs: Any) -> None:
+        """Remove a policy while training (``policy_mapping_fn``, ``policies_to_train``)."""
+        multi_agent.remove_policy(self, policy_id, **kwargs)
 
     def get_weights(self, policies: list[str] | None = None) -> dict[str, dict[str, np.ndarray]]:
         """``{policy_id: {name: array}}``."""

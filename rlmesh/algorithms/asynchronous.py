@@ -49,7 +49,8 @@ class AsyncAlgorithm(Algorithm):
         elapsed = time.perf_counter() - start
         self.time_total_s += elapsed
         episodes = [{"episodes": s["episodes"],
-                     "num_nonfinite_steps_skipped": s.get("num_nonfinite_steps_skipped", 0)}
+                     "num_nonfinite_steps_skipped": s.get("num_nonfinite_steps_skipped", 0),
+                     **({"agent_steps": s["agent_steps"]} if "agent_steps" in s else {})}
                     for s in sampled]
         stats = _mean_stats(learners)
         result = self._result(episodes, steps, stats, elapsed, elapsed, elapsed)

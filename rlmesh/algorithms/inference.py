@@ -38,6 +38,12 @@ class InferencePolicy:
             spec = PolicySpec(config.policy_class).resolved(
                 algo_cls.get_default_policy_class(config), obs_space, action_space)
             specs = {DEFAULT_POLICY_ID: spec.to_data(config)}
+        if policy_id == DEFAULT_POLICY_ID and policy_id not in specs and cls is InferencePolicy:
+            return MultiAgentInference(config, {  # type: ignore[return-value]
+                pid: cls.from_checkpoint(path, pid, trust_code) for pid in specs})
+        if policy_id not in specs:
+            raise checkpoints.CheckpointError(f"{path} has no policy {policy_id!r} (it has "
+                                              f"{sorted(specs)})")
         policy = build_policy_from_data(specs[policy_id], config, runner=False)
         policy.set_state(state["policies"][policy_id])
         obs_filter = make_filter(config.observation_filter, policy.observation_space)
@@ -61,6 +67,29 @@ class InferencePolicy:
 
     def stop(self) -> None:
         """Nothing to stop (the same call as an Algorithm's, for code that takes either)."""
+
+
+class MultiAgentInference:
+    """A multi-agent checkpoint's policies for acting: ``compute_single_action(obs,
+    policy_id=...)`` and, per agent, ``compute_actions_for(obs_dict, episode)`` through the
+    checkpoint's policy_mapping_fn."""
+
+    def __init__(self, config: Any, policies: dict[str, InferencePolicy]) -> None:
+        from rlmesh.config.multi_agent import mapping_function
+
+        self.config, self.policies = config, policies
+        self.mapping_fn = mapping_function(config, policies)
+
+    def compute_single_action(self, observation: Any, state: list[Any] | None = None,
+                              explore: bool = False, policy_id: str = DEFAULT_POLICY_ID,
+                              **kwargs: Any) -> Any:
+        return self.policies[policy_id].compute_single_action(observation, state, explore, **kwargs)
+
+    def get_policy(self, policy_id: str = DEFAULT_POLICY_ID) -> Any:
+        return self.policies[policy_id].policy
+
+    def stop(self) -> None:
+        """Nothing to stop."""
 
 
 def env_action(config: Any, action_space: Any, action: Any) -> Any:

@@ -181,7 +181,8 @@ class Mesh:
                 continue
             deadline = None
             fragments.extend(got)
-            steps += sum(f["env_steps"] for f in got)
+            by = "agent_steps" if self.config.count_steps_by == "agent_steps" else "env_steps"
+            steps += sum(f.get(by, f["env_steps"]) for f in got)
             if all(f.get("idle") for f in got):
                 break  # policy servers whose clients sent nothing in time: an idle iteration
         return fragments

@@ -124,6 +124,42 @@ def run_episodes(algo, env, steps: int | None, episodes: int | None, explore: bo
     return returns
 
 
+def run_multi_agent_episodes(algo, env, steps: int | None, episodes: int | None,
+                             explore: bool, seed: int | None, returns: list[float],
+                             out=print) -> list[float]:
+    """``run_episodes`` for a MultiAgentEnv: each agent acts with the policy the
+    checkpoint's policy_mapping_fn gives it (once per episode); returns summed over agents,
+    with each policy's share printed."""
+    from rlmesh.roles.multi_agent_sampler import MultiAgentEpisode, map_agent
+
+    obs, _ = env.reset(seed=seed)
+    episode, taken = MultiAgentEpisode(0, 0), 0
+    while (steps is None or taken < steps) and (episodes is None or len(returns) < episodes):
+        for aid in obs:
+            if aid not in episode.policy_for:
+                episode.policy_for[aid] = map_agent(algo.mapping_fn, aid, episode, algo.policies)
+        actions = {aid: algo.compute_single_action(o, explore=explore,
+                                                   policy_id=episode.policy_for[aid])
+                   for aid, o in obs.items()}
+        obs, rewards, terms, truncs, _ = env.step(actions)
+        for aid, r in rewards.items():
+            episode.agent_rewards[aid] = episode.agent_rewards.get(aid, 0.0) + float(r)
+        episode.length, taken = episode.length + 1, taken + 1
+        done = {a for a in obs if terms.get(a) or truncs.get(a)}
+        obs = {a: o for a, o in obs.items() if a not in done}
+        if terms.get("__all__") or truncs.get("__all__"):
+            returns.append(sum(episode.agent_rewards.values()))
+            shares = {}
+            for aid, r in episode.agent_rewards.items():
+                pid = episode.policy_for.get(aid, "?")
+                shares[pid] = shares.get(pid, 0.0) + r
+            out(f"episode {len(returns)}: return {returns[-1]:.2f}, length {episode.length}, "
+                f"by policy {', '.join(f'{p} {r:.2f}' for p, r in sorted(shares.items()))}")
+            episode = MultiAgentEpisode(0, len(returns))
+            obs, _ = env.reset()
+    return returns
+
+
 def summary(returns: list[float]) -> str:
     if not returns:
         return "no episode completed (give more --steps)"
@@ -178,8 +214,11 @@ def main(args: argparse.Namespace) -> int:
         if args.steps is None and episodes is None:
             episodes = DEFAULT_EPISODES
         print(f"rlmesh rollout: {checkpoint} in {env_id}")
+        from rlmesh.env.multi_agent_env import is_multi_agent
+
+        run = run_multi_agent_episodes if is_multi_agent(env) else run_episodes
         try:
-            run_episodes(algo, env, args.steps, episodes, args.explore, args.seed, returns)
+            run(algo, env, args.steps, episodes, args.explore, args.seed, returns)
         except KeyboardInterrupt:
             code = 130
         env.close()

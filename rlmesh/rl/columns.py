@@ -115,7 +115,8 @@ FRAGMENT_KEYS = frozenset({
     "next_obs", "trunc_index", "trunc_obs", "env_steps", "episodes", "policy_version",
     "policy_id", "worker_index", "idle", "policy_versions", "client_rejections",
     "num_nonfinite_steps_skipped",
-    "num_env_errors", "env_error"})  # the sampler's env errors: a count, the first traceback
+    "num_env_errors", "env_error",  # the sampler's env errors: a count, the first traceback
+    "policy_batches", "agent_steps"})  # a multi-agent fragment: one fragment per policy
 
 
 def time_major_keys(fragment: dict[str, Any]) -> list[str]:
@@ -197,10 +198,20 @@ def merge_fragments(fragments: list[dict[str, Any]]) -> dict[str, np.ndarray]:
 def merge_by_policy(fragments: Iterable[dict[str, Any]]) -> dict[str, dict[str, np.ndarray]]:
     """Fragments grouped by their ``policy_id`` and merged: ``{policy_id: batch}``."""
     groups: dict[str, list[dict[str, Any]]] = {}
-    for f in fragments:
+    for f in per_policy(fragments):
         if f["obs"].shape[0] and f["obs"].shape[1]:
             groups.setdefault(f.get("policy_id", DEFAULT_POLICY_ID), []).append(f)
     return {pid: merge_fragments(fs) for pid, fs in groups.items()}
+
+
+def per_policy(fragments: Iterable[dict[str, Any]]) -> Iterable[dict[str, Any]]:
+    """Each policy's fragment: a multi-agent runner's holds one per policy under
+    ``policy_batches``."""
+    for f in fragments:
+        if "policy_batches" in f:
+            yield from f["policy_batches"].values()
+        else:
+            yield f
 
 
 class MissingColumn(KeyError):

@@ -27,6 +27,8 @@ from rlmesh.rl.columns import DEFAULT_POLICY_ID
 from rlmesh.rl.filters import make_filter
 from rlmesh.rl.spec import numpy_fast_path
 from rlmesh.roles.env_sampler import SEED_STRIDE, EnvSampler
+from rlmesh.roles.multi_agent_runner import MultiAgentPolicies
+from rlmesh.roles.multi_agent_sampler import bind_policies, sampler_for
 from rlmesh.roles.runner_policy import VersionedPolicies, make_runner_policies
 from rlmesh.runtime import Actor, ActorUnavailable, RemoteError, current_job
 
@@ -70,7 +72,7 @@ def default_policy_specs(obs_space: gym.Space, action_space: gym.Space, config: 
                                 "action_space": space_to_data(action_space), "config": {}}}
 
 
-class EnvRunner(VersionedPolicies, Actor):
+class EnvRunner(MultiAgentPolicies, VersionedPolicies, Actor):
     """Samples fragments with ``num_envs_per_env_runner`` envs (RLlib's EnvRunner).
 
     ``config`` is an algorithm config as a dict (``to_dict()``) with the driver's env
@@ -105,12 +107,14 @@ class EnvRunner(VersionedPolicies, Actor):
 
         # Squashed actions are in the bounds already: stepped as drawn, never rescaled.
         normalize = cfg.normalize_actions and not cfg.model.get("squash_actions", False)
-        self.sampler = EnvSampler(create, n, seeds=seeds, callbacks=self.callbacks,
-                                  env_runner=self, normalize_actions=normalize,
-                                  clip_actions=cfg.clip_actions, clip_rewards=cfg.clip_rewards,
-                                  on_nonfinite=cfg.on_nonfinite)
-        self.sampler.obs_filter = make_filter(cfg.observation_filter,
-                                              self.sampler.observation_space)
+        create, sampler_cls = sampler_for(create)  # a MultiAgentEnv: multi_agent_sampler.py
+        self.sampler = sampler_cls(create, n, seeds=seeds, callbacks=self.callbacks,
+                                   env_runner=self, normalize_actions=normalize,
+                                   clip_actions=cfg.clip_actions, clip_rewards=cfg.clip_rewards,
+                                   on_nonfinite=cfg.on_nonfinite)
+        if sampler_cls is EnvSampler:
+            self.sampler.obs_filter = make_filter(cfg.observation_filter,
+                                                  self.sampler.observation_space)
         job = current_job()
         if job is not None:  # a blocked env step shows in the heartbeat's status
             job.diagnostics.add_probe(f"env_runner-{worker_index}", self._busy)
@@ -125,6 +129,8 @@ class EnvRunner(VersionedPolicies, Actor):
         self.versions = {pid: -1 for pid in self.policies}  # no weights from the param server yet
         self.policy_id = DEFAULT_POLICY_ID if DEFAULT_POLICY_ID in self.policies else next(iter(self.policies))
         self.sampler.policy = self.policies[self.policy_id]
+        if sampler_cls is not EnvSampler:
+            bind_policies(self.sampler, self.policies, cfg, self._main_script)
         self.fragment_length = cfg.get_rollout_fragment_length(worker_index)
         self.complete_episodes = cfg.batch_mode == "complete_episodes"
         self._ps_name = param_server
@@ -168,6 +174,9 @@ class EnvRunner(VersionedPolicies, Actor):
         self._stats["num_fragments"] += 1
         fragment["policy_version"] = self.versions[self.policy_id]
         fragment["policy_id"] = self.policy_id
+        for pid, part in fragment.get("policy_batches", {}).items():  # multi-agent
+            part["policy_version"] = self.versions[pid]
+            fragment["policy_version"] = min(fragment["policy_version"], part["policy_version"])
         fragment["worker_index"] = self.worker_index
         log.debug("fragment %d: %d env steps, %d episodes ended, policy version %d",
                   self._stats["num_fragments"], fragment["env_steps"],
@@ -214,6 +223,8 @@ class EnvRunner(VersionedPolicies, Actor):
                 if "env_error" in fragment:  # the first one, for the driver to show
                     self._sampled["env_error"] = fragment.pop("env_error")
                 self._sampled["env_steps"] += fragment["env_steps"]
+                if "agent_steps" in fragment:  # multi-agent
+                    self._sampled["agent_steps"] = self._sampled.get("agent_steps", 0) + fragment["agent_steps"]
                 self._sampled["num_nonfinite_steps_skipped"] += fragment["num_nonfinite_steps_skipped"]
                 await self._ship(self._senders[i % len(self._senders)], fragment)
                 if fetch is not None and fetch.done():

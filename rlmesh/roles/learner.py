@@ -5,18 +5,17 @@ them, hands out their weights and state, and joins them to data-parallel peers.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import numpy as np
 import torch
 
-import logging
-
 from rlmesh.callbacks import load_callbacks
+from rlmesh.config.multi_agent import trainable
 from rlmesh.policy.spec import build_policy_from_data
 from rlmesh.policy.torch_policy import TorchPolicy
 from rlmesh.rl.finite import NonFiniteError, describe, first_nonfinite_column
-
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +43,8 @@ class Learner:
         self.num_updates = 0
         self.num_nonfinite_batches_skipped = {pid: 0 for pid in self.policies}
         self._data_parallel = False
+        self._dp: Any = None
+        self.removed: set[str] = set()  # policies removed while training
 
     def update_from_batch(self, batches: dict[str, dict[str, Any]], timesteps: int,
                           **kwargs: Any) -> dict[str, dict[str, float]]:
@@ -51,6 +52,8 @@ class Learner:
         (``num_epochs``, ``minibatch_size``, ``num_minibatches``) go to torch policies."""
         out = {}
         for pid, batch in batches.items():
+            if not trainable(self.config, pid) or pid in self.removed:
+                continue  # acts, never learns (policies_to_train); or sampled before removal
             policy = self.policy(pid)
             if not self._finite_batch(pid, batch):
                 out[pid] = {"num_nonfinite_batches_skipped": self.num_nonfinite_batches_skipped[pid]}
@@ -104,7 +107,35 @@ class Learner:
             raise KeyError(f"no policy {policy_id!r} on this learner (it has "
                            f"{sorted(self.policies)})") from None
 
+    # --- policies added and removed while training (self-play) ---
+
+    def add_policy(self, policy_id: str, spec: dict[str, Any], settings: dict[str, Any]) -> None:
+        """Build policy ``policy_id`` from its spec data and take the new multi_agent
+        ``settings`` (policies_to_train); data-parallel ranks each build it alike."""
+        extra = {"device": str(self.device)} if _is_torch_policy(spec) else {}
+        policy = build_policy_from_data(spec, self.config, runner=False, **extra)
+        if isinstance(policy, TorchPolicy):
+            policy.for_learning()
+            if self._dp is not None:
+                self._dp.broadcast_module(policy.model)
+                policy.data_parallel = self._dp
+        self.policies[policy_id] = policy
+        self.removed.discard(policy_id)
+        self.num_nonfinite_batches_skipped[policy_id] = 0
+        self.set_multi_agent(settings)
+
+    def remove_policy(self, policy_id: str, settings: dict[str, Any]) -> None:
+        self.policies.pop(policy_id, None)
+        self.removed.add(policy_id)  # its fragments still in flight (IMPALA) are dropped
+        self.num_nonfinite_batches_skipped.pop(policy_id, None)
+        self.set_multi_agent(settings)
+
+    def set_multi_agent(self, settings: dict[str, Any]) -> None:
+        for key, value in settings.items():
+            setattr(self.config, key, value)
+
     def set_data_parallel(self, dp: Any) -> None:
+        self._dp = dp
         self._data_parallel = True
         for policy in self.policies.values():
             if isinstance(policy, TorchPolicy):

@@ -293,6 +293,14 @@ class LearnerActor(Actor):
         with self._lock:
             self.learner.set_weights(weights)
 
+    def add_policy(self, policy_id: str, spec: dict[str, Any], settings: dict[str, Any]) -> None:
+        with self._lock:
+            self.learner.add_policy(policy_id, spec, settings)
+
+    def remove_policy(self, policy_id: str, settings: dict[str, Any]) -> None:
+        with self._lock:
+            self.learner.remove_policy(policy_id, settings)
+
     def get_state(self) -> dict[str, Any]:
         with self._lock:
             return {**self.learner.get_state(), "policy_version": self.version}

@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from rlmesh.rl.columns import merge_by_policy, time_major_keys
+from rlmesh.rl.columns import DEFAULT_POLICY_ID, merge_by_policy, time_major_keys
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,8 @@ class BatchBuilder:
         self.batch_size = batch_size
         self._fragments: list[dict[str, Any]] = []
         self._steps = 0
-        self._layout: dict[str, tuple[Any, tuple[int, ...]]] | None = None
+        # Each policy's column layout: {policy_id: {column: (dtype, shape)}}.
+        self._layout: dict[str, dict[str, tuple[Any, tuple[int, ...]]]] | None = None
         self.counters = {"num_fragments_lost": 0, "num_batches_lost": 0}
 
     def add(self, fragment: dict[str, Any]) -> dict[str, Any] | None:
@@ -73,6 +74,14 @@ class BatchBuilder:
             raise ValueError(f"policy_version {version!r} is not an integer")
         if not steps:
             return 0  # nothing to train on (a policy server's idle fragment): ignored
+        if "policy_batches" in fragment:  # multi-agent: each policy's part checked alone
+            for pid, part in fragment["policy_batches"].items():
+                self._check_columns(part, int(part["env_steps"]), str(pid))
+            return int(steps)
+        self._check_columns(fragment, steps, fragment.get("policy_id", DEFAULT_POLICY_ID))
+        return int(steps)
+
+    def _check_columns(self, fragment: dict[str, Any], steps: int, pid: str) -> None:
         cols = {k: fragment[k] for k in time_major_keys(fragment)}
         obs = cols.get("obs")
         if not isinstance(obs, np.ndarray) or obs.ndim < 2:
@@ -85,11 +94,11 @@ class BatchBuilder:
             layout[key] = (col.dtype, col.shape[2:])
         if "mask" not in cols or int(np.count_nonzero(cols["mask"])) != steps:
             raise ValueError(f"its mask does not hold env_steps={steps} steps")
-        if self._layout is not None and layout != self._layout:
+        known = (self._layout or {}).get(pid)
+        if known is not None and layout != known:
             raise ValueError(f"its columns {sorted(layout)} differ from those of the "
                              "fragments before it")
-        self._layout = layout
-        return int(steps)
+        self._layout = {**(self._layout or {}), pid: layout}
 
     @property
     def pending_steps(self) -> int:

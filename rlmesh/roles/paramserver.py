@@ -45,6 +45,10 @@ class ParamServer(Actor):
             self.fetches += 1
         return out
 
+    def remove_policy(self, policy_id: str) -> None:
+        """Forget a policy removed from the run."""
+        self._weights.pop(policy_id, None)
+
     def version(self, policy_id: str | None = None) -> int:
         """The newest version of ``policy_id`` (of any policy when None); 0 before any."""
         if policy_id is not None:

@@ -58,7 +58,11 @@ class VersionedPolicies:
         """``{policy_id: [version, weights]}`` of the policies with newer weights."""
         if self._ps is None:
             self._ps = await self.job.get_actor(self._ps_name)
-        return await self._ps.get_weights(dict(self.versions))
+        return await self._ps.get_weights(self._wanted_versions())
+
+    def _wanted_versions(self) -> dict[str, int]:
+        """The policies to ask newer weights of, with the versions held: all of them."""
+        return dict(self.versions)
 
     def _take_weights(self, got: dict[str, list[Any]] | None) -> None:
         for pid, (version, weights) in (got or {}).items():

@@ -1,0 +1,54 @@
+"""Multi-agent envs and mapping functions for the multi-agent integration tests (importable,
+so runner processes find them)."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+
+from rlmesh.env import ALL, MultiAgentEnv
+
+BOX = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+
+
+class EarlyLeaver(MultiAgentEnv):
+    """'stayer' acts for 20 steps; 'leaver' terminates after 3 steps and is never seen again
+    in the episode. Reward 1 per step for each, so the returns are 20 and 3."""
+
+    possible_agents = ["stayer", "leaver"]
+    observation_spaces = {"stayer": BOX, "leaver": BOX}
+    action_spaces = {"stayer": gym.spaces.Discrete(2), "leaver": gym.spaces.Discrete(2)}
+
+    def __init__(self, config=None):
+        self.t = 0
+
+    def reset(self, *, seed=None, options=None):
+        self.t = 0
+        return {a: self._obs() for a in self.possible_agents}, {}
+
+    def _obs(self):
+        return np.array([self.t / 20, 0.5], np.float32)
+
+    def step(self, actions):
+        self.t += 1
+        obs = {a: self._obs() for a in actions}
+        rewards = {a: 1.0 for a in actions}
+        terms = {"leaver": True} if "leaver" in actions and self.t == 3 else {}
+        terms[ALL] = self.t == 20
+        return obs, rewards, terms, {ALL: False}, {}
+
+
+def make_early_leaver(env_config):
+    return EarlyLeaver(env_config)
+
+
+def by_agent(agent_id, episode, **kwargs):
+    return agent_id
+
+
+def to_ghost(agent_id, episode, **kwargs):
+    return "ghost"
+
+
+def cartpole_two(agent_id, episode, **kwargs):
+    return f"p{agent_id % 2}"
