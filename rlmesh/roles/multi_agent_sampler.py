@@ -335,9 +335,14 @@ class MultiAgentSampler:
 
     def _reset(self, b: int) -> None:
         slot = self.slots[b]
+        episode = MultiAgentEpisode(b, next(self._episode_ids))
+        if self.callbacks is not None:  # before the reset, as in the single-agent sampler
+            self.callbacks.on_episode_created(episode=episode, env_runner=self.env_runner,
+                                              env_index=b)
         obs, infos = slot.env.reset(seed=slot.seed)
         slot.seed = None
-        slot.episode = MultiAgentEpisode(b, next(self._episode_ids), obs, infos)
+        episode.last_observation, episode.last_info = obs, infos or {}
+        slot.episode = episode
         slot.trajs, slot.states, slot.obs = {}, {}, {}
         if self.callbacks is not None:
             self.callbacks.on_episode_start(episode=slot.episode, env_runner=self.env_runner,

@@ -190,3 +190,29 @@ def test_a_runner_asks_only_for_the_policies_its_agents_use():
     runner.sampler.sample(1)
     runner.versions = {"pa": 3, "pb": 3, "pc": -1}
     assert runner._wanted_versions() == {"pa": 3, "pc": -1}  # pb unused; pc never loaded
+
+
+def test_episode_callbacks_fire_in_order():
+    from rlmesh.callbacks import Callbacks
+
+    seen = []
+
+    class Recording(Callbacks):
+        def on_episode_created(self, *, episode, **kw):
+            seen.append(("created", episode.last_observation))
+
+        def on_episode_start(self, *, episode, **kw):
+            seen.append(("start", episode.length))
+
+        def on_episode_step(self, *, episode, **kw):
+            seen.append(("step", episode.length))
+
+        def on_episode_end(self, *, episode, **kw):
+            seen.append(("end", episode.length))
+
+    pols = {p: Counting(BOX, gym.spaces.Discrete(2), None) for p in ("pa", "pb")}
+    MultiAgentSampler(lambda i: JoinLeave(), 1, pols, by_name,
+                      callbacks=Recording()).sample(4)  # exactly one episode
+    # created before the env's reset (no observation yet), as in the single-agent sampler
+    assert seen[0] == ("created", None) and seen[1] == ("start", 0)
+    assert [k for k, _ in seen[2:6]] == ["step"] * 4 and seen[6] == ("end", 4)
