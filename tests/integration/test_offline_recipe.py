@@ -1,6 +1,6 @@
 """RLlib's offline recipe on real processes: PPO's env runner writes 50k+ steps of CartPole-v1
 (complete episodes) to JSON files; BC and MARWIL learn from those files alone (no env step
-sampled for training) and are scored by rolling the trained policy out in a real env."""
+sampled for training) and are scored by their evaluation runners, as every algorithm is."""
 
 from __future__ import annotations
 
@@ -60,16 +60,30 @@ def test_ppo_runner_writes_every_step_as_whole_episodes(ppo_data):
 
 
 def offline_run(config_class, data_dir, iterations, **training):
+    """``iterations`` of training from ``data_dir`` with no sampling runner (MARWIL's
+    num_env_runners 0), evaluated every 5 on one evaluation runner process over 20 episodes;
+    the results and the last evaluation."""
     config = (config_class().environment("CartPole-v1")
               .offline_data(input=str(data_dir), off_policy_estimation_methods=["is", "wis"])
               .training(lr=0.001, train_batch_size=2000, minibatch_size=256, **training)
+              .evaluation(evaluation_interval=5, evaluation_duration=20,
+                          evaluation_num_env_runners=1)
               .debugging(seed=0))
     algo = config.build()
     try:
         results = [algo.train() for _ in range(iterations)]
-        evaluation = algo.rollout(20)
+        # The driver's training runner was never asked to sample; the evaluation runner
+        # is a process of its own.
+        assert [m["num_env_steps_sampled"] for m in
+                algo.env_runners.foreach_env_runner("metrics")] == [0]
+        assert [r.name for r in algo.eval_env_runner_group.runners] == ["eval_runner-1"]
     finally:
         algo.stop()
+    assert [r["training_iteration"] for r in results if "evaluation" in r] == [5, 10, 15]
+    assert all(r["num_env_steps_sampled"] == 0 for r in results)  # no env stepped to train
+    evaluation = results[-1]["evaluation"]
+    assert evaluation["episodes_this_iter"] == 20
+    assert evaluation["num_env_steps_sampled_this_iter"] > 0
     return results, evaluation
 
 
@@ -82,7 +96,6 @@ def test_bc_learns_from_the_data_alone(ppo_data, tmp_path):
     broken.write_text('{"type": "SampleBatch", "obs": [[0.1, 0.2')
     results, evaluation = offline_run(BCConfig, data, 15)
     last = results[-1]
-    assert all(r["num_env_steps_sampled"] == 0 for r in results)  # no env stepped to train
     assert last["num_env_steps_trained"] >= 15 * 2000
     assert last["offline"]["num_records_skipped"] == 1
     assert last["offline"]["skipped"][0].startswith(f"{broken}:1: not JSON")
@@ -95,7 +108,6 @@ def test_marwil_learns_from_the_data_alone(ppo_data):
     out, _, _ = ppo_data
     results, evaluation = offline_run(MARWILConfig, out, 15, beta=1.0)
     stats = results[-1]["info"]["learner"]["default_policy"]
-    assert all(r["num_env_steps_sampled"] == 0 for r in results)
     assert stats["vf_loss"] < results[0]["info"]["learner"]["default_policy"]["vf_loss"]
     assert stats["moving_average_sqd_adv_norm"] > 0
     assert evaluation["episode_reward_mean"] >= 250, evaluation
