@@ -55,12 +55,26 @@ class InferencePolicy:
                               prev_reward: Any = None) -> Any:
         """As ``Algorithm.compute_single_action``: the action, or with ``state`` (a
         recurrent policy) ``(action, state_out, extra)``."""
+        _, _, action, state_out, extra = self.compute_step(observation, state, explore,
+                                                           prev_action, prev_reward)
+        return (action, state_out, extra) if state is not None else action
+
+    def compute_step(self, observation: Any, state: list[Any] | None = None,
+                     explore: bool = False, prev_action: Any = None, prev_reward: Any = None
+                     ) -> tuple[np.ndarray, np.ndarray, Any, list[Any], dict[str, Any]]:
+        """One step as a runner records it: ``(obs, action, env_action, state_out, extra)``,
+        obs (filtered) and action (as the policy gave it) in their column form, env_action
+        as the env takes it (rescaled or clipped)."""
         # Nested (Tuple/Dict) observations go as they are: MeanStdFilter takes Box ones only.
         obs = self.obs_filter(observation, update=False)
         action, state_out, extra = self.policy.compute_single_action(
             obs, state, prev_action, prev_reward, explore=explore)
-        action = env_action(self.config, self.action_space, action)
-        return (action, state_out, extra) if state is not None else action
+        return (to_column(self.obs_space, obs), to_column(self.action_space, action, "action"),
+                env_action(self.config, self.action_space, action), state_out, extra)
+
+    def obs_column(self, observation: Any) -> np.ndarray:
+        """An env observation as ``compute_step`` records it (filtered, column form)."""
+        return to_column(self.obs_space, self.obs_filter(observation, update=False))
 
     def get_policy(self) -> Any:
         return self.policy

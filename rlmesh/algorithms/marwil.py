@@ -3,8 +3,8 @@ value function trained alongside on whole-episode returns; BC is beta = 0.
 
 Offline: each iteration reads ``train_batch_size`` steps of whole episodes from ``input``
 (a dataset, or a mix with the sampler), computes returns and advantages on the learner, and
-takes the configured SGD passes. No env is stepped for training; ``offline_eval_episodes``
-rolls the policy out in a local env to report how it does.
+takes the configured SGD passes. No env is stepped for training; the evaluation runners
+(``evaluation_interval``) play the policy to report how it does, as for every algorithm.
 """
 
 from __future__ import annotations
@@ -115,7 +115,6 @@ class MARWIL(Algorithm):
         config.validate()
         # The data is read and checked against the spaces before any process starts.
         self.sources = open_input(config, *self._spaces(config))
-        self._eval_env: Any = None
         super().__init__(config)
 
     def training_step(self) -> dict[str, dict[str, float]]:
@@ -135,8 +134,10 @@ class MARWIL(Algorithm):
             self.env_runners.sync_weights()
         return stats
 
-    def train(self) -> dict[str, Any]:
-        result = super().train()
+    def training_iteration(self) -> dict[str, Any]:
+        """The iteration's result with the dataset's counts and the off-policy estimates
+        (before Algorithm.train adds the evaluation and calls on_train_result)."""
+        result = super().training_iteration()
         datasets = [d for _, d in self.sources if d is not None]
         if datasets:
             result["offline"] = {
@@ -149,31 +150,4 @@ class MARWIL(Algorithm):
                 episodes = datasets[0].draw(self.config.off_policy_estimation_episodes)
                 result["off_policy_estimation"] = estimate(
                     methods, self.get_policy(), episodes, self.config.gamma)
-        if self.config.offline_eval_episodes:
-            result["evaluation"] = self.rollout(self.config.offline_eval_episodes)
         return result
-
-    def rollout(self, episodes: int) -> dict[str, float]:
-        """The greedy policy on ``episodes`` episodes of one local env (no training)."""
-        from rlmesh.envs import make_env
-
-        if self._eval_env is None:
-            self._eval_env = make_env(self.config.to_dict()["env"], self.config.env_config)
-        env, returns = self._eval_env, []
-        seed = None if self.config.seed is None else self.config.seed + 10_000 + self.iteration
-        for i in range(episodes):
-            obs, _ = env.reset(seed=None if seed is None else seed * 1000 + i)
-            total, done = 0.0, False
-            policy = self.get_policy()
-            state = list(policy.get_initial_state())
-            while not done:
-                if state:
-                    action, state, _ = self.compute_single_action(obs, state=state)
-                else:
-                    action = self.compute_single_action(obs)
-                obs, reward, terminated, truncated, _ = env.step(action)
-                total, done = total + float(reward), terminated or truncated
-            returns.append(total)
-        return {"episode_reward_mean": float(np.mean(returns)),
-                "episode_reward_min": float(np.min(returns)),
-                "episode_reward_max": float(np.max(returns)), "episodes_this_iter": episodes}

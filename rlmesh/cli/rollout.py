@@ -1,6 +1,6 @@
 """``rlmesh rollout``: restore a policy from a checkpoint and run it in a local env,
 printing each episode's return and the mean at the end; ``--render`` shows the episodes in a
-window, ``--video DIR`` writes each to an mp4."""
+window, ``--video DIR`` writes each to an mp4, ``--out FILE`` saves them as offline data."""
 
 from __future__ import annotations
 
@@ -30,6 +30,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     show.add_argument("--video", metavar="DIR",
                       help="write each episode to DIR/episode_0001.mp4, ... (pip install "
                            "'rlmesh[video]')")
+    p.add_argument("--out", metavar="FILE",
+                   help="save the episodes to FILE in the offline format (docs/offline.md): "
+                        "JSON lines in RLlib's SampleBatch form, or Parquet when FILE ends in "
+                        ".parquet (pip install 'rlmesh[data]'); `input: FILE` reads them back "
+                        "(MARWIL, BC). An existing FILE is not overwritten")
     p.add_argument("--trust-code", action="store_true",
                    help="load a checkpoint that names code outside rlmesh (its env, policy, model or "
                         "callbacks, imported and run on loading); trust only checkpoints you made. "
@@ -68,6 +73,20 @@ def check_shown(render: bool, video: str | None) -> None:
         ffmpeg("--video")
 
 
+def check_out(path: str | None) -> None:
+    """FileExistsError for an --out FILE that exists, MissingExtra for a .parquet one
+    without pyarrow: said before the policy is loaded."""
+    if not path:
+        return
+    if os.path.exists(os.path.expanduser(path)):
+        raise FileExistsError(f"--out {path} exists; rollout never overwrites data: give "
+                              "another FILE or remove it")
+    if path.endswith(".parquet"):
+        from rlmesh.offline.parquet_io import _pa
+
+        _pa()
+
+
 def make_shown_env(env_id, env_config: dict, render: bool, video: str | None):
     """The env, in a window (``render``: gymnasium's render_mode "human") or recording every
     episode under ``video`` (render_mode "rgb_array")."""
@@ -95,9 +114,11 @@ def _config_value(algo, key, default=None):
 
 
 def run_episodes(algo, env, steps: int | None, episodes: int | None, explore: bool,
-                 seed: int | None, returns: list[float], out=print) -> list[float]:
+                 seed: int | None, returns: list[float], out=print,
+                 writer=None) -> list[float]:
     """Step ``env`` with the policy, appending each completed episode's return to
-    ``returns`` as it ends (so a Ctrl-C keeps those already run)."""
+    ``returns`` as it ends (so a Ctrl-C keeps those already run); every step also to
+    ``writer`` (an offline EpisodeWriter, ``--out``) when given."""
     obs, _ = env.reset(seed=seed)
     ret, length, taken = 0.0, 0, 0
     # A recurrent policy carries its state (and previous action and reward) per episode.
@@ -105,11 +126,18 @@ def run_episodes(algo, env, steps: int | None, episodes: int | None, explore: bo
     initial = list(get_policy().get_initial_state()) if get_policy is not None else []
     state, prev = initial, {}
     while (steps is None or taken < steps) and (episodes is None or len(returns) < episodes):
-        if initial:
+        if writer is not None:  # the step's columns as a runner records them
+            obs_column, action_column, action, state_out, extra = algo.compute_step(
+                obs, state, explore, **prev)
+            state = state_out if initial else state
+        elif initial:
             action, state, _ = algo.compute_single_action(obs, state=state, explore=explore, **prev)
         else:
             action = algo.compute_single_action(obs, explore=explore)
         obs, reward, terminated, truncated, _ = env.step(action)
+        if writer is not None:
+            writer.add_step(obs_column, action_column, float(reward), terminated, truncated,
+                            algo.obs_column(obs), extra)
         prev = {"prev_action": action, "prev_reward": float(reward)}
         ret, length, taken = ret + float(reward), length + 1, taken + 1
         if terminated or truncated:
@@ -181,7 +209,8 @@ def main(args: argparse.Namespace) -> int:
         return 2
     try:  # before the policy is loaded: a missing display or package says so at once
         check_shown(args.render, args.video)
-    except (RuntimeError, ImportError) as e:
+        check_out(args.out)
+    except (RuntimeError, ImportError, FileExistsError) as e:
         print(f"rlmesh rollout: error: {e}", file=sys.stderr)
         return 2
     from rlmesh.algorithms.checkpoints import CheckpointError
@@ -215,15 +244,29 @@ def main(args: argparse.Namespace) -> int:
             episodes = DEFAULT_EPISODES
         print(f"rlmesh rollout: {checkpoint} in {env_id}")
         from rlmesh.env.multi_agent_env import is_multi_agent
+        from rlmesh.offline.writer import EpisodeWriter
 
-        run = run_multi_agent_episodes if is_multi_agent(env) else run_episodes
+        if args.out and is_multi_agent(env):
+            print("rlmesh rollout: error: --out writes single-agent episodes only so far",
+                  file=sys.stderr)
+            env.close()
+            return 2
+        writer = EpisodeWriter(args.out) if args.out else None
         try:
-            run(algo, env, args.steps, episodes, args.explore, args.seed, returns)
+            if is_multi_agent(env):
+                run_multi_agent_episodes(algo, env, args.steps, episodes, args.explore,
+                                         args.seed, returns)
+            else:
+                run_episodes(algo, env, args.steps, episodes, args.explore, args.seed,
+                             returns, writer=writer)
         except KeyboardInterrupt:
             code = 130
         env.close()
         if args.video:
             print(f"videos: {os.path.abspath(args.video)}")
+        if writer is not None:  # the episode a Ctrl-C or --steps cut is written as cut
+            writer.close()
+            print(f"episodes: {writer.num_episodes} ({writer.num_steps} steps) in {writer.path}")
     finally:
         algo.stop()
     print(summary(returns))

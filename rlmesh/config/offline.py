@@ -70,12 +70,6 @@ class OfflineSettings:
     off_policy_estimation_episodes: int = setting(
         20, "offline_data", ge=1,
         doc="Episodes of the dataset each estimator scores per iteration.")
-    offline_eval_episodes: int = setting(
-        0, "offline_data", ge=0,
-        doc="Offline algorithms (MARWIL, BC) roll the trained policy out greedily for this "
-            "many episodes in one local env after each iteration and report the mean "
-            "return as evaluation/episode_reward_mean (no training sample comes from it). "
-            "0: no rollouts. A stand-in until evaluation runners serve offline runs.")
 
     def offline_data(self, **kwargs):
         """Set the offline_data group (see ``fields_table("offline_data")``)."""

@@ -8,16 +8,15 @@ a Minari dataset, or a plain numpy ``.npz`` of (obs, action, reward, done) array
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 from typing import Any, Iterable
 
 import numpy as np
 
 from rlmesh.extras import require
-from rlmesh.offline.records import NEW_OBS, POLICY_ID
+from rlmesh.offline.records import episode_record
 from rlmesh.offline.writer import OutputWriter
-from rlmesh.rl.columns import DEFAULT_POLICY_ID, Columns
+from rlmesh.rl.columns import Columns
 
 # Accepted names of each array in an .npz file (the first found is used).
 NPZ_NAMES = {
@@ -26,20 +25,6 @@ NPZ_NAMES = {
     Columns.REWARDS: ("reward", "rewards"),
     "done": ("done", "dones", "terminal", "terminals", "terminated", "terminateds"),
 }
-
-
-def episode_record(obs: np.ndarray, actions: np.ndarray, rewards: np.ndarray,
-                   terminated: np.ndarray, truncated: np.ndarray, new_obs: np.ndarray
-                   ) -> dict[str, np.ndarray]:
-    """One episode as an offline record with a fresh eps_id."""
-    n = len(rewards)
-    return {Columns.OBS: np.asarray(obs), Columns.ACTIONS: np.asarray(actions),
-            Columns.REWARDS: np.asarray(rewards, np.float32),
-            Columns.TERMINATEDS: np.asarray(terminated, bool),
-            Columns.TRUNCATEDS: np.asarray(truncated, bool), NEW_OBS: np.asarray(new_obs),
-            Columns.EPS_ID: np.full(n, int.from_bytes(os.urandom(8), "little") >> 1, np.int64),
-            Columns.T: np.arange(n, dtype=np.int64), Columns.AGENT_INDEX: np.zeros(n, np.int64),
-            POLICY_ID: np.array([DEFAULT_POLICY_ID] * n)}
 
 
 def write(records: Iterable[dict[str, np.ndarray]], out_dir: str | Path, fmt: str = "json",

@@ -89,6 +89,26 @@ class FragmentRecorder:
         return rec
 
 
+def episode_record(obs: np.ndarray, actions: np.ndarray, rewards: np.ndarray,
+                   terminated: np.ndarray, truncated: np.ndarray, new_obs: np.ndarray,
+                   extra: dict[str, np.ndarray] | None = None,
+                   policy_id: str = DEFAULT_POLICY_ID) -> dict[str, np.ndarray]:
+    """One episode as an offline record with a fresh eps_id; ``extra``: per-step columns of
+    the policy's outputs (action_logp, action_dist_inputs, ...) written beside."""
+    n = len(rewards)
+    rec = {Columns.OBS: np.asarray(obs), Columns.ACTIONS: np.asarray(actions),
+           Columns.REWARDS: np.asarray(rewards, np.float32),
+           Columns.TERMINATEDS: np.asarray(terminated, bool),
+           Columns.TRUNCATEDS: np.asarray(truncated, bool), NEW_OBS: np.asarray(new_obs),
+           **{k: np.asarray(v) for k, v in (extra or {}).items()},
+           Columns.EPS_ID: np.full(n, int.from_bytes(os.urandom(8), "little") >> 1, np.int64),
+           Columns.T: np.arange(n, dtype=np.int64), Columns.AGENT_INDEX: np.zeros(n, np.int64),
+           POLICY_ID: np.array([policy_id] * n)}
+    if Columns.ACTION_LOGP in rec:
+        rec[ACTION_PROB] = np.exp(rec[Columns.ACTION_LOGP]).astype(np.float32)
+    return rec
+
+
 def record_length(record: dict[str, Any]) -> int:
     return len(record[Columns.REWARDS])
 

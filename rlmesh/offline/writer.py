@@ -1,6 +1,7 @@
 """``output``: the writer each env runner owns. It turns the fragments the runner samples
 into per-episode records and appends them to files of its own (no two runners share a
-file, so nothing is locked), starting a new file past ``output_max_file_size``."""
+file, so nothing is locked), starting a new file past ``output_max_file_size``. Also
+``EpisodeWriter``: episodes stepped one at a time into one named file (``rollout --out``)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from rlmesh.offline.json_io import JsonFile
-from rlmesh.offline.records import FragmentRecorder
+from rlmesh.offline.records import FragmentRecorder, episode_record
 
 log = logging.getLogger(__name__)
 
@@ -88,3 +91,54 @@ class OutputWriter:
         if self.file is not None:
             self.file.close()
             self.file = None
+
+
+class EpisodeWriter:
+    """Episodes stepped one at a time (``rlmesh rollout --out FILE``) into one file of the
+    offline format: JSON lines in RLlib's SampleBatch form, or Parquet when the name ends
+    in ``.parquet``; one record per episode. An existing file is never overwritten
+    (FileExistsError)."""
+
+    def __init__(self, path: str | Path, policy_id: str = "default_policy") -> None:
+        self.path = Path(path).expanduser()
+        if self.path.suffix == ".parquet":
+            from rlmesh.offline.parquet_io import ParquetFile, _pa
+
+            _pa()  # a missing pyarrow is one line before the first episode
+            file_class: Any = ParquetFile
+        else:
+            file_class = JsonFile
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.file = file_class(self.path, frozenset())
+        self.policy_id = policy_id
+        self.num_episodes = self.num_steps = 0
+        self._steps: list[dict[str, Any]] = []
+
+    def add_step(self, obs: Any, action: Any, reward: float, terminated: bool, truncated: bool,
+                 new_obs: Any, extra: dict[str, Any] | None = None) -> None:
+        """One step (obs and action in their column form); an episode's last writes it."""
+        self._steps.append({"obs": obs, "actions": action, "rewards": reward,
+                            "terminated": terminated, "truncated": truncated,
+                            "new_obs": new_obs, **(extra or {})})
+        if terminated or truncated:
+            self.end_episode()
+
+    def end_episode(self) -> None:
+        """Write the episode stepped so far. One cut short (``--steps``) ends with neither
+        terminated nor truncated set: readers train on it as cut by the data."""
+        if not self._steps:
+            return
+        cols = {k: np.stack([np.asarray(s[k]) for s in self._steps]) for k in self._steps[0]}
+        base = ("obs", "actions", "rewards", "terminated", "truncated", "new_obs")
+        record = episode_record(*(cols.pop(k) for k in base), extra=cols,
+                                policy_id=self.policy_id)
+        self.file.write([record])
+        self.num_episodes += 1
+        self.num_steps += len(self._steps)
+        self._steps = []
+
+    def close(self) -> None:
+        """Write a partial episode, then close the file (a Parquet file is readable only
+        once closed)."""
+        self.end_episode()
+        self.file.close()

@@ -1,5 +1,6 @@
 """The evaluation runner: an EnvRunner that, asked to ``evaluate``, runs fresh episodes with
-the weights it was handed (explore off unless evaluation_config says otherwise), caps each
+the weights and observation filter statistics it was handed (explore off unless
+evaluation_config says otherwise; the filter not updated by its steps), caps each
 episode's steps and the evaluation's time, and records the first episode to mp4 when asked."""
 
 from __future__ import annotations
@@ -12,11 +13,28 @@ from typing import Any
 
 import gymnasium as gym
 
+from rlmesh.rl.filters import NoFilter
 from rlmesh.roles.env_runner import EnvRunner
 
 log = logging.getLogger(__name__)
 
 CHUNK_STEPS = 64  # steps per env between checks of the targets and the time budget
+
+
+class FrozenFilter:
+    """An observation filter applied with the statistics it was handed (set_state) and
+    never updated: an evaluation acts with the driver's filter of its iteration. (Updated,
+    an evaluation runner's own steps, never merged by the driver, piled up on top of the
+    driver's statistics evaluation after evaluation.)"""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def __call__(self, obs: Any, update: bool = True) -> Any:
+        return self.inner(obs, update=False)
+
+    def __getattr__(self, name: str) -> Any:  # get_state, set_state, flush, ...
+        return getattr(self.inner, name)
 
 
 class EvalRunner(EnvRunner):
@@ -30,6 +48,8 @@ class EvalRunner(EnvRunner):
         self._recorder: Any = None
         self._caps: list[Any] = []
         super().__init__(config, worker_index, param_server)
+        if type(self.sampler.obs_filter) is not NoFilter:
+            self.sampler.obs_filter = FrozenFilter(self.sampler.obs_filter)
 
     def wrap_env(self, env: gym.Env, index: int) -> gym.Env:
         from rlmesh.video import FrameRecorder, StepCap

@@ -1,7 +1,7 @@
 """BC and MARWIL learning from an offline data directory (docs/offline.md, "Figures"):
 ``python -m tests.benchmarks.bench_offline DATA_DIR [--iterations 15] [--seed 0]``.
-Each trains as tests/integration/test_offline_recipe.py does, then rolls the greedy policy
-out for 20 episodes; measured, never asserted."""
+Each trains as tests/integration/test_offline_recipe.py does and is evaluated after the last
+iteration on one evaluation runner over 20 episodes (explore off); measured, never asserted."""
 
 from __future__ import annotations
 
@@ -16,11 +16,13 @@ def offline_run(config_class, data_dir: str, iterations: int, seed: int, **train
     config = (config_class().environment("CartPole-v1")
               .offline_data(input=data_dir, off_policy_estimation_methods=["is", "wis"])
               .training(lr=0.001, train_batch_size=2000, minibatch_size=256, **training)
+              .evaluation(evaluation_interval=iterations, evaluation_duration=20,
+                          evaluation_num_env_runners=1)
               .debugging(seed=seed))
     algo = config.build()
     try:
         results = [algo.train() for _ in range(iterations)]
-        return results, algo.rollout(20)
+        return results, results[-1]["evaluation"]
     finally:
         algo.stop()
 

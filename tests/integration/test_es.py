@@ -117,3 +117,45 @@ def test_rlmesh_train_runs_es_from_the_command_line(tmp_path):
     replay = subprocess.run([sys.executable, "-m", "rlmesh.cli.main", "rollout", str(checkpoint),
                              "--episodes", "2"], capture_output=True, text=True, timeout=120)
     assert replay.returncode == 0, replay.stdout + replay.stderr
+
+
+OBS = np.array([0.05, 0.4, -0.03, -0.6], np.float32)
+
+
+def eval_runner_view(env_runner) -> dict:
+    """What an evaluation runner acts with: its policy's class and parameters, its filter's
+    statistics, and its action for ``OBS`` (filtered as a step's observation)."""
+    policy = env_runner.policy
+    x = env_runner.sampler.obs_filter(OBS[None], update=False)
+    return {"policy": type(policy).__name__, "theta": policy.get_flat().tolist(),
+            "filter": env_runner.sampler.obs_filter.get_state(),
+            "action": int(policy.compute_actions(x, explore=False)[0][0])}
+
+
+@pytest.mark.parametrize("config_class,training", [
+    (ESConfig, {"episodes_per_batch": 10, "train_batch_size": 200,
+                "model": {"fcnet_hiddens": [8]}}),
+    (ARSConfig, {"num_rollouts": 4, "rollouts_used": 4}),
+])
+def test_evaluation_runners_act_with_the_es_policy(config_class, training):
+    """evaluation_interval with ES and ARS: the evaluation runner plays the driver's policy
+    (same parameters, same observation filter statistics, same action), every interval."""
+    config = (config_class().environment("CartPole-v1").env_runners(num_env_runners=1)
+              .training(noise_size=SMALL_TABLE, eval_prob=0.0, **training)
+              .evaluation(evaluation_interval=1, evaluation_duration=4,
+                          evaluation_num_env_runners=1)
+              .debugging(seed=0))
+    with config.build() as algo:
+        results = [algo.train() for _ in range(3)]
+        (runner,) = algo.eval_env_runner_group.runners
+        view = algo._loop.run(runner.call("apply", f"{__name__}:eval_runner_view"))
+        driver = algo.get_policy()
+        assert view["policy"] == type(driver).__name__
+        np.testing.assert_array_equal(view["theta"], driver.get_flat())
+        # The driver's statistics of the last iteration, not drifted by evaluation steps.
+        assert view["filter"]["n"] == algo.obs_filter.get_state()["n"]
+        assert view["action"] == algo.compute_single_action(OBS)
+    for r in results:
+        ev = r["evaluation"]
+        assert ev["episodes_this_iter"] == 4 and ev["num_env_steps_sampled_this_iter"] > 0
+        assert ev["episode_reward_mean"] == pytest.approx(np.mean(ev["hist_stats"]["episode_reward"]))

@@ -1,12 +1,16 @@
 """RLlib's offline recipe on real processes: PPO's env runner writes 50k+ steps of CartPole-v1
 (complete episodes) to JSON files; BC and MARWIL learn from those files alone (no env step
-sampled for training) and are scored by rolling the trained policy out in a real env."""
+sampled for training) and are scored by their evaluation runners, as every algorithm is;
+`rlmesh rollout --out FILE` writes episodes that the same reader reads back."""
 
 from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 
+import numpy as np
 import pytest
 
 from rlmesh.algorithms.bc_config import BCConfig
@@ -60,16 +64,30 @@ def test_ppo_runner_writes_every_step_as_whole_episodes(ppo_data):
 
 
 def offline_run(config_class, data_dir, iterations, **training):
+    """``iterations`` of training from ``data_dir`` with no sampling runner (MARWIL's
+    num_env_runners 0), evaluated every 5 on one evaluation runner process over 20 episodes;
+    the results and the last evaluation."""
     config = (config_class().environment("CartPole-v1")
               .offline_data(input=str(data_dir), off_policy_estimation_methods=["is", "wis"])
               .training(lr=0.001, train_batch_size=2000, minibatch_size=256, **training)
+              .evaluation(evaluation_interval=5, evaluation_duration=20,
+                          evaluation_num_env_runners=1)
               .debugging(seed=0))
     algo = config.build()
     try:
         results = [algo.train() for _ in range(iterations)]
-        evaluation = algo.rollout(20)
+        # The driver's training runner was never asked to sample; the evaluation runner
+        # is a process of its own.
+        assert [m["num_env_steps_sampled"] for m in
+                algo.env_runners.foreach_env_runner("metrics")] == [0]
+        assert [r.name for r in algo.eval_env_runner_group.runners] == ["eval_runner-1"]
     finally:
         algo.stop()
+    assert [r["training_iteration"] for r in results if "evaluation" in r] == [5, 10, 15]
+    assert all(r["num_env_steps_sampled"] == 0 for r in results)  # no env stepped to train
+    evaluation = results[-1]["evaluation"]
+    assert evaluation["episodes_this_iter"] == 20
+    assert evaluation["num_env_steps_sampled_this_iter"] > 0
     return results, evaluation
 
 
@@ -82,7 +100,6 @@ def test_bc_learns_from_the_data_alone(ppo_data, tmp_path):
     broken.write_text('{"type": "SampleBatch", "obs": [[0.1, 0.2')
     results, evaluation = offline_run(BCConfig, data, 15)
     last = results[-1]
-    assert all(r["num_env_steps_sampled"] == 0 for r in results)  # no env stepped to train
     assert last["num_env_steps_trained"] >= 15 * 2000
     assert last["offline"]["num_records_skipped"] == 1
     assert last["offline"]["skipped"][0].startswith(f"{broken}:1: not JSON")
@@ -95,7 +112,6 @@ def test_marwil_learns_from_the_data_alone(ppo_data):
     out, _, _ = ppo_data
     results, evaluation = offline_run(MARWILConfig, out, 15, beta=1.0)
     stats = results[-1]["info"]["learner"]["default_policy"]
-    assert all(r["num_env_steps_sampled"] == 0 for r in results)
     assert stats["vf_loss"] < results[0]["info"]["learner"]["default_policy"]["vf_loss"]
     assert stats["moving_average_sqd_adv_norm"] > 0
     assert evaluation["episode_reward_mean"] >= 250, evaluation
@@ -135,3 +151,73 @@ def test_parquet_output_per_runner_and_a_mixed_input(tmp_path):
     # Both halves: the sampled steps and at least 200 read ones.
     assert trained >= last["num_env_steps_sampled_this_iter"] + 200
     assert results[-1]["offline"]["num_records_skipped"] == 0
+
+
+@pytest.fixture(scope="module")
+def small_checkpoint(tmp_path_factory):
+    """A PPO CartPole checkpoint after one short iteration (acts, not well)."""
+    config = (PPOConfig().environment("CartPole-v1").env_runners(num_env_runners=0)
+              .training(train_batch_size=200, minibatch_size=100, num_epochs=1)
+              .debugging(seed=0))
+    algo = config.build()
+    try:
+        algo.train()
+        return algo.save(tmp_path_factory.mktemp("ckpt") / "checkpoint_000001")
+    finally:
+        algo.stop()
+
+
+def rollout(*args):
+    run = subprocess.run([sys.executable, "-m", "rlmesh.cli.main", "rollout", *map(str, args)],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+    lengths = [int(line.rsplit(" ", 1)[1]) for line in run.stdout.splitlines()
+               if line.startswith("episode ")]
+    return run, lengths
+
+
+@pytest.mark.parametrize("name", ["episodes.json", "episodes.parquet"])
+def test_rollout_out_writes_episodes_that_input_reads_back(small_checkpoint, tmp_path, name):
+    """`rlmesh rollout CKPT --out FILE`: each rolled-out episode one record of the offline
+    format, read back whole by the offline reader (and by BC's input); an existing FILE is
+    refused."""
+    out = tmp_path / name
+    run, lengths = rollout(small_checkpoint, "--episodes", 4, "--seed", 0, "--out", out)
+    assert len(lengths) == 4 and f"episodes: 4 ({sum(lengths)} steps) in {out}" in run.stdout
+    if out.suffix == ".json":
+        lines = out.read_text().splitlines()
+        assert len(lines) == 4 and all(json.loads(x)["type"] == "SampleBatch" for x in lines)
+    data = OfflineDataset(out)
+    assert data.num_skipped == 0 and len(data.episodes) == 4
+    assert sorted(len(e["rewards"]) for e in data.episodes) == sorted(lengths)
+    for e in data.episodes:
+        assert {"obs", "new_obs", "actions", "rewards", "terminateds", "truncateds", "eps_id",
+                "t", "policy_id", "action_logp", "action_prob", "action_dist_inputs"} <= set(e)
+        assert e["obs"].shape == (len(e["rewards"]), 4)
+        assert (e["obs"][1:] == e["new_obs"][:-1]).all()  # each step's next observation
+        assert e["terminateds"][-1] and not e["terminateds"][:-1].any()
+        assert np.allclose(np.exp(e["action_logp"]), e["action_prob"])
+
+    bc = (BCConfig().environment("CartPole-v1").offline_data(input=str(out))
+          .training(train_batch_size=100, minibatch_size=50))
+    algo = bc.build()
+    try:
+        result = algo.train()
+    finally:
+        algo.stop()
+    assert result["offline"]["num_episodes"] == 4 and result["num_env_steps_trained"] >= 100
+
+    again = subprocess.run([sys.executable, "-m", "rlmesh.cli.main", "rollout",
+                            str(small_checkpoint), "--episodes", "1", "--out", str(out)],
+                           capture_output=True, text=True, timeout=120)
+    assert again.returncode == 2 and "exists" in again.stderr.strip().splitlines()[-1]
+
+
+def test_rollout_out_keeps_an_episode_cut_by_steps_as_cut(small_checkpoint, tmp_path):
+    out = tmp_path / "cut.json"
+    run, lengths = rollout(small_checkpoint, "--steps", 30, "--seed", 0, "--out", out)
+    data = OfflineDataset(out)
+    assert len(data.episodes) == len(lengths) + 1  # the ended ones and the cut one
+    assert data.num_steps == 30
+    cut = [e for e in data.episodes if not (e["terminateds"][-1] or e["truncateds"][-1])]
+    assert len(cut) == 1 and len(cut[0]["rewards"]) == 30 - sum(lengths)

@@ -240,16 +240,19 @@ def test_packaged_tuned_example_found_by_bare_name(tmp_path, built, monkeypatch)
 @pytest.mark.parametrize("name", tuned_examples.names())
 def test_every_tuned_example_is_a_valid_config(name):
     from rlmesh.algorithms.registry import ALGORITHMS
+    from rlmesh.cli.experiments import check_evaluation_stop
     from rlmesh.cli.train import config_class
 
     experiment, exp, _ = tuned_examples.load_experiment(name)
     assert experiment and exp["run"] in ALGORITHMS
     assert name.split("-", 1)[1].replace("-", "_").startswith(exp["run"].lower())
-    # Offline algorithms sample nothing: they stop on their policy's rollouts.
+    # Offline algorithms sample nothing: they stop on their evaluation runners' returns.
     offline = exp["run"] in ("MARWIL", "BC")
     assert set(exp["stop"]) == ({"evaluation/episode_reward_mean", "training_iteration"}
                                 if offline else {"episode_reward_mean", "timesteps_total"})
-    config_class(exp["run"]).from_dict({**exp["config"], "env": exp["env"]}).validate()
+    config = config_class(exp["run"]).from_dict({**exp["config"], "env": exp["env"]})
+    config.validate()
+    check_evaluation_stop(exp["stop"], config)  # an evaluation/ stop key needs evaluations
 
 
 # --- errors: one line, exit 2, nothing started ---
