@@ -22,7 +22,7 @@ from rlmesh.offline.reader import common_columns, open_input
 from rlmesh.policy.recurrent import (is_recurrent, sequence_index, sequence_samples,
                                      time_major_outputs)
 from rlmesh.policy.torch_policy import TorchPolicy, entropy_of, explained_variance
-from rlmesh.rl.columns import Columns
+from rlmesh.rl.columns import DEFAULT_POLICY_ID, Columns, per_policy
 from rlmesh.rl.gae import compute_gae
 
 __all__ = ["MARWIL", "MARWILConfig", "MARWILTorchPolicy"]
@@ -114,7 +114,8 @@ class MARWIL(Algorithm):
             config = self.config_class.from_dict(config)
         config.validate()
         # The data is read and checked against the spaces before any process starts.
-        self.sources = open_input(config, *self._spaces(config))
+        self.input_spaces = input_spaces(config, self._spaces)
+        self.sources = open_input(config, self.input_spaces)
         super().__init__(config)
 
     def training_step(self) -> dict[str, dict[str, float]]:
@@ -125,11 +126,15 @@ class MARWIL(Algorithm):
                 with self.timer("sample_time_s"):
                     fragments += synchronous_parallel_sample(self.env_runners, max_env_steps=steps)
                 sampled = True
-            else:
-                fragments.append(dataset.sample(steps))
+            else:  # multi-agent: each policy its share, from its own agents' trajectories
+                fragments += [dataset.sample(steps, policy_id=pid) for pid in self.input_spaces]
+        by_policy: dict[str, list[dict[str, Any]]] = {}
+        for f in per_policy(fragments):
+            by_policy.setdefault(f.get("policy_id", DEFAULT_POLICY_ID), []).append(f)
         with self.timer("learn_time_s"):
-            stats = self.learner_group.update_from_episodes(common_columns(fragments),
-                                                            timesteps=self.timesteps_sampled)
+            stats = self.learner_group.update_from_episodes(
+                [f for fs in by_policy.values() for f in common_columns(fs)],
+                timesteps=self.timesteps_sampled)
         if sampled:
             self.env_runners.sync_weights()
         return stats
@@ -146,8 +151,29 @@ class MARWIL(Algorithm):
                 "num_episodes": sum(len(d.episodes) for d in datasets),
                 "num_steps": sum(d.num_steps for d in datasets)}
             methods = self.config.off_policy_estimation_methods
-            if methods:
+            if methods and None in self.input_spaces:  # single-agent runs only
                 episodes = datasets[0].draw(self.config.off_policy_estimation_episodes)
                 result["off_policy_estimation"] = estimate(
                     methods, self.get_policy(), episodes, self.config.gamma)
         return result
+
+
+def input_spaces(config: MARWILConfig, single: Any) -> dict[str | None, tuple[Any, Any]]:
+    """What ``input`` must fit: ``{None: single(config)}`` for a single-agent env; for a
+    MultiAgentEnv, ``{policy_id: spaces of the first agent mapped to it}`` (each policy
+    trains on its own agents' steps, picked by the data's policy_id column)."""
+    from rlmesh.algorithms.multi_agent import probe
+    from rlmesh.config.multi_agent import mapping_function, policies_as_data
+    from rlmesh.env.multi_agent_env import is_multi_agent
+    from rlmesh.roles.multi_agent_sampler import MultiAgentEpisode, map_agent
+
+    env = probe(config) if config.policy_server_address is None else None
+    if env is None or not is_multi_agent(env):
+        return {None: single(config)}
+    entries = policies_as_data(config.policies or [DEFAULT_POLICY_ID])
+    mapping, episode, out = mapping_function(config, entries), MultiAgentEpisode(0, 0), {}
+    for aid in env.unwrapped.possible_agents:
+        out.setdefault(map_agent(mapping, aid, episode, entries),
+                       (env.unwrapped.get_observation_space(aid),
+                        env.unwrapped.get_action_space(aid)))
+    return out

@@ -36,6 +36,21 @@ def encode(record: dict[str, np.ndarray], compress: frozenset[str] = frozenset()
     return json.dumps(out, separators=(",", ":"))
 
 
+def encode_multi_agent(batches: dict[str, list[dict[str, np.ndarray]]], count: int,
+                       compress: frozenset[str] = frozenset()) -> str:
+    """One JSON line of RLlib's MultiAgentBatch form: ``{"type": "MultiAgentBatch",
+    "count": env steps, "policy_batches": {policy_id: {column: [...]}}}``, each policy's
+    batch its agents' chunks one after the other."""
+    out: dict[str, Any] = {"type": "MultiAgentBatch", "count": int(count), "policy_batches": {}}
+    for pid, chunks in batches.items():
+        if chunks:
+            joined = {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
+            body = json.loads(encode(joined, compress))
+            del body["type"]
+            out["policy_batches"][pid] = body
+    return json.dumps(out, separators=(",", ":"))
+
+
 def decode(line: str) -> list[dict[str, np.ndarray]]:
     """The records of one line: one for a SampleBatch (a line without "type" is read as
     one), one per policy for RLlib's MultiAgentBatch, each with a policy_id column."""
@@ -119,6 +134,13 @@ class JsonFile:
 
     def write(self, records: list[dict[str, np.ndarray]]) -> int:
         self.file.write("".join(encode(r, self.compress) + "\n" for r in records))
+        self.file.flush()
+        return self.file.tell()
+
+    def write_multi_agent(self, batches: dict[str, list[dict[str, np.ndarray]]],
+                          count: int) -> int:
+        """One MultiAgentBatch line of a multi-agent runner's fragment."""
+        self.file.write(encode_multi_agent(batches, count, self.compress) + "\n")
         self.file.flush()
         return self.file.tell()
 

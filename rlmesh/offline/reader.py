@@ -16,7 +16,7 @@ import numpy as np
 
 from rlmesh.config.settings import ConfigError
 from rlmesh.offline.json_io import BadRecord, read_json
-from rlmesh.offline.records import NEW_OBS, batch_from_episodes, join_episodes
+from rlmesh.offline.records import NEW_OBS, POLICY_ID, batch_from_episodes, join_episodes
 from rlmesh.rl.columns import Columns, space_layout
 
 log = logging.getLogger(__name__)
@@ -80,7 +80,14 @@ class OfflineDataset:
         self.num_steps = sum(len(e[Columns.REWARDS]) for e in self.episodes)
         self.shuffle = shuffle
         self.rng = np.random.default_rng(seed)
-        self._order: list[int] = []
+        self._order: dict[str | None, list[int]] = {}
+
+    def episodes_of(self, policy_id: str | None) -> list[int]:
+        """Indices of the episodes (agent trajectories) of ``policy_id``; None: all."""
+        if policy_id is None:
+            return list(range(len(self.episodes)))
+        return [i for i, e in enumerate(self.episodes)
+                if POLICY_ID in e and str(e[POLICY_ID][0]) == policy_id]
 
     def _skip(self, where: str, why: str) -> None:
         self.num_skipped += 1
@@ -132,40 +139,48 @@ class OfflineDataset:
             rec[Columns.EPS_ID] = np.full(n, next(self._fake_ids), np.int64)
         return rec
 
-    def check_spaces(self, obs_space: gym.Space, action_space: gym.Space, env: Any) -> None:
-        """DatasetError (one line) when the data does not fit the run's spaces; else cast
-        obs and actions to the layouts runners use."""
+    def check_spaces(self, obs_space: gym.Space, action_space: gym.Space, env: Any,
+                     policy_id: str | None = None) -> None:
+        """DatasetError (one line) when the data (of ``policy_id``'s agents, if given) does
+        not fit the run's spaces; else cast obs and actions to the layouts runners use."""
+        episodes = [self.episodes[i] for i in self.episodes_of(policy_id)]
+        if not episodes:
+            have = sorted({str(e[POLICY_ID][0]) for e in self.episodes if POLICY_ID in e})
+            raise DatasetError(f"input {self.source!r} has no steps of policy {policy_id!r} "
+                               f"(its policy ids: {have}); map the agents to those ids")
         for key, space, what in ((Columns.OBS, obs_space, "observation"),
                                  (Columns.ACTIONS, action_space, "action")):
             layout = space_layout(space)
-            shapes = {tuple(e[key].shape[1:]) for e in self.episodes}
+            shapes = {tuple(e[key].shape[1:]) for e in episodes}
             if shapes != {layout.shape}:
                 raise DatasetError(
                     f"input {self.source!r} does not fit env {env!r}: its {key} have per-step "
                     f"shape {sorted(shapes)[0]}, the env's {what} space "
                     f"({type(space).__name__}) needs {layout.shape}")
             if isinstance(space, gym.spaces.Discrete):
-                values = np.concatenate([e[key] for e in self.episodes])
+                values = np.concatenate([e[key] for e in episodes])
                 bad = values[(values < space.start) | (values >= space.start + space.n)]
                 if values.dtype.kind == "f" or len(bad):
                     raise DatasetError(
                         f"input {self.source!r} does not fit env {env!r}: {key} "
                         f"{bad[0] if len(bad) else values[0]!r} is not in {space}")
-            for e in self.episodes:
+            for e in episodes:
                 for k in (key, NEW_OBS) if key == Columns.OBS else (key,):
                     if k in e:
                         e[k] = e[k].astype(layout.dtype, copy=False)
 
-    def sample_episodes(self, num_steps: int) -> list[dict[str, np.ndarray]]:
-        """Whole episodes, in shuffled passes over the dataset, until ``num_steps`` steps."""
+    def sample_episodes(self, num_steps: int, policy_id: str | None = None
+                        ) -> list[dict[str, np.ndarray]]:
+        """Whole episodes (of ``policy_id``'s agents, if given), in shuffled passes over the
+        dataset, until ``num_steps`` steps."""
         out, steps = [], 0
         while steps < num_steps:
-            if not self._order:
-                order = np.arange(len(self.episodes))
+            if not self._order.get(policy_id):
+                order = np.array(self.episodes_of(policy_id))
                 if self.shuffle:
                     self.rng.shuffle(order)
-                self._order = list(order[::-1])
-            e = self.episodes[self._order.pop()]
+                self._order[policy_id] = list(order[::-1])
+            e = self.episodes[self._order[policy_id].pop()]
             out.append(e)
             steps += len(e[Columns.REWARDS])
         return out
@@ -175,15 +190,19 @@ class OfflineDataset:
         index = self.rng.choice(len(self.episodes), n, replace=n > len(self.episodes))
         return [self.episodes[i] for i in index]
 
-    def sample(self, num_steps: int, keys: list[str] | None = None) -> dict[str, Any]:
-        """A fragment as runners ship them (time-major, whole episodes) of >= num_steps."""
-        episodes = self.sample_episodes(num_steps)
+    def sample(self, num_steps: int, keys: list[str] | None = None,
+               policy_id: str | None = None) -> dict[str, Any]:
+        """A fragment as runners ship them (time-major, whole episodes) of >= num_steps;
+        with ``policy_id``, of that policy's agents' trajectories, stamped with it."""
+        episodes = self.sample_episodes(num_steps, policy_id)
         have = set.intersection(*(set(e) for e in episodes))
         columns = [k for k in (keys or LEARNER_COLUMNS) if k in have]
         columns += sorted(k for k in have if k.startswith("state_") and k not in columns)
         batch = batch_from_episodes(episodes, columns)
         batch["env_steps"] = int(batch[Columns.MASK].sum())
         batch["episodes"] = []
+        if policy_id is not None:
+            batch["policy_id"] = policy_id
         return batch
 
     def stats(self) -> dict[str, Any]:
@@ -192,10 +211,12 @@ class OfflineDataset:
                 "num_files": len(self.files)}
 
 
-def open_input(config: Any, obs_space: gym.Space, action_space: gym.Space
+def open_input(config: Any, spaces: dict[str | None, tuple[gym.Space, gym.Space]]
                ) -> list[tuple[float, OfflineDataset | None]]:
     """``config.input`` as ``[(share of each train batch, dataset or None for the
-    sampler)]``, every dataset read and checked against the spaces (DatasetError)."""
+    sampler)]``, every dataset read and checked (DatasetError) against ``spaces``:
+    ``{policy_id: (obs space, action space)}`` of a multi-agent run, each policy's against
+    its agents' steps, or ``{None: spaces}`` (every step)."""
     source = config.input_
     mix = source if isinstance(source, dict) else {"x": 1.0}
     options = dict(config.input_config)
@@ -207,7 +228,8 @@ def open_input(config: Any, obs_space: gym.Space, action_space: gym.Space
             continue
         dataset = OfflineDataset(where, shuffle=options.get("shuffle", True), seed=config.seed,
                                  fmt=options.get("format"))
-        dataset.check_spaces(obs_space, action_space, config.env)
+        for pid, (obs_space, action_space) in spaces.items():
+            dataset.check_spaces(obs_space, action_space, config.env, pid)
         out.append((float(share), dataset))
     return out
 

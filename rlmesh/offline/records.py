@@ -89,6 +89,74 @@ class FragmentRecorder:
         return rec
 
 
+MAX_EPISODES_KEPT = 10_000  # episode ids a multi-agent recorder remembers
+
+
+class MultiAgentRecorder:
+    """Cuts a multi-agent runner's fragments (``policy_batches``, each column one agent's
+    piece, right-aligned) into per-agent chunks, ``{policy_id: [chunk]}``: every step with
+    its episode's random id (shared by its agents), the agent's id (as a string) and index
+    (order of first appearance in the episode), and its step counter across fragments."""
+
+    def __init__(self) -> None:
+        self._ids: dict[int, int] = {}  # the sampler's episode id -> random 63-bit id
+        self._agents: dict[int, dict[str, int]] = {}  # episode -> agent id -> agent_index
+        self._t: dict[tuple[int, str], int] = {}  # (episode, agent) -> steps written
+        self._unroll = 0
+
+    def records(self, fragment: dict[str, Any], owners: dict[str, list[tuple[int, Any]]]
+                ) -> dict[str, list[dict[str, np.ndarray]]]:
+        out = {}
+        for pid, part in fragment["policy_batches"].items():
+            mask = np.asarray(part[Columns.MASK], bool)
+            keys = [k for k in time_major_keys(part) if k != Columns.MASK and k not in LABELS]
+            out[pid] = [self._chunk(part, keys, np.flatnonzero(mask[:, b]), b, pid, owner)
+                        for b, owner in enumerate(owners[pid]) if mask[:, b].any()]
+        self._unroll += 1
+        # The sampler does not say when an episode is over (an agent may join late): the
+        # ids of the oldest episodes are forgotten, far more than a runner's envs ago.
+        while len(self._ids) > MAX_EPISODES_KEPT:
+            gone = next(iter(self._ids))
+            del self._ids[gone]
+            self._agents.pop(gone, None)
+            for key in [k for k in self._t if k[0] == gone]:
+                del self._t[key]
+        return out
+
+    def _chunk(self, part: dict[str, Any], keys: list[str], index: np.ndarray, b: int,
+               pid: str, owner: tuple[int, Any]) -> dict[str, np.ndarray]:
+        episode, aid = owner[0], str(owner[1])
+        n = len(index)
+        rec = {k: np.asarray(part[k])[index, b] for k in keys}
+        obs = np.asarray(part[Columns.OBS])
+        new_obs = np.empty_like(rec[Columns.OBS])
+        new_obs[:-1] = obs[index[1:], b]
+        new_obs[-1] = np.asarray(part["next_obs"])[b]  # each column ends at the cut
+        rec[NEW_OBS] = new_obs
+        eps_id = self._ids.setdefault(episode, _random_id())
+        agents = self._agents.setdefault(episode, {})
+        index_of = agents.setdefault(aid, len(agents))
+        t0 = self._t.get((episode, aid), 0)
+        rec[Columns.EPS_ID] = np.full(n, eps_id, np.int64)
+        rec[Columns.T] = np.arange(t0, t0 + n, dtype=np.int64)
+        rec[Columns.AGENT_INDEX] = np.full(n, index_of, np.int64)
+        rec[UNROLL_ID] = np.full(n, self._unroll, np.int64)
+        rec[POLICY_ID] = np.array([pid] * n)
+        rec[AGENT_ID] = np.array([aid] * n)
+        if Columns.ACTION_LOGP in rec:
+            rec[ACTION_PROB] = np.exp(rec[Columns.ACTION_LOGP]).astype(np.float32)
+        if rec[Columns.TERMINATEDS][-1] or rec[Columns.TRUNCATEDS][-1]:  # the agent left
+            self._t.pop((episode, aid), None)
+        else:
+            self._t[(episode, aid)] = t0 + n
+        return rec
+
+
+def _random_id() -> int:
+    # Random 63-bit ids, as RLlib's: files of several runs in one directory never clash.
+    return int.from_bytes(os.urandom(8), "little") >> 1
+
+
 def episode_record(obs: np.ndarray, actions: np.ndarray, rewards: np.ndarray,
                    terminated: np.ndarray, truncated: np.ndarray, new_obs: np.ndarray,
                    extra: dict[str, np.ndarray] | None = None,
@@ -114,14 +182,19 @@ def record_length(record: dict[str, Any]) -> int:
 
 
 def join_episodes(records: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
-    """Chunks grouped by eps_id (a record may hold several episodes: a Parquet file) and
-    joined in the order of t; columns not in every chunk of an episode are dropped."""
-    chunks: dict[int, list[dict[str, np.ndarray]]] = {}
+    """Chunks grouped by eps_id and agent_id (a record may hold several episodes: a Parquet
+    file; a multi-agent episode is one trajectory per agent) and joined in the order of t;
+    columns not in every chunk of an episode are dropped."""
+    chunks: dict[tuple[int, str], list[dict[str, np.ndarray]]] = {}
     for rec in records:
         ids = rec[Columns.EPS_ID]
-        starts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])
+        # Multi-agent data: each agent of an episode is a trajectory of its own.
+        agents = rec[AGENT_ID].astype(str) if AGENT_ID in rec else np.full(len(ids), "")
+        change = (ids[1:] != ids[:-1]) | (agents[1:] != agents[:-1])
+        starts = np.flatnonzero(np.r_[True, change])
         for lo, hi in zip(starts, [*starts[1:], len(ids)]):
-            chunks.setdefault(int(ids[lo]), []).append({k: v[lo:hi] for k, v in rec.items()})
+            key = (int(ids[lo]), str(agents[lo]))
+            chunks.setdefault(key, []).append({k: v[lo:hi] for k, v in rec.items()})
     episodes = []
     for parts in chunks.values():
         parts.sort(key=lambda p: int(p[Columns.T][0]) if Columns.T in p else 0)

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from rlmesh.offline.json_io import JsonFile
-from rlmesh.offline.records import FragmentRecorder, episode_record
+from rlmesh.offline.records import FragmentRecorder, MultiAgentRecorder, episode_record
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +37,7 @@ class OutputWriter:
         self.max_file_size = max_file_size
         self.compress = frozenset(compress_columns)
         self.recorders: dict[str, FragmentRecorder] = {}
+        self.multi_agent = MultiAgentRecorder()
         self.file: Any = None
         self.num_files = 0
         self.steps_written = 0
@@ -50,8 +51,25 @@ class OutputWriter:
         return cls(config.output, worker_index, config.output_format,
                    config.output_max_file_size, config.output_compress_columns)
 
-    def write(self, fragment: dict[str, Any]) -> None:
-        """Append one fragment (of the policy its ``policy_id`` names)."""
+    def write(self, fragment: dict[str, Any],
+              owners: dict[str, list[tuple[int, Any]]] | None = None) -> None:
+        """Append one fragment (of the policy its ``policy_id`` names). A multi-agent
+        runner's (``policy_batches``) needs ``owners``, the (episode id, agent id) of each
+        column (``MultiAgentSampler.last_owners``); in JSON it is one MultiAgentBatch line."""
+        if "policy_batches" in fragment:
+            batches = self.multi_agent.records(fragment, owners or {})
+            if not any(batches.values()):
+                return
+            if self.file is None:
+                self._open()
+            if not hasattr(self.file, "write_multi_agent"):  # Parquet: flat rows, policy_id
+                self.write_records([r for chunks in batches.values() for r in chunks])
+                return
+            size = self.file.write_multi_agent(batches, fragment.get("env_steps", 0))
+            self.steps_written += sum(len(r["rewards"]) for c in batches.values() for r in c)
+            if size >= self.max_file_size:
+                self.close()
+            return
         pid = fragment.get("policy_id", "default_policy")
         recorder = self.recorders.setdefault(pid, FragmentRecorder(pid))
         self.write_records(recorder.records(fragment))

@@ -187,7 +187,7 @@ class EnvRunner(MultiAgentPolicies, VersionedPolicies, Actor):
                 postprocessed_batch=fragment)
             self.callbacks.on_sample_end(env_runner=self, samples=fragment)
         if self.output_writer is not None:  # what the callbacks left, as RLlib writes it
-            self.output_writer.write(fragment)
+            self.output_writer.write(fragment, getattr(self.sampler, "last_owners", None))
         return fragment
 
     # --- streaming: sampling without being asked (IMPALA, APPO) ---

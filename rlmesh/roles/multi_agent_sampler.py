@@ -67,12 +67,14 @@ def _takes_worker(fn: Callable[..., Any]) -> bool:
 
 
 class _Trajectory:
-    """One agent's steps since its last shipped row."""
+    """One agent's steps since its last shipped row (``owner``: its episode's id and its
+    agent id, which ``output`` writes beside its steps)."""
 
-    __slots__ = ("pid", "rows", "next_obs", "done")
+    __slots__ = ("pid", "rows", "next_obs", "done", "owner")
 
-    def __init__(self, pid: str) -> None:
+    def __init__(self, pid: str, owner: tuple[int, Any] = (0, None)) -> None:
         self.pid = pid
+        self.owner = owner
         self.rows: list[dict[str, Any]] = []
         self.next_obs: Any = None
         self.done = False
@@ -122,6 +124,8 @@ class MultiAgentSampler:
         self._started = False
         self._episodes: list[dict[str, Any]] = []
         self._nested: dict[Any, Any] = {}  # agent id -> its nested obs space, or None
+        #: Per policy id, the (episode id, agent id) of each column of the last fragment.
+        self.last_owners: dict[str, list[tuple[int, Any]]] = {}
 
     @property
     def envs(self) -> list[Any]:
@@ -161,6 +165,7 @@ class MultiAgentSampler:
                 self._cut(slot, aid, traj, pieces)
         self.counters["num_env_steps_sampled"] += env_steps
         self.counters["num_agent_steps_sampled"] += agent_steps
+        self.last_owners = {pid: [t.owner for t in ps] for pid, ps in pieces.items()}
         return {"policy_batches": {pid: self._fragment(pid, ps) for pid, ps in pieces.items()},
                 "env_steps": env_steps, "agent_steps": agent_steps,
                 "episodes": self._episodes, "num_env_errors": self.counters["env_errors"],
@@ -270,7 +275,7 @@ class MultiAgentSampler:
         keep = [] if aid in slot.obs else traj.rows[-1:]
         ship = traj.rows[:len(traj.rows) - len(keep)]
         if ship:
-            piece = _Trajectory(traj.pid)
+            piece = _Trajectory(traj.pid, traj.owner)
             piece.rows = ship
             piece.next_obs = slot.obs[aid] if aid in slot.obs else keep[0][Columns.OBS]
             pieces.setdefault(traj.pid, []).append(piece)
@@ -321,7 +326,7 @@ class MultiAgentSampler:
         pid = map_agent(self.mapping_fn, aid, slot.episode, self.policies, self.env_runner)
         slot.episode.policy_for[aid] = pid
         self.used_policies.add(pid)
-        slot.trajs[aid] = _Trajectory(pid)
+        slot.trajs[aid] = _Trajectory(pid, (slot.episode.episode_id, aid))
         initial = self.policies[pid].get_initial_state()
         if initial:
             slot.states[aid] = [np.asarray(s) for s in initial]
