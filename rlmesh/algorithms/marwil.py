@@ -113,14 +113,18 @@ class MARWIL(Algorithm):
         if isinstance(config, dict):
             config = self.config_class.from_dict(config)
         config.validate()
-        # The data is read and checked against the spaces before any process starts.
+        # The data is read and checked against the spaces before any process starts. With
+        # env runners, each reads its shard of the files (offline/sharded.py) and serves
+        # fragments, drawn by the input's shares: the driver checks only each first file.
         self.input_spaces = input_spaces(config, self._spaces)
-        self.sources = open_input(config, self.input_spaces)
+        self.sources = open_input(config, self.input_spaces,
+                                  first_file_only=config.num_env_runners > 0)
+        self.sharded = config.num_env_runners > 0 and any(d for _, d in self.sources)
         super().__init__(config)
 
     def training_step(self) -> dict[str, dict[str, float]]:
         cfg, fragments, sampled = self.config, [], False
-        for share, dataset in self.sources:
+        for share, dataset in [] if self.sharded else self.sources:
             steps = max(1, round(share * cfg.train_batch_size))
             if dataset is None:
                 with self.timer("sample_time_s"):
@@ -128,6 +132,11 @@ class MARWIL(Algorithm):
                 sampled = True
             else:  # multi-agent: each policy its share, from its own agents' trajectories
                 fragments += [dataset.sample(steps, policy_id=pid) for pid in self.input_spaces]
+        if self.sharded:  # the runners' shards (and envs, in a mix) by the shares
+            with self.timer("sample_time_s"):
+                fragments = synchronous_parallel_sample(self.env_runners,
+                                                        max_env_steps=cfg.train_batch_size)
+            sampled = True
         by_policy: dict[str, list[dict[str, Any]]] = {}
         for f in per_policy(fragments):
             by_policy.setdefault(f.get("policy_id", DEFAULT_POLICY_ID), []).append(f)
@@ -145,13 +154,19 @@ class MARWIL(Algorithm):
         result = super().training_iteration()
         datasets = [d for _, d in self.sources if d is not None]
         if datasets:
+            shards = ([s for s in self.env_runners.foreach_env_runner("offline_stats") if s]
+                      if self.sharded else [d.stats() for d in datasets])
             result["offline"] = {
-                "num_records_skipped": sum(d.num_skipped for d in datasets),
-                "skipped": [p for d in datasets for p in d.problems][:5],
-                "num_episodes": sum(len(d.episodes) for d in datasets),
-                "num_steps": sum(d.num_steps for d in datasets)}
+                "num_records_skipped": sum(d["num_records_skipped"] for d in shards),
+                "skipped": [p for d in shards for p in d["skipped"]][:5],
+                "num_episodes": sum(d["num_episodes"] for d in shards),
+                "num_steps": sum(d["num_steps"] for d in shards)}
+            if self.sharded:  # each runner's files and what it served
+                result["offline"]["env_runners"] = shards
             methods = self.config.off_policy_estimation_methods
-            if methods and None in self.input_spaces:  # single-agent runs only
+            # single-agent runs only; with env runners, on the episodes of each source's
+            # first file, which the driver read to check the data
+            if methods and None in self.input_spaces:
                 episodes = datasets[0].draw(self.config.off_policy_estimation_episodes)
                 result["off_policy_estimation"] = estimate(
                     methods, self.get_policy(), episodes, self.config.gamma)

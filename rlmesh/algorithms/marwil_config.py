@@ -29,6 +29,9 @@ class MARWILConfig(AlgorithmConfig, defaults=_MARWIL_DEFAULTS):
 
     #: The algorithm build() makes from this config.
     algorithm_path = "rlmesh.algorithms.marwil:MARWIL"
+    #: With num_env_runners > 0 each runner reads its shard of ``input``'s files
+    #: (rlmesh/offline/sharded.py); with 0 the driver reads them all.
+    reads_input_on_runners = True
 
     beta: float = setting(
         1.0, "training", ge=0,

@@ -211,12 +211,13 @@ class OfflineDataset:
                 "num_files": len(self.files)}
 
 
-def open_input(config: Any, spaces: dict[str | None, tuple[gym.Space, gym.Space]]
-               ) -> list[tuple[float, OfflineDataset | None]]:
+def open_input(config: Any, spaces: dict[str | None, tuple[gym.Space, gym.Space]],
+               first_file_only: bool = False) -> list[tuple[float, OfflineDataset | None]]:
     """``config.input`` as ``[(share of each train batch, dataset or None for the
     sampler)]``, every dataset read and checked (DatasetError) against ``spaces``:
     ``{policy_id: (obs space, action space)}`` of a multi-agent run, each policy's against
-    its agents' steps, or ``{None: spaces}`` (every step)."""
+    its agents' steps, or ``{None: spaces}`` (every step). ``first_file_only``: only each
+    source's first file is read, to check it (the env runners read the data)."""
     source = config.input_
     mix = source if isinstance(source, dict) else {"x": 1.0}
     options = dict(config.input_config)
@@ -226,10 +227,12 @@ def open_input(config: Any, spaces: dict[str | None, tuple[gym.Space, gym.Space]
         if where == "sampler":
             out.append((float(share), None))
             continue
-        dataset = OfflineDataset(where, shuffle=options.get("shuffle", True), seed=config.seed,
-                                 fmt=options.get("format"))
+        shards = len(resolve_files(where)) if first_file_only else 1
+        dataset = OfflineDataset(where, 0, shards, shuffle=options.get("shuffle", True),
+                                 seed=config.seed, fmt=options.get("format"))
         for pid, (obs_space, action_space) in spaces.items():
-            dataset.check_spaces(obs_space, action_space, config.env, pid)
+            if not (first_file_only and pid is not None and not dataset.episodes_of(pid)):
+                dataset.check_spaces(obs_space, action_space, config.env, pid)
         out.append((float(share), dataset))
     return out
 

@@ -21,6 +21,7 @@ import numpy as np
 from rlmesh.callbacks import load_callbacks
 from rlmesh.code import code_names, is_file, resolve_sent
 from rlmesh.envs import EnvContext, import_object, make_env, space_to_data
+from rlmesh.offline.sharded import ShardedInput
 from rlmesh.offline.writer import OutputWriter
 from rlmesh.preprocessing import wrap_for_model
 from rlmesh.rl.columns import DEFAULT_POLICY_ID
@@ -145,6 +146,8 @@ class EnvRunner(MultiAgentPolicies, VersionedPolicies, Actor):
         self._stream_error: str | None = None
         # ``output``: what this runner samples also goes to files of its own (docs/offline.md).
         self.output_writer = OutputWriter.from_config(cfg, worker_index)
+        # ``input`` naming files (MARWIL, BC): this runner serves its shard (offline/sharded.py).
+        self.offline_input = ShardedInput.from_config(cfg, worker_index, self)
 
     in_evaluation = False  # EvalRunner (roles/eval_runner.py) says True
 
@@ -169,7 +172,11 @@ class EnvRunner(MultiAgentPolicies, VersionedPolicies, Actor):
 
     def _sample_now(self, explore: bool | None = None) -> dict[str, Any]:
         start = time.perf_counter()
-        fragment = self.sampler.sample(self.fragment_length, self.complete_episodes, explore)
+        fragment = read = None
+        if self.offline_input is not None:  # None: this fragment's draw is the env
+            fragment = read = self.offline_input.sample(self.fragment_length * len(self.envs))
+        if fragment is None:
+            fragment = self.sampler.sample(self.fragment_length, self.complete_episodes, explore)
         self._stats["sample_time_s"] += time.perf_counter() - start
         self._stats["num_fragments"] += 1
         fragment["policy_version"] = self.versions[self.policy_id]
@@ -186,7 +193,7 @@ class EnvRunner(MultiAgentPolicies, VersionedPolicies, Actor):
                 env_runner=self, policy_id=self.policy_id, policies=self.policies,
                 postprocessed_batch=fragment)
             self.callbacks.on_sample_end(env_runner=self, samples=fragment)
-        if self.output_writer is not None:  # what the callbacks left, as RLlib writes it
+        if self.output_writer is not None and read is None:  # what the callbacks left
             self.output_writer.write(fragment, getattr(self.sampler, "last_owners", None))
         return fragment
 
@@ -334,6 +341,12 @@ class EnvRunner(MultiAgentPolicies, VersionedPolicies, Actor):
         secs = stats["sample_time_s"]
         return {**stats, "worker_index": self.worker_index, "policy_version": self.version,
                 "env_steps_per_s": stats["num_env_steps_sampled"] / secs if secs else 0.0}
+
+    def offline_stats(self) -> dict[str, Any]:
+        """The files of this runner's ``input`` shard and what it served ({}: none)."""
+        if self.offline_input is None:
+            return {}
+        return {"worker_index": self.worker_index, **self.offline_input.stats()}
 
     def pid(self) -> int:
         """This runner's process id (tests kill it to exercise restarts)."""
