@@ -59,20 +59,23 @@ def test_multi_agent_output_read_back_and_bc_per_policy(tmp_path):
     assert any(len(v) == 2 for v in by_episode.values())  # both agents under one episode id
     assert any(bool(e["terminateds"][-1]) for e in data.episodes)
 
-    bc = (BCConfig()
-          .environment(ENV, env_config={"num_agents": 2})
-          .offline_data(input=str(out))
-          .training(train_batch_size=200, minibatch_size=100, model={"fcnet_hiddens": [16]})
-          .multi_agent(policies={"p0", "p1"}, policy_mapping_fn=MAPPING,
-                       policies_to_train=["p0"])
-          .debugging(seed=0))
-    with bc.build() as algo:
-        before = algo.get_weights()
-        result = algo.train()
-        after = algo.get_weights()
-    info = result["info"]["learner"]
-    assert info["p0"]["num_env_steps_trained"] >= 200 and not info["p1"]
-    assert any(not np.array_equal(after["p0"][k], v) for k, v in before["p0"].items())
-    for k, v in before["p1"].items():
-        np.testing.assert_array_equal(after["p1"][k], v)
-    assert result["offline"]["num_steps"] == sampled
+    for runners in (0, 1):  # read by the driver, or by the runner (offline/sharded.py)
+        bc = (BCConfig()
+              .environment(ENV, env_config={"num_agents": 2})
+              .env_runners(num_env_runners=runners, rollout_fragment_length=100)
+              .offline_data(input=str(out))
+              .training(train_batch_size=200, minibatch_size=100, model={"fcnet_hiddens": [16]})
+              .multi_agent(policies={"p0", "p1"}, policy_mapping_fn=MAPPING,
+                           policies_to_train=["p0"])
+              .debugging(seed=0))
+        with bc.build() as algo:
+            before = algo.get_weights()
+            result = algo.train()
+            after = algo.get_weights()
+        info = result["info"]["learner"]
+        assert info["p0"]["num_env_steps_trained"] >= 100 and not info["p1"]
+        assert any(not np.array_equal(after["p0"][k], v) for k, v in before["p0"].items())
+        for k, v in before["p1"].items():
+            np.testing.assert_array_equal(after["p1"][k], v)
+        assert result["offline"]["num_steps"] == sampled
+        assert ("env_runners" in result["offline"]) == bool(runners)
