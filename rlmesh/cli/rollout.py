@@ -154,10 +154,10 @@ def run_episodes(algo, env, steps: int | None, episodes: int | None, explore: bo
 
 def run_multi_agent_episodes(algo, env, steps: int | None, episodes: int | None,
                              explore: bool, seed: int | None, returns: list[float],
-                             out=print) -> list[float]:
+                             out=print, writer=None) -> list[float]:
     """``run_episodes`` for a MultiAgentEnv: each agent acts with the policy the
     checkpoint's policy_mapping_fn gives it (once per episode); returns summed over agents,
-    with each policy's share printed."""
+    with each policy's share printed; every agent's steps also to ``writer`` (``--out``)."""
     from rlmesh.roles.multi_agent_sampler import MultiAgentEpisode, map_agent
 
     obs, _ = env.reset(seed=seed)
@@ -166,13 +166,20 @@ def run_multi_agent_episodes(algo, env, steps: int | None, episodes: int | None,
         for aid in obs:
             if aid not in episode.policy_for:
                 episode.policy_for[aid] = map_agent(algo.mapping_fn, aid, episode, algo.policies)
-        actions = {aid: algo.compute_single_action(o, explore=explore,
-                                                   policy_id=episode.policy_for[aid])
-                   for aid, o in obs.items()}
+        if writer is None:
+            actions = {aid: algo.compute_single_action(o, explore=explore,
+                                                       policy_id=episode.policy_for[aid])
+                       for aid, o in obs.items()}
+        else:  # each agent's step as a runner records it
+            steps_of = {aid: algo.policies[episode.policy_for[aid]].compute_step(o, None, explore)
+                        for aid, o in obs.items()}
+            actions = {aid: step[2] for aid, step in steps_of.items()}
         obs, rewards, terms, truncs, _ = env.step(actions)
         for aid, r in rewards.items():
             episode.agent_rewards[aid] = episode.agent_rewards.get(aid, 0.0) + float(r)
         episode.length, taken = episode.length + 1, taken + 1
+        if writer is not None:
+            _write_agent_steps(writer, algo, episode, steps_of, obs, rewards, terms, truncs)
         done = {a for a in obs if terms.get(a) or truncs.get(a)}
         obs = {a: o for a, o in obs.items() if a not in done}
         if terms.get("__all__") or truncs.get("__all__"):
@@ -183,9 +190,29 @@ def run_multi_agent_episodes(algo, env, steps: int | None, episodes: int | None,
                 shares[pid] = shares.get(pid, 0.0) + r
             out(f"episode {len(returns)}: return {returns[-1]:.2f}, length {episode.length}, "
                 f"by policy {', '.join(f'{p} {r:.2f}' for p, r in sorted(shares.items()))}")
+            if writer is not None:
+                writer.end_episode(episode.length)
             episode = MultiAgentEpisode(0, len(returns))
             obs, _ = env.reset()
+    if writer is not None:  # an episode cut by --steps: as cut short
+        writer.end_episode(episode.length)
     return returns
+
+
+def _write_agent_steps(writer, algo, episode, steps_of, obs, rewards, terms, truncs) -> None:
+    """The agents that acted, each its step; rewards of agents waiting for their turn onto
+    their last step."""
+    for aid, (obs_column, action_column, _, _, extra) in steps_of.items():
+        pid = episode.policy_for[aid]
+        new_obs = algo.policies[pid].obs_column(obs[aid]) if aid in obs else obs_column
+        writer.add_step(obs_column, action_column, float(rewards.get(aid, 0.0)),
+                        bool(terms.get(aid) or terms.get("__all__")),
+                        bool(truncs.get(aid) or truncs.get("__all__")) and not (
+                            terms.get(aid) or terms.get("__all__")),
+                        new_obs, extra, agent=aid, policy_id=pid)
+    for aid, r in rewards.items():
+        if aid not in steps_of:
+            writer.add_reward(aid, float(r))
 
 
 def summary(returns: list[float]) -> str:
@@ -246,16 +273,11 @@ def main(args: argparse.Namespace) -> int:
         from rlmesh.env.multi_agent_env import is_multi_agent
         from rlmesh.offline.writer import EpisodeWriter
 
-        if args.out and is_multi_agent(env):
-            print("rlmesh rollout: error: --out writes single-agent episodes only so far",
-                  file=sys.stderr)
-            env.close()
-            return 2
         writer = EpisodeWriter(args.out) if args.out else None
         try:
             if is_multi_agent(env):
                 run_multi_agent_episodes(algo, env, args.steps, episodes, args.explore,
-                                         args.seed, returns)
+                                         args.seed, returns, writer=writer)
             else:
                 run_episodes(algo, env, args.steps, episodes, args.explore, args.seed,
                              returns, writer=writer)

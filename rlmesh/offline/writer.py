@@ -13,7 +13,9 @@ from typing import Any
 import numpy as np
 
 from rlmesh.offline.json_io import JsonFile
-from rlmesh.offline.records import FragmentRecorder, MultiAgentRecorder, episode_record
+from rlmesh.offline.records import (AGENT_ID, FragmentRecorder, MultiAgentRecorder,
+                                    episode_record)
+from rlmesh.rl.columns import Columns
 
 log = logging.getLogger(__name__)
 
@@ -130,30 +132,54 @@ class EpisodeWriter:
         self.file = file_class(self.path, frozenset())
         self.policy_id = policy_id
         self.num_episodes = self.num_steps = 0
-        self._steps: list[dict[str, Any]] = []
+        # Per agent (None: the single agent) its policy id and steps of the open episode.
+        self._steps: dict[Any, tuple[str, list[dict[str, Any]]]] = {}
 
     def add_step(self, obs: Any, action: Any, reward: float, terminated: bool, truncated: bool,
-                 new_obs: Any, extra: dict[str, Any] | None = None) -> None:
-        """One step (obs and action in their column form); an episode's last writes it."""
-        self._steps.append({"obs": obs, "actions": action, "rewards": reward,
-                            "terminated": terminated, "truncated": truncated,
-                            "new_obs": new_obs, **(extra or {})})
-        if terminated or truncated:
+                 new_obs: Any, extra: dict[str, Any] | None = None, agent: Any = None,
+                 policy_id: str | None = None) -> None:
+        """One step (obs and action in their column form); a single-agent episode's last
+        writes it. A multi-agent env's steps name their ``agent`` and ``policy_id``, and
+        ``end_episode`` writes the episode."""
+        steps = self._steps.setdefault(agent, (policy_id or self.policy_id, []))[1]
+        steps.append({"obs": obs, "actions": action, "rewards": reward,
+                      "terminated": terminated, "truncated": truncated,
+                      "new_obs": new_obs, **(extra or {})})
+        if agent is None and (terminated or truncated):
             self.end_episode()
 
-    def end_episode(self) -> None:
-        """Write the episode stepped so far. One cut short (``--steps``) ends with neither
-        terminated nor truncated set: readers train on it as cut by the data."""
+    def add_reward(self, agent: Any, reward: float) -> None:
+        """A reward for ``agent`` between its steps (turn-based envs): onto its last step."""
+        steps = self._steps.get(agent, (None, []))[1]
+        if steps:
+            steps[-1]["rewards"] += reward
+
+    def end_episode(self, env_steps: int | None = None) -> None:
+        """Write the episode stepped so far: one record per agent, all with one eps_id (a
+        multi-agent episode in JSON: one MultiAgentBatch line of ``env_steps``). One cut
+        short (``--steps``) ends with neither terminated nor truncated set: readers train
+        on it as cut by the data."""
         if not self._steps:
             return
-        cols = {k: np.stack([np.asarray(s[k]) for s in self._steps]) for k in self._steps[0]}
-        base = ("obs", "actions", "rewards", "terminated", "truncated", "new_obs")
-        record = episode_record(*(cols.pop(k) for k in base), extra=cols,
-                                policy_id=self.policy_id)
-        self.file.write([record])
+        eps_id, records = None, {}
+        for index, (agent, (pid, steps)) in enumerate(self._steps.items()):
+            cols = {k: np.stack([np.asarray(s[k]) for s in steps]) for k in steps[0]}
+            base = ("obs", "actions", "rewards", "terminated", "truncated", "new_obs")
+            record = episode_record(*(cols.pop(k) for k in base), extra=cols, policy_id=pid)
+            eps_id = record[Columns.EPS_ID][0] if eps_id is None else eps_id
+            record[Columns.EPS_ID][:] = eps_id
+            record[Columns.AGENT_INDEX][:] = index
+            if agent is not None:
+                record[AGENT_ID] = np.array([str(agent)] * len(steps))
+            records.setdefault(pid, []).append(record)
+        flat = [r for rs in records.values() for r in rs]
+        if None in self._steps or not hasattr(self.file, "write_multi_agent"):
+            self.file.write(flat)
+        else:
+            self.file.write_multi_agent(records, env_steps or 0)
         self.num_episodes += 1
-        self.num_steps += len(self._steps)
-        self._steps = []
+        self.num_steps += sum(len(r[Columns.REWARDS]) for r in flat)
+        self._steps = {}
 
     def close(self) -> None:
         """Write a partial episode, then close the file (a Parquet file is readable only

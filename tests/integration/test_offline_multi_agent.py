@@ -6,6 +6,8 @@ agents' steps."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import numpy as np
 
@@ -79,3 +81,32 @@ def test_multi_agent_output_read_back_and_bc_per_policy(tmp_path):
             np.testing.assert_array_equal(after["p1"][k], v)
         assert result["offline"]["num_steps"] == sampled
         assert ("env_runners" in result["offline"]) == bool(runners)
+
+
+def test_rollout_out_writes_every_agents_episode(tmp_path):
+    cfg = (PPOConfig()
+           .environment(ENV, env_config={"num_agents": 2})
+           .env_runners(num_env_runners=0, rollout_fragment_length=40)
+           .training(train_batch_size=80, minibatch_size=40, num_epochs=1,
+                     model={"fcnet_hiddens": [16]})
+           .multi_agent(policies={"p0", "p1"}, policy_mapping_fn=MAPPING)
+           .debugging(seed=0))
+    with cfg.build() as algo:
+        checkpoint = algo.save(tmp_path / "ckpt")
+    out = tmp_path / "episodes.json"
+    proc = subprocess.run([sys.executable, "-m", "rlmesh.cli.main", "rollout", checkpoint,
+                           "--episodes", "3", "--explore", "--trust-code", "--out", str(out)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    lines = [json.loads(x) for x in out.read_text().splitlines()]
+    assert len(lines) == 3 and {x["type"] for x in lines} == {"MultiAgentBatch"}
+    data = OfflineDataset(out, shuffle=False)
+    assert len(data.episodes) == 6  # 3 episodes x 2 agents
+    for line in lines:  # an episode ends when its last CartPole falls (make_multi_agent)
+        lengths = [len(b["rewards"]) for b in line["policy_batches"].values()]
+        assert len(lengths) == 2 and max(lengths) == line["count"]
+    for e in data.episodes:
+        assert str(e["policy_id"][0]) == f"p{e['agent_id'][0]}"
+        assert e["terminateds"][-1] or e["truncateds"][-1]
+        np.testing.assert_allclose(e["obs"][1:], e["new_obs"][:-1])
+        assert "action_logp" in e
