@@ -31,7 +31,9 @@ class OfflineSettings:
         doc="Where training samples come from: 'sampler' (the env runners), a directory, a "
             "file or a glob of JSON-lines / Parquet files (or a list of them), or a mix "
             "{'sampler': 0.4, '/data/expert': 0.6} giving each source its share of every "
-            "train batch. The driver reads the data; each train batch of whole episodes is split "
+            "train batch. With num_env_runners 0 the driver reads the data; with runners, each "
+            "reads its own shard of the files and draws each fragment from one source by "
+            "the shares (MARWIL, BC). A train batch of whole episodes is split "
             "between data-parallel learners. Episodes cut into several records are joined "
             "by eps_id (docs/offline.md).")
     input_config: dict = setting(
