@@ -136,7 +136,7 @@ class MARWIL(Algorithm):
             with self.timer("sample_time_s"):
                 fragments = synchronous_parallel_sample(self.env_runners,
                                                         max_env_steps=cfg.train_batch_size)
-            sampled = True
+            sampled = any(d is None for _, d in self.sources)  # the envs act on the weights
         by_policy: dict[str, list[dict[str, Any]]] = {}
         for f in per_policy(fragments):
             by_policy.setdefault(f.get("policy_id", DEFAULT_POLICY_ID), []).append(f)

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from rlmesh.offline.reader import OfflineDataset
+from rlmesh.offline.reader import DatasetError, OfflineDataset
 
 
 class ShardedInput:
@@ -39,6 +39,10 @@ class ShardedInput:
                 continue
             if multi_agent:
                 self.policy_ids = [p for p in policies if dataset.episodes_of(p)]
+                if not self.policy_ids:  # nothing to serve: sampling would never end
+                    raise DatasetError(
+                        f"input {dataset.source!r}: this runner's shard {dataset.files} has "
+                        f"no steps of its policies {sorted(policies)}")
             for pid in self.policy_ids:
                 policy = policies[pid] if pid is not None else next(iter(policies.values()))
                 dataset.check_spaces(policy.observation_space, policy.action_space,
