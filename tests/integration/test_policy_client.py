@@ -208,7 +208,10 @@ def test_spinning_server_or_client_serves_the_same_episodes(server_spin_us, clie
     assert played == [True] * 3 and len(frag["episodes"]) == 3
     assert frag["env_steps"] == sum(e["length"] for e in frag["episodes"])
     if server_spin_us:
-        assert 0 < metrics["spin_hits"] <= metrics["spins"]
+        # The setting reached the server, which spins. Whether a request lands inside a
+        # 300 us spin depends on this machine's timing (after 4 misses it probes only
+        # every 64th wait), so hits are checked in tests/unit/test_spin_wait.py, not here.
+        assert metrics["spins"] > 0 and metrics["spin_hits"] <= metrics["spins"]
     else:
         assert metrics["spins"] == 0
     assert (client_spins > 0) == (client_spin_us > 0)
