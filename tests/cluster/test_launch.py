@@ -27,8 +27,9 @@ RLMESH = [sys.executable, "-m", "rlmesh.cli.main"]
 
 
 def cluster_file(tmp: Path, cluster, *, stop: dict, runners: int = 2, job: str = "",
-                 **config) -> Path:
-    """A cluster file for the fixture's nodes; the head is this machine's bridge address."""
+                 run: str = "IMPALA", algo_settings: dict | None = None, **config) -> Path:
+    """A cluster file for the fixture's nodes; the head is this machine's bridge address.
+    ``algo_settings`` replaces the IMPALA settings below (another algorithm's)."""
     name = f"t{secrets.token_hex(3)}"
     nodes = "\n".join(f'[[nodes]]\nname = "{n}"\nhost = "{cluster.nodes[n].address}"\n'
                       f"resources = {{ CPU = 2, GPU = 0 }}\n" for n in cluster.names)
@@ -36,6 +37,8 @@ def cluster_file(tmp: Path, cluster, *, stop: dict, runners: int = 2, job: str =
                 "lr": 0.001, "num_sgd_iter": 2, "minibatch_buffer_size": 2,
                 "vf_loss_coeff": 0.5, "entropy_coeff": 0.0, "min_time_s_per_reporting": 1,
                 "model": {"fcnet_hiddens": [64, 64], "vf_share_layers": False}, **config}
+    if algo_settings is not None:
+        settings = {"num_env_runners": runners, **algo_settings, **config}
     text = f'''cluster_name = "{name}"
 [ssh]
 user = "{cluster.user}"
@@ -47,7 +50,7 @@ python = "{sys.executable}"
 host = "{cluster.bridge_address}"
 {nodes}
 [job]
-run = "IMPALA"
+run = "{run}"
 env = "CartPole-v1"
 local_dir = "{tmp / 'results'}"
 experiment_name = "{name}"
@@ -202,6 +205,31 @@ def test_a_dead_node_loses_its_runner_to_the_others(tmp_path, netns_cluster, env
     assert rows[-1]["num_env_runner_restarts"] >= 1
     assert rows[-1]["num_healthy_env_runners"] == 2
     assert rows[-1]["timesteps_total"] > rows[-5]["timesteps_total"]  # sampling went on
+
+
+def test_ars_spreads_its_runners_over_the_nodes_with_no_learner(tmp_path, netns_cluster, env):
+    # ES and ARS scale out as env runners do: the runners go to the nodes, each makes or
+    # maps its node's noise table, and the driver on the head applies the updates.
+    ars = {"num_rollouts": 8, "rollouts_used": 8, "noise_stdev": 0.05, "sgd_stepsize": 0.02,
+           "eval_prob": 0.2, "noise_size": 1_000_000, "observation_filter": "MeanStdFilter",
+           "metrics_num_episodes_for_smoothing": 10, "model": {"fcnet_hiddens": []}}
+    path = cluster_file(tmp_path, netns_cluster, run="ARS", algo_settings=ars,
+                        stop={"episode_reward_mean": 150, "training_iteration": 80})
+    name = path.read_text().split('"')[1]
+    launch = subprocess.Popen([*RLMESH, "launch", str(path)], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, env=env)
+    try:
+        state = wait_for_state(tmp_path / "clusters" / name / "head.json", "placement", launch)
+        out, _ = launch.communicate(timeout=240)
+    finally:
+        if launch.poll() is None:
+            launch.kill()
+    placement = state["placement"]
+    assert {placement["env_runner-1"], placement["env_runner-2"]} <= set(netns_cluster.names)
+    assert not any(actor.startswith("learner") for actor in placement)
+    assert launch.returncode == 0, out
+    rows = results(tmp_path)
+    assert rows[-1]["episode_reward_mean"] >= 150, [r["episode_reward_mean"] for r in rows]
 
 
 def test_a_killed_launcher_leaves_every_node_clean(tmp_path, netns_cluster, env, runs_root):
