@@ -338,3 +338,37 @@ def test_ctrl_c_and_a_frozen_head_leave_every_node_clean(tmp_path, netns_cluster
     finally:
         os.killpg(launch.pid, signal.SIGKILL)
         launch.wait(10)
+
+
+def test_launch_runs_a_sweep_with_each_trials_actors_on_the_nodes(tmp_path, netns_cluster, env):
+    """A [job] with a grid runs as a sweep on the head: each trial's learner and runners are
+    placed by the scheduler on the nodes, counting what the other trial holds."""
+    path = cluster_file(tmp_path, netns_cluster, runners=2, stop={"training_iteration": 3},
+                        lr={"grid_search": [0.001, 0.0005]})
+    name = path.read_text().split('"')[1]
+    done = rlmesh("launch", str(path), env=env, timeout=400)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert len(re.findall(r"scheduler: \S+ placed on ", done.stdout + done.stderr)) == 2
+    exp = tmp_path / "results" / name
+    state = json.loads((exp / "experiment_state.json").read_text())
+    trials = state["trials"]
+    assert [t["status"] for t in trials] == ["TERMINATED", "TERMINATED"], trials
+    held: dict[str, int] = {}
+    for t in trials:
+        log = (Path(t["dir"]) / "trial.log").read_text()
+        placed = json.loads(re.search(r"placement on the cluster: (\{.*\})", log).group(1))
+        assert set(placed) == {"learner-0", "env_runner-1", "env_runner-2"}, log
+        assert set(placed.values()) <= set(netns_cluster.names), placed
+        assert set(t["node"].split(",")) == set(placed.values())
+        for node in placed.values():
+            held[node] = held.get(node, 0) + 1
+        rows = [json.loads(x) for x in (Path(t["dir"]) / "result.json").read_text().splitlines()]
+        assert rows[-1]["training_iteration"] == 3
+        assert rows[-1]["num_healthy_env_runners"] == 2
+    # 2 CPUs a node, 3 a trial: the two trials, placed one after the other, share none over
+    assert max(held.values()) <= 2, held
+    from rlmesh.tune import ExperimentAnalysis
+
+    analysis = ExperimentAnalysis.from_dir(exp)
+    assert analysis.best_config["lr"] in (0.001, 0.0005)
+    assert "best" in (exp / "summary.txt").read_text().lower()
