@@ -2,7 +2,9 @@
 job learns with its learner on one node and runners on the others; `rlmesh status` and
 `rlmesh stack` see every process on every node; a node killed mid-run loses its runners to
 the others and training goes on; a launcher killed with SIGKILL leaves every node clean; a
-process without the cluster's CURVE keys cannot talk to an agent."""
+process without the cluster's CURVE keys cannot talk to an agent; a [job] with a grid runs as
+a sweep whose trials' actors the scheduler places on the nodes, a trial that does not fit
+waiting."""
 
 from __future__ import annotations
 
@@ -372,3 +374,18 @@ def test_launch_runs_a_sweep_with_each_trials_actors_on_the_nodes(tmp_path, netn
     analysis = ExperimentAnalysis.from_dir(exp)
     assert analysis.best_config["lr"] in (0.001, 0.0005)
     assert "best" in (exp / "summary.txt").read_text().lower()
+
+
+def test_a_launched_sweeps_trial_that_does_not_fit_waits(tmp_path, netns_cluster, env):
+    # 4 CPUs a trial (learner and 3 runners) on 6: the second trial waits for the first.
+    path = cluster_file(tmp_path, netns_cluster, runners=3, stop={"training_iteration": 2},
+                        lr={"grid_search": [0.001, 0.0005]})
+    done = rlmesh("launch", str(path), env=env, timeout=400)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out
+    waits = out.index("scheduler: IMPALA_CartPole-v1_00001 waits")
+    assert waits < out.index("IMPALA_CartPole-v1_00000 TERMINATED")
+    assert out.index("IMPALA_CartPole-v1_00000 TERMINATED") < out.index(
+        "scheduler: IMPALA_CartPole-v1_00001 placed on ")
+    state = json.loads(next((tmp_path / "results").glob("*/experiment_state.json")).read_text())
+    assert [t["status"] for t in state["trials"]] == ["TERMINATED", "TERMINATED"]
