@@ -14,6 +14,7 @@ import os
 import signal
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 # Only the standard library's light modules at the top: `rlmesh --help` builds this
@@ -102,19 +103,56 @@ def launch(cluster: Any, args: argparse.Namespace) -> int:
             sys.argv = [str(job.script), *job.args]
             runpy.run_path(str(job.script), run_name="__main__")
             return 0
+        if job.is_sweep:
+            return _launch_sweep(cluster, session, args)
         from rlmesh.cli.train import run_spec
-        from rlmesh.tune.spaces import has_domains
 
-        if has_domains(dict(job.config)):  # each trial's worker would start on the head alone
-            print("rlmesh launch: error: [job] config holds search spaces: sweeps run on one "
-                  "machine for now (rlmesh train -f FILE there)", file=sys.stderr)
-            return EXIT_USAGE
         return run_spec(job.train_spec(), resume=args.resume)
     except PlacementError as exc:  # raised before any of the job's processes started
         print(f"rlmesh launch: error: the job does not fit the cluster: {exc}", file=sys.stderr)
         return EXIT_USAGE
     finally:
         session.close()
+
+
+def _launch_sweep(cluster: Any, session: Any, args: argparse.Namespace) -> int:
+    """The job's sweep, run here on the head: each trial's driver a worker process here, its
+    actors placed on the nodes by the scheduler against what the running trials hold (a
+    trial that does not fit waits), started there by a cluster session of its own."""
+    import copy
+
+    from rlmesh import tune
+
+    job = cluster.job
+    nodes = _sweep_nodes(cluster, session)
+    analysis = tune.run(job.run, config=copy.deepcopy(dict(job.config)), stop=dict(job.stop),
+                        num_samples=job.num_samples, name=job.experiment_name,
+                        local_dir=job.local_dir, checkpoint_freq=job.checkpoint_freq,
+                        resume=args.resume, nodes=nodes,
+                        cluster_file=str(Path(args.cluster_file).resolve()))
+    if analysis.interrupted:
+        return 130
+    return 1 if any(t.status == "ERROR" for t in analysis.trials) else 0
+
+
+def _sweep_nodes(cluster: Any, session: Any) -> list[Any]:
+    """The scheduler's nodes: as the file declares them, or (a CPU or GPU count not given)
+    as their agents detect them, asked once before the sweep."""
+    import asyncio
+
+    from rlmesh.launcher.cluster_config import ClusterConfigError
+
+    try:
+        return cluster.scheduler_nodes({})
+    except ClusterConfigError:
+        pass
+
+    async def detect() -> dict[str, Any]:
+        await session.start()
+        detected = dict(session.detected)
+        await session.shutdown()
+        return detected
+    return cluster.scheduler_nodes(asyncio.run(detect()))
 
 
 def up(cluster: Any, args: argparse.Namespace) -> int:

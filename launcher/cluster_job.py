@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from rlmesh.cli.train import TrainSpec
 
 TRAIN_KEYS = ("run", "env", "config", "stop", "checkpoint_freq", "checkpoint_at_end", "local_dir",
-              "experiment_name")
+              "experiment_name", "num_samples")
 SCRIPT_KEYS = ("script", "args")
 
 
@@ -34,8 +34,16 @@ class JobConfig:
     checkpoint_at_end: bool = False
     local_dir: str | None = None
     experiment_name: str | None = None
+    num_samples: int = 1  # > 1, or search spaces in config: a sweep (rlmesh.tune)
     script: Path | None = None  # absolute
     args: tuple[str, ...] = ()
+
+    @property
+    def is_sweep(self) -> bool:
+        """Search spaces in its config, or several samples: the job is a sweep of trials."""
+        from rlmesh.tune.spaces import has_domains
+
+        return self.kind == "train" and (self.num_samples > 1 or has_domains(dict(self.config)))
 
     def train_spec(self) -> TrainSpec:
         """The experiment as ``rlmesh train`` runs it."""
@@ -92,7 +100,7 @@ def _parse_experiment(data: dict[str, Any]) -> JobConfig:
     env = _string(env, "job.env" if "env" in data else "job.config.env")
     config["env"] = env
     try:
-        cls.from_dict(config).validate()
+        cls.from_dict(_one_sample(config)).validate()
     except ConfigError as e:
         raise _Invalid("job.config", str(e).replace("invalid config:\n  ", "")
                        .replace("\n  ", "; ")) from None
@@ -104,9 +112,28 @@ def _parse_experiment(data: dict[str, Any]) -> JobConfig:
     if isinstance(freq, bool) or not isinstance(freq, int) or freq < 0:
         raise _Invalid("job.checkpoint_freq", f"expected an integer >= 0 (iterations between "
                        f"checkpoints; 0: none), got {_show(freq)}")
+    samples = data.get("num_samples", 1)
+    if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
+        raise _Invalid("job.num_samples", f"expected an integer >= 1 (times the search space "
+                       f"is sampled), got {_show(samples)}")
     return JobConfig(
         kind="train", run=run, env=env, config=MappingProxyType(config),
-        stop=MappingProxyType(stop), checkpoint_freq=freq,
+        stop=MappingProxyType(stop), checkpoint_freq=freq, num_samples=samples,
         checkpoint_at_end=_boolean(data.get("checkpoint_at_end", False), "job.checkpoint_at_end"),
         local_dir=_optional(data, "local_dir", "job", _string),
         experiment_name=_optional(data, "experiment_name", "job", _folder_name))
+
+
+def _one_sample(config: dict[str, Any]) -> dict[str, Any]:
+    """A sweep's config with its search spaces drawn once (the grid's first point): checked
+    as a trial will be, so that a typo fails before any node is touched."""
+    import random
+
+    from rlmesh.tune.spaces import SpaceError, grid_variants, has_domains, resolve
+
+    if not has_domains(config):
+        return config
+    try:
+        return resolve(grid_variants(config)[0][0], random.Random(0))[0]
+    except SpaceError as e:
+        raise _Invalid("job.config", str(e)) from None

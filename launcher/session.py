@@ -39,8 +39,13 @@ class ClusterSession:
     the run's event loop (installed as the runtime's job factory by ``install()``)."""
 
     def __init__(self, cluster: ClusterConfig, *, verbose: bool = False,
-                 echo: Callable[[str], None] | None = None) -> None:
+                 echo: Callable[[str], None] | None = None, state_name: str = "head.json",
+                 used: dict[str, dict[str, float]] | None = None) -> None:
         self.cluster = cluster
+        # A sweep's trial is a session of its own on the head: its own state file, and the
+        # resources the sweep's other trials hold counted as taken when it places.
+        self.state_name = state_name
+        self.used = used or {}
         self.verbose = verbose
         self.echo = echo or (lambda line: print(line, file=sys.stderr, flush=True))
         self.state_dir = cluster.state_dir
@@ -66,6 +71,14 @@ class ClusterSession:
             use_keys(self.keys)
         with ThreadPoolExecutor(max_workers=min(16, len(self.ssh) or 1)) as pool:
             list(pool.map(self._prepare_node, self.ssh))
+
+    def attach(self) -> None:
+        """Use the keys a prepared session (the launch's head) made: a sweep's trial joins the
+        nodes ``rlmesh launch`` prepared, without making new keys or syncing again."""
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        if self.cluster.security.curve:
+            self.keys = ClusterKeys.load(self.state_dir / "keys")
+            use_keys(self.keys)
 
     def _prepare_node(self, node: str) -> None:
         ssh = self.ssh[node]
@@ -170,7 +183,7 @@ class ClusterSession:
             if bundles:
                 groups.append(PlacementGroup(bundles, g.strategy, g.name))
         nodes = self.cluster.scheduler_nodes(self.detected)
-        self._placement = place(groups, nodes)
+        self._placement = place(groups, nodes, self.used)
         self._groups = groups
         self._labels = {b.label: (gi, bi) for gi, g in enumerate(groups)
                         for bi, b in enumerate(g.bundles)}
@@ -179,6 +192,11 @@ class ClusterSession:
         self._names = names
         self._write_state(names)
         return names
+
+    @property
+    def placed(self) -> dict[str, str]:
+        """actor -> node, as the scheduler placed the run's actors."""
+        return dict(self._names)
 
     def _replace_node(self, actor: str) -> str:
         """Where ``actor`` goes now that its node is gone (``dead``): the scheduler again,
@@ -224,7 +242,7 @@ class ClusterSession:
                  "used": {n: dict(r) for n, r in placed.used.items()} if placed else {},
                  "free": {n: dict(r) for n, r in placed.free.items()} if placed else {},
                  "heartbeat_age_s": self._heartbeat_ages()}
-        path = self.state_dir / "head.json"
+        path = self.state_dir / self.state_name
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(state, indent=1))
         os.replace(tmp, path)
@@ -245,12 +263,12 @@ class ClusterSession:
             if self.job.started:
                 await self.job.shutdown()
             self.job = None
-        (self.state_dir / "head.json").unlink(missing_ok=True)
+        (self.state_dir / self.state_name).unlink(missing_ok=True)
 
     def close(self) -> None:
         for ssh in self.ssh.values():
             ssh.close()
-        path = self.state_dir / "head.json"
+        path = self.state_dir / self.state_name
         try:
             if json.loads(path.read_text()).get("pid") == os.getpid():
                 path.unlink()  # this head is done: status and stack find no stale one

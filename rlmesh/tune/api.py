@@ -50,7 +50,7 @@ def run(run_or_experiment: Any, *, config: dict | None = None, stop: dict | None
         local_dir: str | None = None, storage_path: str | None = None, checkpoint_freq: int = 0,
         resume: bool = False, seed: int | None = None, grace_period: int = 1,
         reduction_factor: int = 3, nodes: list | None = None, verbose: int = 1,
-        print_every_s: float = 15.0) -> ExperimentAnalysis:
+        print_every_s: float = 15.0, cluster_file: str | None = None) -> ExperimentAnalysis:
     """Run a sweep of ``run_or_experiment`` (an algorithm name such as "PPO", or a function
     ``fn(config)`` calling rlmesh.tune.report) over ``config``'s search spaces.
 
@@ -58,6 +58,8 @@ def run(run_or_experiment: Any, *, config: dict | None = None, stop: dict | None
     ``search_alg``: None (grid and random draws), "optuna"/"tpe" or "optuna_random".
     Trials run as many at a time as their resource requests fit ``nodes`` (this machine by
     default) and ``max_concurrent_trials`` allow. Nested metric keys are written with "/".
+    ``cluster_file`` (``rlmesh launch`` passes it, with the cluster's ``nodes``): each trial's
+    driver runs here, on the head, and its actors on the nodes the scheduler gave it.
     """
     from rlmesh.tune.controller import Sweep
     from rlmesh.tune.pbt import PopulationBasedTraining
@@ -65,6 +67,9 @@ def run(run_or_experiment: Any, *, config: dict | None = None, stop: dict | None
     from rlmesh.tune.table import TrialTable
 
     run_name, fn = _trainable(run_or_experiment)
+    if cluster_file is not None and fn is not None:
+        raise ValueError("a function trainable runs on a thread of the sweep; on a cluster "
+                         "only algorithm trials run (give an algorithm name)")
     metric = metric or (scheduler.metric if isinstance(scheduler, PopulationBasedTraining)
                         and scheduler.metric else DEFAULT_METRIC)
     config, stop = _config_and_stop(run_name, fn, config, stop)
@@ -91,9 +96,10 @@ def run(run_or_experiment: Any, *, config: dict | None = None, stop: dict | None
     table.message(f"rlmesh tune: {search.total} trials of {run_name} in {exp_dir}"
                   f"{' (resumed)' if resume else ''}")
     sweep = Sweep(exp_dir, trials, search.total, make_trial,
-                  _requester(run_name, fn, resources_per_trial), fn, search, pbt, metric, mode,
-                  table, nodes or local_nodes(), max_concurrent_trials, checkpoint_freq,
-                  meta={"run": run_name, "experiment": experiment})
+                  _requester(run_name, fn, resources_per_trial, cluster_file is not None), fn,
+                  search, pbt, metric, mode, table, nodes or local_nodes(),
+                  max_concurrent_trials, checkpoint_freq,
+                  meta={"run": run_name, "experiment": experiment}, cluster_file=cluster_file)
     finished = sweep.run()
     analysis = ExperimentAnalysis(sweep.trials, metric, mode, exp_dir, interrupted=not finished)
     (exp_dir / "summary.txt").write_text(analysis.summary() + "\n")
@@ -166,9 +172,10 @@ class _TrialMaker:
                      dir=str(self.exp_dir / (f"{trial_id}_{tag}" if tag else trial_id)))
 
 
-def _requester(run_name: str, fn, resources_per_trial: dict | None):
+def _requester(run_name: str, fn, resources_per_trial: dict | None, on_cluster: bool = False):
     """trial -> the placement groups it asks for: its config's resource_request() for an
-    algorithm, ``resources_per_trial`` (default 1 CPU) for a function."""
+    algorithm, ``resources_per_trial`` (default 1 CPU) for a function. On a cluster the
+    driver's bundles are left out, as the launch's session leaves them: the head runs it."""
     def request(trial: Trial):
         from rlmesh.runtime.resources import Bundle, PlacementGroup
 
@@ -179,7 +186,11 @@ def _requester(run_name: str, fn, resources_per_trial: dict | None):
 
         cfg = config_class(run_name).from_dict(copy.deepcopy(trial.config))
         cfg.validate()
-        return cfg.resource_request()
+        groups = cfg.resource_request()
+        if on_cluster:
+            groups = [PlacementGroup(bundles, g.strategy, g.name) for g in groups
+                      if (bundles := tuple(b for b in g.bundles if b.label != "driver"))]
+        return groups
 
     return request
 

@@ -23,7 +23,8 @@ class Sweep:
 
     def __init__(self, experiment_dir: Path, trials: list, total: int, make_trial, request,
                  trainable, search, pbt, metric: str, mode: str, table, nodes,
-                 max_concurrent: int | None = None, checkpoint_freq: int = 0, meta=None):
+                 max_concurrent: int | None = None, checkpoint_freq: int = 0, meta=None,
+                 cluster_file: str | None = None):
         self.dir = experiment_dir
         self.trials = trials
         self.total = total
@@ -37,6 +38,7 @@ class Sweep:
         self.max_concurrent = max_concurrent or 10**9
         self.checkpoint_freq = checkpoint_freq
         self.meta = meta or {}
+        self.cluster_file = cluster_file  # a launched cluster: trials' actors on its nodes
         self.events: queue.Queue = queue.Queue()
         self.running: dict[str, object] = {}  # trial id -> its ProcessTrial / FunctionTrial
         self.usage: dict[str, dict[str, dict[str, float]]] = {}  # trial id -> node -> res
@@ -148,6 +150,7 @@ class Sweep:
             self._launch(trial, groups, placement)
 
     def _launch(self, trial, groups, placement) -> None:
+        others = self._used()  # what the trial's session counts as taken when it places
         usage: dict[str, dict[str, float]] = {}
         for (g, b), node in placement.assignment.items():
             for res, amount in groups[g].bundles[b].resources.items():
@@ -158,7 +161,9 @@ class Sweep:
         if self.search is not None and trial.optuna_number is None:
             self.search.reattach(trial)
         if self.trainable is None:
-            runner = ProcessTrial(trial, self.events, self.checkpoint_freq)
+            cluster = None if self.cluster_file is None else {"file": self.cluster_file,
+                                                              "used": others}
+            runner = ProcessTrial(trial, self.events, self.checkpoint_freq, cluster)
         else:
             if self._pool is None:
                 from concurrent.futures import ThreadPoolExecutor

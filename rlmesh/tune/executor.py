@@ -22,14 +22,16 @@ from typing import Any, Callable
 class ProcessTrial:
     """An algorithm trial: ``python -m rlmesh.tune.worker`` in a session of its own."""
 
-    def __init__(self, trial, events: queue.Queue, checkpoint_freq: int = 0):
+    def __init__(self, trial, events: queue.Queue, checkpoint_freq: int = 0,
+                 cluster: dict | None = None):
         self.trial = trial
         self.events = events
         trial_dir = Path(trial.dir)
         trial_dir.mkdir(parents=True, exist_ok=True)
         spec = {"run": trial.run, "config": trial.config, "stop": trial.stop,
                 "trial_dir": trial.dir, "trial_id": trial.trial_id,
-                "restore": trial.restore_from, "checkpoint_freq": checkpoint_freq}
+                "restore": trial.restore_from, "checkpoint_freq": checkpoint_freq,
+                "cluster": cluster}
         spec_path = trial_dir / "trial_spec.json"
         spec_path.write_text(json.dumps(spec))
         from rlmesh.runtime.process import ONE_THREAD_PER_LIBRARY

@@ -76,7 +76,15 @@ def main(spec_path: str, parent_pid: int) -> int:
     level = str(spec.config.get("log_level", "WARNING")).upper()
     logging.basicConfig(level={"WARN": "WARNING"}.get(level, level),
                         format="%(levelname)s %(name)s: %(message)s")
-    algo = build_algorithm(config)
+    session = _join_cluster(data["cluster"], data["trial_id"]) if data.get("cluster") else None
+    try:
+        algo = build_algorithm(config)
+    except BaseException:
+        if session is not None:
+            session.close()
+        raise
+    if session is not None:  # where the scheduler put this trial's actors, for its log
+        print(f"placement on the cluster: {json.dumps(session.placed, sort_keys=True)}")
     if data.get("restore"):
         try:
             algo.restore(data["restore"], trust_code=True)  # the sweep's own checkpoint
@@ -93,6 +101,23 @@ def main(spec_path: str, parent_pid: int) -> int:
     except experiments.UsageError as e:  # a stop key no result has: one line, not a traceback
         print(f"rlmesh train: error: {e}")
         return experiments.EXIT_USAGE
+    finally:
+        if session is not None:
+            session.close()
+
+
+def _join_cluster(cluster: dict, trial_id: str):
+    """A trial of a sweep that `rlmesh launch` runs: a cluster session of its own on the head,
+    joined to the nodes the launch prepared, installed so that build_algorithm places the
+    trial's actors there (the scheduler, counting what the sweep's other trials hold)."""
+    from rlmesh.launcher.cluster_config import load_cluster
+    from rlmesh.launcher.session import ClusterSession
+
+    session = ClusterSession(load_cluster(cluster["file"]), state_name=f"trial-{trial_id}.json",
+                             used=cluster["used"], echo=print)
+    session.attach()
+    session.install()
+    return session
 
 
 if __name__ == "__main__":

@@ -2,7 +2,9 @@
 job learns with its learner on one node and runners on the others; `rlmesh status` and
 `rlmesh stack` see every process on every node; a node killed mid-run loses its runners to
 the others and training goes on; a launcher killed with SIGKILL leaves every node clean; a
-process without the cluster's CURVE keys cannot talk to an agent."""
+process without the cluster's CURVE keys cannot talk to an agent; a [job] with a grid runs as
+a sweep whose trials' actors the scheduler places on the nodes, a trial that does not fit
+waiting."""
 
 from __future__ import annotations
 
@@ -366,3 +368,52 @@ def test_ctrl_c_and_a_frozen_head_leave_every_node_clean(tmp_path, netns_cluster
     finally:
         os.killpg(launch.pid, signal.SIGKILL)
         launch.wait(10)
+
+
+def test_launch_runs_a_sweep_with_each_trials_actors_on_the_nodes(tmp_path, netns_cluster, env):
+    """A [job] with a grid runs as a sweep on the head: each trial's learner and runners are
+    placed by the scheduler on the nodes, counting what the other trial holds."""
+    path = cluster_file(tmp_path, netns_cluster, runners=2, stop={"training_iteration": 3},
+                        lr={"grid_search": [0.001, 0.0005]})
+    name = path.read_text().split('"')[1]
+    done = rlmesh("launch", str(path), env=env, timeout=400)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert len(re.findall(r"scheduler: \S+ placed on ", done.stdout + done.stderr)) == 2
+    exp = tmp_path / "results" / name
+    state = json.loads((exp / "experiment_state.json").read_text())
+    trials = state["trials"]
+    assert [t["status"] for t in trials] == ["TERMINATED", "TERMINATED"], trials
+    held: dict[str, int] = {}
+    for t in trials:
+        log = (Path(t["dir"]) / "trial.log").read_text()
+        placed = json.loads(re.search(r"placement on the cluster: (\{.*\})", log).group(1))
+        assert set(placed) == {"learner-0", "env_runner-1", "env_runner-2"}, log
+        assert set(placed.values()) <= set(netns_cluster.names), placed
+        assert set(t["node"].split(",")) == set(placed.values())
+        for node in placed.values():
+            held[node] = held.get(node, 0) + 1
+        rows = [json.loads(x) for x in (Path(t["dir"]) / "result.json").read_text().splitlines()]
+        assert rows[-1]["training_iteration"] == 3
+        assert rows[-1]["num_healthy_env_runners"] == 2
+    # 2 CPUs a node, 3 a trial: the two trials, placed one after the other, share none over
+    assert max(held.values()) <= 2, held
+    from rlmesh.tune import ExperimentAnalysis
+
+    analysis = ExperimentAnalysis.from_dir(exp)
+    assert analysis.best_config["lr"] in (0.001, 0.0005)
+    assert "best" in (exp / "summary.txt").read_text().lower()
+
+
+def test_a_launched_sweeps_trial_that_does_not_fit_waits(tmp_path, netns_cluster, env):
+    # 4 CPUs a trial (learner and 3 runners) on 6: the second trial waits for the first.
+    path = cluster_file(tmp_path, netns_cluster, runners=3, stop={"training_iteration": 2},
+                        lr={"grid_search": [0.001, 0.0005]})
+    done = rlmesh("launch", str(path), env=env, timeout=400)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out
+    waits = out.index("scheduler: IMPALA_CartPole-v1_00001 waits")
+    assert waits < out.index("IMPALA_CartPole-v1_00000 TERMINATED")
+    assert out.index("IMPALA_CartPole-v1_00000 TERMINATED") < out.index(
+        "scheduler: IMPALA_CartPole-v1_00001 placed on ")
+    state = json.loads(next((tmp_path / "results").glob("*/experiment_state.json")).read_text())
+    assert [t["status"] for t in state["trials"]] == ["TERMINATED", "TERMINATED"]

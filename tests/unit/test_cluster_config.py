@@ -260,6 +260,14 @@ def test_mistakes_name_their_key(tmp_path: Path, changes: dict[str, Any], key: s
     assert words in str(e)
 
 
+def test_job_with_search_spaces_or_samples_is_a_sweep(tmp_path: Path) -> None:
+    grid = {"lr": {"grid_search": [0.001, 0.0005]}, "num_env_runners": 2}
+    job = parse(tmp_path, job={**BASE["job"], "config": grid}).job
+    assert job.is_sweep and job.config["lr"] == {"grid_search": [0.001, 0.0005]}
+    assert parse(tmp_path, job={**BASE["job"], "num_samples": 3}).job.is_sweep
+    assert not parse(tmp_path).job.is_sweep
+
+
 JOB = BASE["job"]
 
 
@@ -270,6 +278,9 @@ JOB = BASE["job"]
     ({**JOB, "run": "PPP"}, "job.run", "unknown algorithm 'PPP'; did you mean 'PPO'?"),
     ({**JOB, "stop": {"timesteps_total": "1e6"}}, "job.stop", "must be a number"),
     ({**JOB, "checkpoint_freq": -1}, "job.checkpoint_freq", "integer >= 0"),
+    ({**JOB, "num_samples": 0}, "job.num_samples", "integer >= 1"),
+    ({**JOB, "config": {"lr": {"grid_search": ["fast"]}}}, "job.config",
+     "lr: expected float, got 'fast'"),
     ({**JOB, "chekpoint_freq": 1}, "job.chekpoint_freq", "did you mean 'checkpoint_freq'?"),
     ({**JOB, "script": "t.py"}, "job", "not both; found script and run, env, config, stop"),
     ({**JOB, "args": ["x"]}, "job.args", "job.script"),
