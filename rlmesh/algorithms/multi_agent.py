@@ -62,7 +62,7 @@ def specs_or_none(algo: Any, default_class: Any) -> dict[str, dict[str, Any]] | 
             return None
         if not getattr(type(algo), "supports_multi_agent", True):
             raise ValueError(f"{type(algo).__name__} does not run multi-agent envs yet; PPO, "
-                             "IMPALA, APPO, PG and A2C do (docs/multi_agent.md)")
+                             "IMPALA, APPO, PG, A2C and DQN do (docs/multi_agent.md)")
         if algo.config.observation_filter != "NoFilter":
             raise ValueError("observation_filter: multi-agent runs take 'NoFilter' only")
         return multi_agent_specs(algo.config, default_class, env)
