@@ -47,6 +47,7 @@ class Apex(OffPolicy):
     and ``ApexDDPG`` name the loss (their policy) and the action spaces they take."""
 
     mesh_class = ApexMesh
+    supports_multi_agent = False  # replay shards hold one policy's transitions
     mesh: ApexMesh
 
     def _policy_specs(self) -> dict[str, dict[str, Any]]:

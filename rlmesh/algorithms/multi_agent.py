@@ -50,7 +50,9 @@ def multi_agent_specs(config: Any, default_class: Any, env: Any) -> dict[str, di
 
 def specs_or_none(algo: Any, default_class: Any) -> dict[str, dict[str, Any]] | None:
     """The multi-agent specs when the config's env is a MultiAgentEnv, else None."""
-    env = probe(algo.config) if algo.config.policy_server_address is None else None
+    if algo.config.policy_server_address is not None:
+        return server_specs(algo.config, default_class) if algo.config.is_multi_agent else None
+    env = probe(algo.config)
     try:
         if env is None or not is_multi_agent(env):
             if algo.config.is_multi_agent:
@@ -60,13 +62,30 @@ def specs_or_none(algo: Any, default_class: Any) -> dict[str, dict[str, Any]] | 
             return None
         if not getattr(type(algo), "supports_multi_agent", True):
             raise ValueError(f"{type(algo).__name__} does not run multi-agent envs yet; PPO, "
-                             "IMPALA, APPO, PG and A2C do (docs/multi_agent.md)")
+                             "IMPALA, APPO, PG, A2C and DQN do (docs/multi_agent.md)")
         if algo.config.observation_filter != "NoFilter":
             raise ValueError("observation_filter: multi-agent runs take 'NoFilter' only")
         return multi_agent_specs(algo.config, default_class, env)
     finally:
         if env is not None:
             env.close()
+
+
+def server_specs(config: Any, default_class: Any) -> dict[str, dict[str, Any]]:
+    """A multi-agent policy server's specs: the clients' simulators hold the env, so each
+    policy's spaces come from its PolicySpec, else from ``.environment(observation_space=,
+    action_space=)``."""
+    spaces = (config.observation_space, config.action_space)
+    out = {}
+    for pid, data in policies_as_data(config.policies).items():
+        spec = PolicySpec(data["policy_class"], data["observation_space"],
+                          data["action_space"], data["config"])
+        if (spec.observation_space or spaces[0]) is None or (spec.action_space or spaces[1]) is None:
+            raise ValueError(f"policy {pid!r} of a policy server has no spaces: give them in "
+                             "its PolicySpec or in .environment(observation_space=..., "
+                             "action_space=...)")
+        out[pid] = spec.resolved(default_class, *spaces).to_data(config)
+    return out
 
 
 def policy_results(episodes: list[dict[str, Any]], new: list[dict[str, Any]],

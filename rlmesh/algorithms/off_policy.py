@@ -31,6 +31,8 @@ How a replay-based algorithm is written on it
 
 The replay buffer lives in the driver next to the learner (RLlib's local buffer); sharded
 replay actors (APEX) would stand behind the same ``add``/``sample``/``update_priorities``.
+Multi-agent: a buffer and an n-step builder per policy (``self.replays``), fed with that
+policy's part of each fragment; each trained policy learns from its own buffer.
 """
 
 from __future__ import annotations
@@ -47,7 +49,9 @@ from rlmesh.algorithms.algorithm import Algorithm
 from rlmesh.algorithms.env_runner_group import synchronous_parallel_sample
 from rlmesh.algorithms.off_policy_config import OffPolicyConfig
 from rlmesh.config.base import ConfigError
+from rlmesh.config.multi_agent import trainable
 from rlmesh.config.schedules import value_at
+from rlmesh.envs import as_space
 from rlmesh.policy.torch_policy import TorchPolicy, load_weights
 from rlmesh.rl.batch import to_tensors
 from rlmesh.rl.columns import DEFAULT_POLICY_ID
@@ -225,14 +229,22 @@ class OffPolicy(Algorithm):
 
     def _policy_specs(self) -> dict[str, dict[str, Any]]:
         # Runs before any process starts: a bad space or a buffer too large fails here.
-        self.check_spaces(self.obs_space, self.action_space)
+        specs = super()._policy_specs()
+        spaces = {pid: (as_space(s["observation_space"]), as_space(s["action_space"]))
+                  for pid, s in specs.items()}
+        for obs_space, action_space in spaces.values():
+            self.check_spaces(obs_space, action_space)
         try:
-            self.replay = make_replay(self.config, self.obs_space, self.action_space)
+            self.replays = {pid: make_replay(self.config, *sp) for pid, sp in spaces.items()}
         except ReplayMemoryError as e:  # a setting to change: the CLI's one-line error
             raise ConfigError(str(e)) from None
-        self.nstep = NStepBuilder(self.config.n_step, self.config.gamma)
+        self.nsteps = {pid: NStepBuilder(self.config.n_step, self.config.gamma)
+                       for pid in specs}
+        # Single-agent: the one buffer (results, checkpoints); multi-agent: the first's.
+        first = DEFAULT_POLICY_ID if DEFAULT_POLICY_ID in specs else next(iter(specs))
+        self.replay, self.nstep = self.replays[first], self.nsteps[first]
         self._updates_owed = 0.0
-        return super()._policy_specs()
+        return specs
 
     def training_step(self) -> dict[str, dict[str, float]]:
         cfg = self.config
@@ -247,18 +259,26 @@ class OffPolicy(Algorithm):
                 k_steps = self.owed_gradient_steps(steps, len(fragments))
                 if k_steps:
                     with self.timer("learn_time_s"):
-                        stats = self.learn(k_steps)
-                    trained += int(stats[DEFAULT_POLICY_ID]["num_env_steps_trained"])
+                        stats = self.learn(k_steps) or stats
+                    trained += sum(int(s.get("num_env_steps_trained", 0)) for s in stats.values())
                     self.env_runners.sync_weights()
             if self.env_runners.env_steps - start >= cfg.min_sample_timesteps_per_iteration:
-                if stats:
-                    stats[DEFAULT_POLICY_ID]["num_env_steps_trained"] = trained
+                if len(stats) == 1:
+                    next(iter(stats.values()))["num_env_steps_trained"] = trained
                 return stats
 
     def store(self, fragments: list[dict[str, Any]]) -> int:
         """The fragments' n-step transitions into the buffer; the env steps they hold."""
         for fragment in fragments:
-            if fragment["env_steps"]:
+            parts = fragment.get("policy_batches")
+            if parts is not None:  # multi-agent: each policy's agents into its own buffer
+                for pid, part in parts.items():
+                    if pid in self.replays and part["env_steps"]:
+                        part.setdefault("worker_index", fragment.get("worker_index", 0))
+                        transitions = self.nsteps[pid].add_fragment(part, cut=True)
+                        if transitions:
+                            self.replays[pid].add(transitions)
+            elif fragment["env_steps"]:
                 transitions = self.nstep.add_fragment(fragment)
                 if transitions:
                     self.replay.add(transitions)
@@ -277,27 +297,38 @@ class OffPolicy(Algorithm):
         return k_steps
 
     def learn(self, k_steps: int) -> dict[str, dict[str, float]]:
-        """``k_steps`` gradient steps on replayed minibatches in one learner call; the TD
-        errors go back to the buffer as priorities."""
+        """``k_steps`` gradient steps on replayed minibatches in one learner call (each
+        trained policy's from its own buffer); the TD errors go back as priorities."""
         size = self.config.train_batch_size
-        sample = self.replay.sample(k_steps * size, beta=replay_beta(self.config,
-                                                                     self.timesteps_sampled))
-        batch = {k: v.reshape(k_steps, size, *v.shape[1:]) for k, v in sample.items()}
-        if "weights" not in batch:
-            batch["weights"] = np.ones((k_steps, size), np.float32)
-        stats = self.learner_group.update_from_batch({DEFAULT_POLICY_ID: batch},
-                                                     timesteps=self.timesteps_sampled)
-        td = np.asarray(stats[DEFAULT_POLICY_ID].pop("td_error")).reshape(-1)
-        ok = np.isfinite(td)
-        self.replay.update_priorities(sample["batch_indexes"][ok], td[ok])
+        beta = replay_beta(self.config, self.timesteps_sampled)
+        samples, batches = {}, {}
+        for pid, replay in self.replays.items():
+            if len(replay) == 0 or (len(self.replays) > 1 and not trainable(self.config, pid)):
+                continue
+            samples[pid] = sample = replay.sample(k_steps * size, beta=beta)
+            batch = {k: v.reshape(k_steps, size, *v.shape[1:]) for k, v in sample.items()}
+            if "weights" not in batch:
+                batch["weights"] = np.ones((k_steps, size), np.float32)
+            batches[pid] = batch
+        if not batches:
+            return {}
+        stats = self.learner_group.update_from_batch(batches, timesteps=self.timesteps_sampled)
+        for pid, sample in samples.items():
+            if pid not in stats or "td_error" not in stats[pid]:
+                continue
+            td = np.asarray(stats[pid].pop("td_error")).reshape(-1)
+            ok = np.isfinite(td)
+            self.replays[pid].update_priorities(sample["batch_indexes"][ok], td[ok])
         return stats
 
     def training_iteration(self) -> dict[str, Any]:
         result = super().training_iteration()
-        result.update(replay_buffer_size_bytes=self.replay.size_bytes,
-                      replay_buffer_num_transitions=len(self.replay),
-                      replay_buffer_num_added=self.replay.num_added,
-                      **self.nstep.counters)
+        replays = self.replays.values()
+        result.update(replay_buffer_size_bytes=sum(r.size_bytes for r in replays),
+                      replay_buffer_num_transitions=sum(len(r) for r in replays),
+                      replay_buffer_num_added=sum(r.num_added for r in replays),
+                      num_nstep_steps_dropped=sum(n.counters["num_nstep_steps_dropped"]
+                                                  for n in self.nsteps.values()))
         return result
 
     # --- checkpoints: the buffer's contents with store_buffer_in_checkpoints ---

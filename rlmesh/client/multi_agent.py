@@ -1,7 +1,8 @@
 """Multi-agent episodes over a ``PolicyClient``: ``get_action`` with a dict of observations,
 ``log_returns`` with a dict of rewards. Each agent is an episode of its own on the server
-(``<episode_id>/<agent_id>``), acting with the server's one policy: agents share it, and
-each one's trajectory is learned from as an env runner's per-agent trajectory would be."""
+(``<episode_id>/<agent_id>``), acting with the server's one policy, or, on a server with
+``.multi_agent(policies=...)``, with the policy its ``policy_mapping_fn`` maps the agent
+to; each one's trajectory is learned from as an env runner's per-agent trajectory would be."""
 
 from __future__ import annotations
 
@@ -19,12 +20,16 @@ class MultiAgentPolicyClient:
         self.client = PolicyClient(client, **client_kwargs) if isinstance(client, str) else client
         self._open: dict[str, dict[Any, str]] = {}  # episode id -> agent id -> server episode
         self._training: dict[str, bool] = {}
+        # A multi-agent server maps each agent to a policy: agents join through start_agent.
+        self._mapped = bool((self.client.server_info or {}).get("policies"))
 
     def start_episode(self, episode_id: str | None = None, training_enabled: bool = True) -> str:
         # Only the agents' episodes exist on the server; this id prefixes theirs.
         episode_id = episode_id or uuid.uuid4().hex
         if episode_id in self._open:
             raise ValueError(f"episode {episode_id!r} is already open")
+        if self._mapped:
+            episode_id = self.client._call("start_episode", episode_id, training_enabled)
         self._open[episode_id] = {}
         self._training[episode_id] = training_enabled
         return episode_id
@@ -34,7 +39,10 @@ class MultiAgentPolicyClient:
         if agents is None:
             raise KeyError(f"unknown multi-agent episode {episode_id!r}: start it with "
                            "start_episode()")
-        if agent_id not in agents:
+        if agent_id not in agents and self._mapped:
+            agents[agent_id] = self.client._call("start_agent", episode_id, agent_id,
+                                                 self._training[episode_id])
+        elif agent_id not in agents:
             agents[agent_id] = self.client.start_episode(f"{episode_id}/{agent_id}",
                                                          self._training[episode_id])
         return agents[agent_id]

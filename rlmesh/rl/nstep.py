@@ -29,10 +29,11 @@ def step_next_obs(fragment: dict[str, Any]) -> np.ndarray:
     return out
 
 
-def nstep_transitions(steps: dict[str, np.ndarray], n: int, gamma: float
+def nstep_transitions(steps: dict[str, np.ndarray], n: int, gamma: float, cut: bool = False
                       ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """One env's consecutive steps -> (its n-step transitions, the steps left over: those
-    whose n-step window runs past the last step without the episode ending there)."""
+    whose n-step window runs past the last step without the episode ending there; with
+    ``cut`` none: their shorter windows bootstrap from the last step's next_obs)."""
     r = np.asarray(steps["rewards"], np.float64)
     term = np.asarray(steps["terminateds"], bool)
     done = term | np.asarray(steps["truncateds"], bool)
@@ -55,7 +56,7 @@ def nstep_transitions(steps: dict[str, np.ndarray], n: int, gamma: float
         terminated[live] = term[jj]
         alive = live.copy()
         alive[live] &= ~done[jj]
-    complete = ended | (k == n)
+    complete = ended | (k == n) | cut
     keep = int(np.argmin(complete)) if not complete.all() else size  # incomplete: a tail
     out = {"obs": steps["obs"][:keep], "actions": steps["actions"][:keep],
            "rewards": ret[:keep].astype(np.float32),
@@ -97,7 +98,9 @@ class NStepBuilder:
         self._carry: dict[tuple[Any, ...], dict[str, np.ndarray]] = {}
         self.counters = {"num_nstep_steps_dropped": 0}
 
-    def add_fragment(self, fragment: dict[str, Any]) -> dict[str, np.ndarray]:
+    def add_fragment(self, fragment: dict[str, Any], cut: bool = False) -> dict[str, np.ndarray]:
+        """``cut``: a multi-agent policy's part, whose column b is not the same agent from one
+        fragment to the next: nothing is carried, windows end at the fragment's end."""
         mask = np.asarray(fragment["mask"], bool)
         if not mask.size:
             return {}
@@ -122,7 +125,7 @@ class NStepBuilder:
                              if k in carry}
             if not len(steps["rewards"]):
                 continue
-            out, tail = nstep_transitions(steps, self.n, self.gamma)
+            out, tail = nstep_transitions(steps, self.n, self.gamma, cut)
             if len(tail["rewards"]):
                 self._carry[(*who, b)] = tail
             parts.append(out)

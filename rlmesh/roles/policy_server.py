@@ -32,6 +32,7 @@ from rlmesh.roles.policy_checks import (ClientDataError, ClientLimits, Rejection
                                         check_actions, check_chunk_columns, check_obs,
                                         check_reward, check_summary, counted, field_of)
 from rlmesh.roles.policy_memory import check_memory_columns, memory_options, recurrent_columns
+from rlmesh.roles.policy_server_agents import ServedAgents
 from rlmesh.runtime import Actor, current_job
 from rlmesh.runtime.actor import ActorServer, caller_id
 from rlmesh.wire import codec
@@ -77,6 +78,10 @@ class PolicyServerRunner(VersionedPolicies, Actor):
         if cfg.observation_space is not None and cfg.action_space is not None:
             self.observation_space = as_space(cfg.observation_space)
             self.action_space = as_space(cfg.action_space)
+        elif specs is not None and cfg.is_multi_agent and cfg.env is None:  # the first policy's
+            first = next(iter(specs.values()))
+            self.observation_space = as_space(first["observation_space"])
+            self.action_space = as_space(first["action_space"])
         else:  # the spaces of the config's env, built once here
             self.observation_space, self.action_space = spaces_of(cfg.env, cfg.env_config, registry)
         job = current_job()
@@ -101,10 +106,10 @@ class PolicyServerRunner(VersionedPolicies, Actor):
         self.obs_filter = make_filter(cfg.observation_filter, self.observation_space)
         self.fragment_length = cfg.get_rollout_fragment_length(worker_index)
         self.limits = ClientLimits.from_config(cfg)
-        self.episodes = Episodes(self.fragment_length, self.limits.max_open_episodes,
-                                 self.limits.max_open_episodes_per_client,
-                                 self.limits.max_episode_steps, **memory_options(
-                                     self.policy.get_initial_state(), self.memory_specs))
+        self.episodes = self._episodes_of(self.policy, self.memory_specs)
+        # Multi-agent (.multi_agent(policies=...)): each agent of a client's episode is an
+        # episode of its own in its policy's Episodes, mapped once by policy_mapping_fn.
+        self.multi = ServedAgents(self, cfg) if cfg.is_multi_agent else None
         self.rejections = Rejections()
         self.received: deque[dict[str, Any]] = deque()  # chunks from local-inference clients
         self.received_steps = 0
@@ -116,6 +121,17 @@ class PolicyServerRunner(VersionedPolicies, Actor):
         self.address = public_address(cfg.policy_server_address, worker_index)
         self._stats = {"num_fragments": 0, "num_weight_updates": 0, "idle_fragments": 0,
                        "client_errors": 0, "steps_dropped": 0, "chunks_received": 0}
+
+    def _episodes_of(self, policy: Any, memory_specs: dict[str, Any]) -> Episodes:
+        return Episodes(self.fragment_length, self.limits.max_open_episodes,
+                        self.limits.max_open_episodes_per_client, self.limits.max_episode_steps,
+                        **memory_options(policy.get_initial_state(), memory_specs))
+
+    def route(self, episode_id: Any) -> tuple[Any, Episodes]:
+        """The policy and the episodes an episode id belongs to."""
+        if self.multi is None:
+            return self.policy, self.episodes
+        return self.multi.route(episode_id)
 
     async def on_start(self) -> None:
         cfg = self.config
@@ -159,8 +175,10 @@ class PolicyServerRunner(VersionedPolicies, Actor):
                 await asyncio.wait_for(self._new_data.wait(), cfg.policy_server_idle_timeout_s)
             except asyncio.TimeoutError:
                 break
-            self.episodes.expire(cfg.policy_server_episode_timeout_s)
-        self.episodes.expire(cfg.policy_server_episode_timeout_s)
+            self._expire()
+        self._expire()
+        if self.multi is not None:
+            return self._stamp(self.multi.fragment())
         self.episodes.cut_open()
         chunks = self.episodes.take_chunks() + list(self.received)
         self.received.clear()
@@ -168,6 +186,11 @@ class PolicyServerRunner(VersionedPolicies, Actor):
         fragment = fragment_from_chunks(chunks, self.chunk_specs())
         fragment["policy_version"] = self.version
         fragment["policy_id"] = DEFAULT_POLICY_ID
+        return self._stamp(fragment)
+
+    def _stamp(self, fragment: dict[str, Any]) -> dict[str, Any]:
+        fragment.setdefault("policy_version", self.version)
+        fragment.setdefault("policy_id", DEFAULT_POLICY_ID)
         fragment["worker_index"] = self.worker_index
         fragment["idle"] = fragment["env_steps"] == 0
         fragment["client_rejections"] = self.rejections.snapshot()
@@ -182,9 +205,17 @@ class PolicyServerRunner(VersionedPolicies, Actor):
                 **action_dist_columns(self.num_inputs),
                 Columns.REWARDS: ColumnSpec((), np.dtype(np.float32)), **self.memory_specs}
 
+    def _all_episodes(self) -> list[Episodes]:
+        return [self.episodes] if self.multi is None else list(self.multi.episodes.values())
+
+    def _expire(self) -> None:
+        for episodes in self._all_episodes():
+            episodes.expire(self.config.policy_server_episode_timeout_s)
+
     def _steps_ready(self) -> int:
-        open_steps = sum(len(e.steps) for e in self.episodes.open.values())
-        return self.episodes.steps_ready() + open_steps + self.received_steps
+        return self.received_steps + sum(
+            e.steps_ready() + sum(len(o.steps) for o in e.open.values())
+            for e in self._all_episodes())
 
     def get_spaces(self) -> dict[str, Any]:
         return {"observation_space": space_to_data(self.observation_space),
@@ -210,8 +241,12 @@ class PolicyServerRunner(VersionedPolicies, Actor):
         return []
 
     def metrics(self) -> dict[str, Any]:
-        return {**self.episodes.counters, **self._stats, "worker_index": self.worker_index,
-                "policy_version": self.version, "open_episodes": len(self.episodes.open),
+        counters: dict[str, int] = {}
+        for episodes in self._all_episodes():
+            for k, v in episodes.counters.items():
+                counters[k] = counters.get(k, 0) + v
+        return {**counters, **self._stats, "worker_index": self.worker_index,
+                "policy_version": self.version, "open_episodes": sum(len(e.open) for e in self._all_episodes()),
                 "address": self.address, "client_rejections": self.rejections.snapshot(),
                 **(self._server.spin_counts() if self._server is not None else {})}
 
@@ -251,27 +286,42 @@ class PolicyService(Actor):
                 "explore": r.config.explore, "chunk_len": r.fragment_length,
                 "normalize_actions": r.config.normalize_actions and not r.squash,
                 "training": r.training, "policy_version": r.version,
-                "observation_filter": r.config.observation_filter}
+                "observation_filter": r.config.observation_filter,
+                "policies": None if r.multi is None else sorted(r.policies)}
 
     @counted
     def start_episode(self, episode_id: str | None = None, training_enabled: bool = True) -> str:
         r = self._r
         # Silent clients' episodes go here too, not only when the driver samples: a server
         # for inference only (rlmesh serve) never samples.
-        r.episodes.expire(r.config.policy_server_episode_timeout_s)
+        r._expire()
+        if r.multi is not None:
+            return r.multi.start(episode_id)
         return r.episodes.start(episode_id, bool(training_enabled) and r.training, caller_id())
+
+    @counted
+    def start_agent(self, episode_id: str, agent_id: Any, training_enabled: bool = True) -> str:
+        """Agent ``agent_id`` joins multi-agent episode ``episode_id``: mapped to its policy
+        (``policy_mapping_fn``); returns the agent's own episode id for the calls below."""
+        r = self._r
+        if r.multi is None:
+            raise ClientDataError("agent_id", "this policy server serves one policy; start "
+                                  "the agent's episode with start_episode")
+        return r.multi.start_agent(episode_id, agent_id,
+                                   bool(training_enabled) and r.training, caller_id())
 
     @counted
     def get_action(self, episode_id: str, observation: Any) -> Any:
         r = self._r
-        inputs = r.episodes.step_inputs(episode_id)  # the episode's recurrent state, if any
-        obs = r.obs_filter(check_obs(r.observation_space, observation), r.training)
-        actions, state_out, extras = r.policy.compute_actions(obs[None], *as_batch(inputs))
-        r.episodes.act(episode_id, obs, actions[0], extras[Columns.ACTION_LOGP][0],
+        policy, episodes = r.route(episode_id)
+        inputs = episodes.step_inputs(episode_id)  # the episode's recurrent state, if any
+        obs = r.obs_filter(check_obs(policy.observation_space, observation), r.training)
+        actions, state_out, extras = policy.compute_actions(obs[None], *as_batch(inputs))
+        episodes.act(episode_id, obs, actions[0], extras[Columns.ACTION_LOGP][0],
                        extras[Columns.ACTION_DIST_INPUTS][0], inputs,
                        [np.asarray(s)[0] for s in state_out])
         r._new_data.set()
-        action = actions_for_env(actions[0], r.action_space,
+        action = actions_for_env(actions[0], policy.action_space,
                                  r.config.normalize_actions and not r.squash)
         if isinstance(action, (dict, tuple, list)):  # a Tuple/Dict space's, unpacked
             return action
@@ -280,38 +330,44 @@ class PolicyService(Actor):
     @counted
     def log_action(self, episode_id: str, observation: Any, action: Any) -> None:
         r = self._r
-        inputs = r.episodes.step_inputs(episode_id)
-        obs = r.obs_filter(check_obs(r.observation_space, observation), r.training)
+        policy, episodes = r.route(episode_id)
+        inputs = episodes.step_inputs(episode_id)
+        obs = r.obs_filter(check_obs(policy.observation_space, observation), r.training)
+        space = policy.action_space
         try:
-            stored = check_action(r.action_space, action, space_layout(r.action_space).dtype)
+            stored = check_action(space, action, space_layout(space).dtype)
         except (TypeError, ValueError, OverflowError) as exc:
             raise ClientDataError("action", str(exc)) from None
-        check_actions(r.action_space, stored[None])
+        check_actions(space, stored[None])
         if inputs:  # scored from the episode's state, which the logged action advances
-            scored = r.policy.score_actions(obs[None], stored[None], *as_batch(inputs))
+            scored = policy.score_actions(obs[None], stored[None], *as_batch(inputs))
         else:
-            scored = r.policy.score_actions(obs[None], stored[None])
-        state_out = [scored[Columns.state_out(i)][0] for i in range(len(r.episodes.initial_state))]
-        r.episodes.act(episode_id, obs, stored, scored[Columns.ACTION_LOGP][0],
+            scored = policy.score_actions(obs[None], stored[None])
+        state_out = [scored[Columns.state_out(i)][0] for i in range(len(episodes.initial_state))]
+        episodes.act(episode_id, obs, stored, scored[Columns.ACTION_LOGP][0],
                        scored[Columns.ACTION_DIST_INPUTS][0], inputs, state_out)
         r._new_data.set()
 
     @counted
     def log_returns(self, episode_id: str, reward: Any, info: dict | None = None) -> None:
-        self._r.episodes.reward(episode_id, check_reward(reward, self._r.limits))
+        self._r.route(episode_id)[1].reward(episode_id, check_reward(reward, self._r.limits))
 
     @counted
     def end_episode(self, episode_id: str, observation: Any, truncated: bool = False) -> None:
         r = self._r
-        r.episodes.get(episode_id)
-        obs = r.obs_filter(check_obs(r.observation_space, observation), r.training)
-        r.episodes.end(episode_id, obs, bool(truncated))
+        policy, episodes = r.route(episode_id)
+        episodes.get(episode_id)
+        obs = r.obs_filter(check_obs(policy.observation_space, observation), r.training)
+        episodes.end(episode_id, obs, bool(truncated))
         r._new_data.set()
 
     def get_weights(self, have_version: int) -> list[Any] | None:
         """``[version, weights, observation filter state]`` if newer than ``have_version``
         (local inference)."""
         r = self._r
+        if r.multi is not None:
+            raise ClientDataError("inference", "a multi-agent policy server infers remotely "
+                                  "only: PolicyClient(address, inference_mode='remote')")
         if r.version <= have_version and have_version >= 0:
             return None
         return [r.version, r.policy.get_weights(), r.obs_filter.get_state()]
@@ -320,6 +376,9 @@ class PolicyService(Actor):
     def report_chunks(self, chunks: list[dict[str, Any]], policy_version: int) -> int:
         """Chunks a local-inference client recorded; returns how many steps were taken."""
         r = self._r
+        if r.multi is not None:
+            raise ClientDataError("inference", "a multi-agent policy server infers remotely "
+                                  "only: PolicyClient(address, inference_mode='remote')")
         if not isinstance(chunks, list):
             raise TypeError(f"chunks must be a list, got {type(chunks).__name__}")
         checked = [_check_chunk(r, c) for c in chunks]

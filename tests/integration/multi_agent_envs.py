@@ -52,3 +52,8 @@ def to_ghost(agent_id, episode, **kwargs):
 
 def cartpole_two(agent_id, episode, **kwargs):
     return f"p{agent_id % 2}"
+
+
+def two_policies_then_ghost(agent_id, episode, **kwargs):
+    """Agents 0 and 1 act with p0 and p1; any other agent is mapped to an unknown id."""
+    return f"p{agent_id}" if agent_id in (0, 1) else "ghost"

@@ -191,3 +191,24 @@ def test_nstep_drops_a_carry_whose_episode_did_not_go_on():
     out = builder.add_fragment(g)
     assert out["obs"][:, 0].tolist() == [10.0]
     assert builder.counters["num_nstep_steps_dropped"] == 2 and builder.num_pending == 0
+
+
+def test_nstep_cut_ends_every_window_at_the_fragment_end():
+    # a multi-agent part: columns are agents (right-aligned, padding first); nothing carried
+    T, n, gamma = 4, 3, 0.5
+    mask = np.array([[False, True], [True, True], [True, True], [True, True]])
+    fragment = {"obs": np.arange(T * 2, dtype=np.float32).reshape(T, 2, 1),
+                "actions": np.zeros((T, 2), np.int64), "rewards": np.ones((T, 2), np.float32),
+                "terminateds": np.zeros((T, 2), bool), "truncateds": np.zeros((T, 2), bool),
+                "mask": mask, "next_obs": np.array([[100.0], [200.0]], np.float32),
+                "trunc_index": np.zeros((0, 2), np.int64),
+                "trunc_obs": np.zeros((0, 1), np.float32)}
+    builder = NStepBuilder(n, gamma)
+    out = builder.add_fragment(fragment, cut=True)
+    assert len(out["rewards"]) == 3 + 4 and builder.num_pending == 0
+    # agent 1's last step: a window of one, bootstrapped from its next observation
+    assert out["next_obs"][-1, 0] == 200.0 and out["discounts"][-1] == pytest.approx(gamma)
+    assert out["rewards"][-1] == pytest.approx(1.0)
+    assert out["discounts"][3] == pytest.approx(gamma ** 3)  # agent 1's first: a full window
+    without = NStepBuilder(n, gamma).add_fragment(fragment)
+    assert len(without["rewards"]) == 1 + 2  # windows past the end wait for the next fragment
