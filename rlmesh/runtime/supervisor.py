@@ -136,7 +136,7 @@ class Supervisor:
     """Polls children for exits and missed heartbeats; restarts them per policy."""
 
     def __init__(self, restart: Callable[[Supervised], Awaitable[None]], poll_s: float = 0.1,
-                 blocked_warn_s: float = 5.0) -> None:
+                 blocked_warn_s: float = 5.0, confirm_s: float = 1.0) -> None:
         # A loop stuck this long is reported: longer than any sane unit of work between two
         # awaits (a fragment of a slow env), far shorter than a call's timeout.
         self.blocked_warn_s = blocked_warn_s
@@ -145,6 +145,7 @@ class Supervisor:
         self.listeners: list[Callable[[ActorEvent], None]] = []
         self._restart = restart
         self._poll_s = poll_s
+        self.confirm_s = confirm_s
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -183,7 +184,19 @@ class Supervisor:
             await asyncio.sleep(self._poll_s)
 
     async def _dump_and_kill(self, sup: Supervised, now: float) -> None:
-        """A hung actor's stacks go into the event before it is killed: the reason it hung."""
+        """A hung actor's stacks go into the event before it is killed: the reason it hung.
+        First one more ping and ``confirm_s`` to answer it: a pong may already wait in our
+        socket unread, when it is this process that was too busy (a learner thread holding
+        the GIL, an overloaded machine), and a live actor is not killed for that."""
+        last_pong = sup.watch.last_pong
+        sup.ping(time.monotonic())
+        await asyncio.sleep(self.confirm_s)
+        if sup.watch.last_pong != last_pong:
+            log.warning("%s answered a heartbeat %.1f s late; not killed (a busy machine or "
+                        "a busy supervising process)", sup.child.spec.name,
+                        sup.watch.last_pong - last_pong)
+            sup.restarting = False
+            return
         child = sup.child
         dump = child.run_dir.stack_dump_path(child.spec.name, child.pid)
         before = dump.stat().st_size if dump.exists() else None
@@ -192,7 +205,7 @@ class Supervisor:
             await asyncio.sleep(0.5)
         child.kill()
         detail = (f"actor {child.spec.name!r} sent no heartbeat for "
-                  f"{now - sup.watch.last_pong:.1f} s; killed")
+                  f"{time.monotonic() - sup.watch.last_pong:.1f} s; killed")
         lines = []
         if before is not None and dump.exists():
             with open(dump, errors="replace") as fh:

@@ -220,6 +220,22 @@ def test_hung_actor_is_detected_and_restarted():
     run(main())
 
 
+def test_live_actor_is_not_killed_when_the_supervising_loop_was_too_busy_to_read_pongs():
+    """A stall of the supervising process itself (a learner thread holding the GIL, a loaded
+    machine) looks like silence from every child; the child answers the confirming ping."""
+    async def main():
+        async with Job("ipc", heartbeat_interval=0.2, heartbeat_timeout=1.5) as job:
+            events = []
+            job.supervisor.listeners.append(events.append)
+            w = await job.spawn(Worker, restart=RestartPolicy(max_restarts=1, backoff_s=0.1))
+            pid = await w.pid()
+            time.sleep(3.0)  # blocks this loop, the supervisor's: no ping sent, no pong read
+            await asyncio.sleep(3.0)
+            assert [e.kind for e in events] == []
+            assert await w.pid() == pid
+    run(main())
+
+
 def test_hung_actor_stacks_are_taken_before_it_is_killed():
     async def main():
         async with Job("ipc", heartbeat_interval=0.2, heartbeat_timeout=1.5) as job:
