@@ -38,7 +38,7 @@ $(VENV)/.installed: $(PYTHON) pyproject.toml deploy/ensure_torch.py
 	touch $@
 
 test: install
-	$(PYTHON) -m pytest -q $(TEST_DIRS)
+	$(PYTHON) -m pytest -q --durations=20 $(TEST_DIRS)
 
 test-unit: install
 	$(PYTHON) -m pytest -q tests/unit
