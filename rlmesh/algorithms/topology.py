@@ -389,6 +389,9 @@ class ApexMesh(AsyncMesh):
 
     asynchronous = False  # the learner is the driver's own (LearnerGroup.local)
     publish = Mesh.publish  # the driver publishes its learner's weights
+    #: One shard in the driver's process; False keeps it in a process of its own (the
+    #: benchmark's reference: tests/benchmarks/bench_apex.py apex_local_shard).
+    local_single_shard = True
 
     def __init__(self, config: Any, loop_thread: Any, policy_specs: dict[str, Any]) -> None:
         super().__init__(config, loop_thread, policy_specs)
@@ -398,7 +401,7 @@ class ApexMesh(AsyncMesh):
 
     async def start_shards(self, obs_space: Any, action_space: Any) -> None:
         cfg = self.config
-        if cfg.num_replay_buffer_shards == 1:
+        if cfg.num_replay_buffer_shards == 1 and self.local_single_shard:
             self.shards = [await self.job.spawn(
                 REPLAY_SHARD, cfg.to_dict(), class_path(type(cfg)), obs_space, action_space, 0,
                 name="replay_shard-0", in_process=True)]
