@@ -9,10 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import rlmesh
-
 from rlmesh.algorithms.apex_config import ApexDDPGConfig, ApexDQNConfig, ApexSettings
-from rlmesh.algorithms.dqn_config import DQNConfig
 from rlmesh.algorithms.appo_config import APPOConfig
+from rlmesh.algorithms.dqn_config import DQNConfig
 from rlmesh.algorithms.impala_config import ImpalaConfig
 from rlmesh.config.streaming import StreamingSettings
 
