@@ -7,7 +7,9 @@ Runners act with their own exploration (APEX DQN: runner i of N keeps epsilon
 driver on a thread of its own: it takes batches the shards sent on its credits, makes one
 gradient step on each, sends the TD errors back to the shard that holds those transitions as
 their priorities, and broadcasts the weights every ``broadcast_interval`` updates. With
-``training_intensity`` it trains at most that many samples per env step sampled.
+``training_intensity`` it trains at most that many samples per env step sampled. With one
+shard, the buffer lives in the driver (runners stream into it there) and the learner thread
+samples it and sets its priorities directly, with no socket in between.
 """
 
 from __future__ import annotations
@@ -63,7 +65,7 @@ class Apex(OffPolicy):
             check_memory(nbytes, "replay shards")
         except ReplayMemoryError as e:
             raise ConfigError(str(e)) from None
-        self.replay = None  # the shards hold it
+        self.replay = None  # the shards hold it (the local one: set once it is started)
         self._stop = threading.Event()
         self._learn_lock = threading.Lock()  # the model: learner thread vs. save/restore
         return Algorithm._policy_specs(self)
@@ -73,6 +75,9 @@ class Apex(OffPolicy):
         self._run(self.mesh.start_shards(space_to_data(self.obs_space),
                                          space_to_data(self.action_space)))
         self._run(self.mesh.start_async())
+        self._local = self.mesh.local_shard
+        if self._local is not None:  # its get_state/set_state: OffPolicy's checkpoints
+            self.replay = self._local
         self._batches: queue.Queue[dict[str, Any]] = queue.Queue()
         self._inserted = Totals()  # transitions added, summed over shard restarts
         self._report = _Report()
@@ -88,7 +93,9 @@ class Apex(OffPolicy):
                              for _ in self.mesh.shards]
             return [asyncio.ensure_future(self._pull(j)) for j in range(len(self.mesh.shards))]
 
-        self._pullers = asyncio.run_coroutine_threadsafe(pullers(), loop).result()
+        # The local shard is sampled by the learner thread itself: no pullers, no credits.
+        self._pullers = ([] if self._local is not None
+                         else asyncio.run_coroutine_threadsafe(pullers(), loop).result())
         self._thread = threading.Thread(target=self._learn_loop, name="rlmesh.apex-learner",
                                         daemon=True)
         self._thread.start()
@@ -129,16 +136,27 @@ class Apex(OffPolicy):
                 if not self._may_train():
                     time.sleep(0.002)
                     continue
-                try:
-                    got = self._batches.get(timeout=0.2)
-                except queue.Empty:
-                    continue
-                self._loop.loop.call_soon_threadsafe(self._credits[got["shard"]].release)
-                self._learn_on(got)
+                got = self._next_batch()
+                if got is not None:
+                    self._learn_on(got)
         except Exception:
             if not self._stop.is_set():
                 self._learner_error = traceback.format_exc()
                 log.error("APEX learner stopped: %s", self._learner_error)
+
+    def _next_batch(self) -> dict[str, Any] | None:
+        """A batch from the local shard, or one a puller brought (its credit given back)."""
+        if self._local is not None:
+            got = self._local.sample(self.config.train_batch_size, self._beta())
+            if got is None:  # not enough stored yet
+                time.sleep(0.05)
+            return got
+        try:
+            got = self._batches.get(timeout=0.2)
+        except queue.Empty:
+            return None
+        self._loop.loop.call_soon_threadsafe(self._credits[got["shard"]].release)
+        return got
 
     def _may_train(self) -> bool:
         """training_intensity: at most that many samples trained per env step sampled
@@ -159,9 +177,13 @@ class Apex(OffPolicy):
                                                                self.timesteps_total)
         pstats = stats[DEFAULT_POLICY_ID]
         td = np.asarray(pstats.pop("td_error")).reshape(-1)
-        shard = self.mesh.shards[got["shard"]]
-        asyncio.run_coroutine_threadsafe(
-            self._send_priorities(shard, idx, td, got["incarnation"]), self._loop.loop)
+        if self._local is not None:
+            if self.config.prioritized_replay:
+                self._local.update_priorities(idx, td, got["incarnation"])
+        else:
+            shard = self.mesh.shards[got["shard"]]
+            asyncio.run_coroutine_threadsafe(
+                self._send_priorities(shard, idx, td, got["incarnation"]), self._loop.loop)
         self._trained_samples += len(td)
         self._num_updates += 1
         self._report.add(pstats, time.perf_counter() - started)

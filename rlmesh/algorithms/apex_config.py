@@ -8,35 +8,31 @@ from dataclasses import dataclass
 from rlmesh.algorithms.ddpg_config import DDPGConfig
 from rlmesh.algorithms.dqn_config import EXPLORATION_DEFAULTS, DQNConfig
 from rlmesh.config.base import setting
+from rlmesh.config.streaming import StreamingSettings
 
 
 @dataclass(kw_only=True)
-class ApexSettings:
-    """What the APEX plumbing reads beyond the off-policy settings; declared once here."""
+class ApexSettings(StreamingSettings):
+    """What the APEX plumbing reads beyond the off-policy settings; declared once here
+    (broadcast_interval and the runners' in-flight fragments: config/streaming.py)."""
 
     num_replay_buffer_shards: int = setting(
         2, "training", ge=1, aliases=("num_replay_shards",),
         doc="Replay shard processes; each holds capacity / num_replay_buffer_shards "
             "transitions, takes the fragments of runners i mod shards and serves the "
-            "learner's samples. A shard that dies is restarted empty.")
+            "learner's samples. A shard that dies is restarted empty. 1: no process, the "
+            "buffer lives in the learner's (the driver's) process.")
     replay_sample_requests_in_flight: int = setting(
         2, "training", ge=1,
         doc="Sample requests the learner keeps outstanding per shard (its credits); the "
             "batches that come back wait in a queue of that many per shard.")
-    broadcast_interval: int = setting(
-        1, "training", ge=1,
-        doc="Learner updates between two weight broadcasts to the runners (through the "
-            "param server).")
-    max_sample_requests_in_flight_per_worker: int = setting(
-        2, "env_runners", ge=1, aliases=("max_requests_in_flight_per_env_runner",),
-        doc="Fragments a runner may have streamed to its shard and not yet seen stored; it "
-            "samples on until this many are in flight, then waits.")
 
     def _apex_problems(self) -> list[str]:
         problems = []
-        if self.store_buffer_in_checkpoints:
+        if self.store_buffer_in_checkpoints and self.num_replay_buffer_shards > 1:
             problems.append("store_buffer_in_checkpoints: APEX's buffers live in its replay "
-                            "shards and are not checkpointed; set it False")
+                            "shard processes and are not checkpointed; set it False, or "
+                            "num_replay_buffer_shards=1 (the buffer in the driver)")
         if self.num_env_runners < 1:
             problems.append("num_env_runners: APEX samples in runner processes streaming to "
                             "its replay shards; set at least 1")

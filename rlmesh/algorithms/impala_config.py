@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from rlmesh.config.base import AlgorithmConfig, setting
+from rlmesh.config.streaming import StreamingSettings
 from rlmesh.rl.spec import MODEL_DEFAULTS
 from rlmesh.config.schedules import validate_schedule
 
@@ -23,7 +24,7 @@ _IMPALA_DEFAULTS = {
 
 
 @dataclass(kw_only=True)
-class ImpalaConfig(AlgorithmConfig, defaults=_IMPALA_DEFAULTS):
+class ImpalaConfig(AlgorithmConfig, StreamingSettings, defaults=_IMPALA_DEFAULTS):
     """IMPALA (Espeholt et al. 2018): runners sample without waiting for the learner, the
     learner corrects for their policy lag with V-trace. Configured as in RLlib::
 
@@ -75,11 +76,8 @@ class ImpalaConfig(AlgorithmConfig, defaults=_IMPALA_DEFAULTS):
         doc="A function (or its import path 'pkg.mod:fn') called in the learner process as "
             "fn(learner, stats) after every update.")
 
-    # --- the asynchronous pipeline ---
-    max_sample_requests_in_flight_per_worker: int = setting(
-        2, "env_runners", ge=1, aliases=("max_requests_in_flight_per_env_runner",),
-        doc="Fragments a runner may have shipped and not yet seen taken in; it samples on "
-            "until this many are in flight, then waits.")
+    # --- the asynchronous pipeline (and config/streaming.py's in-flight fragments and
+    # broadcast_interval) ---
     learner_queue_size: int = setting(
         3, "training", ge=1,
         doc="Train batches waiting for each learner, at most: each waiting batch adds to "
@@ -97,9 +95,6 @@ class ImpalaConfig(AlgorithmConfig, defaults=_IMPALA_DEFAULTS):
         doc="Replayed train batches mixed in per new one (0.5: one replayed per two new).")
     replay_buffer_num_slots: int = setting(
         0, "training", ge=0, doc="Train batches kept for replay (replay_proportion > 0).")
-    broadcast_interval: int = setting(
-        1, "training", ge=1,
-        doc="Updates between two weight broadcasts to the runners (through the param server).")
     max_policy_lag: int | None = setting(
         None, "training", ge=0,
         doc="Train batches sampled more than this many policy versions ago are dropped "

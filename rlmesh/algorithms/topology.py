@@ -383,18 +383,30 @@ class ApexMesh(AsyncMesh):
     """The processes of an APEX run: runners stream fragments to ``num_replay_buffer_shards``
     replay shards (runner i to shard i mod shards, so each runner's n-step windows stay in
     one shard); the learner, in the driver, samples the shards. A shard that dies is
-    restarted empty and its runners start new streams into it."""
+    restarted empty and its runners start new streams into it. With one shard, it is served
+    from the driver's process (RLlib's local buffer): no process, and ``local_shard`` is
+    its ``ShardBuffer``, which the learner samples without a socket."""
 
     asynchronous = False  # the learner is the driver's own (LearnerGroup.local)
     publish = Mesh.publish  # the driver publishes its learner's weights
+    #: One shard in the driver's process; False keeps it in a process of its own (the
+    #: benchmark's reference: tests/benchmarks/bench_apex.py apex_local_shard).
+    local_single_shard = True
 
     def __init__(self, config: Any, loop_thread: Any, policy_specs: dict[str, Any]) -> None:
         super().__init__(config, loop_thread, policy_specs)
         self.shards: list[Any] = []
         self.shard_restarts = 0
+        self.local_shard: Any = None
 
     async def start_shards(self, obs_space: Any, action_space: Any) -> None:
         cfg = self.config
+        if cfg.num_replay_buffer_shards == 1 and self.local_single_shard:
+            self.shards = [await self.job.spawn(
+                REPLAY_SHARD, cfg.to_dict(), class_path(type(cfg)), obs_space, action_space, 0,
+                name="replay_shard-0", in_process=True)]
+            self.local_shard = self.job.local_actor("replay_shard-0").core
+            return
         policy = RestartPolicy(max_restarts=cfg.max_num_env_runner_restarts)
         self.shards = list(await asyncio.gather(*(
             self.job.spawn(REPLAY_SHARD, cfg.to_dict(), class_path(type(cfg)), obs_space,
@@ -421,6 +433,8 @@ class ApexMesh(AsyncMesh):
 
     async def shard_stats(self) -> list[dict[str, Any]]:
         """Each reachable shard's counters (a restarting one is left out)."""
+        if self.local_shard is not None:
+            return [self.local_shard.stats()]
         got = await asyncio.gather(*(s.call("stats", timeout=10) for s in self.shards),
                                    return_exceptions=True)
         return [g for g in got if isinstance(g, dict)]

@@ -295,8 +295,10 @@ class AlgorithmConfig(EvaluationSettings, MultiAgentSettings, OfflineSettings):
         # Re-declare each inherited field with the new default and the same metadata, so
         # the subclass's @dataclass __init__, fields() and fields_table() show its defaults
         # while the docs stay where they were written.
-        inherited = {f.name: f for f in dataclasses.fields(cls)}
-        hints = get_type_hints(cls.__mro__[1])
+        # Every base's fields, mixed-in groups included (fields(cls) sees the first base's).
+        inherited = {f.name: f for base in reversed(cls.__mro__[1:])
+                     if dataclasses.is_dataclass(base) for f in dataclasses.fields(base)}
+        hints = get_type_hints(cls)
         own = cls.__dict__.get("__annotations__")
         if own is None:
             own = {}

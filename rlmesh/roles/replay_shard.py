@@ -1,6 +1,7 @@
-"""The replay shard: one slice of a sharded replay buffer (APEX), in a process of its own.
-Runners stream fragments into it (their n-step transitions stored here), the learner samples
-batches from it on credit and sends the TD errors back as the sampled items' priorities.
+"""The replay shard: one slice of a sharded replay buffer (APEX). ``ShardBuffer`` is the slice
+itself, a plain class: runners' fragments in (their n-step transitions stored), batches out,
+the TD errors back as the sampled items' priorities. ``ReplayShard`` serves one over sockets,
+in a process of its own, or in the driver's (one shard: the learner samples it directly).
 
 Backpressure: ``add_fragment`` is a stream method that returns (and so gives the runner its
 credit back) only once the transitions are stored and, with ``training_intensity``, only
@@ -15,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
+import threading
 from typing import Any
 
 import numpy as np
@@ -30,17 +32,17 @@ def shard_capacity(capacity: int, num_shards: int) -> int:
     return max(1, int(capacity) // max(1, int(num_shards)))
 
 
-class ReplayShard(Actor):
+class ShardBuffer:
     """Shard ``index`` of ``num_replay_buffer_shards``: a (prioritized) buffer of
-    ``capacity / num_shards`` transitions and the n-step builder of the runners feeding it."""
+    ``capacity / num_shards`` transitions and the n-step builder of the runners feeding it.
+    Its methods may be called from two threads (the driver's loop storing, its learner
+    thread sampling, with one local shard): ``lock`` keeps the buffer whole."""
 
-    def __init__(self, config: dict[str, Any], config_cls: str, obs_space: Any,
-                 action_space: Any, index: int = 0) -> None:
-        cfg = self.config = import_object(config_cls, "config class").from_dict(config)
+    def __init__(self, cfg: Any, obs_space: Any, action_space: Any, index: int = 0) -> None:
         rb = cfg.replay_settings()
         shards = cfg.num_replay_buffer_shards
         capacity = shard_capacity(rb["capacity"], shards)
-        specs = transition_columns(space_from_data(obs_space), space_from_data(action_space))
+        specs = transition_columns(obs_space, action_space)
         seed = None if cfg.seed is None else cfg.seed + 1000 * (index + 1)
         if cfg.prioritized_replay:
             self.buffer: ReplayBuffer = PrioritizedReplayBuffer(
@@ -59,22 +61,11 @@ class ReplayShard(Actor):
         # How far the runners may run ahead of the learner before add_fragment waits.
         self.slack = cfg.train_batch_size * cfg.replay_sample_requests_in_flight
         self.incarnation = secrets.token_hex(4)  # new after a restart: old indexes mean nothing
+        self.lock = threading.Lock()
         self.counters = {"num_fragments": 0, "num_env_steps": 0, "num_samples": 0,
                          "num_sample_calls": 0, "num_priority_updates": 0,
                          "num_stale_priority_updates": 0, "wait_for_learner_s": 0.0,
                          "num_runner_priorities": 0}
-
-    # --- runners' side (a stream) ---
-
-    async def add_fragment(self, fragment: dict[str, Any]) -> int:
-        """A runner's fragment: its n-step transitions into the buffer; how many. Waits
-        first while the learner is behind (``learner_behind``)."""
-        if self.learner_behind():
-            started = asyncio.get_running_loop().time()
-            while self.learner_behind():
-                await asyncio.sleep(0.005)
-            self.counters["wait_for_learner_s"] += asyncio.get_running_loop().time() - started
-        return self.store(fragment)
 
     def learner_behind(self) -> bool:
         """With training_intensity: this shard's env steps past its warm-up, times the
@@ -88,35 +79,36 @@ class ReplayShard(Actor):
     def store(self, fragment: dict[str, Any]) -> int:
         """The fragment's n-step transitions into the buffer; how many."""
         steps = int(fragment["env_steps"])
-        transitions = self.nstep.add_fragment(fragment) if steps else {}
-        self.counters["num_fragments"] += 1
-        self.counters["num_env_steps"] += steps
-        if not transitions:
-            return 0
-        td = transitions.pop("td_error", None)
-        if td is not None and isinstance(self.buffer, PrioritizedReplayBuffer):
-            known = np.isfinite(td)  # unknown: the highest priority so far, as without
-            self.counters["num_runner_priorities"] += int(known.sum())
-            self.buffer.add(transitions, np.where(known, np.abs(td), self.buffer.max_priority))
-        else:
-            self.buffer.add(transitions)
-        return len(transitions["rewards"])
-
-    # --- the learner's side ---
+        with self.lock:
+            transitions = self.nstep.add_fragment(fragment) if steps else {}
+            self.counters["num_fragments"] += 1
+            self.counters["num_env_steps"] += steps
+            if not transitions:
+                return 0
+            td = transitions.pop("td_error", None)
+            if td is not None and isinstance(self.buffer, PrioritizedReplayBuffer):
+                known = np.isfinite(td)  # unknown: the highest priority so far, as without
+                self.counters["num_runner_priorities"] += int(known.sum())
+                self.buffer.add(transitions, np.where(known, np.abs(td), self.buffer.max_priority))
+            else:
+                self.buffer.add(transitions)
+            return len(transitions["rewards"])
 
     def sample(self, num_items: int, beta: float = 0.4) -> dict[str, Any] | None:
         """``num_items`` transitions (with ``weights``, ``batch_indexes`` and this shard's
         ``incarnation``), or None while the shard holds fewer than its share of
         ``num_steps_sampled_before_learning_starts``."""
-        self.counters["num_sample_calls"] += 1
-        if len(self.buffer) < self.min_size:
-            return None
-        out = self.buffer.sample(int(num_items), beta=float(beta))
+        with self.lock:
+            self.counters["num_sample_calls"] += 1
+            if len(self.buffer) < self.min_size:
+                return None
+            out = self.buffer.sample(int(num_items), beta=float(beta))
+            self.counters["num_samples"] += int(num_items)
+            num_added = self.buffer.num_added
         if "weights" not in out:
             out["weights"] = np.ones(int(num_items), np.float32)
-        self.counters["num_samples"] += int(num_items)
         return {"columns": out, "incarnation": self.incarnation, "shard": self.index,
-                "num_added": self.buffer.num_added}
+                "num_added": num_added}
 
     def update_priorities(self, batch_indexes: np.ndarray, td_errors: np.ndarray,
                           incarnation: str) -> int:
@@ -128,19 +120,70 @@ class ReplayShard(Actor):
             return 0
         td = np.asarray(td_errors, np.float64).reshape(-1)
         idx = np.asarray(batch_indexes, np.int64).reshape(-1)
-        ok = np.isfinite(td) & (idx >= 0) & (idx < len(self.buffer))
-        if ok.any():
-            self.buffer.update_priorities(idx[ok], td[ok])
-        self.counters["num_priority_updates"] += 1
+        with self.lock:
+            ok = np.isfinite(td) & (idx >= 0) & (idx < len(self.buffer))
+            if ok.any():
+                self.buffer.update_priorities(idx[ok], td[ok])
+            self.counters["num_priority_updates"] += 1
         return int(ok.sum())
+
+    def stats(self) -> dict[str, Any]:
+        """Counters since this shard started, and its buffer's state."""
+        with self.lock:
+            return {**self.counters, **self.nstep.counters, "index": self.index,
+                    "incarnation": self.incarnation, "num_added": self.buffer.num_added,
+                    "size": len(self.buffer), "size_bytes": self.buffer.size_bytes}
+
+    # --- checkpoints (store_buffer_in_checkpoints, one local shard) ---
+
+    def get_state(self) -> dict[str, Any]:
+        """The buffer's contents, copied (the loop may store on while they are written)."""
+        with self.lock:
+            state = self.buffer.get_state()
+            return {k: ({c: a.copy() for c, a in v.items()} if k == "columns" else np.copy(v))
+                    for k, v in state.items()}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        with self.lock:
+            self.buffer.set_state(state)
+
+
+class ReplayShard(Actor):
+    """A ``ShardBuffer`` served over sockets: runners stream ``add_fragment`` into it, the
+    learner calls ``sample`` and ``update_priorities``, the driver ``stats``."""
+
+    def __init__(self, config: dict[str, Any], config_cls: str, obs_space: Any,
+                 action_space: Any, index: int = 0) -> None:
+        cfg = import_object(config_cls, "config class").from_dict(config)
+        self.core = ShardBuffer(cfg, space_from_data(obs_space), space_from_data(action_space),
+                                index)
+
+    # --- runners' side (a stream) ---
+
+    async def add_fragment(self, fragment: dict[str, Any]) -> int:
+        """A runner's fragment: its n-step transitions into the buffer; how many. Waits
+        first while the learner is behind (``ShardBuffer.learner_behind``)."""
+        core = self.core
+        if core.learner_behind():
+            started = asyncio.get_running_loop().time()
+            while core.learner_behind():
+                await asyncio.sleep(0.005)
+            core.counters["wait_for_learner_s"] += asyncio.get_running_loop().time() - started
+        return core.store(fragment)
+
+    # --- the learner's side ---
+
+    def sample(self, num_items: int, beta: float = 0.4) -> dict[str, Any] | None:
+        return self.core.sample(num_items, beta)
+
+    def update_priorities(self, batch_indexes: np.ndarray, td_errors: np.ndarray,
+                          incarnation: str) -> int:
+        return self.core.update_priorities(batch_indexes, td_errors, incarnation)
 
     # --- the driver's side ---
 
     def stats(self) -> dict[str, Any]:
-        """Counters since this shard (process) started, and its buffer's state."""
-        return {**self.counters, **self.nstep.counters, "index": self.index,
-                "incarnation": self.incarnation, "num_added": self.buffer.num_added,
-                "size": len(self.buffer), "size_bytes": self.buffer.size_bytes}
+        return self.core.stats()
 
     def pid(self) -> int:
         return os.getpid()

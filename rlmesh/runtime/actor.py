@@ -406,7 +406,9 @@ class ActorServer:
                     owed = 0
                     await asyncio.sleep(0)  # let the socket bring in what the credit freed
         finally:
-            if owed:
+            # Cancelled by close(): the socket is gone (an actor served in the driver's
+            # process, stopped while a stream item waited, lives on to see this).
+            if owed and not self.stopped.is_set():
                 self._reply(identity, M.make(M.CREDIT, ch=key[1], n=owed))
             del self._stream_tasks[key]
             if not backlog:

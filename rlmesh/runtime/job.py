@@ -309,6 +309,13 @@ class Job:
                 log.warning("%s did not stop within %.1f s; terminating", child.spec.name, grace)
         await child.terminate(grace)
 
+    def local_actor(self, name: str) -> Actor:
+        """The object of an actor this process serves (spawned ``in_process``), for a
+        caller in this process that must not go through a socket (APEX's local replay)."""
+        if name not in self._inproc:
+            raise KeyError(f"{name!r} is not served in this process; spawn it with in_process=True")
+        return self._inproc[name].actor
+
     async def stop_actor(self, name: str, grace: float = 3.0) -> None:
         """Stop one actor started by this job."""
         handle = self.handles.pop(name, None)

@@ -6,12 +6,15 @@ Two settings: ``training_intensity`` 8 (both train 8 samples per env step: the f
 how much the pipeline overlaps sampling with learning), and APEX unthrottled
 (``training_intensity`` None: the runners sample as fast as they can, as in RLlib's APEX; its
 reference is the same DQN). Each side runs in a process of its own, one after the other.
+``apex_local_shard``: APEX with one replay shard in the driver (the learner samples it without
+a socket) against one shard process, same runners and settings, in the same run.
 ``apex_learning``: the tuned examples to their goals (cartpole-apex.yaml: 450, 3 runners,
 2 shards; pendulum-apex-ddpg.yaml: -200), env steps and seconds, each runner's mean return,
 and a greedy evaluation of the final policy (20 episodes, ``compute_single_action``).
 ``python -m tests.benchmarks.run --only apex``; ``python -m tests.benchmarks.bench_apex side
 APEX 2 8`` runs one side alone and prints its figures as JSON; ``python -m
-tests.benchmarks.bench_apex learn cartpole-apex.yaml 0`` one learning run.
+tests.benchmarks.bench_apex learn cartpole-apex.yaml 0`` one learning run; ``side APEX 2 8 20
+1 process`` one side with one shard in a process of its own.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ DEFAULT = ApexSizes(runners=(2, 4), seconds=20.0)
 QUICK = ApexSizes(runners=(2,), seconds=8.0)
 
 
-def config(run: str, runners: int, intensity: float | None) -> Any:
+def config(run: str, runners: int, intensity: float | None, shards: int = 2) -> Any:
     from rlmesh.algorithms.apex_config import ApexDQNConfig
     from rlmesh.algorithms.dqn_config import DQNConfig
 
@@ -53,7 +56,7 @@ def config(run: str, runners: int, intensity: float | None) -> Any:
                                          "capacity": 100_000},
                 "model": {"fcnet_hiddens": [64, 64]}}
     if run == "APEX":
-        training["num_replay_buffer_shards"] = 2
+        training["num_replay_buffer_shards"] = shards
     return (cls().environment("CartPole-v1")
             .env_runners(num_env_runners=runners, rollout_fragment_length=50)
             .training(**training)
@@ -61,9 +64,14 @@ def config(run: str, runners: int, intensity: float | None) -> Any:
             .debugging(seed=0))
 
 
-def side(run: str, runners: int, intensity: float | None, seconds: float) -> dict[str, float]:
-    """One side in this process: warm up past learning_starts, then count for ``seconds``."""
-    with config(run, runners, intensity).build() as algo:
+def side(run: str, runners: int, intensity: float | None, seconds: float, shards: int = 2,
+         shard_process: bool = False) -> dict[str, float]:
+    """One side in this process: warm up past learning_starts, then count for ``seconds``
+    (``shard_process``: one shard in a process of its own, not in the driver)."""
+    from rlmesh.algorithms.topology import ApexMesh
+
+    ApexMesh.local_single_shard = not shard_process
+    with config(run, runners, intensity, shards).build() as algo:
         first = algo.train()
         while first["timesteps_total"] < 2 * LEARNING_STARTS:
             first = algo.train()
@@ -79,9 +87,10 @@ def side(run: str, runners: int, intensity: float | None, seconds: float) -> dic
             "updates_per_s": delta("num_env_steps_trained") / BATCH}
 
 
-def _measure(run: str, runners: int, intensity: float | None, seconds: float) -> dict[str, float]:
+def _measure(run: str, runners: int, intensity: float | None, seconds: float,
+             *where: str) -> dict[str, float]:
     cmd = [sys.executable, "-m", "tests.benchmarks.bench_apex", "side", run, str(runners),
-           str(intensity), str(seconds)]
+           str(intensity), str(seconds), *where]
     with started(cmd, stdout=subprocess.PIPE, text=True) as (proc, _):
         out = proc.communicate()[0]
     if proc.returncode != 0:
@@ -110,6 +119,28 @@ def bench_throughput(sizes: ApexSizes, tmp: Path) -> list[Row]:
     return rows
 
 
+def bench_local_shard(sizes: ApexSizes, tmp: Path) -> list[Row]:
+    """One shard in the driver against one shard process; both sides alternate twice so
+    the machine's other load falls on both alike."""
+    rows: list[Row] = []
+    for n in sizes.runners[:1]:
+        for intensity in (8.0, None):
+            runs: dict[str, list[dict[str, float]]] = {"driver": [], "process": []}
+            for _ in range(2):
+                runs["driver"].append(_measure("APEX", n, intensity, sizes.seconds, "1", "driver"))
+                runs["process"].append(_measure("APEX", n, intensity, sizes.seconds, "1",
+                                                "process"))
+            mean = {k: {m: sum(r[m] for r in v) / len(v) for m, _ in METRICS}
+                    for k, v in runs.items()}
+            what = "training_intensity 8" if intensity else "unthrottled"
+            print(f"  {n} runners, {what}: {runs}", flush=True)
+            name = f"APEX CartPole-v1, {n} runners, 1 shard in the driver, {what}"
+            peer = "1 shard in a process of its own, same settings"
+            rows += [Row(name, label, mean["driver"][key], mean["process"][key], peer,
+                         higher_is_better=True) for key, label in METRICS]
+    return rows
+
+
 # --- learning: the tuned examples to their goals ---
 
 def learn(name: str, seed: int) -> dict[str, Any]:
@@ -122,19 +153,23 @@ def learn(name: str, seed: int) -> dict[str, Any]:
 
     _, exp, _ = tuned_examples.load_experiment(name)
     cfg = config_class(exp["run"]).from_dict({**exp["config"], "env": exp["env"], "seed": seed})
-    goal, budget = exp["stop"]["episode_reward_mean"], exp["stop"]["timesteps_total"]
+    # The stop: a greedy evaluation's mean (cartpole-apex.yaml) or the runners' (the rest).
+    stop_key = next(k for k in exp["stop"] if k.endswith("episode_reward_mean"))
+    stop_on = "evaluation" if stop_key.startswith("evaluation/") else "all runners"
+    goal, budget = exp["stop"][stop_key], exp["stop"]["timesteps_total"]
     t0 = time.perf_counter()
     reached: dict[str, Any] = {}
     with cfg.build() as algo:
         while True:
             r = algo.train()
             best_runner = max(r["episode_reward_mean_by_runner"].values(), default=-np.inf)
+            evaluation = r.get("evaluation", {}).get("episode_reward_mean", -np.inf)
             for what, value in (("all runners", r["episode_reward_mean"]),
-                                ("best runner", best_runner)):
+                                ("best runner", best_runner), ("evaluation", evaluation)):
                 if value >= goal and what not in reached:
                     reached[what] = {"timesteps": r["timesteps_total"],
                                      "s": time.perf_counter() - t0}
-            if "all runners" in reached or r["timesteps_total"] >= budget:
+            if stop_on in reached or r["timesteps_total"] >= budget:
                 break
         env = gym.make(exp["env"])
         returns = []
@@ -162,9 +197,9 @@ def bench_learning(sizes: ApexSizes, tmp: Path) -> list[Row]:
         with started(cmd, stdout=subprocess.PIPE, text=True) as (proc, _):
             got = json.loads(proc.communicate()[0].strip().splitlines()[-1])
         print(f"  {name}: {got}", flush=True)
-        for what in ("all runners", "best runner"):
+        for what in ("evaluation", "all runners", "best runner"):
             hit = got["reached"].get(what, {})
-            rows.append(Row(f"{name} to {got['goal']:g} ({what}' mean), seed 0",
+            rows.append(Row(f"{name} to {got['goal']:g} ({what} mean), seed 0",
                             "env steps", hit.get("timesteps", nan), got["timesteps"],
                             "the run's env step budget"))
         rows.append(Row(f"{name}, final policy", "greedy return, 20 episodes",
@@ -175,6 +210,7 @@ def bench_learning(sizes: ApexSizes, tmp: Path) -> list[Row]:
 
 BENCHMARKS: dict[str, Callable[[ApexSizes, Path], list[Row]]] = {
     "apex_throughput": bench_throughput,
+    "apex_local_shard": bench_local_shard,
     "apex_learning": bench_learning,
 }
 
@@ -182,8 +218,9 @@ BENCHMARKS: dict[str, Callable[[ApexSizes, Path], list[Row]]] = {
 if __name__ == "__main__":
     if sys.argv[1:2] == ["side"]:
         run, runners, intensity, seconds = sys.argv[2:6]
+        shards, where = (sys.argv[6:8] + ["2", "process"][len(sys.argv[6:8]):])
         got = side(run, int(runners), None if intensity == "None" else float(intensity),
-                   float(seconds))
+                   float(seconds), int(shards), where == "process")
         print(json.dumps(got), flush=True)
     elif sys.argv[1:2] == ["learn"]:
         print(json.dumps(learn(sys.argv[2], int(sys.argv[3]))), flush=True)

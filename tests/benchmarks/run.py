@@ -11,7 +11,8 @@ impala_*, about 8 min with RLlib's learning runs; ``--only impala``) and CURVE's
 (bench_dqn: dqn_replay, dqn_learning against stable-baselines3; ``--only dqn``) and
 SAC/TD3/DDPG's (bench_sac_td3: sac_td3_learning against stable-baselines3, several minutes;
 ``--only sac_td3``), APEX's (bench_apex: apex_throughput beside synchronous DQN, about
-4 min; ``--only apex``) and sweeps' (bench_tune: tune_overhead, tune_ppo_sweep, about 3 min;
+4 min, apex_local_shard, one shard in the driver vs a shard process, about 6 min;
+``--only apex``) and sweeps' (bench_tune: tune_overhead, tune_ppo_sweep, about 3 min;
 ``--only tune``). Each suite has its own sizes.
 """
 

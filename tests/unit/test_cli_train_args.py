@@ -247,9 +247,13 @@ def test_every_tuned_example_is_a_valid_config(name):
     assert experiment and exp["run"] in ALGORITHMS
     assert name.split("-", 1)[1].replace("-", "_").startswith(exp["run"].lower())
     # Offline algorithms sample nothing: they stop on their evaluation runners' returns.
+    # The others stop on their runners' returns or, where the runners explore too much to
+    # show the policy (APEX's epsilon 0.4), a greedy evaluation's; and an env-step budget.
     offline = exp["run"] in ("MARWIL", "BC")
-    assert set(exp["stop"]) == ({"evaluation/episode_reward_mean", "training_iteration"}
-                                if offline else {"episode_reward_mean", "timesteps_total"})
+    assert set(exp["stop"]) in ([{"evaluation/episode_reward_mean", "training_iteration"}]
+                                if offline else
+                                [{"episode_reward_mean", "timesteps_total"},
+                                 {"evaluation/episode_reward_mean", "timesteps_total"}])
     config = config_class(exp["run"]).from_dict({**exp["config"], "env": exp["env"]})
     config.validate()
     check_evaluation_stop(exp["stop"], config)  # an evaluation/ stop key needs evaluations

@@ -83,26 +83,26 @@ def fragments(seed=0, num_envs=2, length=400, cut=50):
 
 def test_shard_holds_its_share_and_stores_nstep_transitions():
     shard = make_shard()
-    assert shard.buffer.capacity == shard_capacity(1000, 2) == 500
-    stored = sum(shard.store(f) for f in fragments(length=200))
+    assert shard.core.buffer.capacity == shard_capacity(1000, 2) == 500
+    stored = sum(shard.core.store(f) for f in fragments(length=200))
     stats = shard.stats()
     assert stats["num_env_steps"] == 400 and stats["num_fragments"] == 4
     # Every step becomes a transition but the last few of each env, still waiting for
     # their n-step window.
-    assert 400 - 2 * 2 <= stored + shard.nstep.num_pending <= 400
-    assert stored == len(shard.buffer) == stats["size"]
+    assert 400 - 2 * 2 <= stored + shard.core.nstep.num_pending <= 400
+    assert stored == len(shard.core.buffer) == stats["size"]
 
 
 def test_sampling_waits_for_the_shards_share_of_learning_starts():
     shard = make_shard(num_steps_sampled_before_learning_starts=300)  # 150 per shard
     frags = fragments(length=200)
-    shard.store(frags[0])  # 100 env steps
+    shard.core.store(frags[0])  # 100 env steps
     assert shard.sample(16) is None
     for f in frags[1:3]:
-        shard.store(f)
+        shard.core.store(f)
     got = shard.sample(16, beta=0.5)
     cols = got["columns"]
-    assert got["shard"] == 0 and got["incarnation"] == shard.incarnation
+    assert got["shard"] == 0 and got["incarnation"] == shard.core.incarnation
     assert set(cols) >= {"obs", "actions", "rewards", "next_obs", "discounts", "weights",
                          "batch_indexes"}
     assert all(len(v) == 16 for v in cols.values())
@@ -112,14 +112,14 @@ def test_sampling_waits_for_the_shards_share_of_learning_starts():
 def test_priorities_go_to_the_sampled_items_and_stale_ones_are_dropped():
     shard = make_shard()
     for f in fragments():
-        shard.store(f)
+        shard.core.store(f)
     got = shard.sample(64)
     idx = got["columns"]["batch_indexes"]
     td = np.full(len(idx), 50.0)
     td[0] = np.nan  # a step the learner skipped keeps its priority
     assert shard.update_priorities(idx, td, got["incarnation"]) == len(idx) - 1
-    leaves = shard.buffer.tree.sums[shard.buffer.tree.leaves:]
-    high = (50.0 + 1e-6) ** shard.buffer.alpha
+    leaves = shard.core.buffer.tree.sums[shard.core.buffer.tree.leaves:]
+    high = (50.0 + 1e-6) ** shard.core.buffer.alpha
     assert np.allclose(leaves[idx[1:]], high)
     # Mostly the high-priority items come back now.
     again = shard.sample(256)["columns"]["batch_indexes"]
@@ -127,7 +127,7 @@ def test_priorities_go_to_the_sampled_items_and_stale_ones_are_dropped():
     # Indexes sampled before a restart (another incarnation) mean nothing here.
     before = leaves.copy()
     assert shard.update_priorities(idx, np.zeros(len(idx)), "an-old-life") == 0
-    assert np.array_equal(before, shard.buffer.tree.sums[shard.buffer.tree.leaves:])
+    assert np.array_equal(before, shard.core.buffer.tree.sums[shard.core.buffer.tree.leaves:])
     assert shard.stats()["num_stale_priority_updates"] == 1
 
 
@@ -137,7 +137,7 @@ def test_add_fragment_waits_while_the_learner_is_behind():
 
     async def scenario():
         await shard.add_fragment(frags[0])  # nothing sampled yet, but within the slack
-        assert shard.learner_behind()  # 100 steps x 1.0 > 0 samples + 16 x 2 slack
+        assert shard.core.learner_behind()  # 100 steps x 1.0 > 0 samples + 16 x 2 slack
         blocked = asyncio.ensure_future(shard.add_fragment(frags[1]))
         await asyncio.sleep(0.05)
         assert not blocked.done()  # the runner's credit is held back
@@ -175,12 +175,12 @@ def test_runner_q_values_give_each_new_transition_its_td_error_as_priority():
         "capacity": 1000, "worker_side_prioritization": True})
     rng = np.random.default_rng(1)
     frag = with_runner_q(fragments(num_envs=1, length=100, cut=100)[0], rng)
-    shard.store(frag)
+    shard.core.store(frag)
     assert shard.stats()["num_runner_priorities"] > 0
     r, q, m = frag["rewards"][:, 0], frag["action_q"][:, 0], frag["max_q"][:, 0]
     term, trunc = frag["terminateds"][:, 0], frag["truncateds"][:, 0]
-    leaves = shard.buffer.tree.sums[shard.buffer.tree.leaves:]
-    alpha, eps = shard.buffer.alpha, shard.buffer.eps
+    leaves = shard.core.buffer.tree.sums[shard.core.buffer.tree.leaves:]
+    alpha, eps = shard.core.buffer.alpha, shard.core.buffer.eps
     checked = 0
     for t in range(len(r)):  # 1-step: stored in order, one per step (the last waits)
         if t + 1 >= len(r) - 1:
@@ -201,7 +201,7 @@ def test_runner_q_values_are_ignored_without_worker_side_prioritization():
                                                        "worker_side_prioritization": False})
     rng = np.random.default_rng(2)
     for f in fragments(num_envs=2, length=200):
-        shard.store(with_runner_q(f, rng))
+        shard.core.store(with_runner_q(f, rng))
     assert shard.stats()["num_runner_priorities"] == 0
-    leaves = shard.buffer.tree.sums[shard.buffer.tree.leaves:][:len(shard.buffer)]
+    leaves = shard.core.buffer.tree.sums[shard.core.buffer.tree.leaves:][:len(shard.core.buffer)]
     assert np.allclose(leaves, 1.0)  # the highest priority so far: the initial one
