@@ -183,11 +183,13 @@ class SumTree:
 
     def _track_min(self, node: np.ndarray) -> None:
         written = self.sums[node]  # as stored: of an index given twice, the value kept
-        positive = np.where(written > 0, written, np.inf)
-        at = int(positive.argmin())
-        if positive[at] < self._min:
-            self._min, self._argmin = float(positive[at]), int(node[at]) - self.leaves
-        elif self._argmin >= 0 and self.values[self._argmin] != self._min:
+        least = written.min()
+        if least <= 0 or least < self._min:  # rare once full: the exact way
+            positive = np.where(written > 0, written, np.inf)
+            at = int(positive.argmin())
+            if positive[at] < self._min:
+                self._min, self._argmin = float(positive[at]), int(node[at]) - self.leaves
+        if self._argmin >= 0 and self.values[self._argmin] != self._min:
             self._min_stale = True  # the least one was written over: look again when asked
 
     @staticmethod
@@ -269,10 +271,12 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             raise ValueError("cannot sample from an empty replay buffer")
         tree, total = self.tree, self.tree.total
         # Shuffling the slices, not the gathered rows, is what keeps the batch unsorted.
-        mass = (self.rng.permutation(n) + self.rng.random(n)) * (total / n)
+        mass = self.rng.random(n)
+        mass += self.rng.permutation(n)
+        mass *= total / n
         idx = tree.find(np.minimum(mass, np.nextafter(total, 0), out=mass))
         p = tree.values[idx]
-        if not (p > 0).all():  # rounding at a slice's edge, or nothing to draw from
+        if not p.min() > 0:  # rounding at a slice's edge, or nothing to draw from
             idx = self._drawable(idx)
             p = tree.values[idx]
         out = self.gather(idx)
