@@ -5,7 +5,8 @@ nothing of rlmesh). Prints one JSON line.
 hyperparameters, stopped by rlmesh's rule (the mean return of the last 100 episodes >= 475,
 checked after each rollout of train_freq steps and its gradient steps).
 ``replay``: SB3's numpy ReplayBuffer: insertions/s (one transition per add, as SB3's
-collection loop adds them) and batch-256 samples/s from a full 1M buffer.
+collection loop adds them) and batch-256 samples/s (indexes, gathers, torch tensors: what
+``sample`` does) from a full 1M buffer, every row written.
 """
 
 from __future__ import annotations
@@ -47,13 +48,19 @@ def replay(capacity: int, inserts: int, samples: int) -> None:
     for i in range(inserts):
         buf.add(obs[i], obs[i], act, rew, done, [{}])
     insert_rate = inserts / (time.perf_counter() - t0)
-    buf.pos, buf.full = 0, True  # as after `capacity` insertions: sample from all of it
+    buf.pos, buf.full = 0, True  # as after `capacity` insertions: sample from all of it,
+    # every row written (untouched rows would all read the one zero page, always cached)
+    for column in (buf.observations, buf.next_observations, buf.actions, buf.rewards,
+                   buf.dones, buf.timeouts):
+        column[...] = rng.random(column.shape)
     buf.sample(256)
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     for _ in range(samples):
         buf.sample(256)
     sample_rate = samples / (time.perf_counter() - t0)
+    cpu_rate = samples / (time.process_time() - cpu0)
     print(json.dumps({"insertions_per_s": insert_rate, "batches_per_s": sample_rate,
+                      "batches_per_cpu_s": cpu_rate,
                       "capacity": capacity, **versions()}), flush=True)
 
 

@@ -68,7 +68,7 @@ def test_prioritized_double_dueling_nstep_runs_and_moves_priorities():
     with config.reporting(min_sample_timesteps_per_iteration=500).build() as algo:
         for _ in range(4):
             result = algo.train()
-        priorities = algo.replay.tree.sums[algo.replay.tree.leaves:][:len(algo.replay)]
+        priorities = algo.replay.tree.values[:len(algo.replay)]
         # New transitions start at the highest priority; trained ones have their TD errors.
         assert len(np.unique(priorities)) > 100
         assert np.isfinite(result["info"]["learner"]["default_policy"]["total_loss"])

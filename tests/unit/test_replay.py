@@ -92,6 +92,86 @@ def test_new_transitions_get_the_highest_priority_so_far():
     assert abs(counts[4] / counts[3] - 1) < 0.1
 
 
+def test_sum_tree_over_many_blocks_follows_the_priorities():
+    # 5000 leaves (not a power of 2: 8192 in the tree) pass both find's prefix search over
+    # one level (1024 nodes) and the level-by-level descent under it.
+    rng = np.random.default_rng(3)
+    values = rng.exponential(size=5000) * (rng.random(5000) < 0.9)  # a tenth never drawn
+    tree = SumTree(5000)
+    tree.set(np.arange(5000), values)
+    assert tree.total == pytest.approx(values.sum(), rel=1e-12)
+    assert tree.min == values[values > 0].min()
+    bounds = np.concatenate([[0.0], np.cumsum(values)])
+    mass = rng.random(20000) * values.sum()
+    want = np.searchsorted(bounds, mass, side="right") - 1
+    assert np.array_equal(tree.find(mass), want)  # exactly the leaf the prefix sums say
+    # Updates (an index given twice keeps one value) leave the sums and the minimum right.
+    idx = rng.integers(0, 5000, 3000)
+    new = rng.exponential(size=3000)
+    tree.set(idx, new)
+    values[idx] = tree.values[idx]
+    assert set(np.unique(tree.values[idx])) <= set(new)
+    assert tree.total == pytest.approx(values.sum(), rel=1e-12)
+    assert tree.min == values[values > 0].min()
+
+
+def test_sum_tree_minimum_follows_its_leaf_written_over():
+    tree = SumTree(3000)
+    tree.set(np.arange(3000), np.linspace(1.0, 2.0, 3000))
+    assert tree.min == 1.0
+    tree.set(np.array([0]), np.array([5.0]))  # the least one goes up: the next is the min
+    assert tree.min == np.linspace(1.0, 2.0, 3000)[1]
+    tree.set(np.array([7, 9]), np.array([0.0, 0.5]))  # zero stays out; a lower one comes in
+    assert tree.min == 0.5
+    tree.set(np.array([9, 9]), np.array([0.25, 3.0]))  # given twice: the value kept counts
+    assert tree.min == min(tree.values[9], np.linspace(1.0, 2.0, 3000)[1])
+
+
+@pytest.mark.parametrize("alpha", [0.6, 1.0])
+def test_prioritized_frequencies_and_weights_in_a_wrapped_buffer(alpha):
+    """A 3000-transition buffer (not a power of 2, over several of find's blocks) written
+    round more than once: sampled frequencies follow p**alpha over what it holds, and the
+    weights are (N * P(i))**-beta over the largest possible."""
+    rng = np.random.default_rng(4)
+    buf = PrioritizedReplayBuffer(3000, SPECS, alpha=alpha, eps=0.0, seed=5)
+    for start in range(0, 7000, 700):  # wraps twice
+        buf.add(batch(start, 700))
+    assert len(buf) == 3000 and buf.next_index == 1000
+    td = rng.exponential(size=3000)
+    buf.update_priorities(np.arange(3000), td)
+    prob = td ** alpha / (td ** alpha).sum()
+    counts = np.zeros(3000)
+    for _ in range(100):
+        s = buf.sample(4096, beta=0.7)
+        # Rows stay with their index; the batch is not in index (stratum) order.
+        assert np.array_equal(s["rewards"], buf.columns["rewards"][s["batch_indexes"]])
+        assert (np.diff(s["batch_indexes"]) < 0).any()
+        counts += np.bincount(s["batch_indexes"], minlength=3000)
+    # Pooled in 30 groups of 100 items: each group's share within 4 standard deviations.
+    groups = np.argsort(prob).reshape(30, 100)
+    n = counts.sum()
+    got, want = counts[groups].sum(1) / n, prob[groups].sum(1)
+    assert np.all(np.abs(got - want) < 4 * np.sqrt(want * (1 - want) / n) + 1e-4)
+    # The newest rows (700 before next_index) are where the last add put them.
+    assert buf.columns["rewards"][999] == 6999
+    s = buf.sample(512, beta=0.7)
+    want_w = (3000 * prob[s["batch_indexes"]]) ** -0.7 / (3000 * prob.min()) ** -0.7
+    np.testing.assert_allclose(s["weights"], want_w, rtol=1e-5)
+    assert s["weights"].max() <= 1.0
+
+
+def test_prioritized_sampling_never_returns_a_zero_priority_or_unwritten_row():
+    buf = PrioritizedReplayBuffer(5000, SPECS, alpha=1.0, eps=0.0, seed=6)
+    buf.add(batch(0, 1500))  # 1500 of 5000 written: the rest stays out
+    buf.update_priorities(np.arange(0, 1500, 2), np.zeros(750))  # every even one: never
+    for _ in range(20):
+        idx = buf.sample(1024)["batch_indexes"]
+        assert idx.max() < 1500 and (idx % 2 == 1).all()
+    buf.update_priorities(np.arange(1, 1500, 2), np.zeros(750))
+    with pytest.raises(ValueError, match="every priority is 0"):
+        buf.sample(8)
+
+
 # --- n-step ---
 
 def episode_streams(rng: np.random.Generator, num_envs: int, length: int):

@@ -118,7 +118,7 @@ def test_priorities_go_to_the_sampled_items_and_stale_ones_are_dropped():
     td = np.full(len(idx), 50.0)
     td[0] = np.nan  # a step the learner skipped keeps its priority
     assert shard.update_priorities(idx, td, got["incarnation"]) == len(idx) - 1
-    leaves = shard.core.buffer.tree.sums[shard.core.buffer.tree.leaves:]
+    leaves = shard.core.buffer.tree.values
     high = (50.0 + 1e-6) ** shard.core.buffer.alpha
     assert np.allclose(leaves[idx[1:]], high)
     # Mostly the high-priority items come back now.
@@ -127,7 +127,7 @@ def test_priorities_go_to_the_sampled_items_and_stale_ones_are_dropped():
     # Indexes sampled before a restart (another incarnation) mean nothing here.
     before = leaves.copy()
     assert shard.update_priorities(idx, np.zeros(len(idx)), "an-old-life") == 0
-    assert np.array_equal(before, shard.core.buffer.tree.sums[shard.core.buffer.tree.leaves:])
+    assert np.array_equal(before, shard.core.buffer.tree.values)
     assert shard.stats()["num_stale_priority_updates"] == 1
 
 
@@ -179,7 +179,7 @@ def test_runner_q_values_give_each_new_transition_its_td_error_as_priority():
     assert shard.stats()["num_runner_priorities"] > 0
     r, q, m = frag["rewards"][:, 0], frag["action_q"][:, 0], frag["max_q"][:, 0]
     term, trunc = frag["terminateds"][:, 0], frag["truncateds"][:, 0]
-    leaves = shard.core.buffer.tree.sums[shard.core.buffer.tree.leaves:]
+    leaves = shard.core.buffer.tree.values
     alpha, eps = shard.core.buffer.alpha, shard.core.buffer.eps
     checked = 0
     for t in range(len(r)):  # 1-step: stored in order, one per step (the last waits)
@@ -203,5 +203,5 @@ def test_runner_q_values_are_ignored_without_worker_side_prioritization():
     for f in fragments(num_envs=2, length=200):
         shard.core.store(with_runner_q(f, rng))
     assert shard.stats()["num_runner_priorities"] == 0
-    leaves = shard.core.buffer.tree.sums[shard.core.buffer.tree.leaves:][:len(shard.core.buffer)]
+    leaves = shard.core.buffer.tree.values[:len(shard.core.buffer)]
     assert np.allclose(leaves, 1.0)  # the highest priority so far: the initial one
