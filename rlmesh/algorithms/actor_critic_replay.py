@@ -12,8 +12,10 @@ import numpy as np
 import torch
 
 from rlmesh.algorithms.off_policy import OffPolicyTorchPolicy
+from rlmesh.policy.policy import class_path
 from rlmesh.rl.columns import Columns, optional_columns
 from rlmesh.rl.optim import Optimizers
+from rlmesh.rl.spec import numpy_fast_path
 
 
 class OwnRates(Optimizers):
@@ -29,7 +31,22 @@ class ActorCriticReplayPolicy(OffPolicyTorchPolicy):
     """Subclasses build ``model`` as a ModuleDict with an ``actor`` (what runners act
     with), define ``loss`` (with a ``td_error`` statistic: replay's new priorities), and
     say with ``updates_actor`` whether the coming step moves the actor and the targets
-    (TD3's delay)."""
+    (TD3's delay). ``numpy_runner`` names the numpy class runners act with in its place
+    (``policy/numpy_actor.py``) when the actor is the default one on a flat observation."""
+
+    numpy_runner: str | None = None
+
+    @classmethod
+    def runner_class(cls, config: Any, observation_space: gym.Space | None = None,
+                     action_space: gym.Space | None = None) -> str:
+        """``numpy_runner`` for the default actor on a flat observation; this class for a
+        subclass that acts otherwise or builds another model, or a non-flat observation."""
+        owner = next(c for c in cls.__mro__ if "numpy_runner" in c.__dict__)
+        default = (cls.compute_actions is owner.compute_actions
+                   and cls.make_model is owner.make_model)
+        flat = (observation_space is not None
+                and numpy_fast_path(observation_space, action_space, config.model))
+        return owner.numpy_runner if owner.numpy_runner and default and flat else class_path(cls)
 
     def __init__(self, observation_space: gym.Space, action_space: gym.Space, config: Any,
                  device: str | torch.device = "cpu") -> None:
