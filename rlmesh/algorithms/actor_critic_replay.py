@@ -35,6 +35,8 @@ class ActorCriticReplayPolicy(OffPolicyTorchPolicy):
     (``policy/numpy_actor.py``) when the actor is the default one on a flat observation."""
 
     numpy_runner: str | None = None
+    #: What results report each optimizer's learning rate as, in ``make_optimizer``'s order.
+    rate_keys: tuple[str, ...] = ("cur_actor_lr", "cur_critic_lr")
 
     @classmethod
     def runner_class(cls, config: Any, observation_space: gym.Space | None = None,
@@ -56,6 +58,12 @@ class ActorCriticReplayPolicy(OffPolicyTorchPolicy):
         self.view_requirements = {Columns.T: optional_columns(action_space)[Columns.T]}
         self._actor_step = True  # whether the current gradient step moves the actor
         self.q_params = list(self.model["q"].parameters())  # what the actor's loss freezes
+
+    def apply_learning_rates(self, timesteps: int) -> dict[str, float]:
+        """Each optimizer keeps the rate it was built with (``OwnRates``), reported under
+        ``rate_keys``; no ``cur_lr``: the shared ``lr`` drives none of them."""
+        return {key: float(opt.param_groups[0]["lr"])
+                for key, opt in zip(self.rate_keys, self.optimizer.optimizers, strict=True)}
 
     def grad_steps(self) -> int:
         return int(self.state.get("num_grad_steps", 0))

@@ -47,6 +47,8 @@ class SACTorchPolicy(ActorCriticReplayPolicy):
     (checkpoints keep them), with one Adam each."""
 
     numpy_runner = "rlmesh.policy.numpy_actor:NumpySACPolicy"
+    # RLlib's new stack reports these as policy_, qf_ and alpha_learning_rate.
+    rate_keys = ("cur_actor_lr", "cur_critic_lr", "cur_alpha_lr")
 
     def __init__(self, observation_space: gym.Space, action_space: gym.Space, config: Any,
                  device: str | torch.device = "cpu") -> None:
