@@ -4,6 +4,9 @@ rl-baselines3-zoo's hyperparameters (``peer_sb3_offpolicy.py`` in the peers' ven
 seed in the same run. Both stop at the first check where the mean return of the last 10
 episodes is >= -200. DDPG has no SB3 run here; its figures stand beside SB3's TD3.
 
+``sac_acting``: a runner's env steps/s on Pendulum-v1 acting with SAC's numpy policy vs
+its torch policy (``--acting`` when run as a module).
+
 ``python -m tests.benchmarks.run --only sac_td3`` (``--quick``: one seed). Set
 ``PEERS_PYTHON`` to use a peers' venv other than this checkout's ``.venv-peers``.
 """
@@ -126,7 +129,73 @@ def bench_learning(sizes: Sizes, tmp: Path) -> list[Row]:
     return rows
 
 
-BENCHMARKS: dict[str, Callable[[Sizes, Path], list[Row]]] = {"sac_td3_learning": bench_learning}
+# --- runner-side acting: SAC's numpy policy against its torch policy, same weights ---
+
+ACTING_ROUNDS, ACTING_SECONDS = 5, 2.0
+
+
+def _acting_samplers(num_envs: int) -> dict[str, Any]:
+    """The runner's EnvSampler on Pendulum-v1 twice: acting with SACTorchPolicy (one torch
+    thread, as runners set it) and with the NumpySACPolicy runners now get, on the same
+    (trained-looking: perturbed) weights, past random_timesteps, with the tuned example's
+    networks ([64, 64])."""
+    import gymnasium as gym
+    import torch
+
+    from rlmesh.algorithms.sac import SACConfig, SACTorchPolicy
+    from rlmesh.policy.numpy_actor import NumpySACPolicy
+    from rlmesh.roles.env_sampler import EnvSampler
+
+    torch.set_num_threads(1)
+    net = {"fcnet_hiddens": [64, 64]}
+    config = SACConfig().environment("Pendulum-v1").training(q_model_config=net,
+                                                              policy_model_config=net)
+    env = gym.make("Pendulum-v1")
+    torch_policy = SACTorchPolicy(env.observation_space, env.action_space, config)
+    numpy_policy = NumpySACPolicy(env.observation_space, env.action_space, config)
+    numpy_policy.set_weights(torch_policy.get_weights())
+    seeds = list(range(num_envs))
+    return {side: EnvSampler(lambda i: gym.make("Pendulum-v1"), num_envs, policy, seeds=seeds)
+            for side, policy in (("torch", torch_policy), ("numpy", numpy_policy))}
+
+
+def _sampling_rate(sampler: Any, fragment: int, seconds: float) -> float:
+    steps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        steps += sampler.sample(fragment)["env_steps"]
+    return steps / (time.perf_counter() - start)
+
+
+def bench_acting(sizes: Sizes, tmp: Path) -> list[Row]:
+    """Env steps/s of SAC's runner sampling Pendulum-v1, acting in numpy vs torch: the two
+    samplers in one process, rounds interleaved (so load drifts hit both), medians."""
+    rows: list[Row] = []
+    rounds = 2 if sizes is QUICK else ACTING_ROUNDS
+    for num_envs, fragment in ((1, 4), (8, 4)):  # the tuned example's runner; 8 envs
+        samplers = _acting_samplers(num_envs)
+        rates: dict[str, list[float]] = {side: [] for side in samplers}
+        load0 = os.getloadavg()[0]
+        for _ in range(rounds):
+            for side, sampler in samplers.items():
+                rates[side].append(_sampling_rate(sampler, fragment, ACTING_SECONDS))
+        load = (load0 + os.getloadavg()[0]) / 2
+        med = {side: statistics.median(r) for side, r in rates.items()}
+        print(f"  SAC acting, {num_envs} env(s): numpy {med['numpy']:,.0f}, torch "
+              f"{med['torch']:,.0f} env steps/s ({med['numpy'] / med['torch']:.2f}x), "
+              f"load {load:.1f}", flush=True)
+        rows.append(PPORow(f"SAC runner sampling Pendulum-v1, {num_envs} env(s), fragments of "
+                           f"{fragment} (EnvSampler alone, 1 process; load {load:.1f})",
+                           "env steps/s", med["numpy"], med["torch"],
+                           "the same sampler acting with SACTorchPolicy (1 torch thread)",
+                           higher_is_better=True))
+        for sampler in samplers.values():
+            for slot in sampler.slots:
+                slot.env.close()
+    return rows
+
+
+BENCHMARKS: dict[str, Callable[[Sizes, Path], list[Row]]] = {"sac_td3_learning": bench_learning,
+                                                            "sac_acting": bench_acting}
 
 
 if __name__ == "__main__":
@@ -135,5 +204,6 @@ if __name__ == "__main__":
     from .run import text_table
 
     quick = "--quick" in sys.argv
+    bench = bench_acting if "--acting" in sys.argv else bench_learning
     with tempfile.TemporaryDirectory() as tmp:
-        print(text_table(bench_learning(QUICK if quick else DEFAULT, Path(tmp))))
+        print(text_table(bench(QUICK if quick else DEFAULT, Path(tmp))))

@@ -51,6 +51,9 @@ def test_each_policy_trains_from_its_own_agents_buffer(name):
             result = algo.train()
         after = algo.get_weights()
         assert set(algo.replays) == {"p0", "p1"}
+        numpy_runner = "NumpySACPolicy" if name == "SAC" else "NumpyDDPGPolicy"
+        assert all(spec["runner_class"].endswith(numpy_runner)  # runners acted in numpy
+                   for spec in algo.policy_specs.values())
         for i, pid in enumerate(("p0", "p1")):
             obs = algo.replays[pid].get_state()["columns"]["obs"][:len(algo.replays[pid])]
             assert len(obs) > 200
