@@ -166,11 +166,9 @@ def _sampling_rate(sampler: Any, fragment: int, seconds: float) -> float:
     return steps / (time.perf_counter() - start)
 
 
-def bench_acting(sizes: Sizes, tmp: Path) -> list[Row]:
-    """Env steps/s of SAC's runner sampling Pendulum-v1, acting in numpy vs torch: the two
-    samplers in one process, rounds interleaved (so load drifts hit both), medians."""
-    rows: list[Row] = []
-    rounds = 2 if sizes is QUICK else ACTING_ROUNDS
+def acting_rates(rounds: int) -> list[dict[str, Any]]:
+    """Median env steps/s of each side, per runner shape, and the load meanwhile."""
+    out = []
     for num_envs, fragment in ((1, 4), (8, 4)):  # the tuned example's runner; 8 envs
         samplers = _acting_samplers(num_envs)
         rates: dict[str, list[float]] = {side: [] for side in samplers}
@@ -178,19 +176,33 @@ def bench_acting(sizes: Sizes, tmp: Path) -> list[Row]:
         for _ in range(rounds):
             for side, sampler in samplers.items():
                 rates[side].append(_sampling_rate(sampler, fragment, ACTING_SECONDS))
-        load = (load0 + os.getloadavg()[0]) / 2
-        med = {side: statistics.median(r) for side, r in rates.items()}
-        print(f"  SAC acting, {num_envs} env(s): numpy {med['numpy']:,.0f}, torch "
-              f"{med['torch']:,.0f} env steps/s ({med['numpy'] / med['torch']:.2f}x), "
-              f"load {load:.1f}", flush=True)
-        rows.append(PPORow(f"SAC runner sampling Pendulum-v1, {num_envs} env(s), fragments of "
-                           f"{fragment} (EnvSampler alone, 1 process; load {load:.1f})",
-                           "env steps/s", med["numpy"], med["torch"],
-                           "the same sampler acting with SACTorchPolicy (1 torch thread)",
-                           higher_is_better=True))
         for sampler in samplers.values():
             for slot in sampler.slots:
                 slot.env.close()
+        out.append({"envs": num_envs, "fragment": fragment,
+                    "load": (load0 + os.getloadavg()[0]) / 2,
+                    **{side: statistics.median(r) for side, r in rates.items()}})
+    return out
+
+
+def bench_acting(sizes: Sizes, tmp: Path) -> list[Row]:
+    """Env steps/s of SAC's runner sampling Pendulum-v1, acting in numpy vs torch: the two
+    samplers in one process of their own (torch stays out of run.py's), rounds interleaved
+    so load drifts hit both, medians."""
+    rounds = 2 if sizes is QUICK else ACTING_ROUNDS
+    proc = subprocess.run([sys.executable, "-m", "tests.benchmarks.bench_sac_td3",
+                           "--acting-rates", str(rounds)], cwd=ROOT, check=True,
+                          capture_output=True, text=True)
+    rows: list[Row] = []
+    for r in json.loads(proc.stdout.strip().splitlines()[-1]):
+        print(f"  SAC acting, {r['envs']} env(s): numpy {r['numpy']:,.0f}, torch "
+              f"{r['torch']:,.0f} env steps/s ({r['numpy'] / r['torch']:.2f}x), "
+              f"load {r['load']:.1f}", flush=True)
+        rows.append(PPORow(f"SAC runner sampling Pendulum-v1, {r['envs']} env(s), fragments "
+                           f"of {r['fragment']} (EnvSampler alone, 1 process; load "
+                           f"{r['load']:.1f})", "env steps/s", r["numpy"], r["torch"],
+                           "the same sampler acting with SACTorchPolicy (1 torch thread)",
+                           higher_is_better=True))
     return rows
 
 
@@ -203,6 +215,9 @@ if __name__ == "__main__":
 
     from .run import text_table
 
+    if "--acting-rates" in sys.argv:  # bench_acting's own process
+        print(json.dumps(acting_rates(int(sys.argv[sys.argv.index("--acting-rates") + 1]))))
+        sys.exit(0)
     quick = "--quick" in sys.argv
     bench = bench_acting if "--acting" in sys.argv else bench_learning
     with tempfile.TemporaryDirectory() as tmp:
