@@ -12,8 +12,10 @@ import numpy as np
 import torch
 
 from rlmesh.algorithms.off_policy import OffPolicyTorchPolicy
+from rlmesh.policy.policy import class_path
 from rlmesh.rl.columns import Columns, optional_columns
 from rlmesh.rl.optim import Optimizers
+from rlmesh.rl.spec import numpy_fast_path
 
 
 class OwnRates(Optimizers):
@@ -29,7 +31,24 @@ class ActorCriticReplayPolicy(OffPolicyTorchPolicy):
     """Subclasses build ``model`` as a ModuleDict with an ``actor`` (what runners act
     with), define ``loss`` (with a ``td_error`` statistic: replay's new priorities), and
     say with ``updates_actor`` whether the coming step moves the actor and the targets
-    (TD3's delay)."""
+    (TD3's delay). ``numpy_runner`` names the numpy class runners act with in its place
+    (``policy/numpy_actor.py``) when the actor is the default one on a flat observation."""
+
+    numpy_runner: str | None = None
+    #: What results report each optimizer's learning rate as, in ``make_optimizer``'s order.
+    rate_keys: tuple[str, ...] = ("cur_actor_lr", "cur_critic_lr")
+
+    @classmethod
+    def runner_class(cls, config: Any, observation_space: gym.Space | None = None,
+                     action_space: gym.Space | None = None) -> str:
+        """``numpy_runner`` for the default actor on a flat observation; this class for a
+        subclass that acts otherwise or builds another model, or a non-flat observation."""
+        owner = next(c for c in cls.__mro__ if "numpy_runner" in c.__dict__)
+        default = (cls.compute_actions is owner.compute_actions
+                   and cls.make_model is owner.make_model)
+        flat = (observation_space is not None
+                and numpy_fast_path(observation_space, action_space, config.model))
+        return owner.numpy_runner if owner.numpy_runner and default and flat else class_path(cls)
 
     def __init__(self, observation_space: gym.Space, action_space: gym.Space, config: Any,
                  device: str | torch.device = "cpu") -> None:
@@ -39,6 +58,12 @@ class ActorCriticReplayPolicy(OffPolicyTorchPolicy):
         self.view_requirements = {Columns.T: optional_columns(action_space)[Columns.T]}
         self._actor_step = True  # whether the current gradient step moves the actor
         self.q_params = list(self.model["q"].parameters())  # what the actor's loss freezes
+
+    def apply_learning_rates(self, timesteps: int) -> dict[str, float]:
+        """Each optimizer keeps the rate it was built with (``OwnRates``), reported under
+        ``rate_keys``; no ``cur_lr``: the shared ``lr`` drives none of them."""
+        return {key: float(opt.param_groups[0]["lr"])
+                for key, opt in zip(self.rate_keys, self.optimizer.optimizers, strict=True)}
 
     def grad_steps(self) -> int:
         return int(self.state.get("num_grad_steps", 0))

@@ -23,8 +23,8 @@ from rlmesh.algorithms.ddpg_config import DDPGConfig
 from rlmesh.algorithms.off_policy import OffPolicy
 from rlmesh.config.base import ConfigError
 from rlmesh.policy.torch_policy import TorchPolicy
-from rlmesh.rl.action_noise import ActionNoise
-from rlmesh.rl.actor_q import DeterministicActor, TwinQ, action_bounds, frozen
+from rlmesh.rl.action_noise import ActionNoise, action_bounds
+from rlmesh.rl.actor_q import DeterministicActor, TwinQ, frozen
 from rlmesh.rl.optim import Adam
 
 __all__ = ["DDPG", "DDPGConfig", "DDPGTorchPolicy", "td_loss"]
@@ -64,6 +64,8 @@ def bootstrap_discount(policy: TorchPolicy, batch: Tensors) -> torch.Tensor:
 class DDPGTorchPolicy(ActorCriticReplayPolicy):
     """The actor, the critic(s), their targets and one Adam each. ``model`` holds all four
     (checkpoints keep the targets); runners act with the actor plus exploration noise."""
+
+    numpy_runner = "rlmesh.policy.numpy_actor:NumpyDDPGPolicy"
 
     def __init__(self, observation_space: gym.Space, action_space: gym.Space, config: Any,
                  device: str | torch.device = "cpu") -> None:

@@ -80,4 +80,7 @@ class DDPGConfig(OffPolicyConfig, defaults=_DDPG_DEFAULTS):
         if self.exploration_config.get("type") == "StochasticSampling":
             problems.append("exploration_config: DDPG's actor is deterministic; use type "
                             "GaussianNoise or OrnsteinUhlenbeckNoise")
+        if self.lr_schedule is not None:  # it would drive neither optimizer
+            problems.append(f"lr_schedule: {type(self).__name__[:-6]} has no single learning "
+                            "rate; set actor_lr and critic_lr")
         return problems

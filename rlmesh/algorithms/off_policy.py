@@ -125,9 +125,7 @@ class OffPolicyTorchPolicy(TorchPolicy):
         mean statistics, and ``td_error`` ``[K, B]`` (NaN where a step was skipped)."""
         self.for_learning()
         self.global_timestep = timesteps
-        lr = self.config.lr_at(timesteps)
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
+        rates = self.apply_learning_rates(timesteps)
         tensors = to_tensors({k: v for k, v in batch.items() if k != "batch_indexes"}, self.device)
         k_steps, size = tensors["rewards"].shape[:2]
         td = torch.full((k_steps, size), float("nan"))
@@ -157,11 +155,19 @@ class OffPolicyTorchPolicy(TorchPolicy):
         self.num_env_steps_trained += k_steps * size
         result = {key: float(v) / max(done, 1) for key, v in sums.items()}
         self.after_update(result)
-        result.update(cur_lr=lr, num_grad_updates=done, num_env_steps_trained=k_steps * size,
+        result.update(**rates, num_grad_updates=done, num_env_steps_trained=k_steps * size,
                       num_nonfinite_updates_skipped=self.num_nonfinite_updates_skipped,
                       **self.state)
         result["td_error"] = td.numpy()
         return result
+
+    def apply_learning_rates(self, timesteps: int) -> dict[str, float]:
+        """Set the optimizer's learning rate for ``timesteps`` env steps sampled (``lr``,
+        or ``lr_schedule``); what results report it as."""
+        lr = self.config.lr_at(timesteps)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        return {"cur_lr": lr}
 
     def target_outputs(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Columns the target network computes for a whole ``[K, B, ...]`` batch at once

@@ -24,8 +24,8 @@ from rlmesh.algorithms.ddpg import bootstrap_discount, td_loss
 from rlmesh.algorithms.off_policy import OffPolicy
 from rlmesh.algorithms.sac_config import SACConfig
 from rlmesh.config.base import ConfigError
-from rlmesh.rl.action_noise import uniform_actions
-from rlmesh.rl.actor_q import StochasticActor, TwinQ, action_bounds, frozen
+from rlmesh.rl.action_noise import action_bounds, uniform_actions
+from rlmesh.rl.actor_q import StochasticActor, TwinQ, frozen
 from rlmesh.rl.distributions import Categorical, SquashedGaussian
 from rlmesh.rl.optim import Adam
 
@@ -45,6 +45,10 @@ def auto_target_entropy(action_space: gym.Space) -> float:
 class SACTorchPolicy(ActorCriticReplayPolicy):
     """The actor, the twin Q networks and their targets, and log(alpha), all in ``model``
     (checkpoints keep them), with one Adam each."""
+
+    numpy_runner = "rlmesh.policy.numpy_actor:NumpySACPolicy"
+    # RLlib's new stack reports these as policy_, qf_ and alpha_learning_rate.
+    rate_keys = ("cur_actor_lr", "cur_critic_lr", "cur_alpha_lr")
 
     def __init__(self, observation_space: gym.Space, action_space: gym.Space, config: Any,
                  device: str | torch.device = "cpu") -> None:

@@ -70,6 +70,10 @@ class SACConfig(OffPolicyConfig, defaults=_SAC_DEFAULTS):
         if self.exploration_config.get("type") != "StochasticSampling":
             problems.append("exploration_config: SAC explores by sampling its policy; use "
                             "type StochasticSampling (with random_timesteps)")
+        if self.lr_schedule is not None:  # it would drive none of the three optimizers
+            problems.append("lr_schedule: SAC has no single learning rate; set "
+                            "optimization_config's actor_learning_rate, critic_learning_rate "
+                            "and entropy_learning_rate")
         if set(self.optimization_config) != rates:
             problems.append(f"optimization_config: expected the keys {sorted(rates)}, got "
                             f"{sorted(self.optimization_config)}")

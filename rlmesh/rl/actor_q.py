@@ -32,20 +32,6 @@ def encoder_for(obs_space: gym.Space, model_config: dict | None) -> ObsEncoder:
     return ObsEncoder(obs_space, config, ACTIVATIONS[config["conv_activation"]])
 
 
-def action_bounds(action_space: gym.Space, config: Any) -> tuple[np.ndarray, np.ndarray]:
-    """Where the actor's actions live: [-1, 1] when the runners rescale actions to the Box
-    (``normalize_actions``, the default), else the Box's own bounds."""
-    dim = int(np.prod(action_space.shape))
-    squash = bool(config.model.get("squash_actions", False))
-    if config.normalize_actions and not squash:
-        return -np.ones(dim, np.float32), np.ones(dim, np.float32)
-    low, high = np.asarray(action_space.low).reshape(-1), np.asarray(action_space.high).reshape(-1)
-    if not (np.all(np.isfinite(low)) and np.all(np.isfinite(high))):
-        raise ValueError(f"the actor needs finite action bounds, {action_space} has infinite "
-                         "ones; set normalize_actions=True or give the Box finite bounds")
-    return low.astype(np.float32), high.astype(np.float32)
-
-
 class DeterministicActor(nn.Module):
     """obs -> tanh -> an action in ``[low, high]`` (DDPG's and TD3's mu(s))."""
 

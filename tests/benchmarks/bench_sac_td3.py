@@ -4,6 +4,9 @@ rl-baselines3-zoo's hyperparameters (``peer_sb3_offpolicy.py`` in the peers' ven
 seed in the same run. Both stop at the first check where the mean return of the last 10
 episodes is >= -200. DDPG has no SB3 run here; its figures stand beside SB3's TD3.
 
+``sac_acting``: a runner's env steps/s on Pendulum-v1 acting with SAC's numpy policy vs
+its torch policy (``--acting`` when run as a module).
+
 ``python -m tests.benchmarks.run --only sac_td3`` (``--quick``: one seed). Set
 ``PEERS_PYTHON`` to use a peers' venv other than this checkout's ``.venv-peers``.
 """
@@ -126,7 +129,85 @@ def bench_learning(sizes: Sizes, tmp: Path) -> list[Row]:
     return rows
 
 
-BENCHMARKS: dict[str, Callable[[Sizes, Path], list[Row]]] = {"sac_td3_learning": bench_learning}
+# --- runner-side acting: SAC's numpy policy against its torch policy, same weights ---
+
+ACTING_ROUNDS, ACTING_SECONDS = 5, 2.0
+
+
+def _acting_samplers(num_envs: int) -> dict[str, Any]:
+    """The runner's EnvSampler on Pendulum-v1 twice: acting with SACTorchPolicy (one torch
+    thread, as runners set it) and with the NumpySACPolicy runners now get, on the same
+    (trained-looking: perturbed) weights, past random_timesteps, with the tuned example's
+    networks ([64, 64])."""
+    import gymnasium as gym
+    import torch
+
+    from rlmesh.algorithms.sac import SACConfig, SACTorchPolicy
+    from rlmesh.policy.numpy_actor import NumpySACPolicy
+    from rlmesh.roles.env_sampler import EnvSampler
+
+    torch.set_num_threads(1)
+    net = {"fcnet_hiddens": [64, 64]}
+    config = SACConfig().environment("Pendulum-v1").training(q_model_config=net,
+                                                              policy_model_config=net)
+    env = gym.make("Pendulum-v1")
+    torch_policy = SACTorchPolicy(env.observation_space, env.action_space, config)
+    numpy_policy = NumpySACPolicy(env.observation_space, env.action_space, config)
+    numpy_policy.set_weights(torch_policy.get_weights())
+    seeds = list(range(num_envs))
+    return {side: EnvSampler(lambda i: gym.make("Pendulum-v1"), num_envs, policy, seeds=seeds)
+            for side, policy in (("torch", torch_policy), ("numpy", numpy_policy))}
+
+
+def _sampling_rate(sampler: Any, fragment: int, seconds: float) -> float:
+    steps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        steps += sampler.sample(fragment)["env_steps"]
+    return steps / (time.perf_counter() - start)
+
+
+def acting_rates(rounds: int) -> list[dict[str, Any]]:
+    """Median env steps/s of each side, per runner shape, and the load meanwhile."""
+    out = []
+    for num_envs, fragment in ((1, 4), (8, 4)):  # the tuned example's runner; 8 envs
+        samplers = _acting_samplers(num_envs)
+        rates: dict[str, list[float]] = {side: [] for side in samplers}
+        load0 = os.getloadavg()[0]
+        for _ in range(rounds):
+            for side, sampler in samplers.items():
+                rates[side].append(_sampling_rate(sampler, fragment, ACTING_SECONDS))
+        for sampler in samplers.values():
+            for slot in sampler.slots:
+                slot.env.close()
+        out.append({"envs": num_envs, "fragment": fragment,
+                    "load": (load0 + os.getloadavg()[0]) / 2,
+                    **{side: statistics.median(r) for side, r in rates.items()}})
+    return out
+
+
+def bench_acting(sizes: Sizes, tmp: Path) -> list[Row]:
+    """Env steps/s of SAC's runner sampling Pendulum-v1, acting in numpy vs torch: the two
+    samplers in one process of their own (torch stays out of run.py's), rounds interleaved
+    so load drifts hit both, medians."""
+    rounds = 2 if sizes is QUICK else ACTING_ROUNDS
+    proc = subprocess.run([sys.executable, "-m", "tests.benchmarks.bench_sac_td3",
+                           "--acting-rates", str(rounds)], cwd=ROOT, check=True,
+                          capture_output=True, text=True)
+    rows: list[Row] = []
+    for r in json.loads(proc.stdout.strip().splitlines()[-1]):
+        print(f"  SAC acting, {r['envs']} env(s): numpy {r['numpy']:,.0f}, torch "
+              f"{r['torch']:,.0f} env steps/s ({r['numpy'] / r['torch']:.2f}x), "
+              f"load {r['load']:.1f}", flush=True)
+        rows.append(PPORow(f"SAC runner sampling Pendulum-v1, {r['envs']} env(s), fragments "
+                           f"of {r['fragment']} (EnvSampler alone, 1 process; load "
+                           f"{r['load']:.1f})", "env steps/s", r["numpy"], r["torch"],
+                           "the same sampler acting with SACTorchPolicy (1 torch thread)",
+                           higher_is_better=True))
+    return rows
+
+
+BENCHMARKS: dict[str, Callable[[Sizes, Path], list[Row]]] = {"sac_td3_learning": bench_learning,
+                                                            "sac_acting": bench_acting}
 
 
 if __name__ == "__main__":
@@ -134,6 +215,10 @@ if __name__ == "__main__":
 
     from .run import text_table
 
+    if "--acting-rates" in sys.argv:  # bench_acting's own process
+        print(json.dumps(acting_rates(int(sys.argv[sys.argv.index("--acting-rates") + 1]))))
+        sys.exit(0)
     quick = "--quick" in sys.argv
+    bench = bench_acting if "--acting" in sys.argv else bench_learning
     with tempfile.TemporaryDirectory() as tmp:
-        print(text_table(bench_learning(QUICK if quick else DEFAULT, Path(tmp))))
+        print(text_table(bench(QUICK if quick else DEFAULT, Path(tmp))))

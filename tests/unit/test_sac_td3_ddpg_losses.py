@@ -290,3 +290,26 @@ def test_runner_weights_are_the_actor_alone():
     obs = batch()["obs"]
     np.testing.assert_array_equal(policy.compute_actions(obs, explore=False)[0],
                                   runner.compute_actions(obs, explore=False)[0])
+
+
+@pytest.mark.parametrize("make, configured", [
+    (lambda: ddpg(actor_lr=1e-4, critic_lr=2e-3, lr=0.123),
+     {"cur_actor_lr": 1e-4, "cur_critic_lr": 2e-3}),
+    (lambda: sac(lr=0.123, optimization_config={
+        "actor_learning_rate": 1e-3, "critic_learning_rate": 2e-3, "entropy_learning_rate": 5e-4}),
+     {"cur_actor_lr": 1e-3, "cur_critic_lr": 2e-3, "cur_alpha_lr": 5e-4})], ids=["DDPG", "SAC"])
+def test_learner_stats_report_each_optimizers_own_rate_and_no_cur_lr(make, configured):
+    policy = make()
+    stats = learn(policy, batch(), timesteps=10_000)
+    assert {k: stats[k] for k in configured} == pytest.approx(configured)
+    # what the optimizers stepped with, not only what was reported; lr (0.123) drove none
+    used = [opt.param_groups[0]["lr"] for opt in policy.optimizer.optimizers]
+    assert used == pytest.approx(list(configured.values()))
+    assert "cur_lr" not in stats
+
+
+@pytest.mark.parametrize("config", [SACConfig(), DDPGConfig()], ids=["SAC", "DDPG"])
+def test_an_lr_schedule_is_refused_where_no_optimizer_would_follow_it(config):
+    config.training(lr_schedule=[[0, 1e-3], [10_000, 1e-4]])
+    with pytest.raises(ConfigError, match="lr_schedule: (SAC|DDPG) has no single learning rate"):
+        config.validate()
