@@ -43,16 +43,10 @@ class Tanh(nn.Tanh):
     """``nn.Tanh`` with numpy's kernel on CPU. torch's CPU tanh goes through MKL's vector
     math, which on this AMD machine took 150 us for a [900, 64] float32 batch against
     numpy's 21 us: a quarter of an IMPALA learner's update. Same values (to float
-    rounding) and gradients; other devices and dtypes use ``torch.tanh``, and so do
-    tensors under ``NUMPY_MIN_NUMEL``: there the autograd.Function's Python round trip
-    costs more than MKL's kernel (PPO's minibatches of 128 x 64: 160 against 100 us
-    forward and backward, issue 16)."""
-
-    NUMPY_MIN_NUMEL = 256 * 64
+    rounding) and gradients; other devices and dtypes use ``torch.tanh``."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if (x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64)
-                and x.numel() >= self.NUMPY_MIN_NUMEL):
+        if x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64):
             return _NumpyTanh.apply(x.contiguous())
         return torch.tanh(x)
 

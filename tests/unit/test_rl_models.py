@@ -101,9 +101,8 @@ def test_activation_choice(activation, cls):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-@pytest.mark.parametrize("rows", [37, Tanh.NUMPY_MIN_NUMEL // 20 + 1])  # torch's kernel, numpy's
-def test_tanh_matches_torch_in_values_and_gradients(dtype, rows):
-    x = torch.randn(rows, 20, dtype=dtype).t()  # not contiguous
+def test_tanh_matches_torch_in_values_and_gradients(dtype):
+    x = torch.randn(37, 20, dtype=dtype).t()  # not contiguous
     ours, ref = x.clone().requires_grad_(), x.clone().requires_grad_()
     y = Tanh()(ours)
     torch.testing.assert_close(y, torch.tanh(ref))
