@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from rlmesh.algorithms.ppo import PPOConfig, PPOTorchPolicy
+from rlmesh.policy.torch_policy import explained_variance, mean_stats
 from rlmesh.rl.columns import merge_fragments
 
 OBS = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
@@ -124,3 +125,39 @@ def test_weights_handed_out_do_not_follow_later_updates():
         assert torch.equal(v, kept_state[k]), k
     for saved, moment in zip(state["optimizer"]["state"].values(), kept_moments):
         assert torch.equal(saved["exp_avg"], moment)
+
+
+class RecordingPPO(PPOTorchPolicy):
+    """PPO that writes down each minibatch loss's statistics as numbers."""
+
+    def loss(self, mb):
+        total, stats = super().loss(mb)
+        self.seen.append({k: float(v) for k, v in stats.items()})
+        return total, stats
+
+
+def test_update_reports_each_statistic_as_its_mean_over_the_gradient_steps():
+    cfg = PPOConfig().training(minibatch_size=4, num_epochs=3, grad_clip=0.5)
+    learner = RecordingPPO(OBS, ACT, cfg).for_learning()
+    learner.seen = []
+    result = learner.update(merge_fragments([fragment(3, 4, terminated_at=(1, 2))]), 0)
+    assert result["num_grad_updates"] == len(learner.seen) == 9  # 12 samples, 3 epochs of 3
+    for key in learner.seen[0]:
+        assert result[key] == pytest.approx(np.mean([s[key] for s in learner.seen]), rel=1e-6), key
+    assert 0 < result["gradients_norm"] and isinstance(result["vf_explained_var"], float)
+
+
+def test_mean_stats_takes_tensors_and_numbers_and_keys_some_steps_lack():
+    steps = [{"a": torch.tensor(1.0), "b": 2.0}, {"a": torch.tensor([3.0], dtype=torch.float64)},
+             {"a": torch.tensor(5.0), "b": torch.tensor(4)}]
+    assert mean_stats(steps) == {"a": 3.0, "b": 3.0}
+    assert mean_stats([]) == {}
+
+
+def test_explained_variance_is_zero_for_constant_targets_or_one_sample():
+    values = torch.tensor([0.5, 1.5, 2.0])
+    assert float(explained_variance(torch.ones(3), values)) == 0.0
+    assert float(explained_variance(torch.ones(1), values[:1])) == 0.0
+    targets = torch.tensor([1.0, 2.0, 2.5])
+    expected = 1 - float((targets - values).var() / targets.var())
+    assert float(explained_variance(targets, values)) == pytest.approx(expected)
