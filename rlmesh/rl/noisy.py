@@ -27,7 +27,8 @@ class NoisyLinear(nn.Module):
         super().__init__()
         self.in_features, self.out_features = in_features, out_features
         bound = 1.0 / math.sqrt(in_features)
-        self.weight_mu = nn.Parameter(torch.empty(out_features, in_features).uniform_(-bound, bound))
+        weight = torch.empty(out_features, in_features).uniform_(-bound, bound)
+        self.weight_mu = nn.Parameter(weight)
         self.weight_sigma = nn.Parameter(torch.full((out_features, in_features), sigma0 * bound))
         self.bias_mu = nn.Parameter(torch.empty(out_features).uniform_(-bound, bound))
         self.bias_sigma = nn.Parameter(torch.full((out_features,), sigma0 * bound))
