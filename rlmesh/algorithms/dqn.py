@@ -22,8 +22,10 @@ from rlmesh.algorithms.off_policy import OffPolicy, OffPolicyTorchPolicy
 from rlmesh.config.base import ConfigError
 from rlmesh.policy.numpy_q import STEP_INDEX, epsilon_at
 from rlmesh.policy.policy import class_path
+from rlmesh.rl.actor_q import hidden_layers
 from rlmesh.rl.encoders import ObsEncoder
-from rlmesh.rl.models import ACTIVATIONS, mlp
+from rlmesh.rl.models import ACTIVATIONS
+from rlmesh.rl.noisy import linear, noisy_layers
 from rlmesh.rl.spec import MODEL_DEFAULTS, numpy_fast_path
 
 __all__ = ["DQN", "DQNConfig", "DQNTorchPolicy", "QModel"]
@@ -38,18 +40,23 @@ class QModel(nn.Module):
     model (distribution inputs, value) wherever a model is only run."""
 
     def __init__(self, obs_space: gym.Space, num_actions: int, model_config: dict,
-                 hiddens: list[int], dueling: bool) -> None:
+                 hiddens: list[int], dueling: bool, noisy: bool = False,
+                 sigma0: float = 0.5) -> None:
         super().__init__()
         config = {**MODEL_DEFAULTS, **model_config}
         self.encoder = ObsEncoder(obs_space, config, ACTIVATIONS[config["conv_activation"]])
         trunk = list(config["fcnet_hiddens"]) + list(config["post_fcnet_hiddens"])
-        self.trunk, size = mlp(self.encoder.out_size, trunk, config["fcnet_activation"])
-        self.a_branch, a_size = mlp(size, list(hiddens), "relu")
-        self.a_head = nn.Linear(a_size, num_actions)
+        # torch's default initialisation, as stable-baselines3's QNetwork: with the
+        # actor-critic MLP's orthogonal one (gain sqrt 2) the tuned CartPole example learned
+        # slower and fell back (docs/benchmarks.md, issue 18).
+        self.trunk, size = hidden_layers(self.encoder.out_size, trunk, config["fcnet_activation"])
+        # Noisy: the branches and heads only, as RLlib's DQN (the trunk stays plain).
+        self.a_branch, a_size = noisy_layers(size, list(hiddens), noisy, sigma0)
+        self.a_head = linear(a_size, num_actions, noisy, sigma0)
         self.dueling = dueling
         if dueling:
-            self.v_branch, v_size = mlp(size, list(hiddens), "relu")
-            self.v_head = nn.Linear(v_size, 1)
+            self.v_branch, v_size = noisy_layers(size, list(hiddens), noisy, sigma0)
+            self.v_head = linear(v_size, 1, noisy, sigma0)
 
     def q_values(self, obs: torch.Tensor) -> torch.Tensor:
         x = self.trunk(self.encoder(obs))
@@ -74,7 +81,7 @@ class DQNTorchPolicy(OffPolicyTorchPolicy):
     def make_model(self) -> nn.Module:
         cfg = self.config
         return QModel(self.observation_space, int(self.action_space.n), cfg.model, cfg.hiddens,
-                      cfg.dueling)
+                      cfg.dueling, cfg.noisy, cfg.sigma0)
 
     @classmethod
     def runner_class(cls, config: Any, observation_space: gym.Space | None = None,
@@ -91,10 +98,15 @@ class DQNTorchPolicy(OffPolicyTorchPolicy):
                         explore: bool | None = None, timestep: int | None = None,
                         **kwargs: Any) -> tuple[np.ndarray, list[np.ndarray], dict[str, np.ndarray]]:
         explore = self.config.explore if explore is None else explore
+        training = self.model.training
+        self.model.train(explore)  # noisy layers: fresh noise exploring, mean weights greedy
         with torch.no_grad():
             q = self.model(torch.as_tensor(np.asarray(obs_batch), device=self.device))[0]
+        self.model.train(training)
         actions = q.argmax(-1).cpu().numpy().astype(np.int64)
-        if explore:
+        if explore and self.config.noisy:  # the noise explores: no epsilon (as RLlib)
+            self.global_timestep += len(actions)
+        elif explore:
             eps = epsilon_at(self.config.exploration_config,
                              self.global_timestep if timestep is None else timestep,
                              self.worker_index, self.config.num_env_runners)

@@ -49,6 +49,16 @@ class DQNConfig(OffPolicyConfig, defaults=_DQN_DEFAULTS):
         [256], "training",
         doc="Hidden layers (ReLU) of the advantage and value branches after the model's "
             "fcnet_hiddens trunk; [] puts the Q head straight on the trunk.")
+    noisy: bool = setting(
+        False, "training",
+        doc="Noisy nets (Fortunato et al. 2018): the advantage and value branches and heads "
+            "(not the fcnet_hiddens trunk, as RLlib) are NoisyLinear layers with factorised "
+            "Gaussian noise, new noise on each learner forward and each runner step; "
+            "epsilon-greedy is then off (exploration_config ignored) and greedy acting "
+            "(explore=False) uses the mean weights.")
+    sigma0: float = setting(
+        0.5, "training", gt=0,
+        doc="Noisy nets' initial noise scale: sigma starts at sigma0 / sqrt(fan_in).")
     td_error_loss_fn: Literal["huber", "mse"] = setting(
         "huber", "training",
         doc="Loss of the TD error: 'huber' (delta 1, as DQN's clipped error) or 'mse'.")

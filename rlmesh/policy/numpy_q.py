@@ -43,16 +43,44 @@ def epsilon_at(exploration_config: dict, timestep: int, worker_index: int = 0,
     return float(ex["initial_epsilon"] + frac * (ex["final_epsilon"] - ex["initial_epsilon"]))
 
 
-def layers_of(weights: dict[str, np.ndarray], prefix: str) -> list[tuple[np.ndarray, np.ndarray]]:
-    """The Linear layers ``prefix.<i>.weight/bias`` in order, as (W.T contiguous, b)."""
+def layers_of(weights: dict[str, np.ndarray], prefix: str) -> list[tuple[np.ndarray, ...]]:
+    """The Linear layers ``prefix.<i>.weight/bias`` in order, as (W.T contiguous, b); noisy
+    ones (``weight_mu``, ``weight_sigma``, ...) as (mu_W.T, mu_b, sigma_W.T, sigma_b)."""
     index = sorted(int(m.group(1)) for k in weights
-                   if (m := re.fullmatch(rf"{re.escape(prefix)}\.(\d+)\.weight", k)))
-    return [(np.ascontiguousarray(np.asarray(weights[f"{prefix}.{i}.weight"], np.float32).T),
-             np.asarray(weights[f"{prefix}.{i}.bias"], np.float32)) for i in index]
+                   if (m := re.fullmatch(rf"{re.escape(prefix)}\.(\d+)\.weight(_mu)?", k)))
+    return [layer_of(weights, f"{prefix}.{i}") for i in index]
+
+
+def layer_of(weights: dict[str, np.ndarray], name: str) -> tuple[np.ndarray, ...]:
+    def f32(key: str, transpose: bool = False) -> np.ndarray:
+        w = np.asarray(weights[f"{name}.{key}"], np.float32)
+        return np.ascontiguousarray(w.T) if transpose else w
+    if f"{name}.weight_mu" in weights:
+        return (f32("weight_mu", True), f32("bias_mu"), f32("weight_sigma", True),
+                f32("bias_sigma"))
+    return f32("weight", True), f32("bias")
+
+
+def scaled_noise(rng: np.random.Generator, size: int) -> np.ndarray:
+    """f(x) = sign(x) sqrt(|x|) of standard normal draws (``rl/noisy.py``'s)."""
+    x = rng.standard_normal(size).astype(np.float32)
+    return np.sign(x) * np.sqrt(np.abs(x))
+
+
+def dense(x: np.ndarray, layer: tuple[np.ndarray, ...], rng: np.random.Generator | None
+          ) -> np.ndarray:
+    """``x @ W + b``; a noisy layer with factorised noise from ``rng`` (None: its mean)."""
+    w, b = layer[0], layer[1]
+    if len(layer) == 4 and rng is not None:
+        eps_in, eps_out = scaled_noise(rng, w.shape[0]), scaled_noise(rng, w.shape[1])
+        w = w + layer[2] * np.outer(eps_in, eps_out)
+        b = b + layer[3] * eps_out
+    return x @ w + b
 
 
 class NumpyQNet:
-    """``QModel``'s forward pass: obs ``[N, ...]`` -> Q-values ``[N, num_actions]``."""
+    """``QModel``'s forward pass: obs ``[N, ...]`` -> Q-values ``[N, num_actions]``; noisy
+    layers draw new noise on each call given an rng, else act on their mean weights."""
 
     def __init__(self, obs_space: gym.Space, model_config: dict) -> None:
         self.obs_space = obs_space
@@ -64,32 +92,30 @@ class NumpyQNet:
     def set_weights(self, weights: dict[str, Any]) -> None:
         self.trunk = layers_of(weights, "trunk")
         self.a_branch = layers_of(weights, "a_branch")
-        self.a_head = layers_of({"h.0.weight": weights["a_head.weight"],
-                                 "h.0.bias": weights["a_head.bias"]}, "h")[0]
-        self.dueling = "v_head.weight" in weights
+        self.a_head = layer_of(weights, "a_head")
+        self.dueling = any(k.startswith("v_head.") for k in weights)
         if self.dueling:
             self.v_branch = layers_of(weights, "v_branch")
-            self.v_head = layers_of({"h.0.weight": weights["v_head.weight"],
-                                     "h.0.bias": weights["v_head.bias"]}, "h")[0]
+            self.v_head = layer_of(weights, "v_head")
         self.loaded = True
 
-    def __call__(self, obs: np.ndarray) -> np.ndarray:
+    def __call__(self, obs: np.ndarray, rng: np.random.Generator | None = None) -> np.ndarray:
         if self._one_hot is not None:
             x = self._one_hot[np.asarray(obs, np.int64).reshape(-1) - int(self.obs_space.start)]
         else:
             x = np.asarray(obs, np.float32).reshape(len(obs), -1)
-        for w, b in self.trunk:
-            x = self.activation(x @ w + b)
+        for layer in self.trunk:
+            x = self.activation(dense(x, layer, None))
         a = x
-        for w, b in self.a_branch:
-            a = np.maximum(a @ w + b, 0.0)
-        a = a @ self.a_head[0] + self.a_head[1]
+        for layer in self.a_branch:
+            a = np.maximum(dense(a, layer, rng), 0.0)
+        a = dense(a, self.a_head, rng)
         if not self.dueling:
             return a
         v = x
-        for w, b in self.v_branch:
-            v = np.maximum(v @ w + b, 0.0)
-        v = v @ self.v_head[0] + self.v_head[1]
+        for layer in self.v_branch:
+            v = np.maximum(dense(v, layer, rng), 0.0)
+        v = dense(v, self.v_head, rng)
         return v + a - a.mean(-1, keepdims=True)
 
 
@@ -114,6 +140,8 @@ class NumpyQPolicy(Policy):
             "worker_side_prioritization", False))
         self.runners = max(1, int(config.num_env_runners))
         self.timestep = 0
+        # Noisy nets explore by their noise (new each step, one draw for the step's envs).
+        self.noisy = bool(getattr(config, "noisy", False))
         self.rng = np.random.default_rng()
         self._weights: dict[str, np.ndarray] = {}
 
@@ -131,12 +159,12 @@ class NumpyQPolicy(Policy):
                         **kwargs: Any) -> tuple[np.ndarray, list[np.ndarray], dict[str, np.ndarray]]:
         n = len(obs_batch)
         explore = self.config.explore if explore is None else explore
-        eps = self.epsilon if explore else 0.0
+        eps = self.epsilon if explore and not self.noisy else 0.0
         q = None
         if not self.net.loaded:  # no weights yet: nothing to be greedy about
             actions = self.rng.integers(0, self.num_actions, n)
         else:
-            q = self.net(obs_batch)
+            q = self.net(obs_batch, self.rng if explore and self.noisy else None)
             actions = q.argmax(-1)
             if eps > 0:
                 rand = self.rng.random(n) < eps

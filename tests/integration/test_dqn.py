@@ -60,6 +60,24 @@ def test_dqn_learns_cartpole_and_reports_its_replay():
         assert result["num_env_steps_trained"] == pytest.approx(learned * 16, rel=0.05, abs=8192)
 
 
+# Noisy nets explore by their noise alone (epsilon off): the random policy's ~22 must rise.
+# 271 s in all (collection included) at load 16-20 on 2 cores.
+@pytest.mark.timeout(420)
+def test_noisy_dqn_learns_cartpole_without_epsilon():
+    config = cartpole_config(noisy=True, sigma0=0.5)
+    with config.build() as algo:
+        best = -math.inf
+        for _ in range(30):
+            result = algo.train()
+            best = max(best, result["episode_reward_mean"])
+            if best >= 50:
+                break
+        assert best >= 50, f"noisy DQN did not learn CartPole: best mean reward {best}"
+        weights = algo.get_policy().get_weights()
+        assert "a_head.weight_sigma" in weights
+        assert np.abs(weights["a_head.weight_sigma"]).mean() > 0
+
+
 def test_prioritized_double_dueling_nstep_runs_and_moves_priorities():
     config = cartpole_config(double_q=True, dueling=True, hiddens=[32], n_step=3,
                              replay_buffer_config={"type": "MultiAgentPrioritizedReplayBuffer",
