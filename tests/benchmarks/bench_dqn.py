@@ -1,11 +1,12 @@
 """DQN benchmarks, each beside stable-baselines3 measured in the same run.
 
 ``dqn_learning``: env steps and wall time (process start to exit) to a mean return of 475 on
-CartPole-v1: ``rlmesh train -f cartpole-dqn.yaml`` (rl-zoo's hyperparameters in RLlib's
-names) against SB3's DQN with rl-zoo's hyperparameters (``peer_sb3_dqn.py learn``), seed by
-seed, taking turns. ``dqn_replay``: insertions/s and batch-256 samples/s from a full
-1M-transition CartPole buffer, uniform and prioritized, against SB3's ReplayBuffer
-(``peer_sb3_dqn.py replay``), and the filled buffer's RSS against its columns' raw bytes.
+CartPole-v1: ``rlmesh train -f cartpole-dqn.yaml`` (rl-zoo's loop, re-tuned to reach 475:
+see the example's comment) against SB3's DQN with rl-zoo's hyperparameters
+(``peer_sb3_dqn.py learn``), seed by seed, taking turns. ``dqn_replay``: insertions/s and
+batch-256 samples/s from a full 1M-transition CartPole buffer, uniform and prioritized,
+against SB3's ReplayBuffer (``peer_sb3_dqn.py replay``), and the filled buffer's RSS against
+its columns' raw bytes.
 Every side runs in a process of its own. ``python -m tests.benchmarks.run --only dqn``;
 ``python -m tests.benchmarks.bench_dqn replay`` runs rlmesh's replay side alone.
 """
