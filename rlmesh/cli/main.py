@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import sys
 from typing import Sequence
 
 
@@ -86,5 +85,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     return int(module.main(args) or 0)
 
 
+def console() -> None:
+    """The ``rlmesh`` command: ``main`` with the command line, then a quick exit (tests
+    call ``main`` in their own process, which must go on)."""
+    from rlmesh.quick_exit import exit_process
+
+    exit_process(main())
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    console()

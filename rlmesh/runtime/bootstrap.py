@@ -103,6 +103,11 @@ def main() -> None:
         uvloop.run(coro)
     else:
         asyncio.run(coro)
+    # Stopped and shut down: the parent waits for this exit, and an interpreter that
+    # imported torch (a learner) takes over a second to tear down.
+    from ..quick_exit import exit_process
+
+    exit_process(0)
 
 
 if __name__ == "__main__":

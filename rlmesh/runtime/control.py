@@ -29,6 +29,9 @@ CONTROL_LIMITS = codec.Limits.with_max(1 << 20)
 class ControlThread(threading.Thread):
     """Serves PING, STACK and STOP on ``address``; kills the process group on lifeline EOF."""
 
+    #: How often the loop looks at the clock for ``ping_timeout``; close() wakes it at once.
+    POLL_MS = 200
+
     def __init__(self, address: str, diagnostics: Diagnostics,
                  on_stop: Callable[[], None], lifeline_fd: int | None = None,
                  ping_timeout: float | None = None) -> None:
@@ -41,6 +44,11 @@ class ControlThread(threading.Thread):
         self.address = bind(self.sock, address)
         self.rejected = 0
         self._closing = threading.Event()
+        # close() closes the write end: the poll wakes at once, not at its next timeout
+        # (up to POLL_MS in every process's shutdown, measured 200 ms in each env runner's).
+        self._wake_r, wake_w = os.pipe()
+        self._wake_w: int | None = wake_w
+        self._wake_lock = threading.Lock()
         # A process whose parent is on another machine (a node agent): no PING for this
         # long means the parent, or the network to it, is gone.
         self.ping_timeout = ping_timeout
@@ -51,9 +59,10 @@ class ControlThread(threading.Thread):
         poller.register(self.sock, zmq.POLLIN)
         if self.lifeline_fd is not None:
             poller.register(self.lifeline_fd, zmq.POLLIN)
+        poller.register(self._wake_r, zmq.POLLIN)
         while not self._closing.is_set():
             try:
-                ready = dict(poller.poll(200))
+                ready = dict(poller.poll(self.POLL_MS))
             except zmq.ZMQError:
                 break  # context terminated during shutdown
             if self.lifeline_fd is not None and self.lifeline_fd in ready:
@@ -67,6 +76,7 @@ class ControlThread(threading.Thread):
         self.sock.close(linger=0)
         release(self.ctx)
         self.ctx.term()
+        os.close(self._wake_r)
 
     def _serve_one(self) -> None:
         frames = self.sock.recv_multipart(copy=False)
@@ -108,4 +118,8 @@ class ControlThread(threading.Thread):
             os._exit(1)
 
     def close(self) -> None:
-        self._closing.set()
+        with self._wake_lock:
+            self._closing.set()
+            if self._wake_w is not None:  # its end of file wakes the poll
+                os.close(self._wake_w)
+                self._wake_w = None

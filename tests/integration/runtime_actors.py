@@ -103,3 +103,17 @@ class FailsToStart(Actor):
     def __init__(self) -> None:
         print("loading something that is not there", flush=True)
         raise RuntimeError("cannot find the simulator binary")
+
+
+class ExitMarker(Actor):
+    """Writes ``path`` from an exit handler and prints a last line without a newline
+    (buffered until the process flushes): what a process's ending must not lose."""
+
+    def __init__(self, path: str) -> None:
+        import atexit
+
+        atexit.register(lambda: open(path, "w").write("exit handler ran"))
+        self.path = path
+
+    def on_stop(self) -> None:
+        sys.stdout.write("last words")

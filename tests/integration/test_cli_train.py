@@ -4,6 +4,7 @@ learns, writes its results and a checkpoint, replays it, and stops cleanly on Ct
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -70,3 +71,32 @@ def test_ctrl_c_stops_cleanly_with_a_final_checkpoint(tmp_path):
     trial = _trial_dir(local)
     assert list(trial.glob("checkpoint_*/rlmesh_checkpoint.msgpack")), out
     # The conftest fixture checks that none of the run's processes is left.
+
+
+def test_the_end_of_a_run_loses_nothing_and_leaves_no_process(tmp_path, runs_root):
+    """`rlmesh train` ends without the interpreter's teardown (rlmesh.quick_exit): what
+    it wrote must all be there when it has exited: the last iteration in result.json,
+    progress.csv and TensorBoard, the final checkpoint, stdout's last lines through a pipe;
+    and its env runners have exited before it did."""
+    from tests.conftest import rlmesh_processes
+    from tests.unit.test_results import tb_scalars
+
+    local = tmp_path / "results"
+    buffered = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # as a user's
+    run = subprocess.run(
+        [*RLMESH, "train", "--run", "PPO", "--env", "CartPole-v1", "--local-dir", str(local),
+         "--stop", '{"training_iteration": 2}', "--checkpoint-at-end",
+         "--config", '{"train_batch_size": 400, "minibatch_size": 100, "num_epochs": 1}'],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300, env=buffered)
+    left = rlmesh_processes(runs_root)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert not left, [p.info["cmdline"] for p in left]
+    trial = _trial_dir(local)
+    last_line = run.stdout.splitlines()[-1]
+    assert last_line == f"last checkpoint: {trial / 'checkpoint_000002'}", run.stdout
+    rows = [json.loads(line) for line in (trial / "result.json").read_text().splitlines()]
+    assert [r["training_iteration"] for r in rows] == [1, 2]
+    assert len((trial / "progress.csv").read_text().splitlines()) == 3
+    steps = [step for step, _ in tb_scalars(trial)["ray/tune/training_iteration"]]
+    assert steps[-1] == rows[-1]["timesteps_total"], steps
+    assert (trial / "checkpoint_000002" / "rlmesh_checkpoint.msgpack").exists()

@@ -20,7 +20,7 @@ import uvloop
 from rlmesh.runtime import (ActorStartError, ActorUnavailable, Job, RemoteError,
                             RestartPolicy)
 
-from .runtime_actors import BadSpin, Counter, FailsToStart, SpinningCounter, Worker
+from .runtime_actors import BadSpin, Counter, ExitMarker, FailsToStart, SpinningCounter, Worker
 
 MODES = ["inproc", "ipc", "tcp"]
 
@@ -341,3 +341,50 @@ async def _wait_for(cond, timeout: float = 10.0) -> None:
     while not cond():
         assert time.monotonic() < deadline, "condition not met in time"
         await asyncio.sleep(0.05)
+
+
+def test_a_stopped_actor_process_runs_its_exit_handlers_and_flushes_its_output(tmp_path):
+    """Actor processes end without the interpreter's teardown (quick_exit), but what a
+    normal exit does for the user still happens: atexit handlers, flushed stdout."""
+    marker = tmp_path / "exited"
+
+    async def main():
+        async with Job("ipc") as job:
+            await job.spawn(ExitMarker, str(marker), name="marker")
+            sup = job.supervisor.children["marker"]
+            log = sup.child.log_path
+        return sup.child.poll(), log
+
+    code, log = run(main())
+    assert code == 0
+    assert marker.read_text() == "exit handler ran"
+    assert log.read_text().endswith("last words")
+
+
+def test_closing_the_control_thread_wakes_it_from_its_poll(tmp_path, monkeypatch):
+    """close() ends the control thread at once, not at its poll's next timeout (which
+    every process's shutdown waited out)."""
+    import zmq
+
+    from rlmesh.runtime.control import ControlThread
+    from rlmesh.runtime.diagnostics import Diagnostics
+    from rlmesh.wire import codec, messages as M
+
+    monkeypatch.setattr(ControlThread, "POLL_MS", 600_000)
+    thread = ControlThread(f"ipc://{tmp_path}/ctl", Diagnostics("t", "test"), lambda: None)
+    thread.start()
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.DEALER)
+    try:
+        sock.connect(thread.address)
+        sock.send_multipart(codec.encode(M.make(M.PING, id=1)))
+        assert sock.poll(10_000), "no PONG: the control thread is not serving"
+        sock.recv_multipart()
+        time.sleep(0.3)  # back in its poll
+        thread.close()
+        thread.join(20)
+        assert not thread.is_alive(), "close() did not wake the control thread"
+    finally:
+        thread.close()
+        sock.close(linger=0)
+        ctx.term()
