@@ -18,7 +18,8 @@ from rlmesh.config.base import AlgorithmConfig
 from rlmesh.envs import env_registry
 from rlmesh.policy.policy import class_path
 from rlmesh.runtime import ActorUnavailable, RestartPolicy
-from rlmesh.runtime.job import Job, make_job
+from rlmesh.runtime.job import Job, jobs_are_local, make_job
+from rlmesh.runtime.process import prestart
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +29,29 @@ PARAM_SERVER = "rlmesh.roles.paramserver:ParamServer"
 LEARNER = "rlmesh.roles.learner_actor:LearnerActor"
 AGGREGATOR = "rlmesh.roles.aggregator:Aggregator"
 REPLAY_SHARD = "rlmesh.roles.replay_shard:ReplayShard"
+
+
+def actor_env(cfg: AlgorithmConfig) -> dict[str, str]:
+    """What the run's actor processes find in their environment: log_level reaches every
+    process; their log files keep INFO at least (the lines shown when a process dies)."""
+    return {"RLMESH_LOG_LEVEL": "DEBUG" if cfg.log_level == "DEBUG" else "INFO"}
+
+
+def prestart_runners(cfg: AlgorithmConfig) -> None:
+    """Start the env runners' interpreters now, before the run is built: ``rlmesh train``
+    calls this before it imports torch, so their imports overlap its own (each is about a
+    second); the runners the Mesh starts take them over (runtime.process.WarmProcess)."""
+    if (cfg.num_env_runners < 1 or cfg.policy_server_address is not None
+            or not jobs_are_local() or not _known_env(cfg.env)):
+        return
+    prestart(cfg.num_env_runners, actor_env(cfg), [ENV_RUNNER.partition(":")[0]])
+
+
+def _known_env(env: Any) -> bool:
+    """A gymnasium id or a registered name: a misspelt one fails before anything starts."""
+    import gymnasium as gym
+
+    return isinstance(env, str) and (env in gym.registry or env in env_registry())
 
 
 class Totals:
@@ -88,9 +112,7 @@ class Mesh:
         # places each actor on a node by this request.
         self.job = await make_job(cfg.resource_request())
         self.job.supervisor.listeners.append(self._on_event)
-        # log_level reaches every process; their log files keep INFO at least (the lines
-        # shown when a process dies).
-        self.job.child_env["RLMESH_LOG_LEVEL"] = "DEBUG" if cfg.log_level == "DEBUG" else "INFO"
+        self.job.child_env.update(actor_env(cfg))
         self.param_server = await self.job.spawn(PARAM_SERVER, name="param_server", in_process=True)
         runner_config = {**cfg.to_dict(), "_env_registry": env_registry(),
                          "_config_class": class_path(type(cfg)),

@@ -221,8 +221,16 @@ def make_config(spec: TrainSpec):
 
 
 def build_algorithm(config):
-    """Start the algorithm (tests replace this to train without processes)."""
-    return config.build()
+    """Start the algorithm (tests replace this to train without processes). Its env
+    runners' interpreters start first, so that their imports overlap the driver's (torch)."""
+    from rlmesh.algorithms.topology import prestart_runners
+    from rlmesh.runtime.process import discard_warm
+
+    prestart_runners(config)
+    try:
+        return config.build()
+    finally:
+        discard_warm()  # those the run did not take (none, if it failed to start)
 
 
 def config_help(run: str) -> str:
@@ -269,7 +277,6 @@ def main(args: argparse.Namespace) -> int:
 def run_spec(spec: TrainSpec, resume: bool = False, trust_code: bool = False) -> int:
     """Train as ``spec`` says, with results, progress and checkpoints (``rlmesh train``, and
     ``rlmesh launch``'s job on the head); the exit code."""
-    from rlmesh.algorithms.checkpoints import CheckpointError
     from rlmesh.config.base import ConfigError
 
     try:
@@ -298,6 +305,7 @@ def run_spec(spec: TrainSpec, resume: bool = False, trust_code: bool = False) ->
     except KeyboardInterrupt:  # started processes follow us out through their lifelines
         print("rlmesh train: interrupted while starting", file=sys.stderr)
         return EXIT_SIGINT
+    from rlmesh.algorithms.checkpoints import CheckpointError  # torch: after the start
     from rlmesh.results import ResultLogger, default_experiment_name, make_trial_dir
 
     try:

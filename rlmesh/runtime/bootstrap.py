@@ -1,4 +1,5 @@
-"""Entry point of an actor process: ``python -m rlmesh.runtime.bootstrap SPEC LIFELINE_FD PPID``.
+"""Entry point of an actor process: ``python -m rlmesh.runtime.bootstrap SPEC LIFELINE_FD PPID``
+(or ``--wait LIFELINE_FD PPID [MODULE...]``: imports first, the spec from stdin).
 
 Ties the process's life to its parent, builds the actor from its spec, serves it, and
 registers it in the run directory once it is ready.
@@ -87,9 +88,35 @@ async def serve(spec_path: Path, lifeline_fd: int) -> None:
         await job.shutdown()
 
 
-def main() -> None:
-    spec_path, lifeline_fd, parent_pid = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+def wait_for_spec(lifeline_fd: int, parent_pid: int, preload: list[str]) -> str:
+    """A warm interpreter (process.WarmProcess): imports first, then the spec path and log
+    path from stdin; this process's output goes to that log from then on."""
+    import importlib
+
     die_with_parent(parent_pid)
+    for module in preload:
+        importlib.import_module(module)
+    lines = sys.stdin.read().splitlines()
+    if len(lines) < 2:  # discarded unused
+        os._exit(0)
+    spec_path, log_path = lines[:2]
+    log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(log)
+    from .registry import ENV_RUN_DIR
+
+    os.environ[ENV_RUN_DIR] = str(Path(spec_path).parent.parent)
+    return spec_path
+
+
+def main() -> None:
+    if sys.argv[1] == "--wait":
+        lifeline_fd, parent_pid = int(sys.argv[2]), int(sys.argv[3])
+        spec_path = wait_for_spec(lifeline_fd, parent_pid, sys.argv[4:])
+    else:
+        spec_path, lifeline_fd, parent_pid = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+        die_with_parent(parent_pid)
     faulthandler.enable()  # a crash in C (SIGSEGV, ...) leaves its stacks in the log
     keep_receive_buffers()
     logging.basicConfig(level=os.environ.get("RLMESH_LOG_LEVEL", "INFO"),

@@ -45,6 +45,11 @@ def set_job_factory(factory: "Callable[[Any], Awaitable[Job]] | None") -> None:
     _job_factory = factory
 
 
+def jobs_are_local() -> bool:
+    """Whether ``make_job`` starts its actors on this machine (no factory set)."""
+    return _job_factory is None
+
+
 async def make_job(request: Any = None) -> "Job":
     """A started job for a run: local processes over ipc, unless a factory was set.
     ``request`` is what the run asks of the cluster (the factory places it)."""

@@ -98,6 +98,83 @@ async def wait_for_exit(poll: Callable[[], int | None], timeout: float,
     return True
 
 
+def child_env(extra: dict[str, str]) -> dict[str, str]:
+    """The environment of an actor process (its run directory apart)."""
+    return {**ONE_THREAD_PER_LIBRARY, **os.environ, **extra, "PYTHONUNBUFFERED": "1"}
+
+
+class WarmProcess:
+    """An interpreter started before its actor is known, so that its imports overlap the
+    parent's own (``rlmesh train`` starts its env runners' interpreters before it imports
+    torch). It imports the runtime and ``preload``, then waits on stdin for a spec path
+    and a log path (``bootstrap --wait``); end of file instead ends it."""
+
+    def __init__(self, extra_env: dict[str, str], preload: list[str]) -> None:
+        self.env = child_env(extra_env)
+        read_fd, self.lifeline_w = os.pipe()
+        try:
+            self.popen = subprocess.Popen(
+                [sys.executable, "-m", "rlmesh.runtime.bootstrap", "--wait", str(read_fd),
+                 str(os.getpid()), *preload],
+                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                pass_fds=(read_fd,), start_new_session=True, env=self.env)
+        finally:
+            os.close(read_fd)
+
+    def hand_over(self, spec_path: Path, log_path: Path) -> bool:
+        """Make it the actor of ``spec_path``; False if it has died (an import failed)."""
+        assert self.popen.stdin is not None
+        try:
+            self.popen.stdin.write(f"{spec_path}\n{log_path}\n".encode())
+            self.popen.stdin.close()
+        except OSError:  # BrokenPipeError
+            return False
+        return True
+
+    def discard(self) -> None:
+        """End it unused: end of file on its stdin, its lifeline closed."""
+        for close in (self.popen.stdin.close if self.popen.stdin else None,
+                      lambda: os.close(self.lifeline_w)):
+            try:
+                if close is not None:
+                    close()
+            except OSError:
+                pass
+        try:
+            self.popen.wait(5)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.popen.pid, signal.SIGKILL)
+            self.popen.wait()
+
+
+_warm: list[WarmProcess] = []
+
+
+def prestart(count: int, extra_env: dict[str, str], preload: list[str]) -> None:
+    """Start ``count`` warm interpreters; the next actor processes started here with the
+    same environment take them over (see WarmProcess); ``discard_warm`` ends the rest."""
+    _warm.extend(WarmProcess(extra_env, preload) for _ in range(count))
+
+
+def _take_warm(env: dict[str, str]) -> WarmProcess | None:
+    """A live warm interpreter started with ``env`` (else the actor would run in an
+    environment it was not given), taken out of the pool."""
+    for warm in list(_warm):
+        if warm.popen.poll() is not None:
+            _warm.remove(warm)
+            warm.discard()
+        elif warm.env == env:
+            _warm.remove(warm)
+            return warm
+    return None
+
+
+def discard_warm() -> None:
+    """End every warm interpreter no actor took."""
+    while _warm:
+        _warm.pop().discard()
+
+
 class ChildProcess:
     """One started child: its Popen, its lifeline, its log."""
 
@@ -117,10 +194,16 @@ class ChildProcess:
     def start(self) -> None:
         spec_path = self.run_dir.path / "procs" / f".{self.spec.name}.spec"
         spec_path.write_bytes(self.spec.to_bytes())
+        env = child_env(self.spec.env)
+        warm = _take_warm(env)
+        if warm is not None and warm.hand_over(spec_path, self.log_path):
+            # Already past its imports: it becomes this actor.
+            self.popen, self._lifeline_w = warm.popen, warm.lifeline_w
+            return
+        if warm is not None:
+            warm.discard()
         read_fd, self._lifeline_w = os.pipe()  # both ends non-inheritable by default
-        env = {**ONE_THREAD_PER_LIBRARY, **os.environ, **self.spec.env}
         env[ENV_RUN_DIR] = str(self.run_dir.path)
-        env["PYTHONUNBUFFERED"] = "1"
         log = open(self.log_path, "ab")
         try:
             self.popen = subprocess.Popen(

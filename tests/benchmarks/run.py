@@ -12,8 +12,10 @@ impala_*, about 8 min with RLlib's learning runs; ``--only impala``) and CURVE's
 SAC/TD3/DDPG's (bench_sac_td3: sac_td3_learning against stable-baselines3, several minutes;
 ``--only sac_td3``), APEX's (bench_apex: apex_throughput beside synchronous DQN, about
 4 min, apex_local_shard, one shard in the driver vs a shard process, about 6 min;
-``--only apex``) and sweeps' (bench_tune: tune_overhead, tune_ppo_sweep, about 3 min;
-``--only tune``). Each suite has its own sizes.
+``--only apex``), sweeps' (bench_tune: tune_overhead, tune_ppo_sweep, about 3 min;
+``--only tune``) and ``rlmesh train``'s start-up and shut-down (bench_startup: startup,
+PPO, IMPALA and DQN to one iteration beside a bare torch import, about 2 min;
+``--only startup``). Each suite has its own sizes.
 """
 
 from __future__ import annotations
@@ -31,14 +33,14 @@ from pathlib import Path
 from typing import Any
 
 from . import (bench_apex, bench_client, bench_curve, bench_dqn, bench_impala, bench_ppo,
-               bench_runtime, bench_sac_td3, bench_scheduler, bench_tune)
+               bench_runtime, bench_sac_td3, bench_scheduler, bench_startup, bench_tune)
 from .bench_runtime import Row
 
 # name -> (benchmark, its suite's default sizes, its suite's --quick sizes)
 BENCHMARKS: dict[str, tuple[Any, Any, Any]] = {
     name: (fn, suite.DEFAULT, suite.QUICK)
     for suite in (bench_runtime, bench_ppo, bench_client, bench_scheduler, bench_impala,
-                  bench_curve, bench_dqn, bench_sac_td3, bench_apex, bench_tune)
+                  bench_curve, bench_dqn, bench_sac_td3, bench_apex, bench_tune, bench_startup)
     for name, fn in suite.BENCHMARKS.items()}
 
 

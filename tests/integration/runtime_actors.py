@@ -117,3 +117,14 @@ class ExitMarker(Actor):
 
     def on_stop(self) -> None:
         sys.stdout.write("last words")
+
+
+class WhereAmI(Actor):
+    """Says which process it is and what it was given (warm interpreter tests)."""
+
+    def __init__(self) -> None:
+        print(f"WhereAmI in pid {os.getpid()}")
+
+    def info(self) -> dict[str, Any]:
+        return {"pid": os.getpid(), "run_dir": os.environ.get("RLMESH_RUN_DIR"),
+                "marker": os.environ.get("WARM_TEST_MARKER")}

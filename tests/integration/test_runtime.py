@@ -20,7 +20,8 @@ import uvloop
 from rlmesh.runtime import (ActorStartError, ActorUnavailable, Job, RemoteError,
                             RestartPolicy)
 
-from .runtime_actors import BadSpin, Counter, ExitMarker, FailsToStart, SpinningCounter, Worker
+from .runtime_actors import (BadSpin, Counter, ExitMarker, FailsToStart, SpinningCounter, WhereAmI,
+                             Worker)
 
 MODES = ["inproc", "ipc", "tcp"]
 
@@ -388,3 +389,62 @@ def test_closing_the_control_thread_wakes_it_from_its_poll(tmp_path, monkeypatch
         thread.close()
         sock.close(linger=0)
         ctx.term()
+
+
+def test_an_actor_takes_over_a_warm_interpreter_started_with_its_environment(runs_root):
+    """process.prestart: the next actor process started with the same environment is the
+    warm interpreter (imports done before the actor was known), in its run directory and
+    with its output in its log; one started with another environment gets a process of
+    its own, and discard_warm ends the warm one it did not take."""
+    from rlmesh.runtime import process
+
+    process.prestart(1, {"WARM_TEST_MARKER": "warm"}, ["tests.integration.runtime_actors"])
+    (warm,) = process._warm
+    try:
+        async def main():
+            async with Job("ipc") as job:
+                other = await job.spawn(WhereAmI, env={"WARM_TEST_MARKER": "other"})
+                assert process._warm == [warm]  # not taken: not its environment
+                job.child_env["WARM_TEST_MARKER"] = "warm"
+                taken = await job.spawn(WhereAmI, name="taken")
+                log = job.supervisor.children["taken"].child.log_path
+                return await other.info(), await taken.info(), job.run_dir.path, log
+
+        other, taken, run_dir, log = run(main())
+    finally:
+        process.discard_warm()
+    assert taken == {"pid": warm.popen.pid, "run_dir": str(run_dir), "marker": "warm"}
+    assert other["pid"] != warm.popen.pid and other["marker"] == "other"
+    assert f"WhereAmI in pid {warm.popen.pid}" in log.read_text()
+    assert warm.popen.poll() is not None
+
+
+def test_a_warm_interpreter_nobody_takes_ends_when_discarded_or_when_its_parent_dies():
+    from rlmesh.runtime import process
+
+    process.prestart(1, {}, [])
+    (warm,) = process._warm
+    process.discard_warm()
+    assert warm.popen.poll() is not None and not process._warm
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    parent = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import sys, time
+        sys.path.insert(0, {root!r})
+        from rlmesh.runtime import process
+        process.prestart(1, {{}}, [])
+        print(process._warm[0].popen.pid, flush=True)
+        time.sleep(600)
+        """)], stdout=subprocess.PIPE, text=True)
+    try:
+        pid = int(parent.stdout.readline())
+        assert _alive(pid)
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(5)
+        deadline = time.monotonic() + 5.0
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(pid), "a warm interpreter outlived its parent"
+    finally:
+        parent.kill()
+        parent.wait()
