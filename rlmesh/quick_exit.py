@@ -1,7 +1,8 @@
 """Ending a process whose work is done without the interpreter's teardown.
 
-Tearing down an interpreter that imported torch took 1.3 s of every ``rlmesh train``
-(measured: atexit to process end, nothing of it useful); only the standard library here.
+Tearing down an interpreter that imported torch took 1.2-1.4 s of every ``rlmesh train``
+(measured from its last atexit handler to its end, at load 5 on 2 cores; os._exit there:
+0.05 s). Only the standard library here.
 """
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ from typing import NoReturn
 
 
 def exit_process(code: int) -> NoReturn:
-    """Exit with ``code`` once the exit handlers ran (they close log files, TensorBoard's
-    writer, temp folders) and stdout and stderr are flushed, skipping the freeing of every
-    module and object, which nothing outside the process sees. While a thread that is not a
-    daemon still runs, the usual exit instead: Python waits for it."""
+    """Exit with ``code`` once the atexit handlers ran (logging's flush, finalizers such as
+    temporary folders', the user's) and stdout and stderr are flushed, skipping the freeing
+    of every module and object, which nothing outside the process sees. While a thread that
+    is not a daemon still runs, the usual exit instead: Python waits for it."""
     main = threading.main_thread()
     if any(t is not main and not t.daemon and t.is_alive() for t in threading.enumerate()):
         sys.exit(code)

@@ -88,7 +88,7 @@ async def serve(spec_path: Path, lifeline_fd: int) -> None:
         await job.shutdown()
 
 
-def wait_for_spec(lifeline_fd: int, parent_pid: int, preload: list[str]) -> str:
+def wait_for_spec(parent_pid: int, preload: list[str]) -> str:
     """A warm interpreter (process.WarmProcess): imports first, then the spec path and log
     path from stdin; this process's output goes to that log from then on."""
     import importlib
@@ -113,7 +113,7 @@ def wait_for_spec(lifeline_fd: int, parent_pid: int, preload: list[str]) -> str:
 def main() -> None:
     if sys.argv[1] == "--wait":
         lifeline_fd, parent_pid = int(sys.argv[2]), int(sys.argv[3])
-        spec_path = wait_for_spec(lifeline_fd, parent_pid, sys.argv[4:])
+        spec_path = wait_for_spec(parent_pid, sys.argv[4:])
     else:
         spec_path, lifeline_fd, parent_pid = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
         die_with_parent(parent_pid)

@@ -133,13 +133,12 @@ class WarmProcess:
 
     def discard(self) -> None:
         """End it unused: end of file on its stdin, its lifeline closed."""
-        for close in (self.popen.stdin.close if self.popen.stdin else None,
-                      lambda: os.close(self.lifeline_w)):
-            try:
-                if close is not None:
-                    close()
-            except OSError:
-                pass
+        try:
+            if self.popen.stdin is not None:
+                self.popen.stdin.close()
+        except OSError:  # it had died: the buffered bytes found no reader
+            pass
+        os.close(self.lifeline_w)
         try:
             self.popen.wait(5)
         except subprocess.TimeoutExpired:
