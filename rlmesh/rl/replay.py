@@ -265,6 +265,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         self.tree = SumTree(capacity)
         self.alpha, self.eps = float(alpha), float(eps)
         self.max_priority = 1.0
+        self._slices = np.zeros(0)
 
     def _extra_bytes(self) -> int:
         return SumTree.nbytes(self.capacity)
@@ -290,10 +291,11 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         total = float(prefix[-1])
         # In slice order (sorted masses search faster), then the leaves found shuffled:
         # the batch is not in index order.
+        # (A mass rounded up to the total lands on the last leaf: checked below, as any.)
         mass = self.rng.random(n)
-        mass += np.arange(n)
+        mass += self._strata(n)
         mass *= total / n
-        idx = tree.descend(np.minimum(mass, np.nextafter(total, 0), out=mass), prefix)
+        idx = tree.descend(mass, prefix)
         self.rng.shuffle(idx)
         p = tree.values[idx]
         if not p.min() > 0:  # rounding at a slice's edge, or nothing to draw from
@@ -307,6 +309,12 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         weights = (p / tree.min).astype(np.float32)  # >= 1; float32's power is the cheaper
         out["weights"] = np.power(weights, np.float32(-beta), out=weights)
         return out
+
+    def _strata(self, n: int) -> np.ndarray:
+        """0., 1., ..., n - 1 (the slices' starts, in slices), kept for the last n asked."""
+        if len(self._slices) != n:
+            self._slices = np.arange(n, dtype=np.float64)
+        return self._slices
 
     def _drawable(self, idx: np.ndarray) -> np.ndarray:
         """``idx`` with each leaf of zero priority moved to the nearest drawable one before
