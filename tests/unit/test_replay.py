@@ -176,12 +176,13 @@ def _chi_square(counts: np.ndarray, expected: np.ndarray) -> float:
     return float(((counts - expected) ** 2 / expected).sum())
 
 
-@pytest.mark.parametrize("capacity", [5000, 700, 3])
-def test_sampled_counts_pass_a_chi_square_test_against_the_priorities(capacity):
+@pytest.mark.parametrize("capacity, n", [(5000, 1000), (700, 1000), (3, 1000), (700, 7)])
+def test_sampled_counts_pass_a_chi_square_test_against_the_priorities(capacity, n):
     """Counts over contiguous groups of leaves (so a drift toward one end shows) against
     p_i / sum p: under the 99.99th percentile of chi-square; leaves of priority 0 never come.
     5000 leaves go through find's prefix search and 3 levels of descent, 700 and 3 through
-    the prefix search alone (fewer leaves than its level)."""
+    the prefix search alone (fewer leaves than its level); batches of 7 make a slip in the
+    slices (one of n) show."""
     rng = np.random.default_rng(11)
     buf = PrioritizedReplayBuffer(capacity, SPECS, alpha=1.0, eps=0.0, seed=12)
     buf.add(batch(0, capacity))
@@ -189,8 +190,8 @@ def test_sampled_counts_pass_a_chi_square_test_against_the_priorities(capacity):
     pri[0] = 1.0  # at least one drawable
     buf.update_priorities(np.arange(capacity), pri)
     counts = np.zeros(capacity)
-    for _ in range(100):
-        counts += np.bincount(buf.sample(1000)["batch_indexes"], minlength=capacity)
+    for _ in range(100_000 // n):
+        counts += np.bincount(buf.sample(n)["batch_indexes"], minlength=capacity)
     assert counts[pri == 0].sum() == 0
     groups = min(capacity, 50)
     edges = np.linspace(0, capacity, groups + 1).astype(int)
