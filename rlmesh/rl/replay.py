@@ -242,7 +242,7 @@ class SumTree:
         np.minimum(node, first - 1, out=node)  # a mass rounded past the end
         mass -= prefix[node]
         node += first
-        for _ in range(self.depth - self.cut):  # five numpy calls a level (1-D fancy gathers)
+        for _ in range(self.depth - self.cut):  # six numpy calls a level (1-D fancy gathers)
             node += node  # the left child
             left = sums[node]
             go_right = mass >= left
