@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import torch
 
 from rlmesh.rl.columns import ColumnSpec, space_layout
 
@@ -143,10 +144,11 @@ class SumTree:
     the least positive leaf, kept exact lazily. ``set`` and ``find`` work on whole index
     arrays, one level at a time: O(batch * log capacity) in a few numpy calls a level."""
 
-    # find starts from the prefix sums of this level's nodes (2**10 = 1024 of them): a cumsum
-    # of 1K values and a binary search cost about what 2 levels' passes do, and spare 10
-    # passes of find and 10 of set (measured flat from 2**10 to 2**12 for 1M leaves).
-    SEARCH_LEVEL = 10
+    # find starts from the prefix sums of this level's nodes (2**14 = 16384 of them): torch's
+    # cumsum of 16K doubles (~20 us; numpy's is ~10x slower) and one binary search replace
+    # 14 levels' passes, and set keeps only the levels below it (6 for 1M leaves). Measured
+    # against 10, 13 and 15 in the sample + update loop: 14 the fastest, by ~7% over 10.
+    SEARCH_LEVEL = 14
 
     def __init__(self, capacity: int) -> None:
         self.capacity = int(capacity)
@@ -167,6 +169,9 @@ class SumTree:
         # node >> _shifts: a node's ancestors on every level set keeps, bottom up.
         self._shifts = np.arange(1, self.depth - self.cut + 1, dtype=np.intp)[:, None]
         self._prefix = np.zeros(self.first + 1)  # find's prefix sums, reused
+        # The same memory seen by torch, whose cumsum runs ~10x numpy's on 16K doubles.
+        self._level_t = torch.from_numpy(self.sums[self.first:2 * self.first])
+        self._prefix_t = torch.from_numpy(self._prefix[1:])
 
     def set(self, idx: np.ndarray, values: np.ndarray) -> None:
         node = np.asarray(idx, np.intp).reshape(-1) + self.leaves
@@ -221,7 +226,7 @@ class SumTree:
     def prefix(self) -> np.ndarray:
         """The prefix sums of the search level's nodes, from 0 (its last entry: the total);
         ``find`` starts from them. Valid until the next ``set``."""
-        np.cumsum(self.sums[self.first:2 * self.first], out=self._prefix[1:])
+        torch.cumsum(self._level_t, 0, out=self._prefix_t)
         return self._prefix
 
     def find(self, mass: np.ndarray) -> np.ndarray:
