@@ -93,12 +93,13 @@ def test_new_transitions_get_the_highest_priority_so_far():
 
 
 def test_sum_tree_over_many_blocks_follows_the_priorities():
-    # 5000 leaves (not a power of 2: 8192 in the tree) pass both find's prefix search over
-    # one level (1024 nodes) and the level-by-level descent under it.
+    # 40000 leaves (not a power of 2: 65536 in the tree) pass both find's prefix search over
+    # one level (SEARCH_LEVEL: 16384 nodes) and the level-by-level descent under it.
     rng = np.random.default_rng(3)
-    values = rng.exponential(size=5000) * (rng.random(5000) < 0.9)  # a tenth never drawn
-    tree = SumTree(5000)
-    tree.set(np.arange(5000), values)
+    values = rng.exponential(size=40000) * (rng.random(40000) < 0.9)  # a tenth never drawn
+    tree = SumTree(40000)
+    assert tree.depth > tree.cut
+    tree.set(np.arange(40000), values)
     assert tree.total == pytest.approx(values.sum(), rel=1e-12)
     assert tree.min == values[values > 0].min()
     bounds = np.concatenate([[0.0], np.cumsum(values)])
@@ -106,7 +107,7 @@ def test_sum_tree_over_many_blocks_follows_the_priorities():
     want = np.searchsorted(bounds, mass, side="right") - 1
     assert np.array_equal(tree.find(mass), want)  # exactly the leaf the prefix sums say
     # Updates (an index given twice keeps one value) leave the sums and the minimum right.
-    idx = rng.integers(0, 5000, 3000)
+    idx = rng.integers(0, 40000, 3000)
     new = rng.exponential(size=3000)
     tree.set(idx, new)
     values[idx] = tree.values[idx]
@@ -129,7 +130,7 @@ def test_sum_tree_minimum_follows_its_leaf_written_over():
 
 @pytest.mark.parametrize("alpha", [0.6, 1.0])
 def test_prioritized_frequencies_and_weights_in_a_wrapped_buffer(alpha):
-    """A 3000-transition buffer (not a power of 2, over several of find's blocks) written
+    """A 3000-transition buffer (not a power of 2) written
     round more than once: sampled frequencies follow p**alpha over what it holds, and the
     weights are (N * P(i))**-beta over the largest possible."""
     rng = np.random.default_rng(4)
@@ -176,11 +177,11 @@ def _chi_square(counts: np.ndarray, expected: np.ndarray) -> float:
     return float(((counts - expected) ** 2 / expected).sum())
 
 
-@pytest.mark.parametrize("capacity, n", [(5000, 1000), (700, 1000), (3, 1000), (700, 7)])
+@pytest.mark.parametrize("capacity, n", [(40000, 1000), (700, 1000), (3, 1000), (700, 7)])
 def test_sampled_counts_pass_a_chi_square_test_against_the_priorities(capacity, n):
     """Counts over contiguous groups of leaves (so a drift toward one end shows) against
     p_i / sum p: under the 99.99th percentile of chi-square; leaves of priority 0 never come.
-    5000 leaves go through find's prefix search and 3 levels of descent, 700 and 3 through
+    40000 leaves go through find's prefix search and 2 levels of descent, 700 and 3 through
     the prefix search alone (fewer leaves than its level); batches of 7 make a slip in the
     slices (one of n) show."""
     rng = np.random.default_rng(11)
@@ -211,11 +212,12 @@ def test_sum_tree_stays_exact_under_many_overwrites():
     import math
 
     rng = np.random.default_rng(13)
-    n = 3000
+    n = 40000  # over find's search level: two levels of descent
     tree = SumTree(n)
+    assert tree.depth > tree.cut
     values = np.zeros(n)
     for r in range(60):
-        idx = rng.integers(0, n, 700 if r == 0 else 256)
+        idx = rng.integers(0, n, 5000 if r == 0 else 256)
         new = rng.lognormal(0.0, 4.0, len(idx)) * (rng.random(len(idx)) < 0.9)
         tree.set(idx, new)
         values[idx] = tree.values[idx]  # of an index given twice, the value kept
