@@ -179,7 +179,7 @@ class SumTree:
             return
         sums = self.sums
         sums[node] = values
-        self._track_min(node)
+        self._track_min(node, values)
         # Both children of a node sit side by side (2p, 2p + 1): viewed as one complex
         # number (real: left, imag: right) they come in one 1-D gather, numpy's fastest.
         # Parents met twice are recomputed twice from the same children: cheaper than
@@ -190,10 +190,12 @@ class SumTree:
             children = pairs[parents]
             sums[parents] = children.real + children.imag
 
-    def _track_min(self, node: np.ndarray) -> None:
-        written = self.sums[node]  # as stored: of an index given twice, the value kept
-        least = written.min()
-        if least <= 0 or least < self._min:  # rare once full: the exact way
+    def _track_min(self, node: np.ndarray, given: np.ndarray) -> None:
+        # What is stored is some of what was given (of an index given twice, the value
+        # kept): when nothing given is lower than the minimum (the common case), nothing
+        # stored is, and the stored values need not be read back.
+        if np.min(given) < self._min:  # rare once full (0 included): the exact way
+            written = self.sums[node]
             positive = np.where(written > 0, written, np.inf)
             at = int(positive.argmin())
             if positive[at] < self._min:
@@ -334,7 +336,8 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         """New priorities |td_error| + eps for the transitions at ``idx`` (the
         ``batch_indexes`` of a sample); an index written over since is updated all the same
         (the learner's error is on the sampled data; the next sample corrects it)."""
-        p = np.abs(np.asarray(td_errors, np.float64)).reshape(-1) + self.eps
+        p = np.abs(td_errors, dtype=np.float64).reshape(-1)  # a new array, changed in place
+        p += self.eps
         idx = np.asarray(idx, np.int64).reshape(-1)
         if len(idx) == 0:
             return
