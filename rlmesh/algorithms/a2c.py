@@ -14,6 +14,7 @@ from rlmesh.algorithms.a2c_config import A2CConfig
 from rlmesh.algorithms.advantages import gae_samples
 from rlmesh.algorithms.algorithm import Algorithm
 from rlmesh.policy.torch_policy import TorchPolicy, entropy_of, explained_variance
+from rlmesh.rl.optim import Adam, RMSprop, from_config
 
 __all__ = ["A2C", "A2CConfig", "A2CTorchPolicy"]
 
@@ -22,7 +23,11 @@ Tensors = dict[str, torch.Tensor]
 
 class A2CTorchPolicy(TorchPolicy):
     """The advantage actor-critic loss on GAE advantages (not standardized, as in RLlib),
-    one gradient step per train batch, accumulated over ``microbatch_size`` parts."""
+    one gradient step per train batch, accumulated over ``microbatch_size`` parts, by
+    ``opt_type``'s optimizer."""
+
+    def make_optimizer(self) -> Adam | RMSprop:
+        return from_config(self.config, self.model.parameters(), self.config.lr)
 
     def prepare_batch(self, batch: Tensors) -> Tensors:
         cfg = self.config

@@ -1,11 +1,12 @@
-"""A2CConfig: the advantage actor-critic's settings (GAE, loss weights, microbatches) and
-RLlib's A2C defaults for the shared ones; A3CConfig builds on it."""
+"""A2CConfig: the advantage actor-critic's settings (GAE, loss weights, microbatches, the
+optimizer group) and RLlib's A2C defaults for the shared ones; A3CConfig builds on it."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from rlmesh.config.base import AlgorithmConfig, setting
+from rlmesh.config.optimizer import OptimizerSettings
 from rlmesh.rl.spec import MODEL_DEFAULTS
 
 # RLlib's A2CConfig.__init__ values (its A3C defaults, with A2C's fragment length).
@@ -19,7 +20,7 @@ _A2C_DEFAULTS = {
 
 
 @dataclass(kw_only=True)
-class A2CConfig(AlgorithmConfig, defaults=_A2C_DEFAULTS):
+class A2CConfig(AlgorithmConfig, OptimizerSettings, defaults=_A2C_DEFAULTS):
     """Advantage actor-critic (Mnih et al. 2016, synchronous), configured as in RLlib::
 
         A2CConfig().environment("CartPole-v1").training(lr=0.001, microbatch_size=40)

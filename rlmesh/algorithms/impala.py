@@ -19,7 +19,7 @@ from rlmesh.policy.recurrent import (is_recurrent, sequence_index, sequence_samp
                                      time_major_outputs)
 from rlmesh.policy.torch_policy import TorchPolicy, entropy_of, explained_variance
 from rlmesh.rl.columns import time_major_keys
-from rlmesh.rl.optim import Adam, Optimizers, RMSprop
+from rlmesh.rl.optim import Optimizers, from_config
 from rlmesh.rl.vtrace import vtrace
 
 __all__ = ["IMPALA", "ImpalaConfig", "ImpalaTorchPolicy"]
@@ -114,19 +114,14 @@ def make_optimizer(policy: Any) -> Any:
     for the value branch (the parameters named ``vf_*``)."""
     cfg, model = policy.config, policy.model
 
-    def build(params: list[torch.nn.Parameter], lr: float) -> Any:
-        if cfg.opt_type == "rmsprop":
-            return RMSprop(params, lr=lr, alpha=cfg.decay, eps=cfg.epsilon, momentum=cfg.momentum)
-        return Adam(params, lr=lr)
-
     if not cfg.separate_vf_optimizer:
-        return build(list(model.parameters()), cfg.lr)
+        return from_config(cfg, model.parameters(), cfg.lr)
     vf = [p for n, p in model.named_parameters() if n.startswith("vf_")]
     pi = [p for n, p in model.named_parameters() if not n.startswith("vf_")]
     if not vf:
         raise ValueError("_separate_vf_optimizer: the model has no value parameters named "
                          "'vf_*' (a custom model must name its value branch so)")
-    return Optimizers(build(pi, cfg.lr), build(vf, cfg.lr_vf))
+    return Optimizers(from_config(cfg, pi, cfg.lr), from_config(cfg, vf, cfg.lr_vf))
 
 
 def whole_batch(policy: Any, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor] | None:

@@ -4,9 +4,10 @@ queue, replay, broadcasts, aggregators) and of IMPALA's V-trace loss, in RLlib's
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from rlmesh.config.base import AlgorithmConfig, setting
+from rlmesh.config.optimizer import OptimizerSettings
 from rlmesh.config.streaming import StreamingSettings
 from rlmesh.rl.spec import MODEL_DEFAULTS
 from rlmesh.config.schedules import validate_schedule
@@ -24,7 +25,7 @@ _IMPALA_DEFAULTS = {
 
 
 @dataclass(kw_only=True)
-class ImpalaConfig(AlgorithmConfig, StreamingSettings, defaults=_IMPALA_DEFAULTS):
+class ImpalaConfig(AlgorithmConfig, StreamingSettings, OptimizerSettings, defaults=_IMPALA_DEFAULTS):
     """IMPALA (Espeholt et al. 2018): runners sample without waiting for the learner, the
     learner corrects for their policy lag with V-trace. Configured as in RLlib::
 
@@ -56,14 +57,7 @@ class ImpalaConfig(AlgorithmConfig, StreamingSettings, defaults=_IMPALA_DEFAULTS
         doc="entropy_coeff by env steps, [[timestep, coeff], ...], linear between points; "
             "replaces entropy_coeff when set.")
 
-    # --- optimizer ---
-    opt_type: Literal["adam", "rmsprop"] = setting(
-        "adam", "training", doc="The optimizer: 'adam' or 'rmsprop' (decay, momentum, epsilon).")
-    decay: float = setting(
-        0.99, "training", ge=0, le=1, doc="RMSProp's decay of the squared-gradient average.")
-    momentum: float = setting(
-        0.0, "training", ge=0, doc="RMSProp's momentum (0: none, the update is the scaled gradient).")
-    epsilon: float = setting(0.1, "training", gt=0, doc="RMSProp's epsilon (denominator floor).")
+    # --- optimizer (opt_type and RMSProp's settings: config/optimizer.py) ---
     separate_vf_optimizer: bool = setting(
         False, "training", key="_separate_vf_optimizer",
         doc="Train the value branch with an optimizer of its own at _lr_vf (needs "

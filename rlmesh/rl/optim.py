@@ -163,6 +163,15 @@ class RMSprop:
                 _load_into(store[position], entry.get(name))
 
 
+def from_config(config: Any, params: Iterable[torch.Tensor], lr: float) -> Adam | RMSprop:
+    """The optimizer a config's ``opt_type`` names (config/optimizer.py): RMSprop with its
+    ``decay``, ``epsilon`` and ``momentum``, or Adam at torch's defaults."""
+    if config.opt_type == "rmsprop":
+        return RMSprop(params, lr=lr, alpha=config.decay, eps=config.epsilon,
+                       momentum=config.momentum)
+    return Adam(params, lr=lr)
+
+
 class Optimizers:
     """Several optimizers stepped as one (a policy optimizer and a value optimizer).
 
