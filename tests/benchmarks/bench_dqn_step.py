@@ -61,6 +61,8 @@ class OnePassDQN(DQNTorchPolicy):
     """The online Q-values as before: one pass with autograd on cat(obs, next_obs)."""
 
     def online_q(self, mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if not self.config.double_q:
+            return super().online_q(mb)
         n = len(mb["obs"])
         q_all = self.model.q_values(torch.cat([mb["obs"], mb["next_obs"]]))
         return q_all[:n], q_all[n:].detach()
