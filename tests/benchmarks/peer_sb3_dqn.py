@@ -31,8 +31,11 @@ ZOO = {"learning_rate": 2.3e-3, "batch_size": 64, "buffer_size": 100_000,
 
 
 def make_model(seed: int, timesteps: int):
+    import torch
     from stable_baselines3 import DQN
     from stable_baselines3.common.env_util import make_vec_env
+
+    torch.set_num_threads(1)  # as rlmesh's learner; more threads spin on a loaded machine
 
     env = make_vec_env("CartPole-v1", n_envs=1, seed=seed)  # DummyVecEnv + Monitor
     # rl-zoo's epsilon schedule in env steps whatever the budget (0.16 of its 50k: 8,000).
