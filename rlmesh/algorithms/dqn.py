@@ -120,14 +120,24 @@ class DQNTorchPolicy(OffPolicyTorchPolicy):
         q_next = q_values(self.target_model, next_obs.flatten(0, 1))
         return {"target_q_next": q_next.reshape(*next_obs.shape[:2], -1)}
 
+    def online_q(self, mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Q(obs) with autograd and, double Q, the online Q(next_obs) that picks the target's
+        action, without it."""
+        if not self.config.double_q:
+            return q_values(self.model, mb["obs"]), None
+        if self.config.noisy:  # one pass: one noise draw for obs and next_obs
+            n = len(mb["obs"])
+            q_all = q_values(self.model, torch.cat([mb["obs"], mb["next_obs"]]))
+            return q_all[:n], q_all[n:].detach()
+        # Two passes, the second without autograd: in one pass on cat(obs, next_obs) the
+        # backward ran through the next_obs rows too (the same values, 0.1 of a step more).
+        q = q_values(self.model, mb["obs"])
+        with torch.no_grad():
+            return q, q_values(self.model, mb["next_obs"])
+
     def loss(self, mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         cfg = self.config
-        n = len(mb["rewards"])
-        if cfg.double_q:  # the online network on obs and next_obs in one pass
-            q_all = q_values(self.model, torch.cat([mb["obs"], mb["next_obs"]]))
-            q, q_next_online = q_all[:n], q_all[n:].detach()
-        else:
-            q = q_values(self.model, mb["obs"])
+        q, q_next_online = self.online_q(mb)
         with torch.no_grad():
             q_next = mb.get("target_q_next")
             if q_next is None:

@@ -1,9 +1,14 @@
 """DQN benchmarks, each beside stable-baselines3 measured in the same run.
 
-``dqn_learning``: env steps and wall time (process start to exit) to a mean return of 475 on
-CartPole-v1: ``rlmesh train -f cartpole-dqn.yaml`` (rl-zoo's loop, re-tuned to reach 475:
-see the example's comment) against SB3's DQN with rl-zoo's hyperparameters
-(``peer_sb3_dqn.py learn``), seed by seed, taking turns. ``dqn_replay``: insertions/s and
+``dqn_learning``: env steps and wall time (process start to exit) to a training mean return
+of 475 (last 100 episodes) on CartPole-v1: ``rlmesh train -f cartpole-dqn.yaml`` (rl-zoo's
+loop, re-tuned to reach 475: see the example's comment) against SB3's DQN with rl-zoo's
+hyperparameters (``peer_sb3_dqn.py learn``, given 150k steps rather than rl-zoo's 50k, its
+epsilon schedule kept in env steps), seed by seed, taking turns. ``dqn_eval``: the same two
+stopped by rl-zoo's own metric instead: a greedy evaluation of 10 episodes every 2,048 env
+steps with a mean >= 475 (rlmesh: in-driver evaluation, ``evaluation/episode_reward_mean``;
+SB3: EvalCallback + StopTrainingOnRewardThreshold), the evaluations' time in both walls.
+``dqn_replay``: insertions/s and
 batch-256 samples/s from a full 1M-transition CartPole buffer, uniform and prioritized,
 against SB3's ReplayBuffer (``peer_sb3_dqn.py replay``), and the filled buffer's RSS against
 its columns' raw bytes.
@@ -30,6 +35,10 @@ from .ppo_sides import started
 PEER = ROOT / "tests" / "benchmarks" / "peer_sb3_dqn.py"
 TUNED = "cartpole-dqn.yaml"  # rlmesh/tuned_examples
 SOLVED = 475.0
+SB3_BUDGET = 150_000  # env steps; rl-zoo's is 50k, where SB3 never reached 475 (training mean)
+EVAL_EVERY = 2_048  # env steps between greedy evaluations, both sides
+EVAL_EPISODES = 10
+ITERATION = 1_024  # the example's min_sample_timesteps_per_iteration: EVAL_EVERY's unit
 CAPACITY = 1_000_000
 FRAGMENT = 256  # transitions per add on rlmesh's side: one fragment, as the driver adds them
 
@@ -47,62 +56,93 @@ QUICK = DQNSizes(seeds=(0,), inserts=50_000, samples=500)
 
 # --- learning ---
 
-def _rlmesh_learns(seed: int, tmp: Path) -> dict[str, Any]:
-    local_dir = tmp / f"dqn-{seed}"
+def _rlmesh_learns(seed: int, tmp: Path, evaluate: bool = False) -> dict[str, Any]:
+    local_dir = tmp / f"dqn-{'eval-' if evaluate else ''}{seed}"
+    args = ["-f", TUNED, "--local-dir", str(local_dir), "--seed", str(seed)]
+    if evaluate:  # rl-zoo's metric: greedy episodes in the driver, after the iteration's training
+        args += ["--config", json.dumps({"min_sample_timesteps_per_iteration": ITERATION,
+                                         "evaluation_interval": EVAL_EVERY // ITERATION,
+                                         "evaluation_duration": EVAL_EPISODES}),
+                 "--stop", json.dumps({"evaluation/episode_reward_mean": SOLVED,
+                                       "timesteps_total": 100_000})]
     t0 = time.perf_counter()
-    with started(_train_cmd("-f", TUNED, "--local-dir", str(local_dir), "--seed", str(seed)),
-                 stdout=subprocess.DEVNULL) as (proc, _):
+    with started(_train_cmd(*args), stdout=subprocess.DEVNULL) as (proc, _):
         code = proc.wait()
     wall = time.perf_counter() - t0
     results = _results(local_dir)
     if code != 0 or not results:
         raise RuntimeError(f"rlmesh train -f {TUNED} --seed {seed} exited with {code}")
     last = results[-1]
-    return {"wall": wall, "timesteps": last["timesteps_total"], "inside": last["time_total_s"],
-            "solved": last["episode_reward_mean"] >= SOLVED}
+    evals = [r["evaluation"] for r in results if "evaluation" in r]
+    mean = (evals[-1]["episode_reward_mean"] if evals else float("nan")) if evaluate \
+        else last["episode_reward_mean"]
+    eval_s = sum(e.get("time_s", 0.0) for e in evals)
+    # time_total_s leaves the evaluations out; SB3's learn() time has them in
+    return {"wall": wall, "timesteps": last["timesteps_total"],
+            "inside": last["time_total_s"] + eval_s, "solved": mean >= SOLVED, "eval_s": eval_s,
+            "evaluations": len(evals)}
 
 
-def _sb3_learns(seed: int) -> dict[str, Any]:
+def _sb3_learns(seed: int, evaluate: bool = False) -> dict[str, Any]:
+    cmd = [str(PEERS_PYTHON), str(PEER), "eval" if evaluate else "learn", "--seed", str(seed),
+           "--timesteps", str(SB3_BUDGET), "--threshold", str(SOLVED)]
+    if evaluate:
+        cmd += ["--eval-freq", str(EVAL_EVERY), "--eval-episodes", str(EVAL_EPISODES)]
     t0 = time.perf_counter()
-    with started([str(PEERS_PYTHON), str(PEER), "learn", "--seed", str(seed)],
-                 stdout=subprocess.PIPE, text=True) as (proc, _):
+    with started(cmd, stdout=subprocess.PIPE, text=True) as (proc, _):
         out, _ = proc.communicate()
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
-        raise RuntimeError(f"peer_sb3_dqn.py learn --seed {seed} exited with {proc.returncode}")
+        raise RuntimeError(f"peer_sb3_dqn.py {cmd[2]} --seed {seed} exited with {proc.returncode}")
     got = json.loads(out.strip().splitlines()[-1])
     return {"wall": wall, "timesteps": got["timesteps"], "inside": got["learn_s"],
-            "solved": got["solved"], "version": got["stable_baselines3"]}
+            "solved": got["solved"], "version": got["stable_baselines3"],
+            "eval_s": got.get("eval_s", 0.0), "evaluations": len(got.get("evaluations", ()))}
 
 
-def bench_learning(sizes: DQNSizes, tmp: Path) -> list[Row]:
+def _learning_rows(sizes: DQNSizes, tmp: Path, evaluate: bool) -> list[Row]:
     nan = float("nan")
-    none = {"wall": nan, "timesteps": nan, "inside": nan, "solved": True, "version": "?"}
+    none = {"wall": nan, "timesteps": nan, "inside": nan, "solved": True, "version": "?",
+            "eval_s": nan, "evaluations": 0}
+    metric = (f"greedy evaluation ({EVAL_EPISODES} episodes every {EVAL_EVERY:,} env steps)"
+              if evaluate else "training mean of the last 100 episodes")
     runs = []
     for seed in sizes.seeds:  # take turns, seed by seed
-        ours = _rlmesh_learns(seed, tmp)
-        theirs = _sb3_learns(seed) if PEERS_READY.exists() else none
+        ours = _rlmesh_learns(seed, tmp, evaluate)
+        theirs = _sb3_learns(seed, evaluate) if PEERS_READY.exists() else none
         runs.append((seed, ours, theirs))
-        print(f"  seed {seed}: rlmesh {ours['wall']:.1f} s {ours['timesteps']} steps "
+        print(f"  seed {seed} ({metric}): rlmesh {ours['wall']:.1f} s {ours['timesteps']} steps "
               f"(solved {ours['solved']}), sb3 {theirs['wall']:.1f} s {theirs['timesteps']} "
               f"steps (solved {theirs['solved']})", flush=True)
     peer = (f"stable-baselines3 {runs[0][2]['version']} DQN, rl-zoo's CartPole-v1 "
-            "hyperparameters" if PEERS_READY.exists() else NOT_INSTALLED)
+            f"hyperparameters, {SB3_BUDGET:,}-step budget" if PEERS_READY.exists()
+            else NOT_INSTALLED)
     rows: list[Row] = []
     for seed, ours, theirs in runs:
         failed = ", ".join(f"{who} did not reach {SOLVED:g}"
                            for who, r in (("rlmesh", ours), ("sb3", theirs)) if not r["solved"])
-        name = f"DQN learning, CartPole-v1 to {SOLVED:g}, seed {seed}"
+        name = f"DQN learning, CartPole-v1 to {SOLVED:g} ({metric}), seed {seed}"
         rows += [PPORow(name, "s, process start to exit", ours["wall"], theirs["wall"], peer,
                         goal=0.5, failed=failed),
                  PPORow(name, "env steps", ours["timesteps"], theirs["timesteps"], peer),
-                 PPORow(name, "s in the training loop", ours["inside"], theirs["inside"], peer)]
+                 PPORow(name, "s in the training loop (evaluations included)", ours["inside"], theirs["inside"], peer)]
+        if evaluate:
+            rows.append(PPORow(name, "s evaluating (in the walls above)", ours["eval_s"],
+                               theirs["eval_s"], peer))
     if len(runs) > 1:
         med = lambda side, key: statistics.median(r[side][key] for r in runs)  # noqa: E731
-        rows.append(PPORow(f"DQN learning, CartPole-v1 to {SOLVED:g}, median of {len(runs)} "
-                           "seeds", "s, process start to exit", med(1, "wall"), med(2, "wall"),
-                           peer, goal=0.5))
+        rows.append(PPORow(f"DQN learning, CartPole-v1 to {SOLVED:g} ({metric}), median of "
+                           f"{len(runs)} seeds", "s, process start to exit", med(1, "wall"),
+                           med(2, "wall"), peer, goal=0.5))
     return rows
+
+
+def bench_learning(sizes: DQNSizes, tmp: Path) -> list[Row]:
+    return _learning_rows(sizes, tmp, evaluate=False)
+
+
+def bench_eval(sizes: DQNSizes, tmp: Path) -> list[Row]:
+    return _learning_rows(sizes, tmp, evaluate=True)
 
 
 # --- replay throughput ---
@@ -201,6 +241,7 @@ def bench_replay(sizes: DQNSizes, tmp: Path) -> list[Row]:
 BENCHMARKS: dict[str, Callable[[DQNSizes, Path], list[Row]]] = {
     "dqn_replay": bench_replay,
     "dqn_learning": bench_learning,
+    "dqn_eval": bench_eval,
 }
 
 

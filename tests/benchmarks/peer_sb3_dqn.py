@@ -3,7 +3,12 @@ nothing of rlmesh). Prints one JSON line.
 
 ``learn``: stable-baselines3 DQN on CartPole-v1 with rl-baselines3-zoo's tuned
 hyperparameters, stopped by rlmesh's rule (the mean return of the last 100 episodes >= 475,
-checked after each rollout of train_freq steps and its gradient steps).
+checked after each rollout of train_freq steps and its gradient steps). A budget other than
+rl-zoo's 50k keeps rl-zoo's exploration schedule in env steps (epsilon to 0.04 over 8,000),
+not its fraction of the budget (``exploration_fraction`` scales with ``learn``'s total).
+``eval``: the same agent stopped by rl-zoo's own metric: SB3's EvalCallback (10 greedy
+episodes on an env of its own every ``--eval-freq`` env steps) with
+StopTrainingOnRewardThreshold at 475; the evaluations' time counts in ``learn_s``.
 ``replay``: SB3's numpy ReplayBuffer: insertions/s (one transition per add, as SB3's
 collection loop adds them) and batch-256 samples/s (indexes, gathers, torch tensors: what
 ``sample`` does) from a full 1M buffer, every row written.
@@ -25,13 +30,58 @@ ZOO = {"learning_rate": 2.3e-3, "batch_size": 64, "buffer_size": 100_000,
        "policy_kwargs": {"net_arch": [256, 256]}}
 
 
-def learn(seed: int, threshold: float, timesteps: int) -> None:
+def make_model(seed: int, timesteps: int):
+    import torch
     from stable_baselines3 import DQN
     from stable_baselines3.common.env_util import make_vec_env
 
+    torch.set_num_threads(1)  # as rlmesh's learner; more threads spin on a loaded machine
+
     env = make_vec_env("CartPole-v1", n_envs=1, seed=seed)  # DummyVecEnv + Monitor
-    model = DQN("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **ZOO)
-    learn_and_report(model, seed, threshold, timesteps)
+    # rl-zoo's epsilon schedule in env steps whatever the budget (0.16 of its 50k: 8,000).
+    kwargs = {**ZOO, "exploration_fraction": ZOO["exploration_fraction"] * N_TIMESTEPS / timesteps}
+    return DQN("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **kwargs)
+
+
+def learn(seed: int, threshold: float, timesteps: int) -> None:
+    learn_and_report(make_model(seed, timesteps), seed, threshold, timesteps)
+
+
+def learn_to_eval(seed: int, threshold: float, timesteps: int, eval_freq: int,
+                  episodes: int) -> None:
+    """Train until the greedy evaluation's mean over ``episodes`` reaches ``threshold``."""
+    from stable_baselines3.common.callbacks import EvalCallback, StopTrainingOnRewardThreshold
+    from stable_baselines3.common.env_util import make_vec_env
+
+    history: list[list[float]] = []
+
+    class TimedEval(EvalCallback):  # the seconds spent evaluating; (env steps, mean) of each
+        eval_s = 0.0
+
+        def _on_step(self) -> bool:
+            t0 = time.perf_counter()
+            go_on = super()._on_step()
+            if self.eval_freq > 0 and self.n_calls % self.eval_freq == 0:
+                self.eval_s += time.perf_counter() - t0
+                history.append([self.num_timesteps, float(self.last_mean_reward)])
+            return go_on
+
+    model = make_model(seed, timesteps)
+    eval_env = make_vec_env("CartPole-v1", n_envs=1, seed=seed + 1000)
+    callback = TimedEval(eval_env, n_eval_episodes=episodes, eval_freq=eval_freq,
+                         deterministic=True, verbose=0,
+                         callback_on_new_best=StopTrainingOnRewardThreshold(threshold))
+    t0 = time.perf_counter()
+    model.learn(total_timesteps=timesteps, callback=callback)
+    learn_s = time.perf_counter() - t0
+    solved = callback.best_mean_reward >= threshold
+    returns = [info["r"] for info in model.ep_info_buffer]
+    print(json.dumps({
+        "seed": seed, "solved": solved, "timesteps": model.num_timesteps,
+        "evaluation_mean": history[-1][1] if history else None, "evaluations": history,
+        "eval_s": callback.eval_s, "learn_s": learn_s,
+        "episode_reward_mean": sum(returns) / len(returns) if returns else None,
+        **versions()}), flush=True)
 
 
 def replay(capacity: int, inserts: int, samples: int) -> None:
@@ -66,16 +116,20 @@ def replay(capacity: int, inserts: int, samples: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("what", choices=["learn", "replay"])
+    parser.add_argument("what", choices=["learn", "eval", "replay"])
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threshold", type=float, default=475.0)
     parser.add_argument("--timesteps", type=int, default=N_TIMESTEPS)
+    parser.add_argument("--eval-freq", type=int, default=2048, help="env steps between evaluations")
+    parser.add_argument("--eval-episodes", type=int, default=10)
     parser.add_argument("--capacity", type=int, default=1_000_000)
     parser.add_argument("--inserts", type=int, default=100_000)
     parser.add_argument("--samples", type=int, default=2_000)
     args = parser.parse_args()
     if args.what == "learn":
         learn(args.seed, args.threshold, args.timesteps)
+    elif args.what == "eval":
+        learn_to_eval(args.seed, args.threshold, args.timesteps, args.eval_freq, args.eval_episodes)
     else:
         replay(args.capacity, args.inserts, args.samples)
 

@@ -8,7 +8,7 @@ client_*, about 1 min; ``--only client``), the scheduler's (bench_scheduler: sch
 simulated, no processes, under 1 min; ``--only scheduler``) and IMPALA's (bench_impala:
 impala_*, about 8 min with RLlib's learning runs; ``--only impala``) and CURVE's cost
 (bench_curve: curve_*, plain tcp vs CURVE, about 1 min; ``--only curve``), DQN's
-(bench_dqn: dqn_replay, dqn_learning against stable-baselines3; ``--only dqn``) and
+(bench_dqn: dqn_replay, dqn_learning, dqn_eval against stable-baselines3; ``--only dqn``) and
 SAC/TD3/DDPG's (bench_sac_td3: sac_td3_learning against stable-baselines3, several minutes;
 ``--only sac_td3``), APEX's (bench_apex: apex_throughput beside synchronous DQN, about
 4 min, apex_local_shard, one shard in the driver vs a shard process, about 6 min;

@@ -10,6 +10,7 @@ import sys
 import pytest
 import torch
 
+from rlmesh.rl import optim
 from rlmesh.rl.optim import Adam
 
 
@@ -35,7 +36,9 @@ def assert_same_parameters(a, b):
         torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
 
 
-def test_steps_match_torch_adam_with_a_changing_learning_rate():
+@pytest.mark.parametrize("fused", [True, False], ids=["fused kernel", "multi-tensor"])
+def test_steps_match_torch_adam_with_a_changing_learning_rate(fused, monkeypatch):
+    monkeypatch.setattr(optim, "FUSED", fused)
     ours, theirs = net(), net()
     def lr(i):
         return 0.01 * (1 - i / 60)
@@ -43,6 +46,18 @@ def test_steps_match_torch_adam_with_a_changing_learning_rate():
     train(theirs, torch.optim.Adam(theirs.parameters(), lr=0.01, betas=(0.8, 0.99), eps=1e-7), 50, lr_at=lr)
     assert not torch.equal(next(ours.parameters()), next(net().parameters()))  # it did train
     assert_same_parameters(ours, theirs)
+
+
+@pytest.mark.skipif(not hasattr(torch, "_fused_adam_"), reason="torch < 2.4: no fused CPU Adam")
+def test_float_parameters_on_cpu_take_the_fused_kernel():
+    model = net()
+    model(torch.randn(4, 5)).sum().backward()
+    params = list(model.parameters())
+    zeros = [torch.zeros_like(p) for p in params]
+    assert optim._fused_adam(params, [p.grad for p in params], zeros, [z.clone() for z in zeros],
+                             1, 0.01, 0.9, 0.999, 1e-8)
+    half = [p.detach().half() for p in params]  # a dtype it is not used for: the caller steps
+    assert not optim._fused_adam(half, half, half, half, 1, 0.01, 0.9, 0.999, 1e-8)
 
 
 @pytest.mark.parametrize("direction", ["ours->torch", "torch->ours"])
