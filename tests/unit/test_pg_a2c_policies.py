@@ -168,7 +168,8 @@ def test_microbatches_give_the_update_of_the_whole_batch():
         stats_parts = parts.update(batch, timesteps=0)
     for s, a, b in zip(start, whole.model.parameters(), parts.model.parameters()):
         assert not torch.equal(s, a)
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+        # float32 sums in another order, through Adam's division: 1e-5 is 0.1% of a step
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
     for key in ("total_loss", "policy_loss", "vf_loss", "entropy"):
         assert stats_parts[key] == pytest.approx(stats_whole[key], rel=1e-4, abs=1e-6)
     assert stats_parts["num_grad_updates"] == stats_whole["num_grad_updates"] == 1
