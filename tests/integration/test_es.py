@@ -81,12 +81,16 @@ def test_a_runner_killed_mid_iteration_does_not_stop_the_run():
                         noise_size=SMALL_TABLE, model={"fcnet_hiddens": [16]})
               .debugging(seed=0))
     with config.build() as algo:
-        pid = algo.env_runners.foreach_env_runner("pid")[0]
-        # Killed while the iteration's calls are in flight: its share goes to the other.
-        timer = threading.Timer(0.5, os.kill, (pid, signal.SIGKILL))
-        timer.start()
-        result = algo.train()
-        timer.join()
+        # Killed while the iteration's calls are in flight: its share goes to the other. The
+        # kill is timed, so a loaded machine can land it before or after the calls: a few tries.
+        for _ in range(3):
+            pid = algo.env_runners.foreach_env_runner("pid")[0]
+            timer = threading.Timer(0.5, os.kill, (pid, signal.SIGKILL))
+            timer.start()
+            result = algo.train()
+            timer.join()
+            if result["num_fragments_missed_this_iter"] >= 1:
+                break
         assert result["num_fragments_missed_this_iter"] >= 1, "the runner was not killed mid-call"
         assert result["info"]["learner"]["default_policy"]["num_noisy_episodes"] >= 400
         for _ in range(20):  # the killed runner comes back and evaluates again
