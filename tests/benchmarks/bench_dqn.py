@@ -119,11 +119,8 @@ def _learning_rows(sizes: DQNSizes, tmp: Path, evaluate: bool) -> list[Row]:
             else NOT_INSTALLED)
     rows: list[Row] = []
     for seed, ours, theirs in runs:
-        failed = ", ".join(f"{who} did not reach {SOLVED:g}"
-                           for who, r in (("rlmesh", ours), ("sb3", theirs)) if not r["solved"])
         name = f"DQN learning, CartPole-v1 to {SOLVED:g} ({metric}), seed {seed}"
-        rows += [PPORow(name, "s, process start to exit", ours["wall"], theirs["wall"], peer,
-                        goal=0.5, failed=failed),
+        rows += [_wall_row(name, ours, theirs, peer),
                  PPORow(name, "env steps", ours["timesteps"], theirs["timesteps"], peer),
                  PPORow(name, "s in the training loop (evaluations included)", ours["inside"], theirs["inside"], peer)]
         if evaluate:
@@ -131,10 +128,31 @@ def _learning_rows(sizes: DQNSizes, tmp: Path, evaluate: bool) -> list[Row]:
                                theirs["eval_s"], peer))
     if len(runs) > 1:
         med = lambda side, key: statistics.median(r[side][key] for r in runs)  # noqa: E731
+        unsolved = sum(not r[2]["solved"] for r in runs)
+        bound = (f" (SB3's {unsolved} unsolved runs at their budget's wall: an upper bound)"
+                 if unsolved else "")
         rows.append(PPORow(f"DQN learning, CartPole-v1 to {SOLVED:g} ({metric}), median of "
-                           f"{len(runs)} seeds", "s, process start to exit", med(1, "wall"),
-                           med(2, "wall"), peer, goal=0.5))
+                           f"{len(runs)} seeds", "s, process start to exit" + bound,
+                           med(1, "wall"), med(2, "wall"), peer, goal=0.5,
+                           failed="" if all(r[1]["solved"] for r in runs) else "rlmesh did not reach"))
     return rows
+
+
+def _wall_row(name: str, ours: dict[str, Any], theirs: dict[str, Any], peer: str) -> Row:
+    """The wall-time row of one seed. Where SB3 ran out its budget without reaching the
+    threshold and rlmesh reached it, SB3's time to the threshold is longer than its wall:
+    the ratio is then an upper bound, and the goal is met if the bound is under it."""
+    failed = ", ".join(f"{who} did not reach {SOLVED:g}"
+                       for who, r in (("rlmesh", ours), ("sb3", theirs)) if not r["solved"])
+    if ours["solved"] and not theirs["solved"]:
+        bound = ours["wall"] / theirs["wall"]
+        failed = "" if bound <= 0.5 else failed
+        return PPORow(name, f"s, process start to exit (SB3 did not reach {SOLVED:g} in its "
+                      f"{theirs['timesteps']:,} steps: its figure is that run's wall, the "
+                      "ratio an upper bound)", ours["wall"], theirs["wall"], peer, goal=0.5,
+                      failed=failed)
+    return PPORow(name, "s, process start to exit", ours["wall"], theirs["wall"], peer,
+                  goal=0.5, failed=failed)
 
 
 def bench_learning(sizes: DQNSizes, tmp: Path) -> list[Row]:
