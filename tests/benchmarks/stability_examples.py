@@ -124,6 +124,12 @@ def min_entropy(rows: list[dict[str, Any]]) -> str:
 
 
 def curve_lines(rows: list[dict[str, Any]], ex: Example, every: int) -> list[str]:
-    return [f"    {r[ex.unit]:>9,}  return {metric(r, ex.metric):8.1f}  "
+    # The metric as last reported at each row: an evaluation metric is in every n-th row only.
+    latest, known = [], math.nan
+    for r in rows:
+        value = metric(r, ex.metric)
+        known = value if value == value else known
+        latest.append(known)
+    return [f"    {r[ex.unit]:>9,}  return {latest[i]:8.1f}  "
             f"entropy {learner_stat(r, 'entropy'):.3f}  kl {kl(r):.4f}  "
-            f"lag {r.get('policy_lag_mean', 0):.1f}" for r in rows[::every]]
+            f"lag {r.get('policy_lag_mean', 0):.1f}" for i, r in list(enumerate(rows))[::every]]
