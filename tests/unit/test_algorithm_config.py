@@ -220,7 +220,7 @@ def test_copy_is_independent():
     clone.training(model={"fcnet_activation": "relu"}, lr=1.0)
     assert original.model["fcnet_hiddens"] == [64, 64]
     assert original.model["fcnet_activation"] == "tanh"
-    assert original.env_config == {"a": [1]} and original.lr == 3e-4
+    assert original.env_config == {"a": [1]} and original.lr == 6e-4
 
 
 def test_instances_do_not_share_mutable_defaults():
