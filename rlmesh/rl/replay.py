@@ -313,7 +313,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         # RLlib's (and the paper's) normalisation, exact (the tree keeps the minimum), so a
         # weight does not depend on the rest of its batch (Dopamine and Acme divide by the
         # batch's largest weight instead, which would drop the minimum but change the scale).
-        weights = (p / tree.min).astype(np.float32)  # >= 1; float32's power is the cheaper
+        weights = np.divide(p, tree.min, dtype=np.float32)  # >= 1; float32's power is cheaper
         out["weights"] = np.power(weights, np.float32(-beta), out=weights)
         return out
 

@@ -220,7 +220,7 @@ def test_copy_is_independent():
     clone.training(model={"fcnet_activation": "relu"}, lr=1.0)
     assert original.model["fcnet_hiddens"] == [64, 64]
     assert original.model["fcnet_activation"] == "tanh"
-    assert original.env_config == {"a": [1]} and original.lr == 3e-4
+    assert original.env_config == {"a": [1]} and original.lr == 6e-4
 
 
 def test_instances_do_not_share_mutable_defaults():
@@ -236,7 +236,7 @@ def test_instances_do_not_share_mutable_defaults():
 
 def test_ppo_defaults_are_the_measured_ones():
     c = PPOConfig()
-    assert (c.lr, c.train_batch_size, c.minibatch_size, c.num_epochs) == (3e-4, 2048, 128, 10)
+    assert (c.lr, c.train_batch_size, c.minibatch_size, c.num_epochs) == (6e-4, 2048, 128, 10)
     assert (c.lambda_, c.clip_param, c.vf_clip_param, c.vf_loss_coeff) == (0.95, 0.2, None, 0.5)
     assert (c.kl_coeff, c.kl_target, c.entropy_coeff, c.grad_clip) == (0.2, 0.01, 0.0, 0.5)
     assert not c.use_kl_loss and c.use_critic and c.use_gae and c.shuffle_batch_per_epoch
@@ -288,7 +288,7 @@ def test_validate_schedule_rejects(bad):
 
 
 def test_lr_at_uses_the_schedule_when_set():
-    assert PPOConfig().lr_at(10**6) == 3e-4
+    assert PPOConfig().lr_at(10**6) == 6e-4
     config = PPOConfig().training(lr_schedule=[[0, 1e-3], [1000, 0.0]])
     assert config.lr_at(500) == pytest.approx(5e-4)
 
