@@ -27,12 +27,14 @@ from __future__ import annotations
 import csv
 import datetime as _dt
 import json
+import logging
 import math
 import os
 import queue
 import re
 import secrets
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -166,14 +168,19 @@ class ResultLogger:
                 self._columns = next(csv.reader(f), [])
             self._csv_file = open(self.progress_path, "a", newline="", encoding="utf-8")
         self._tb = None
+        self._tb_error: OSError | None = None
         if tensorboard:
-            from tensorboardX import SummaryWriter  # imported here: it pulls in protobuf
+            # imported here: it pulls in protobuf
+            from tensorboardX.event_file_writer import EventsWriter
 
-            # Flushed by its own writer thread every few seconds (and at close), not after
-            # every iteration: a flush per iteration cost ~5 ms of a 50 ms PPO iteration.
-            self._tb = SummaryWriter(logdir=str(self.trial_dir), flush_secs=TB_FLUSH_SECS)
-            # Scalars are made into events on a thread of ours too (~0.15 ms each, 30 an
-            # iteration), while the training thread waits for samples.
+            # tensorboardX's record format and summaries, written by a thread of ours (each
+            # result's scalars are ~0.15 ms apiece to encode, 30 an iteration, while the
+            # training thread waits for samples) and flushed every few seconds and at close,
+            # not every iteration (~5 ms of a 50 ms PPO iteration). Not its SummaryWriter:
+            # that one writes from a thread of its own through a bounded queue, and when a
+            # write fails (a full disk) that thread dies with a traceback and the next
+            # puts block for ever, so the run hung at its end.
+            self._tb = EventsWriter(str(self.trial_dir / "events"))
             self._tb_queue: queue.Queue = queue.Queue()
             self._tb_thread = threading.Thread(target=self._tb_worker, name="rlmesh.tensorboard",
                                                daemon=True)
@@ -186,7 +193,7 @@ class ResultLogger:
         self._json.flush()
         flat = flatten({k: v for k, v in result.items() if k != "config"})
         self._write_csv(flat)
-        if self._tb is not None:
+        if self._tb is not None and self._tb_error is None:
             self._tb_queue.put((flat, result))
 
     def _write_csv(self, flat: dict[str, Any]) -> None:
@@ -216,19 +223,29 @@ class ResultLogger:
         self._csv_file = open(self.progress_path, "a", newline="", encoding="utf-8")
 
     def _write_tb(self, flat: dict[str, Any], result: dict) -> None:
+        from tensorboardX.proto.summary_pb2 import Summary
+        from tensorboardX.summary import scalar
+
         step = as_number(result.get("timesteps_total"))
         if step is None or not math.isfinite(step):
             step = as_number(result.get("training_iteration")) or self._rows
+        values = []  # every scalar of the result in one event
         for key, value in flat.items():
             if key in _TB_SKIP:
                 continue
             number = as_number(value)
             if number is not None and math.isfinite(number):
-                self._tb.add_scalar(TB_PREFIX + key, number, global_step=int(step))
+                values.extend(scalar(TB_PREFIX + key, number).value)
+        self._write_event(Summary(value=values), int(step))
         evaluation = result.get("evaluation")
         if self.video_frames and isinstance(evaluation, dict):
             for path in evaluation.get("videos") or ():
                 self._add_video_frames(path, int(step))
+
+    def _write_event(self, summary: Any, step: int) -> None:
+        from tensorboardX.proto.event_pb2 import Event
+
+        self._tb.write_event(Event(summary=summary, step=step, wall_time=time.time()))
 
     def _add_video_frames(self, path: str, step: int) -> None:
         """Up to TB_VIDEO_FRAMES frames of the video at ``path``, evenly spaced, as one
@@ -241,17 +258,40 @@ class ResultLogger:
             every = max(1, -(-count_frames(path) // TB_VIDEO_FRAMES))
             frames = read_frames(path, every)[:TB_VIDEO_FRAMES]
         except Exception as e:  # a video gone or unreadable costs its images, not the run
-            import logging
-
             logging.getLogger(__name__).warning("video %s not logged to TensorBoard: %s", path, e)
             return
         if frames:
-            self._tb.add_images("evaluation/video", np.stack(frames), global_step=step,
-                                dataformats="NHWC")
+            from tensorboardX.summary import image
+
+            self._write_event(image("evaluation/video", np.stack(frames), dataformats="NHWC"),
+                              step)
 
     def _tb_worker(self) -> None:
-        while (item := self._tb_queue.get()) is not None:
-            self._write_tb(*item)
+        """Writes the queued results' events, flushing at most every TB_FLUSH_SECS while
+        results come and once they pause; closes the file at the end (``None``). A failed
+        write (a full disk) ends the events with one warning: the training thread meets the
+        same disk in result.json and reports it, and the run goes on or ends as it decides."""
+        unflushed = False
+        last_flush = time.monotonic()
+        try:
+            while True:
+                try:
+                    item = self._tb_queue.get(timeout=TB_FLUSH_SECS if unflushed else None)
+                except queue.Empty:  # a pause: what was written goes to disk now
+                    item = ()
+                if item is None:
+                    break
+                if item:
+                    self._write_tb(*item)
+                    unflushed = True
+                if unflushed and (not item or time.monotonic() - last_flush >= TB_FLUSH_SECS):
+                    self._tb.flush()
+                    unflushed, last_flush = False, time.monotonic()
+            self._tb.close()
+        except OSError as e:
+            self._tb_error = e
+            logging.getLogger(__name__).warning(
+                "TensorBoard events in %s stopped: %s", self.trial_dir, e)
 
     def close(self) -> None:
         """Flush and close every file; safe to call twice."""
@@ -261,7 +301,6 @@ class ResultLogger:
         if self._tb is not None:
             self._tb_queue.put(None)  # after every result logged so far
             self._tb_thread.join()
-            self._tb.close()
             self._tb = None
 
     def __enter__(self) -> "ResultLogger":

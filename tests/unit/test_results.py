@@ -182,6 +182,33 @@ def test_each_result_is_on_disk_before_close(tmp_path):
     logger.close()  # twice is fine
 
 
+def test_a_failing_tensorboard_write_costs_its_events_not_the_run(tmp_path, caplog):
+    # A full disk can fail the event file's write before result.json's (it is written
+    # from another thread, buffered): tensorboardX's own writer thread then died with a
+    # traceback and its bounded queue blocked the next results, so the run hung at close.
+    # Here the event file is /dev/full, which fails every write with ENOSPC.
+    import threading
+
+    logger = ResultLogger(tmp_path, {"env": "CartPole-v1"})
+    logger._tb._py_recordio_writer._writer = open("/dev/full", "wb", buffering=0)
+    crashed = []
+    hook, threading.excepthook = threading.excepthook, lambda args: crashed.append(args)
+    try:
+        with caplog.at_level("WARNING", logger="rlmesh.results"):
+            for i in range(1, 41):  # past any bounded queue
+                logger.log(result(i))
+            closer = threading.Thread(target=logger.close, daemon=True)
+            closer.start()
+            closer.join(30)
+    finally:
+        threading.excepthook = hook
+    assert not closer.is_alive(), "close() hung on the failed event file"
+    assert not crashed, crashed
+    assert len((tmp_path / "result.json").read_text().splitlines()) == 40  # nothing else lost
+    (warning,) = [r.getMessage() for r in caplog.records if "TensorBoard" in r.getMessage()]
+    assert "No space left on device" in warning
+
+
 def test_config_key_stays_out_of_csv_and_tensorboard(tmp_path):
     with ResultLogger(tmp_path, {}) as logger:
         logger.log(result(1, config={"lr": 0.1}))
