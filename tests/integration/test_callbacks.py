@@ -83,9 +83,12 @@ def test_every_hook_fires_in_order_in_its_process(tmp_path, monkeypatch):
     log = tmp_path / "hooks.log"
     monkeypatch.setenv(LOG_ENV, str(log))  # the runner and learner processes inherit it
     config = (PPOConfig().environment("CartPole-v1")
-              .env_runners(num_env_runners=1, rollout_fragment_length=100)
+              # 500 steps: CartPole's time limit, so an episode ends in the one fragment
+              # sampled whatever the untrained policy does (with 100, a first episode that
+              # outlasted the fragment left no on_episode_end: seen once in a full run)
+              .env_runners(num_env_runners=1, rollout_fragment_length=500)
               .learners(num_learners=1)
-              .training(train_batch_size=100, minibatch_size=100, num_epochs=1)
+              .training(train_batch_size=500, minibatch_size=500, num_epochs=1)
               .evaluation(evaluation_interval=1, evaluation_duration=1,
                           evaluation_num_env_runners=1)
               .callbacks(RecordingCallbacks))
