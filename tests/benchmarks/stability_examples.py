@@ -131,6 +131,6 @@ def curve_lines(rows: list[dict[str, Any]], ex: Example, every: int) -> list[str
         value = metric(r, ex.metric)
         known = value if value == value else known
         latest.append(known)
-    return [f"    {r[ex.unit]:>9,}  return {latest[i]:8.1f}  "
+    return [f"    {r[ex.unit]:>9,}  return {value:8.1f}  "
             f"entropy {learner_stat(r, 'entropy'):.3f}  kl {kl(r):.4f}  "
-            f"lag {r.get('policy_lag_mean', 0):.1f}" for i, r in list(enumerate(rows))[::every]]
+            f"lag {r.get('policy_lag_mean', 0):.1f}" for r, value in list(zip(rows, latest))[::every]]
