@@ -4,31 +4,25 @@ builders, from_dict/to_dict, validate() and fields_table(), so nothing is writte
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import importlib
-import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal, get_type_hints
+from typing import Any, Literal
 
 from rlmesh.config.evaluation import EvaluationSettings
 from rlmesh.config.multi_agent import MultiAgentSettings
 from rlmesh.config.offline import OfflineSettings
 from rlmesh.config.schedules import validate_schedule, value_at
+from rlmesh.config.settings import (  # noqa: F401  (ConfigError, Setting, GROUPS: public here)
+    _UNSET, GROUPS, ConfigError, Setting, Settings, _jsonable, setting,
+)
 from rlmesh.rl.spec import MODEL_DEFAULTS
 from rlmesh.rl.spec import custom_model_path as _custom_model_path
 
-logger = logging.getLogger(__name__)
-
-from rlmesh.config.settings import (  # noqa: F401  (ConfigError, Setting, GROUPS: public here)
-    _BOUNDS, _UNSET, GROUPS, ConfigError, Setting, _describe, _fields,
-    _jsonable, _matches, _names, _unknown_key_message, setting,
-)
-
 
 @dataclass(kw_only=True)
-class AlgorithmConfig(EvaluationSettings, MultiAgentSettings, OfflineSettings):
+class AlgorithmConfig(EvaluationSettings, MultiAgentSettings, OfflineSettings, Settings):
     """Settings shared by every algorithm, set by chained builders as in RLlib::
 
         PPOConfig().environment("CartPole-v1").env_runners(num_env_runners=2).training(lr=3e-4)
@@ -288,27 +282,6 @@ class AlgorithmConfig(EvaluationSettings, MultiAgentSettings, OfflineSettings):
             "(num_nonfinite_steps_skipped, info/learner/<pid>/num_nonfinite_*_skipped). "
             "An update with a non-finite loss or gradient is never applied.")
 
-    def __init_subclass__(cls, defaults: dict | None = None, **kwargs):
-        super().__init_subclass__(**kwargs)
-        if not defaults:
-            return
-        # Re-declare each inherited field with the new default and the same metadata, so
-        # the subclass's @dataclass __init__, fields() and fields_table() show its defaults
-        # while the docs stay where they were written.
-        # Every base's fields, mixed-in groups included (fields(cls) sees the first base's).
-        inherited = {f.name: f for base in reversed(cls.__mro__[1:])
-                     if dataclasses.is_dataclass(base) for f in dataclasses.fields(base)}
-        hints = get_type_hints(cls)
-        own = cls.__dict__.get("__annotations__")
-        if own is None:
-            own = {}
-            cls.__annotations__ = own
-        for name, value in defaults.items():
-            if name not in inherited:
-                raise TypeError(f"{cls.__name__} sets a default for unknown setting {name!r}")
-            own[name] = hints[name]
-            setattr(cls, name, setting(value, **inherited[name].metadata))
-
     # --- builders: one per group, each taking exactly that group's keys ---
 
     def environment(self, env=_UNSET, **kwargs):
@@ -363,51 +336,7 @@ class AlgorithmConfig(EvaluationSettings, MultiAgentSettings, OfflineSettings):
         """Set the fault_tolerance group (see ``fields_table("fault_tolerance")``)."""
         return self._set("fault_tolerance", kwargs)
 
-    def _set(self, group: str, values: dict):
-        fields = _fields(type(self))
-        for key, value in values.items():
-            if value is _UNSET:
-                continue
-            name = self._resolve(key)
-            owner = fields[name].metadata["group"]
-            if owner != group:
-                raise ConfigError(f"{key!r} is not a {group} setting; set it with "
-                                  f".{owner}({fields[name].metadata['key'] or name}=...)")
-            self._assign(name, value)
-        return self
-
-    def _assign(self, name: str, value) -> None:
-        if _fields(type(self))[name].metadata["merge"] and isinstance(value, dict):
-            merged = copy.deepcopy(getattr(self, name))
-            merged.update(copy.deepcopy(value))
-            value = merged
-        setattr(self, name, value)
-
-    # --- dicts ---
-
-    def __getitem__(self, key: str) -> Any:
-        """RLlib's dict-style read: ``config["lr"]``, ``config["lambda"]``."""
-        return getattr(self, self._resolve(key))
-
-    def get(self, key: str, default: Any = None) -> Any:
-        try:
-            return self[key]
-        except ConfigError:
-            return default
-
-    def __contains__(self, key: str) -> bool:
-        return key in _names(type(self))
-
-    @classmethod
-    def from_dict(cls, d: dict):
-        """A config with the defaults of ``cls`` updated by ``d`` (keys, names or aliases)."""
-        return cls().update_from_dict(d)
-
-    def update_from_dict(self, d: dict):
-        """Set each key of ``d`` whatever its group; an unknown key raises ConfigError."""
-        for key, value in d.items():
-            self._assign(self._resolve(key), value)
-        return self
+    # --- plain data ---
 
     def to_dict(self) -> dict:
         """Every setting under its key, as JSON-able data (classes become import paths)."""
@@ -423,20 +352,6 @@ class AlgorithmConfig(EvaluationSettings, MultiAgentSettings, OfflineSettings):
             except (TypeError, ValueError) as e:
                 raise ConfigError(f"{key}: {e}") from None
         return out
-
-    def copy(self):
-        """A deep copy: changing its dicts (model, env_config) leaves this one alone."""
-        return copy.deepcopy(self)
-
-    @classmethod
-    def _resolve(cls, key) -> str:
-        names = _names(cls)
-        name = names.get(key)
-        if name is None:
-            raise ConfigError(_unknown_key_message(str(key), names, cls))
-        if key in _fields(cls)[name].metadata["aliases"]:
-            logger.debug("config key %r is RLlib's old name for %r", key, name)
-        return name
 
     # --- derived values ---
 
@@ -500,27 +415,6 @@ class AlgorithmConfig(EvaluationSettings, MultiAgentSettings, OfflineSettings):
 
     # --- checks ---
 
-    def validate(self) -> None:
-        """Raise ConfigError listing every value that is of the wrong type, out of bounds,
-        or inconsistent with another; build() calls it."""
-        hints = get_type_hints(type(self))
-        problems = [p for f in dataclasses.fields(self) if (p := self._check_field(f, hints))]
-        if not problems:  # cross checks assume well-typed values
-            problems = self._cross_checks()
-        if problems:
-            raise ConfigError("invalid config:\n  " + "\n  ".join(problems))
-
-    def _check_field(self, f: dataclasses.Field, hints: dict) -> str | None:
-        key, value, meta = f.metadata["key"] or f.name, getattr(self, f.name), f.metadata
-        hint = hints[f.name]
-        if not _matches(value, hint):
-            return f"{key}: expected {_describe(hint)}, got {value!r}"
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            for bound, symbol, ok in _BOUNDS:
-                if meta[bound] is not None and not ok(value, meta[bound]):
-                    return f"{key}: expected {symbol} {meta[bound]}, got {value!r}"
-        return None
-
     def _cross_checks(self) -> list[str]:
         """Checks that read several settings; a subclass extends the list."""
         problems = []
@@ -568,15 +462,3 @@ class AlgorithmConfig(EvaluationSettings, MultiAgentSettings, OfflineSettings):
             except (TypeError, ValueError, KeyError) as e:
                 problems.append(f"{key}: not a gymnasium space or its data form: {e}")
         return problems
-
-    @classmethod
-    def fields_table(cls, group: str | None = None) -> list[Setting]:
-        """Every setting of ``cls`` (or of one group) with its key, default and doc."""
-        rows, hints = [], get_type_hints(cls)
-        for f in dataclasses.fields(cls):
-            if group is None or f.metadata["group"] == group:
-                default = f.default_factory() if f.default is dataclasses.MISSING else f.default
-                rows.append(Setting(f.name, f.metadata["key"] or f.name, f.metadata["group"],
-                                    _describe(hints[f.name]), default, f.metadata["doc"],
-                                    f.metadata["aliases"]))
-        return rows

@@ -1,16 +1,19 @@
 """The machinery behind AlgorithmConfig: ``setting()`` declares a hyperparameter once (its
-default, builder group, doc, aliases, bounds), and these helpers read that metadata to check
-types, suggest the closest key for a typo, and turn values into plain data."""
+default, builder group, doc, aliases, bounds); these helpers and the ``Settings`` base class
+read that metadata to check values, suggest the closest key for a typo, and give plain data."""
 
 from __future__ import annotations
 
 import copy
 import dataclasses
 import difflib
+import logging
 import operator
 import types
 from dataclasses import field
-from typing import Any, Literal, NamedTuple, Union, get_args, get_origin
+from typing import Any, Literal, NamedTuple, Union, get_args, get_origin, get_type_hints
+
+logger = logging.getLogger(__name__)
 
 #: The builder methods, in RLlib's names; every setting belongs to exactly one.
 GROUPS = (
@@ -128,3 +131,132 @@ def _jsonable(value):
             raise TypeError(f"{value!r} cannot be imported by path; define it at module level")
         return f"{value.__module__}:{value.__qualname__}"
     raise TypeError(f"{value!r} is not plain data (JSON types, a class or a function)")
+
+
+class Settings:
+    """What a dataclass of ``setting()`` fields does with their metadata: the builders'
+    group check, RLlib's dict access, from_dict, validate() and fields_table(), and a
+    subclass's own defaults (``class PPOConfig(AlgorithmConfig, defaults={"lr": 5e-5})``).
+    The base of AlgorithmConfig, which declares the fields."""
+
+    def __init_subclass__(cls, defaults: dict | None = None, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if not defaults:
+            return
+        # Re-declare each inherited field with the new default and the same metadata, so
+        # the subclass's @dataclass __init__, fields() and fields_table() show its defaults
+        # while the docs stay where they were written.
+        # Every base's fields, mixed-in groups included (fields(cls) sees the first base's).
+        inherited = {f.name: f for base in reversed(cls.__mro__[1:])
+                     if dataclasses.is_dataclass(base) for f in dataclasses.fields(base)}
+        hints = get_type_hints(cls)
+        own = cls.__dict__.get("__annotations__")
+        if own is None:
+            own = {}
+            cls.__annotations__ = own
+        for name, value in defaults.items():
+            if name not in inherited:
+                raise TypeError(f"{cls.__name__} sets a default for unknown setting {name!r}")
+            own[name] = hints[name]
+            setattr(cls, name, setting(value, **inherited[name].metadata))
+
+    # --- builders ---
+
+    def _set(self, group: str, values: dict):
+        fields = _fields(type(self))
+        for key, value in values.items():
+            if value is _UNSET:
+                continue
+            name = self._resolve(key)
+            owner = fields[name].metadata["group"]
+            if owner != group:
+                raise ConfigError(f"{key!r} is not a {group} setting; set it with "
+                                  f".{owner}({fields[name].metadata['key'] or name}=...)")
+            self._assign(name, value)
+        return self
+
+    def _assign(self, name: str, value) -> None:
+        if _fields(type(self))[name].metadata["merge"] and isinstance(value, dict):
+            merged = copy.deepcopy(getattr(self, name))
+            merged.update(copy.deepcopy(value))
+            value = merged
+        setattr(self, name, value)
+
+    # --- dicts ---
+
+    def __getitem__(self, key: str) -> Any:
+        """RLlib's dict-style read: ``config["lr"]``, ``config["lambda"]``."""
+        return getattr(self, self._resolve(key))
+
+    def get(self, key: str, default: Any = None) -> Any:
+        try:
+            return self[key]
+        except ConfigError:
+            return default
+
+    def __contains__(self, key: str) -> bool:
+        return key in _names(type(self))
+
+    @classmethod
+    def from_dict(cls, d: dict):
+        """A config with the defaults of ``cls`` updated by ``d`` (keys, names or aliases)."""
+        return cls().update_from_dict(d)
+
+    def update_from_dict(self, d: dict):
+        """Set each key of ``d`` whatever its group; an unknown key raises ConfigError."""
+        for key, value in d.items():
+            self._assign(self._resolve(key), value)
+        return self
+
+    def copy(self):
+        """A deep copy: changing its dicts (model, env_config) leaves this one alone."""
+        return copy.deepcopy(self)
+
+    @classmethod
+    def _resolve(cls, key) -> str:
+        names = _names(cls)
+        name = names.get(key)
+        if name is None:
+            raise ConfigError(_unknown_key_message(str(key), names, cls))
+        if key in _fields(cls)[name].metadata["aliases"]:
+            logger.debug("config key %r is RLlib's old name for %r", key, name)
+        return name
+
+    # --- checks ---
+
+    def validate(self) -> None:
+        """Raise ConfigError listing every value that is of the wrong type, out of bounds,
+        or inconsistent with another; build() calls it."""
+        hints = get_type_hints(type(self))
+        problems = [p for f in dataclasses.fields(self) if (p := self._check_field(f, hints))]
+        if not problems:  # cross checks assume well-typed values
+            problems = self._cross_checks()
+        if problems:
+            raise ConfigError("invalid config:\n  " + "\n  ".join(problems))
+
+    def _check_field(self, f: dataclasses.Field, hints: dict) -> str | None:
+        key, value, meta = f.metadata["key"] or f.name, getattr(self, f.name), f.metadata
+        hint = hints[f.name]
+        if not _matches(value, hint):
+            return f"{key}: expected {_describe(hint)}, got {value!r}"
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            for bound, symbol, ok in _BOUNDS:
+                if meta[bound] is not None and not ok(value, meta[bound]):
+                    return f"{key}: expected {symbol} {meta[bound]}, got {value!r}"
+        return None
+
+    def _cross_checks(self) -> list[str]:
+        """Checks that read several settings; a subclass extends the list."""
+        return []
+
+    @classmethod
+    def fields_table(cls, group: str | None = None) -> list[Setting]:
+        """Every setting of ``cls`` (or of one group) with its key, default and doc."""
+        rows, hints = [], get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            if group is None or f.metadata["group"] == group:
+                default = f.default_factory() if f.default is dataclasses.MISSING else f.default
+                rows.append(Setting(f.name, f.metadata["key"] or f.name, f.metadata["group"],
+                                    _describe(hints[f.name]), default, f.metadata["doc"],
+                                    f.metadata["aliases"]))
+        return rows
