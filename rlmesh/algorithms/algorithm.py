@@ -19,16 +19,18 @@ from pathlib import Path
 from contextlib import contextmanager
 from typing import Any, Awaitable, Iterator, TypeVar
 
-import gymnasium as gym
 import numpy as np
 import torch
 
 from rlmesh.algorithms import checkpoints, multi_agent
 from rlmesh.algorithms.env_runner_group import EnvRunnerGroup, synchronous_parallel_sample
 from rlmesh.algorithms.evaluation import EvaluationGroup
+from rlmesh.algorithms.iteration_result import (  # noqa: F401  (public here too)
+    ENTROPY_COLLAPSE, client_rejections, iteration_result,
+)
 from rlmesh.algorithms.learner_group import LearnerGroup
 from rlmesh.algorithms.topology import Mesh
-from rlmesh.callbacks import load_callbacks, summarize_custom_metrics
+from rlmesh.callbacks import load_callbacks
 from rlmesh.config.base import AlgorithmConfig
 from rlmesh.algorithms.inference import env_action
 from rlmesh.envs import as_space, env_registry, spaces_of
@@ -42,8 +44,6 @@ from rlmesh.runtime.logtail import LogTail, level_number
 
 log = logging.getLogger(__name__)
 
-# A discrete policy whose entropy is below this fraction of log(n) is warned about.
-ENTROPY_COLLAPSE = 0.02
 T = TypeVar("T")
 
 
@@ -294,80 +294,8 @@ class Algorithm:
 
     def _result(self, fragments: list[dict[str, Any]], steps: int, stats: dict[str, float],
                 elapsed: float, sample_time: float, learn_time: float) -> dict[str, Any]:
-        new = [e for f in fragments for e in f["episodes"]]
-        self._episodes.extend(new)
-        self.episodes_total += len(new)
-        returns = [e["return"] for e in self._episodes]
-        lengths = [e["length"] for e in self._episodes]
-        nan = float("nan")
-        self._warn_entropy_collapse(stats)
-        self.num_nonfinite_steps_skipped += sum(int(f.get("num_nonfinite_steps_skipped", 0))
-                                                for f in fragments)
-        learner_info = {pid: stats.get(pid, {}) for pid in self.policy_specs}
-        return {
-            "episode_reward_mean": float(np.mean(returns)) if returns else nan,
-            "episode_reward_min": float(np.min(returns)) if returns else nan,
-            "episode_reward_max": float(np.max(returns)) if returns else nan,
-            "episode_len_mean": float(np.mean(lengths)) if lengths else nan,
-            "episodes_this_iter": len(new),
-            "episodes_total": self.episodes_total,
-            "timesteps_total": self.timesteps_total,
-            "num_env_steps_sampled": self.timesteps_total,
-            "num_env_steps_trained": self.num_env_steps_trained,
-            "num_env_steps_sampled_this_iter": steps,
-            "idle_iteration": steps == 0,
-            "num_env_steps_sampled_throughput_per_sec": steps / sample_time if sample_time else nan,
-            "time_this_iter_s": elapsed,
-            "time_total_s": self.time_total_s,
-            "timers": {"sample_time_s": sample_time, "learn_time_s": learn_time},
-            "training_iteration": self.iteration,
-            "num_healthy_env_runners": self.mesh.num_healthy_runners(),
-            "num_env_runner_restarts": self.mesh.restarts,
-            # Sampling rounds runners missed (being restarted) that the others made up for.
-            "num_fragments_missed_this_iter": self.mesh.pop_fragments_missed(),
-            "num_env_errors": self.mesh.totals["num_env_errors"],
-            "custom_metrics": summarize_custom_metrics([e.get("custom_metrics", {}) for e in new]),
-            "num_nonfinite_steps_skipped": self.num_nonfinite_steps_skipped,
-            **self._nonfinite_learner_counts(learner_info),
-            "info": {"learner": learner_info},
-            **self._multi_agent_results(new, fragments),
-            **client_rejections(fragments),
-        }
-
-    def _multi_agent_results(self, new: list[dict[str, Any]],
-                             fragments: list[dict[str, Any]]) -> dict[str, Any]:
-        """Per-policy rewards and agent steps (multi-agent runs only)."""
-        if not any("agent_steps" in f for f in fragments) and not self.config.is_multi_agent:
-            return {}
-        out = multi_agent.policy_results(list(self._episodes), new, fragments)
-        self.num_agent_steps_sampled = getattr(self, "num_agent_steps_sampled", 0) + \
-            out["num_agent_steps_sampled_this_iter"]
-        return {**out, "num_agent_steps_sampled": self.num_agent_steps_sampled}
-
-    def _warn_entropy_collapse(self, stats: dict[str, Any]) -> None:
-        """Warn once per policy whose discrete action distribution has become nearly
-        deterministic: with no exploration left a policy that is wrong stays wrong (IMPALA's
-        CartPole collapses to one action, entropy 0.000, return 9, and never recovers)."""
-        for pid, policy_stats in stats.items():
-            space = getattr(self._policies.get(pid), "action_space", None)
-            if pid in self._entropy_warned or not isinstance(space, gym.spaces.Discrete):
-                continue
-            entropy, most = policy_stats.get("entropy"), float(np.log(space.n))
-            if entropy is not None and most > 0 and entropy < ENTROPY_COLLAPSE * most:
-                self._entropy_warned.add(pid)
-                log.warning("policy %r: entropy fell to %.4f (at most %.3f for %d actions) at "
-                            "%s env steps: it has nearly stopped exploring and may not recover; "
-                            "raise entropy_coeff (e.g. 0.01) or lower lr", pid, entropy, most,
-                            space.n, f"{self.timesteps_total:,}")
-
-    def _nonfinite_learner_counts(self, learner_info: dict[str, dict[str, Any]]) -> dict[str, int]:
-        """The learners' counts of batches and updates skipped for NaN/inf, over all policies
-        (kept from earlier iterations when this one has no statistics of a policy)."""
-        counts = self._nonfinite_counts
-        for key in ("num_nonfinite_batches_skipped", "num_nonfinite_updates_skipped"):
-            now = sum(int(info.get(key, 0)) for info in learner_info.values())
-            counts[key] = max(counts.get(key, 0), now)
-        return dict(counts)
+        """The iteration's result in RLlib's keys (see ``iteration_result``)."""
+        return iteration_result(self, fragments, steps, stats, elapsed, sample_time, learn_time)
 
     # --- policy access ---
 
@@ -488,19 +416,3 @@ class Algorithm:
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
-
-
-def client_rejections(fragments: list[dict[str, Any]]) -> dict[str, Any]:
-    """``{"client_rejections": {client: {field: n}}}``: the calls policy servers refused,
-    so far, by client and field (each server's newest count); {} without policy servers."""
-    newest = {f["worker_index"]: f["client_rejections"] for f in fragments
-              if "client_rejections" in f}
-    if not newest:
-        return {}
-    total: dict[str, dict[str, int]] = {}
-    for counts in newest.values():
-        for client, fields in counts.items():
-            mine = total.setdefault(client, {})
-            for field, n in fields.items():
-                mine[field] = mine.get(field, 0) + n
-    return {"client_rejections": total}

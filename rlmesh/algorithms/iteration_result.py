@@ -1,0 +1,119 @@
+"""The result of one training iteration in RLlib's keys: episode statistics over the smoothing
+window, the run's counters, the learners' statistics by policy id, and what a result warns of
+(a policy whose entropy collapsed). ``Algorithm`` keeps the counters; this assembles them."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from rlmesh.algorithms import multi_agent
+from rlmesh.callbacks import summarize_custom_metrics
+
+log = logging.getLogger(__name__)
+
+# A discrete policy whose entropy is below this fraction of log(n) is warned about.
+ENTROPY_COLLAPSE = 0.02
+
+
+def iteration_result(algo: Any, fragments: list[dict[str, Any]], steps: int,
+                     stats: dict[str, float], elapsed: float, sample_time: float,
+                     learn_time: float) -> dict[str, Any]:
+    """``algo``'s result for an iteration that sampled ``fragments`` (``steps`` env steps)
+    and trained with learner ``stats`` by policy id; adds the new episodes to its window."""
+    new = [e for f in fragments for e in f["episodes"]]
+    algo._episodes.extend(new)
+    algo.episodes_total += len(new)
+    returns = [e["return"] for e in algo._episodes]
+    lengths = [e["length"] for e in algo._episodes]
+    nan = float("nan")
+    warn_entropy_collapse(algo, stats)
+    algo.num_nonfinite_steps_skipped += sum(int(f.get("num_nonfinite_steps_skipped", 0))
+                                            for f in fragments)
+    learner_info = {pid: stats.get(pid, {}) for pid in algo.policy_specs}
+    return {
+        "episode_reward_mean": float(np.mean(returns)) if returns else nan,
+        "episode_reward_min": float(np.min(returns)) if returns else nan,
+        "episode_reward_max": float(np.max(returns)) if returns else nan,
+        "episode_len_mean": float(np.mean(lengths)) if lengths else nan,
+        "episodes_this_iter": len(new),
+        "episodes_total": algo.episodes_total,
+        "timesteps_total": algo.timesteps_total,
+        "num_env_steps_sampled": algo.timesteps_total,
+        "num_env_steps_trained": algo.num_env_steps_trained,
+        "num_env_steps_sampled_this_iter": steps,
+        "idle_iteration": steps == 0,
+        "num_env_steps_sampled_throughput_per_sec": steps / sample_time if sample_time else nan,
+        "time_this_iter_s": elapsed,
+        "time_total_s": algo.time_total_s,
+        "timers": {"sample_time_s": sample_time, "learn_time_s": learn_time},
+        "training_iteration": algo.iteration,
+        "num_healthy_env_runners": algo.mesh.num_healthy_runners(),
+        "num_env_runner_restarts": algo.mesh.restarts,
+        # Sampling rounds runners missed (being restarted) that the others made up for.
+        "num_fragments_missed_this_iter": algo.mesh.pop_fragments_missed(),
+        "num_env_errors": algo.mesh.totals["num_env_errors"],
+        "custom_metrics": summarize_custom_metrics([e.get("custom_metrics", {}) for e in new]),
+        "num_nonfinite_steps_skipped": algo.num_nonfinite_steps_skipped,
+        **_nonfinite_learner_counts(algo, learner_info),
+        "info": {"learner": learner_info},
+        **_multi_agent_results(algo, new, fragments),
+        **client_rejections(fragments),
+    }
+
+
+def _multi_agent_results(algo: Any, new: list[dict[str, Any]],
+                         fragments: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per-policy rewards and agent steps (multi-agent runs only)."""
+    if not any("agent_steps" in f for f in fragments) and not algo.config.is_multi_agent:
+        return {}
+    out = multi_agent.policy_results(list(algo._episodes), new, fragments)
+    algo.num_agent_steps_sampled = getattr(algo, "num_agent_steps_sampled", 0) + \
+        out["num_agent_steps_sampled_this_iter"]
+    return {**out, "num_agent_steps_sampled": algo.num_agent_steps_sampled}
+
+
+def warn_entropy_collapse(algo: Any, stats: dict[str, Any]) -> None:
+    """Warn once per policy whose discrete action distribution has become nearly
+    deterministic: with no exploration left a policy that is wrong stays wrong (IMPALA's
+    CartPole collapses to one action, entropy 0.000, return 9, and never recovers)."""
+    for pid, policy_stats in stats.items():
+        space = getattr(algo._policies.get(pid), "action_space", None)
+        if pid in algo._entropy_warned or not isinstance(space, gym.spaces.Discrete):
+            continue
+        entropy, most = policy_stats.get("entropy"), float(np.log(space.n))
+        if entropy is not None and most > 0 and entropy < ENTROPY_COLLAPSE * most:
+            algo._entropy_warned.add(pid)
+            log.warning("policy %r: entropy fell to %.4f (at most %.3f for %d actions) at "
+                        "%s env steps: it has nearly stopped exploring and may not recover; "
+                        "raise entropy_coeff (e.g. 0.01) or lower lr", pid, entropy, most,
+                        space.n, f"{algo.timesteps_total:,}")
+
+
+def _nonfinite_learner_counts(algo: Any, learner_info: dict[str, dict[str, Any]]) -> dict[str, int]:
+    """The learners' counts of batches and updates skipped for NaN/inf, over all policies
+    (kept from earlier iterations when this one has no statistics of a policy)."""
+    counts = algo._nonfinite_counts
+    for key in ("num_nonfinite_batches_skipped", "num_nonfinite_updates_skipped"):
+        now = sum(int(info.get(key, 0)) for info in learner_info.values())
+        counts[key] = max(counts.get(key, 0), now)
+    return dict(counts)
+
+
+def client_rejections(fragments: list[dict[str, Any]]) -> dict[str, Any]:
+    """``{"client_rejections": {client: {field: n}}}``: the calls policy servers refused,
+    so far, by client and field (each server's newest count); {} without policy servers."""
+    newest = {f["worker_index"]: f["client_rejections"] for f in fragments
+              if "client_rejections" in f}
+    if not newest:
+        return {}
+    total: dict[str, dict[str, int]] = {}
+    for counts in newest.values():
+        for client, fields in counts.items():
+            mine = total.setdefault(client, {})
+            for field, n in fields.items():
+                mine[field] = mine.get(field, 0) + n
+    return {"client_rejections": total}
