@@ -55,7 +55,8 @@ def keep_receive_buffers() -> None:
 async def serve(spec_path: Path, lifeline_fd: int) -> None:
     from ..wire.sockets import scheme_of
     from .actor import ActorServer, spin_wait_of
-    from .job import Job, _call_hook, instantiate
+    from .actor_path import instantiate
+    from .job import Job, _call_hook
     from .process import ChildSpec
     from .registry import RunDir
 

@@ -7,11 +7,9 @@
 from __future__ import annotations
 
 import asyncio
-import importlib
 import itertools
 import logging
 import os
-import runpy
 import sys
 import time
 from pathlib import Path
@@ -23,6 +21,7 @@ import zmq
 from ..wire import codec, messages as M
 from ..wire.sockets import AsyncSocket, configure, connect
 from .actor import Actor, ActorServer
+from .actor_path import import_path, instantiate
 from .control import ControlThread
 from .diagnostics import Diagnostics, install_fallback_dump, uninstall_fallback_dump
 from .handle import ActorHandle, ActorUnavailable
@@ -201,7 +200,7 @@ class Job:
         too), as RLlib's local env runner samples in the driver. ``node`` (default: the
         job's ``placement`` of the name) starts it on another machine of ``nodes``.
         """
-        cls_path, main_path = _import_path(cls)
+        cls_path, main_path = import_path(cls)
         actor_name = name or f"{cls_path.rpartition(':')[2]}-{next(self._counter)}"
         if actor_name in self.handles:
             raise ValueError(f"this job already has an actor named {actor_name!r}")
@@ -393,46 +392,6 @@ def _env_run_dir() -> RunDir:
         raise RuntimeError("not inside an rlmesh job: no Job is running in this process and "
                            f"${ENV_RUN_DIR} is not set")
     return RunDir(Path(path))
-
-
-def _import_path(cls: type | str) -> tuple[str, str]:
-    """``("module:Qualname", main_script_path)`` for a class or its import path."""
-    if isinstance(cls, str):
-        if ":" not in cls:
-            raise ValueError(f"actor class path {cls!r} must look like 'package.module:Class'")
-        return cls, ""
-    if not (isinstance(cls, type) and issubclass(cls, Actor)):
-        raise TypeError(f"{cls!r} is not an Actor subclass")
-    if "<locals>" in cls.__qualname__:
-        raise ValueError(f"{cls.__qualname__} is defined inside a function; actor classes "
-                         "must be importable by module path")
-    main_path = ""
-    if cls.__module__ in ("__main__", "__mp_main__"):
-        main_path = os.path.abspath(getattr(sys.modules[cls.__module__], "__file__", "") or "")
-        if not main_path:
-            raise ValueError(f"{cls.__qualname__} lives in an interactive __main__; "
-                             "define it in a module or a script file")
-    return f"{cls.__module__}:{cls.__qualname__}", main_path
-
-
-def instantiate(cls_path: str, main_path: str, args: Any, kwargs: Any) -> Actor:
-    """Import ``module:Class`` (running the driver's script as __mp_main__ if needed)."""
-    module_name, _, qualname = cls_path.partition(":")
-    if module_name in ("__main__", "__mp_main__") and main_path:
-        module = sys.modules.get("__mp_main__") or sys.modules.get("__main__")
-        if module is None or getattr(module, "__file__", None) != main_path:
-            globs = runpy.run_path(main_path, run_name="__mp_main__")
-            module = type(sys)("__mp_main__")
-            module.__dict__.update(globs)
-            sys.modules["__mp_main__"] = module
-    else:
-        module = importlib.import_module(module_name)
-    obj: Any = module
-    for part in qualname.split("."):
-        obj = getattr(obj, part)
-    if not (isinstance(obj, type) and issubclass(obj, Actor)):
-        raise TypeError(f"{cls_path} is not an Actor subclass")
-    return obj(*args, **kwargs)
 
 
 async def _call_hook(hook: Any) -> None:
