@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from rlmesh.config.evaluation import EvaluationSettings
 from rlmesh.config.multi_agent import MultiAgentSettings
 from rlmesh.config.offline import OfflineSettings
+from rlmesh.config.sampling import SamplingSettings
 from rlmesh.config.schedules import validate_schedule, value_at
 from rlmesh.config.settings import (  # noqa: F401  (ConfigError, Setting, GROUPS: public here)
     _UNSET, GROUPS, ConfigError, Setting, Settings, _jsonable, setting,
@@ -22,149 +22,17 @@ from rlmesh.rl.spec import custom_model_path as _custom_model_path
 
 
 @dataclass(kw_only=True)
-class AlgorithmConfig(EvaluationSettings, MultiAgentSettings, OfflineSettings, Settings):
+class AlgorithmConfig(SamplingSettings, EvaluationSettings, MultiAgentSettings, OfflineSettings,
+                      Settings):
     """Settings shared by every algorithm, set by chained builders as in RLlib::
 
         PPOConfig().environment("CartPole-v1").env_runners(num_env_runners=2).training(lr=3e-4)
 
     A subclass adds its own settings and changes inherited defaults with
-    ``class PPOConfig(AlgorithmConfig, defaults={"lr": 5e-5})``. The evaluation,
-    multi_agent and offline_data groups are declared in their own modules and mixed in.
+    ``class PPOConfig(AlgorithmConfig, defaults={"lr": 5e-5})``. The environment and
+    env_runners (sampling.py), evaluation, multi_agent and offline_data groups are declared
+    in their own modules and mixed in; fields come in the reverse order of the bases.
     """
-
-    # --- environment ---
-    env: str | Callable | None = setting(
-        None, "environment",
-        doc="The environment: a gymnasium id ('CartPole-v1') or the import path "
-            "'pkg.module:make_env' of a factory called with env_config. to_dict() writes a "
-            "class or function given from Python as its import path.")
-    env_config: dict = setting(
-        {}, "environment",
-        doc="Passed to the env: keyword arguments of gymnasium.make for a registered id, "
-            "the one argument of a factory.")
-    clip_rewards: bool | float | None = setting(
-        None, "environment",
-        doc="True: train on the reward's sign (as for Atari); a float c: clip rewards to "
-            "[-c, c]; None or False: raw rewards.")
-    normalize_actions: bool = setting(
-        True, "environment",
-        doc="The policy acts in [-1, 1] on Box action spaces; actions are rescaled to the "
-            "space's bounds before the env sees them.")
-    clip_actions: bool = setting(
-        True, "environment",
-        doc="Clip Box actions to the space's bounds before the env sees them (when "
-            "normalize_actions does not rescale them). RLlib's default is False; here True, "
-            "as gymnasium envs assume actions inside the bounds. The stored and scored "
-            "action is always the one sampled.")
-    observation_space: Any = setting(
-        None, "environment",
-        doc="The observation space, for runs without an env of their own (external "
-            "simulators through policy_server_address): a gymnasium space, or its plain-data "
-            "form (rlmesh.envs.space_to_data). None: taken from the env.")
-    action_space: Any = setting(
-        None, "environment",
-        doc="The action space, as observation_space.")
-
-    # --- env_runners ---
-    num_env_runners: int = setting(
-        0, "env_runners", ge=0, aliases=("num_workers", "num_rollout_workers"),
-        doc="Env-runner processes sampling in parallel; 0 samples in the driver process.")
-    num_envs_per_env_runner: int = setting(
-        1, "env_runners", ge=1, aliases=("num_envs_per_worker",),
-        doc="Envs each runner steps together, with one batched forward pass per step.")
-    num_cpus_per_env_runner: float = setting(
-        1, "env_runners", ge=0, aliases=("num_cpus_per_worker",),
-        doc="CPUs the scheduler reserves for each env runner.")
-    num_gpus_per_env_runner: float = setting(
-        0, "env_runners", ge=0, aliases=("num_gpus_per_worker",),
-        doc="GPUs the scheduler reserves for each env runner (for policy inference).")
-    rollout_fragment_length: int | Literal["auto"] = setting(
-        200, "env_runners", gt=0,
-        doc="Steps per env in each fragment a runner ships; 'auto' splits the train batch "
-            "over all envs (see get_rollout_fragment_length).")
-    batch_mode: Literal["truncate_episodes", "complete_episodes"] = setting(
-        "truncate_episodes", "env_runners",
-        doc="'truncate_episodes': fragments of exactly rollout_fragment_length steps per "
-            "env, episodes cut at their edges; 'complete_episodes': a fragment runs on to "
-            "the ends of its episodes.")
-    explore: bool = setting(
-        True, "env_runners",
-        doc="Sample actions from the policy's distribution; False takes its likeliest one.")
-    policy_server_address: str | None = setting(
-        None, "env_runners",
-        doc="Take experience from PolicyClients (rlmesh.client) embedded in external "
-            "simulators instead of stepping envs (RLlib's PolicyServerInput): runners listen "
-            "here, e.g. 'tcp://127.0.0.1:9900', or '9900' for that (runner i > 1 on the port "
-            "+ i - 1). Needs "
-            "observation_space and action_space; env may be None.")
-    policy_server_idle_timeout_s: float = setting(
-        10.0, "env_runners", gt=0,
-        doc="A policy server returns what it has (maybe nothing: an empty iteration) once "
-            "this long passes without client experience, so training never blocks for ever.")
-    policy_server_episode_timeout_s: float = setting(
-        60.0, "env_runners", gt=0,
-        doc="A client episode with no call for this long is closed (its client is gone): "
-            "its complete steps are trained on as a truncated episode.")
-    policy_server_curve_keys: str | None = setting(
-        None, "env_runners",
-        doc="A directory of CURVE keys (rlmesh.client.make_curve_keys): with it, a policy "
-            "server on tcp:// encrypts and accepts only clients whose public key file is in "
-            "its clients/ folder.")
-    policy_server_spin_wait_us: float = setting(
-        300.0, "env_runners", ge=0,
-        doc="After answering, a policy server polls this many microseconds for the next "
-            "request before its loop sleeps: a simulator waiting on get_action is spared "
-            "the server's wake-up from sleep (about half the round trip on a 2-core VM). "
-            "It spins only while requests come that fast; 0 never spins (a server sharing "
-            "its cores with CPU-bound simulators).")
-    policy_server_insecure_plaintext: bool = setting(
-        False, "env_runners",
-        doc="Let a policy server on tcp:// run without CURVE: any process that reaches the "
-            "port may then report experience. Without it, a tcp:// server uses "
-            "policy_server_curve_keys, or makes keys in ~/.rlmesh/policy_server_keys (see "
-            "docs/security.md).")
-    policy_server_max_abs_reward: float = setting(
-        1e6, "env_runners", gt=0,
-        doc="A policy server refuses a client reward beyond +-this, and an episode return "
-            "beyond +-this x policy_server_max_episode_steps (a fake return of 1e300 "
-            "otherwise became the mean and stopped the run as a success).")
-    policy_server_max_episode_steps: int = setting(
-        100_000, "env_runners", ge=1,
-        doc="A policy server refuses steps past this many in one client episode.")
-    policy_server_max_open_episodes_per_client: int = setting(
-        1_000, "env_runners", ge=1,
-        doc="Open episodes one client (one CURVE key, else one connection) may hold; "
-            "starting one more closes that client's least recently used one.")
-    policy_server_max_open_episodes: int = setting(
-        10_000, "env_runners", ge=1,
-        doc="Open episodes over all clients; starting one more closes the least recently "
-            "used one (closed episodes train as truncated, and never count in the "
-            "episode_reward_mean).")
-    policy_server_max_message_mb: float = setting(
-        16.0, "env_runners", gt=0,
-        doc="The largest message (MiB) a policy server accepts from a client; a larger "
-            "frame drops that client's connection. Raise it for large observations.")
-    policy_server_max_connections: int = setting(
-        1024, "env_runners", ge=1,
-        doc="Connections a policy server keeps open; past it, the oldest that never sent "
-            "a valid message is closed first, so idle connections cannot lock clients out.")
-    observation_filter: Literal["NoFilter", "MeanStdFilter"] = setting(
-        "NoFilter", "env_runners",
-        doc="'MeanStdFilter': each observation normalised by the running mean and std of "
-            "every observation sampled so far, clipped to [-10, 10] (Box observations). Each "
-            "runner updates its copy as it samples; the driver merges all runners' new "
-            "statistics every iteration and syncs them back; checkpoints keep them and "
-            "compute_single_action, rollout and the policy client apply them. 'NoFilter': "
-            "observations as the env gives them.")
-    enable_connectors: Literal[True] = setting(
-        True, "env_runners",
-        doc="RLlib's switch for its runner-side connectors; here observations are always "
-            "filtered (observation_filter) and stacked (model framestack) in the runner, so "
-            "only True is valid (the key exists so that RLlib configs naming it load).")
-    sample_timeout_s: float | None = setting(
-        60.0, "env_runners", gt=0,
-        doc="Seconds to wait for a runner's fragment before treating the runner as failed; "
-            "None waits forever.")
 
     # --- training ---
     gamma: float = setting(0.99, "training", ge=0, le=1, doc="Discount factor of the MDP.")
@@ -283,14 +151,6 @@ class AlgorithmConfig(EvaluationSettings, MultiAgentSettings, OfflineSettings, S
             "An update with a non-finite loss or gradient is never applied.")
 
     # --- builders: one per group, each taking exactly that group's keys ---
-
-    def environment(self, env=_UNSET, **kwargs):
-        """Set the environment group (see ``fields_table("environment")``)."""
-        return self._set("environment", {"env": env, **kwargs})
-
-    def env_runners(self, **kwargs):
-        """Set the env_runners group (see ``fields_table("env_runners")``)."""
-        return self._set("env_runners", kwargs)
 
     def training(self, **kwargs):
         """Set the training group, the algorithm's own settings included."""
@@ -438,27 +298,4 @@ class AlgorithmConfig(EvaluationSettings, MultiAgentSettings, OfflineSettings, S
             self.to_dict()
         except ConfigError as e:
             problems.append(str(e))
-        return problems
-
-    def _policy_server_checks(self) -> list[str]:
-        problems = []
-        timeout = self.sample_timeout_s
-        if (self.policy_server_address is not None and timeout is not None
-                and timeout <= self.policy_server_idle_timeout_s):
-            problems.append(f"sample_timeout_s: must exceed policy_server_idle_timeout_s "
-                            f"({self.policy_server_idle_timeout_s}), or an idle policy server "
-                            f"counts as failed; got {timeout}")
-        for key in ("observation_space", "action_space"):
-            value = getattr(self, key)
-            if value is None:
-                if self.policy_server_address is not None and self.env is None:
-                    problems.append(f"{key}: policy_server_address without an env needs the "
-                                    f"spaces; set .environment({key}=...)")
-                continue
-            try:
-                from rlmesh.envs import as_space
-
-                as_space(value)
-            except (TypeError, ValueError, KeyError) as e:
-                problems.append(f"{key}: not a gymnasium space or its data form: {e}")
         return problems
