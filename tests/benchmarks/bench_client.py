@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import zmq
 
+from . import children
 from .bench_runtime import NEW_SESSION, ROOT, Row, _blocking, _run
 
 SERVER = "rlmesh.roles.policy_server:PolicyServerRunner"
@@ -121,7 +122,7 @@ class Peer:
     actors; its first line of output is read at start (the bound endpoint, or ready)."""
 
     def __init__(self, *args: str) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", __name__, *args], cwd=ROOT,
+        self.proc = children.popen([sys.executable, "-m", __name__, *args], cwd=ROOT,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                      start_new_session=NEW_SESSION)
         self.first_line = self.read_line(f"starting {args[0]}")

@@ -24,6 +24,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from . import children
 from .bench_runtime import NEW_SESSION, ROOT, ROUNDS, STREAM_WINDOW, Row
 
 PAYLOAD = bytes(range(256)) * 4  # 1 KB, as bench_runtime's round trip
@@ -131,7 +132,7 @@ class Driver:
         if keys_dir is not None:
             env[ENV_CURVE_DIR] = str(keys_dir)
         self.side = "CURVE" if keys_dir else "plain"
-        self.proc = subprocess.Popen([sys.executable, "-m", __name__, "driver"], cwd=ROOT,
+        self.proc = children.popen([sys.executable, "-m", __name__, "driver"], cwd=ROOT,
                                      env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      text=True, start_new_session=NEW_SESSION)
         self.pids: list[int] = []

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,6 +31,8 @@ from rlmesh.rl.filters import make_filter
 from rlmesh.rl.noise_table import NoiseTable
 from rlmesh.roles.es_runner import Evaluator
 from rlmesh.wire import codec
+
+from . import children
 
 NOISE_SIZE = 2_000_000
 
@@ -94,7 +95,7 @@ def learning(examples: list[str], seeds: list[int]) -> None:
                 cmd = [sys.executable, "-m", "rlmesh.cli.main", "train", "-f", example, "--seed",
                        str(seed), "--local-dir", tmp]
                 start = time.perf_counter()
-                proc = subprocess.run(cmd, capture_output=True, text=True)
+                proc = children.run(cmd, capture_output=True, text=True)
                 wall = time.perf_counter() - start
                 if proc.returncode != 0:
                     print(f"| {example} | {seed} | failed: {proc.stderr[-300:]!r} |")

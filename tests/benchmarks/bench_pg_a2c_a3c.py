@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from . import children
 
 EXAMPLES = {"pg": "cartpole-pg.yaml", "a2c": "cartpole-a2c.yaml", "a3c": "cartpole-a3c.yaml"}
 HERE = Path(__file__).resolve().parent
@@ -32,7 +33,7 @@ def run_one(example: str, seed: int, config: str | None, tmp: Path) -> dict[str,
     if config:
         cmd += ["--config", config]
     start = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = children.run(cmd, capture_output=True, text=True)
     wall = time.perf_counter() - start
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-2000:]}")
@@ -47,7 +48,7 @@ def run_one(example: str, seed: int, config: str | None, tmp: Path) -> dict[str,
 def run_peer(python: Path, seed: int) -> dict[str, Any]:
     """SB3's A2C to the same threshold: its JSON line and the process's wall time."""
     start = time.perf_counter()
-    proc = subprocess.run([str(python), str(HERE / "peer_sb3_a2c.py"), "--seed", str(seed)],
+    proc = children.run([str(python), str(HERE / "peer_sb3_a2c.py"), "--seed", str(seed)],
                           capture_output=True, text=True, check=True)
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     return {**out, "wall_s": time.perf_counter() - start}

@@ -15,13 +15,13 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from . import children
 from .bench_stability import run_train
 
 HERE = Path(__file__).resolve().parent
@@ -51,7 +51,7 @@ def run_sb3(python: Path, env: str, seed: int, budget: int) -> dict[str, Any]:
     # two OpenMP threads spinning against other processes made a rollout 8x slower.
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     start = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    proc = children.run(cmd, capture_output=True, text=True, env=env)
     wall = time.perf_counter() - start
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-2000:]}")

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import psutil
 
+from . import children
+
 EXAMPLE = Path(__file__).resolve().parents[2] / "rlmesh" / "tuned_examples" / "cartpole-apex.yaml"
 
 
@@ -59,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         cmd = [sys.executable, "-m", "rlmesh.cli.main", "train", "-f", str(EXAMPLE), "--seed", "0",
                "--stop", json.dumps({"time_total_s": seconds}), "--local-dir", tmp,
                "--config", json.dumps({"replay_buffer_config": rb})]
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        proc = children.popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         root, start = psutil.Process(proc.pid), time.monotonic()
         series: dict[str, list[float]] = defaultdict(list)
         loads = []

@@ -22,6 +22,8 @@ from typing import Any, Awaitable, Callable, Iterator
 import numpy as np
 import zmq
 
+from . import children
+
 ROOT = Path(__file__).resolve().parents[2]
 BARE_IMPORTS = "import zmq, msgpack, numpy"
 STREAM_WINDOW = 8
@@ -133,7 +135,7 @@ def raw_peer(*args: str) -> Iterator[list[str]]:
     """Start a raw peer process; yield the endpoints it bound; always stop it."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
-    proc = subprocess.Popen([sys.executable, "-m", __name__, *args], cwd=ROOT, env=env,
+    proc = children.popen([sys.executable, "-m", __name__, *args], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
                             start_new_session=NEW_SESSION)
     try:

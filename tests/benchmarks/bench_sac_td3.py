@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from . import children
 from .bench_ppo import NOT_INSTALLED, PEERS_PYTHON, PPORow, _results, _train_cmd
 from .bench_runtime import ROOT, Row
 from .ppo_sides import started
@@ -190,7 +191,7 @@ def bench_acting(sizes: Sizes, tmp: Path) -> list[Row]:
     samplers in one process of their own (torch stays out of run.py's), rounds interleaved
     so load drifts hit both, medians."""
     rounds = 2 if sizes is QUICK else ACTING_ROUNDS
-    proc = subprocess.run([sys.executable, "-m", "tests.benchmarks.bench_sac_td3",
+    proc = children.run([sys.executable, "-m", "tests.benchmarks.bench_sac_td3",
                            "--acting-rates", str(rounds)], cwd=ROOT, check=True,
                           capture_output=True, text=True)
     rows: list[Row] = []

@@ -17,13 +17,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from . import children
 from .stability_examples import (DEFAULT_ORDER, EXAMPLES, GOAL, Example, bar, curve_lines,
                                  first_reaching, last_quarter_mean, min_entropy, score)
 
@@ -38,7 +38,7 @@ def run_train(args: list[str], local_dir: Path, config: str | None = None
     if config:
         cmd += ["--config", config]
     start = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = children.run(cmd, capture_output=True, text=True)
     wall = time.perf_counter() - start
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-2000:]}")

@@ -14,6 +14,7 @@ import time
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
+from . import children
 from .bench_runtime import NEW_SESSION, ROOT
 
 ENV = "CartPole-v1"
@@ -71,7 +72,7 @@ def _reap(descendants: set[int]) -> None:
 @contextmanager
 def started(cmd: list[str], **kwargs: Any) -> Iterator[tuple[subprocess.Popen, set[int]]]:
     """Popen ``cmd`` in a new session; yields it and a set to record descendants in."""
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(), start_new_session=NEW_SESSION, **kwargs)
+    proc = children.popen(cmd, cwd=ROOT, env=_env(), start_new_session=NEW_SESSION, **kwargs)
     descendants: set[int] = set()
     try:
         yield proc, descendants
