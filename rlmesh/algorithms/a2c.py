@@ -43,9 +43,11 @@ class A2CTorchPolicy(TorchPolicy):
         policy_loss = -(dist.logp(mb["actions"]) * mb["advantages"]).mean()
         vf_loss = (values - mb["value_targets"]).pow(2).mean()
         entropy = entropy_of(dist).mean()
-        total = policy_loss + cfg.vf_loss_coeff * vf_loss - cfg.entropy_coeff * entropy
+        entropy_coeff = cfg.entropy_coeff_at(self.global_timestep)
+        total = policy_loss + cfg.vf_loss_coeff * vf_loss - entropy_coeff * entropy
         return total, {"total_loss": total.detach(), "policy_loss": policy_loss.detach(),
                        "vf_loss": vf_loss.detach(), "entropy": entropy.detach(),
+                       "entropy_coeff": torch.tensor(entropy_coeff),
                        "vf_explained_var": explained_variance(mb["value_targets"], values)}
 
     def _step(self, mb: Tensors) -> dict[str, float]:

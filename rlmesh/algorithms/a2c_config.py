@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rlmesh.config.base import AlgorithmConfig, setting
+from rlmesh.config.entropy import EntropySchedule
 from rlmesh.config.optimizer import OptimizerSettings
 from rlmesh.rl.spec import MODEL_DEFAULTS
 
@@ -20,7 +21,7 @@ _A2C_DEFAULTS = {
 
 
 @dataclass(kw_only=True)
-class A2CConfig(AlgorithmConfig, OptimizerSettings, defaults=_A2C_DEFAULTS):
+class A2CConfig(AlgorithmConfig, OptimizerSettings, EntropySchedule, defaults=_A2C_DEFAULTS):
     """Advantage actor-critic (Mnih et al. 2016, synchronous), configured as in RLlib::
 
         A2CConfig().environment("CartPole-v1").training(lr=0.001, microbatch_size=40)
@@ -51,7 +52,7 @@ class A2CConfig(AlgorithmConfig, OptimizerSettings, defaults=_A2C_DEFAULTS):
             "activations. None: the whole batch in one pass.")
 
     def _cross_checks(self) -> list[str]:
-        problems = super()._cross_checks()
+        problems = super()._cross_checks() + self._entropy_schedule_problems()
         if self.microbatch_size is not None and self.minibatch_size is not None:
             problems.append("microbatch_size: A2C steps once per train batch; with "
                             "microbatch_size set, leave minibatch_size at None")

@@ -14,7 +14,6 @@ import torch
 
 from rlmesh.algorithms.asynchronous import AsyncAlgorithm
 from rlmesh.algorithms.impala_config import ImpalaConfig
-from rlmesh.config.schedules import value_at
 from rlmesh.policy.recurrent import (is_recurrent, sequence_index, sequence_samples,
                                      time_major_outputs)
 from rlmesh.policy.torch_policy import TorchPolicy, entropy_of, explained_variance
@@ -103,10 +102,7 @@ def valid_rows(mask: torch.Tensor) -> torch.Tensor | slice:
 
 
 def entropy_coeff(policy: Any) -> float:
-    cfg = policy.config
-    if cfg.entropy_coeff_schedule:
-        return float(value_at(cfg.entropy_coeff_schedule, policy.global_timestep))
-    return cfg.entropy_coeff
+    return policy.config.entropy_coeff_at(policy.global_timestep)
 
 
 def make_optimizer(policy: Any) -> Any:

@@ -7,10 +7,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlmesh.config.base import AlgorithmConfig, setting
+from rlmesh.config.entropy import EntropySchedule
 from rlmesh.config.optimizer import OptimizerSettings
 from rlmesh.config.streaming import StreamingSettings
 from rlmesh.rl.spec import MODEL_DEFAULTS
-from rlmesh.config.schedules import validate_schedule
 
 # RLlib's IMPALAConfig.__init__ values for settings AlgorithmConfig already declares.
 _IMPALA_DEFAULTS = {
@@ -25,7 +25,8 @@ _IMPALA_DEFAULTS = {
 
 
 @dataclass(kw_only=True)
-class ImpalaConfig(AlgorithmConfig, StreamingSettings, OptimizerSettings, defaults=_IMPALA_DEFAULTS):
+class ImpalaConfig(AlgorithmConfig, StreamingSettings, OptimizerSettings, EntropySchedule,
+                   defaults=_IMPALA_DEFAULTS):
     """IMPALA (Espeholt et al. 2018): runners sample without waiting for the learner, the
     learner corrects for their policy lag with V-trace. Configured as in RLlib::
 
@@ -52,10 +53,6 @@ class ImpalaConfig(AlgorithmConfig, StreamingSettings, OptimizerSettings, defaul
         0.5, "training", ge=0, doc="Weight of the value loss in the total loss.")
     entropy_coeff: float = setting(
         0.01, "training", ge=0, doc="Weight of the entropy bonus subtracted from the loss.")
-    entropy_coeff_schedule: list | None = setting(
-        None, "training",
-        doc="entropy_coeff by env steps, [[timestep, coeff], ...], linear between points; "
-            "replaces entropy_coeff when set.")
 
     # --- optimizer (opt_type and RMSProp's settings: config/optimizer.py) ---
     separate_vf_optimizer: bool = setting(
@@ -104,11 +101,7 @@ class ImpalaConfig(AlgorithmConfig, StreamingSettings, OptimizerSettings, defaul
 
     def _cross_checks(self) -> list[str]:
         problems = super()._cross_checks()
-        if self.entropy_coeff_schedule is not None:
-            try:
-                validate_schedule(self.entropy_coeff_schedule)
-            except ValueError as e:
-                problems.append(f"entropy_coeff_schedule: {e}")
+        problems += self._entropy_schedule_problems()
         if self.rollout_fragment_length == "auto":
             problems.append("rollout_fragment_length: IMPALA needs a number of steps per "
                             "fragment (RLlib's default: 50), got 'auto'")

@@ -47,14 +47,16 @@ class PPOTorchPolicy(TorchPolicy):
             vf_error = vf_loss = torch.zeros((), device=values.device)
         entropy = entropy_of(dist).mean()
         kl = old.kl(dist).mean()
-        total = policy_loss + cfg.vf_loss_coeff * vf_loss - cfg.entropy_coeff * entropy
+        entropy_coeff = cfg.entropy_coeff_at(self.global_timestep)
+        total = policy_loss + cfg.vf_loss_coeff * vf_loss - entropy_coeff * entropy
         if cfg.use_kl_loss:
             total = total + self.state.setdefault("cur_kl_coeff", cfg.kl_coeff) * kl
         with torch.no_grad():
             clipped = ((ratio - 1).abs() > cfg.clip_param).float().mean()
         return total, {"total_loss": total.detach(), "policy_loss": policy_loss.detach(),
                        "vf_loss": vf_loss.detach(), "vf_loss_unclipped": vf_error.mean().detach(),
-                       "entropy": entropy.detach(), "mean_kl_loss": kl.detach(),
+                       "entropy": entropy.detach(), "entropy_coeff": torch.tensor(entropy_coeff),
+                       "mean_kl_loss": kl.detach(),
                        "vf_explained_var": explained_variance(mb["value_targets"], values),
                        "clip_fraction": clipped}
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rlmesh.config.base import AlgorithmConfig, setting
+from rlmesh.config.entropy import EntropySchedule
 from rlmesh.rl.spec import MODEL_DEFAULTS
 
 # PPO's values for settings AlgorithmConfig declares. Why each differs from RLlib's (in the
@@ -47,7 +48,7 @@ RLLIB_PPO_DEFAULTS = {
 
 
 @dataclass(kw_only=True)
-class PPOConfig(AlgorithmConfig, defaults=_PPO_DEFAULTS):
+class PPOConfig(AlgorithmConfig, EntropySchedule, defaults=_PPO_DEFAULTS):
     """Proximal Policy Optimization (Schulman et al. 2017), configured as in RLlib::
 
         PPOConfig().environment("CartPole-v1").training(lr=3e-4, **{"lambda": 0.95})
@@ -104,7 +105,7 @@ class PPOConfig(AlgorithmConfig, defaults=_PPO_DEFAULTS):
         return cls().training(**RLLIB_PPO_DEFAULTS)
 
     def _cross_checks(self) -> list[str]:
-        problems = super()._cross_checks()
+        problems = super()._cross_checks() + self._entropy_schedule_problems()
         # A truncated fragment needs a value estimate to bootstrap the rest of its episode.
         if self.batch_mode == "truncate_episodes" and not self.use_gae:
             problems.append("use_gae: batch_mode 'truncate_episodes' needs GAE (a value "

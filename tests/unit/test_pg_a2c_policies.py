@@ -214,3 +214,33 @@ def test_a3c_runners_act_with_the_torch_policy_that_computes_gradients():
 def test_a3c_config_refuses_what_it_cannot_run(setting, value, message):
     with pytest.raises(ConfigError, match=message):
         A3CConfig().environment("CartPole-v1").update_from_dict({setting: value}).validate()
+
+
+# --- the entropy schedule (PPO, A2C/A3C; IMPALA's in test_impala_loss.py) ---
+
+@pytest.mark.parametrize("make", ["a2c", "ppo"])
+def test_the_entropy_schedule_sets_the_bonus_by_env_steps(make):
+    from rlmesh.algorithms.ppo import PPOConfig, PPOTorchPolicy
+
+    cls, hooks = (A2CConfig, A2CTorchPolicy) if make == "a2c" else (PPOConfig, PPOTorchPolicy)
+    torch.manual_seed(0)
+    config = cls().training(model={"fcnet_hiddens": [16]}, entropy_coeff=0.7,
+                            entropy_coeff_schedule=[[0, 0.5], [1000, 0.0]])
+    policy = hooks(OBS_SPACE, ACTION_SPACE, config)
+    batch = cartpole_batch(policy, steps=20, envs=2)
+    assert policy.update(batch, timesteps=500)["entropy_coeff"] == pytest.approx(0.25)
+    assert policy.update(batch, timesteps=5000)["entropy_coeff"] == 0.0
+    unscheduled = hooks(OBS_SPACE, ACTION_SPACE, cls().training(entropy_coeff=0.7))
+    assert unscheduled.update(batch, timesteps=500)["entropy_coeff"] == pytest.approx(0.7)
+
+
+@pytest.mark.parametrize("cls", ["A2CConfig", "PPOConfig", "ImpalaConfig"])
+def test_a_malformed_entropy_schedule_is_refused_by_name(cls):
+    from rlmesh.algorithms.impala import ImpalaConfig
+    from rlmesh.algorithms.ppo import PPOConfig
+
+    config = {"A2CConfig": A2CConfig, "PPOConfig": PPOConfig, "ImpalaConfig": ImpalaConfig}[cls]()
+    config.environment("CartPole-v1").update_from_dict(
+        {"entropy_coeff_schedule": [[1000, 0.01], [0, 0.0]]})
+    with pytest.raises(ConfigError, match="entropy_coeff_schedule: timesteps must be >= 0"):
+        config.validate()
