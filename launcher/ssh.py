@@ -4,24 +4,22 @@ session for the node agent, and copying bytes and folders over."""
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import math
 import os
 import queue
 import shlex
-import signal
 import stat
 import subprocess
-import sys
 import tarfile
 import tempfile
 import threading
 from concurrent.futures import Future
 from pathlib import Path
-from typing import IO, Any, Callable, Sequence
+from typing import IO, Any, Sequence
 
 from rlmesh.launcher.cluster_config import SSHTarget, SyncEntry
+from rlmesh.runtime.process import die_with  # SIGKILL when the head dies; stdin closing elsewhere
 
 __all__ = ["AuthFailed", "HostKeyChanged", "SSH", "SSHError", "Unreachable", "quote_command"]
 
@@ -241,7 +239,7 @@ class SSH:
         kwargs: dict[str, Any] = {"stdin": subprocess.PIPE, **popen_kwargs}
         # Its own session: a Ctrl-C at the head's terminal must not kill it before the
         # launcher's teardown has stopped the agent.
-        kwargs.update(start_new_session=True, preexec_fn=_die_with(os.getpid()))
+        kwargs.update(start_new_session=True, preexec_fn=die_with(os.getpid()))
         return _SPAWNER.popen(argv, kwargs)
 
     # --- files -------------------------------------------------------------------------------
@@ -350,37 +348,6 @@ def _line_with(stderr: str, needles: Sequence[str]) -> str:
 
 
 # --- the lifeline ------------------------------------------------------------------------------
-
-PR_SET_PDEATHSIG = 1
-
-
-def _load_prctl() -> Callable[..., int] | None:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong,
-                      ctypes.c_ulong]
-    prctl.restype = ctypes.c_int
-    return prctl
-
-
-_PRCTL = _load_prctl()  # looked up here: the child between fork and exec should do little
-
-
-def _die_with(parent: int) -> Callable[[], None]:
-    """preexec_fn: the child gets SIGKILL when the head dies (Linux; elsewhere the stdin pipe
-    closing is the only lifeline)."""
-
-    def preexec() -> None:
-        if _PRCTL is not None:
-            _PRCTL(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-        if os.getppid() != parent:  # the head died before prctl took hold
-            os._exit(1)
-
-    return preexec
 
 
 class _Spawner:

@@ -8,6 +8,7 @@ its parent. Its output goes to a log file whose last lines are reported when it 
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import os
 import signal
 import subprocess
@@ -22,6 +23,38 @@ import msgpack
 from ..wire import codec
 from .registry import ENV_RUN_DIR, ProcessRecord, RunDir
 
+
+PR_SET_PDEATHSIG = 1
+
+
+def _load_prctl() -> Callable[..., int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong,
+                      ctypes.c_ulong]
+    prctl.restype = ctypes.c_int
+    return prctl
+
+
+_PRCTL = _load_prctl()  # looked up here: the child between fork and exec should do little
+
+
+def die_with(parent: int, sig: int = signal.SIGKILL) -> Callable[[], None]:
+    """A ``preexec_fn``: the child gets ``sig`` when ``parent`` dies (Linux; elsewhere only
+    a pipe closing can tell it). Linux sends it when the *thread* that forked the child
+    ends, so fork from a thread that lives as long as the parent."""
+
+    def preexec() -> None:
+        if _PRCTL is not None:
+            _PRCTL(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before prctl took hold
+            os._exit(1)
+
+    return preexec
 
 # Numeric libraries start a thread per core by default; in a mesh of many processes on few
 # cores those threads only compete (OpenBLAS's spin-waiting ones took 4% of a core each in
