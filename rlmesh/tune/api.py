@@ -49,12 +49,14 @@ def run(run_or_experiment: Any, *, config: dict | None = None, stop: dict | None
         resources_per_trial: dict | None = None, name: str | None = None,
         local_dir: str | None = None, storage_path: str | None = None, checkpoint_freq: int = 0,
         resume: bool = False, seed: int | None = None, grace_period: int = 1,
-        reduction_factor: int = 3, nodes: list | None = None, verbose: int = 1,
+        reduction_factor: int = 3, max_t: int | None = None, nodes: list | None = None, verbose: int = 1,
         print_every_s: float = 15.0, cluster_file: str | None = None) -> ExperimentAnalysis:
     """Run a sweep of ``run_or_experiment`` (an algorithm name such as "PPO", or a function
     ``fn(config)`` calling rlmesh.tune.report) over ``config``'s search spaces.
 
     ``scheduler``: None, "asha" or "median" (Optuna's pruners), or a PopulationBasedTraining.
+    ``max_t``: the iteration at which a pruned sweep's trials stop, TERMINATED (Ray's ASHA
+    max_t); by default the stop criterion's training_iteration, where there is one.
     ``search_alg``: None (grid and random draws), "optuna"/"tpe" or "optuna_random".
     Trials run as many at a time as their resource requests fit ``nodes`` (this machine by
     default) and ``max_concurrent_trials`` allow. Nested metric keys are written with "/".
@@ -76,8 +78,9 @@ def run(run_or_experiment: Any, *, config: dict | None = None, stop: dict | None
     pbt = scheduler if isinstance(scheduler, PopulationBasedTraining) else None
     if pbt is not None:
         pbt.metric, pbt.mode = metric, mode
+    max_t = _max_t(max_t, stop)
     search = Search(config, num_samples, search_alg, None if pbt else scheduler, metric, mode,
-                    seed, grace_period, reduction_factor)
+                    seed, grace_period, reduction_factor, max_t)
     short = safe_name(run_name.rsplit(":", 1)[-1])
     prefix = short + (f"_{safe_name(config['env'])}" if config.get("env") else "")
     root = Path(os.path.expanduser(str(storage_path or local_dir or DEFAULT_LOCAL_DIR)))
@@ -105,6 +108,16 @@ def run(run_or_experiment: Any, *, config: dict | None = None, stop: dict | None
     (exp_dir / "summary.txt").write_text(analysis.summary() + "\n")
     table.message("\n".join(analysis.best_lines()))
     return analysis
+
+
+def _max_t(max_t: int | None, stop: dict) -> int | None:
+    """The last iteration of every trial: ``max_t`` (added to ``stop``) or stop's own."""
+    if max_t is None:
+        return stop.get("training_iteration")
+    if int(max_t) < 1:
+        raise ValueError(f"max_t must be a positive number of iterations, not {max_t!r}")
+    stop["training_iteration"] = min(int(max_t), stop.get("training_iteration", max_t))
+    return stop["training_iteration"]
 
 
 def _default_experiment(root: Path, prefix: str, resume: bool) -> str:

@@ -20,7 +20,8 @@ class Search:
 
     def __init__(self, param_space: dict, num_samples: int = 1, search_alg: str | None = None,
                  scheduler: str | None = None, metric: str | None = None, mode: str = "max",
-                 seed: int | None = None, grace_period: int = 1, reduction_factor: int = 3):
+                 seed: int | None = None, grace_period: int = 1, reduction_factor: int = 3,
+                 max_t: int | None = None):
         search_alg = (search_alg or "variant").lower()
         if search_alg not in SEARCHERS:
             raise ValueError(f"search_alg {search_alg!r} is not one of {', '.join(SEARCHERS)}")
@@ -31,6 +32,7 @@ class Search:
         self.metric, self.mode = metric, mode
         self.optuna_search = search_alg != "variant"
         self.pruning = scheduler in PRUNERS
+        self.max_t = max_t  # a trial's last iteration: it ends there TERMINATED, never pruned
         self.study = None
         self.live: dict[int, Any] = {}  # optuna trial number -> its Trial
         if self.optuna_search or self.pruning:
@@ -83,6 +85,8 @@ class Search:
         if not self.pruning or otrial is None or value is None:
             return False
         otrial.report(value, trial.iteration)
+        if self.max_t is not None and trial.iteration >= self.max_t:
+            return False  # it has done its work: the others are judged against it
         return otrial.should_prune()
 
     def complete(self, trial, value: float | None, pruned: bool, failed: bool) -> None:

@@ -70,7 +70,8 @@ def test_asha_stops_bad_trials_early(tmp_path):
     analysis = tune.run(COUNTER, config={"quality": tune.grid_search(qualities),
                                          "iterations": 9, "sleep": 0.02},
                         metric="score", scheduler="asha", grace_period=1, reduction_factor=3,
-                        max_concurrent_trials=2, local_dir=str(tmp_path), name="asha", seed=0)
+                        max_t=9, max_concurrent_trials=2, local_dir=str(tmp_path), name="asha",
+                        seed=0)
     by_quality = {t.config["quality"]: t for t in analysis.trials}
     best = by_quality[1.0]
     assert best.status == "TERMINATED" and best.iteration == 9
