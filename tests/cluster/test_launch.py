@@ -338,12 +338,20 @@ def test_ctrl_c_and_a_frozen_head_leave_every_node_clean(tmp_path, netns_cluster
     name = path.read_text().split('"')[1]
     state_file = tmp_path / "clusters" / name / "head.json"
     launch = subprocess.Popen([*RLMESH, "launch", str(path)], stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True, env=env)
+                              stderr=subprocess.STDOUT, text=True,
+                              env={**env, "PYTHONFAULTHANDLER": "1"})
     try:
         wait_for_state(state_file, "placement", launch)
         time.sleep(2)
         launch.send_signal(signal.SIGINT)
-        out, _ = launch.communicate(timeout=60)
+        try:
+            out, _ = launch.communicate(timeout=60)
+        except subprocess.TimeoutExpired:  # fail with what it printed, to see where it hung
+            launch.send_signal(signal.SIGABRT)  # PYTHONFAULTHANDLER: every thread's stack
+            time.sleep(2)
+            launch.kill()
+            out, _ = launch.communicate(timeout=10)
+            raise AssertionError(f"rlmesh launch not gone 60 s after Ctrl-C:\n{out}") from None
     finally:
         if launch.poll() is None:
             launch.kill()
