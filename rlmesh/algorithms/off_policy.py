@@ -199,12 +199,6 @@ class OffPolicyTorchPolicy(TorchPolicy):
         self.optimizer.step()
         return stats
 
-    def _params(self) -> list[torch.nn.Parameter]:
-        cached = self.__dict__.get("_param_list")
-        if cached is None:
-            cached = self.__dict__["_param_list"] = list(self.model.parameters())
-        return cached
-
     # --- weights and state ---
 
     def get_weights(self) -> dict[str, np.ndarray]:

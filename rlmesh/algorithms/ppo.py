@@ -28,37 +28,49 @@ class PPOTorchPolicy(TorchPolicy):
         return flat
 
     def loss(self, mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The terms that have a gradient: the clipped surrogate, the value loss, and the
+        entropy bonus and KL penalty where they are on. The diagnostics are computed once
+        per update, in ``update_stats``."""
         cfg = self.config
         dist_inputs, values = self.model_outputs(mb)
         mb = self.train_rows(mb)  # sequences: their real steps, flat
         dist = self.dist_class.from_inputs(dist_inputs)
-        old = self.dist_class.from_inputs(mb["action_dist_inputs"])
-        logp = dist.logp(mb["actions"])
-        ratio = torch.exp(logp - mb["action_logp"])
+        ratio = torch.exp(dist.logp(mb["actions"]) - mb["action_logp"])
         adv = mb["advantages"]
         surrogate = torch.min(adv * ratio,
                               adv * torch.clamp(ratio, 1 - cfg.clip_param, 1 + cfg.clip_param))
         policy_loss = -surrogate.mean()
+        total = policy_loss
+        stats = {"policy_loss": policy_loss.detach()}
         if cfg.use_critic:
             vf_error = (values - mb["value_targets"]).pow(2)
             vf_loss = (vf_error if cfg.vf_clip_param is None
                        else torch.clamp(vf_error, 0, cfg.vf_clip_param)).mean()
-        else:
-            vf_error = vf_loss = torch.zeros((), device=values.device)
-        entropy = entropy_of(dist).mean()
-        kl = old.kl(dist).mean()
+            total = total + cfg.vf_loss_coeff * vf_loss
+            stats.update(vf_loss=vf_loss.detach(), vf_loss_unclipped=vf_error.detach().mean())
         entropy_coeff = cfg.entropy_coeff_at(self.global_timestep)
-        total = policy_loss + cfg.vf_loss_coeff * vf_loss - entropy_coeff * entropy
+        if entropy_coeff:
+            total = total - entropy_coeff * entropy_of(dist).mean()
         if cfg.use_kl_loss:
+            kl = self.dist_class.from_inputs(mb["action_dist_inputs"]).kl(dist).mean()
             total = total + self.state.setdefault("cur_kl_coeff", cfg.kl_coeff) * kl
-        with torch.no_grad():
-            clipped = ((ratio - 1).abs() > cfg.clip_param).float().mean()
-        return total, {"total_loss": total.detach(), "policy_loss": policy_loss.detach(),
-                       "vf_loss": vf_loss.detach(), "vf_loss_unclipped": vf_error.mean().detach(),
-                       "entropy": entropy.detach(), "entropy_coeff": torch.tensor(entropy_coeff),
-                       "mean_kl_loss": kl.detach(),
-                       "vf_explained_var": explained_variance(mb["value_targets"], values),
-                       "clip_fraction": clipped}
+        return total, {"total_loss": total.detach(), **stats}
+
+    def update_stats(self, train: dict[str, torch.Tensor], chunk: int) -> dict[str, object]:
+        """The policy after the update against the batch it learned from: its entropy, its
+        KL from the behaviour policy (what the adaptive KL coefficient reads, as in the PPO
+        paper), the fraction of samples outside the clip range, the value function's
+        explained variance. One forward pass, not a dozen ops on every minibatch step (17%
+        of a CartPole step)."""
+        cfg = self.config
+        dist_inputs, values, rows = self.outputs_after_update(train, chunk)
+        dist = self.dist_class.from_inputs(dist_inputs)
+        ratio = torch.exp(dist.logp(rows["actions"]) - rows["action_logp"])
+        behaviour = self.dist_class.from_inputs(rows["action_dist_inputs"])
+        return {"entropy": entropy_of(dist).mean(), "mean_kl_loss": behaviour.kl(dist).mean(),
+                "clip_fraction": ((ratio - 1).abs() > cfg.clip_param).float().mean(),
+                "vf_explained_var": explained_variance(rows["value_targets"], values),
+                "entropy_coeff": cfg.entropy_coeff_at(self.global_timestep)}
 
     def after_update(self, stats: dict[str, float]) -> None:
         if self.config.use_kl_loss:

@@ -79,7 +79,9 @@ class PPOConfig(AlgorithmConfig, EntropySchedule, defaults=_PPO_DEFAULTS):
     kl_target: float = setting(
         0.01, "training", gt=0,
         doc="KL per update that the adaptive kl_coeff aims for: x1.5 when the KL is above "
-            "twice the target, x0.5 when below half of it.")
+            "twice the target, x0.5 when below half of it. The KL is the update's own: "
+            "the policy after the epochs against the behaviour policy, over the batch "
+            "(the PPO paper's rule).")
     vf_loss_coeff: float = setting(
         0.5, "training", ge=0,
         doc="Weight of the value-function loss in the total loss. Default 0.5 (RLlib's 1.0), "

@@ -147,6 +147,36 @@ def test_update_reports_each_statistic_as_its_mean_over_the_gradient_steps():
     assert 0 < result["gradients_norm"] and isinstance(result["vf_explained_var"], float)
 
 
+class KeepingPPO(PPOTorchPolicy):
+    """PPO that keeps the batch its diagnostics were computed on."""
+
+    def update_stats(self, train, chunk):
+        self.kept = train
+        return super().update_stats(train, chunk)
+
+
+def test_diagnostics_describe_the_policy_after_the_update_over_the_whole_batch():
+    cfg = PPOConfig().training(minibatch_size=4, num_epochs=3, lr=0.05, use_kl_loss=True)
+    learner = KeepingPPO(OBS, ACT, cfg).for_learning()
+    result = learner.update(merge_fragments([fragment(3, 4, terminated_at=(1, 2))]), 0)
+    train = learner.kept
+    with torch.no_grad():
+        logits, values = learner.model(train["obs"])  # 12 rows; computed in chunks of 4
+    logp = torch.log_softmax(logits, -1)
+    behaviour = torch.log_softmax(train["action_dist_inputs"], -1)
+    kl = (behaviour.exp() * (behaviour - logp)).sum(-1).mean()
+    ratio = torch.exp(logp.gather(1, train["actions"][:, None])[:, 0] - train["action_logp"])
+    assert result["mean_kl_loss"] == pytest.approx(float(kl), rel=1e-5) and float(kl) > 1e-4
+    assert result["entropy"] == pytest.approx(float(-(logp.exp() * logp).sum(-1).mean()), rel=1e-5)
+    assert result["clip_fraction"] == pytest.approx(float(((ratio - 1).abs() > 0.2).float().mean()))
+    assert result["vf_explained_var"] == pytest.approx(
+        float(explained_variance(train["value_targets"], values)), rel=1e-5, abs=1e-6)
+    # the KL coefficient adapts on that KL, the update's own (as in the PPO paper)
+    expected = 0.2 * (1.5 if float(kl) > 2 * cfg.kl_target else 0.5 if float(kl) < 0.5 * cfg.kl_target
+                      else 1.0)
+    assert learner.state["cur_kl_coeff"] == pytest.approx(expected)
+
+
 def test_mean_stats_takes_tensors_and_numbers_and_keys_some_steps_lack():
     steps = [{"a": torch.tensor(1.0), "b": 2.0}, {"a": torch.tensor([3.0], dtype=torch.float64)},
              {"a": torch.tensor(5.0), "b": torch.tensor(4)}]

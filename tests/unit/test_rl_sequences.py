@@ -113,3 +113,17 @@ def test_every_actor_critic_trains_on_whole_padded_sequences(cls, policy_cls):
     assert stats["num_env_steps_trained"] == 13 * 3
     assert all(np.isfinite(v) for v in stats.values())
     assert any(not torch.equal(before[k], v) for k, v in policy.model.state_dict().items())
+
+
+def test_diagnostics_after_the_update_cut_sequences_into_chunks_without_changing_them():
+    torch.manual_seed(0)
+    policy = PPOTorchPolicy(RepeatFirstEnv().observation_space, gym.spaces.Discrete(4),
+                            recurrent_config(PPOConfig))
+    train = policy.prepare_batch(sample_batch(policy))
+    whole = policy.outputs_after_update(train, len(train[SEQ_MASK]))
+    for chunk in (1, 2, 5):
+        parts = policy.outputs_after_update(train, chunk)
+        torch.testing.assert_close(parts[0], whole[0])
+        torch.testing.assert_close(parts[1], whole[1])
+    rows = whole[2]
+    assert len(whole[0]) == len(rows["actions"]) == int(train[SEQ_MASK].sum())
