@@ -1,6 +1,6 @@
 """Run the benchmarks and print a table, plus a markdown block for docs/benchmarks.md.
 
-``python -m tests.benchmarks.run [--quick] [--only NAME[,NAME]] [--json FILE]``
+``python -m tests.benchmarks.run [--quick] [--only NAME[,NAME]] [--json FILE] [--seeds S ...]``
 Figures are measured, never asserted: a missed goal is reported, not failed.
 Eight suites: the runtime's (bench_runtime: rtt_*, stream_*, cold_start, about 1 min),
 PPO's (bench_ppo: ppo_*, about 5 min; ``--only ppo``) and the policy client's (bench_client:
@@ -21,6 +21,7 @@ PPO, IMPALA and DQN to one iteration beside a bare torch import, about 2 min;
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.metadata
 import json
 import os
@@ -183,6 +184,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", metavar="NAME", help="comma-separated names or prefixes: "
                         + ", ".join(BENCHMARKS))
     parser.add_argument("--json", metavar="FILE", help="also write the rows and the machine here")
+    parser.add_argument("--seeds", type=int, nargs="+", metavar="S",
+                        help="the seeds of the learning benchmarks (PPO, IMPALA, DQN, SAC/TD3; "
+                             "default 0 1 2, --quick 0); ten seeds tell more than three")
     args = parser.parse_args(argv)
     names = select(args.only)
     info = {**machine(), "code": revision()}
@@ -200,7 +204,10 @@ def main(argv: list[str] | None = None) -> int:
         for name in names:
             t0 = time.perf_counter()
             fn, default, quick = BENCHMARKS[name]
-            new = fn(quick if args.quick else default, tmp)
+            sizes = quick if args.quick else default
+            if args.seeds and dataclasses.is_dataclass(sizes) and hasattr(sizes, "seeds"):
+                sizes = dataclasses.replace(sizes, seeds=tuple(args.seeds))
+            new = fn(sizes, tmp)
             timings[name] = time.perf_counter() - t0
             rows += new
             print(f"\n{name} ({timings[name]:.1f} s)\n{text_table(new)}", flush=True)
