@@ -186,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", metavar="FILE", help="also write the rows and the machine here")
     parser.add_argument("--seeds", type=int, nargs="+", metavar="S",
                         help="the seeds of the learning benchmarks (PPO, IMPALA, DQN, SAC/TD3; "
-                             "default 0 1 2, --quick 0); ten seeds tell more than three")
+                             "default: each suite's own, 0 1 2 for most); ten tell more than three")
     args = parser.parse_args(argv)
     names = select(args.only)
     info = {**machine(), "code": revision()}
