@@ -13,7 +13,8 @@ import torch
 from rlmesh.algorithms.a2c_config import A2CConfig
 from rlmesh.algorithms.advantages import gae_samples
 from rlmesh.algorithms.algorithm import Algorithm
-from rlmesh.policy.torch_policy import TorchPolicy, entropy_of, explained_variance
+from rlmesh.policy.learner_stats import entropy_of, explained_variance
+from rlmesh.policy.torch_policy import TorchPolicy
 from rlmesh.rl.optim import Adam, RMSprop, from_config
 
 __all__ = ["A2C", "A2CConfig", "A2CTorchPolicy"]

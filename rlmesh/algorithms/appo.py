@@ -16,7 +16,7 @@ import torch
 from rlmesh.algorithms.appo_config import APPOConfig
 from rlmesh.algorithms.ppo import adapt_kl_coeff
 from rlmesh.algorithms.impala import (
-    IMPALA, ImpalaTorchPolicy, drop_last_step, entropy_coeff, evaluate, forward, loss_terms,
+    IMPALA, ImpalaTorchPolicy, drop_last_step, evaluate, forward, loss_terms,
     train_samples, valid_rows, vtrace_targets, whole_batch)
 from rlmesh.policy.recurrent import is_recurrent, time_major_outputs
 
@@ -84,7 +84,7 @@ class APPOTorchPolicy(ImpalaTorchPolicy):
         policy_loss = -surrogate.mean()
         vf_loss, entropy, stats = loss_terms(self, dist, values, vs, mask, behaviour_inputs)
         kl = self.dist_class.from_inputs(mb["old_dist_inputs"]).kl(dist)[mask].mean()
-        coeff = entropy_coeff(self)
+        coeff = self.config.entropy_coeff_at(self.global_timestep)
         total = policy_loss + cfg.vf_loss_coeff * vf_loss - coeff * entropy
         if cfg.use_kl_loss:
             total = total + self.state.setdefault("cur_kl_coeff", cfg.kl_coeff) * kl

@@ -16,7 +16,8 @@ from rlmesh.algorithms.asynchronous import AsyncAlgorithm
 from rlmesh.algorithms.impala_config import ImpalaConfig
 from rlmesh.policy.recurrent import (is_recurrent, sequence_index, sequence_samples,
                                      time_major_outputs)
-from rlmesh.policy.torch_policy import TorchPolicy, entropy_of, explained_variance
+from rlmesh.policy.learner_stats import entropy_of, explained_variance
+from rlmesh.policy.torch_policy import TorchPolicy
 from rlmesh.rl.columns import time_major_keys
 from rlmesh.rl.optim import Optimizers, from_config
 from rlmesh.rl.vtrace import vtrace
@@ -101,10 +102,6 @@ def valid_rows(mask: torch.Tensor) -> torch.Tensor | slice:
     return slice(None) if bool(mask.all()) else mask
 
 
-def entropy_coeff(policy: Any) -> float:
-    return policy.config.entropy_coeff_at(policy.global_timestep)
-
-
 def make_optimizer(policy: Any) -> Any:
     """``opt_type``'s optimizer; with ``_separate_vf_optimizer`` a second one, at ``_lr_vf``,
     for the value branch (the parameters named ``vf_*``)."""
@@ -186,7 +183,7 @@ class ImpalaTorchPolicy(TorchPolicy):
             behaviour_inputs = mb["action_dist_inputs"].flatten(0, 1)
         policy_loss = -(logp[mask] * pg_advantages[mask]).mean()
         vf_loss, entropy, stats = loss_terms(self, dist, values, vs, mask, behaviour_inputs)
-        coeff = entropy_coeff(self)
+        coeff = self.config.entropy_coeff_at(self.global_timestep)
         total = policy_loss + cfg.vf_loss_coeff * vf_loss - coeff * entropy
         return total, {"total_loss": total.detach(), "policy_loss": policy_loss.detach(),
                        "entropy_coeff": torch.tensor(coeff), **stats}

@@ -21,7 +21,8 @@ from rlmesh.offline.estimators import estimate
 from rlmesh.offline.reader import common_columns, open_input
 from rlmesh.policy.recurrent import (is_recurrent, sequence_index, sequence_samples,
                                      time_major_outputs)
-from rlmesh.policy.torch_policy import TorchPolicy, entropy_of, explained_variance
+from rlmesh.policy.learner_stats import entropy_of, explained_variance
+from rlmesh.policy.torch_policy import TorchPolicy
 from rlmesh.rl.columns import DEFAULT_POLICY_ID, Columns, per_policy
 from rlmesh.rl.gae import compute_gae
 

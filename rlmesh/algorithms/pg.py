@@ -12,7 +12,8 @@ import torch
 from rlmesh.algorithms.advantages import standardized
 from rlmesh.algorithms.algorithm import Algorithm
 from rlmesh.algorithms.pg_config import PGConfig
-from rlmesh.policy.torch_policy import TorchPolicy, entropy_of
+from rlmesh.policy.learner_stats import entropy_of
+from rlmesh.policy.torch_policy import TorchPolicy
 from rlmesh.rl.gae import discounted_returns
 
 __all__ = ["PG", "PGConfig", "PGTorchPolicy"]

@@ -12,7 +12,8 @@ import torch
 from rlmesh.algorithms.advantages import gae_samples, standardized
 from rlmesh.algorithms.algorithm import Algorithm
 from rlmesh.algorithms.ppo_config import PPOConfig
-from rlmesh.policy.torch_policy import TorchPolicy, entropy_of, explained_variance
+from rlmesh.policy.learner_stats import entropy_of, explained_variance
+from rlmesh.policy.torch_policy import TorchPolicy
 
 __all__ = ["PPO", "PPOConfig", "PPOTorchPolicy"]
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from rlmesh.algorithms.ppo import PPOConfig, PPOTorchPolicy
-from rlmesh.policy.torch_policy import explained_variance, mean_stats
+from rlmesh.policy.learner_stats import explained_variance, mean_stats
 from rlmesh.rl.columns import merge_fragments
 
 OBS = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
