@@ -49,8 +49,9 @@ def run(run_or_experiment: Any, *, config: dict | None = None, stop: dict | None
         resources_per_trial: dict | None = None, name: str | None = None,
         local_dir: str | None = None, storage_path: str | None = None, checkpoint_freq: int = 0,
         resume: bool = False, seed: int | None = None, grace_period: int = 1,
-        reduction_factor: int = 3, max_t: int | None = None, nodes: list | None = None, verbose: int = 1,
-        print_every_s: float = 15.0, cluster_file: str | None = None) -> ExperimentAnalysis:
+        reduction_factor: int = 3, max_t: int | None = None, nodes: list | None = None,
+        verbose: int = 1, print_every_s: float = 15.0,
+        cluster_file: str | None = None) -> ExperimentAnalysis:
     """Run a sweep of ``run_or_experiment`` (an algorithm name such as "PPO", or a function
     ``fn(config)`` calling rlmesh.tune.report) over ``config``'s search spaces.
 
