@@ -323,6 +323,7 @@ class Algorithm:
 
     def set_weights(self, weights: dict[str, dict[str, Any]]) -> None:
         """Load ``{policy_id: {name: array}}`` into the learners and publish it."""
+        self.env_runners.drop_sample_ahead()
         self.learner_group.set_weights(weights)
         self._publish(list(weights))
 
@@ -369,6 +370,7 @@ class Algorithm:
             raise checkpoints.CheckpointError(
                 f"{path} does not fit this {type(self).__name__} run "
                 f"({meta.get('algorithm')} checkpoint): {' '.join(lines[:2])[:300]}") from None
+        self.env_runners.drop_sample_ahead()
         counters = meta["counters"]
         self.iteration = counters["training_iteration"]
         self.timesteps_total = counters["timesteps_total"]
@@ -402,6 +404,8 @@ class Algorithm:
         if loop is None:
             return
         try:
+            if getattr(self, "env_runners", None) is not None:
+                self.env_runners.drop_sample_ahead()
             if getattr(self, "learner_group", None) is not None:
                 self.learner_group.stop()
             if getattr(self, "_log_tail", None) is not None:

@@ -40,18 +40,52 @@ class EnvRunnerGroup:
         self.env_steps = 0
         # Calls started by foreach_env_runner_async and not yet fetched, by runner name.
         self._in_flight: dict[str, concurrent.futures.Future] = {}
+        # sample_async: the next batch, sampling while the driver learns on this one.
+        self._ahead: tuple[int, concurrent.futures.Future] | None = None
 
     # --- sampling ---
 
     def sample(self, max_env_steps: int) -> list[dict[str, Any]]:
         """Fragments from every healthy runner, round after round, until ``max_env_steps``
-        env steps (see ``synchronous_parallel_sample``)."""
-        fragments = self._algo._loop.run(self.mesh.sample(max_env_steps))
+        env steps (see ``synchronous_parallel_sample``).
+
+        With ``sample_async``, the next batch of the same size starts as this one returns:
+        the runners sample it while the learner updates on this one, with the weights they
+        have, one update older than the learner's (policy lag 1, as in Sample Factory's
+        PPO; the loss's importance ratio is to the behaviour policy, which the batch
+        records). The next call takes it."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and ahead[0] == max_env_steps:
+            fragments = ahead[1].result()
+        else:
+            if ahead is not None:
+                ahead[1].cancel()
+            fragments = self._algo._loop.run(self.mesh.sample(max_env_steps))
+        if self._algo.config.sample_async:
+            self._ahead = (max_env_steps, asyncio.run_coroutine_threadsafe(
+                self.mesh.sample(max_env_steps, weights_up_to=self.mesh.version),
+                self._algo._loop.loop))
         self.record(fragments)
         return fragments
 
+    def drop_sample_ahead(self) -> None:
+        """Forget the batch sampling ahead (``sample_async``): the weights it acts with are
+        about to be replaced from outside training (restore, set_weights), or the run
+        stops. The next ``sample`` starts afresh."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and not ahead[1].cancel():
+            try:  # it finished: its steps were never counted, nor its error seen
+                ahead[1].result(timeout=0)
+            except BaseException as exc:  # noqa: BLE001 (dropped with the batch)
+                log.debug("a batch sampled ahead is dropped with its error: %s", exc)
+
     def record(self, fragments: list[dict[str, Any]]) -> None:
-        """Count fragments (their episodes and env steps) into the iteration's result."""
+        """Count fragments (their episodes and env steps) into the iteration's result, each
+        with its ``policy_lag``: the updates published since the weights it acted with (0
+        sampling synchronously, 1 with ``sample_async``)."""
+        for f in fragments:
+            if "policy_version" in f:
+                f["policy_lag"] = self.mesh.version - f["policy_version"]
         self.fragments.extend(fragments)
         self.env_steps += sum(int(f["env_steps"]) for f in fragments)
 

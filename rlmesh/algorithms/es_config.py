@@ -45,6 +45,9 @@ class EvolutionConfig(AlgorithmConfig, defaults={"observation_filter": "MeanStdF
             problems.append(f"num_envs_per_env_runner: a {name} runner evaluates one episode "
                             f"at a time in one env; scale out with num_env_runners, got "
                             f"{self.num_envs_per_env_runner}")
+        if self.sample_async:
+            problems.append(f"sample_async: {name}'s runners evaluate perturbations on their "
+                            f"own already; there is no train batch to sample ahead")
         return problems
 
 

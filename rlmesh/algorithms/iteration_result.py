@@ -60,9 +60,19 @@ def iteration_result(algo: Any, fragments: list[dict[str, Any]], steps: int,
         "num_nonfinite_steps_skipped": algo.num_nonfinite_steps_skipped,
         **_nonfinite_learner_counts(algo, learner_info),
         "info": {"learner": learner_info},
+        **_policy_lag(fragments),
         **_multi_agent_results(algo, new, fragments),
         **client_rejections(fragments),
     }
+
+
+def _policy_lag(fragments: list[dict[str, Any]]) -> dict[str, float]:
+    """How many updates behind the learner the weights that sampled this iteration's
+    fragments were (``EnvRunnerGroup.record``), as IMPALA and APPO report it."""
+    lags = [f["policy_lag"] for f in fragments if "policy_lag" in f]
+    if not lags:
+        return {}
+    return {"policy_lag_mean": float(np.mean(lags)), "policy_lag_max": int(max(lags))}
 
 
 def _multi_agent_results(algo: Any, new: list[dict[str, Any]],

@@ -2,7 +2,10 @@
 
 Synchronous: each iteration samples ``train_batch_size`` env steps with the current
 policy (policy lag 0), computes values and GAE on the learner's device, then runs
-``num_epochs`` passes of minibatch SGD on the clipped surrogate.
+``num_epochs`` passes of minibatch SGD on the clipped surrogate. With ``sample_async`` the
+runners sample the next batch during the update, with the weights of the update before
+(policy lag 1): the ratio is to the policy that acted (``action_logp``), so the clipped
+surrogate still bounds the step from it.
 """
 
 from __future__ import annotations

@@ -177,10 +177,13 @@ class Mesh:
         await self.param_server.set_weights(version, weights)
         return version
 
-    async def sample(self, target_steps: int) -> list[dict[str, Any]]:
+    async def sample(self, target_steps: int,
+                     weights_up_to: int | None = None) -> list[dict[str, Any]]:
         """Fragments from every healthy runner, round after round, until ``target_steps``
         env steps. A runner being restarted is left out (RLlib's semantics: the others fill
-        the iteration); the rounds it missed are counted in ``fragments_missed``."""
+        the iteration); the rounds it missed are counted in ``fragments_missed``. With
+        ``weights_up_to``, runners holding that weights version keep it (a batch sampled
+        ahead, ``EnvRunnerGroup.sample``)."""
         fragments: list[dict[str, Any]] = []
         steps = 0
         deadline = None
@@ -189,7 +192,7 @@ class Mesh:
                 raise RuntimeError("every env runner is gone (see the log for why); "
                                    "the run cannot sample")
             runners = self.healthy_runners()
-            got = await asyncio.gather(*(self._sample_one(r) for r in runners))
+            got = await asyncio.gather(*(self._sample_one(r, weights_up_to) for r in runners))
             got = [f for f in got if f is not None]
             if got:  # a round the others made: what the runners down or dying missed
                 self.fragments_missed += self.num_live_runners() - len(got)
@@ -209,9 +212,11 @@ class Mesh:
                 break  # policy servers whose clients sent nothing in time: an idle iteration
         return fragments
 
-    async def _sample_one(self, runner: Any) -> dict[str, Any] | None:
+    async def _sample_one(self, runner: Any,
+                          weights_up_to: int | None = None) -> dict[str, Any] | None:
         try:
-            fragment = await runner.call("sample", timeout=self.config.sample_timeout_s)
+            ask = {} if weights_up_to is None else {"weights_up_to": weights_up_to}
+            fragment = await runner.call("sample", timeout=self.config.sample_timeout_s, **ask)
         except ActorUnavailable as exc:
             self.runner_unavailable(runner.name, exc, "sampling with the others")
             return None

@@ -142,6 +142,14 @@ class SamplingSettings:
         doc="RLlib's switch for its runner-side connectors; here observations are always "
             "filtered (observation_filter) and stacked (model framestack) in the runner, so "
             "only True is valid (the key exists so that RLlib configs naming it load).")
+    sample_async: bool = setting(
+        False, "env_runners",
+        doc="The runners sample the next train batch while the learner updates on this one "
+            "(synchronous algorithms: PPO, PG, A2C, the DQN and DDPG families, MARWIL): "
+            "sampling's time is hidden behind the update's, and each batch is acted with "
+            "weights one update older than the learner's (policy lag 1; PPO's ratio is to "
+            "the policy that acted). IMPALA, APPO, APEX and A3C sample asynchronously "
+            "anyway; ES and ARS refuse it.")
     sample_timeout_s: float | None = setting(
         60.0, "env_runners", gt=0,
         doc="Seconds to wait for a runner's fragment before treating the runner as failed; "

@@ -6,6 +6,8 @@ contract is written down in docs/models.md.
 
 from __future__ import annotations
 
+import functools
+import time
 from typing import Any
 
 import gymnasium as gym
@@ -40,15 +42,45 @@ class _NumpyTanh(torch.autograd.Function):
 
 
 class Tanh(nn.Tanh):
-    """``nn.Tanh`` with numpy's kernel on CPU. torch's CPU tanh goes through MKL's vector
-    math, which on this AMD machine took 150 us for a [900, 64] float32 batch against
-    numpy's 21 us: a quarter of an IMPALA learner's update. Same values (to float
-    rounding) and gradients; other devices and dtypes use ``torch.tanh``."""
+    """``nn.Tanh`` with numpy's kernel on CPU where torch's is much slower. On an AMD EPYC
+    machine torch's CPU tanh (MKL's vector math) took 150 us for a [900, 64] float32 batch
+    against numpy's 21 us: a quarter of an IMPALA learner's update. On an Intel machine
+    with AVX-512 the two kernels cost the same (6 us at [256, 64]) and the detour through
+    numpy, an autograd Function of its own, made a PPO gradient step 1.19x slower.
+    ``numpy_tanh_pays`` measures which case this CPU is, once per process. Same values (to
+    float rounding) and gradients either way; other devices and dtypes use ``torch.tanh``."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64):
+        if (x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64)
+                and numpy_tanh_pays()):
             return _NumpyTanh.apply(x.contiguous())
         return torch.tanh(x)
+
+
+NUMPY_TANH_MARGIN = 2.0  # numpy's kernel must be this much faster to pay for the detour
+
+
+@functools.cache
+def numpy_tanh_pays() -> bool:
+    """Whether numpy's tanh beats torch's on this CPU by ``NUMPY_TANH_MARGIN``: the best of
+    5 rounds of 10 calls each on a [256, 64] float32 batch (about 1 ms; 5 ms where torch's
+    kernel is the slow one), with torch's thread setting at the first call. The margin
+    keeps a machine where the two are close from choosing differently run to run (the
+    kernels round differently, and a seeded run should repeat)."""
+    x = torch.linspace(-3.0, 3.0, 256 * 64).reshape(256, 64)
+    a = x.numpy()
+
+    def best(fn: Any) -> float:
+        fn()
+        times = []
+        for _ in range(5):
+            start = time.perf_counter()
+            for _ in range(10):
+                fn()
+            times.append(time.perf_counter() - start)
+        return min(times)
+
+    return best(lambda: torch.tanh(x)) > NUMPY_TANH_MARGIN * best(lambda: np.tanh(a))
 
 
 ACTIVATIONS = {"tanh": Tanh, "relu": nn.ReLU, "swish": nn.SiLU, "linear": nn.Identity}

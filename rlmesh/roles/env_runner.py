@@ -164,10 +164,12 @@ class EnvRunner(MultiAgentPolicies, VersionedPolicies, Actor):
         b = self.sampler.stepping
         return {"busy": f"env {b} step() of env runner {self.worker_index}"} if b >= 0 else {}
 
-    async def sample(self, explore: bool | None = None) -> dict[str, Any]:
+    async def sample(self, explore: bool | None = None,
+                     weights_up_to: int | None = None) -> dict[str, Any]:
         """A fragment (see ``EnvSampler.sample``) with ``policy_version`` and ``worker_index``;
-        first loads newer weights from the param server, if there are any."""
-        await self._pull_weights()
+        first loads newer weights from the param server, if there are any (see
+        ``_pull_weights`` for ``weights_up_to``)."""
+        await self._pull_weights(weights_up_to)
         return self._sample_now(explore)
 
     def _sample_now(self, explore: bool | None = None) -> dict[str, Any]:

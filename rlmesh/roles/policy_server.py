@@ -163,11 +163,13 @@ class PolicyServerRunner(VersionedPolicies, Actor):
 
     # --- the driver's side ---
 
-    async def sample(self, explore: bool | None = None) -> dict[str, Any]:
+    async def sample(self, explore: bool | None = None,
+                     weights_up_to: int | None = None) -> dict[str, Any]:
         """A fragment of at least ``rollout_fragment_length`` client steps, or of what came
         before ``policy_server_idle_timeout_s`` passed without any (maybe nothing: then
-        ``idle`` is True). Episodes silent for ``policy_server_episode_timeout_s`` are closed."""
-        await self._pull_weights()
+        ``idle`` is True). Episodes silent for ``policy_server_episode_timeout_s`` are closed.
+        ``weights_up_to``: as ``EnvRunner.sample``."""
+        await self._pull_weights(weights_up_to)
         cfg = self.config
         while self._steps_ready() < self.fragment_length:
             self._new_data.clear()

@@ -50,15 +50,22 @@ class VersionedPolicies:
         """The oldest version among this runner's policies (-1: none loaded yet)."""
         return min(self.versions.values(), default=-1)
 
-    async def _pull_weights(self) -> None:
-        if self._ps_name is not None:
-            self._take_weights(await self._fetch_weights())
+    async def _pull_weights(self, up_to: int | None = None) -> None:
+        """Newer weights from the param server, if there are any. With ``up_to`` (a batch
+        sampled ahead, ``sample_async``): none while this runner holds that version
+        already, so the batch acts with the weights the driver meant whether or not the
+        update it overlaps was published meanwhile (a seeded run repeats)."""
+        if self._ps_name is not None and (up_to is None or self.version < up_to):
+            self._take_weights(await self._fetch_weights(up_to))
 
-    async def _fetch_weights(self) -> dict[str, list[Any]]:
-        """``{policy_id: [version, weights]}`` of the policies with newer weights."""
+    async def _fetch_weights(self, up_to: int | None = None) -> dict[str, list[Any]]:
+        """``{policy_id: [version, weights]}`` of the policies with newer weights (none
+        newer than ``up_to``, when given)."""
         if self._ps is None:
             self._ps = await self.job.get_actor(self._ps_name)
-        return await self._ps.get_weights(self._wanted_versions())
+        if up_to is None:
+            return await self._ps.get_weights(self._wanted_versions())
+        return await self._ps.get_weights(self._wanted_versions(), up_to)
 
     def _wanted_versions(self) -> dict[str, int]:
         """The policies to ask newer weights of, with the versions held: all of them."""

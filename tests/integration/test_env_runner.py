@@ -96,6 +96,31 @@ def test_cartpole_fragments_seeds_stats_and_weights_from_the_param_server():
         np.testing.assert_allclose(after, model(torch.as_tensor(np.array(first["obs"][:5, 0])))[0].numpy(), atol=1e-5)
 
 
+def test_a_batch_sampled_ahead_takes_the_weights_of_its_time_from_the_param_server():
+    """sample_async: the driver asks for weights no newer than its version when the batch
+    started; the param server keeps the version before its newest for that."""
+    config = {"env": "CartPole-v1", "num_envs_per_env_runner": 1, "rollout_fragment_length": 5,
+              "seed": 0, "model": SMALL_MODEL}
+
+    async def main():
+        async with Job("ipc") as job:
+            ps = await job.spawn(PARAM_SERVER, name="param_server")
+            runner = await spawn_runner(job, config)
+            weights = {"default_policy": await runner.get_weights()}
+            await ps.set_weights(1, weights)
+            await ps.set_weights(2, weights)  # published before the runner asked
+            versions = [(await runner.sample(weights_up_to=1))["policy_version"],
+                        (await runner.sample(weights_up_to=1))["policy_version"]]
+            await ps.set_weights(3, weights)
+            versions.append((await runner.sample())["policy_version"])
+            versions.append((await runner.sample(weights_up_to=2))["policy_version"])
+            return versions
+
+    # Version 1 though 2 was out, and kept while asked for at most 1; the newest (3) when
+    # not bounded; a bound below what it holds keeps what it holds.
+    assert run(main()) == [1, 1, 3, 3]
+
+
 def test_streaming_samples_on_while_the_param_server_is_slow_to_answer():
     """A streaming runner asks for weights as a fragment starts and takes the answer when
     it has come: while the param server holds its answer, fragments keep arriving (with

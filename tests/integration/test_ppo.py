@@ -40,6 +40,30 @@ def test_ppo_learns_cartpole_and_reports_honest_counters():
         assert stats["cur_lr"] == pytest.approx(3e-4)
         assert result["num_env_steps_sampled_throughput_per_sec"] > 0
         assert result["episodes_this_iter"] > 0 and result["num_healthy_env_runners"] == 2
+        assert result["policy_lag_max"] == 0  # sampled with the weights it learns from
+
+
+def test_sample_async_samples_during_the_update_learns_and_restore_drops_the_batch_ahead(
+        tmp_path):
+    config = cartpole_config().env_runners(sample_async=True)
+    with config.build() as algo:
+        results = [algo.train()]
+        while max(r["episode_reward_mean"] for r in results) < 150:
+            assert len(results) < 40, "PPO with sample_async did not learn CartPole"
+            results.append(algo.train())
+        # The first batch had nothing sampled ahead of it; each later one was sampled
+        # while the update before it ran, so with the weights from before that update.
+        assert results[0]["policy_lag_max"] == 0
+        later = [r["policy_lag_max"] for r in results[1:]]
+        assert set(later) <= {0, 1} and later.count(1) >= len(later) / 2, later
+        last = results[-1]
+        assert last["num_env_steps_trained"] == last["timesteps_total"]  # the batch ahead: uncounted
+        path = algo.save(tmp_path / "ckpt")
+        algo.restore(path)  # the batch sampling ahead acts with weights restore replaces
+        after = algo.train()
+        assert after["policy_lag_max"] == 0
+        assert after["timesteps_total"] == last["timesteps_total"] + after[
+            "num_env_steps_sampled_this_iter"]
 
 
 def test_checkpoint_round_trip_gives_the_same_actions_and_training_goes_on(tmp_path):

@@ -166,6 +166,8 @@ def test_configs_refuse_learner_processes_and_more_used_than_evaluated_direction
         ARSConfig().training(num_rollouts=8, rollouts_used=9).validate()
     with pytest.raises(ConfigError, match="num_envs_per_env_runner"):
         ARSConfig().env_runners(num_envs_per_env_runner=4).validate()
+    with pytest.raises(ConfigError, match="sample_async: ES's runners evaluate perturbations"):
+        ESConfig().env_runners(sample_async=True).validate()
     # Declared once each, with RLlib's names, and settable from dicts and builders.
     assert ESConfig.from_dict({"episodes_per_batch": 50, "stepsize": 0.02}).stepsize == 0.02
     assert ARSConfig().model["fcnet_hiddens"] == []

@@ -3,6 +3,8 @@ model_config checking and custom models loaded by import path."""
 
 from __future__ import annotations
 
+import time
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -10,6 +12,7 @@ import torch
 from torch import nn
 
 from rlmesh.rl import ActorCriticMLP, build_model, distribution_for, preprocess_obs
+from rlmesh.rl import models
 from rlmesh.rl.models import Tanh
 
 
@@ -100,8 +103,10 @@ def test_activation_choice(activation, cls):
     assert isinstance(model.pi_trunk[1], cls)
 
 
+@pytest.mark.parametrize("numpy_kernel", [True, False])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_tanh_matches_torch_in_values_and_gradients(dtype):
+def test_tanh_matches_torch_in_values_and_gradients(dtype, numpy_kernel, monkeypatch):
+    monkeypatch.setattr(models, "numpy_tanh_pays", lambda: numpy_kernel)
     x = torch.randn(37, 20, dtype=dtype).t()  # not contiguous
     ours, ref = x.clone().requires_grad_(), x.clone().requires_grad_()
     y = Tanh()(ours)
@@ -182,3 +187,22 @@ def test_direct_construction_matches_the_custom_model_contract():
     model = ActorCriticMLP(gym.spaces.Discrete(4), gym.spaces.Discrete(2), 2, {"fcnet_hiddens": [4]})
     dist_inputs, value = model(torch.tensor([1, 2, 3]))
     assert dist_inputs.shape == (3, 2) and value.shape == (3,)
+
+
+def test_numpy_tanh_is_chosen_only_where_torchs_kernel_is_much_slower(monkeypatch):
+    measure = models.numpy_tanh_pays.__wrapped__  # uncached
+    fast_tanh, fast_np = torch.tanh, models.np.tanh
+
+    def slowed(fn):
+        def slow(x):
+            time.sleep(0.0002)
+            return fn(x)
+        return slow
+
+    monkeypatch.setattr(models.torch, "tanh", slowed(fast_tanh))
+    assert measure() is True
+    monkeypatch.setattr(models.torch, "tanh", fast_tanh)
+    monkeypatch.setattr(models.np, "tanh", slowed(fast_np))
+    assert measure() is False
+    monkeypatch.undo()
+    assert models.numpy_tanh_pays() is models.numpy_tanh_pays()  # measured once per process
