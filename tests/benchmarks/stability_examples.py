@@ -26,8 +26,8 @@ class Example:
 
 
 EXAMPLES: dict[str, Example] = {
-    "ppo": Example("cartpole-ppo.yaml", 475.0, 68_000,
-                   "PPO sample efficiency: 67,072 (seed 1 of 0-9, lambda 0.95)"),
+    "ppo": Example("cartpole-ppo.yaml", 475.0, 75_000,
+                   "sample_async and batches of 768: 74,496 (seed 3 of 0-9)"),
     "impala": Example("cartpole-impala.yaml", 450.0, 700_000, "Stability after convergence"),
     "appo": Example("cartpole-appo.yaml", 450.0, 600_000, "IMPALA and APPO on one machine"),
     "pg": Example("cartpole-pg.yaml", 150.0, 28_000, "PG, A2C, A3C learning: 27,923"),
