@@ -76,7 +76,7 @@ class EnvRunnerGroup:
         if ahead is not None and not ahead[1].cancel():
             try:  # it finished: its steps were never counted, nor its error seen
                 ahead[1].result(timeout=0)
-            except BaseException as exc:  # noqa: BLE001 (dropped with the batch)
+            except Exception as exc:  # noqa: BLE001 (dropped with the batch)
                 log.debug("a batch sampled ahead is dropped with its error: %s", exc)
 
     def record(self, fragments: list[dict[str, Any]]) -> None:
