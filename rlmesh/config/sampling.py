@@ -148,8 +148,9 @@ class SamplingSettings:
             "(synchronous algorithms: PPO, PG, A2C, the DQN and DDPG families, MARWIL): "
             "sampling's time is hidden behind the update's, and each batch is acted with "
             "weights one update older than the learner's (policy lag 1; PPO's ratio is to "
-            "the policy that acted). IMPALA, APPO, APEX and A3C sample asynchronously "
-            "anyway; ES and ARS refuse it.")
+            "the policy that acted). With output, the runners' files hold the batch "
+            "sampled ahead when the run stopped too. IMPALA, APPO, APEX and A3C sample "
+            "asynchronously anyway; ES and ARS refuse it.")
     sample_timeout_s: float | None = setting(
         60.0, "env_runners", gt=0,
         doc="Seconds to wait for a runner's fragment before treating the runner as failed; "

@@ -233,7 +233,7 @@ def test_packaged_tuned_example_found_by_bare_name(tmp_path, built, monkeypatch)
         assert run_train(tmp_path, "-f", name, "--stop", '{"training_iteration": 1}') == 0
     assert len(built) == 3
     config = built[0].config
-    assert config.env == "CartPole-v1" and config.num_envs_per_env_runner == 8
+    assert config.env == "CartPole-v1" and config.num_envs_per_env_runner == 12
     assert trial_dirs(tmp_path)[0].parent.name == "cartpole-ppo"
 
 
