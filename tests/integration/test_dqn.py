@@ -60,6 +60,20 @@ def test_dqn_learns_cartpole_and_reports_its_replay():
         assert result["num_env_steps_trained"] == pytest.approx(learned * 16, rel=0.05, abs=8192)
 
 
+# sample_async in an off-policy loop: each round of fragments is sampled while the learner
+# takes the gradient steps owed for the one before.
+@pytest.mark.timeout(240)
+def test_dqn_with_sample_async_learns_and_acts_one_update_behind():
+    with cartpole_config().env_runners(sample_async=True).build() as algo:
+        results = [algo.train()]
+        while max(r["episode_reward_mean"] for r in results) < 60:
+            assert len(results) < 30, "DQN with sample_async did not learn CartPole"
+            results.append(algo.train())
+    learning = [r for r in results if r["num_env_steps_trained"] > 0]
+    assert learning and all(r["policy_lag_max"] <= 1 for r in results)
+    assert any(r["policy_lag_max"] == 1 for r in learning)
+
+
 # Noisy nets explore by their noise alone (epsilon off): the random policy's ~22 must rise.
 # 271 s in all (collection included) at load 16-20 on 2 cores.
 @pytest.mark.timeout(420)

@@ -57,7 +57,7 @@ def test_sample_async_samples_during_the_update_learns_and_restore_drops_the_bat
         later = [r["policy_lag_max"] for r in results[1:]]
         assert set(later) <= {0, 1} and later.count(1) >= len(later) / 2, later
         last = results[-1]
-        assert last["num_env_steps_trained"] == last["timesteps_total"]  # the batch ahead: uncounted
+        assert last["num_env_steps_trained"] == last["timesteps_total"]  # batch ahead: uncounted
         path = algo.save(tmp_path / "ckpt")
         algo.restore(path)  # the batch sampling ahead acts with weights restore replaces
         after = algo.train()
