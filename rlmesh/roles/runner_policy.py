@@ -63,8 +63,6 @@ class VersionedPolicies:
         newer than ``up_to``, when given)."""
         if self._ps is None:
             self._ps = await self.job.get_actor(self._ps_name)
-        if up_to is None:
-            return await self._ps.get_weights(self._wanted_versions())
         return await self._ps.get_weights(self._wanted_versions(), up_to)
 
     def _wanted_versions(self) -> dict[str, int]:

@@ -117,11 +117,12 @@ class HeldParamServer(ParamServer):
         self.requests = 0
         self._released = asyncio.Event()
 
-    async def get_weights(self, have: dict[str, int]) -> dict[str, list[Any]]:
+    async def get_weights(self, have: dict[str, int],
+                          up_to: int | None = None) -> dict[str, list[Any]]:
         self.requests += 1
         if self.requests > 1:
             await self._released.wait()
-        return super().get_weights(have)
+        return super().get_weights(have, up_to)
 
     def release(self) -> None:
         self._released.set()
