@@ -48,7 +48,7 @@ class A2CTorchPolicy(TorchPolicy):
         total = policy_loss + cfg.vf_loss_coeff * vf_loss - entropy_coeff * entropy
         return total, {"total_loss": total.detach(), "policy_loss": policy_loss.detach(),
                        "vf_loss": vf_loss.detach(), "entropy": entropy.detach(),
-                       "entropy_coeff": torch.tensor(entropy_coeff),
+                       "entropy_coeff": entropy_coeff,
                        "vf_explained_var": explained_variance(mb["value_targets"], values)}
 
     def _step(self, mb: Tensors) -> dict[str, float]:

@@ -83,9 +83,10 @@ class A3C(Algorithm):
 
     def _apply(self, reply: dict[str, Any]) -> tuple[int, dict[str, np.ndarray]]:
         """One optimizer step with a runner's gradient; the new weights and their version."""
-        policy = self.learner_group.local.policies[reply["policy_id"]]
-        policy.global_timestep = self.timesteps_sampled  # the learning-rate schedule's clock
-        policy.apply_gradients(reply.pop("gradients"))  # not kept with the reply
+        learner, pid = self.learner_group.local, reply["policy_id"]
+        # timesteps: the learning-rate schedule's clock; the gradients are not kept with the reply
+        learner.apply_gradients({pid: reply.pop("gradients")}, self.timesteps_sampled)
+        policy = learner.policies[pid]
         policy.num_env_steps_trained += reply["env_steps"]
         return self.mesh.next_version(), policy.get_weights()
 

@@ -34,7 +34,7 @@ from rlmesh.callbacks import load_callbacks
 from rlmesh.config.base import AlgorithmConfig
 from rlmesh.algorithms.inference import env_action
 from rlmesh.envs import as_space, env_registry, spaces_of
-from rlmesh.policy.policy import Policy
+from rlmesh.policy.policy import POLICY_ERRORS, Policy
 from rlmesh.preprocessing import model_obs_space
 from rlmesh.policy.spec import PolicySpec, build_policy_from_data
 from rlmesh.rl.columns import DEFAULT_POLICY_ID
@@ -48,7 +48,13 @@ T = TypeVar("T")
 
 
 class LearnerFailed(RuntimeError):
-    """A learner died or its update loop raised: the run cannot go on."""
+    """A learner died or its update loop raised: the run cannot go on. ``log_path``: the
+    learner process's log, with the traceback (None for a learner in this process, whose
+    traceback went to this process's logging)."""
+
+    def __init__(self, message: str, log_path: Path | None = None) -> None:
+        super().__init__(message)
+        self.log_path = log_path
 
 
 class LoopThread:
@@ -250,12 +256,22 @@ class Algorithm:
         try:
             yield
         except (ActorUnavailable, RemoteError) as exc:
-            if self.mesh.learner_failure is None:
+            if self.mesh.learner_failure is None and not _learner_raised(exc):
                 raise
-            raise LearnerFailed(self._failure_message(exc)) from None
+            raise LearnerFailed(self._failure_message(exc), self._learner_log(exc)) from None
+
+    def _learner_log(self, exc: BaseException) -> Path | None:
+        """The failed learner process's log file, where it has one."""
+        name = getattr(exc, "actor", "") or self.mesh.failed_learner or ""
+        job = self.mesh.job
+        if not name.startswith("learner-") or job is None or self.config.num_learners == 0:
+            return None
+        path = job.run_dir.log_path(name)
+        return path if path.is_file() else None
 
     def _failure_message(self, exc: BaseException) -> str:
-        what = self.mesh.learner_failure or str(exc)
+        """The cause in one line (the traceback is in the learner's log), and where to resume."""
+        what = self.mesh.learner_failure or _one_line_cause(exc)
         where = (f"the last checkpoint is {self.last_checkpoint}: resume with `rlmesh train "
                  f"... --resume` or Algorithm.restore('{self.last_checkpoint}')"
                  if self.last_checkpoint else
@@ -420,3 +436,19 @@ class Algorithm:
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
+
+
+def _learner_raised(exc: BaseException) -> bool:
+    """A learner process's update raised something other than a policy error (those are one
+    line already, and the CLI prints them so)."""
+    return (isinstance(exc, RemoteError) and exc.actor.startswith("learner-")
+            and exc.etype not in POLICY_ERRORS)
+
+
+def _one_line_cause(exc: BaseException) -> str:
+    if isinstance(exc, RemoteError):
+        first = (exc.remote_msg.strip().splitlines() or [""])[0]
+        where = f" in {exc.actor}" if exc.actor else ""
+        return first if exc.etype == "LearnerStopped" else f"{exc.etype}{where}: {first}"
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+

@@ -91,7 +91,7 @@ class APPOTorchPolicy(ImpalaTorchPolicy):
         with torch.no_grad():
             clipped = ((ratio - 1).abs() > cfg.clip_param).float().mean()
         return total, {"total_loss": total.detach(), "policy_loss": policy_loss.detach(),
-                       "entropy_coeff": torch.tensor(coeff), "mean_kl_loss": kl.detach(),
+                       "entropy_coeff": coeff, "mean_kl_loss": kl.detach(),
                        "clip_fraction": clipped, **stats}
 
     def after_update(self, stats: dict[str, float]) -> None:

@@ -186,7 +186,7 @@ class ImpalaTorchPolicy(TorchPolicy):
         coeff = self.config.entropy_coeff_at(self.global_timestep)
         total = policy_loss + cfg.vf_loss_coeff * vf_loss - coeff * entropy
         return total, {"total_loss": total.detach(), "policy_loss": policy_loss.detach(),
-                       "entropy_coeff": torch.tensor(coeff), **stats}
+                       "entropy_coeff": coeff, **stats}
 
 
 class IMPALA(AsyncAlgorithm):

@@ -24,10 +24,11 @@ class LearnerGroup:
         self.mesh = mesh
         self.local: Learner | None = None
         if config.num_learners == 0 and not mesh.asynchronous:
-            import torch
+            from rlmesh.roles.data_parallel import learner_device
 
-            device = "cuda" if config.num_gpus_per_learner and torch.cuda.is_available() else "cpu"
-            self.local = Learner(config, policy_specs, device)
+            # As a learner process would choose: no quiet fall-back to the CPU.
+            device = learner_device(config.num_gpus_per_learner, 0, config.fake_gpus)
+            self.local = Learner(config, policy_specs, str(device))
         self._pending: list[Future] = []
         self._executor: ThreadPoolExecutor | None = None  # async updates of the local learner
 

@@ -128,7 +128,8 @@ class OffPolicyTorchPolicy(TorchPolicy):
         rates = self.apply_learning_rates(timesteps)
         tensors = to_tensors({k: v for k, v in batch.items() if k != "batch_indexes"}, self.device)
         k_steps, size = tensors["rewards"].shape[:2]
-        td = torch.full((k_steps, size), float("nan"))
+        # On the learner's device: one copy to the host after the K steps, not one per step.
+        td = torch.full((k_steps, size), float("nan"), device=self.device)
         sums: dict[str, float] = {}
         done = 0
         # Updated by env steps, the target network changes at most once per call (first):
@@ -146,7 +147,7 @@ class OffPolicyTorchPolicy(TorchPolicy):
                 continue
             td_k = stats.pop("td_error", None)  # none: the priorities stay as they are
             if td_k is not None:
-                td[k] = td_k.detach().to("cpu", torch.float32)
+                td[k] = td_k.detach().float()
             for key, v in stats.items():  # tensors summed as tensors: no sync per step
                 v = v.detach() if isinstance(v, torch.Tensor) else float(v)
                 sums[key] = sums[key] + v if key in sums else v
@@ -158,7 +159,7 @@ class OffPolicyTorchPolicy(TorchPolicy):
         result.update(**rates, num_grad_updates=done, num_env_steps_trained=k_steps * size,
                       num_nonfinite_updates_skipped=self.num_nonfinite_updates_skipped,
                       **self.state)
-        result["td_error"] = td.numpy()
+        result["td_error"] = td.cpu().numpy()
         return result
 
     def apply_learning_rates(self, timesteps: int) -> dict[str, float]:

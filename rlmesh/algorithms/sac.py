@@ -131,8 +131,8 @@ class SACTorchPolicy(ActorCriticReplayPolicy):
         total = critic_loss + actor_loss + alpha_loss
         return total, {"critic_loss": critic_loss.detach(), "actor_loss": actor_loss.detach(),
                        "alpha_loss": alpha_loss.detach(), "alpha_value": alpha,
-                       "entropy": entropy.detach().mean(), "target_entropy": torch.tensor(
-                           self.target_entropy), "td_error": td_error}
+                       "entropy": entropy.detach().mean(),
+                       "target_entropy": float(self.target_entropy), "td_error": td_error}
 
     def _soft_target(self, mb: Tensors, next_value: torch.Tensor) -> torch.Tensor:
         return mb["rewards"] + bootstrap_discount(self, mb) * next_value

@@ -93,6 +93,7 @@ class Mesh:
         self.policy_specs = policy_specs
         self.learners: list[Any] = []
         self.learner_failure: str | None = None
+        self.failed_learner: str | None = None  # its actor name
         self.job: Job | None = None
         self.param_server: Any = None
         self.runners: list[Any] = []
@@ -161,6 +162,7 @@ class Mesh:
             self._gone.add(event.name)
         if event.name.startswith("learner-") and event.kind in ("died", "hung"):
             self.learner_failure = f"{event.name} {event.kind}: {event.detail}"
+            self.failed_learner = event.name
             if event.last_lines:
                 self.learner_failure += "\n  last lines:\n    " + "\n    ".join(event.last_lines[-10:])
 

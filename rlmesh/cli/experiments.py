@@ -137,16 +137,11 @@ def _one_line(message: str) -> str:
 
 
 
-#: Errors in the user's policy code that say all there is to say in one line: a policy class
-#: that breaks the contract, a loss that asks for a column the batch lacks, a NaN or inf
-#: from an env or in an update (``on_nonfinite``).
-POLICY_ERRORS = ("PolicyError", "MissingColumn", "NonFiniteError")
-
 
 def policy_error_message(error: BaseException) -> str | None:
     """The one line to print for a policy error, raised here or in another process (then
     a RemoteError naming its type; its remote traceback is not shown); None for others."""
-    from rlmesh.policy.policy import PolicyError
+    from rlmesh.policy.policy import POLICY_ERRORS, PolicyError
     from rlmesh.rl.columns import MissingColumn
     from rlmesh.rl.finite import NonFiniteError
     from rlmesh.runtime import RemoteError

@@ -287,11 +287,12 @@ def run_spec(spec: TrainSpec, resume: bool = False, trust_code: bool = False) ->
         return _fail(e)
     level = str(spec.config.get("log_level", "WARNING")).upper()
     logging.basicConfig(level={"WARN": "WARNING"}.get(level, level), format=LOG_FORMAT)
-    from rlmesh.runtime.logtail import RoleFilter, attach_log_file
+    from rlmesh.runtime.logtail import NoDetailFilter, RoleFilter, attach_log_file
 
     for handler in logging.getLogger().handlers:  # LOG_FORMAT reads the role
         if not any(isinstance(f, RoleFilter) for f in handler.filters):
             handler.addFilter(RoleFilter())
+            handler.addFilter(NoDetailFilter())
     from rlmesh.envs import EnvError
 
     try:
@@ -340,7 +341,8 @@ def run_spec(spec: TrainSpec, resume: bool = False, trust_code: bool = False) ->
     try:
         return _run_loop(algo, spec, trial_dir, trial_id, logger, log_file)
     except LearnerFailed as e:  # the learner died: the message names the checkpoint
-        print(f"rlmesh train: error: {e}", file=sys.stderr)
+        print(f"rlmesh train: error: {e}\nits traceback: {e.log_path or trial_dir / LOG_FILE}",
+              file=sys.stderr)
         return EXIT_FAILED
     except UsageError as e:  # a stop key that is not in the results
         return _fail(e)

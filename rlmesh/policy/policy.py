@@ -25,6 +25,12 @@ class PolicyError(TypeError):
     """A policy class that does not implement the contract."""
 
 
+#: Errors in the user's policy code that say all there is to say in one line: a policy class
+#: that breaks the contract, a loss that asks for a column the batch lacks, a NaN or inf
+#: from an env or in an update (``on_nonfinite``). By class name: they cross processes so.
+POLICY_ERRORS = ("PolicyError", "MissingColumn", "NonFiniteError")
+
+
 class Policy:
     """Subclass and implement ``compute_actions`` and ``learn_on_batch`` (RLlib's "policy
     from scratch"); ``rlmesh.policy.TorchPolicy`` implements both for a torch model and a

@@ -67,7 +67,7 @@ def numpy_tanh_pays() -> bool:
     kernel is the slow one), with torch's thread setting at the first call. The margin
     keeps a machine where the two are close from choosing differently run to run (the
     kernels round differently, and a seeded run should repeat)."""
-    x = torch.linspace(-3.0, 3.0, 256 * 64).reshape(256, 64)
+    x = torch.linspace(-3.0, 3.0, 256 * 64, device="cpu").reshape(256, 64)
     a = x.numpy()
 
     def best(fn: Any) -> float:

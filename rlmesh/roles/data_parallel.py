@@ -158,7 +158,8 @@ class DataParallel:
         # only if every rank sent the same h, so mismatched keys raise instead of
         # averaging unrelated numbers.
         h = float(zlib.crc32("\0".join(keys).encode()) % (1 << 20))
-        values = torch.tensor([float(stats[k]) for k in keys] + [h, h * h], dtype=torch.float64)
+        values = torch.tensor([float(stats[k]) for k in keys] + [h, h * h], dtype=torch.float64,
+                              device="cpu")
         if self.backend == "nccl":
             values = values.to(torch.device("cuda", torch.cuda.current_device()))
         self._collective("all_reduce of stats", lambda: dist.all_reduce(values))

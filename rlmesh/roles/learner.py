@@ -13,6 +13,7 @@ import torch
 
 from rlmesh.callbacks import load_callbacks
 from rlmesh.config.multi_agent import trainable
+from rlmesh.policy.device_check import learner_scope
 from rlmesh.policy.spec import build_policy_from_data
 from rlmesh.policy.torch_policy import TorchPolicy
 from rlmesh.rl.finite import NonFiniteError, describe, first_nonfinite_column
@@ -63,7 +64,8 @@ class Learner:
             if self.callbacks is not None:
                 self.callbacks.on_learn_on_batch(policy=policy, train_batch=batch, result=added)
             try:
-                stats = policy.update(batch, timesteps, **extra)
+                with learner_scope(self.device):
+                    stats = policy.update(batch, timesteps, **extra)
             except NonFiniteError as e:
                 raise NonFiniteError(f"policy {pid!r}: {e}") from None
             out[pid] = {**stats, **added, "num_nonfinite_batches_skipped": self.num_nonfinite_batches_skipped[pid]}
@@ -97,7 +99,8 @@ class Learner:
                 raise TypeError(f"policy {pid!r} ({type(policy).__name__}) has no "
                                 "apply_gradients; gradients are for TorchPolicy subclasses")
             policy.global_timestep = timesteps
-            policy.apply_gradients(grads)
+            with learner_scope(self.device):
+                policy.apply_gradients(grads)
         self.num_updates += 1
 
     def policy(self, policy_id: str) -> Any:

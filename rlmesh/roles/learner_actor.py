@@ -183,10 +183,13 @@ class LearnerActor(Actor):
                 self._report.busy_s += time.perf_counter() - started
         except _Stopped:
             return
-        except Exception:
+        except Exception as exc:
             if not self._stop.is_set():
-                self._error = traceback.format_exc()
-                log.error("learner %d stopped: %s", self.rank, self._error)
+                # The cause in one line for the driver, which says it on the console; here,
+                # for the log files only (``detail``), the same and the traceback.
+                self._error = f"{type(exc).__name__}: {_first_line(exc)}"
+                log.error("learner %d stopped: %s\n%s", self.rank, self._error,
+                          traceback.format_exc().rstrip(), extra={"detail": True})
 
     def _join_group(self) -> None:
         from rlmesh.roles.data_parallel import DataParallel, backend_for
@@ -258,7 +261,7 @@ class LearnerActor(Actor):
     def pop_metrics(self) -> dict[str, Any]:
         """What happened since the last call; raises the update thread's error, if any."""
         if self._error is not None:
-            raise RuntimeError(f"learner {self.rank} failed:\n{self._error}")
+            raise LearnerStopped(f"learner {self.rank} stopped: {self._error}")
         report, self._report = self._report, _Report()
         pipeline = ({**self.input.counters, **self.builder.counters,
                      "learner_queue_size": self.queue.qsize(),
@@ -267,7 +270,7 @@ class LearnerActor(Actor):
 
     def num_updates(self) -> int:
         if self._error is not None:
-            raise RuntimeError(f"learner {self.rank} failed:\n{self._error}")
+            raise LearnerStopped(f"learner {self.rank} stopped: {self._error}")
         return self.learner.num_updates
 
     def _digest(self) -> str:
@@ -360,3 +363,13 @@ class _Report:
                 "policy_lag_max": self.lag_max,
                 "learner_idle_fraction": (self.wait_s / (self.wait_s + self.busy_s)
                                           if self.wait_s + self.busy_s else 0.0)}
+
+
+class LearnerStopped(RuntimeError):
+    """The update loop raised; the message is its cause in one line (the traceback is in
+    the learner's log)."""
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [""])[0]
+

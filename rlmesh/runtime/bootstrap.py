@@ -120,8 +120,12 @@ def main() -> None:
         die_with_parent(parent_pid)
     faulthandler.enable()  # a crash in C (SIGSEGV, ...) leaves its stacks in the log
     keep_receive_buffers()
-    logging.basicConfig(level=os.environ.get("RLMESH_LOG_LEVEL", "INFO"),
-                        format=f"%(asctime)s %(levelname)s [{Path(spec_path).name[1:-5]}] %(name)s: %(message)s")
+    from rlmesh.runtime.logtail import ChildFormatter
+
+    handler = logging.StreamHandler()
+    handler.setFormatter(ChildFormatter(
+        f"%(asctime)s %(levelname)s [{Path(spec_path).name[1:-5]}] %(name)s: %(message)s"))
+    logging.basicConfig(level=os.environ.get("RLMESH_LOG_LEVEL", "INFO"), handlers=[handler])
     try:
         import uvloop
     except ImportError:  # uvloop is a dependency; this only keeps exotic platforms going

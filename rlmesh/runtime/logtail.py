@@ -11,6 +11,9 @@ import threading
 from pathlib import Path
 
 POLL_S = 0.2
+TRACEBACK_HEAD = "Traceback (most recent call last)"
+# How a child's log file marks a record logged with ``extra={"detail": True}``.
+DETAIL_TAG = "[detail] "
 # What bootstrap.py writes: "<date> <time>,<ms> LEVEL [name] logger: message".
 _LINE = re.compile(r"^\S+ \S+ (DEBUG|INFO|WARNING|ERROR|CRITICAL) \[([^\]]+)\] ([^:]+): (.*)$")
 
@@ -26,6 +29,26 @@ class RoleFilter(logging.Filter):
         if not hasattr(record, "role"):
             record.role = self.role
         return True
+
+
+class NoDetailFilter(logging.Filter):
+    """For the console: drops the lines of a traceback logged at ERROR by another process
+    or with ``extra={"detail": True}``; they stay in the trial's log file, and the error's
+    own line says what happened. A failing learner's traceback was shown three times on
+    the console."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not getattr(record, "detail", False)
+
+
+class ChildFormatter(logging.Formatter):
+    """A child process's log lines, with ``DETAIL_TAG`` before a ``detail`` record's message
+    so that ``LogTail`` keeps it off the console."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        if getattr(record, "detail", False):
+            record = logging.makeLogRecord({**record.__dict__, "msg": DETAIL_TAG + str(record.msg)})
+        return super().format(record)
 
 
 def level_number(level: str | int) -> int:
@@ -44,6 +67,7 @@ class LogTail:
         self._offsets: dict[Path, int] = {}
         self._partial: dict[Path, bytes] = {}
         self._last_level: dict[Path, int] = {}
+        self._last_detail: dict[Path, bool] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="rlmesh.logtail", daemon=True)
 
@@ -89,15 +113,24 @@ class LogTail:
         if match:
             level_name, role, name, message = match.groups()
             level = self._last_level[path] = logging.getLevelName(level_name)
+            tagged = message.startswith(DETAIL_TAG)
+            message = message[len(DETAIL_TAG):] if tagged else message
+            detail = self._last_detail[path] = tagged or _is_detail(True, level, message)
         else:  # a continuation (traceback) or a print
             level = self._last_level.get(path, logging.INFO)
             role, name, message = path.stem, "rlmesh.output", line
+            detail = self._last_detail.get(path, False) or _is_detail(False, level, message)
         if level < self.level:
             return
         record = logging.makeLogRecord({"name": name, "levelno": level,
                                         "levelname": logging.getLevelName(level),
-                                        "msg": message, "role": role})
+                                        "msg": message, "role": role, "detail": detail})
         logging.getLogger(name).handle(record)
+
+
+def _is_detail(is_record: bool, level: int, message: str) -> bool:
+    """A line of a traceback logged at ERROR: its continuation lines, and its first."""
+    return level >= logging.ERROR and (not is_record or message.startswith(TRACEBACK_HEAD))
 
 
 def attach_log_file(path: str | Path, level: str | int) -> logging.Handler:
