@@ -2,6 +2,7 @@
 #   make install      .venv with torch (CPU build where there is no GPU) and rlmesh editable
 #   make test         unit + integration + cluster tests
 #   make wheel-check  build the wheel, install it in a fresh venv, import it from outside the repo
+#   make gpu-check    every algorithm with a CUDA learner, and what a device can break (tests/gpu)
 
 PY ?= python3
 VENV ?= .venv
@@ -11,7 +12,7 @@ PIP := $(PYTHON) -m pip
 # Test folders that exist: git keeps no empty folder, and pytest stops on a missing path.
 TEST_DIRS := $(wildcard tests/unit tests/integration tests/cluster)
 
-.PHONY: venv install test test-unit bench demo runtime-demo wheel-check clean
+.PHONY: venv install test test-unit bench demo runtime-demo wheel-check gpu-check clean
 
 # $(call make-venv,DIR): reuse a torch the base python already has (--system-site-packages),
 # so no second copy is downloaded; else a plain venv.
@@ -37,14 +38,23 @@ $(VENV)/.installed: $(PYTHON) pyproject.toml deploy/ensure_torch.py
 	$(PIP) install -e '.[test]'
 	touch $@
 
+# RLMESH_CHECK_DEVICES: every CPU learner the tests start runs under torch's 'meta' default
+# device, so a tensor made without device= fails here as it would on a GPU (CI has none).
 test: install
-	$(PYTHON) -m pytest -q --durations=20 $(TEST_DIRS)
+	RLMESH_CHECK_DEVICES=1 $(PYTHON) -m pytest -q --durations=20 $(TEST_DIRS)
 
 test-unit: install
 	$(PYTHON) -m pytest -q tests/unit
 
 bench: install
 	$(PYTHON) -m tests.benchmarks.run
+
+# On a machine with CUDA: the suite of tests/gpu/cases.py, several cases at a time, one table.
+# Without CUDA it says so and exits 0 (`python -m tests.gpu.run --cpu-check` runs it on the
+# CPU). On a machine with rlmesh installed by hand and no venv: make gpu-check GPU_PYTHON=python3
+GPU_PYTHON ?= $(PYTHON)
+gpu-check:
+	$(GPU_PYTHON) -m tests.gpu.run
 
 # The main job: PPO learns CartPole-v1 with 2 env-runner processes (the tuned example
 # shipped in rlmesh/tuned_examples), results under ~/rlmesh_results.

@@ -65,7 +65,7 @@ class A2CTorchPolicy(TorchPolicy):
         for start in range(0, n, size):
             part = {k: v[start:start + size] for k, v in mb.items()}
             share = len(part["advantages"]) / n
-            loss, part_stats = self.loss(part)
+            loss, part_stats = self.learner_loss(part)
             (loss * share).backward()
             # Weighted like the losses: the batch's means (the explained variance, not
             # a mean itself, only roughly).

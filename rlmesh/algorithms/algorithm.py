@@ -39,6 +39,7 @@ from rlmesh.preprocessing import model_obs_space
 from rlmesh.policy.spec import PolicySpec, build_policy_from_data
 from rlmesh.rl.columns import DEFAULT_POLICY_ID
 from rlmesh.rl.filters import make_filter
+from rlmesh.roles.data_parallel import check_learner_gpus
 from rlmesh.runtime import ActorUnavailable, RemoteError
 from rlmesh.runtime.logtail import LogTail, level_number
 
@@ -112,6 +113,7 @@ class Algorithm:
         self.run_name = f"{type(self).__name__}_{time.strftime('%Y-%m-%d_%H-%M-%S')}"
         # Loaded before any process starts: a callbacks class with a misspelled hook fails here.
         self.callbacks = load_callbacks(config.callbacks_class)
+        check_learner_gpus(config.num_learners, config.num_gpus_per_learner, config.fake_gpus)
         self._loop = LoopThread()
         self.mesh = self.mesh_class(config, self._loop, self.policy_specs)
         # The runner processes start (imports, envs) while this thread builds the learner.

@@ -182,7 +182,7 @@ class OffPolicyTorchPolicy(TorchPolicy):
         walking the modules for it three times a step was a tenth of a small DQN step."""
         if self.data_parallel is not None:
             return self._step(mb)
-        loss, stats = self.loss(mb)
+        loss, stats = self.learner_loss(mb)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         params = self._params()

@@ -224,8 +224,11 @@ def build_algorithm(config):
     """Start the algorithm (tests replace this to train without processes). Its env
     runners' interpreters start first, so that their imports overlap the driver's (torch)."""
     from rlmesh.algorithms.topology import prestart_runners
+    from rlmesh.roles.data_parallel import check_learner_gpus
     from rlmesh.runtime.process import discard_warm
 
+    # Before the runners' interpreters start: a run that cannot get its GPUs starts nothing.
+    check_learner_gpus(config.num_learners, config.num_gpus_per_learner, config.fake_gpus)
     prestart_runners(config)
     try:
         return config.build()

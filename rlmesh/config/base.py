@@ -96,6 +96,22 @@ class AlgorithmConfig(SamplingSettings, EvaluationSettings, MultiAgentSettings, 
     num_cpus_per_learner: int | Literal["auto"] = setting(
         "auto", "learners", ge=0, aliases=("num_cpus_per_learner_worker",),
         doc="CPUs per learner; 'auto': 1 on CPU, 0 when the learner has a GPU.")
+    torch_autocast: Literal["bf16"] | None = setting(
+        None, "learners", key="_torch_autocast",
+        doc="'bf16': the learner computes its losses under torch.autocast in bfloat16 (the "
+            "forward passes' matmuls and convolutions; the weights, optimizer and gradients "
+            "stay float32). Pays on GPUs with bf16 tensor cores (Ampere and newer) for conv "
+            "nets and wide MLPs; on the CPU it is usually slower. None: float32.")
+    torch_compile_learner: bool = setting(
+        False, "learners",
+        doc="torch.compile each policy's loss on the learner (the model's weights and "
+            "checkpoints are unchanged). The first updates compile (seconds to a minute); "
+            "pays for large nets on a GPU, rarely for small MLPs.")
+    torch_compile_learner_dynamo_backend: str = setting(
+        "inductor", "learners", doc="torch.compile's backend for torch_compile_learner.")
+    torch_compile_learner_dynamo_mode: str | None = setting(
+        None, "learners", doc="torch.compile's mode for torch_compile_learner ('default', "
+                              "'reduce-overhead', 'max-autotune'); None: torch's default.")
 
     # --- resources ---
     num_cpus_for_main_process: float = setting(

@@ -305,9 +305,23 @@ class TorchPolicy(Policy):
         result.update(cur_lr=lr, num_grad_updates=count, num_env_steps_trained=steps, **self.state)
         return result
 
+    def learner_loss(self, mb: Tensors) -> tuple[torch.Tensor, dict[str, Any]]:
+        """``loss`` as the learner computes it: under bf16 autocast (``_torch_autocast``),
+        compiled (``torch_compile_learner``) where the config asks for it."""
+        loss_fn = self.__dict__.get("_loss_fn")
+        if loss_fn is None:
+            loss_fn = self.__dict__["_loss_fn"] = _compiled_loss(self)
+        if getattr(self.config, "torch_autocast", None) != "bf16":
+            return loss_fn(mb)
+        with torch.autocast(self.device.type, dtype=torch.bfloat16):
+            loss, stats = loss_fn(mb)
+        # Statistics in float32 (mean_stats stacks them); the loss's dtype is backward's.
+        return loss, {k: v.float() if isinstance(v, torch.Tensor) and v.is_floating_point() else v
+                      for k, v in stats.items()}
+
     def _step(self, mb: Tensors) -> dict[str, Any] | None:
         """One optimizer step on a minibatch; None where it was not applied (non-finite)."""
-        loss, stats = self.loss(mb)
+        loss, stats = self.learner_loss(mb)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if self.data_parallel is not None:  # every learner steps on the mean gradient
@@ -425,3 +439,14 @@ class TorchPolicy(Policy):
         from rlmesh.policy.export import export_model
 
         return str(export_model(self.model, self.observation_space, export_dir, onnx))
+
+
+def _compiled_loss(policy: TorchPolicy) -> Any:
+    """``policy.loss``, through torch.compile where ``torch_compile_learner`` is set. Shapes
+    vary from batch to batch (valid samples, the last minibatch): compiled as dynamic."""
+    cfg = policy.config
+    if not getattr(cfg, "torch_compile_learner", False):
+        return policy.loss
+    return torch.compile(policy.loss, backend=cfg.torch_compile_learner_dynamo_backend,
+                         mode=cfg.torch_compile_learner_dynamo_mode, dynamic=True)
+

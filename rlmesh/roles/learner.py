@@ -21,6 +21,10 @@ from rlmesh.rl.finite import NonFiniteError, describe, first_nonfinite_column
 log = logging.getLogger(__name__)
 
 
+class LearnerOutOfMemory(RuntimeError):
+    """The device ran out of memory in an update; the message names the sizes to lower."""
+
+
 class Learner:
     """``{policy_id: Policy}`` built from the specs' plain data (``PolicySpec.to_data``)."""
 
@@ -64,15 +68,27 @@ class Learner:
             if self.callbacks is not None:
                 self.callbacks.on_learn_on_batch(policy=policy, train_batch=batch, result=added)
             try:
-                with learner_scope(self.device):
+                with learner_scope(self.device, self.num_updates):
                     stats = policy.update(batch, timesteps, **extra)
             except NonFiniteError as e:
                 raise NonFiniteError(f"policy {pid!r}: {e}") from None
+            except torch.OutOfMemoryError as e:
+                raise LearnerOutOfMemory(self._out_of_memory(pid, batch, kwargs, e)) from e
             out[pid] = {**stats, **added, "num_nonfinite_batches_skipped": self.num_nonfinite_batches_skipped[pid]}
         self.num_updates += 1
         log.debug("update %d of %s", self.num_updates, ", ".join(
             f"{pid} ({s.get('num_env_steps_trained', '?')} samples)" for pid, s in out.items()))
         return out
+
+    def _out_of_memory(self, pid: str, batch: dict[str, Any], kwargs: dict[str, Any],
+                       error: BaseException) -> str:
+        cfg = self.config
+        minibatch = kwargs.get("minibatch_size") or getattr(cfg, "minibatch_size", None)
+        return (f"{self.device} ran out of memory in policy {pid!r}'s update "
+                f"(train_batch_size={getattr(cfg, 'train_batch_size', '?')}, "
+                f"minibatch_size={minibatch}); lower minibatch_size (the memory of one "
+                f"gradient step) or train_batch_size, or set _torch_autocast='bf16' "
+                f"({str(error).splitlines()[0][:120]})")
 
     def _finite_batch(self, pid: str, batch: dict[str, Any]) -> bool:
         """False (counted, or NonFiniteError with on_nonfinite "raise") if the data in
@@ -99,7 +115,7 @@ class Learner:
                 raise TypeError(f"policy {pid!r} ({type(policy).__name__}) has no "
                                 "apply_gradients; gradients are for TorchPolicy subclasses")
             policy.global_timestep = timesteps
-            with learner_scope(self.device):
+            with learner_scope(self.device, self.num_updates):
                 policy.apply_gradients(grads)
         self.num_updates += 1
 

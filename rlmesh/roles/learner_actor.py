@@ -10,6 +10,7 @@ The event loop only receives and queues; training runs on the learner's thread. 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import os
@@ -17,7 +18,7 @@ import threading
 import time
 import traceback
 from collections import deque
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -112,7 +113,7 @@ class LearnerActor(Actor):
         if not self._joined:
             self._join_group()
             self._joined = True
-        with self._lock:
+        with self._lock, self._logged("update"):
             stats = self.learner.update_from_batch(batches, timesteps, **kwargs)
         if self.world_size > 1:
             self._digests.append((self.learner.num_updates, self._digest()))
@@ -122,10 +123,21 @@ class LearnerActor(Actor):
         """One optimizer step per policy with gradients computed elsewhere (A3C); every
         data-parallel rank is given the same gradients, so their weights stay equal."""
         def step() -> None:
-            with self._lock:
+            with self._lock, self._logged("apply_gradients"):
                 self.learner.apply_gradients(gradients, timesteps)
 
         await self._loop.run_in_executor(self._executor, step)
+
+    @contextlib.contextmanager
+    def _logged(self, call: str) -> Iterator[None]:
+        """A driver's call that raises: the caller gets the error, and this log (not the
+        console: ``detail``) the traceback, which the driver's one line points to."""
+        try:
+            yield
+        except Exception as exc:
+            log.error("learner %d: %s raised %s: %s\n%s", self.rank, call, type(exc).__name__,
+                      _first_line(exc), traceback.format_exc().rstrip(), extra={"detail": True})
+            raise
 
     # --- asynchronous algorithms ---
 

@@ -65,3 +65,14 @@ ReturnsWithoutPostprocess = build_policy("ReturnsWithoutPostprocess", loss_fn=lo
 MissingColumnAlgo = build_algorithm(
     "MissingColumnAlgo", default_policy=ReturnsWithoutPostprocess,
     default_config={"train_batch_size": 200, "num_env_runners": 1, "num_learners": 1})
+
+
+def loss_with_a_bug(policy, model, dist_class, train_batch):
+    """A loss that raises, as a user's bug would, on the learner."""
+    raise ValueError("a bug in the loss (policies_for_tests.loss_with_a_bug)")
+
+
+BuggyLossPolicy = build_policy("BuggyLossPolicy", loss_fn=loss_with_a_bug)
+BuggyLossAlgo = build_algorithm(
+    "BuggyLossAlgo", default_policy=BuggyLossPolicy,
+    default_config={"train_batch_size": 200, "num_env_runners": 1, "num_learners": 1})

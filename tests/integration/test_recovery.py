@@ -118,6 +118,20 @@ def test_a_killed_ppo_learner_ends_the_run_naming_the_checkpoint(tmp_path, cli):
     assert "resume with `rlmesh train ... --resume`" in out and "checkpoint_0000" in out, out
 
 
+def test_a_learner_whose_update_raises_is_one_line_and_a_log_with_the_traceback(tmp_path, cli):
+    code, out = cli("--run", "tests.integration.policies_for_tests:BuggyLossAlgo",
+                    "--env", "CartPole-v1", "--local-dir", str(tmp_path),
+                    "--stop", json.dumps({"training_iteration": 3})).finish()
+    assert code == 1, out
+    line = assert_one_error_line(out, "the learner failed", "ValueError in learner-0",
+                                 "a bug in the loss")
+    assert out.count("a bug in the loss") == 1, out  # the cause once, not once per layer
+    (log,) = [s.split("its traceback: ", 1)[1] for s in out.splitlines() if "its traceback: " in s]
+    text = Path(log).read_text()
+    assert "Traceback (most recent call last)" in text and "loss_with_a_bug" in text, text
+    assert "no checkpoint was saved" in out, line
+
+
 # --- checkpoints ---
 
 def test_resume_skips_a_truncated_newest_checkpoint_and_removes_stale_saves(tmp_path, cli):
@@ -344,3 +358,16 @@ def test_junk_on_an_aggregator_stream_and_restarts_are_counted_and_never_go_down
         for _ in range(6):
             lost.append(algo.train()["num_fragments_lost"])
     assert lost == sorted(lost), lost  # a restarted runner's count starts at 0: no dip
+
+
+# --- GPUs that cannot be had ---
+
+def test_learners_asking_for_more_gpus_than_exist_start_nothing(tmp_path, cli):
+    import torch
+
+    run = cli(*train_args(tmp_path, num_learners=64, num_gpus_per_learner=1))
+    code, out = run.finish()
+    assert code != 0, out
+    words = "needs 64 GPUs" if torch.cuda.is_available() else "no CUDA device is visible here"
+    assert_one_error_line(out, "num_gpus_per_learner=1", words)
+    assert not list(tmp_path.iterdir()), "no trial folder: nothing started"

@@ -108,3 +108,55 @@ def test_loopback_addresses_are_accepted(address, expected):
 def test_other_addresses_are_refused(address):
     with pytest.raises(ValueError, match="this machine only"):
         loopback_address(address)
+
+
+# --- learners that cannot get their GPUs: one line before any process starts ---
+
+@pytest.mark.parametrize("learners, gpus, visible, words", [
+    (2, 1, 1, "num_learners=2 x num_gpus_per_learner=1 needs 2 GPUs; this machine has 1"),
+    (3, 0.5, 1, "num_learners=3 x num_gpus_per_learner=0.5 needs 2 GPUs"),
+    (1, 0.3, 4, "num_gpus_per_learner=0.3 does not divide a GPU evenly"),
+    (1, 2, 4, "num_gpus_per_learner=2: a learner trains on one GPU"),
+    (1, 1, 0, "no CUDA device is visible here"),
+])
+def test_learner_gpus_that_cannot_be_had_are_one_line(learners, gpus, visible, words):
+    from rlmesh.config.base import ConfigError
+    from rlmesh.roles.data_parallel import check_learner_gpus
+
+    with pytest.raises(ConfigError) as info:
+        check_learner_gpus(learners, gpus, visible=visible)
+    assert words in str(info.value) and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("learners, gpus, visible, fake", [
+    (2, 0.5, 1, False), (4, 0.25, 1, False), (2, 1, 2, False), (1, 0, 0, False),
+    (2, 1, 0, True),  # _fake_gpus: the GPU configuration on the CPU
+])
+def test_learner_gpus_that_fit_pass(learners, gpus, visible, fake):
+    from rlmesh.roles.data_parallel import check_learner_gpus
+
+    check_learner_gpus(learners, gpus, fake, visible=visible)
+
+
+def test_an_update_out_of_gpu_memory_names_the_batch_sizes_to_lower():
+    import gymnasium as gym
+
+    from rlmesh.algorithms.ppo import PPOConfig, PPOTorchPolicy
+    from rlmesh.policy.spec import PolicySpec
+    from rlmesh.roles.learner import Learner, LearnerOutOfMemory
+
+    config = PPOConfig().training(train_batch_size=4000, minibatch_size=512)
+    env = gym.make("CartPole-v1")
+    spec = PolicySpec(PPOTorchPolicy).resolved(None, env.observation_space, env.action_space)
+    learner = Learner(config, {"default_policy": spec.to_data(config)})
+
+    def out_of_memory(*args, **kwargs):  # what torch raises when the allocator gives up
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    learner.policy("default_policy").update = out_of_memory
+    with pytest.raises(LearnerOutOfMemory) as info:
+        learner.update_from_batch({"default_policy": {"obs": np.zeros((10, 4), np.float32)}}, 0)
+    message = str(info.value)
+    assert "ran out of memory in policy 'default_policy'" in message
+    assert "train_batch_size=4000" in message and "minibatch_size=512" in message
+    assert "lower minibatch_size" in message and "\n" not in message
