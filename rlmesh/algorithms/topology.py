@@ -135,20 +135,23 @@ class Mesh:
 
     async def start_learners(self, policy_specs: dict[str, Any]) -> None:
         """``max(1, num_learners)`` learner actors (in the driver process when
-        ``num_learners`` is 0), data-parallel when more than one."""
-        from rlmesh.roles.data_parallel import free_port
-
+        ``num_learners`` is 0), data-parallel when more than one: rank 0 listens on its own
+        node, and every rank is told where before its first update (the learners may sit on
+        different nodes of a launched cluster)."""
         cfg = self.config
         n = max(1, cfg.num_learners)
-        dp_address = f"tcp://127.0.0.1:{free_port()}" if n > 1 else ""
         threads = cfg.num_cpus_per_learner if isinstance(cfg.num_cpus_per_learner, (int, float)) else 1
         self.learners = list(await asyncio.gather(*(
             self.job.spawn(LEARNER, cfg.to_dict(), class_path(type(cfg)), policy_specs, rank, n,
-                           dp_address, name=f"learner-{rank}", role="Learner",
+                           "", name=f"learner-{rank}", role="Learner",
                            in_process=cfg.num_learners == 0,
                            restart=RestartPolicy(max_restarts=0),
                            env={"OMP_NUM_THREADS": str(max(1, int(threads)))})
             for rank in range(n))))
+        if n > 1:
+            address = await self.learners[0].call("dp_listen")
+            await asyncio.gather(*(learner.call("set_dp_address", address)
+                                   for learner in self.learners[1:]))
 
     def _on_event(self, event: Any) -> None:
         if event.kind == "restarted" and event.name.startswith("env_runner-"):

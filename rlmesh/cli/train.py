@@ -295,6 +295,8 @@ def run_spec(spec: TrainSpec, resume: bool = False, trust_code: bool = False) ->
     for handler in logging.getLogger().handlers:  # LOG_FORMAT reads the role
         if not any(isinstance(f, RoleFilter) for f in handler.filters):
             handler.addFilter(RoleFilter())
+        console = getattr(handler, "stream", None) in (sys.stderr, sys.stdout)
+        if console and not any(isinstance(f, NoDetailFilter) for f in handler.filters):
             handler.addFilter(NoDetailFilter())
     from rlmesh.envs import EnvError
 

@@ -96,6 +96,12 @@ class AlgorithmConfig(SamplingSettings, EvaluationSettings, MultiAgentSettings, 
     num_cpus_per_learner: int | Literal["auto"] = setting(
         "auto", "learners", ge=0, aliases=("num_cpus_per_learner_worker",),
         doc="CPUs per learner; 'auto': 1 on CPU, 0 when the learner has a GPU.")
+    learner_rendezvous_private_only: bool = setting(
+        True, "learners",
+        doc="Data-parallel learners on several nodes meet at rank 0's node address over "
+            "torch.distributed, whose traffic is neither authenticated nor encrypted: refuse "
+            "an address outside loopback and the private ranges (docs/security.md). False "
+            "sends it anyway, e.g. over a VPN whose addresses are public.")
     torch_autocast: Literal["bf16"] | None = setting(
         None, "learners", key="_torch_autocast",
         doc="'bf16': the learner computes its losses under torch.autocast in bfloat16 (the "

@@ -1,5 +1,12 @@
-"""Data-parallel learners: gradient and statistics averaging over torch.distributed on this
-machine, the choice of a learner's device, and moving a batch onto it.
+"""Data-parallel learners: gradient and statistics averaging over torch.distributed, on this
+machine or across a launched cluster's nodes; the choice of a learner's device, and moving a
+batch onto it.
+
+The rendezvous: rank 0 binds a socket on its node's address (``listen_socket``: loopback on
+one machine, the node's cluster address under ``rlmesh launch``) and the driver hands that
+address to every rank. torch.distributed's store and gloo/NCCL traffic are neither
+authenticated nor encrypted, so an address outside loopback and the private ranges is
+refused unless ``learner_rendezvous_private_only`` is turned off (docs/security.md).
 """
 
 from __future__ import annotations
@@ -43,19 +50,47 @@ def backend_for(device: torch.device, devices_shared: bool = False) -> str:
     return "nccl" if device.type == "cuda" and not devices_shared else "gloo"
 
 
-def loopback_address(init_address: str) -> tuple[str, int]:
-    """``tcp://127.0.0.1:PORT`` -> (host, port); anything but a loopback host is refused,
-    since torch.distributed traffic is neither authenticated nor encrypted."""
+def rendezvous_address(init_address: str, private_only: bool = True) -> tuple[str, int]:
+    """``tcp://HOST:PORT`` -> (host, port). HOST must be an IP address: loopback, or on a
+    cluster a node's address in a private range (10/8, 172.16/12, 192.168/16, fc00::/7,
+    link-local). A public one is refused unless ``private_only`` is False, since the
+    learners' traffic is neither authenticated nor encrypted."""
     url = urlsplit(init_address if "://" in init_address else f"tcp://{init_address}")
     host = "127.0.0.1" if url.hostname == "localhost" else url.hostname or ""
     try:
-        loopback = ipaddress.ip_address(host).is_loopback
+        ip = ipaddress.ip_address(host)
     except ValueError:
-        loopback = False
-    if url.scheme != "tcp" or not loopback or url.port is None:
-        raise ValueError(f"init_address {init_address!r}: data-parallel learners rendezvous on "
-                         "this machine only; give tcp://127.0.0.1:PORT (see free_port())")
+        ip = None
+    if url.scheme != "tcp" or ip is None or ip.is_unspecified or url.port is None:
+        raise ValueError(f"init_address {init_address!r}: data-parallel learners rendezvous at "
+                         "tcp://IP:PORT (rank 0's address, e.g. tcp://127.0.0.1:29500)")
+    if private_only and not (ip.is_loopback or ip.is_private or ip.is_link_local):
+        raise ValueError(f"init_address {init_address!r} is not a loopback or private address, "
+                         "and the learners' torch.distributed traffic is not encrypted; put the "
+                         "learners' nodes on a private network, or set "
+                         "learner_rendezvous_private_only=False to send it anyway")
     return host, url.port
+
+
+def listen_socket(host: str) -> socket.socket:
+    """Rank 0's rendezvous socket, bound on ``host`` (its node's address) at a port the OS
+    picks, listening: ``DataParallel(..., listen=sock)`` hands it to torch's store, so no
+    port is chosen on one machine and bound on another."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, 0))
+        sock.listen(64)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def socket_address(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"tcp://[{host}]:{port}" if ":" in host else f"tcp://{host}:{port}"
 
 
 class DataParallel:
@@ -68,13 +103,15 @@ class DataParallel:
     """
 
     def __init__(self, rank: int, world_size: int, init_address: str, backend: str = "gloo",
-                 timeout_s: float = 60.0, device: torch.device | None = None) -> None:
+                 timeout_s: float = 60.0, device: torch.device | None = None,
+                 listen: socket.socket | None = None, private_only: bool = True,
+                 local_host: str = "127.0.0.1") -> None:
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} is not in [0, world_size={world_size})")
         if dist.is_initialized():
             raise RuntimeError("a torch.distributed process group already exists in this "
                                "process; close() the other DataParallel first")
-        host, port = loopback_address(init_address)
+        host, port = rendezvous_address(init_address, private_only)
         self._open = False
         self.rank, self.world_size, self.backend = rank, world_size, backend
         self.timeout_s = timeout_s
@@ -82,9 +119,9 @@ class DataParallel:
             torch.cuda.set_device(device)
         timeout = timedelta(seconds=timeout_s)
         try:
-            self._store: dist.TCPStore | None = _loopback_store(host, port, rank, world_size,
-                                                                timeout)
-            with _loopback_interfaces(backend):
+            self._store: dist.TCPStore | None = _store(host, port, rank, world_size, timeout,
+                                                       listen)
+            with _interfaces(backend, local_host):
                 dist.init_process_group(backend, store=self._store, rank=rank,
                                         world_size=world_size, timeout=timeout)
         except RuntimeError as e:  # DistNetworkError, DistStoreError: a rendezvous timeout
@@ -194,21 +231,24 @@ def _buckets(tensors: list[torch.Tensor]) -> dict[tuple[torch.device, torch.dtyp
     return groups
 
 
-def _loopback_store(host: str, port: int, rank: int, world_size: int,
-                    timeout: timedelta) -> dist.TCPStore:
+def _store(host: str, port: int, rank: int, world_size: int, timeout: timedelta,
+           listen: socket.socket | None) -> dist.TCPStore:
     """The rendezvous store. Given a port alone, torch's store server listens on every
-    interface; rank 0 binds the socket itself to loopback and hands it over."""
+    interface; rank 0 binds the socket itself to ``host`` (or takes ``listen``, bound
+    already) and hands it over."""
     if rank != 0:
         return dist.TCPStore(host, port, world_size, False, timeout)
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-        sock.listen(max(world_size, 16))
-    except OSError:
-        sock.close()
-        raise
+    sock = listen
+    if sock is None:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((host, port))
+            sock.listen(max(world_size, 16))
+        except OSError:
+            sock.close()
+            raise
     # The store owns the descriptor from here on and closes it, also when it fails (a
     # second close here could hit a descriptor reused by another thread).
     fd = sock.detach()
@@ -216,10 +256,12 @@ def _loopback_store(host: str, port: int, rank: int, world_size: int,
 
 
 @contextmanager
-def _loopback_interfaces(backend: str) -> Iterator[None]:
-    """Gloo otherwise listens on the address the hostname resolves to, often a public one,
-    and NCCL's bootstrap on the first non-loopback interface."""
-    name = _loopback_interface()
+def _interfaces(backend: str, local_host: str) -> Iterator[None]:
+    """Gloo and NCCL on the interface holding ``local_host`` (loopback on one machine, the
+    node's cluster address under ``rlmesh launch``). Gloo otherwise listens on the address
+    the hostname resolves to, often a public one, and NCCL's bootstrap on the first
+    non-loopback interface."""
+    name = _interface_of(local_host)
     if backend == "nccl":
         # NCCL reads it when its communicator forms, at the first collective, after
         # init_process_group has returned: set for the process, unless the user chose one.
@@ -235,11 +277,17 @@ def _loopback_interfaces(backend: str) -> Iterator[None]:
             os.environ["GLOO_SOCKET_IFNAME"] = saved
 
 
-def _loopback_interface() -> str:
+def _interface_of(host: str) -> str:
+    """The network interface that holds ``host`` (any loopback address: the loopback one)."""
+    ip = ipaddress.ip_address(host)
     for name, addrs in psutil.net_if_addrs().items():
-        if any(a.family == socket.AF_INET and a.address.startswith("127.") for a in addrs):
-            return name
-    raise RuntimeError("no loopback network interface (127.0.0.1) found on this machine")
+        for a in addrs:
+            if a.family not in (socket.AF_INET, socket.AF_INET6):
+                continue
+            mine = ipaddress.ip_address(a.address.split("%")[0])
+            if mine == ip or (ip.is_loopback and mine.is_loopback and mine.version == 4):
+                return name
+    raise RuntimeError(f"no network interface of this machine holds {host}")
 
 
 def check_learner_gpus(num_learners: int, num_gpus_per_learner: float, fake_gpus: bool = False,

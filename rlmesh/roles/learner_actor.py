@@ -85,6 +85,7 @@ class LearnerActor(Actor):
         self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"rlmesh.learner-{rank}")
         self._thread: threading.Thread | None = None
         self._joined = world_size == 1
+        self._dp_listen: Any = None  # rank 0's rendezvous socket, until the group forms
 
     async def on_start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -203,14 +204,38 @@ class LearnerActor(Actor):
                 log.error("learner %d stopped: %s\n%s", self.rank, self._error,
                           traceback.format_exc().rstrip(), extra={"detail": True})
 
+    # --- data-parallel rendezvous: rank 0 listens on its node, the driver tells every rank ---
+
+    def dp_listen(self) -> str:
+        """Rank 0: bind the rendezvous socket on this node's address (loopback on one
+        machine, the node's cluster address under ``rlmesh launch``); its address."""
+        from rlmesh.roles.data_parallel import listen_socket, rendezvous_address, socket_address
+
+        if self.rank != 0:
+            raise ValueError(f"learner {self.rank}: only rank 0 listens for the rendezvous")
+        host = self.job.host
+        # Refused before a socket opens: a public address with private_only.
+        rendezvous_address(f"tcp://{host}:1", self.config.learner_rendezvous_private_only)
+        if self._dp_listen is None:
+            self._dp_listen = listen_socket(host)
+        self.dp_address = socket_address(self._dp_listen)
+        return self.dp_address
+
+    def set_dp_address(self, address: str) -> None:
+        """Where rank 0 listens (``dp_listen``), before the first update."""
+        self.dp_address = address
+
     def _join_group(self) -> None:
         from rlmesh.roles.data_parallel import DataParallel, backend_for
 
         # NCCL refuses two ranks on one GPU: fractional GPUs all-reduce over gloo.
         shared = 0 < self.config.num_gpus_per_learner < 1
+        listen, self._dp_listen = self._dp_listen, None  # the store owns it from here
         dp = DataParallel(self.rank, self.world_size, self.dp_address,
                           backend_for(self.learner.device, shared), self._dp_timeout,
-                          device=self.learner.device)
+                          device=self.learner.device, listen=listen,
+                          private_only=self.config.learner_rendezvous_private_only,
+                          local_host=self.job.host)
         with self._lock:
             self.learner.set_data_parallel(dp)
 

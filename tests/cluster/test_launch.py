@@ -19,6 +19,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import psutil
 import pytest
 import zmq
@@ -425,3 +426,78 @@ def test_a_launched_sweeps_trial_that_does_not_fit_waits(tmp_path, netns_cluster
         "scheduler: IMPALA_CartPole-v1_00001 placed on ")
     state = json.loads(next((tmp_path / "results").glob("*/experiment_state.json")).read_text())
     assert [t["status"] for t in state["trials"]] == ["TERMINATED", "TERMINATED"]
+
+
+# --- data-parallel learners on several nodes ---
+
+TWO_LEARNERS = {"num_learners": 2, "num_cpus_per_learner": 2}  # 2 CPUs each: a node each
+PPO_SETTINGS = {"num_envs_per_env_runner": 4, "train_batch_size": 800, "minibatch_size": 200,
+                "num_epochs": 4, "lr": 0.0005, "model": {"fcnet_hiddens": [32, 32]},
+                **TWO_LEARNERS}
+
+
+def launch_and_wait(path: Path, env, *args: str, timeout: float = 240
+                    ) -> tuple[subprocess.Popen, dict, str]:
+    name = path.read_text().split('"')[1]
+    launch = subprocess.Popen([*RLMESH, "launch", str(path), *args], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, env=env)
+    try:
+        state = wait_for_state(path.parent / "clusters" / name / "head.json", "placement", launch)
+        out, _ = launch.communicate(timeout=timeout)
+    finally:
+        if launch.poll() is None:
+            launch.kill()
+    return launch, state, out
+
+
+@pytest.mark.parametrize("run", ["PPO", "IMPALA"])
+def test_two_learners_on_two_nodes_train_as_one(tmp_path, netns_cluster, env, run):
+    settings = PPO_SETTINGS if run == "PPO" else None
+    path = cluster_file(tmp_path, netns_cluster, stop={"training_iteration": 4}, run=run,
+                        algo_settings=settings, **({} if settings else TWO_LEARNERS))
+    launch, state, out = launch_and_wait(path, env)
+    placement = state["placement"]
+    assert placement["learner-0"] != placement["learner-1"], placement
+    assert launch.returncode == 0, out
+    rows = results(tmp_path)
+    assert rows[-1]["training_iteration"] == 4
+    learner = rows[-1]["info"]["learner"]["default_policy"]
+    assert learner["num_env_steps_trained"] > 0 and np.isfinite(learner["total_loss"])
+    if run == "IMPALA":
+        assert rows[-1]["num_learner_updates"] > 0
+
+
+def test_losing_one_of_two_learner_nodes_is_one_line_and_resume_goes_on(tmp_path, netns_cluster,
+                                                                          env):
+    path = cluster_file(tmp_path, netns_cluster, stop={"training_iteration": 1000}, run="PPO",
+                        algo_settings=PPO_SETTINGS, job="checkpoint_freq = 1")
+    name = path.read_text().split('"')[1]
+    launch = subprocess.Popen([*RLMESH, "launch", str(path)], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, env=env)
+    victim = None
+    try:
+        state = wait_for_state(tmp_path / "clusters" / name / "head.json", "placement", launch)
+        deadline = time.monotonic() + 90
+        while not list((tmp_path / "results").glob("*/*/checkpoint_000002")):
+            assert time.monotonic() < deadline and launch.poll() is None
+            time.sleep(0.2)
+        victim = state["placement"]["learner-1"]
+        kill_node(netns_cluster, victim)
+        out, _ = launch.communicate(timeout=120)
+    finally:
+        if launch.poll() is None:
+            launch.kill()
+        if victim is not None:
+            netns_cluster.restart_sshd(victim)
+    assert launch.returncode == 1, out
+    errors = [line for line in out.splitlines() if "error:" in line]
+    assert len(errors) == 1 and "learner-1" in errors[0], out
+    assert "Traceback" not in out and "--resume" in out, out
+    done = max(r["training_iteration"] for r in results(tmp_path))
+    path.write_text(path.read_text().replace('training_iteration" = 1000',
+                                             f'training_iteration" = {done + 2}'))
+    assert f'training_iteration" = {done + 2}' in path.read_text()
+    launch, _, out = launch_and_wait(path, env, "--resume")
+    assert launch.returncode == 0, out
+    rows = results(tmp_path)
+    assert rows[-1]["training_iteration"] == done + 2

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from rlmesh.roles.data_parallel import backend_for, learner_device, loopback_address, to_device
+from rlmesh.roles.data_parallel import backend_for, learner_device, rendezvous_address, to_device
 
 no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -98,16 +98,27 @@ def test_to_device_on_cuda_keeps_values_and_dtypes():
     ("127.0.0.1:29500", ("127.0.0.1", 29500)),
     ("tcp://localhost:1234", ("127.0.0.1", 1234)),
     ("tcp://[::1]:1234", ("::1", 1234)),
+    # a launched cluster's nodes on a private network
+    ("tcp://10.1.2.3:29500", ("10.1.2.3", 29500)),
+    ("tcp://192.168.7.2:41000", ("192.168.7.2", 41000)),
+    ("tcp://[fd00::5]:41000", ("fd00::5", 41000)),
 ])
-def test_loopback_addresses_are_accepted(address, expected):
-    assert loopback_address(address) == expected
+def test_loopback_and_private_addresses_are_accepted(address, expected):
+    assert rendezvous_address(address) == expected
 
 
-@pytest.mark.parametrize("address", ["tcp://10.1.2.3:29500", "tcp://0.0.0.0:29500",
-                                     "tcp://example.com:29500", "ipc:///tmp/x", "tcp://127.0.0.1"])
-def test_other_addresses_are_refused(address):
-    with pytest.raises(ValueError, match="this machine only"):
-        loopback_address(address)
+@pytest.mark.parametrize("address", ["tcp://0.0.0.0:29500", "tcp://example.com:29500",
+                                     "ipc:///tmp/x", "tcp://127.0.0.1"])
+def test_addresses_that_name_no_peer_are_refused(address):
+    with pytest.raises(ValueError, match="rendezvous at tcp://IP:PORT"):
+        rendezvous_address(address)
+
+
+def test_a_public_address_is_refused_unless_the_setting_allows_it():
+    # the learners' torch.distributed traffic is neither authenticated nor encrypted
+    with pytest.raises(ValueError, match="learner_rendezvous_private_only=False"):
+        rendezvous_address("tcp://8.8.4.4:29500")
+    assert rendezvous_address("tcp://8.8.4.4:29500", private_only=False) == ("8.8.4.4", 29500)
 
 
 # --- learners that cannot get their GPUs: one line before any process starts ---
