@@ -102,7 +102,7 @@ def _fused_adam(params: list[torch.Tensor], grads: list[torch.Tensor], m: list[t
     fused = getattr(torch, "_fused_adam_", None) if FUSED else None
     if fused is None or any(p.device.type != "cpu" or p.dtype not in FUSED_DTYPES for p in params):
         return False
-    steps = [torch.tensor(float(count))] * len(params)  # the kernel reads the count as given
+    steps = [torch.tensor(float(count), device="cpu")] * len(params)  # the count, as given
     fused(params, grads, m, v, [], steps, lr=lr, beta1=beta1, beta2=beta2, weight_decay=0.0,
           eps=eps, amsgrad=False, maximize=False)
     return True
