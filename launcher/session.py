@@ -22,6 +22,7 @@ from rlmesh.launcher.remote import AgentProcess, NodeLink
 from rlmesh.launcher.scheduler import Placement, PlacementError, place, replace
 from rlmesh.launcher.ssh import SSH
 from rlmesh.runtime import ActorEvent, Job, RestartPolicy
+from rlmesh.runtime.logtail import LogLines
 from rlmesh.runtime.process import ChildSpec
 from rlmesh.runtime.registry import runs_root
 from rlmesh.runtime.resources import PlacementGroup
@@ -48,6 +49,7 @@ class ClusterSession:
         self.used = used or {}
         self.verbose = verbose
         self.echo = echo or (lambda line: print(line, file=sys.stderr, flush=True))
+        self._lines = LogLines()  # which output lines are detail: the log file's, not the console's
         self.state_dir = cluster.state_dir
         self.keys: ClusterKeys | None = None
         self.ssh = {n.name: SSH(cluster.ssh_target(n.name), self.state_dir / "ssh")
@@ -228,7 +230,8 @@ class ClusterSession:
         with open(self.job.run_dir.log_path(name), "a", encoding="utf-8") as fh:
             fh.write(text)
         for line in text.splitlines():
-            if self.verbose or any(word in line for word in NOISY):
+            _, detail, _ = self._lines.read((node, name), line)
+            if self.verbose or (not detail and any(word in line for word in NOISY)):
                 self.echo(f"[{node} {name}] {line}")
 
     def _write_state(self, placement: dict[str, str] | None = None) -> None:

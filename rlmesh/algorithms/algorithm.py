@@ -48,6 +48,11 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
+# How long a learner's failed collective waits for the supervisor to name the learner that
+# is gone: its heartbeat timeout (5 s), and a node's loss seen through its agent.
+PEER_FAILURE_WAIT_S = 20.0
+
+
 class LearnerFailed(RuntimeError):
     """A learner died or its update loop raised: the run cannot go on. ``log_path``: the
     learner process's log, with the traceback (None for a learner in this process, whose
@@ -262,9 +267,19 @@ class Algorithm:
                 raise
             raise LearnerFailed(self._failure_message(exc), self._learner_log(exc)) from None
 
+    def _wait_for_peer_failure(self, exc: BaseException) -> None:
+        """A learner's collective failed because another learner is gone (its node lost):
+        wait a little for the supervisor to say which, so that the message names the cause,
+        not the symptom on the learner that survived."""
+        if "DataParallelError" not in f"{getattr(exc, 'etype', '')} {exc}":
+            return
+        deadline = time.monotonic() + PEER_FAILURE_WAIT_S
+        while self.mesh.learner_failure is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+
     def _learner_log(self, exc: BaseException) -> Path | None:
         """The failed learner process's log file, where it has one."""
-        name = getattr(exc, "actor", "") or self.mesh.failed_learner or ""
+        name = self.mesh.failed_learner or getattr(exc, "actor", "") or ""
         job = self.mesh.job
         if not name.startswith("learner-") or job is None or self.config.num_learners == 0:
             return None
@@ -273,6 +288,7 @@ class Algorithm:
 
     def _failure_message(self, exc: BaseException) -> str:
         """The cause in one line (the traceback is in the learner's log), and where to resume."""
+        self._wait_for_peer_failure(exc)
         what = self.mesh.learner_failure or _one_line_cause(exc)
         where = (f"the last checkpoint is {self.last_checkpoint}: resume with `rlmesh train "
                  f"... --resume` or Algorithm.restore('{self.last_checkpoint}')"

@@ -66,8 +66,7 @@ class LogTail:
         self.level = level_number(level)
         self._offsets: dict[Path, int] = {}
         self._partial: dict[Path, bytes] = {}
-        self._last_level: dict[Path, int] = {}
-        self._last_detail: dict[Path, bool] = {}
+        self._lines = LogLines()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="rlmesh.logtail", daemon=True)
 
@@ -109,23 +108,39 @@ class LogTail:
     def _emit(self, path: Path, line: str) -> None:
         if not line:
             return
-        match = _LINE.match(line)
+        level, detail, match = self._lines.read(path, line)
         if match:
-            level_name, role, name, message = match.groups()
-            level = self._last_level[path] = logging.getLevelName(level_name)
-            tagged = message.startswith(DETAIL_TAG)
-            message = message[len(DETAIL_TAG):] if tagged else message
-            detail = self._last_detail[path] = tagged or _is_detail(True, level, message)
+            _, role, name, message = match.groups()
+            message = message.removeprefix(DETAIL_TAG)
         else:  # a continuation (traceback) or a print
-            level = self._last_level.get(path, logging.INFO)
             role, name, message = path.stem, "rlmesh.output", line
-            detail = self._last_detail.get(path, False) or _is_detail(False, level, message)
         if level < self.level:
             return
         record = logging.makeLogRecord({"name": name, "levelno": level,
                                         "levelname": logging.getLevelName(level),
                                         "msg": message, "role": role, "detail": detail})
         logging.getLogger(name).handle(record)
+
+
+class LogLines:
+    """Reads child log lines as they come, per source (a file, a node's actor): each line's
+    level, whether it is ``detail`` (for the log files, not the console), and its match of
+    the record format (None for a continuation line, which goes with the record before)."""
+
+    def __init__(self) -> None:
+        self._level: dict[object, int] = {}
+        self._detail: dict[object, bool] = {}
+
+    def read(self, source: object, line: str) -> tuple[int, bool, re.Match | None]:
+        match = _LINE.match(line)
+        if match:
+            level = self._level[source] = logging.getLevelName(match.group(1))
+            message = match.group(4)
+            detail = self._detail[source] = (message.startswith(DETAIL_TAG)
+                                             or _is_detail(True, level, message))
+            return level, detail, match
+        level = self._level.get(source, logging.INFO)
+        return level, self._detail.get(source, False) or _is_detail(False, level, line), None
 
 
 def _is_detail(is_record: bool, level: int, message: str) -> bool:

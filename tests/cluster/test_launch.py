@@ -461,10 +461,8 @@ def test_two_learners_on_two_nodes_train_as_one(tmp_path, netns_cluster, env, ru
     assert launch.returncode == 0, out
     rows = results(tmp_path)
     assert rows[-1]["training_iteration"] == 4
-    learner = rows[-1]["info"]["learner"]["default_policy"]
-    assert learner["num_env_steps_trained"] > 0 and np.isfinite(learner["total_loss"])
-    if run == "IMPALA":
-        assert rows[-1]["num_learner_updates"] > 0
+    assert rows[-1]["num_env_steps_trained"] > rows[0]["num_env_steps_trained"] > 0
+    assert np.isfinite(rows[-1]["info"]["learner"]["default_policy"]["total_loss"])
 
 
 def test_losing_one_of_two_learner_nodes_is_one_line_and_resume_goes_on(tmp_path, netns_cluster,
