@@ -209,12 +209,25 @@ def offline(cpu_check: bool) -> None:
             with build(run, env, {"input": tmp, "train_batch_size": 200, "minibatch_size": 100,
                                   "model": {"fcnet_hiddens": [32, 32]},
                                   **device_settings(cpu_check)}) as algo:
-                train(algo, 2)
+                result = train(algo, 2)
+            if not result["info"]["learner"].get("default_policy", {}).get("num_grad_updates"):
+                raise CaseFailed(f"{run}: no gradient step on the data in {tmp}")
 
 
 def evaluation(cpu_check: bool) -> None:
     run_algorithm("PPO", cpu_check, evaluation_interval=1, evaluation_num_env_runners=1,
                   evaluation_duration=2)
+
+
+def cuda_unit_tests(cpu_check: bool) -> None:
+    """The unit tests that need CUDA (skipped in CI): moving batches to the device from
+    pinned memory, the device check beside a real GPU."""
+    files = ["tests/unit/test_data_parallel_devices.py", "tests/unit/test_rl_batch.py",
+             "tests/unit/test_device_check.py"]
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *files],
+                          capture_output=True, text=True, timeout=300)
+    if done.returncode != 0:
+        raise CaseFailed(f"pytest {' '.join(files)}: {_last_line(done.stdout)}")
 
 
 def _last_line(text: str) -> str:
@@ -228,15 +241,16 @@ def _algorithm_case(run: str) -> Callable[[bool], None]:
 
 CASES: dict[str, Callable[[bool], Any]] = {
     **{run: _algorithm_case(run) for run in ALGORITHMS if run not in OFFLINE},
-    "offline (BC, MARWIL)": offline,
+    "offline BC+MARWIL": offline,
     "PPO 2 learners x 0.5 GPU": data_parallel_shared,
     "IMPALA 2 learners x 0.5 GPU": impala_data_parallel_shared,
-    "PPO 2 learners, NCCL": nccl,
-    "LSTM (PPO, IMPALA)": lstm,
-    "conv 84x84x4 (PPO)": conv,
-    "multi-agent (PPO)": multi_agent,
+    "PPO 2 learners NCCL": nccl,
+    "LSTM PPO+IMPALA": lstm,
+    "conv 84x84x4 PPO": conv,
+    "multi-agent PPO": multi_agent,
     "checkpoint GPU -> CPU": checkpoint_gpu_to_cpu,
     "checkpoint CPU -> GPU": checkpoint_cpu_to_gpu,
     "export_model": export,
     "evaluation runners": evaluation,
+    "CUDA unit tests": cuda_unit_tests,
 }

@@ -24,7 +24,7 @@ def device_check(monkeypatch, request):
 
 
 @pytest.mark.parametrize("device_check", DEVICES, indirect=True)
-@pytest.mark.parametrize("case", [*ALGORITHM_SETTINGS, "offline (BC, MARWIL)", "LSTM (PPO, IMPALA)",
-                                  "conv 84x84x4 (PPO)", "IMPALA 2 learners x 0.5 GPU"])
+@pytest.mark.parametrize("case", [*ALGORITHM_SETTINGS, "offline BC+MARWIL", "LSTM PPO+IMPALA",
+                                  "conv 84x84x4 PPO", "IMPALA 2 learners x 0.5 GPU"])
 def test_learner_trains_on_the_device(case, device_check):
     CASES[case](device_check)

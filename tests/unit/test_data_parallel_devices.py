@@ -93,6 +93,20 @@ def test_to_device_on_cuda_keeps_values_and_dtypes():
     assert out["t"].device == device and out["t"].dtype == torch.float16
 
 
+@needs_cuda
+def test_to_device_copies_from_page_locked_memory():
+    """The copy to the GPU starts from pinned host memory (CUPTI names each copy's kind:
+    'Memcpy HtoD (Pinned -> Device)'), so it need not block the host."""
+    from torch.profiler import ProfilerActivity, profile
+
+    batch = {"x": np.ones((256, 1024), np.float32), "y": np.arange(512)}
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        to_device(batch, torch.device("cuda", 0))
+        torch.cuda.synchronize()
+    copies = [e.name for e in prof.events() if "Memcpy HtoD" in e.name]
+    assert len(copies) >= 2 and all("Pinned" in name for name in copies), copies
+
+
 @pytest.mark.parametrize("address, expected", [
     ("tcp://127.0.0.1:29500", ("127.0.0.1", 29500)),
     ("127.0.0.1:29500", ("127.0.0.1", 29500)),
