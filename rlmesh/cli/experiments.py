@@ -144,9 +144,10 @@ def policy_error_message(error: BaseException) -> str | None:
     from rlmesh.policy.policy import POLICY_ERRORS, PolicyError
     from rlmesh.rl.columns import MissingColumn
     from rlmesh.rl.finite import NonFiniteError
+    from rlmesh.roles.learner import LearnerOutOfMemory
     from rlmesh.runtime import RemoteError
 
-    if isinstance(error, (PolicyError, MissingColumn, NonFiniteError)):
+    if isinstance(error, (PolicyError, MissingColumn, NonFiniteError, LearnerOutOfMemory)):
         return f"{type(error).__name__}: {error}"
     if isinstance(error, RemoteError) and error.etype in POLICY_ERRORS:
         where = f" in {error.actor}" if error.actor else ""

@@ -27,8 +27,9 @@ class PolicyError(TypeError):
 
 #: Errors in the user's policy code that say all there is to say in one line: a policy class
 #: that breaks the contract, a loss that asks for a column the batch lacks, a NaN or inf
-#: from an env or in an update (``on_nonfinite``). By class name: they cross processes so.
-POLICY_ERRORS = ("PolicyError", "MissingColumn", "NonFiniteError")
+#: from an env or in an update (``on_nonfinite``), a device out of memory in an update (it
+#: names the batch sizes to lower). By class name: they cross processes so.
+POLICY_ERRORS = ("PolicyError", "MissingColumn", "NonFiniteError", "LearnerOutOfMemory")
 
 
 class Policy:

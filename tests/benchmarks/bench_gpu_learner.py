@@ -1,6 +1,8 @@
 """Learner samples/s on a GPU: PPO's and IMPALA's updates of a conv net on 84x84x4 uint8 frames
 (Atari after DeepMind preprocessing), rlmesh's learner against bare torch doing the same update
 on the same net and device, in float32 and under bf16 autocast, and the same updates on the CPU.
+"The same update" includes PPO's diagnostics pass (one no-grad forward over the batch after the
+epochs, which rlmesh's PPO makes for its adaptive KL coefficient and its statistics).
 
 ``python -m tests.benchmarks.bench_gpu_learner [--rounds 7] [--cpu-threads N]``
 
@@ -106,7 +108,22 @@ def bare_ppo(device: torch.device, bf16: bool, n: int, minibatch: int, epochs: i
                 nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP)
                 opt.step()
                 losses.append(loss.detach())
-        torch.stack(losses).mean().item()  # the statistics read back, as the learner's are
+        # PPO's diagnostics as rlmesh's update computes them: one pass over the batch after
+        # the epochs (entropy, KL from the behaviour policy, clip fraction, explained variance)
+        with torch.no_grad(), autocast(device, bf16):
+            parts = [model(data["obs"][i:i + minibatch]) for i in range(0, n, minibatch)]
+            logits = torch.cat([p[0] for p in parts]).float()
+            values = torch.cat([p[1] for p in parts]).float()
+            logp_all = torch.log_softmax(logits, -1)
+            behaviour = torch.log_softmax(data["action_dist_inputs"], -1)
+            ratio = torch.exp(logp_all.gather(-1, data["actions"][:, None]).squeeze(-1)
+                              - data["action_logp"])
+            targets = data["value_targets"]
+            stats = [-(logp_all.exp() * logp_all).sum(-1).mean(),
+                     (behaviour.exp() * (behaviour - logp_all)).sum(-1).mean(),
+                     ((ratio - 1).abs() > CLIP).float().mean(),
+                     1 - (targets - values).var() / targets.var(), torch.stack(losses).mean()]
+        torch.stack(stats).tolist()  # the statistics read back, as the learner's are
 
     return update
 

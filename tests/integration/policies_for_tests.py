@@ -76,3 +76,14 @@ BuggyLossPolicy = build_policy("BuggyLossPolicy", loss_fn=loss_with_a_bug)
 BuggyLossAlgo = build_algorithm(
     "BuggyLossAlgo", default_policy=BuggyLossPolicy,
     default_config={"train_batch_size": 200, "num_env_runners": 1, "num_learners": 1})
+
+
+def loss_out_of_memory(policy, model, dist_class, train_batch):
+    """What torch raises when the GPU's allocator gives up (no GPU here to run out of)."""
+    raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+
+
+OutOfMemoryPolicy = build_policy("OutOfMemoryPolicy", loss_fn=loss_out_of_memory)
+OutOfMemoryAlgo = build_algorithm(
+    "OutOfMemoryAlgo", default_policy=OutOfMemoryPolicy,
+    default_config={"train_batch_size": 200, "num_env_runners": 1})

@@ -362,6 +362,18 @@ def test_junk_on_an_aggregator_stream_and_restarts_are_counted_and_never_go_down
 
 # --- GPUs that cannot be had ---
 
+@pytest.mark.parametrize("learners", [0, 1])
+def test_a_learner_out_of_memory_is_one_line_naming_the_batch_sizes(tmp_path, cli, learners):
+    code, out = cli("--run", "tests.integration.policies_for_tests:OutOfMemoryAlgo",
+                    "--env", "CartPole-v1", "--local-dir", str(tmp_path),
+                    "--stop", json.dumps({"training_iteration": 2}),
+                    "--config", json.dumps({"num_learners": learners, "train_batch_size": 200,
+                                            "minibatch_size": 100})).finish()
+    assert code != 0, out
+    assert_one_error_line(out, "ran out of memory in policy 'default_policy'",
+                          "train_batch_size=200", "minibatch_size=100", "lower minibatch_size")
+
+
 def test_learners_asking_for_more_gpus_than_exist_start_nothing(tmp_path, cli):
     import torch
 
