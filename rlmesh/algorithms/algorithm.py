@@ -265,7 +265,11 @@ class Algorithm:
         except (ActorUnavailable, RemoteError) as exc:
             if self.mesh.learner_failure is None and not _learner_raised(exc):
                 raise
-            raise LearnerFailed(self._failure_message(exc), self._learner_log(exc)) from None
+            raise self._learner_failed(exc) from None
+
+    def _learner_failed(self, exc: BaseException) -> LearnerFailed:
+        """``exc``, seen on a learner call, as the one-line LearnerFailed the user gets."""
+        return LearnerFailed(self._failure_message(exc), self._learner_log(exc))
 
     def _wait_for_peer_failure(self, exc: BaseException) -> None:
         """A learner's collective failed because another learner is gone (its node lost):

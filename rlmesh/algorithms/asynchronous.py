@@ -78,7 +78,7 @@ class AsyncAlgorithm(Algorithm):
         except (ActorUnavailable, RemoteError) as exc:
             if self.mesh.learner_failure is None and not isinstance(exc, RemoteError):
                 raise
-            raise LearnerFailed(self._failure_message(exc), self._learner_log(exc)) from None
+            raise self._learner_failed(exc) from None
         finally:
             if asyncio.iscoroutine(coro):
                 coro.close()

@@ -268,27 +268,37 @@ def mesh_processes(root: Path) -> list[psutil.Process]:
     return found
 
 
-def test_losing_the_learners_node_stops_the_job_naming_the_checkpoint(tmp_path, netns_cluster,
-                                                                      env):
-    path = cluster_file(tmp_path, netns_cluster, stop={"training_iteration": 1000},
-                        job="checkpoint_freq = 1")
+def kill_learners_node_after_a_checkpoint(path: Path, cluster, env, learner: str,
+                                          checkpoint_timeout: float = 60) -> tuple[int, str]:
+    """Launch ``path``, kill the node of ``learner`` once checkpoint 2 exists, restart that
+    node's sshd afterwards; the launcher's exit code and output."""
     name = path.read_text().split('"')[1]
     launch = subprocess.Popen([*RLMESH, "launch", str(path)], stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True, env=env)
+    victim = None
     try:
-        state = wait_for_state(tmp_path / "clusters" / name / "head.json", "placement", launch)
-        deadline = time.monotonic() + 60
-        while not list((tmp_path / "results").glob("*/*/checkpoint_000002")):
+        state = wait_for_state(path.parent / "clusters" / name / "head.json", "placement", launch)
+        deadline = time.monotonic() + checkpoint_timeout
+        while not list((path.parent / "results").glob("*/*/checkpoint_000002")):
             assert time.monotonic() < deadline and launch.poll() is None
             time.sleep(0.2)
-        victim = state["placement"]["learner-0"]
-        kill_node(netns_cluster, victim)
+        victim = state["placement"][learner]
+        kill_node(cluster, victim)
         out, _ = launch.communicate(timeout=120)
     finally:
         if launch.poll() is None:
             launch.kill()
-        netns_cluster.restart_sshd(victim)
-    assert launch.returncode == 1, out
+        if victim is not None:
+            cluster.restart_sshd(victim)
+    return launch.returncode, out
+
+
+def test_losing_the_learners_node_stops_the_job_naming_the_checkpoint(tmp_path, netns_cluster,
+                                                                      env):
+    path = cluster_file(tmp_path, netns_cluster, stop={"training_iteration": 1000},
+                        job="checkpoint_freq = 1")
+    code, out = kill_learners_node_after_a_checkpoint(path, netns_cluster, env, "learner-0")
+    assert code == 1, out
     assert "learner-0" in out and "the last checkpoint is" in out and "--resume" in out
 
 
@@ -469,25 +479,9 @@ def test_losing_one_of_two_learner_nodes_is_one_line_and_resume_goes_on(tmp_path
                                                                           env):
     path = cluster_file(tmp_path, netns_cluster, stop={"training_iteration": 1000}, run="PPO",
                         algo_settings=PPO_SETTINGS, job="checkpoint_freq = 1")
-    name = path.read_text().split('"')[1]
-    launch = subprocess.Popen([*RLMESH, "launch", str(path)], stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True, env=env)
-    victim = None
-    try:
-        state = wait_for_state(tmp_path / "clusters" / name / "head.json", "placement", launch)
-        deadline = time.monotonic() + 90
-        while not list((tmp_path / "results").glob("*/*/checkpoint_000002")):
-            assert time.monotonic() < deadline and launch.poll() is None
-            time.sleep(0.2)
-        victim = state["placement"]["learner-1"]
-        kill_node(netns_cluster, victim)
-        out, _ = launch.communicate(timeout=120)
-    finally:
-        if launch.poll() is None:
-            launch.kill()
-        if victim is not None:
-            netns_cluster.restart_sshd(victim)
-    assert launch.returncode == 1, out
+    code, out = kill_learners_node_after_a_checkpoint(path, netns_cluster, env, "learner-1",
+                                                      checkpoint_timeout=90)
+    assert code == 1, out
     errors = [line for line in out.splitlines() if "error:" in line]
     assert len(errors) == 1 and "learner-1" in errors[0], out
     assert "Traceback" not in out and "--resume" in out, out
