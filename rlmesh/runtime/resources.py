@@ -132,3 +132,25 @@ def _as_bundle(value: Any, what: str) -> Bundle:
         return Bundle(value)
     raise ValueError(f"{what}: each bundle must be a Bundle or a mapping of resources, "
                      f"got {value!r}")
+
+
+def cpus_asked(groups: Sequence[PlacementGroup]) -> float:
+    """The CPUs every bundle of ``groups`` asks for, together."""
+    return sum(b.resources.get("CPU", 0.0) for g in groups for b in g.bundles)
+
+
+def without_cpus(groups: Sequence[PlacementGroup]) -> list[PlacementGroup]:
+    """``groups`` asking for no CPU: what must still fit (GPUs, custom resources) when a run
+    goes on with fewer cores than it asks for."""
+    return [PlacementGroup(tuple(Bundle({k: v for k, v in b.resources.items() if k != "CPU"},
+                                        b.label) for b in g.bundles), g.strategy, g.name)
+            for g in groups]
+
+
+def oversubscribed_line(what: str, asked: float, have: float) -> str:
+    """The one warning for a run that asks for more CPUs than the machine has and runs
+    anyway, its processes sharing the cores (slower, not wrong)."""
+    return (f"{what} asks for {asked:g} CPUs and this machine has {have:g}: it runs "
+            f"oversubscribed, its processes sharing the cores (slower than on {asked:g}); "
+            "ask for fewer (num_env_runners, evaluation_num_env_runners, "
+            "num_cpus_per_env_runner) to fit")

@@ -45,6 +45,7 @@ class Sweep:
         self.exploits: dict[str, dict] = {}
         self.pruned: set[str] = set()
         self.waiting_said: str | None = None
+        self.oversubscribed_said = False  # the sweep's one warning of a trial run alone
         self.interrupted = False
         self._state_at = 0.0
         self._dirty = False
@@ -137,11 +138,10 @@ class Sweep:
             try:
                 placement = place(groups, self.nodes, self._used())
             except PlacementError as e:
-                if not self.running:
-                    raise RuntimeError(f"trial {trial.trial_id} cannot be placed even on an "
-                                       f"idle machine: {e}; ask for fewer resources per "
-                                       "trial (num_env_runners, num_cpus_per_env_runner, "
-                                       "resources_per_trial)") from None
+                if not self.running:  # bigger than the idle machine
+                    groups, placement = self._oversubscribed(trial, groups, e)
+                    self._launch(trial, groups, placement, alone=True)
+                    continue
                 if self.waiting_said != trial.trial_id:
                     self.waiting_said = trial.trial_id
                     self.table.message(f"scheduler: {trial.trial_id} waits ({_first_line(e)}); "
@@ -149,13 +149,45 @@ class Sweep:
                 return
             self._launch(trial, groups, placement)
 
-    def _launch(self, trial, groups, placement) -> None:
+    def _oversubscribed(self, trial, groups, error):
+        """A trial asking for more CPUs than the idle machine has runs anyway, as `rlmesh
+        train` runs it: alone, its processes sharing the cores, with one warning for the
+        sweep. Its GPUs and custom resources must still fit, and on a launched cluster (where
+        each trial's session places its actors by the request) it is refused as before."""
+        from rlmesh.launcher.scheduler import PlacementError, place
+        from rlmesh.runtime.resources import cpus_asked, oversubscribed_line, without_cpus
+
+        refused = RuntimeError(f"trial {trial.trial_id} cannot be placed even on an idle "
+                               f"machine: {error}; ask for fewer resources per trial "
+                               "(num_env_runners, num_cpus_per_env_runner, "
+                               "resources_per_trial)")
+        if self.cluster_file is not None:
+            raise refused from None
+        cpuless = without_cpus(groups)
+        try:
+            placement = place(cpuless, self.nodes, {})
+        except PlacementError:
+            raise refused from None
+        if not self.oversubscribed_said:
+            self.oversubscribed_said = True
+            have = sum(n.resources.get("CPU", 0.0) for n in self.nodes)
+            self.table.message("warning: " + oversubscribed_line(
+                f"trial {trial.trial_id}", cpus_asked(groups), have) +
+                "; trials this big run one at a time")
+        return cpuless, placement
+
+    def _launch(self, trial, groups, placement, alone: bool = False) -> None:
+        """Start ``trial`` where ``placement`` puts it; ``alone``: oversubscribed, it takes
+        every CPU of the machine, so that nothing runs beside it."""
         others = self._used()  # what the trial's session counts as taken when it places
         usage: dict[str, dict[str, float]] = {}
         for (g, b), node in placement.assignment.items():
             for res, amount in groups[g].bundles[b].resources.items():
                 usage.setdefault(node, {}).setdefault(res, 0.0)
                 usage[node][res] += amount
+        if alone:
+            for node in self.nodes:
+                usage.setdefault(node.name, {})["CPU"] = node.resources.get("CPU", 0.0)
         self.usage[trial.trial_id] = usage
         trial.status, trial.node = RUNNING, ",".join(sorted(usage))
         if self.search is not None and trial.optuna_number is None:
@@ -172,6 +204,7 @@ class Sweep:
             runner = FunctionTrial(trial, self.events, self.trainable, self._pool)
         self.running[trial.trial_id] = runner
         asks = ", ".join(f"{k} {v:g}" for k, v in sorted(_sum(usage).items()) if v)
+        asks += ", oversubscribed" if alone else ""
         waiting = sum(t.status == PENDING for t in self.trials) + self.total - len(self.trials)
         from_ = f" from {trial.restore_from}" if trial.restore_from else ""
         self.table.message(f"scheduler: {trial.trial_id} placed on {trial.node} ({asks}){from_}; "
