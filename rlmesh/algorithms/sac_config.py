@@ -39,11 +39,11 @@ class SACConfig(OffPolicyConfig, defaults=_SAC_DEFAULTS):
         True, "training",
         doc="Two Q networks, targets and the actor's loss taking the smaller estimate.")
     q_model_config: dict = setting(
-        _NETWORK, "training", merge=True,
+        _NETWORK, "training", merge=True, aliases=("Q_model",),
         doc="Each Q network: fcnet_hiddens and fcnet_activation (obs and action in, "
             "Q out; Q(s, .) for Discrete actions).")
     policy_model_config: dict = setting(
-        _NETWORK, "training", merge=True,
+        _NETWORK, "training", merge=True, aliases=("policy_model",),
         doc="The policy network: fcnet_hiddens and fcnet_activation (obs in; a squashed "
             "Gaussian's mean and log-std out, or logits for Discrete actions).")
     initial_alpha: float = setting(
@@ -55,7 +55,7 @@ class SACConfig(OffPolicyConfig, defaults=_SAC_DEFAULTS):
     optimization_config: dict = setting(
         {"actor_learning_rate": 3e-4, "critic_learning_rate": 3e-4,
          "entropy_learning_rate": 3e-4},
-        "training", merge=True,
+        "training", merge=True, aliases=("optimization",),
         doc="Adam learning rates: actor_learning_rate, critic_learning_rate and "
             "entropy_learning_rate (of log alpha).")
     exploration_config: dict = setting(

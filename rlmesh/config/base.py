@@ -18,6 +18,7 @@ from rlmesh.config.settings import (  # noqa: F401  (ConfigError, Setting, GROUP
     _UNSET, GROUPS, ConfigError, Setting, Settings, _jsonable, setting,
 )
 from rlmesh.rl.spec import MODEL_DEFAULTS
+from rlmesh.rl.spec import check_model_config as _check_model_config
 from rlmesh.rl.spec import custom_model_path as _custom_model_path
 
 
@@ -73,8 +74,8 @@ class AlgorithmConfig(SamplingSettings, EvaluationSettings, MultiAgentSettings, 
         doc="Network settings in RLlib's names (fcnet_hiddens, fcnet_activation, conv_filters, "
             "vf_share_layers, free_log_std, custom_model, custom_model_config) and "
             "squash_actions (Box actions tanh-squashed into the bounds instead of clipped), "
-            "use_lstm and its lstm_* keys and max_seq_len, framestack "
-            "(docs/observations_and_memory.md); "
+            "use_lstm and its lstm_* keys and max_seq_len, framestack, and the Atari "
+            "keys dim, grayscale, zero_mean (docs/observations_and_memory.md); "
             "every key with its meaning: rlmesh.rl.spec.MODEL_DEFAULTS. A dict given updates "
             "the current one key by key, as in RLlib.")
 
@@ -139,10 +140,17 @@ class AlgorithmConfig(SamplingSettings, EvaluationSettings, MultiAgentSettings, 
         None, "callbacks", aliases=("callbacks",),
         doc="Class (or import path 'pkg.module:Class') whose hooks run on episode, sample "
             "and training events; None: no callbacks.")
+    named_actors: dict = setting(
+        {}, "callbacks",
+        doc="Actors the run starts, each in a process of its own that stops with the run, "
+            "reached by name from envs, callbacks and the driver with rlmesh.get_actor(name) "
+            "(RLlib's named Ray actors): {name: 'pkg.module:Class'} or {name: {'class': ..., "
+            "'kwargs': {...}, 'max_restarts': 0}}; the class's public methods are its calls "
+            "(docs/named_actors.md).")
 
     # --- reporting ---
     metrics_num_episodes_for_smoothing: int = setting(
-        100, "reporting", ge=1,
+        100, "reporting", ge=1, aliases=("metrics_smoothing_episodes",),
         doc="episode_reward_mean (and _min, _max, episode_len_mean) are over this many "
             "newest episodes. A short task (Pendulum in 20k steps: 100 episodes in all) "
             "needs a smaller window to see its progress.")
@@ -171,6 +179,30 @@ class AlgorithmConfig(SamplingSettings, EvaluationSettings, MultiAgentSettings, 
             "(env data) or the batch or update (learner) and counts it in the result "
             "(num_nonfinite_steps_skipped, info/learner/<pid>/num_nonfinite_*_skipped). "
             "An update with a non-finite loss or gradient is never applied.")
+
+    # --- RLlib's vocabulary ---
+
+    @classmethod
+    def _translate(cls, values: dict) -> tuple[dict, dict]:
+        """RLlib's keys of both API stacks that are not settings here, translated (or
+        refused) by rlmesh/config/rllib.py; each note said once, as a warning line."""
+        from rlmesh.config import rllib
+
+        try:
+            translated = rllib.translate(cls, values)
+        except rllib.Refused as e:
+            raise ConfigError(str(e)) from None
+        rllib.note(translated.notes)
+        return translated.settings, translated.derived
+
+    @classmethod
+    def rllib_defaults(cls, stack: str = "old"):
+        """This config with the values RLlib's own config class gives the keys a file leaves
+        out (``stack``: 'old' for files of RLlib's classic API stack, 'new' for its new
+        stack), so an RLlib tuned example means what it meant there (docs/rllib.md)."""
+        from rlmesh.config import rllib
+
+        return cls().update_from_dict(rllib.defaults_for(cls, stack))
 
     # --- builders: one per group, each taking exactly that group's keys ---
 
@@ -300,6 +332,10 @@ class AlgorithmConfig(SamplingSettings, EvaluationSettings, MultiAgentSettings, 
     def _cross_checks(self) -> list[str]:
         """Checks that read several settings; a subclass extends the list."""
         problems = []
+        try:  # an unknown model key names the closest one, before any process starts
+            _check_model_config(self.model)
+        except ValueError as e:
+            problems.append(f"model: {e}")
         if self.lr_schedule is not None:
             try:
                 validate_schedule(self.lr_schedule)

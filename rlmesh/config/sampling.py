@@ -45,8 +45,19 @@ class SamplingSettings:
     action_space: Any = setting(
         None, "environment",
         doc="The action space, as observation_space.")
+    horizon: int | None = setting(
+        None, "environment", ge=1,
+        doc="Cut every episode after this many steps (truncated, as gymnasium's TimeLimit), "
+            "whatever the env's own limit (RLlib's old horizon); None: the env's limit.")
 
     # --- env_runners ---
+    preprocessor_pref: Literal["deepmind", "rllib"] | None = setting(
+        "deepmind", "env_runners",
+        doc="'deepmind' (RLlib's default): an ALE id gets DeepMind's Atari preprocessing "
+            "(no-op starts, frame skip 4, 84x84 grayscale frames, 4 stacked; the model's "
+            "dim, grayscale, zero_mean and framestack shape it); 'rllib' or None: raw "
+            "frames. env_config={'atari': ...} decides instead when given "
+            "(docs/observations_and_memory.md).")
     num_env_runners: int = setting(
         0, "env_runners", ge=0, aliases=("num_workers", "num_rollout_workers"),
         doc="Env-runner processes sampling in parallel; 0 samples in the driver process.")

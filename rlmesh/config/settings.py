@@ -127,8 +127,10 @@ def _jsonable(value):
 
         return _jsonable(space_to_data(value))
     if isinstance(value, type) or isinstance(value, types.FunctionType):
-        if "<" in value.__qualname__:  # a lambda or a local: no path can import it
-            raise TypeError(f"{value!r} cannot be imported by path; define it at module level")
+        from rlmesh.runtime import handed
+
+        if handed.needs_handing(value):  # a lambda or a local: handed to local processes
+            return handed.token_for(value)
         return f"{value.__module__}:{value.__qualname__}"
     raise TypeError(f"{value!r} is not plain data (JSON types, a class or a function)")
 
@@ -164,15 +166,16 @@ class Settings:
 
     def _set(self, group: str, values: dict):
         fields = _fields(type(self))
-        for key, value in values.items():
-            if value is _UNSET:
-                continue
+        own, derived = self._translate({k: v for k, v in values.items() if v is not _UNSET})
+        for key, value in own.items():
             name = self._resolve(key)
             owner = fields[name].metadata["group"]
             if owner != group:
                 raise ConfigError(f"{key!r} is not a {group} setting; set it with "
                                   f".{owner}({fields[name].metadata['key'] or name}=...)")
             self._assign(name, value)
+        for key, value in derived.items():  # made from RLlib's keys: its builders differ
+            self._assign(self._resolve(key), value)
         return self
 
     def _assign(self, name: str, value) -> None:
@@ -204,9 +207,17 @@ class Settings:
 
     def update_from_dict(self, d: dict):
         """Set each key of ``d`` whatever its group; an unknown key raises ConfigError."""
-        for key, value in d.items():
-            self._assign(self._resolve(key), value)
+        own, derived = self._translate(d)
+        for values in (own, derived):  # both may set one dict setting (merged in turn)
+            for key, value in values.items():
+                self._assign(self._resolve(key), value)
         return self
+
+    @classmethod
+    def _translate(cls, values: dict) -> tuple[dict, dict]:
+        """``values`` split into keys of this class (resolved by name or alias) and keys made
+        from another vocabulary's (AlgorithmConfig: RLlib's, rlmesh/config/rllib.py)."""
+        return values, {}
 
     def copy(self):
         """A deep copy: changing its dicts (model, env_config) leaves this one alone."""

@@ -19,6 +19,7 @@ import gymnasium as gym
 import numpy as np
 
 from rlmesh.callbacks import load_callbacks
+from rlmesh.env.multi_agent_env import is_multi_agent
 from rlmesh.code import code_names, is_file, resolve_sent
 from rlmesh.envs import EnvContext, import_object, make_env, space_to_data
 from rlmesh.offline.sharded import ShardedInput
@@ -101,7 +102,14 @@ class EnvRunner(MultiAgentPolicies, VersionedPolicies, Actor):
 
         def create(i: int) -> gym.Env:
             context = EnvContext(cfg.env_config, worker_index, i, cfg.num_env_runners)
-            env = wrap_for_model(self.wrap_env(make_env(cfg.env, context, registry), i), cfg.model)
+            env = make_env(cfg.env, context, registry, model=cfg.model,
+                           preprocessor_pref=cfg.preprocessor_pref)
+            if cfg.horizon is not None:  # RLlib's old horizon: a time limit of its own
+                if is_multi_agent(env):
+                    raise ValueError("horizon: a MultiAgentEnv ends its own episodes; set "
+                                     "__all__ truncated in the env instead")
+                env = gym.wrappers.TimeLimit(env, max_episode_steps=cfg.horizon)
+            env = wrap_for_model(self.wrap_env(env, i), cfg.model)
             if self.callbacks is not None:
                 self.callbacks.on_environment_created(env_runner=self, env=env, env_context=context)
             return env

@@ -151,7 +151,7 @@ def test_ppo_keys_are_unknown_to_the_base_config():
     ({"minibatch_size": 8000}, "minibatch_size: expected <= the train batch per learner (2048)"),
     ({"train_batch_size_per_learner": 100}, "minibatch_size: expected <= the train batch per "
                                             "learner (100), got 128"),
-    ({"framework": "tf2"}, "framework: expected 'torch', got 'tf2'"),
+    ({"framework": "jax"}, "framework: expected 'torch'"),
     ({"lambda": 1.2}, "lambda: expected <= 1, got 1.2"),
     ({"clip_param": 0}, "clip_param: expected > 0, got 0"),
     ({"use_gae": False}, "use_gae: batch_mode 'truncate_episodes' needs GAE"),

@@ -1,0 +1,446 @@
+"""RLlib's config keys that are not rlmesh settings (nor their aliases), for both of RLlib's
+API stacks: each is translated onto rlmesh's settings, accepted as having no effect here, or
+refused with what to use instead. ``translate()`` runs before keys are resolved, so a
+tuned-example file, ``from_dict`` and the builders (``.resources(num_gpus=1)``) read alike.
+docs/rllib.md shows these tables as one page."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, NamedTuple
+
+logger = logging.getLogger("rlmesh.config")
+
+
+class Translated(NamedTuple):
+    """What ``translate`` makes of a dict of keys."""
+
+    settings: dict  # keys as the caller gave them (rlmesh's own or unknown: resolved later)
+    derived: dict  # rlmesh keys made from RLlib keys (no builder-group check applies)
+    notes: list  # one line each, for the user
+
+
+class Refused(ValueError):
+    """An RLlib key rlmesh cannot honour; the message names it and what to do."""
+
+
+def _stripped(name: Any) -> Any:
+    """A class named by RLlib's module path ('ray.rllib.utils...EpsilonGreedy') -> its name."""
+    return name.rpartition(".")[2] if isinstance(name, str) else name
+
+
+# --- keys with no effect here: RLlib's switches between its own stacks, TF's knobs, and
+# knobs of machinery rlmesh does differently (the value changes nothing rlmesh computes) ---
+
+NO_EFFECT: dict[str, str] = {
+    # API-stack switches: rlmesh has one stack (learner processes, env runners)
+    "_enable_rl_module_api": "rlmesh always trains through its learner and policy modules",
+    "_enable_learner_api": "rlmesh always trains through its learner",
+    "enable_rl_module_and_learner": "rlmesh always trains through its learner",
+    "enable_env_runner_and_connector_v2": "rlmesh's env runners are its only sampler",
+    "_enable_new_api_stack": "rlmesh has one API stack",
+    "_disable_execution_plan_api": "rlmesh has no execution plans",
+    "_disable_preprocessor_api": "rlmesh flattens observations in its models",
+    "_disable_action_flattening": "rlmesh's models take actions of any space",
+    "_disable_initialize_loss_from_dummy_batch": "rlmesh builds losses on first use",
+    "_tf_policy_handles_more_than_one_loss": "TensorFlow only",
+    "_validate_config": "rlmesh always validates",
+    "_use_msgpack_checkpoints": "rlmesh's checkpoints are msgpack and torch state_dicts",
+    "simple_optimizer": "rlmesh's learner has one update path",
+    # TensorFlow
+    "eager_tracing": "TensorFlow only", "eager_max_retraces": "TensorFlow only",
+    "tf_session_args": "TensorFlow only", "local_tf_session_args": "TensorFlow only",
+    "torch_compile_worker": "the runners act through numpy or eager torch",
+    "torch_compile_worker_dynamo_backend": "the runners act through numpy or eager torch",
+    "torch_compile_worker_dynamo_mode": "the runners act through numpy or eager torch",
+    "torch_compile_learner_what_to_compile": "torch_compile_learner compiles the loss",
+    "torch_ddp_kwargs": "rlmesh's data-parallel learners average gradients themselves",
+    "torch_skip_nan_gradients": "on_nonfinite decides what a non-finite gradient does",
+    # Ray's machinery
+    "num_multi_gpu_tower_stacks": "one learner process per GPU (num_learners) replaces towers",
+    "placement_strategy": "rlmesh's scheduler packs the learners and spreads the runners",
+    "custom_resources_per_worker": "rlmesh schedules CPUs and GPUs only",
+    "custom_resources_per_env_runner": "rlmesh schedules CPUs and GPUs only",
+    "custom_resources_per_learner": "rlmesh schedules CPUs and GPUs only",
+    "remote_worker_envs": "each env runner is a process of its own already",
+    "remote_env_batch_wait_ms": "each env runner is a process of its own already",
+    "create_env_on_driver": "the driver builds one env for its spaces when it needs them",
+    "create_local_env_runner": "the driver builds one env for its spaces when it needs them",
+    "validate_workers_after_construction": "runners report their spaces when they start",
+    "validate_env_runners_after_construction": "runners report their spaces when they start",
+    "worker_cls": "rlmesh's env runner is a role of its own",
+    "env_runner_cls": "rlmesh's env runner is a role of its own",
+    "compress_observations": "observations cross as raw array frames",
+    "synchronize_filters": "the driver merges filter statistics every iteration",
+    "update_worker_filter_stats": "the driver merges filter statistics every iteration",
+    "use_worker_filter_stats": "the driver merges filter statistics every iteration",
+    "sync_filters_on_rollout_workers_timeout_s": "filters sync with the weights",
+    "worker_health_probe_timeout_s": "heartbeats are answered by a control thread",
+    "env_runner_health_probe_timeout_s": "heartbeats are answered by a control thread",
+    "worker_restore_timeout_s": "restarted runners are given the newest weights",
+    "env_runner_restore_timeout_s": "restarted runners are given the newest weights",
+    "num_consecutive_worker_failures_tolerance": "max_num_env_runner_restarts bounds restarts",
+    "num_consecutive_env_runner_failures_tolerance": "max_num_env_runner_restarts bounds restarts",
+    "delay_between_worker_restarts_s": "a dead runner restarts at once",
+    "delay_between_env_runner_restarts_s": "a dead runner restarts at once",
+    "metrics_episode_collection_timeout_s": "runners report episodes with their fragments",
+    "collect_metrics_timeout": "runners report episodes with their fragments",
+    "keep_per_episode_custom_metrics": "custom metrics are averaged per iteration",
+    "always_attach_evaluation_results": "the newest evaluation stays in the results",
+    "log_sys_usage": "rlmesh reports its processes' own usage",
+    "logger_config": "results go to result.json, progress.csv and TensorBoard",
+    "logger_creator": "results go to result.json, progress.csv and TensorBoard",
+    "disable_env_checking": "rlmesh checks an env's spaces when its runner starts",
+    "auto_wrap_old_gym_envs": "rlmesh takes gymnasium envs",
+    "export_native_model_files": "checkpoints hold torch state_dicts (rlmesh export for a model)",
+    "checkpoint_trainable_policies_only": "checkpoints hold every policy",
+    "max_requests_in_flight_per_sampler_worker": "in-flight requests are credited per runner",
+    "max_requests_in_flight_per_aggregator_worker": "in-flight requests are credited per hop",
+    "max_requests_in_flight_per_aggregator_actor": "in-flight requests are credited per hop",
+    "max_requests_in_flight_per_learner": "in-flight requests are credited per hop",
+    "timeout_s_sampler_manager": "runners report with heartbeats",
+    "timeout_s_aggregator_manager": "aggregators report with heartbeats",
+    "episodes_to_numpy": "fragments are numpy arrays already",
+    "add_default_connectors_to_env_to_module_pipeline": "rlmesh's runners apply filters themselves",
+    "add_default_connectors_to_module_to_env_pipeline": "rlmesh's runners apply filters themselves",
+    "add_default_connectors_to_learner_pipeline": "the learner computes advantages itself",
+    "batch_mode_callbacks": "callbacks run per episode and per fragment",
+    "recreate_failed_env_runners_on_eval": "evaluation runners restart as training runners do",
+    "restart_failed_sub_environments": "a failing env restarts its runner",
+    "ignore_env_runner_failures": "restart_failed_env_runners decides",
+    "preprocessor_pref": "Atari ids get the DeepMind preprocessing (docs/rllib.md)",
+    "actions_in_input_normalized": "logged actions are read as the env took them",
+    "postprocess_inputs": "rlmesh computes what the loss needs on the learner",
+    "shuffle_buffer_size": "input_config's shuffle orders the episodes",
+    "in_evaluation": "rlmesh sets it for its evaluation runners",
+    "sampler_perf_stats_ema_coef": "rlmesh's timers are per iteration",
+    "fake_gpus": "use _fake_gpus",
+    "debug": "APEX's optimizer debug flag has no equivalent",
+    "rollouts_per_iteration": "rlmesh's ES samples episodes_per_batch",
+    "before_learn_on_batch": "rlmesh's learner has no such hook",
+}
+
+
+# --- keys refused unless their value is RLlib's default (which changes nothing) ---
+
+REFUSED: dict[str, tuple[Any, str]] = {
+    "soft_horizon": (False, "rlmesh resets an env when its episode ends; remove the key"),
+    "no_done_at_end": (False, "rlmesh trains on the env's own terminated/truncated flags; "
+                              "remove the key"),
+    "fake_sampler": (False, "remove the key"),
+    "observation_fn": (None, "map observations inside the env (a gymnasium wrapper)"),
+    "env_task_fn": (None, "change the task from a callback through the env's own method"),
+    "replay_mode": ("independent", "rlmesh replays each policy independently"),
+    "env_to_module_connector": (None, "use observation_filter, model framestack or an env "
+                                      "wrapper"),
+    "module_to_env_connector": (None, "use an env wrapper"),
+    "learner_connector": (None, "write the step in your policy's loss (docs/policies.md)"),
+    "rl_module_spec": (None, "set policy_class (docs/policies.md) or model"),
+    "learner_class": (None, "set policy_class (docs/policies.md)"),
+    "_deterministic_loss": (False, "remove the key"),
+    "_use_beta_distribution": (False, "SAC squashes a Gaussian with tanh; remove the key"),
+    "softq": (False, "rlmesh's DQN explores epsilon-greedily (exploration_config)"),
+    "use_attention": (False, "use model.use_lstm for memory (docs/observations_and_memory.md)"),
+    "custom_eval_function": (None, "score evaluation episodes in a callback "
+                                   "(on_episode_end) instead"),
+    "ope_split_batch_by_episode": (True, "remove the key"),
+    "_separate_vf_optimizer_new": (False, "remove the key"),
+}
+
+
+# --- translations: RLlib key (value, whole dict) -> rlmesh keys, and a note or None ---
+
+def _framework(value, d, cls):
+    if value == "torch":
+        return {"framework": "torch"}, None
+    if value in ("tf", "tf2", "tfe"):
+        return {"framework": "torch"}, (f"framework: {value!r} runs with torch (rlmesh has no "
+                                        f"TensorFlow)")
+    return {"framework": value}, None  # validate() names what it takes
+
+
+def _num_gpus(value, d, cls):
+    """Old stack: num_gpus are the local learner's GPUs (towers when > 1)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise Refused(f"num_gpus: expected a number >= 0, got {value!r}")
+    if value <= 1:
+        return {"num_gpus_per_learner": value}, None
+    if value != int(value):
+        raise Refused(f"num_gpus: {value} GPUs is not a whole number above 1; set "
+                      f"num_learners and num_gpus_per_learner")
+    return ({"num_learners": int(value), "num_gpus_per_learner": 1},
+            f"num_gpus: {int(value)} -> {int(value)} data-parallel learners of 1 GPU each")
+
+
+def _apex_optimizer(value, d, cls):
+    """APEX's old ``optimizer`` dict."""
+    if not isinstance(value, dict):
+        raise Refused(f"optimizer: expected APEX's dict, got {value!r}")
+    out, dropped = {}, []
+    for key, v in value.items():
+        if key in ("num_replay_buffer_shards", "num_replay_shards"):
+            out["num_replay_buffer_shards"] = v
+        elif key == "max_weight_sync_delay":
+            out["broadcast_interval"] = max(1, int(v) // 100)
+            dropped.append(key)
+        elif key == "debug":
+            continue
+        else:
+            raise Refused(f"optimizer: unknown key {key!r}; APEX's optimizer dict takes "
+                          "num_replay_buffer_shards, max_weight_sync_delay and debug")
+    if "num_replay_buffer_shards" not in cls.__dataclass_fields__:
+        raise Refused("optimizer: only APEX's optimizer dict is understood "
+                      "(num_replay_buffer_shards, max_weight_sync_delay)")
+    note = ("optimizer.max_weight_sync_delay: runners fetch weights every broadcast_interval "
+            "learner updates instead") if dropped else None
+    return out, note
+
+
+def _multiagent(value, d, cls):
+    """The old stack's nested ``multiagent`` dict."""
+    if not isinstance(value, dict):
+        raise Refused(f"multiagent: expected a dict, got {value!r}")
+    return dict(value), None
+
+
+def _exploration(value, d, cls):
+    """``exploration_config``: RLlib's class paths stripped; StochasticSampling (the policy's
+    own distribution) is what policy-gradient algorithms do anyway."""
+    if not isinstance(value, dict):
+        return {"exploration_config": value}, None
+    value = {**value, "type": _stripped(value.get("type"))} if "type" in value else dict(value)
+    if "exploration_config" in cls.__dataclass_fields__:
+        return {"exploration_config": value}, None
+    if value.get("type") in (None, "StochasticSampling") and set(value) <= {"type", "random_timesteps"}:
+        return {}, None
+    raise Refused(f"exploration_config: {cls.__name__[:-6] or 'this algorithm'} samples from "
+                  f"its policy's distribution (StochasticSampling); type "
+                  f"{value.get('type')!r} is not available to it")
+
+
+_REPLAY_TYPES = {
+    "MultiAgentEpisodeReplayBuffer": "MultiAgentReplayBuffer",
+    "MultiAgentPrioritizedEpisodeReplayBuffer": "MultiAgentPrioritizedReplayBuffer",
+}
+
+
+def _replay(value, d, cls):
+    """``replay_buffer_config``: class paths stripped, the new stack's episode buffers as
+    their transition equivalents, and the old stack's keys that live elsewhere here."""
+    if not isinstance(value, dict):
+        return {"replay_buffer_config": value}, None
+    rb, out = dict(value), {}
+    if "type" in rb:
+        rb["type"] = _REPLAY_TYPES.get(_stripped(rb["type"]), _stripped(rb["type"]))
+    for key in ("learning_starts", "num_steps_sampled_before_learning_starts"):
+        if key in rb:
+            out["num_steps_sampled_before_learning_starts"] = rb.pop(key)
+    if rb.pop("prioritized_replay", None) is False:  # the oldest boolean switch
+        rb["type"] = "MultiAgentReplayBuffer"
+    mode = rb.pop("replay_mode", "independent")
+    if mode != "independent":
+        raise Refused(f"replay_buffer_config.replay_mode: {mode!r}; rlmesh replays each "
+                      "policy independently ('independent')")
+    unit = rb.pop("storage_unit", "timesteps")
+    if unit not in ("timesteps", "episodes", "sequences"):
+        raise Refused(f"replay_buffer_config.storage_unit: {unit!r}; rlmesh stores timesteps")
+    for key in ("no_local_replay_buffer", "replay_batch_size", "replay_burn_in",
+                "replay_zero_init_states", "worker_side_prioritization", "num_shards",
+                "replay_sequence_length", "replay_sequence_override"):
+        rb.pop(key, None)  # batch size, shards and sequences come from other settings
+    out["replay_buffer_config"] = rb
+    return out, None
+
+
+def _input(value, d, cls):
+    """RLlib's ``input: dataset`` reads ``input_config.paths``."""
+    if value == "dataset":
+        cfg = d.get("input_config") or {}
+        paths = cfg.get("paths") or cfg.get("path")
+        if not paths:
+            raise Refused("input: 'dataset' needs input_config.paths (a file, folder or glob)")
+        return {"input": paths}, None
+    return {"input": value}, None
+
+
+def _input_config(value, d, cls):
+    if not isinstance(value, dict):
+        raise Refused(f"input_config: expected a dict, got {value!r}")
+    kept = {k: v for k, v in value.items() if k in ("shuffle", "format")}
+    return {"input_config": kept}, None
+
+
+def _output_config(value, d, cls):
+    if not isinstance(value, dict):
+        raise Refused(f"output_config: expected a dict, got {value!r}")
+    out = {}
+    if "format" in value:
+        out["output_format"] = value["format"]
+    if value.get("path"):
+        out["output"] = value["path"]
+    return out, None
+
+
+def _model_config(value, d, cls):
+    """The new stack's ``model_config`` (a dict; DefaultModelConfig's fields) is ``model``."""
+    if hasattr(value, "__dataclass_fields__"):  # DefaultModelConfig(...) from a script
+        import dataclasses
+
+        value = dataclasses.asdict(value)
+    return {"model": value}, None
+
+
+def _scheduled(key: str, schedule_key: str) -> Callable:
+    """The new stack gives a schedule as the value itself: ``lr: [[0, 1e-3], [1e6, 1e-4]]``."""
+
+    def translate(value, d, cls):
+        if not isinstance(value, list):
+            return {key: value}, None
+        if schedule_key not in cls.__dataclass_fields__:
+            raise Refused(f"{key}: {cls.__name__[:-6]} takes no schedule ({schedule_key})")
+        if not value or not isinstance(value[0], (list, tuple)) or len(value[0]) != 2:
+            raise Refused(f"{key}: a schedule is [[timestep, value], ...], got {value!r}")
+        return {schedule_key: value, key: value[0][1]}, None
+
+    return translate
+
+
+def _sac_rate(name: str) -> Callable:
+    """The new stack's SAC rates (actor_lr, critic_lr, alpha_lr) are optimization_config's."""
+
+    def translate(value, d, cls):
+        if "optimization_config" not in cls.__dataclass_fields__:
+            raise Refused(f"{name}: not a setting of {cls.__name__[:-6]}")
+        return {"optimization_config": {_SAC_RATES[name]: value}}, None
+
+    return translate
+
+
+_SAC_RATES = {"actor_lr": "actor_learning_rate", "critic_lr": "critic_learning_rate",
+              "alpha_lr": "entropy_learning_rate"}
+
+
+def _vf_share_layers(value, d, cls):
+    """The old PPO's top-level vf_share_layers is the model's."""
+    return {"model": {"vf_share_layers": value}}, None
+
+
+def _timesteps_per_iteration(value, d, cls):
+    key = "min_sample_timesteps_per_iteration"
+    if key in cls.__dataclass_fields__:
+        return {key: value}, None
+    if value in (0, None):
+        return {}, None
+    raise Refused(f"{key}: {cls.__name__[:-6]} samples train_batch_size env steps per "
+                  "iteration; set train_batch_size instead")
+
+
+def _min_train_timesteps(value, d, cls):
+    if value in (0, None):
+        return {}, None
+    raise Refused("min_train_timesteps_per_iteration: rlmesh trains what each iteration "
+                  "samples; set train_batch_size or training_intensity instead")
+
+
+def _ignore_failures(value, d, cls):
+    if value:
+        return ({"restart_failed_env_runners": True},
+                f"ignore_worker_failures: failed env runners restart (restart_failed_env_runners)")
+    return {}, None
+
+
+TRANSLATIONS: dict[str, Callable] = {
+    "framework": _framework,
+    "num_gpus": _num_gpus,
+    "optimizer": _apex_optimizer,
+    "multiagent": _multiagent,
+    "exploration_config": _exploration,
+    "replay_buffer_config": _replay,
+    "input": _input,
+    "input_": _input,
+    "input_config": _input_config,
+    "output_config": _output_config,
+    "model_config": _model_config,
+    "model_config_dict": _model_config,
+    "lr": _scheduled("lr", "lr_schedule"),
+    "entropy_coeff": _scheduled("entropy_coeff", "entropy_coeff_schedule"),
+    "ignore_worker_failures": _ignore_failures,
+    "actor_lr": _sac_rate("actor_lr"),
+    "critic_lr": _sac_rate("critic_lr"),
+    "alpha_lr": _sac_rate("alpha_lr"),
+    "vf_share_layers": _vf_share_layers,
+    "timesteps_per_iteration": _timesteps_per_iteration,
+    "min_sample_timesteps_per_iteration": _timesteps_per_iteration,
+    "min_sample_timesteps_per_reporting": _timesteps_per_iteration,
+    "min_train_timesteps_per_iteration": _min_train_timesteps,
+    "min_train_timesteps_per_reporting": _min_train_timesteps,
+}
+
+
+def translate(cls, values: dict) -> Translated:
+    """``values`` (keys of one config dict or one builder call) with RLlib's keys turned into
+    rlmesh's; Refused for a key rlmesh cannot honour. Keys of ``cls`` itself, and unknown
+    keys, pass unchanged (resolution reports the unknown ones with a "did you mean")."""
+    settings, derived, notes, idle = {}, {}, [], []
+    own = _own_spellings(cls)
+    for key, value in values.items():
+        if key in TRANSLATIONS and (key not in own or key in _ALWAYS):
+            out, note = TRANSLATIONS[key](value, values, cls)
+            if key == "multiagent":
+                inner = translate(cls, out)
+                settings.update(inner.settings)
+                derived.update(inner.derived)
+                notes += inner.notes
+                continue
+            _merge(settings if key in own else derived, out)  # own keys: group-checked
+            if note:
+                notes.append(note)
+        elif key in own:
+            settings[key] = value
+        elif key in NO_EFFECT:
+            if value not in (None, False, {}, []):
+                idle.append(key)
+        elif key in REFUSED:
+            default, advice = REFUSED[key]
+            if value != default:
+                raise Refused(f"{key}: rlmesh cannot honour {key}={value!r}; {advice}")
+        else:
+            settings[key] = value
+    if idle:
+        notes.append(f"no effect in rlmesh: {', '.join(idle)} (docs/rllib.md says why)")
+    if "evaluation_config" in settings and isinstance(settings["evaluation_config"], dict):
+        inner = translate(cls, settings["evaluation_config"])
+        settings["evaluation_config"] = {**inner.settings, **inner.derived}
+        notes += [f"evaluation_config.{n}" for n in inner.notes]
+    return Translated(settings, derived, notes)
+
+
+def _merge(derived: dict, out: dict) -> None:
+    """Two RLlib keys may feed one dict setting (vf_share_layers and model_config: model)."""
+    for key, value in out.items():
+        if isinstance(value, dict) and isinstance(derived.get(key), dict):
+            derived[key] = {**derived[key], **value}
+        else:
+            derived[key] = value
+
+
+# Keys that are rlmesh settings too, but whose RLlib values need translating first.
+_ALWAYS = frozenset({"framework", "exploration_config", "replay_buffer_config", "input",
+                     "input_", "input_config", "lr", "entropy_coeff"})
+
+
+def _own_spellings(cls) -> set:
+    from rlmesh.config.settings import _names
+
+    return set(_names(cls))
+
+
+def note(lines: list[str]) -> None:
+    """Say each translation note once per process (configs are copied and rebuilt often)."""
+    for line in lines:
+        if line not in _SAID:
+            _SAID.add(line)
+            logger.warning("%s", line)
+
+
+_SAID: set[str] = set()
