@@ -111,6 +111,75 @@ def flatten(d: dict, prefix: str = "", sep: str = "/") -> dict[str, Any]:
     return out
 
 
+# --- RLlib's names of the same values ---
+# RLlib's two API stacks name a result's values differently. rlmesh's own keys are the old
+# stack's top-level ones (episode_reward_mean, timesteps_total); a result also carries the new
+# stack's ``env_runners`` group (NEW_STACK_GROUP), real keys because scripts index
+# ``result["env_runners"]["episode_return_mean"]``. The old stack's other spellings
+# (sampler_results/..., info/num_env_steps_sampled, ..._lifetime) are resolved when a stop
+# key, a sweep's metric or an analysis looks a value up, not written a third time.
+NEW_STACK_GROUP = "env_runners"
+# The new stack's names, under env_runners/ or at the top, of values rlmesh names otherwise.
+RENAMED = {
+    "episode_return_mean": "episode_reward_mean",
+    "episode_return_min": "episode_reward_min",
+    "episode_return_max": "episode_reward_max",
+    "num_episodes": "episodes_this_iter",
+    "num_episodes_lifetime": "episodes_total",
+    "num_env_steps_sampled_lifetime": "timesteps_total",
+    "num_env_steps_trained_lifetime": "num_env_steps_trained",
+    "num_agent_steps_sampled_lifetime": "num_agent_steps_sampled",
+    "num_agent_steps_trained_lifetime": "num_agent_steps_trained",
+}
+_GROUPS = ("sampler_results/", NEW_STACK_GROUP + "/")
+
+
+def result_key(key: str) -> str:
+    """rlmesh's key of the result value that RLlib (either stack) names ``key``:
+    "env_runners/episode_return_mean" and "sampler_results/episode_reward_mean" are
+    "episode_reward_mean", "info/num_env_steps_sampled" is "num_env_steps_sampled",
+    "num_env_steps_sampled_lifetime" is "timesteps_total"; "evaluation/" keeps its prefix."""
+    prefix = "evaluation/" if key.startswith("evaluation/") else ""
+    rest = key[len(prefix):]
+    for group in _GROUPS:
+        if rest.startswith(group):
+            rest = rest[len(group):]
+            break
+    else:  # the old stack's counters under info/ (not info/learner/...)
+        if rest.startswith("info/") and "/" not in rest[5:] and rest[5:].startswith("num_"):
+            rest = rest[5:]
+    return prefix + RENAMED.get(rest, rest)
+
+
+def lookup(flat: dict, key: str) -> Any:
+    """The value of ``key`` in a flat result (keys joined by "/"), by its own name or, when
+    absent, by rlmesh's name of it (``result_key``); None when neither is there."""
+    if key in flat:
+        return flat[key]
+    return flat.get(result_key(key))
+
+
+# The env_runners group a result carries: the new stack's name -> rlmesh's key.
+_NEW_STACK_GROUP_KEYS = ("episode_return_mean", "episode_return_min", "episode_return_max",
+                         "episode_len_mean", "num_episodes", "num_episodes_lifetime",
+                         "num_env_steps_sampled_lifetime")
+
+
+def new_stack_group(result: dict) -> dict[str, Any]:
+    """``{"env_runners": {...}}``: the episode statistics and counters of ``result`` (an
+    iteration's, or an evaluation's) under the names of RLlib's new API stack."""
+    group = {name: result[RENAMED.get(name, name)] for name in _NEW_STACK_GROUP_KEYS
+             if RENAMED.get(name, name) in result}
+    return {NEW_STACK_GROUP: group} if group else {}
+
+
+def is_new_stack_duplicate(flat_key: str) -> bool:
+    """A flat key of the env_runners group (or its evaluation/ twin), whose values the
+    result holds under rlmesh's own keys too: TensorBoard plots each value once."""
+    rest = flat_key.removeprefix("evaluation/")
+    return rest.startswith(NEW_STACK_GROUP + "/") or rest == "num_env_steps_sampled_lifetime"
+
+
 def as_number(value: Any) -> float | None:
     """``value`` as a float when it is a numeric scalar (bools and numpy included), else None."""
     if isinstance(value, (int, float)):
@@ -231,7 +300,7 @@ class ResultLogger:
             step = as_number(result.get("training_iteration")) or self._rows
         values = []  # every scalar of the result in one event
         for key, value in flat.items():
-            if key in _TB_SKIP:
+            if key in _TB_SKIP or is_new_stack_duplicate(key):
                 continue
             number = as_number(value)
             if number is not None and math.isfinite(number):

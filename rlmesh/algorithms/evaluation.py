@@ -19,6 +19,7 @@ from rlmesh.callbacks import summarize_custom_metrics
 from rlmesh.code import startup_code
 from rlmesh.envs import env_registry
 from rlmesh.policy.policy import class_path
+from rlmesh.results import new_stack_group
 from rlmesh.runtime import ActorUnavailable, RestartPolicy
 
 log = logging.getLogger(__name__)
@@ -157,7 +158,7 @@ def summarize(got: list[dict[str, Any]], iteration: int, elapsed: float) -> dict
     returns = np.array([e["return"] for e in episodes], dtype=float)
     lengths = np.array([e["length"] for e in episodes], dtype=float)
     nan = float("nan")
-    return {
+    result = {
         "episode_reward_mean": float(returns.mean()) if len(returns) else nan,
         "episode_reward_min": float(returns.min()) if len(returns) else nan,
         "episode_reward_max": float(returns.max()) if len(returns) else nan,
@@ -175,6 +176,7 @@ def summarize(got: list[dict[str, Any]], iteration: int, elapsed: float) -> dict
         "training_iteration": iteration,
         "time_s": elapsed,
     }
+    return {**result, **new_stack_group(result)}  # RLlib's new-stack names too
 
 
 def default_video_dir(algo: Any) -> str:

@@ -12,6 +12,7 @@ import numpy as np
 
 from rlmesh.algorithms import multi_agent
 from rlmesh.callbacks import summarize_custom_metrics
+from rlmesh.results import new_stack_group
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +35,7 @@ def iteration_result(algo: Any, fragments: list[dict[str, Any]], steps: int,
     algo.num_nonfinite_steps_skipped += sum(int(f.get("num_nonfinite_steps_skipped", 0))
                                             for f in fragments)
     learner_info = {pid: stats.get(pid, {}) for pid in algo.policy_specs}
-    return {
+    result = {
         "episode_reward_mean": float(np.mean(returns)) if returns else nan,
         "episode_reward_min": float(np.min(returns)) if returns else nan,
         "episode_reward_max": float(np.max(returns)) if returns else nan,
@@ -64,6 +65,10 @@ def iteration_result(algo: Any, fragments: list[dict[str, Any]], steps: int,
         **_multi_agent_results(algo, new, fragments),
         **client_rejections(fragments),
     }
+    # RLlib's new-stack names of the same values (results.py says why both)
+    result["num_env_steps_sampled_lifetime"] = algo.timesteps_total
+    result.update(new_stack_group(result))
+    return result
 
 
 def _policy_lag(fragments: list[dict[str, Any]]) -> dict[str, float]:

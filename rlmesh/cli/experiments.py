@@ -30,13 +30,14 @@ class Stopper:
     """The first stop criterion a result meets (value >= threshold), in words."""
 
     def __init__(self, stop: dict[str, float]):
-        # RLlib's older result keys ("sampler_results/episode_reward_mean") are ours unprefixed.
-        self.stop = {k.removeprefix("sampler_results/"): v for k, v in stop.items()}
+        # Keys in either RLlib stack's names ("env_runners/episode_return_mean",
+        # "sampler_results/episode_reward_mean") are looked up by results.lookup.
+        self.stop = dict(stop)
         self._checked_keys = False
         self._pending: list[str] = []
 
     def met(self, result: dict, warn=print) -> str | None:
-        from rlmesh.results import as_number, flatten
+        from rlmesh.results import as_number, flatten, lookup
 
         flat = flatten(result)
         if not self._checked_keys:  # a misspelled key would train forever: stop at once
@@ -45,7 +46,7 @@ class Stopper:
         elif self._pending:  # keys under a group that had not come yet (evaluation/...)
             self._pending = self._check_keys(self._pending, flat, lambda m: None)
         for key, threshold in self.stop.items():
-            value = as_number(flat.get(key))
+            value = as_number(lookup(flat, key))
             if value is not None and value >= threshold:
                 return f"{key} = {value:g} >= {threshold:g}"
         return None
@@ -55,11 +56,13 @@ class Stopper:
         its siblings are (a misspelling); the keys under a group not in the results yet
         (evaluation/... before the first evaluation, a custom metric, a policy's statistics
         after an idle first iteration) are returned, to be checked when it comes."""
+        from rlmesh.results import result_key
+
         pending = []
-        for key in (k for k in keys if k not in flat):
+        for key in (k for k in keys if k not in flat and result_key(k) not in flat):
             close = difflib.get_close_matches(key, list(flat), n=3)
             hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
-            parent = key.rpartition("/")[0]
+            parent = result_key(key).rpartition("/")[0]
             if not parent or any(k.startswith(parent + "/") for k in flat):
                 raise UsageError(f"stop key {key!r} is not in the results, so it would never "
                                  f"stop the run{hint}")

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlmesh.results import as_number, flatten, to_jsonable
+from rlmesh.results import as_number, flatten, lookup, to_jsonable
 
 STATE_FILE = "experiment_state.json"
 STATE_VERSION = 1
@@ -44,7 +44,7 @@ class Trial:
         return self.checkpoints[-1][1] if self.checkpoints else None
 
     def metric(self, key: str) -> float | None:
-        return as_number(self.last_result.get(key.removeprefix("sampler_results/")))
+        return as_number(lookup(self.last_result, key))  # either RLlib stack's name
 
     def record(self, result: dict) -> None:
         """Keep the numbers of ``result`` (flat keys, "a/b/c") as the trial's last result."""
