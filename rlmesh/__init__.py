@@ -12,4 +12,8 @@ def __getattr__(name: str) -> Any:
         from rlmesh.envs import register_env
 
         return register_env
+    if name == "get_actor":
+        from rlmesh.named_actors import get_actor
+
+        return get_actor
     raise AttributeError(f"module 'rlmesh' has no attribute {name!r}")

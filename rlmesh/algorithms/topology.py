@@ -16,6 +16,7 @@ from typing import Any
 from rlmesh.code import startup_code
 from rlmesh.config.base import AlgorithmConfig
 from rlmesh.envs import env_registry
+from rlmesh.named_actors import start_named_actors
 from rlmesh.policy.policy import class_path
 from rlmesh.runtime import ActorUnavailable, RestartPolicy
 from rlmesh.runtime.job import Job, jobs_are_local, make_job
@@ -114,6 +115,8 @@ class Mesh:
         self.job = await make_job(cfg.resource_request())
         self.job.supervisor.listeners.append(self._on_event)
         self.job.child_env.update(actor_env(cfg))
+        # The user's named actors first: envs and callbacks may call them from the start.
+        await start_named_actors(self.job, cfg.named_actors)
         self.param_server = await self.job.spawn(PARAM_SERVER, name="param_server", in_process=True)
         runner_config = {**cfg.to_dict(), "_env_registry": env_registry(),
                          "_config_class": class_path(type(cfg)),

@@ -1,0 +1,265 @@
+"""Named actors from a user's script (RLlib's named Ray actors: a global counter, a
+curriculum server): the classes a run starts from its ``named_actors`` setting, each in a
+process of its own, and ``get_actor(name)``, the synchronous handle that reaches one from the
+driver, from envs and callbacks in the env runners, and from other actors."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import os
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rlmesh.config.settings import ConfigError
+from rlmesh.envs import import_object, path_of
+from rlmesh.runtime import Actor, ActorHandle, ActorUnavailable, RemoteError, RestartPolicy
+from rlmesh.runtime.actor import public_methods
+from rlmesh.runtime.job import Job, current_job
+from rlmesh.runtime.registry import ENV_RUN_DIR, RunDir
+
+__all__ = ["get_actor", "NamedActorHandle", "ActorNotFound", "RemoteError", "ActorUnavailable",
+           "NamedActorSpec", "parse_named_actors", "start_named_actors"]
+
+HOST = "rlmesh.named_actors:NamedActorHost"
+SPEC_KEYS = ("class", "kwargs", "max_restarts")
+# A name is a file name in the run directory (names/, sock/) and must not take a role's.
+_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
+_ROLE_NAME = re.compile(
+    r"^(param_server|driver|(env_runner|eval_runner|learner|aggregator|replay_shard|agent|"
+    r"policy_server|inference)-.*)$")
+
+
+class ActorNotFound(LookupError):
+    """No actor of that name in this run."""
+
+
+# --- the setting ---
+
+@dataclass(frozen=True)
+class NamedActorSpec:
+    """One entry of ``named_actors``: the actor's name, its class's import path, the keyword
+    arguments it is built with (plain data, arrays), and how often it is started again if
+    its process dies (0, as Ray's default: a counter that lost its state would lie)."""
+
+    name: str
+    cls: str
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    max_restarts: int = 0
+
+
+def parse_named_actors(value: Any) -> list[NamedActorSpec]:
+    """The specs of a ``named_actors`` setting, ``{name: "pkg.mod:Class" | Class |
+    {"class": ..., "kwargs": {...}, "max_restarts": n}}``; ConfigError saying what is wrong."""
+    if not value:
+        return []
+    if not isinstance(value, dict):
+        raise ConfigError("named_actors must be a dict {name: 'pkg.module:Class'}, "
+                         f"got {type(value).__name__}")
+    return [_spec(name, entry) for name, entry in value.items()]
+
+
+def _spec(name: Any, entry: Any) -> NamedActorSpec:
+    where = f"named_actors[{name!r}]"
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ConfigError(f"{where}: a name is letters, digits, '_', '.' or '-', starting with "
+                         "a letter (at most 64)")
+    if _ROLE_NAME.match(name):
+        raise ConfigError(f"{where}: {name!r} is the name of one of the run's own processes; "
+                         "pick another")
+    if isinstance(entry, (str, type)):
+        entry = {"class": entry}
+    if not isinstance(entry, dict):
+        raise ConfigError(f"{where} must be an import path 'pkg.module:Class', a class, or "
+                         f"a dict with keys {SPEC_KEYS}; got {entry!r}")
+    unknown = sorted(set(entry) - set(SPEC_KEYS))
+    if unknown or "class" not in entry:
+        raise ConfigError(f"{where}: " + (f"unknown keys {unknown}" if unknown else "no 'class'")
+                         + f"; the keys are {SPEC_KEYS}")
+    cls = entry["class"]
+    if isinstance(cls, str) and ":" not in cls:
+        raise ConfigError(f"{where}: class {cls!r} must look like 'package.module:Class'")
+    path = cls if isinstance(cls, str) else path_of(cls, f"{where} class")
+    kwargs = entry.get("kwargs") or {}
+    if not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
+        raise ConfigError(f"{where}: kwargs must be a dict with string keys, got {kwargs!r}")
+    restarts = entry.get("max_restarts", 0)
+    if isinstance(restarts, bool) or not isinstance(restarts, int) or restarts < 0:
+        raise ConfigError(f"{where}: max_restarts must be an int >= 0, got {restarts!r}")
+    return NamedActorSpec(name, path, dict(kwargs), restarts)
+
+
+async def start_named_actors(job: Job, setting: Any) -> list[ActorHandle]:
+    """Start the actors ``setting`` names in ``job`` (supervised like the run's roles, they
+    stop with it) and register their names; what did not start is one error."""
+    specs = parse_named_actors(setting)
+    if not specs:
+        return []
+    job.on_shutdown.append(functools.partial(_forget, str(job.run_dir.path)))
+    # Every start is waited for, even after one failed, so that none is left half-started
+    # when the job shuts down.
+    got = await asyncio.gather(*(
+        job.spawn(HOST, s.cls, s.kwargs, name=s.name, role=s.cls.rpartition(":")[2],
+                  restart=RestartPolicy(max_restarts=s.max_restarts))
+        for s in specs), return_exceptions=True)
+    for spec, result in zip(specs, got):
+        if isinstance(result, BaseException):
+            raise RuntimeError(f"named actor {spec.name!r} ({spec.cls}) did not start: "
+                               f"{result}") from result
+    return list(got)  # type: ignore[arg-type]
+
+
+# --- the actor process ---
+
+class NamedActorHost(Actor):
+    """What the run spawns for a named actor: the user's class, imported in the actor's own
+    process. A subclass of ``rlmesh.runtime.Actor`` is served as it is; a plain class is
+    wrapped so that its public methods, and nothing else, are the calls served."""
+
+    def __new__(cls, target: str, kwargs: dict[str, Any]) -> Actor:  # type: ignore[misc]
+        # The runtime spawns actors by class; this one picks the class it becomes.
+        user_cls = import_object(target, "named actor class")
+        if not isinstance(user_cls, type):
+            raise TypeError(f"named actor class {target!r} is a {type(user_cls).__name__}, "
+                            "not a class")
+        if issubclass(user_cls, Actor):
+            return user_cls(**kwargs)
+        return hosted_class(user_cls)(user_cls(**kwargs))
+
+
+class _Hosted(Actor):
+    """Serves a plain object's public methods (one forwarding method each, made by
+    ``hosted_class``). Its ``on_start``/``on_stop``, if it has them, run as an Actor's do."""
+
+    spin_wait_us = 0  # coordination, not a hot path: no core held between calls
+
+    def __init__(self, obj: Any) -> None:
+        self._obj = obj
+
+    async def on_start(self) -> None:
+        await _maybe_await(getattr(self._obj, "on_start", None))
+
+    async def on_stop(self) -> None:
+        await _maybe_await(getattr(self._obj, "on_stop", None))
+
+
+async def _maybe_await(hook: Any) -> None:
+    if callable(hook):
+        result = hook()
+        if inspect.isawaitable(result):
+            await result
+
+
+def hosted_class(user_cls: type) -> type[Actor]:
+    """An Actor class serving ``user_cls``'s public methods (async ones as tasks), named as
+    ``user_cls`` in error replies and in ``rlmesh stack``."""
+    methods = public_methods(user_cls)
+    if not methods:
+        raise TypeError(f"{user_cls.__module__}:{user_cls.__qualname__} has no public "
+                        "methods: nothing could call it")
+    namespace: dict[str, Any] = {name: _forwarder(user_cls, name, fn) for name, fn in methods.items()}
+    namespace.update(__module__=user_cls.__module__, __qualname__=user_cls.__qualname__,
+                     __doc__=user_cls.__doc__,
+                     spin_wait_us=getattr(user_cls, "spin_wait_us", _Hosted.spin_wait_us))
+    return type(user_cls.__name__, (_Hosted,), namespace)
+
+
+def _forwarder(user_cls: type, name: str, fn: Any) -> Any:
+    if inspect.iscoroutinefunction(fn):
+        async def method(self: _Hosted, *args: Any, **kwargs: Any) -> Any:
+            return await getattr(self._obj, name)(*args, **kwargs)
+    else:
+        def method(self: _Hosted, *args: Any, **kwargs: Any) -> Any:
+            return getattr(self._obj, name)(*args, **kwargs)
+    # The user's signature, so that a call with wrong arguments is refused by name
+    # (ActorServer.bad_arguments) instead of failing inside the method.
+    signature = inspect.signature(fn)
+    if isinstance(inspect.getattr_static(user_cls, name), staticmethod):
+        self_param = inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY)
+        signature = signature.replace(parameters=[self_param, *signature.parameters.values()])
+    method.__signature__ = signature  # type: ignore[attr-defined]
+    method.__name__, method.__doc__ = name, fn.__doc__
+    method.__qualname__ = f"{user_cls.__qualname__}.{name}"
+    return method
+
+
+# --- reaching one ---
+
+class NamedActorHandle:
+    """A synchronous handle to a named actor: ``h.call("increment", 1)`` or
+    ``h.increment(1)`` waits for the result (RemoteError if the method raised or does not
+    exist; ActorUnavailable after ``timeout`` seconds, 60 by default); ``h.tell("increment",
+    1)`` sends without waiting. Safe from any thread; calls from one process are serialised."""
+
+    def __init__(self, handle: ActorHandle) -> None:
+        self._handle = handle
+        self.name = handle.name
+
+    def call(self, method: str, *args: Any, timeout: float | None = None, **kwargs: Any) -> Any:
+        """Call ``method`` with plain data or arrays and return its result."""
+        return self._handle.call_sync(method, *args, timeout=timeout, **kwargs)
+
+    def tell(self, method: str, *args: Any, **kwargs: Any) -> None:
+        """Send a call without waiting; a failure is logged by the actor, not raised here."""
+        self._handle.tell_sync(method, *args, **kwargs)
+
+    def __getattr__(self, method: str) -> Any:
+        if method.startswith("_"):
+            raise AttributeError(method)
+        return functools.partial(self.call, method)
+
+    def __repr__(self) -> str:
+        return f"NamedActorHandle({self.name!r})"
+
+
+_handles: dict[tuple[str, str], NamedActorHandle] = {}
+_lock = threading.Lock()
+
+
+def get_actor(name: str, timeout: float = 10.0) -> NamedActorHandle:
+    """The actor named ``name`` in this process's run: from the driver script (while the
+    algorithm runs), from env code and callbacks in env runners, from other actors. Waits up
+    to ``timeout`` seconds for the name to be registered; one handle per process and name."""
+    run_dir = _run_dir()
+    key = (str(run_dir.path), name)
+    with _lock:
+        if key not in _handles:
+            _handles[key] = NamedActorHandle(ActorHandle(_lookup(run_dir, name, timeout), name))
+        return _handles[key]
+
+
+def _run_dir() -> RunDir:
+    job = current_job()
+    if job is not None:
+        return job.run_dir
+    path = os.environ.get(ENV_RUN_DIR)
+    if not path:
+        raise RuntimeError("rlmesh.get_actor: no run in this process: call it while an "
+                           "algorithm runs (after build(), before stop()), or from code the "
+                           "run's processes run (envs, callbacks, actors)")
+    return RunDir(Path(path))
+
+
+def _lookup(run_dir: RunDir, name: str, timeout: float) -> str:
+    deadline = time.monotonic() + timeout
+    while (address := run_dir.lookup_name(name)) is None:
+        if time.monotonic() > deadline:
+            known = sorted(p.stem for p in (run_dir.path / "names").glob("*.json")
+                           if not _ROLE_NAME.match(p.stem))
+            raise ActorNotFound(f"no actor named {name!r} in run {run_dir.job_id} (named "
+                                f"actors: {', '.join(known) or 'none'}); start one with the "
+                                "named_actors setting")
+        time.sleep(0.05)
+    return address
+
+
+def _forget(run_dir: str) -> None:
+    """Close this process's handles into a run that is shutting down."""
+    with _lock:
+        for key in [k for k in _handles if k[0] == run_dir]:
+            _handles.pop(key)._handle.close()
