@@ -40,7 +40,7 @@ class A3CTorchPolicy(A2CTorchPolicy):
 
 
 class A3C(Algorithm):
-    """Applies the runners' gradients as they arrive, for ``min_time_s_per_reporting``
+    """Applies the runners' gradients as they arrive, for ``min_time_s_per_iteration``
     seconds or ``train_batch_size`` env steps per iteration. The requests stay in flight
     from one iteration to the next, so the runners never wait for ``train()``."""
 
@@ -56,7 +56,7 @@ class A3C(Algorithm):
         start = time.perf_counter()
         steps, replies = 0, []
         while steps < cfg.train_batch_size:
-            left = cfg.min_time_s_per_reporting - (time.perf_counter() - start)
+            left = (cfg.min_time_s_per_iteration or 0) - (time.perf_counter() - start)
             if replies and left <= 0:
                 break
             self._ask_idle_runners()

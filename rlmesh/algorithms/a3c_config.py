@@ -11,6 +11,7 @@ from rlmesh.config.base import setting
 # RLlib's A3CConfig.__init__ values where they differ from A2C's; train_batch_size is
 # rlmesh's (RLlib's iterations end by time alone).
 _A3C_DEFAULTS = {
+    "min_time_s_per_iteration": 5.0,
     "rollout_fragment_length": 10,
     "train_batch_size": 500,
 }
@@ -26,11 +27,6 @@ class A3CConfig(A2CConfig, defaults=_A3C_DEFAULTS):
     #: The algorithm build() makes from this config.
     algorithm_path = "rlmesh.algorithms.a3c:A3C"
 
-    min_time_s_per_reporting: float = setting(
-        5.0, "reporting", ge=0, aliases=("min_time_s_per_iteration",),
-        doc="An iteration (one train() call, one result) ends once this many seconds have "
-            "passed or train_batch_size env steps were trained on, whichever comes first, "
-            "and never before one gradient was applied.")
 
     def _cross_checks(self) -> list[str]:
         problems = super()._cross_checks()

@@ -29,11 +29,11 @@ from rlmesh.algorithms.iteration_result import (  # noqa: F401  (public here too
     ENTROPY_COLLAPSE, client_rejections, iteration_result,
 )
 from rlmesh.algorithms.learner_group import LearnerGroup
-from rlmesh.algorithms.topology import Mesh
+from rlmesh.algorithms.topology import Mesh, refuse_lambdas_on_a_cluster
 from rlmesh.callbacks import load_callbacks
 from rlmesh.config.base import AlgorithmConfig
 from rlmesh.algorithms.inference import env_action
-from rlmesh.envs import as_space, env_registry, spaces_of
+from rlmesh.envs import EnvContext, as_space, env_registry, spaces_of
 from rlmesh.policy.policy import POLICY_ERRORS, Policy
 from rlmesh.preprocessing import model_obs_space
 from rlmesh.policy.spec import PolicySpec, build_policy_from_data
@@ -94,6 +94,7 @@ class Algorithm:
         if isinstance(config, dict):
             config = self.config_class.from_dict(config)
         config.validate()
+        refuse_lambdas_on_a_cluster(config)
         self.config = config
         logging.getLogger("rlmesh").setLevel(level_number(config.log_level))
         if config.seed is not None:
@@ -193,8 +194,10 @@ class Algorithm:
             raise ValueError("no env: set .environment('CartPole-v1') (a gymnasium id or "
                              "'pkg.module:make_env'), or, for external simulators, "
                              "policy_server_address with observation_space and action_space")
-        obs_space, action_space = spaces_of(config.to_dict()["env"], config.env_config,
-                                            env_registry())
+        context = EnvContext(config.env_config, 0, 0, config.num_env_runners)  # the driver's
+        obs_space, action_space = spaces_of(config.to_dict()["env"], context,
+                                            env_registry(), model=config.model,
+                                            preprocessor_pref=config.preprocessor_pref)
         return model_obs_space(obs_space, config.model), action_space  # framestack
 
     # --- training ---
@@ -228,13 +231,18 @@ class Algorithm:
         """One iteration: ``training_step()``, then the result (RLlib's keys)."""
         start = time.perf_counter()
         self._timers = {"sample_time_s": 0.0, "learn_time_s": 0.0}
+        trained = 0
         with self._learner_calls():
-            learner_stats = self.training_step() or {}
+            while True:  # min_time_s_per_iteration: steps repeat until it has passed
+                learner_stats = self.training_step() or {}
+                trained += sum(int(s.get("num_env_steps_trained", 0))
+                               for s in learner_stats.values())
+                if time.perf_counter() - start >= (self.config.min_time_s_per_iteration or 0):
+                    break
         self.sync_filters()
         fragments, steps = self.env_runners.pop_sampled()
         self.timesteps_total += steps
-        self.num_env_steps_trained += sum(int(s.get("num_env_steps_trained", 0))
-                                          for s in learner_stats.values())
+        self.num_env_steps_trained += trained
         self.iteration += 1
         elapsed = time.perf_counter() - start
         self.time_total_s += elapsed
@@ -429,6 +437,7 @@ class Algorithm:
         outside rlmesh (its env, policy, model, callbacks) needs ``trust_code=True``: loading
         runs that code. A file path (``.py``) is never run."""
         meta, _ = checkpoints.read(Path(path), trust_code)
+        checkpoints.check_handed(Path(path), meta)
         algo_cls = checkpoints.algorithm_class(meta["algorithm"]) if cls is Algorithm else cls
         algo = algo_cls(algo_cls.config_class.from_dict(meta["config"]))
         algo.restore(path, trust_code)

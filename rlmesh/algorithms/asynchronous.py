@@ -1,5 +1,5 @@
 """The driver of asynchronous algorithms (IMPALA, APPO): the runners, aggregators and learners
-run on their own once started; an iteration waits ``min_time_s_per_reporting`` (and for at
+run on their own once started; an iteration waits ``min_time_s_per_iteration`` (and for at
 least one update), then gathers what happened into one result."""
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ class AsyncAlgorithm(Algorithm):
         self._updates_seen = 0
 
     def training_iteration(self) -> dict[str, Any]:
-        """One iteration: at least ``min_time_s_per_reporting`` seconds and one update."""
+        """One iteration: at least ``min_time_s_per_iteration`` seconds and one update."""
         start = time.perf_counter()
         self._wait_for_update(start)
         self.sync_filters()
@@ -59,7 +59,7 @@ class AsyncAlgorithm(Algorithm):
 
     def _wait_for_update(self, start: float) -> None:
         cfg = self.config
-        time.sleep(cfg.min_time_s_per_reporting)
+        time.sleep(cfg.min_time_s_per_iteration or 0)
         while True:
             updates = self._ask(self.mesh.num_updates())
             if updates > self._updates_seen:

@@ -14,6 +14,7 @@ from rlmesh.rl.spec import MODEL_DEFAULTS
 
 # RLlib's IMPALAConfig.__init__ values for settings AlgorithmConfig already declares.
 _IMPALA_DEFAULTS = {
+    "min_time_s_per_iteration": 10.0,
     "lr": 5e-4,
     "rollout_fragment_length": 50,
     "train_batch_size": 500,
@@ -37,6 +38,14 @@ class ImpalaConfig(AlgorithmConfig, StreamingSettings, OptimizerSettings, Entrop
     algorithm_path = "rlmesh.algorithms.impala:IMPALA"
 
     # --- V-trace ---
+    vtrace: bool = setting(
+        True, "training",
+        doc="Correct for the runners' policy lag with V-trace. False: train as if on-policy "
+            "on each fragment: IMPALA's loss becomes A3C's (advantages and value targets "
+            "are the discounted returns bootstrapped from the learner's critic, GAE with "
+            "lambda 1); APPO's becomes PPO's clipped surrogate with the ratio to the "
+            "behaviour policy and GAE advantages (use_gae, lambda, use_critic), no target "
+            "network.")
     vtrace_clip_rho_threshold: float = setting(
         1.0, "training", gt=0,
         doc="V-trace's rho-bar: importance weights in the value targets are clipped here.")
@@ -46,7 +55,8 @@ class ImpalaConfig(AlgorithmConfig, StreamingSettings, OptimizerSettings, Entrop
     vtrace_drop_last_ts: bool = setting(
         False, "training",
         doc="True: drop each fragment's last step and bootstrap from its observation (older "
-            "RLlib); False: train on every step and bootstrap from the observation after it.")
+            "RLlib); False: train on every step and bootstrap from the observation after it. "
+            "Read with vtrace=True only.")
 
     # --- loss ---
     vf_loss_coeff: float = setting(
@@ -94,10 +104,6 @@ class ImpalaConfig(AlgorithmConfig, StreamingSettings, OptimizerSettings, Entrop
         0, "learners", ge=0,
         doc="Aggregator processes between runners and learners: each takes the fragments "
             "of its share of the runners and builds train batches; 0: the learners do.")
-    min_time_s_per_reporting: float = setting(
-        10.0, "reporting", ge=0, aliases=("min_time_s_per_iteration",),
-        doc="An iteration (one train() call, one result) lasts at least this long, and at "
-            "least one update.")
 
     def _cross_checks(self) -> list[str]:
         problems = super()._cross_checks()

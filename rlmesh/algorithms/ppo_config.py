@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rlmesh.algorithms.gae_config import GAESettings
 from rlmesh.config.base import AlgorithmConfig, setting
 from rlmesh.config.entropy import EntropySchedule
 from rlmesh.rl.spec import MODEL_DEFAULTS
@@ -37,18 +38,12 @@ _PPO_DEFAULTS = {
     # [64, 64] trunks (RLlib's [256, 256]): SB3's on-policy default; a gradient step costs
     # a third, and no task measured learned faster with the wider net.
     "model": {**MODEL_DEFAULTS, "fcnet_hiddens": [64, 64]},
+    # GAE lambda 0.95 (1.0): the GAE paper's and SB3's value, less variance.
+    "lambda_": 0.95,
 }
-
-# RLlib's PPOConfig values where rlmesh's differ, for ``PPOConfig.rllib_defaults()``.
-RLLIB_PPO_DEFAULTS = {
-    "lr": 5e-5, "train_batch_size": 4000, "num_epochs": 30, "grad_clip": None,
-    "model": {"fcnet_hiddens": [256, 256]}, "lambda": 1.0, "use_kl_loss": True,
-    "vf_loss_coeff": 1.0, "clip_param": 0.3, "vf_clip_param": 10.0,
-}
-
 
 @dataclass(kw_only=True)
-class PPOConfig(AlgorithmConfig, EntropySchedule, defaults=_PPO_DEFAULTS):
+class PPOConfig(AlgorithmConfig, GAESettings, EntropySchedule, defaults=_PPO_DEFAULTS):
     """Proximal Policy Optimization (Schulman et al. 2017), configured as in RLlib::
 
         PPOConfig().environment("CartPole-v1").training(lr=3e-4, **{"lambda": 0.95})
@@ -57,18 +52,6 @@ class PPOConfig(AlgorithmConfig, EntropySchedule, defaults=_PPO_DEFAULTS):
     #: The algorithm build() makes from this config.
     algorithm_path = "rlmesh.algorithms.ppo:PPO"
 
-    use_critic: bool = setting(
-        True, "training",
-        doc="Learn a value function as the baseline; GAE needs it.")
-    use_gae: bool = setting(
-        True, "training",
-        doc="Advantages by Generalized Advantage Estimation; False: discounted returns "
-            "minus the value baseline.")
-    lambda_: float = setting(
-        0.95, "training", key="lambda", ge=0, le=1,
-        doc="GAE lambda: 0 bootstraps from the value function after one step (less "
-            "variance, more bias), 1 uses the observed return up to the fragment's end. "
-            "Default 0.95 (RLlib's 1.0): the GAE paper's and SB3's value, less variance.")
     use_kl_loss: bool = setting(
         False, "training",
         doc="Add kl_coeff x KL(old policy || new policy) to the loss, kl_coeff adapting "
@@ -100,12 +83,6 @@ class PPOConfig(AlgorithmConfig, EntropySchedule, defaults=_PPO_DEFAULTS):
             "gradient of every sample whose return is off by more than ~3, which is most of "
             "them on CartPole (returns to 100) or Pendulum (to -1,600).")
 
-    @classmethod
-    def rllib_defaults(cls) -> "PPOConfig":
-        """A config with RLlib's PPO defaults where rlmesh's differ (to compare, or to
-        reproduce an RLlib run that relied on them)."""
-        return cls().training(**RLLIB_PPO_DEFAULTS)
-
     def _cross_checks(self) -> list[str]:
         problems = super()._cross_checks() + self._entropy_schedule_problems()
         # A truncated fragment needs a value estimate to bootstrap the rest of its episode.
@@ -113,7 +90,4 @@ class PPOConfig(AlgorithmConfig, EntropySchedule, defaults=_PPO_DEFAULTS):
             problems.append("use_gae: batch_mode 'truncate_episodes' needs GAE (a value "
                             "function to bootstrap cut episodes); set use_gae=True or "
                             "batch_mode='complete_episodes'")
-        if self.use_gae and not self.use_critic:
-            problems.append("use_critic: GAE needs the value function; set use_critic=True "
-                            "or use_gae=False")
-        return problems
+        return problems + self._gae_problems()

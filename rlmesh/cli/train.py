@@ -55,7 +55,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.epilog = EPILOG.format(examples=", ".join(tuned_examples.names()),
                              default_stop=json.dumps(DEFAULT_STOP))
-    p.add_argument("--run", metavar="ALGO", help=f"algorithm to train ({', '.join(ALGORITHMS)})")
+    p.add_argument("--run", "--algo", dest="run", metavar="ALGO",
+                   help=f"algorithm to train ({', '.join(ALGORITHMS)})")
     p.add_argument("--env", metavar="ID", help="gymnasium id, registered name or 'pkg.mod:make_env'")
     p.add_argument("-f", "--config-file", metavar="FILE", help="experiment file (see below)")
     p.add_argument("--config", metavar="JSON", help='config overrides, e.g. \'{"lr": 3e-4}\'')
@@ -82,6 +83,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from rlmesh.tune.cli import add_sweep_arguments  # the standard library only
 
     add_sweep_arguments(p)
+    p.add_argument("--defaults", choices=("auto", "rlmesh", "rllib"), default="auto",
+                   help="values of the keys a -f file leaves out: 'rllib' RLlib's (its old "
+                        "or new API stack's, as the file reads), 'rlmesh' rlmesh's; 'auto' "
+                        "(default): RLlib's for a file that sets framework, as RLlib's "
+                        "tuned examples do")
     p.add_argument("--config-help", action="store_true",
                    help="list the config keys of --run (default PPO) with their docs, and exit")
 
@@ -185,8 +191,11 @@ def spec_from(args: argparse.Namespace, name: str | None, exp: dict, where: str)
         raise UsageError(f"no algorithm: give --run ({', '.join(ALGORITHMS)}) or run: in a -f file")
     cls = config_class(str(run))
     run = next((n for n in ALGORITHMS if n.lower() == str(run).lower()), str(run))
-    config = deep_merge(canonical_keys(cls, exp.get("config") or {}),
+    file_config = exp.get("config") or {}
+    config = deep_merge(canonical_keys(cls, file_config),
                         canonical_keys(cls, _json_arg("--config", args.config) or {}))
+    config = with_rllib_defaults(cls, config, file_config, getattr(args, "defaults", "auto"),
+                                 where)
     for key, flag in (("num_env_runners", args.num_env_runners), ("seed", args.seed),
                       ("log_level", args.log_level)):
         if flag is not None:
@@ -211,6 +220,22 @@ def spec_from(args: argparse.Namespace, name: str | None, exp: dict, where: str)
         local_dir=args.local_dir or exp.get("local_dir") or exp.get("storage_path"),
         checkpoint_freq=freq,
         checkpoint_at_end=bool(args.checkpoint_at_end or exp.get("checkpoint_at_end", False)))
+
+
+def with_rllib_defaults(cls, config: dict, file_config: dict, choice: str, where: str) -> dict:
+    """``config`` over RLlib's defaults when the file is RLlib's (``--defaults``), written
+    out key by key so that sweeps, cluster jobs and params.json carry them; one line says so."""
+    from rlmesh.config import rllib
+
+    if choice == "rlmesh" or (choice == "auto" and "framework" not in file_config):
+        return config
+    stack = rllib.stack_of(file_config)
+    defaults = rllib.defaults_for(cls, stack)
+    why = "--defaults rllib" if choice == "rllib" else "it sets framework"
+    print(f"rlmesh train: {where} reads as RLlib's ({why}): keys it leaves out take RLlib's "
+          f"{stack} API stack defaults ({len(defaults)} differ from rlmesh's; "
+          f"--defaults rlmesh keeps rlmesh's)", file=sys.stderr)
+    return deep_merge(defaults, config)
 
 
 def make_config(spec: TrainSpec):

@@ -155,6 +155,13 @@ class AlgorithmConfig(SamplingSettings, EvaluationSettings, MultiAgentSettings, 
             "newest episodes. A short task (Pendulum in 20k steps: 100 episodes in all) "
             "needs a smaller window to see its progress.")
 
+    min_time_s_per_iteration: float | None = setting(
+        None, "reporting", ge=0, aliases=("min_time_s_per_reporting", "min_iter_time_s"),
+        doc="An iteration (one train() call, one result) lasts at least this many seconds: "
+            "training steps repeat until it has passed (IMPALA, APPO and APEX wait while "
+            "they learn; A3C ends its iteration then, or after train_batch_size env steps "
+            "trained, whichever comes first). None: one training step per iteration.")
+
     # --- debugging ---
     seed: int | None = setting(
         None, "debugging",

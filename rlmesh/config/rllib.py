@@ -118,6 +118,58 @@ NO_EFFECT: dict[str, str] = {
     "debug": "APEX's optimizer debug flag has no equivalent",
     "rollouts_per_iteration": "rlmesh's ES samples episodes_per_batch",
     "before_learn_on_batch": "rlmesh's learner has no such hook",
+    # the new stack's machinery
+    "custom_resources_for_main_process": "rlmesh schedules CPUs and GPUs only",
+    "gym_env_vectorize_mode": "each runner steps its envs in one loop, batched in inference",
+    "max_requests_in_flight_per_env_runner": "in-flight requests are credited per runner",
+    "merge_env_runner_states": "the driver merges filter statistics every iteration",
+    "broadcast_env_runner_states": "the driver merges filter statistics every iteration",
+    "use_env_runner_state_server": "the driver merges filter statistics every iteration",
+    "env_runner_state_server_max_concurrency": "the driver merges filter statistics",
+    "_dont_auto_sync_env_runner_states": "the driver merges filter statistics every iteration",
+    "episode_lookback_horizon": "fragments carry what the loss needs",
+    "enable_tf1_exec_eagerly": "TensorFlow only",
+    "_is_online": "rlmesh knows an offline run by its input",
+    "_is_atari": "Atari ids get the DeepMind preprocessing (docs/rllib.md)",
+    "local_gpu_idx": "a learner uses the GPU its process was given",
+    "learner_config_dict": "put a policy's own settings in the policy's config",
+    "policy_map_capacity": "every policy stays in memory",
+    "policy_map_cache": "every policy stays in memory",
+    "policy_states_are_swappable": "every policy stays in memory",
+    "num_gpu_loader_threads": "batches are copied to the GPU by the learner",
+    "log_gradients": "the learner reports the gradient norm",
+    "_prior_exploration_config": "exploration_config is the setting",
+    "offline_sampling": "rlmesh knows an offline run by its input",
+    "input_spaces_jsonable": "rlmesh writes spaces as plain data",
+    "materialize_data": "rlmesh reads offline files itself", "materialize_mapped_data":
+    "rlmesh reads offline files itself", "map_batches_kwargs": "rlmesh reads offline files "
+    "itself", "iter_batches_kwargs": "rlmesh reads offline files itself",
+    "input_read_method": "rlmesh reads offline files itself", "input_read_method_kwargs":
+    "rlmesh reads offline files itself", "input_read_batch_size": "rlmesh reads offline "
+    "files itself", "dataset_num_iters_per_learner": "a learner trains on each batch it is "
+    "sent", "prelearner_buffer_kwargs": "rlmesh reads offline files itself",
+    "prelearner_module_synch_period": "rlmesh reads offline files itself",
+    "output_write_remaining_data": "runners flush their files when they stop",
+    "output_write_method": "set output_format", "output_write_method_kwargs": "set output_format",
+    "output_max_rows_per_file": "output_max_file_size bounds a file",
+    "evaluation_auto_duration_min_env_steps_per_sample": "evaluation_duration is counted",
+    "evaluation_auto_duration_max_env_steps_per_sample": "evaluation_duration is counted",
+    "evaluation_unhealthy_workers_timeout_s": "evaluation_sample_timeout_s bounds an evaluation",
+    "evaluation_error_after_n_consecutive_skips": "evaluation_sample_timeout_s bounds one",
+    "evaluation_force_reset_envs_before_iteration": "evaluation episodes start from a reset",
+    "enable_async_evaluation": "evaluation_parallel_to_training runs it alongside",
+    "_set_off_policy_estimation_methods": "off_policy_estimation_methods is the setting",
+    "use_state_preprocessor": "observations are flattened by the model",
+    "target_worker_clipping": "V-trace clips with vtrace_clip_rho_threshold",
+    "use_circular_buffer": "batches train as they come (num_epochs passes each)",
+    "circular_buffer_num_batches": "batches train as they come (num_epochs passes each)",
+    "simple_queue_size": "learner_queue_size bounds the queue",
+    "adam_epsilon": "Adam's epsilon is torch's default",
+    "extra_python_environs_for_driver": "set environment variables before rlmesh starts",
+    "extra_python_environs_for_worker": "set environment variables before rlmesh starts",
+    "input_compress_columns": "compressed columns are read by their marker",
+    "offline_loss_for_module_fn": "offline evaluation runners are not built",
+    "dataset_num_iters_per_eval_runner": "offline evaluation runners are not built",
 }
 
 
@@ -145,6 +197,39 @@ REFUSED: dict[str, tuple[Any, str]] = {
                                    "(on_episode_end) instead"),
     "ope_split_batch_by_episode": (True, "remove the key"),
     "_separate_vf_optimizer_new": (False, "remove the key"),
+    "action_mask_key": ("action_mask", "name the mask 'action_mask' in a Dict observation"),
+    "_env_to_module_connector": (None, "use observation_filter, model framestack or a wrapper"),
+    "_module_to_env_connector": (None, "use an env wrapper"),
+    "_learner_connector": (None, "write the step in your policy's loss (docs/policies.md)"),
+    "_learner_class": (None, "set policy_class (docs/policies.md)"),
+    "_rl_module_spec": (None, "set policy_class (docs/policies.md) or model"),
+    "_torch_grad_scaler_class": (None, "_torch_autocast 'bf16' needs no scaler"),
+    "_torch_lr_scheduler_classes": (None, "set lr_schedule"),
+    "algorithm_config_overrides_per_module": ({}, "give a policy its own config in policies"),
+    "_per_module_overrides": ({}, "give a policy its own config in policies"),
+    "offline_data_class": (None, "rlmesh reads offline data itself (input, input_config)"),
+    "prelearner_class": (None, "rlmesh reads offline data itself (input, input_config)"),
+    "prelearner_buffer_class": (None, "rlmesh reads offline data itself"),
+    "prelearner_use_recorded_module_states": (False, "remove the key"),
+    "input_read_schema": ({}, "rlmesh reads RLlib's SampleBatch columns by their names"),
+    "input_read_episodes": (False, "rlmesh reads SampleBatch records (input_read_sample_batches)"),
+    "input_read_sample_batches": (False, "remove the key: rlmesh reads SampleBatch records"),
+    "input_filesystem": (None, "rlmesh reads local files; copy the data to this machine"),
+    "input_filesystem_kwargs": ({}, "rlmesh reads local files"),
+    "output_filesystem": (None, "rlmesh writes local files"),
+    "output_filesystem_kwargs": ({}, "rlmesh writes local files"),
+    "output_write_episodes": (True, "rlmesh writes SampleBatch records"),
+    "ignore_final_observation": (False, "remove the key"),
+    "offline_evaluation_interval": (None, "score logged data with off_policy_estimation_methods"),
+    "num_offline_eval_runners": (0, "score logged data with off_policy_estimation_methods"),
+    "categorical_distribution_temperature": (1.0, "remove the key"),
+    "burn_in_len": (0, "rlmesh's recurrent DQN has no burn-in; remove the key"),
+    "burnin_len": (0, "remove the key"),
+    "bc_logstd_coeff": (0.0, "remove the key"),
+    "replay_sequence_length": (1, "set model.max_seq_len for recurrent policies"),
+    "custom_async_evaluation_function": (None, "score episodes in a callback instead"),
+    "_env_runners_only": (False, "remove the key"),
+    "_skip_learners": (False, "remove the key"),
 }
 
 
@@ -176,6 +261,8 @@ def _apex_optimizer(value, d, cls):
     """APEX's old ``optimizer`` dict."""
     if not isinstance(value, dict):
         raise Refused(f"optimizer: expected APEX's dict, got {value!r}")
+    if not value:
+        return {}, None
     out, dropped = {}, []
     for key, v in value.items():
         if key in ("num_replay_buffer_shards", "num_replay_shards"):
@@ -232,6 +319,9 @@ def _replay(value, d, cls):
     rb, out = dict(value), {}
     if "type" in rb:
         rb["type"] = _REPLAY_TYPES.get(_stripped(rb["type"]), _stripped(rb["type"]))
+    for new, old in (("alpha", "prioritized_replay_alpha"), ("beta", "prioritized_replay_beta")):
+        if new in rb:  # the new stack's episode buffers' names
+            rb[old] = rb.pop(new)
     for key in ("learning_starts", "num_steps_sampled_before_learning_starts"):
         if key in rb:
             out["num_steps_sampled_before_learning_starts"] = rb.pop(key)
@@ -335,6 +425,47 @@ def _timesteps_per_iteration(value, d, cls):
                   "iteration; set train_batch_size instead")
 
 
+def _epsilon(value, d, cls):
+    """The new stack's DQN ``epsilon``: a schedule [[0, 1.0], [t, final]] (or one number)."""
+    if "exploration_config" not in cls.__dataclass_fields__:
+        raise Refused(f"epsilon: not a setting of {cls.__name__[:-6]} (RMSProp's epsilon is "
+                      "for opt_type 'rmsprop')")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return {"exploration_config": {"initial_epsilon": value, "final_epsilon": value}}, None
+    try:
+        (t0, first), (t1, last) = value[0], value[-1]
+    except (TypeError, ValueError):
+        raise Refused(f"epsilon: a number or a schedule [[0, 1.0], [10000, 0.05]], got "
+                      f"{value!r}") from None
+    note = (f"epsilon: a schedule of {len(value)} points runs linearly from its first to its "
+            "last") if len(value) > 2 else None
+    return {"exploration_config": {"type": "EpsilonGreedy", "initial_epsilon": first,
+                                   "final_epsilon": last, "epsilon_timesteps": t1 - t0}}, note
+
+
+def _renamed(new: str, fallback: str | None = None) -> Callable:
+    """A key with another name here; where ``cls`` has no such setting, ``fallback`` says
+    it has no effect (None: refused)."""
+
+    def translate(value, d, cls):
+        if new in _own_spellings(cls):
+            return {new: value}, None
+        if fallback is not None:
+            return {}, None
+        raise Refused(f"{new}: not a setting of {cls.__name__[:-6]}")
+
+    return translate
+
+
+def _only(expected, advice: str) -> Callable:
+    def translate(value, d, cls):
+        if value == expected:
+            return {}, None
+        raise Refused(f"rlmesh cannot honour {value!r} here; {advice}")
+
+    return translate
+
+
 def _min_train_timesteps(value, d, cls):
     if value in (0, None):
         return {}, None
@@ -374,6 +505,14 @@ TRANSLATIONS: dict[str, Callable] = {
     "min_sample_timesteps_per_reporting": _timesteps_per_iteration,
     "min_train_timesteps_per_iteration": _min_train_timesteps,
     "min_train_timesteps_per_reporting": _min_train_timesteps,
+    "epsilon": _epsilon,
+    "_train_batch_size_per_learner": _renamed("train_batch_size_per_learner"),
+    "_model_config": _model_config,
+    "num_aggregator_actors_per_learner": _renamed("num_aggregation_workers", "no effect"),
+    "target_update_frequency": _renamed("target_network_update_freq"),
+    "circular_buffer_iterations_per_batch": _renamed("num_epochs"),
+    "tau": _only(1.0, "APPO copies its target network every target_network_update_freq"),
+    "lambda": _only(1.0, "MARWIL and BC score actions by their discounted returns (lambda 1)"),
 }
 
 
@@ -397,12 +536,18 @@ def translate(cls, values: dict) -> Translated:
                 notes.append(note)
         elif key in own:
             settings[key] = value
+        elif key.startswith("callbacks_on_"):
+            if value is not None:
+                raise Refused(f"{key}: define a callbacks class with the method "
+                              f"{key[len('callbacks_'):]}(...) and set callbacks_class")
+        elif "offline_eval" in key:  # the offline evaluation runners (refused when asked for)
+            continue
         elif key in NO_EFFECT:
             if value not in (None, False, {}, []):
                 idle.append(key)
         elif key in REFUSED:
             default, advice = REFUSED[key]
-            if value != default:
+            if value != default and value is not None:  # None: RLlib's "not set"
                 raise Refused(f"{key}: rlmesh cannot honour {key}={value!r}; {advice}")
         else:
             settings[key] = value
@@ -444,3 +589,50 @@ def note(lines: list[str]) -> None:
 
 
 _SAID: set[str] = set()
+
+
+# --- what a file of RLlib's meant by the keys it leaves out ---
+
+_NEW_STACK_KEYS = frozenset({"num_env_runners", "num_envs_per_env_runner", "num_learners",
+                             "train_batch_size_per_learner", "minibatch_size", "num_epochs",
+                             "model_config", "num_gpus_per_learner"})
+
+
+def stack_of(config: dict) -> str:
+    """'new' for a config of RLlib's new API stack (it switches it on, or uses its keys),
+    else 'old' (the classic stack of RLlib's YAML tuned examples)."""
+    api = config.get("api_stack") if isinstance(config.get("api_stack"), dict) else {}
+    switched = (config.get("enable_rl_module_and_learner") or config.get("_enable_new_api_stack")
+                or api.get("enable_rl_module_and_learner"))
+    return "new" if switched or _NEW_STACK_KEYS & set(config) else "old"
+
+
+def defaults_for(cls, stack: str = "old") -> dict:
+    """RLlib's defaults (of ``stack``) for the algorithm of config class ``cls``, where they
+    differ from rlmesh's, as rlmesh keys: the base config's, then the algorithm's own."""
+    from rlmesh.config.rllib_defaults import ALGORITHM_DEFAULTS, COMMON_DEFAULTS
+
+    if stack not in ("old", "new"):
+        raise ValueError(f"stack: 'old' or 'new', got {stack!r}")
+    name = _algorithm_name(cls)
+    own = ALGORITHM_DEFAULTS[stack].get(name, {})
+    out = {k: v for k, v in COMMON_DEFAULTS[stack].items() if k in _own_spellings(cls)}
+    for key, value in own.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = {**out[key], **value}
+        else:
+            out[key] = value
+    return out
+
+
+def _algorithm_name(cls) -> str | None:
+    """The registry's name of config class ``cls`` (or of the nearest registered base)."""
+    from rlmesh.algorithms.registry import ALGORITHMS
+    from rlmesh.policy.policy import class_path
+
+    by_path = {path: name for name, path in ALGORITHMS.items()}
+    for klass in cls.__mro__:
+        name = by_path.get(class_path(klass)) if isinstance(klass, type) else None
+        if name is not None:
+            return name
+    return None
