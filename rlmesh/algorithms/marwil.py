@@ -132,7 +132,9 @@ class MARWIL(Algorithm):
                     fragments += synchronous_parallel_sample(self.env_runners, max_env_steps=steps)
                 sampled = True
             else:  # multi-agent: each policy its share, from its own agents' trajectories
-                fragments += [dataset.sample(steps, policy_id=pid) for pid in self.input_spaces]
+                read = [dataset.sample(steps, policy_id=pid) for pid in self.input_spaces]
+                self.env_runners.record([_read_count(f) for f in read])
+                fragments += read
         if self.sharded:  # the runners' shards (and envs, in a mix) by the shares
             with self.timer("sample_time_s"):
                 fragments = synchronous_parallel_sample(self.env_runners,
@@ -153,6 +155,8 @@ class MARWIL(Algorithm):
         """The iteration's result with the dataset's counts and the off-policy estimates
         (before Algorithm.train adds the evaluation and calls on_train_result)."""
         result = super().training_iteration()
+        # RLlib's old stack counts the rows it trains on as agent steps trained too
+        result["num_agent_steps_trained"] = result["num_env_steps_trained"]
         datasets = [d for _, d in self.sources if d is not None]
         if datasets:
             shards = ([s for s in self.env_runners.foreach_env_runner("offline_stats") if s]
@@ -172,6 +176,16 @@ class MARWIL(Algorithm):
                 result["off_policy_estimation"] = estimate(
                     methods, self.get_policy(), episodes, self.config.gamma)
         return result
+
+
+def _read_count(fragment: dict[str, Any]) -> dict[str, Any]:
+    """What the result counts of a fragment read from a dataset on the driver: its steps,
+    as sampled, as RLlib counts offline rows (a runner's shard is counted the same way as it
+    serves them); no episodes, which only the evaluation runners play."""
+    count = {"env_steps": fragment["env_steps"], "episodes": []}
+    if fragment.get("policy_id") is not None:  # multi-agent: its agents' steps
+        count["agent_steps"] = fragment["env_steps"]
+    return count
 
 
 def input_spaces(config: MARWILConfig, single: Any) -> dict[str | None, tuple[Any, Any]]:
