@@ -15,8 +15,9 @@ def add_sweep_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--num-samples", type=int, metavar="N",
                    help="repeat the grid N times, drawing the random spaces anew (default 1)")
     g.add_argument("--metric", metavar="KEY",
-                   help="result key that ranks trials, nested with '/' (default "
-                        "episode_reward_mean)")
+                   help="result key that ranks trials, nested with '/', in either RLlib "
+                        "stack's names (default episode_reward_mean, the same value as "
+                        "env_runners/episode_return_mean)")
     g.add_argument("--mode", choices=("max", "min"), default="max", help="max (default) or min")
     g.add_argument("--max-concurrent-trials", type=int, metavar="N",
                    help="at most N trials at once (default: as many as the machine fits)")
