@@ -1,6 +1,7 @@
 # rlmesh: the commands a newcomer types, and the ones CI runs (.ci/run).
 #   make install      .venv with torch (CPU build where there is no GPU) and rlmesh editable
-#   make test         unit + integration + cluster tests
+#   make test         unit + conformance + integration + cluster tests
+#   make conformance  RLlib's tuned examples to their own stop (a benchmark, not CI)
 #   make wheel-check  build the wheel, install it in a fresh venv, import it from outside the repo
 #   make gpu-check    every algorithm with a CUDA learner, and what a device can break (tests/gpu)
 
@@ -10,9 +11,9 @@ WHEEL_VENV ?= build/wheel-venv
 PYTHON := $(VENV)/bin/python
 PIP := $(PYTHON) -m pip
 # Test folders that exist: git keeps no empty folder, and pytest stops on a missing path.
-TEST_DIRS := $(wildcard tests/unit tests/integration tests/cluster)
+TEST_DIRS := $(wildcard tests/unit tests/conformance tests/integration tests/cluster)
 
-.PHONY: venv install test test-unit bench demo runtime-demo wheel-check gpu-check clean
+.PHONY: venv install test test-unit bench conformance demo runtime-demo wheel-check gpu-check clean
 
 # $(call make-venv,DIR): reuse a torch the base python already has (--system-site-packages),
 # so no second copy is downloaded; else a plain venv.
@@ -48,6 +49,12 @@ test-unit: install
 
 bench: install
 	$(PYTHON) -m tests.benchmarks.run
+
+# RLlib's tuned examples as conformance files (tests/conformance/files): each CartPole and
+# Pendulum file trained to its own stop within its own budget, one table (docs/rllib.md).
+# With RLlib's venv (make .venv-rllib/.installed) RLlib runs the same files beside it.
+conformance: install
+	$(PYTHON) -m tests.benchmarks.bench_conformance
 
 # On a machine with CUDA: the suite of tests/gpu/cases.py, several cases at a time, one table.
 # Without CUDA it says so and exits 0 (`python -m tests.gpu.run --cpu-check` runs it on the
@@ -101,5 +108,5 @@ $(PEERS_VENV)/.installed: deploy/ensure_torch.py
 $(RLLIB_VENV)/.installed: deploy/ensure_torch.py
 	$(PY) -m venv $(RLLIB_VENV)
 	$(RLLIB_VENV)/bin/python deploy/ensure_torch.py
-	$(RLLIB_VENV)/bin/pip install '$(RLLIB_SPEC)' psutil
+	$(RLLIB_VENV)/bin/pip install '$(RLLIB_SPEC)' psutil pillow  # pillow: RLlib 2.60 imports PIL on build()
 	touch $@

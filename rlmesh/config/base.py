@@ -253,6 +253,27 @@ class AlgorithmConfig(SamplingSettings, EvaluationSettings, MultiAgentSettings, 
         module, _, name = path.partition(":")
         return getattr(importlib.import_module(module), name)(self)
 
+    # RLlib's other builders: old names of the groups above, and its stack switches
+    def rollouts(self, **kwargs):
+        """RLlib's old name of env_runners()."""
+        return self._set("env_runners", kwargs)
+
+    def exploration(self, **kwargs):
+        """RLlib's old builder of explore and exploration_config."""
+        return self._set("env_runners", kwargs)
+
+    def api_stack(self, **kwargs):
+        """RLlib's switch between its API stacks; rlmesh has one (docs/rllib.md)."""
+        return self.update_from_dict(kwargs)
+
+    def experimental(self, **kwargs):
+        """RLlib's experimental switches (each translated or named as having no effect)."""
+        return self.update_from_dict(kwargs)
+
+    def checkpointing(self, **kwargs):
+        """RLlib's checkpoint options (rlmesh's checkpoints hold every policy, docs/rllib.md)."""
+        return self.update_from_dict(kwargs)
+
     def fault_tolerance(self, **kwargs):
         """Set the fault_tolerance group (see ``fields_table("fault_tolerance")``)."""
         return self._set("fault_tolerance", kwargs)

@@ -108,7 +108,6 @@ NO_EFFECT: dict[str, str] = {
     "recreate_failed_env_runners_on_eval": "evaluation runners restart as training runners do",
     "restart_failed_sub_environments": "a failing env restarts its runner",
     "ignore_env_runner_failures": "restart_failed_env_runners decides",
-    "preprocessor_pref": "Atari ids get the DeepMind preprocessing (docs/rllib.md)",
     "actions_in_input_normalized": "logged actions are read as the env took them",
     "postprocess_inputs": "rlmesh computes what the loss needs on the learner",
     "shuffle_buffer_size": "input_config's shuffle orders the episodes",
@@ -177,8 +176,6 @@ NO_EFFECT: dict[str, str] = {
 
 REFUSED: dict[str, tuple[Any, str]] = {
     "soft_horizon": (False, "rlmesh resets an env when its episode ends; remove the key"),
-    "no_done_at_end": (False, "rlmesh trains on the env's own terminated/truncated flags; "
-                              "remove the key"),
     "fake_sampler": (False, "remove the key"),
     "observation_fn": (None, "map observations inside the env (a gymnasium wrapper)"),
     "env_task_fn": (None, "change the task from a callback through the env's own method"),
@@ -466,6 +463,27 @@ def _only(expected, advice: str) -> Callable:
     return translate
 
 
+def _no_done_at_end(value, d, cls):
+    if not value:
+        return {}, None
+    return {}, ("no_done_at_end: rlmesh bootstraps where an episode is truncated (a time "
+                "limit, horizon) and not where the env terminates it, by gymnasium's flags")
+
+
+def _old_replay_key(key: str) -> Callable:
+    """The oldest stack's replay keys at the top level (buffer_size, prioritized_replay...)."""
+
+    def translate(value, d, cls):
+        if "replay_buffer_config" not in cls.__dataclass_fields__:
+            raise Refused(f"{key}: {cls.__name__[:-6]} has no replay buffer")
+        if key == "prioritized_replay":
+            kind = "MultiAgentPrioritizedReplayBuffer" if value else "MultiAgentReplayBuffer"
+            return {"replay_buffer_config": {"type": kind}}, None
+        return {"replay_buffer_config": {"capacity" if key == "buffer_size" else key: value}}, None
+
+    return translate
+
+
 def _min_train_timesteps(value, d, cls):
     if value in (0, None):
         return {}, None
@@ -506,6 +524,15 @@ TRANSLATIONS: dict[str, Callable] = {
     "min_train_timesteps_per_iteration": _min_train_timesteps,
     "min_train_timesteps_per_reporting": _min_train_timesteps,
     "epsilon": _epsilon,
+    "no_done_at_end": _no_done_at_end,
+    "buffer_size": _old_replay_key("buffer_size"),
+    "prioritized_replay": _old_replay_key("prioritized_replay"),
+    "prioritized_replay_alpha": _old_replay_key("prioritized_replay_alpha"),
+    "prioritized_replay_beta": _old_replay_key("prioritized_replay_beta"),
+    "prioritized_replay_eps": _old_replay_key("prioritized_replay_eps"),
+    "final_prioritized_replay_beta": _old_replay_key("final_prioritized_replay_beta"),
+    "prioritized_replay_beta_annealing_timesteps":
+        _old_replay_key("prioritized_replay_beta_annealing_timesteps"),
     "_train_batch_size_per_learner": _renamed("train_batch_size_per_learner"),
     "_model_config": _model_config,
     "num_aggregator_actors_per_learner": _renamed("num_aggregation_workers", "no effect"),

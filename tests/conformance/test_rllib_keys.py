@@ -145,3 +145,10 @@ def test_a_file_is_told_apart_by_its_stack():
     assert rllib.stack_of({"framework": "torch", "num_workers": 2}) == "old"
     assert rllib.stack_of({"num_env_runners": 2}) == "new"
     assert rllib.stack_of({"enable_rl_module_and_learner": True}) == "new"
+
+
+def test_docs_name_every_key_of_the_tables():
+    doc = (Path(__file__).parents[2] / "docs" / "rllib.md").read_text()
+    keys = set(rllib.TRANSLATIONS) | set(rllib.NO_EFFECT) | set(rllib.REFUSED)
+    missing = sorted(k for k in keys if f"`{k}" not in doc and f" {k}" not in doc)
+    assert not missing, f"docs/rllib.md does not say what these RLlib keys become: {missing}"

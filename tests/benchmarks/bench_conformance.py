@@ -1,0 +1,151 @@
+"""RLlib's tuned examples, run unchanged: each CartPole and Pendulum conformance file
+(tests/conformance/files) trained by `rlmesh train -f FILE` to its own stop within its own
+budget (the file's timesteps_total or time_total_s stop), and, with RLlib's venv
+(.venv-rllib, `make .venv-rllib/.installed`), RLlib running the same file beside it
+(tests/benchmarks/peer_rllib_file.py). One row per file and side: reached, env steps,
+seconds. Measured, never asserted.
+
+``python -m tests.benchmarks.bench_conformance [--only SUBSTR[,SUBSTR]] [--seeds 0 1 2]
+[--no-rllib] [--offline-data DIR]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from tests.benchmarks.children import run
+from tests.conformance.files import all_files
+
+ROOT = Path(__file__).resolve().parents[2]
+RLLIB_PYTHON = ROOT / ".venv-rllib" / "bin" / "python"
+REWARD_KEYS = ("episode_reward_mean", "sampler_results/episode_reward_mean",
+               "env_runners/episode_return_mean", "evaluation/episode_reward_mean",
+               "evaluation/env_runners/episode_return_mean")
+BUDGET_KEYS = ("timesteps_total", "num_env_steps_sampled_lifetime", "time_total_s",
+               "training_iteration")
+WALL_CAP_S = 1200  # a file that learns at all does so well within this on 2 cores
+
+
+def experiment(path: Path) -> dict:
+    from rlmesh.tuned_examples import load_experiments
+
+    experiments, _ = load_experiments(str(path))
+    return experiments[0][1]
+
+
+def goal(exp: dict) -> tuple[str | None, float | None]:
+    stop = exp.get("stop") or {}
+    for key in REWARD_KEYS:
+        if key in stop:
+            return key, float(stop[key])
+    return None, None
+
+
+def rlmesh_side(path: Path, seed: int, workdir: Path, data: Path | None) -> dict:
+    """`rlmesh train -f path --seed S` to the file's stop; the last result's figures."""
+    local = workdir / f"rlmesh-{path.stem}-{seed}"
+    cmd = [sys.executable, "-m", "rlmesh.cli.main", "train", "-f", str(path),
+           "--seed", str(seed), "--local-dir", str(local)]
+    if data is not None and experiment(path).get("config", {}).get("input") == "dataset":
+        cmd += ["--config", json.dumps({"input_config": {"paths": str(data)}})]
+    start = time.perf_counter()
+    try:
+        proc = run(cmd, timeout=WALL_CAP_S, capture_output=True, text=True)
+    except subprocess.TimeoutExpired:
+        proc = subprocess.CompletedProcess(cmd, -9, "", f"stopped after {WALL_CAP_S} s")
+    wall = time.perf_counter() - start
+    results = sorted(local.glob("*/*/result.json"))
+    if not results:
+        return {"error": (proc.stderr.strip().splitlines() or ["no result"])[-1], "wall_s": wall}
+    last = json.loads(results[-1].read_text().splitlines()[-1])
+    return {"result": last, "wall_s": wall, "exit": proc.returncode}
+
+
+def rllib_side(path: Path, seed: int) -> dict:
+    cmd = [str(RLLIB_PYTHON), str(ROOT / "tests" / "benchmarks" / "peer_rllib_file.py"),
+           str(path), "--seed", str(seed)]
+    start = time.perf_counter()
+    try:
+        proc = run(cmd, timeout=WALL_CAP_S, capture_output=True, text=True)
+    except subprocess.TimeoutExpired:
+        return {"error": f"no result in {WALL_CAP_S} s", "wall_s": WALL_CAP_S}
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if not lines:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"error": tail[:160], "wall_s": time.perf_counter() - start}
+    return json.loads(lines[-1])
+
+
+def row(path: Path, side: str, seed: int, out: dict) -> dict:
+    from rlmesh.results import flatten, lookup
+
+    exp = experiment(path)
+    key, threshold = goal(exp)
+    if "error" in out:
+        return {"file": path.name, "side": side, "seed": seed, "reached": "error",
+                "steps": None, "seconds": round(out.get("wall_s", 0)), "note": out["error"]}
+    result = out["result"]
+    reward = lookup(flatten(result), key) if key else None
+    reached = reward is not None and threshold is not None and reward >= threshold
+    return {"file": path.name, "side": side, "seed": seed, "reached": "yes" if reached else "no",
+            "reward": None if reward is None else round(float(reward), 1), "goal": threshold,
+            "steps": result.get("timesteps_total"), "seconds": round(result.get("time_total_s", 0)),
+            "budget": {k: v for k, v in (exp.get("stop") or {}).items() if k in BUDGET_KEYS}}
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| file | side | seed | reached | reward / goal | env steps | seconds | budget |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        reward = f"{r.get('reward')} / {r.get('goal')}" if r["reached"] != "error" else r["note"]
+        lines.append(f"| {r['file']} | {r['side']} | {r['seed']} | {r['reached']} | {reward} | "
+                     f"{r['steps']} | {r['seconds']} | {json.dumps(r.get('budget', {}))} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--only", help="comma-separated substrings of file names")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0])
+    p.add_argument("--no-rllib", action="store_true")
+    p.add_argument("--offline-data", type=Path,
+                   help="a JSON-lines dataset for the BC/MARWIL files (default: written first "
+                        "by a PPO run, tests/benchmarks/bench_offline's recipe)")
+    p.add_argument("--json", type=Path, help="also write the rows here")
+    args = p.parse_args()
+    files = [f for f in all_files() if any(e in f.stem for e in ("cartpole", "pendulum"))]
+    if args.only:
+        files = [f for f in files if any(s in f.name for s in args.only.split(","))]
+    with_rllib = not args.no_rllib and RLLIB_PYTHON.exists()
+    workdir = Path(tempfile.mkdtemp(prefix="rlmesh-conformance-"))
+    rows = []
+    try:
+        for path in files:
+            for seed in args.seeds:
+                rows.append(row(path, "rlmesh", seed,
+                                rlmesh_side(path, seed, workdir, args.offline_data)))
+                print(json.dumps(rows[-1]), flush=True)
+                if with_rllib:
+                    rows.append(row(path, "RLlib", seed, rllib_side(path, seed)))
+                    print(json.dumps(rows[-1]), flush=True)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    print(table(rows))
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+    if not with_rllib:
+        print("(RLlib's side not run: no .venv-rllib; make .venv-rllib/.installed)",
+              file=sys.stderr)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    main()
