@@ -32,7 +32,7 @@ class A2CTorchPolicy(TorchPolicy):
 
     def prepare_batch(self, batch: Tensors) -> Tensors:
         cfg = self.config
-        flat = gae_samples(self.model, batch, cfg.gamma, cfg.lambda_ if cfg.use_gae else 1.0)
+        flat = gae_samples(self.model, batch, cfg.gamma, cfg.gae_lambda())
         drop = ("values", "action_logp", "action_dist_inputs")  # what the loss never reads
         return {k: v for k, v in flat.items() if k not in drop}
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rlmesh.algorithms.gae_config import GAESettings
 from rlmesh.config.base import AlgorithmConfig, setting
 from rlmesh.config.entropy import EntropySchedule
 from rlmesh.config.optimizer import OptimizerSettings
@@ -21,7 +22,8 @@ _A2C_DEFAULTS = {
 
 
 @dataclass(kw_only=True)
-class A2CConfig(AlgorithmConfig, OptimizerSettings, EntropySchedule, defaults=_A2C_DEFAULTS):
+class A2CConfig(AlgorithmConfig, GAESettings, OptimizerSettings, EntropySchedule,
+                defaults=_A2C_DEFAULTS):
     """Advantage actor-critic (Mnih et al. 2016, synchronous), configured as in RLlib::
 
         A2CConfig().environment("CartPole-v1").training(lr=0.001, microbatch_size=40)
@@ -30,15 +32,6 @@ class A2CConfig(AlgorithmConfig, OptimizerSettings, EntropySchedule, defaults=_A
     #: The algorithm build() makes from this config.
     algorithm_path = "rlmesh.algorithms.a2c:A2C"
 
-    use_gae: bool = setting(
-        True, "training",
-        doc="Advantages by Generalized Advantage Estimation with lambda; False: the "
-            "discounted return (bootstrapped from the critic where the fragment is cut) "
-            "minus the critic's value, which is GAE with lambda 1.")
-    lambda_: float = setting(
-        1.0, "training", key="lambda", ge=0, le=1,
-        doc="GAE lambda: 0 bootstraps from the value function after one step (less "
-            "variance, more bias), 1 uses the observed return up to the fragment's end.")
     vf_loss_coeff: float = setting(
         0.5, "training", ge=0,
         doc="Weight of the value loss (mean squared error to the GAE value targets) in "
@@ -53,6 +46,9 @@ class A2CConfig(AlgorithmConfig, OptimizerSettings, EntropySchedule, defaults=_A
 
     def _cross_checks(self) -> list[str]:
         problems = super()._cross_checks() + self._entropy_schedule_problems()
+        if not self.use_critic:  # RLlib's A2C/A3C have the key; rlmesh's always learn one
+            problems.append("use_critic: A2C and A3C always learn the critic they bootstrap "
+                            "from; leave use_critic=True")
         if self.microbatch_size is not None and self.minibatch_size is not None:
             problems.append("microbatch_size: A2C steps once per train batch; with "
                             "microbatch_size set, leave minibatch_size at None")

@@ -4,6 +4,10 @@ A target network, a copy of the policy refreshed every ``target_network_update_f
 updates, is the policy V-trace corrects toward and the anchor of the surrogate's ratio, so
 the ratio stays near 1 however old the runners' weights are. Optionally a KL term to the
 target network, its coefficient adapting toward ``kl_target``.
+
+With ``vtrace=False`` (RLlib's cartpole-appo.yaml) it is PPO on each fragment as it comes:
+GAE advantages and value targets from the learner's critic (``use_gae``, ``lambda``,
+``use_critic``), the ratio and the KL term to the behaviour policy, no target network.
 """
 
 from __future__ import annotations
@@ -16,9 +20,10 @@ import torch
 from rlmesh.algorithms.appo_config import APPOConfig
 from rlmesh.algorithms.ppo import adapt_kl_coeff
 from rlmesh.algorithms.impala import (
-    IMPALA, ImpalaTorchPolicy, drop_last_step, evaluate, forward, loss_terms,
-    train_samples, valid_rows, vtrace_targets, whole_batch)
+    IMPALA, ImpalaTorchPolicy, drop_last_step, evaluate, forward, gae_targets, loss_terms,
+    targets, train_samples, valid_rows, whole_batch)
 from rlmesh.policy.recurrent import is_recurrent, time_major_outputs
+from rlmesh.rl.gae import discounted_returns
 
 __all__ = ["APPO", "APPOConfig", "APPOTorchPolicy"]
 
@@ -32,30 +37,51 @@ def target_model(policy: Any) -> torch.nn.Module:
 
 
 class APPOTorchPolicy(ImpalaTorchPolicy):
-    """APPO's part of a learner update: V-trace toward the target network, clipped
-    surrogate, value loss, entropy, optional KL."""
+    """APPO's part of a learner update: V-trace toward the target network (or GAE),
+    clipped surrogate, value loss, entropy, optional KL."""
+
+    def on_policy_targets(self, batch: dict[str, torch.Tensor], values: torch.Tensor,
+                          bootstrap: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``vtrace=False``: GAE's ``(value_targets, advantages)`` at ``lambda`` (1 without
+        ``use_gae``); without ``use_critic`` the discounted returns, nothing bootstrapped,
+        are the advantages (and the value loss is off)."""
+        cfg = self.config
+        if not cfg.use_critic:
+            returns = discounted_returns(batch["rewards"], batch["terminateds"],
+                                         batch["truncateds"], cfg.gamma).to(values.dtype)
+            return returns, returns
+        return gae_targets(batch, values, bootstrap, cfg.gamma, cfg.gae_lambda())
+
+    def anchor(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The distribution inputs ``[T*B, n]`` and log-probabilities ``[T, B]`` of the
+        policy the surrogate's ratio and the KL term refer to: the target network under
+        V-trace; with ``vtrace=False`` the behaviour policy, as in PPO (and RLlib)."""
+        if not self.config.vtrace:
+            return batch["action_dist_inputs"].flatten(0, 1), batch["action_logp"]
+        target = target_model(self)
+        old_inputs = (time_major_outputs(target, batch)[0] if is_recurrent(target)
+                      else target(batch["obs"].flatten(0, 1))[0])
+        old_logp = self.dist_class.from_inputs(old_inputs).logp(
+            batch["actions"].flatten(0, 1)).reshape(batch["rewards"].shape)
+        return old_inputs, old_logp
 
     def prepare_batch(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        if self.config.vtrace_drop_last_ts:
+        if self.config.vtrace and self.config.vtrace_drop_last_ts:
             batch = drop_last_step(batch)
         with torch.no_grad():
-            target = target_model(self)
-            old_inputs = (time_major_outputs(target, batch)[0] if is_recurrent(target)
-                          else target(batch["obs"].flatten(0, 1))[0])
-            old_logp = self.dist_class.from_inputs(old_inputs).logp(
-                batch["actions"].flatten(0, 1)).reshape(batch["rewards"].shape)
+            old_inputs, old_logp = self.anchor(batch)
             whole = whole_batch(self, batch)
-            if whole is not None:  # V-trace in the loss, from its own forward pass
+            if whole is not None:  # the targets in the loss, from its own forward pass
                 return {**whole, "old_logp": old_logp, "old_dist_inputs": old_inputs}
             _, values, bootstrap = evaluate(self, batch, self.model)
-            vs, pg_advantages = vtrace_targets(self, batch, old_logp, values, bootstrap)
+            vs, pg_advantages = targets(self, batch, old_logp, values, bootstrap)
         t, b = old_logp.shape
         return train_samples(self, batch, vs=vs, pg_advantages=pg_advantages, old_logp=old_logp,
                              old_dist_inputs=old_inputs.reshape(t, b, -1))
 
     def loss(self, mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         cfg = self.config
-        if "vs" in mb:  # a flat minibatch (or sequences) with its V-trace targets
+        if "vs" in mb:  # a flat minibatch (or sequences) with its targets
             dist_inputs, values = self.model_outputs(mb)
             mb = self.train_rows(mb)
             mask: torch.Tensor | slice = slice(None)
@@ -65,8 +91,8 @@ class APPOTorchPolicy(ImpalaTorchPolicy):
         else:  # the whole time-major batch
             dist_inputs, values, bootstrap = forward(mb, self.model)
             with torch.no_grad():
-                vs, adv = vtrace_targets(self, mb, mb["old_logp"], values.detach(),
-                                         bootstrap.detach())
+                vs, adv = targets(self, mb, mb["old_logp"], values.detach(),
+                                  bootstrap.detach())
             mask = valid_rows(mb["mask"].flatten().bool())
             values, vs, adv = values.flatten(), vs.flatten(), adv.flatten()
             actions = mb["actions"].flatten(0, 1)
@@ -75,7 +101,8 @@ class APPOTorchPolicy(ImpalaTorchPolicy):
         dist = self.dist_class.from_inputs(dist_inputs)
         logp = dist.logp(actions)
         # The ratio to the target network, through the behaviour policy: pi/mu * mu/target,
-        # the second factor clipped to [0, 2] as in RLlib so a stale sample cannot blow it up.
+        # the second factor clipped to [0, 2] as in RLlib so a stale sample cannot blow it up
+        # (with vtrace=False the anchor is the behaviour policy: that factor is 1).
         is_ratio = torch.exp(behaviour - old_logp).clamp(0.0, 2.0)
         ratio = (is_ratio * torch.exp(logp - behaviour))[mask]
         adv = adv[mask]
@@ -85,7 +112,9 @@ class APPOTorchPolicy(ImpalaTorchPolicy):
         vf_loss, entropy, stats = loss_terms(self, dist, values, vs, mask, behaviour_inputs)
         kl = self.dist_class.from_inputs(mb["old_dist_inputs"]).kl(dist)[mask].mean()
         coeff = self.config.entropy_coeff_at(self.global_timestep)
-        total = policy_loss + cfg.vf_loss_coeff * vf_loss - coeff * entropy
+        total = policy_loss - coeff * entropy
+        if cfg.vtrace or cfg.use_critic:
+            total = total + cfg.vf_loss_coeff * vf_loss
         if cfg.use_kl_loss:
             total = total + self.state.setdefault("cur_kl_coeff", cfg.kl_coeff) * kl
         with torch.no_grad():
@@ -96,7 +125,7 @@ class APPOTorchPolicy(ImpalaTorchPolicy):
 
     def after_update(self, stats: dict[str, float]) -> None:
         cfg = self.config
-        if self.num_updates % cfg.target_network_update_freq == 0:
+        if cfg.vtrace and self.num_updates % cfg.target_network_update_freq == 0:
             target_model(self).load_state_dict(self.model.state_dict())
             self.state["num_target_updates"] = self.state.get("num_target_updates", 0) + 1
         if cfg.use_kl_loss:

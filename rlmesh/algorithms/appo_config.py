@@ -1,11 +1,12 @@
-"""APPOConfig: APPO's own settings (clipped surrogate, target network, KL term) on top of
-IMPALA's, in RLlib's names."""
+"""APPOConfig: APPO's own settings (clipped surrogate, target network, KL term, and the
+advantage estimator of ``vtrace=False``) on top of IMPALA's, in RLlib's names."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from rlmesh.config.base import setting
+from rlmesh.algorithms.gae_config import GAESettings
 from rlmesh.algorithms.impala_config import ImpalaConfig
 
 # RLlib's APPOConfig.__init__ values for settings IMPALA already declares.
@@ -13,10 +14,13 @@ _APPO_DEFAULTS = {"learner_queue_size": 16}
 
 
 @dataclass(kw_only=True)
-class APPOConfig(ImpalaConfig, defaults=_APPO_DEFAULTS):
+class APPOConfig(ImpalaConfig, GAESettings, defaults=_APPO_DEFAULTS):
     """Asynchronous PPO, configured as in RLlib::
 
         APPOConfig().environment("CartPole-v1").training(clip_param=0.4, use_kl_loss=True)
+
+    ``use_critic``, ``use_gae`` and ``lambda`` (RLlib's defaults: True, True, 1.0) are read
+    with ``vtrace=False`` only; V-trace has its own targets.
     """
 
     algorithm_path = "rlmesh.algorithms.appo:APPO"
@@ -37,3 +41,9 @@ class APPOConfig(ImpalaConfig, defaults=_APPO_DEFAULTS):
         0.01, "training", gt=0,
         doc="KL per update that the adaptive kl_coeff aims for: x1.5 above twice the "
             "target, x0.5 below half of it.")
+
+    def _cross_checks(self) -> list[str]:
+        problems = super()._cross_checks()
+        if not self.vtrace:  # as RLlib, which checks them where it computes GAE
+            problems += self._gae_problems()
+        return problems

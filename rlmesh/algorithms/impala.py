@@ -2,7 +2,9 @@
 
 Asynchronous: runners sample on with whatever weights they last fetched, so a train batch
 comes from an older (behaviour) policy. The learner corrects for that lag with V-trace: value
-targets ``vs`` and policy-gradient advantages weighted by clipped importance ratios. The
+targets ``vs`` and policy-gradient advantages weighted by clipped importance ratios. With
+``vtrace=False`` it ignores the lag, as RLlib's IMPALA then does with A3C's loss: the targets
+are the discounted returns over each fragment, bootstrapped from the learner's critic. The
 pipeline around it (in-flight fragments, the learner queue, replay) is ``AsyncAlgorithm``'s.
 """
 
@@ -19,6 +21,7 @@ from rlmesh.policy.recurrent import (is_recurrent, sequence_index, sequence_samp
 from rlmesh.policy.learner_stats import entropy_of, explained_variance
 from rlmesh.policy.torch_policy import TorchPolicy
 from rlmesh.rl.columns import time_major_keys
+from rlmesh.rl.gae import compute_gae
 from rlmesh.rl.optim import Optimizers, from_config
 from rlmesh.rl.vtrace import vtrace
 
@@ -66,14 +69,28 @@ def evaluate(policy: Any, batch: dict[str, torch.Tensor], model: torch.nn.Module
     return logp.reshape(values.shape), values, bootstrap
 
 
-def vtrace_targets(policy: Any, batch: dict[str, torch.Tensor],
-                   target_logp: torch.Tensor, values: torch.Tensor, bootstrap: torch.Tensor
-                   ) -> tuple[torch.Tensor, torch.Tensor]:
-    """V-trace's ``(vs, pg_advantages)`` of the batch, ``target_logp`` the policy corrected to."""
+def targets(policy: Any, batch: dict[str, torch.Tensor], target_logp: torch.Tensor,
+            values: torch.Tensor, bootstrap: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The loss's ``(value_targets, pg_advantages)`` of the batch: V-trace's ``(vs,
+    pg_advantages)``, ``target_logp`` the policy corrected to; with ``vtrace=False`` the
+    policy's ``on_policy_targets``, the batch taken as sampled by the policy trained."""
     cfg = policy.config
+    if not cfg.vtrace:
+        return policy.on_policy_targets(batch, values, bootstrap)
     return vtrace(batch["action_logp"], target_logp, batch["rewards"], values, bootstrap,
                   batch["terminateds"], batch["truncateds"], cfg.gamma,
                   cfg.vtrace_clip_rho_threshold, cfg.vtrace_clip_pg_rho_threshold)
+
+
+def gae_targets(batch: dict[str, torch.Tensor], values: torch.Tensor, bootstrap: torch.Tensor,
+                gamma: float, lambda_: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(value_targets, advantages)`` by GAE over each fragment from the learner's values,
+    episode ends inside it as ``compute_gae`` treats them (a truncation bootstraps, a
+    termination does not); ``lambda_=1``: the returns bootstrapped where the data stops."""
+    advantages, value_targets = compute_gae(batch["rewards"], values, bootstrap,
+                                            batch["terminateds"], batch["truncateds"],
+                                            gamma, lambda_)
+    return value_targets, advantages
 
 
 def flat_valid(batch: dict[str, torch.Tensor], **extra: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -118,8 +135,8 @@ def make_optimizer(policy: Any) -> Any:
 
 
 def whole_batch(policy: Any, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor] | None:
-    """Without minibatches, the batch stays time-major and the loss computes V-trace from
-    its own forward pass (one pass instead of two); None when minibatches are asked for."""
+    """Without minibatches, the batch stays time-major and the loss computes its targets
+    from its own forward pass (one pass instead of two); None when minibatches are asked for."""
     if policy.config.minibatch_size is not None or policy.recurrent:
         return None
     return {**batch, "_whole_batch": True}
@@ -141,28 +158,36 @@ def loss_terms(policy: Any, dist: Any, values: torch.Tensor, vs: torch.Tensor,
 
 
 class ImpalaTorchPolicy(TorchPolicy):
-    """IMPALA's learner side: V-trace targets toward the current policy, the policy-gradient
-    loss weighted by V-trace advantages, the value loss and the entropy bonus."""
+    """IMPALA's learner side: V-trace targets toward the current policy (or A3C's returns),
+    the policy-gradient loss weighted by their advantages, the value loss and the entropy
+    bonus."""
 
     def make_optimizer(self) -> Any:
         return make_optimizer(self)
 
+    def on_policy_targets(self, batch: dict[str, torch.Tensor], values: torch.Tensor,
+                          bootstrap: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``vtrace=False``: A3C's targets, the discounted returns bootstrapped from the
+        critic (GAE with lambda 1; RLlib's IMPALA has no lambda), and the advantages
+        ``returns - V``. They equal V-trace's when the batch is on-policy."""
+        return gae_targets(batch, values, bootstrap, self.config.gamma, 1.0)
+
     def prepare_batch(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        if self.config.vtrace_drop_last_ts:
+        if self.config.vtrace and self.config.vtrace_drop_last_ts:
             batch = drop_last_step(batch)
         whole = whole_batch(self, batch)
         if whole is not None:
             return whole
-        # Minibatches: V-trace's outputs are constants of the loss (no gradient flows
-        # through them), computed once per pass with the current weights.
+        # Minibatches: the targets are constants of the loss (no gradient flows through
+        # them), computed once per pass with the current weights.
         with torch.no_grad():
             target_logp, values, bootstrap = evaluate(self, batch, self.model)
-            vs, pg_advantages = vtrace_targets(self, batch, target_logp, values, bootstrap)
+            vs, pg_advantages = targets(self, batch, target_logp, values, bootstrap)
         return train_samples(self, batch, vs=vs, pg_advantages=pg_advantages)
 
     def loss(self, mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         cfg = self.config
-        if "vs" in mb:  # a flat minibatch (or sequences) with its V-trace targets
+        if "vs" in mb:  # a flat minibatch (or sequences) with its targets
             dist_inputs, values = self.model_outputs(mb)
             mb = self.train_rows(mb)
             dist = self.dist_class.from_inputs(dist_inputs)
@@ -175,8 +200,8 @@ class ImpalaTorchPolicy(TorchPolicy):
             dist = self.dist_class.from_inputs(dist_inputs)
             logp = dist.logp(mb["actions"].flatten(0, 1)).reshape(values.shape)
             with torch.no_grad():
-                vs, pg_advantages = vtrace_targets(self, mb, logp.detach(), values.detach(),
-                                                   bootstrap.detach())
+                vs, pg_advantages = targets(self, mb, logp.detach(), values.detach(),
+                                            bootstrap.detach())
             mask = valid_rows(mb["mask"].bool().flatten())
             values, vs, pg_advantages = values.flatten(), vs.flatten(), pg_advantages.flatten()
             logp = logp.flatten()
@@ -191,8 +216,8 @@ class ImpalaTorchPolicy(TorchPolicy):
 
 class IMPALA(AsyncAlgorithm):
     """IMPALA on the rlmesh mesh: runners stream fragments (through aggregators, if any) to
-    the learners, which train on V-trace targets and publish weights every
-    ``broadcast_interval`` updates."""
+    the learners, which train on V-trace targets (A3C's returns with ``vtrace=False``) and
+    publish weights every ``broadcast_interval`` updates."""
 
     config_class = ImpalaConfig
     default_policy_class = ImpalaTorchPolicy

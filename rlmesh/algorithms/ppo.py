@@ -27,7 +27,7 @@ class PPOTorchPolicy(TorchPolicy):
 
     def prepare_batch(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         cfg = self.config
-        flat = gae_samples(self.model, batch, cfg.gamma, cfg.lambda_ if cfg.use_gae else 1.0)
+        flat = gae_samples(self.model, batch, cfg.gamma, cfg.gae_lambda())
         flat["advantages"] = standardized(flat["advantages"], flat.get("seq_mask"))
         return flat
 
