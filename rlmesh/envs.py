@@ -116,10 +116,14 @@ def env_registry() -> dict[str, str]:
 
 
 def make_env(env_spec: Any, env_config: dict | None = None,
-             registry: dict[str, str] | None = None) -> gym.Env:
+             registry: dict[str, str] | None = None, *, model: dict | None = None,
+             preprocessor_pref: str | None = "deepmind") -> gym.Env:
     """Build one env from a registered name, a ``"module:callable"`` path (called with
-    ``env_config``), a creator itself, or a gymnasium id (``gym.make(id, **env_config)``)."""
-    env_config = env_config if env_config is not None else {}
+    ``env_config``), a creator itself, or a gymnasium id (``gym.make(id, **env_config)``).
+    An ALE id takes DeepMind's Atari preprocessing, shaped by the ``model`` config's Atari
+    keys, unless ``preprocessor_pref`` is not "deepmind" (rlmesh/preprocessing.py)."""
+    # A creator always gets an EnvContext (the driver's probe copy: worker_index 0).
+    env_config = env_config if isinstance(env_config, EnvContext) else EnvContext(env_config)
     registry = _REGISTRY if registry is None else registry
     if env_spec is None:
         raise ValueError("no env configured: set it with config.environment('CartPole-v1') "
@@ -133,11 +137,13 @@ def make_env(env_spec: Any, env_config: dict | None = None,
     elif ":" in env_spec:
         env = _make_from_path(env_spec, env_config)
     else:
-        from rlmesh.preprocessing import atari_settings, make_atari
+        from rlmesh.preprocessing import ale_id, atari_settings, make_atari
 
-        rest, atari = atari_settings(env_config)  # env_config {"atari": True}: ALE wrappers
-        env = (make_atari(env_spec, rest, atari) if atari
-               else _gym_make(env_spec, env_config, registry))
+        if ale_id(env_spec) is None:  # an Atari id without ale-py
+            raise EnvError(f"env {env_spec!r} is an Atari game: it needs ale-py (which "
+                           f"ships the ROMs): {EXTRA_HINT}")
+        rest, atari = atari_settings(env_config, env_spec, model, preprocessor_pref)
+        env = make_atari(env_spec, rest, atari) if atari else _gym_make(env_spec, rest, registry)
     if not isinstance(env, gym.Env):
         raise TypeError(f"env {env_spec!r} made a {type(env).__name__}, not a gymnasium.Env")
     return env
@@ -175,9 +181,10 @@ def _gym_make(env_id: str, env_config: dict, registry: dict[str, str]) -> gym.En
 
 
 def spaces_of(env_spec: Any, env_config: dict | None = None,
-              registry: dict[str, str] | None = None) -> tuple[gym.Space, gym.Space]:
-    """``(observation_space, action_space)`` of the env, from one copy built and closed."""
-    env = make_env(env_spec, env_config, registry)
+              registry: dict[str, str] | None = None, **kwargs: Any) -> tuple[gym.Space, gym.Space]:
+    """``(observation_space, action_space)`` of the env, from one copy built and closed
+    (``kwargs``: make_env's)."""
+    env = make_env(env_spec, env_config, registry, **kwargs)
     try:
         return env.observation_space, env.action_space
     finally:

@@ -1,6 +1,8 @@
 """Observation preprocessing in the env runners: the ``framestack`` model option (the last k
-observations stacked, restarted each episode) and gymnasium's Atari wrappers, which
-``env_config={"atari": True}`` (or a dict of their settings) asks of an ALE id."""
+observations stacked, restarted each episode) and DeepMind's Atari preprocessing, which an
+ALE id gets by default (RLlib's ``preprocessor_pref="deepmind"``) or when
+``env_config={"atari": True}`` (or a dict of its settings) asks for it; the model's Atari
+keys (``dim``, ``grayscale``, ``zero_mean``, ``framestack``) shape it."""
 
 from __future__ import annotations
 
@@ -10,6 +12,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from rlmesh.extras import require
+
 ATARI_DEFAULTS = {
     "frame_skip": 4,  # each action repeated this many frames (max-pooled over the last two)
     "screen_size": 84,  # frames resized to screen_size x screen_size
@@ -17,7 +21,12 @@ ATARI_DEFAULTS = {
     "noop_max": 30,  # up to this many no-op actions after a reset
     "terminal_on_life_loss": False,
     "framestack": 4,  # the last frames stacked along the last axis: (84, 84, 4)
+    "zero_mean": False,  # False: uint8 frames (the model scales them to [0, 1]); True:
+    # float32 frames in [-1, 1]
 }
+
+#: How the model's Atari keys (rl/spec.py MODEL_DEFAULTS) name the settings above.
+MODEL_ATARI_KEYS = {"dim": "screen_size", "grayscale": "grayscale", "zero_mean": "zero_mean"}
 
 
 def framestack_size(model_config: dict) -> int:
@@ -91,38 +100,79 @@ def model_obs_space(space: gym.Space, model_config: dict) -> gym.Space:
 
 # --- Atari ---
 
-def atari_settings(env_config: dict) -> tuple[dict, dict | None]:
-    """``env_config`` without its ``atari`` key, and the Atari settings it asked for (None:
-    no Atari preprocessing)."""
-    if not env_config or not env_config.get("atari"):
-        return dict(env_config or {}), None
-    rest = {k: v for k, v in env_config.items() if k != "atari"}
-    asked = env_config["atari"]
-    settings = dict(ATARI_DEFAULTS, **(asked if isinstance(asked, dict) else {}))
+def ale_id(env_id: str) -> bool | None:
+    """Whether ``env_id`` is one of ale-py's Atari ids (``ALE/Pong-v5``,
+    ``PongNoFrameskip-v4``, ``Pong-v4``), registering ale-py's ids when it looks like one;
+    None when it is surely one (``ALE/...``, ``...NoFrameskip``) but ale-py is missing."""
+    spec = gym.envs.registry.get(env_id)
+    name, _, version = env_id.rpartition("-v")
+    surely = env_id.startswith("ALE/") or name.endswith(("NoFrameskip", "Deterministic"))
+    if spec is None and (surely or (name[:1].isupper() and version in ("0", "4", "5"))):
+        try:
+            import ale_py
+        except ImportError:
+            return None if surely else False
+        gym.register_envs(ale_py)  # importing ale_py registered them; this keeps the import
+        spec = gym.envs.registry.get(env_id)
+    return spec is not None and str(spec.entry_point).startswith("ale_py")
+
+
+def atari_settings(env_config: dict, env_id: str | None = None, model: dict | None = None,
+                   preprocessor_pref: str | None = None) -> tuple[dict, dict | None]:
+    """``env_config`` without its ``atari`` key, and the Atari settings to preprocess with
+    (None: none). ``env_config["atari"]`` decides when present (False: raw frames; True or
+    a dict of ATARI_DEFAULTS keys: preprocessed); otherwise an ALE ``env_id`` is
+    preprocessed when ``preprocessor_pref`` is ``"deepmind"``, RLlib's default. The model's
+    ``dim``/``grayscale``/``zero_mean`` set the frame size, colour and scaling (a key
+    given in ``env_config["atari"]`` wins), and a model ``framestack`` above 1 stacks in
+    its place (wrap_for_model), so frames are stacked once."""
+    env_config = dict(env_config or {})
+    asked = env_config.pop("atari", None)
+    if asked is None:
+        asked = preprocessor_pref == "deepmind" and env_id is not None and bool(ale_id(env_id))
+    if not asked:
+        return env_config, None
+    settings = dict(ATARI_DEFAULTS)
+    for key, name in MODEL_ATARI_KEYS.items():
+        if model and model.get(key) is not None:
+            settings[name] = model[key]
+    settings.update(asked if isinstance(asked, dict) else {})
     unknown = set(settings) - set(ATARI_DEFAULTS)
     if unknown:
         raise ValueError(f"env_config atari: unknown settings {sorted(unknown)}; valid: "
                          f"{sorted(ATARI_DEFAULTS)}")
-    return rest, settings
+    if model and framestack_size(model) > 1:
+        settings["framestack"] = 1
+    return env_config, settings
 
 
 def make_atari(env_id: str, env_config: dict, settings: dict) -> gym.Env:
     """An ALE env preprocessed as DeepMind's DQN and gymnasium's AtariPreprocessing do
     (no-op starts, frame skip with max-pooling, grayscale, resize), its frames stacked:
-    (84, 84, 4) of uint8. In numpy: gymnasium's wrapper needs opencv, which rlmesh does
-    not depend on."""
-    try:
-        import ale_py
-    except ImportError:
-        raise ValueError("env_config atari needs ale-py (pip install ale-py), which ships "
-                         "the Atari ROMs") from None
+    (84, 84, 4) of uint8 by default. In numpy: gymnasium's wrapper needs opencv, which
+    rlmesh does not depend on."""
+    ale_py = require("ale_py", "envs", "Atari preprocessing (ale-py ships the ROMs)")
     gym.register_envs(ale_py)
     # The wrapper skips frames itself, so the env must not skip too (v5 ids skip 4).
     kwargs = {"frameskip": 1, "obs_type": "grayscale" if settings["grayscale"] else "rgb",
               **env_config}
-    env = AtariFrames(gym.make(env_id, **kwargs), settings)
+    env: gym.Env = AtariFrames(gym.make(env_id, **kwargs), settings)
+    if settings["zero_mean"]:
+        env = ZeroMeanFrames(env)
     k = int(settings["framestack"] or 1)
     return FrameStack(env, k) if k > 1 else env
+
+
+class ZeroMeanFrames(gym.ObservationWrapper):
+    """uint8 frames as float32 in [-1, 1] (the model's ``zero_mean``)."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        shape = env.observation_space.shape
+        self.observation_space = gym.spaces.Box(-1.0, 1.0, shape, np.float32)
+
+    def observation(self, observation: np.ndarray) -> np.ndarray:
+        return (observation.astype(np.float32) - 127.5) / 127.5
 
 
 def area_weights(src: int, dst: int) -> tuple[np.ndarray, np.ndarray]:

@@ -10,7 +10,7 @@ import numpy as np
 
 from rlmesh.config.multi_agent import mapping_function, policies_as_data, trainable
 from rlmesh.env.multi_agent_env import is_multi_agent
-from rlmesh.envs import env_registry, make_env
+from rlmesh.envs import EnvContext, env_registry, make_env
 from rlmesh.policy.spec import PolicySpec
 from rlmesh.rl.columns import DEFAULT_POLICY_ID
 from rlmesh.roles.multi_agent_sampler import MultiAgentEpisode, map_agent
@@ -20,7 +20,8 @@ def probe(config: Any) -> Any:
     """One env of the config, built to learn whether it is multi-agent (None: no env)."""
     if config.env is None:
         return None
-    return make_env(config.to_dict()["env"], config.env_config, env_registry())
+    return make_env(config.to_dict()["env"],
+                    EnvContext(config.env_config, 0, 0, config.num_env_runners), env_registry())
 
 
 def multi_agent_specs(config: Any, default_class: Any, env: Any) -> dict[str, dict[str, Any]]:

@@ -50,12 +50,13 @@ def resolve_checkpoint(path: str) -> Path:
     return found[-1] if found else p
 
 
-def make_env(env, env_config: dict):
+def make_env(env, env_config: dict, **kwargs):
     """A local env: a gymnasium id, a name registered with rlmesh.envs.register_env, or a
-    'pkg.mod:make_env' path, exactly as the env runners make theirs."""
+    'pkg.mod:make_env' path, exactly as the env runners make theirs (``kwargs``: the
+    model and preprocessor_pref of rlmesh.envs.make_env)."""
     from rlmesh.envs import make_env as _make
 
-    return _make(env, env_config)
+    return _make(env, env_config, **kwargs)
 
 
 def check_shown(render: bool, video: str | None) -> None:
@@ -87,15 +88,16 @@ def check_out(path: str | None) -> None:
         _pa()
 
 
-def make_shown_env(env_id, env_config: dict, render: bool, video: str | None):
+def make_shown_env(env_id, env_config: dict, render: bool, video: str | None, **make_kwargs):
     """The env, in a window (``render``: gymnasium's render_mode "human") or recording every
-    episode under ``video`` (render_mode "rgb_array")."""
+    episode under ``video`` (render_mode "rgb_array"); ``make_kwargs``: make_env's (the
+    model and preprocessor_pref, which shape an Atari env's frames)."""
     check_shown(render, video)
     if render:
         env_config = {**env_config, "render_mode": "human"}
     if video:
         env_config = {**env_config, "render_mode": "rgb_array"}
-    env = make_env(env_id, env_config)
+    env = make_env(env_id, env_config, **make_kwargs)
     if video:
         from rlmesh.video import FrameRecorder
 
@@ -259,7 +261,10 @@ def main(args: argparse.Namespace) -> int:
             return 2
         env_config = {} if args.env else dict(_config_value(algo, "env_config") or {})
         try:
-            env = make_shown_env(env_id, env_config, args.render, args.video)
+            env = make_shown_env(env_id, env_config, args.render, args.video,
+                                 model=dict(_config_value(algo, "model") or {}),
+                                 preprocessor_pref=_config_value(algo, "preprocessor_pref",
+                                                                 "deepmind"))
         except (RuntimeError, ImportError, ValueError) as e:  # no display, no imageio-ffmpeg
             print(f"rlmesh rollout: error: {e}", file=sys.stderr)
             return 2

@@ -22,28 +22,98 @@ class MultiAgentEnv(gym.Env):
       ``terminateds``/``truncateds`` per agent that is done and under ``"__all__"`` for the
       episode. An agent may join (first observation) or leave (done) mid-episode.
 
-    Subclasses set ``possible_agents`` and ``observation_spaces`` / ``action_spaces``
-    (dicts keyed by agent id). Agent ids are str or int, the same type throughout.
+    The agents: ``possible_agents`` (a list of ids); when a subclass leaves it unset, its
+    ``agents`` or RLlib's older ``_agent_ids`` (a set), else the keys of
+    ``observation_spaces``. Agent ids are str or int, the same type throughout.
+
+    The spaces, in any of RLlib's idioms: ``observation_spaces`` / ``action_spaces`` (dicts
+    keyed by agent id); or ``self.observation_space = ...`` / ``self.action_space = ...``
+    set in ``__init__``, one space every agent shares or a ``gym.spaces.Dict`` keyed by
+    agent ids (RLlib's "preferred format": an agent whose id is a key gets that space); or
+    ``get_observation_space(agent_id)`` / ``get_action_space(agent_id)`` overridden.
+    Calling ``super().__init__()`` first, as RLlib's examples do, is fine.
     """
 
-    possible_agents: list[Any] = []
-    observation_spaces: dict[Any, gym.Space] = {}
-    action_spaces: dict[Any, gym.Space] = {}
+    observation_spaces: dict[Any, gym.Space] | None = None
+    action_spaces: dict[Any, gym.Space] | None = None
+    agents: list[Any] = []  # the agents in the episode now (optional)
 
     def get_observation_space(self, agent_id: Any) -> gym.Space:
-        return self.observation_spaces[agent_id]
+        return self._space_of(agent_id, "observation")
 
     def get_action_space(self, agent_id: Any) -> gym.Space:
-        return self.action_spaces[agent_id]
+        return self._space_of(agent_id, "action")
+
+    def _space_of(self, agent_id: Any, kind: str) -> gym.Space:
+        per_agent = getattr(self, f"{kind}_spaces")
+        if per_agent:
+            if agent_id not in per_agent:
+                raise KeyError(f"{type(self).__name__}.{kind}_spaces has no space for agent "
+                               f"{agent_id!r} (it has {sorted(map(str, per_agent))})")
+            return per_agent[agent_id]
+        shared = self._shared_space(kind)
+        if shared is None:
+            raise ValueError(
+                f"{type(self).__name__} gives no {kind} space for agent {agent_id!r}: set "
+                f"self.{kind}_spaces = {{agent_id: space}} or self.{kind}_space = space in "
+                f"__init__, or override get_{kind}_space(agent_id)")
+        if isinstance(shared, gym.spaces.Dict) and agent_id in shared.spaces:
+            return shared.spaces[agent_id]  # RLlib's preferred format: keyed by agent id
+        return shared
+
+    # ``possible_agents`` and the gym.Env space attributes are properties with setters, so
+    # that RLlib's idiom of assigning them in __init__ works; a class attribute of a
+    # subclass (``possible_agents = ["a", "b"]``) overrides the property as usual.
+
+    @property
+    def possible_agents(self) -> list[Any]:
+        """Every agent that may appear (see the class doc for where it comes from)."""
+        given = self.__dict__.get("_possible_agents")
+        if given:
+            return given
+        if self.agents:
+            return list(self.agents)
+        ids = self.__dict__.get("_agent_ids")
+        if ids:
+            return sorted(ids, key=str) if isinstance(ids, (set, frozenset)) else list(ids)
+        return list(self.observation_spaces or self.action_spaces or [])
+
+    @possible_agents.setter
+    def possible_agents(self, value: Any) -> None:
+        self.__dict__["_possible_agents"] = list(value)
 
     @property
     def observation_space(self) -> gym.Space:  # type: ignore[override]
-        """A Dict of every agent's space (the ``gym.Env`` attribute; use the per-agent ones)."""
-        return gym.spaces.Dict({str(a): self.get_observation_space(a) for a in self.possible_agents})
+        """The space set in ``__init__``, else a Dict of every agent's space (use the
+        per-agent ones: ``get_observation_space``)."""
+        return self._env_space("observation")
+
+    @observation_space.setter
+    def observation_space(self, space: gym.Space) -> None:
+        self.__dict__["_observation_space"] = space
 
     @property
     def action_space(self) -> gym.Space:  # type: ignore[override]
-        return gym.spaces.Dict({str(a): self.get_action_space(a) for a in self.possible_agents})
+        return self._env_space("action")
+
+    @action_space.setter
+    def action_space(self, space: gym.Space) -> None:
+        self.__dict__["_action_space"] = space
+
+    def _shared_space(self, kind: str) -> gym.Space | None:
+        """The space set as ``self.<kind>_space`` (or as a class attribute), else None."""
+        shared = self.__dict__.get(f"_{kind}_space")
+        if shared is None:
+            declared = getattr(type(self), f"{kind}_space", None)
+            shared = declared if isinstance(declared, gym.Space) else None
+        return shared
+
+    def _env_space(self, kind: str) -> gym.Space:
+        shared = self._shared_space(kind)
+        if shared is not None:
+            return shared
+        get = getattr(self, f"get_{kind}_space")  # a subclass may override it
+        return gym.spaces.Dict({str(a): get(a) for a in self.possible_agents})
 
 
 def is_multi_agent(env: Any) -> bool:

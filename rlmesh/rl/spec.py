@@ -43,7 +43,16 @@ MODEL_DEFAULTS: dict = {
     "lstm_use_prev_reward": False,  # the previous reward is an input of the LSTM
     # Stack the last k observations (runner-side, restarted each episode) along the last
     # axis; a 2-D (grayscale) observation gains that axis. True is 4, False or 1 none.
+    # An ALE id's Atari preprocessing stacks 4 frames itself unless this is above 1.
     "framestack": False,
+    # Atari: how an ALE id's DeepMind preprocessing shapes frames (rlmesh/preprocessing.py;
+    # RLlib's Atari keys; other envs ignore them): resized to dim x dim, grayscale (False:
+    # RGB), and zero_mean True: float32 frames in [-1, 1], False: uint8 frames the model
+    # scales to [0, 1]. RLlib's defaults for the last two (False, True) went unused by its
+    # "deepmind" wrappers, which are grayscale uint8, as these defaults are.
+    "dim": 84,
+    "grayscale": True,
+    "zero_mean": False,
 }
 
 ACTIVATION_NAMES = ("tanh", "relu", "swish", "linear")
@@ -71,6 +80,12 @@ def check_model_config(model_config: dict) -> dict:
             raise ValueError(f"{key} {config[key]!r} is not one of {sorted(ACTIVATION_NAMES)}")
     if config["conv_filters"] is not None:
         conv_filters(config["conv_filters"])  # raises on a malformed one
+    if isinstance(config["dim"], bool) or not isinstance(config["dim"], int) or config["dim"] < 1:
+        raise ValueError(f"model dim (the Atari frame size) must be an int >= 1, "
+                         f"got {config['dim']!r}")
+    for key in ("grayscale", "zero_mean"):
+        if not isinstance(config[key], bool):
+            raise ValueError(f"model {key} must be True or False, got {config[key]!r}")
     return config
 
 

@@ -109,7 +109,7 @@ class ESRunner(VersionedPolicies, Actor):
         cfg, specs, registry = runner_config(config)
         self.config, self.worker_index = cfg, worker_index
         env = make_env(cfg.env, EnvContext(cfg.env_config, worker_index, 0, cfg.num_env_runners),
-                       registry)
+                       registry, model=cfg.model, preprocessor_pref=cfg.preprocessor_pref)
         self.policies = make_runner_policies(specs, cfg, None, own_process=False)
         self.versions = {pid: -1 for pid in self.policies}
         self.obs_filter = make_filter(cfg.observation_filter, env.observation_space)

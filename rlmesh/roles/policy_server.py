@@ -83,7 +83,9 @@ class PolicyServerRunner(VersionedPolicies, Actor):
             self.observation_space = as_space(first["observation_space"])
             self.action_space = as_space(first["action_space"])
         else:  # the spaces of the config's env, built once here
-            self.observation_space, self.action_space = spaces_of(cfg.env, cfg.env_config, registry)
+            self.observation_space, self.action_space = spaces_of(
+                cfg.env, cfg.env_config, registry, model=cfg.model,
+                preprocessor_pref=cfg.preprocessor_pref)
         job = current_job()
         if specs is None:
             specs = default_policy_specs(self.observation_space, self.action_space, cfg)
