@@ -1,10 +1,13 @@
-"""DQN (Mnih et al. 2015) with double Q, dueling heads, n-step returns and prioritized replay.
+"""DQN (Mnih et al. 2015) with double Q, dueling heads, n-step returns, prioritized replay,
+noisy nets and distributional Q (C51): Rainbow's parts.
 
 Runners act epsilon-greedily on the Q network (in numpy, ``policy/numpy_q.py``) and ship
 fragments; the driver stores their n-step transitions and, at ``training_intensity``,
 has the learner regress Q(s, a) on ``r + discounts * Q_target(s', argmax_a' Q(s', a'))``
 with the Huber loss, weighted by prioritized replay's importance weights (the plumbing:
-``off_policy.py``).
+``off_policy.py``). With ``num_atoms`` > 1 (C51) the network gives a distribution of returns
+per action and the loss is the cross-entropy to the target distribution projected onto the
+support (``rl/distributional.py``).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from rlmesh.algorithms.off_policy import OffPolicy, OffPolicyTorchPolicy
 from rlmesh.config.base import ConfigError
 from rlmesh.policy.numpy_q import STEP_INDEX, epsilon_at
 from rlmesh.policy.policy import class_path
+from rlmesh.rl import distributional
 from rlmesh.rl.actor_q import hidden_layers
 from rlmesh.rl.encoders import ObsEncoder
 from rlmesh.rl.models import ACTIVATIONS
@@ -37,12 +41,19 @@ class QModel(nn.Module):
     """obs -> (Q-values ``[N, num_actions]``, max Q ``[N]``): an observation encoder, the
     ``fcnet_hiddens`` trunk, then an advantage branch (``hiddens``, ReLU) and, dueling, a
     value branch: Q = V + A - mean(A). The second output makes it read like the default
-    model (distribution inputs, value) wherever a model is only run."""
+    model (distribution inputs, value) wherever a model is only run.
+
+    Distributional (``num_atoms`` > 1): the heads give logits ``[N, num_actions, num_atoms]``
+    (dueling: V's atoms plus A's, A's mean over actions taken per atom, as RLlib) over the
+    ``support`` buffer (``v_min`` .. ``v_max``, in the weights so that runners read it), and
+    Q is their expectation."""
 
     def __init__(self, obs_space: gym.Space, num_actions: int, model_config: dict,
                  hiddens: list[int], dueling: bool, noisy: bool = False,
-                 sigma0: float = 0.5) -> None:
+                 sigma0: float = 0.5, num_atoms: int = 1, v_min: float = -10.0,
+                 v_max: float = 10.0) -> None:
         super().__init__()
+        self.num_actions, self.num_atoms = num_actions, num_atoms
         config = {**MODEL_DEFAULTS, **model_config}
         self.encoder = ObsEncoder(obs_space, config, ACTIVATIONS[config["conv_activation"]])
         trunk = list(config["fcnet_hiddens"]) + list(config["post_fcnet_hiddens"])
@@ -52,16 +63,29 @@ class QModel(nn.Module):
         self.trunk, size = hidden_layers(self.encoder.out_size, trunk, config["fcnet_activation"])
         # Noisy: the branches and heads only, as RLlib's DQN (the trunk stays plain).
         self.a_branch, a_size = noisy_layers(size, list(hiddens), noisy, sigma0)
-        self.a_head = linear(a_size, num_actions, noisy, sigma0)
+        self.a_head = linear(a_size, num_actions * num_atoms, noisy, sigma0)
         self.dueling = dueling
         if dueling:
             self.v_branch, v_size = noisy_layers(size, list(hiddens), noisy, sigma0)
-            self.v_head = linear(v_size, 1, noisy, sigma0)
+            self.v_head = linear(v_size, num_atoms, noisy, sigma0)
+        if num_atoms > 1:
+            self.register_buffer("support", distributional.support(num_atoms, v_min, v_max))
 
-    def q_values(self, obs: torch.Tensor) -> torch.Tensor:
+    def q_logits(self, obs: torch.Tensor) -> torch.Tensor:
+        """Q-values ``[N, A]``, or distributional: the logits ``[N, A, num_atoms]``."""
         x = self.trunk(self.encoder(obs))
         a = self.a_head(self.a_branch(x))
-        return a + self.v_head(self.v_branch(x)) - a.mean(-1, keepdim=True) if self.dueling else a
+        if self.num_atoms > 1:
+            a = a.unflatten(-1, (self.num_actions, self.num_atoms))
+        if not self.dueling:
+            return a
+        v = self.v_head(self.v_branch(x))  # [N, 1], or [N, num_atoms]
+        v = v.unsqueeze(1) if self.num_atoms > 1 else v
+        return v + a - a.mean(1, keepdim=True)
+
+    def q_values(self, obs: torch.Tensor) -> torch.Tensor:
+        out = self.q_logits(obs)
+        return distributional.expected_q(out, self.support) if self.num_atoms > 1 else out
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         q = self.q_values(obs)
@@ -77,11 +101,14 @@ class DQNTorchPolicy(OffPolicyTorchPolicy):
         super().__init__(observation_space, action_space, config, device)
         self.view_requirements = dict(STEP_INDEX)
         self._rng = np.random.default_rng(config.seed)
+        self.support = (distributional.support(config.num_atoms, config.v_min, config.v_max,
+                                               device=self.device)
+                        if config.num_atoms > 1 else None)
 
     def make_model(self) -> nn.Module:
         cfg = self.config
         return QModel(self.observation_space, int(self.action_space.n), cfg.model, cfg.hiddens,
-                      cfg.dueling, cfg.noisy, cfg.sigma0)
+                      cfg.dueling, cfg.noisy, cfg.sigma0, cfg.num_atoms, cfg.v_min, cfg.v_max)
 
     @classmethod
     def runner_class(cls, config: Any, observation_space: gym.Space | None = None,
@@ -115,25 +142,30 @@ class DQNTorchPolicy(OffPolicyTorchPolicy):
             self.global_timestep += len(actions)
         return actions, [], {}
 
+    def heads(self, model: nn.Module, obs: torch.Tensor) -> torch.Tensor:
+        """What the loss reads from a network: Q-values ``[N, A]``, or with num_atoms > 1
+        the return distributions' logits ``[N, A, num_atoms]``."""
+        return q_values(model, obs) if self.support is None else q_logits(model, obs)
+
     def target_outputs(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         next_obs = batch["next_obs"]
-        q_next = q_values(self.target_model, next_obs.flatten(0, 1))
-        return {"target_q_next": q_next.reshape(*next_obs.shape[:2], -1)}
+        out = self.heads(self.target_model, next_obs.flatten(0, 1))
+        return {"target_q_next": out.reshape(*next_obs.shape[:2], *out.shape[1:])}
 
     def online_q(self, mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Q(obs) with autograd and, double Q, the online Q(next_obs) that picks the target's
-        action, without it."""
+        """Q(obs) (or C51's logits) with autograd and, double Q, the online network's output
+        on next_obs that picks the target's action, without it."""
         if not self.config.double_q:
-            return q_values(self.model, mb["obs"]), None
+            return self.heads(self.model, mb["obs"]), None
         if self.config.noisy:  # one pass: one noise draw for obs and next_obs
             n = len(mb["obs"])
-            q_all = q_values(self.model, torch.cat([mb["obs"], mb["next_obs"]]))
+            q_all = self.heads(self.model, torch.cat([mb["obs"], mb["next_obs"]]))
             return q_all[:n], q_all[n:].detach()
         # Two passes, the second without autograd: in one pass on cat(obs, next_obs) the
         # backward ran through the next_obs rows too (the same values, 0.1 of a step more).
-        q = q_values(self.model, mb["obs"])
+        q = self.heads(self.model, mb["obs"])
         with torch.no_grad():
-            return q, q_values(self.model, mb["next_obs"])
+            return q, self.heads(self.model, mb["next_obs"])
 
     def loss(self, mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         cfg = self.config
@@ -141,7 +173,10 @@ class DQNTorchPolicy(OffPolicyTorchPolicy):
         with torch.no_grad():
             q_next = mb.get("target_q_next")
             if q_next is None:
-                q_next = q_values(self.target_model, mb["next_obs"])
+                q_next = self.heads(self.target_model, mb["next_obs"])
+        if self.support is not None:
+            return self.distributional_loss(mb, q, q_next_online, q_next)
+        with torch.no_grad():
             chooser = q_next_online if cfg.double_q else q_next
             best = q_next.gather(1, chooser.argmax(-1, keepdim=True)).squeeze(1)
             target = mb["rewards"] + mb["discounts"] * best
@@ -155,11 +190,47 @@ class DQNTorchPolicy(OffPolicyTorchPolicy):
         return loss, {"total_loss": loss.detach(), "mean_q": q_taken.detach().mean(),
                       "mean_td_error": td.abs().mean(), "td_error": td}
 
+    def distributional_loss(self, mb: dict[str, torch.Tensor], logits: torch.Tensor,
+                            logits_next_online: torch.Tensor | None, logits_next: torch.Tensor
+                            ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """C51: the cross-entropy of Z(obs, action) to the target network's distribution
+        at next_obs (of the action the online network picks, double Q) shifted by the
+        n-step reward, scaled by gamma**n and projected onto the support; the per-sample
+        cross-entropy is the TD error (the priorities), as RLlib's."""
+        z = self.support
+        with torch.no_grad():
+            probs_next = logits_next.softmax(-1)
+            chooser = (distributional.expected_q(logits_next_online, z) if self.config.double_q
+                       else (probs_next * z).sum(-1))
+            best = taken_rows(probs_next, chooser.argmax(-1))
+            target = distributional.project(best, mb["rewards"], mb["discounts"], z)
+        taken = taken_rows(logits, mb["actions"].long())
+        per_sample = distributional.cross_entropy(taken, target)
+        loss = (mb["weights"] * per_sample).mean()
+        ce = per_sample.detach()
+        return loss, {"total_loss": loss.detach(),
+                      "mean_q": distributional.expected_q(taken.detach(), z).mean(),
+                      "mean_td_error": ce.mean(), "td_error": ce}
+
 
 def q_values(model: nn.Module, obs: torch.Tensor) -> torch.Tensor:
     """Q-values ``[N, num_actions]``: ``QModel.q_values``, or a custom model's first output."""
     fn = getattr(model, "q_values", None)
     return fn(obs) if fn is not None else model(obs)[0]
+
+
+def q_logits(model: nn.Module, obs: torch.Tensor) -> torch.Tensor:
+    """C51's logits ``[N, A, num_atoms]`` (``QModel.q_logits``)."""
+    fn = getattr(model, "q_logits", None)
+    if fn is None:
+        raise ConfigError(f"num_atoms > 1: distributional DQN needs DQN's own Q network "
+                          f"(QModel.q_logits); {type(model).__name__} has no q_logits")
+    return fn(obs)
+
+
+def taken_rows(x: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+    """``x[i, actions[i]]`` of ``x`` ``[B, A, K]``: ``[B, K]``."""
+    return x.gather(1, actions.view(-1, 1, 1).expand(-1, 1, x.shape[-1])).squeeze(1)
 
 
 def check_discrete(action_space: gym.Space) -> None:

@@ -1,5 +1,6 @@
-"""DQNConfig: DQN's own settings (double Q, dueling heads, the loss, epsilon-greedy
-exploration) and its defaults for the shared ones, in RLlib's names."""
+"""DQNConfig: DQN's own settings (double Q, dueling heads, noisy nets, distributional Q
+(C51), the loss, epsilon-greedy exploration) and its defaults for the shared ones, in
+RLlib's names."""
 
 from __future__ import annotations
 
@@ -59,6 +60,21 @@ class DQNConfig(OffPolicyConfig, defaults=_DQN_DEFAULTS):
     sigma0: float = setting(
         0.5, "training", gt=0,
         doc="Noisy nets' initial noise scale: sigma starts at sigma0 / sqrt(fan_in).")
+    num_atoms: int = setting(
+        1, "training", ge=1,
+        doc="Atoms of distributional Q-learning (C51, Bellemare et al. 2017): above 1, the Q "
+            "head gives each action a categorical distribution of returns over num_atoms "
+            "evenly spaced values from v_min to v_max, Q is its mean, and the loss is the "
+            "cross-entropy to the projected n-step target distribution (td_error_loss_fn "
+            "ignored; prioritized replay's priorities are that cross-entropy). 1: plain Q.")
+    v_min: float = setting(
+        -10.0, "training",
+        doc="Lowest return on the distributional support (num_atoms > 1); targets below "
+            "it are clipped to it.")
+    v_max: float = setting(
+        10.0, "training",
+        doc="Highest return on the distributional support (num_atoms > 1); targets above "
+            "it are clipped to it.")
     td_error_loss_fn: Literal["huber", "mse"] = setting(
         "huber", "training",
         doc="Loss of the TD error: 'huber' (delta 1, as DQN's clipped error) or 'mse'.")
@@ -82,4 +98,7 @@ class DQNConfig(OffPolicyConfig, defaults=_DQN_DEFAULTS):
             problems.append("exploration_config: epsilons must be in [0, 1]")
         if any(not isinstance(h, int) or h < 1 for h in self.hiddens):
             problems.append(f"hiddens: layer sizes must be positive ints, got {self.hiddens}")
+        if self.num_atoms > 1 and not self.v_min < self.v_max:
+            problems.append(f"v_min, v_max: the distributional support needs v_min < v_max, "
+                            f"got v_min={self.v_min}, v_max={self.v_max}")
         return problems

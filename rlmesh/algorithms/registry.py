@@ -17,6 +17,7 @@ ALGORITHMS = {
     "A2C": "rlmesh.algorithms.a2c_config:A2CConfig",
     "A3C": "rlmesh.algorithms.a3c_config:A3CConfig",
     "DQN": "rlmesh.algorithms.dqn_config:DQNConfig",
+    "SimpleQ": "rlmesh.algorithms.simple_q_config:SimpleQConfig",
     "DDPG": "rlmesh.algorithms.ddpg_config:DDPGConfig",
     "TD3": "rlmesh.algorithms.td3_config:TD3Config",
     "SAC": "rlmesh.algorithms.sac_config:SACConfig",

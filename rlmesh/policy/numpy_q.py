@@ -1,6 +1,7 @@
 """Q-learning's runner side in numpy: the Q network DQN's learner trains (``QModel``: an MLP
-trunk, advantage and value branches) read from its weights, and epsilon-greedy actions with
-epsilon scheduled by env steps. The runner process never imports torch."""
+trunk, advantage and value branches, distributional heads) read from its weights, and
+epsilon-greedy actions with epsilon scheduled by env steps. The runner process never imports
+torch."""
 
 from __future__ import annotations
 
@@ -80,7 +81,9 @@ def dense(x: np.ndarray, layer: tuple[np.ndarray, ...], rng: np.random.Generator
 
 class NumpyQNet:
     """``QModel``'s forward pass: obs ``[N, ...]`` -> Q-values ``[N, num_actions]``; noisy
-    layers draw new noise on each call given an rng, else act on their mean weights."""
+    layers draw new noise on each call given an rng, else act on their mean weights.
+    Distributional weights (a ``support`` of atoms among them): Q is the mean of each
+    action's softmax over the atoms."""
 
     def __init__(self, obs_space: gym.Space, model_config: dict) -> None:
         self.obs_space = obs_space
@@ -94,6 +97,8 @@ class NumpyQNet:
         self.a_branch = layers_of(weights, "a_branch")
         self.a_head = layer_of(weights, "a_head")
         self.dueling = any(k.startswith("v_head.") for k in weights)
+        self.support = (np.asarray(weights["support"], np.float32) if "support" in weights
+                        else None)
         if self.dueling:
             self.v_branch = layers_of(weights, "v_branch")
             self.v_head = layer_of(weights, "v_head")
@@ -110,13 +115,18 @@ class NumpyQNet:
         for layer in self.a_branch:
             a = np.maximum(dense(a, layer, rng), 0.0)
         a = dense(a, self.a_head, rng)
-        if not self.dueling:
+        atoms = () if self.support is None else (len(self.support),)
+        a = a.reshape(len(a), -1, *atoms)  # [N, A] or [N, A, atoms]
+        if self.dueling:
+            v = x
+            for layer in self.v_branch:
+                v = np.maximum(dense(v, layer, rng), 0.0)
+            v = dense(v, self.v_head, rng).reshape(len(a), 1, *atoms)
+            a = v + a - a.mean(1, keepdims=True)
+        if self.support is None:
             return a
-        v = x
-        for layer in self.v_branch:
-            v = np.maximum(dense(v, layer, rng), 0.0)
-        v = dense(v, self.v_head, rng)
-        return v + a - a.mean(-1, keepdims=True)
+        p = np.exp(a - a.max(-1, keepdims=True))
+        return (p * self.support).sum(-1) / p.sum(-1)
 
 
 class NumpyQPolicy(Policy):

@@ -15,7 +15,9 @@ SAC/TD3/DDPG's (bench_sac_td3: sac_td3_learning against stable-baselines3, sever
 ``--only apex``), sweeps' (bench_tune: tune_overhead, tune_ppo_sweep, about 3 min;
 ``--only tune``) and ``rlmesh train``'s start-up and shut-down (bench_startup: startup,
 PPO, IMPALA and DQN to one iteration beside a bare torch import, about 2 min;
-``--only startup``). Each suite has its own sizes.
+``--only startup``), SimpleQ's and Rainbow DQN's against RLlib's CartPole budgets
+(bench_rainbow: rainbow_learning, 3 seeds each, tens of minutes; ``--only rainbow``).
+Each suite has its own sizes.
 """
 
 from __future__ import annotations
@@ -34,14 +36,16 @@ from pathlib import Path
 from typing import Any
 
 from . import (bench_apex, bench_client, bench_curve, bench_dqn, bench_impala, bench_ppo,
-               bench_runtime, bench_sac_td3, bench_scheduler, bench_startup, bench_tune)
+               bench_rainbow, bench_runtime, bench_sac_td3, bench_scheduler, bench_startup,
+               bench_tune)
 from .bench_runtime import Row
 
 # name -> (benchmark, its suite's default sizes, its suite's --quick sizes)
 BENCHMARKS: dict[str, tuple[Any, Any, Any]] = {
     name: (fn, suite.DEFAULT, suite.QUICK)
     for suite in (bench_runtime, bench_ppo, bench_client, bench_scheduler, bench_impala,
-                  bench_curve, bench_dqn, bench_sac_td3, bench_apex, bench_tune, bench_startup)
+                  bench_curve, bench_dqn, bench_rainbow, bench_sac_td3, bench_apex, bench_tune,
+                  bench_startup)
     for name, fn in suite.BENCHMARKS.items()}
 
 
