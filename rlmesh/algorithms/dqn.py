@@ -23,7 +23,7 @@ from torch import nn
 from rlmesh.algorithms.dqn_config import DQNConfig
 from rlmesh.algorithms.off_policy import OffPolicy, OffPolicyTorchPolicy
 from rlmesh.config.base import ConfigError
-from rlmesh.policy.numpy_q import STEP_INDEX, epsilon_at
+from rlmesh.policy.numpy_q import STEP_INDEX, epsilon_at, softq_actions
 from rlmesh.policy.policy import class_path
 from rlmesh.rl import distributional
 from rlmesh.rl.actor_q import hidden_layers
@@ -131,7 +131,12 @@ class DQNTorchPolicy(OffPolicyTorchPolicy):
             q = self.model(torch.as_tensor(np.asarray(obs_batch), device=self.device))[0]
         self.model.train(training)
         actions = q.argmax(-1).cpu().numpy().astype(np.int64)
-        if explore and self.config.noisy:  # the noise explores: no epsilon (as RLlib)
+        exploration = self.config.exploration_config
+        if explore and exploration.get("type") == "SoftQ":
+            actions = softq_actions(q.cpu().numpy(), exploration.get("temperature", 1.0),
+                                    self._rng).astype(np.int64)
+            self.global_timestep += len(actions)
+        elif explore and self.config.noisy:  # the noise explores: no epsilon (as RLlib)
             self.global_timestep += len(actions)
         elif explore:
             eps = epsilon_at(self.config.exploration_config,

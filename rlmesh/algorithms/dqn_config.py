@@ -14,6 +14,8 @@ from rlmesh.rl.spec import MODEL_DEFAULTS
 #: exploration_config's keys and defaults (RLlib's EpsilonGreedy).
 EXPLORATION_DEFAULTS = {"type": "EpsilonGreedy", "initial_epsilon": 1.0, "final_epsilon": 0.02,
                         "epsilon_timesteps": 10_000}
+#: exploration_config's types; 'SoftQ' (RLlib's) reads one more key, 'temperature' (1.0).
+EXPLORATION_TYPES = ("EpsilonGreedy", "PerWorkerEpsilonGreedy", "SoftQ")
 
 # RLlib's DQNConfig.__init__ values for settings the base configs already declare.
 _DQN_DEFAULTS = {
@@ -83,17 +85,22 @@ class DQNConfig(OffPolicyConfig, defaults=_DQN_DEFAULTS):
         doc="Epsilon-greedy exploration in the runners (RLlib's keys): epsilon goes from "
             "'initial_epsilon' to 'final_epsilon' linearly over 'epsilon_timesteps' env steps "
             "sampled, then stays. Type 'PerWorkerEpsilonGreedy' (APEX): runner i of N keeps "
-            "0.4 ** (1 + 7 (i - 1) / (N - 1)) instead. A dict given updates the current one "
-            "key by key.")
+            "0.4 ** (1 + 7 (i - 1) / (N - 1)) instead. Type 'SoftQ': no epsilon, actions "
+            "drawn from softmax(Q / 'temperature') (default 1.0). A dict given updates the "
+            "current one key by key.")
 
     def _cross_checks(self) -> list[str]:
         problems = super()._cross_checks()
         ex = {**EXPLORATION_DEFAULTS, **self.exploration_config}
-        if (ex["type"] not in ("EpsilonGreedy", "PerWorkerEpsilonGreedy")
-                or set(ex) - set(EXPLORATION_DEFAULTS)):
+        if (ex["type"] not in EXPLORATION_TYPES
+                or set(ex) - set(EXPLORATION_DEFAULTS) - {"temperature"}):
             problems.append(f"exploration_config: DQN explores with type 'EpsilonGreedy' (or "
-                            f"'PerWorkerEpsilonGreedy', APEX's) and "
-                            f"the keys {sorted(EXPLORATION_DEFAULTS)}, got {self.exploration_config}")
+                            f"'PerWorkerEpsilonGreedy', APEX's, or 'SoftQ' with 'temperature') "
+                            f"and the keys {sorted(EXPLORATION_DEFAULTS)}, got "
+                            f"{self.exploration_config}")
+        if not ex.get("temperature", 1.0) > 0:
+            problems.append(f"exploration_config: SoftQ's temperature must be > 0, got "
+                            f"{ex['temperature']}")
         if not all(0 <= ex[k] <= 1 for k in ("initial_epsilon", "final_epsilon")):
             problems.append("exploration_config: epsilons must be in [0, 1]")
         if any(not isinstance(h, int) or h < 1 for h in self.hiddens):

@@ -44,6 +44,11 @@ def epsilon_at(exploration_config: dict, timestep: int, worker_index: int = 0,
     return float(ex["initial_epsilon"] + frac * (ex["final_epsilon"] - ex["initial_epsilon"]))
 
 
+def softq_actions(q: np.ndarray, temperature: float, rng: np.random.Generator) -> np.ndarray:
+    """SoftQ exploration: one draw per row from softmax(q / temperature) (Gumbel-max)."""
+    return (q / temperature + rng.gumbel(size=q.shape)).argmax(-1)
+
+
 def layers_of(weights: dict[str, np.ndarray], prefix: str) -> list[tuple[np.ndarray, ...]]:
     """The Linear layers ``prefix.<i>.weight/bias`` in order, as (W.T contiguous, b); noisy
     ones (``weight_mu``, ``weight_sigma``, ...) as (mu_W.T, mu_b, sigma_W.T, sigma_b)."""
@@ -152,6 +157,7 @@ class NumpyQPolicy(Policy):
         self.timestep = 0
         # Noisy nets explore by their noise (new each step, one draw for the step's envs).
         self.noisy = bool(getattr(config, "noisy", False))
+        self.softq = self.exploration.get("type") == "SoftQ"
         self.rng = np.random.default_rng()
         self._weights: dict[str, np.ndarray] = {}
 
@@ -169,14 +175,16 @@ class NumpyQPolicy(Policy):
                         **kwargs: Any) -> tuple[np.ndarray, list[np.ndarray], dict[str, np.ndarray]]:
         n = len(obs_batch)
         explore = self.config.explore if explore is None else explore
-        eps = self.epsilon if explore and not self.noisy else 0.0
+        eps = self.epsilon if explore and not (self.noisy or self.softq) else 0.0
         q = None
         if not self.net.loaded:  # no weights yet: nothing to be greedy about
             actions = self.rng.integers(0, self.num_actions, n)
         else:
             q = self.net(obs_batch, self.rng if explore and self.noisy else None)
             actions = q.argmax(-1)
-            if eps > 0:
+            if explore and self.softq:
+                actions = softq_actions(q, self.exploration.get("temperature", 1.0), self.rng)
+            elif eps > 0:
                 rand = self.rng.random(n) < eps
                 if rand.any():
                     actions[rand] = self.rng.integers(0, self.num_actions, int(rand.sum()))

@@ -1,7 +1,8 @@
 """Distributional DQN (C51, ``num_atoms`` > 1) and SimpleQ: the categorical projection
 against hand-computed targets, the loss against the paper's algorithm written out with
 loops, the dueling heads per atom, the runners' numpy twin, export and checkpoints of the
-distributional network, the settings' checks, and SimpleQ's defaults and registry name."""
+distributional network, the settings' checks, SimpleQ's defaults and registry name, and
+SoftQ exploration (RLlib's cartpole-dqn-softq.yaml)."""
 
 from __future__ import annotations
 
@@ -248,3 +249,37 @@ def test_simple_q_is_plain_dqn_registered_under_its_own_name():
     model = DQNTorchPolicy(OBS, ACT, cfg.environment(observation_space=OBS,
                                                      action_space=ACT)).model
     assert not hasattr(model, "v_head") and len(model.a_branch) == 0
+
+
+# --- SoftQ exploration ---
+
+def softq_config(temperature: float) -> DQNConfig:
+    return (DQNConfig().environment(observation_space=OBS, action_space=ACT)
+            .env_runners(exploration_config={"type": "SoftQ", "temperature": temperature})
+            .training(model=MODEL, hiddens=[], dueling=False).debugging(seed=0))
+
+
+def test_softq_draws_actions_from_the_softmax_of_q_over_the_temperature():
+    cfg = softq_config(0.5)
+    learner = DQNTorchPolicy(OBS, ACT, cfg)
+    runner = NumpyQPolicy(OBS, ACT, cfg)
+    runner.seed(0)
+    runner.set_weights(learner.get_weights())
+    obs = np.tile(np.random.default_rng(4).normal(size=(1, 4)).astype(np.float32), (20_000, 1))
+    q = learner.model.q_values(torch.as_tensor(obs[:1])).detach().numpy()[0]
+    want = np.exp(q / 0.5) / np.exp(q / 0.5).sum()
+    for policy in (runner, learner):
+        actions = policy.compute_actions(obs, explore=True)[0]
+        np.testing.assert_allclose(np.bincount(actions, minlength=3) / len(obs), want, atol=0.015)
+        assert (policy.compute_actions(obs[:50], explore=False)[0] == q.argmax()).all()
+
+
+@pytest.mark.parametrize("exploration,message", [
+    ({"type": "SoftQ", "temperature": 0.0}, "temperature must be > 0"),
+    ({"type": "SoftQ", "tau": 1.0}, "'SoftQ' with 'temperature'"),
+    ({"type": "GaussianNoise"}, "'SoftQ' with 'temperature'"),
+])
+def test_bad_exploration_configs_are_config_errors(exploration, message):
+    with pytest.raises(ConfigError, match=message):
+        DQNConfig().environment("CartPole-v1").env_runners(
+            exploration_config=exploration).validate()
