@@ -89,6 +89,7 @@ def _session_or_error(cluster: Any, args: argparse.Namespace) -> Any:
 
 def launch(cluster: Any, args: argparse.Namespace) -> int:
     """The job of the file, its driver here and its actors on the nodes."""
+    from rlmesh.config.settings import ConfigError
     from rlmesh.launcher.scheduler import PlacementError
 
     session = _session_or_error(cluster, args)
@@ -110,6 +111,9 @@ def launch(cluster: Any, args: argparse.Namespace) -> int:
         return run_spec(job.train_spec(), resume=args.resume)
     except PlacementError as exc:  # raised before any of the job's processes started
         print(f"rlmesh launch: error: the job does not fit the cluster: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except ConfigError as exc:  # build() refused the config (a lambda): nothing started
+        print(f"rlmesh launch: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     finally:
         session.close()

@@ -1,6 +1,7 @@
 """Environments named by plain data: RLlib's ``register_env``, ``make_env`` for a registered
 name, an import path or a gymnasium id, spaces as plain data, and actions as the env takes
-them. Nothing is pickled: a creator crosses processes as its import path."""
+them. A creator crosses processes as its import path; a lambda or a local one as a token
+that this machine's child processes resolve (rlmesh.runtime.handed: never over a socket)."""
 
 from __future__ import annotations
 
@@ -15,8 +16,9 @@ import gymnasium as gym
 import numpy as np
 
 from rlmesh.rl.spec import clip_actions
+from rlmesh.runtime import handed
 
-_REGISTRY: dict[str, str] = {}  # name -> "module:qualname" of its creator
+_REGISTRY: dict[str, str] = {}  # name -> "module:qualname" of its creator (or its token)
 EXTRA_HINT = "pip install 'rlmesh[envs]'"  # the extra with the envs beyond gymnasium's own
 
 
@@ -41,8 +43,9 @@ class EnvContext(dict):
 # --- import paths ---
 
 def path_of(obj: Any, what: str = "object") -> str:
-    """``"module:qualname"`` of a module-level function or class, refusing what no other
-    process could import (a lambda, a nested function, one from an interactive session).
+    """``"module:qualname"`` of a module-level function or class; what no other process
+    could import (a lambda, a nested function, one from an interactive session) gets a
+    token instead, which this machine's child processes are handed (runtime/handed.py).
 
     A function in the script run as ``__main__`` is named by the script's file
     (``/abs/script.py:make_env``); other processes run the script as ``__mp_main__``
@@ -52,21 +55,21 @@ def path_of(obj: Any, what: str = "object") -> str:
     module = getattr(obj, "__module__", None)
     if not callable(obj) or not qualname or not module:
         raise TypeError(f"{what} must be a module-level function or class, got {obj!r}")
-    if "<" in qualname:  # <lambda>, <locals>
-        raise ValueError(
-            f"{what} {qualname} cannot be sent to other processes (nothing is pickled): define "
-            f"it as a module-level function, e.g. `def make_env(env_config): return MyEnv(env_config)`")
+    if handed.needs_handing(obj):  # <lambda>, <locals>, an interactive session's
+        return handed.token_for(obj)
     if module in ("__main__", "__mp_main__"):
         main_file = getattr(sys.modules.get(module), "__file__", None)
         if not main_file:
-            raise ValueError(f"{what} {qualname} lives in an interactive session; define it "
-                             "in a module or a script file")
+            raise ValueError(f"{what} {qualname}: its module {module} is not loaded here")
         return f"{os.path.abspath(main_file)}:{qualname}"
     return f"{module}:{qualname}"
 
 
 def import_object(path: str, what: str = "object") -> Any:
-    """The object named by ``"package.module:qualname"`` (or ``"/abs/script.py:qualname"``)."""
+    """The object named by ``"package.module:qualname"`` (or ``"/abs/script.py:qualname"``,
+    or a token of runtime/handed.py)."""
+    if handed.is_token(path):
+        return handed.resolve(path, what)
     module_name, sep, qualname = path.partition(":")
     if not sep or not module_name or not qualname:
         raise ValueError(f"{what} {path!r} must look like 'package.module:name'")
@@ -103,8 +106,9 @@ def run_script(file: str) -> Any:
 
 def register_env(name: str, creator: Callable[[dict], gym.Env]) -> None:
     """Register ``creator(env_config) -> gymnasium.Env`` under ``name``, as RLlib's
-    ``ray.tune.registry.register_env``. The creator must be a module-level function or
-    class: env runners import it by path in their own processes."""
+    ``ray.tune.registry.register_env``. A module-level creator is imported by path where
+    envs are made; a lambda or a local function reaches this machine's env runners through
+    the pipe they are started with (on a launched cluster it needs an import path)."""
     if not isinstance(name, str) or not name:
         raise TypeError(f"env name must be a non-empty string, got {name!r}")
     _REGISTRY[name] = path_of(creator, f"env creator for {name!r}")
@@ -113,6 +117,13 @@ def register_env(name: str, creator: Callable[[dict], gym.Env]) -> None:
 def env_registry() -> dict[str, str]:
     """``{name: "module:creator"}`` of every registered env, for the config runners get."""
     return dict(_REGISTRY)
+
+
+def adopt_registry(entries: dict[str, str]) -> None:
+    """Register what ``env_registry()`` gave in the process that started this one (a tune
+    trial's driver), before this process's own registrations."""
+    for name, path in entries.items():
+        _REGISTRY.setdefault(name, path)
 
 
 def make_env(env_spec: Any, env_config: dict | None = None,
@@ -128,6 +139,8 @@ def make_env(env_spec: Any, env_config: dict | None = None,
     if env_spec is None:
         raise ValueError("no env configured: set it with config.environment('CartPole-v1') "
                          "or a registered name or 'pkg.module:make_env'")
+    if handed.is_token(env_spec):
+        env_spec = handed.resolve(env_spec, "env")
     if callable(env_spec):
         env = env_spec(env_config)
     elif not isinstance(env_spec, str):

@@ -39,6 +39,8 @@ import msgpack
 import torch
 
 from rlmesh.code import code_names, is_file
+from rlmesh.envs import env_registry
+from rlmesh.runtime import handed
 
 FORMAT = "rlmesh-checkpoint"
 FORMAT_VERSION = 3
@@ -126,6 +128,9 @@ def _write_into(tmp: Path, algo: Any, learner_state: dict[str, Any]) -> None:
         # observation_filter statistics by policy id ({n, mean, m2}; None for NoFilter)
         "filters": _plain({"default_policy": obs_filter.get_state() if obs_filter else None}),
     }
+    registered = env_registry().get(algo.config.env) if isinstance(algo.config.env, str) else None
+    if handed.is_token(registered):  # a lambda: written by its token, restored by name
+        meta["handed_env"] = {"name": algo.config.env, "creator": registered}
     # Serialized in memory first: torch's own file writer turns a full disk into an
     # "enforce fail" RuntimeError, a plain write gives the OSError (ENOSPC) that says so.
     buffer = io.BytesIO()
@@ -166,6 +171,26 @@ def read(path: Path, trust_code: bool = False, trusted: Iterable[str] = ()
     if meta["format_version"] == 1:  # one policy's state, before states were keyed
         state = {"policies": {"default_policy": state}, "num_updates": state.get("num_updates", 0)}
     return meta, state
+
+
+def check_handed(path: Path, meta: dict[str, Any]) -> None:
+    """One line when the run used a lambda or a local definition (runtime/handed.py) that
+    this process was not given: a checkpoint holds no pickle, only the lambda's token."""
+    config = meta.get("config") or {}
+    env = (meta.get("handed_env") or {}).get("name")
+    if env is not None and config.get("env") == env and env not in env_registry():
+        raise CheckpointError(
+            f"env {env!r} was registered with {meta['handed_env']['creator']} in the process "
+            f"that saved {path}: call register_env({env!r}, ...) in this process before "
+            "restoring (as with RLlib)")
+    for where, token in handed.tokens_in(config):
+        try:
+            handed.resolve(token)
+        except handed.NotHanded:
+            raise CheckpointError(
+                f"{where} was {token} in the process that saved {path}, and a lambda is not "
+                "saved: build the config again in this process and call algo.restore(path), "
+                "or define it at module level") from None
 
 
 def _first_line(exc: BaseException) -> str:

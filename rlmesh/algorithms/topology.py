@@ -15,10 +15,11 @@ from typing import Any
 
 from rlmesh.code import startup_code
 from rlmesh.config.base import AlgorithmConfig
+from rlmesh.config.settings import ConfigError
 from rlmesh.envs import env_registry
 from rlmesh.named_actors import start_named_actors
 from rlmesh.policy.policy import class_path
-from rlmesh.runtime import ActorUnavailable, RestartPolicy
+from rlmesh.runtime import ActorUnavailable, RestartPolicy, handed
 from rlmesh.runtime.job import Job, jobs_are_local, make_job
 from rlmesh.runtime.process import prestart
 
@@ -36,6 +37,21 @@ def actor_env(cfg: AlgorithmConfig) -> dict[str, str]:
     """What the run's actor processes find in their environment: log_level reaches every
     process; their log files keep INFO at least (the lines shown when a process dies)."""
     return {"RLMESH_LOG_LEVEL": "DEBUG" if cfg.log_level == "DEBUG" else "INFO"}
+
+
+def refuse_lambdas_on_a_cluster(cfg: AlgorithmConfig) -> None:
+    """One line, before any process starts, when a launched cluster's run names a lambda or
+    a local definition (runtime/handed.py): only this machine's processes can be handed
+    them, through the pipe they start with; a node imports code by path."""
+    if jobs_are_local():
+        return
+    data = cfg.to_dict()
+    registry = env_registry()
+    if isinstance(cfg.env, str) and cfg.env in registry:
+        data[f"the creator of env {cfg.env!r} (register_env)"] = registry[cfg.env]
+    refusal = handed.remote_refusal(data)
+    if refusal is not None:
+        raise ConfigError(refusal)
 
 
 def prestart_runners(cfg: AlgorithmConfig) -> None:

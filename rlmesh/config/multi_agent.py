@@ -23,12 +23,13 @@ class MultiAgentSettings:
     policy_mapping_fn: Any = setting(
         None, "multi_agent",
         doc="fn(agent_id, episode) -> policy id, called once per agent and episode: a "
-            "module-level function or its import path 'pkg.module:fn' (nothing is pickled). "
+            "function (a lambda too: this machine's processes are handed it) or its import "
+            "path 'pkg.module:fn' (what a launched cluster needs). "
             "None: every agent acts with the only policy (or 'default_policy').")
     policies_to_train: Any = setting(
         None, "multi_agent",
         doc="The policy ids the learners update: a list, or fn(policy_id, batch=None) -> "
-            "bool (module-level, or its import path). Others act but are never updated "
+            "bool (a function, or its import path). Others act but are never updated "
             "(their weights stay bit-identical). None: every policy trains.")
     count_steps_by: Literal["env_steps", "agent_steps"] = setting(
         "env_steps", "multi_agent",
@@ -38,7 +39,8 @@ class MultiAgentSettings:
     def multi_agent(self, *, policies=_UNSET, policy_mapping_fn=_UNSET,
                     policies_to_train=_UNSET, count_steps_by=_UNSET, **kwargs):
         """Set the multi_agent group (see ``fields_table("multi_agent")``). Policy specs and
-        functions are stored as plain data (import paths), as they cross processes."""
+        functions are stored as plain data (import paths, or runtime/handed.py's tokens
+        for lambdas), as they cross processes."""
         if policies is not _UNSET and policies is not None:
             policies = policies_as_data(policies)
         if callable(policy_mapping_fn):
@@ -57,15 +59,15 @@ class MultiAgentSettings:
 
 
 def function_path(fn: Any, what: str) -> str:
-    """The import path of a module-level function; a lambda or a nested one is a one-line
-    error (functions cross processes by name, never pickled)."""
+    """The import path of a module-level function; a lambda or a nested one gets a token
+    that this machine's processes are handed (rlmesh.runtime.handed)."""
     from rlmesh.code import MAIN
     from rlmesh.envs import path_of
+    from rlmesh.runtime import handed
 
     name = getattr(fn, "__qualname__", repr(fn))
-    if "<" in name:
-        raise ValueError(f"{what} {name} cannot reach the env runners: rlmesh pickles nothing "
-                         "and sends a function by its import path; define it at module level")
+    if handed.needs_handing(fn):
+        return handed.token_for(fn)
     if getattr(fn, "__module__", None) in ("__main__", MAIN):
         return f"{MAIN}:{name}"
     return path_of(fn, what)

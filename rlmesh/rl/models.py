@@ -220,7 +220,9 @@ def import_model_class(path: Any) -> type[nn.Module]:
     else:
         path = custom_model_path(path)
         module_name, sep, attr = path.partition(":")
-        if not sep or not module_name or not attr:
+        from rlmesh.runtime import handed
+
+        if (not sep or not module_name or not attr) and not handed.is_token(path):
             raise ValueError(f"custom_model must be a class, 'package.module:ClassName' or a name "
                              f"given to rlmesh.models.register_custom_model, got {path!r}")
         from rlmesh.envs import import_object

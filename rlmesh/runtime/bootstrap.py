@@ -1,5 +1,6 @@
 """Entry point of an actor process: ``python -m rlmesh.runtime.bootstrap SPEC LIFELINE_FD PPID``
 (or ``--wait LIFELINE_FD PPID [MODULE...]``: imports first, the spec from stdin).
+Either way stdin, a pipe from the parent, ends with the objects it hands over (handed.py).
 
 Ties the process's life to its parent, builds the actor from its spec, serves it, and
 registers it in the run directory once it is ready.
@@ -55,6 +56,7 @@ def keep_receive_buffers() -> None:
 async def serve(spec_path: Path, lifeline_fd: int) -> None:
     from ..wire.sockets import scheme_of
     from .actor import ActorServer, spin_wait_of
+    from . import handed
     from .actor_path import instantiate
     from .job import Job, _call_hook
     from .process import ChildSpec
@@ -64,6 +66,7 @@ async def serve(spec_path: Path, lifeline_fd: int) -> None:
     for path in reversed(spec.sys_path):
         if path not in sys.path:
             sys.path.insert(0, path)
+    handed.load()  # after sys.path: a handed closure may name the user's modules
     mode = scheme_of(spec.address)
     job = Job(mode, name=spec.name, role=spec.role, run_dir=RunDir(spec_path.parent.parent),
               max_message_bytes=spec.max_message_bytes, lifeline_fd=lifeline_fd)
@@ -91,16 +94,20 @@ async def serve(spec_path: Path, lifeline_fd: int) -> None:
 
 def wait_for_spec(parent_pid: int, preload: list[str]) -> str:
     """A warm interpreter (process.WarmProcess): imports first, then the spec path and log
-    path from stdin; this process's output goes to that log from then on."""
+    path from stdin, and the handed objects after them; this process's output goes to that
+    log from then on."""
     import importlib
+
+    from . import handed
 
     die_with_parent(parent_pid)
     for module in preload:
         importlib.import_module(module)
-    lines = sys.stdin.read().splitlines()
-    if len(lines) < 2:  # discarded unused
+    parts = sys.stdin.buffer.read().split(b"\n", 2)
+    if len(parts) < 3:  # discarded unused
         os._exit(0)
-    spec_path, log_path = lines[:2]
+    spec_path, log_path = parts[0].decode(), parts[1].decode()
+    handed.receive(parts[2])
     log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     os.dup2(log, 1)
     os.dup2(log, 2)
@@ -118,6 +125,9 @@ def main() -> None:
     else:
         spec_path, lifeline_fd, parent_pid = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
         die_with_parent(parent_pid)
+        from . import handed
+
+        handed.receive(sys.stdin.buffer.read())  # the parent writes it, then closes the pipe
     faulthandler.enable()  # a crash in C (SIGSEGV, ...) leaves its stacks in the log
     keep_receive_buffers()
     from rlmesh.runtime.logtail import ChildFormatter

@@ -3,6 +3,8 @@
 A child is a fresh interpreter (spawn, never fork: CUDA stays safe) in its own session,
 holding the read end of a lifeline pipe and a parent-death signal, so it cannot outlive
 its parent. Its output goes to a log file whose last lines are reported when it dies.
+Its stdin is a pipe from the parent alone: the spawn channel that hands it the objects
+without an import path (handed.py), after which the parent closes it.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any, Callable
 import msgpack
 
 from ..wire import codec
+from . import handed
 from .registry import ENV_RUN_DIR, ProcessRecord, RunDir
 
 
@@ -131,6 +134,26 @@ async def wait_for_exit(poll: Callable[[], int | None], timeout: float,
     return True
 
 
+def feed(stdin: Any, data: bytes) -> None:
+    """Write ``data`` to a child's stdin and close it; what the pipe cannot hold at once
+    (64 KiB) is written by a thread, so the parent never waits on a child's start-up."""
+    if len(data) <= 65536:
+        stdin.write(data)
+        stdin.close()
+        return
+
+    def write() -> None:
+        try:
+            stdin.write(data)
+            stdin.close()
+        except OSError:  # the child died before it read: its exit is reported
+            pass
+
+    import threading
+
+    threading.Thread(target=write, name="spawn-channel", daemon=True).start()
+
+
 def child_env(extra: dict[str, str]) -> dict[str, str]:
     """The environment of an actor process (its run directory apart)."""
     return {**ONE_THREAD_PER_LIBRARY, **os.environ, **extra, "PYTHONUNBUFFERED": "1"}
@@ -158,8 +181,7 @@ class WarmProcess:
         """Make it the actor of ``spec_path``; False if it has died (an import failed)."""
         assert self.popen.stdin is not None
         try:
-            self.popen.stdin.write(f"{spec_path}\n{log_path}\n".encode())
-            self.popen.stdin.close()
+            feed(self.popen.stdin, f"{spec_path}\n{log_path}\n".encode() + handed.payload())
         except OSError:  # BrokenPipeError
             return False
         return True
@@ -241,12 +263,17 @@ class ChildProcess:
             self.popen = subprocess.Popen(
                 [sys.executable, "-m", "rlmesh.runtime.bootstrap", str(spec_path),
                  str(read_fd), str(os.getpid())],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
                 pass_fds=(read_fd,), start_new_session=True, env=env,
             )
         finally:
             os.close(read_fd)
             log.close()
+        assert self.popen.stdin is not None
+        try:
+            feed(self.popen.stdin, handed.payload())
+        except OSError:  # it died at once: wait_ready reports how
+            pass
 
     def poll(self) -> int | None:
         return None if self.popen is None else self.popen.poll()

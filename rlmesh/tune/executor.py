@@ -4,6 +4,7 @@ and take the sweep's decision after each result."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import queue
@@ -14,6 +15,9 @@ import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
+
+from rlmesh.envs import env_registry
+from rlmesh.runtime import handed
 
 
 # Event kinds: "result" (a dict), "saved" ([iteration, path]), "exit" (exit code, error text)
@@ -31,7 +35,7 @@ class ProcessTrial:
         spec = {"run": trial.run, "config": trial.config, "stop": trial.stop,
                 "trial_dir": trial.dir, "trial_id": trial.trial_id,
                 "restore": trial.restore_from, "checkpoint_freq": checkpoint_freq,
-                "cluster": cluster}
+                "cluster": cluster, "env_registry": env_registry()}
         spec_path = trial_dir / "trial_spec.json"
         spec_path.write_text(json.dumps(spec))
         from rlmesh.runtime.process import ONE_THREAD_PER_LIBRARY
@@ -41,6 +45,13 @@ class ProcessTrial:
             [sys.executable, "-m", "rlmesh.tune.worker", str(spec_path), str(os.getpid())],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
             text=True, bufsize=1, start_new_session=True, env=env)
+        # The first line on its stdin, the spawn channel: the sweep's lambdas and local
+        # definitions (rlmesh/runtime/handed.py), which its own children are handed in turn.
+        try:
+            self.popen.stdin.write(base64.b64encode(handed.payload()).decode() + "\n")
+            self.popen.stdin.flush()
+        except BrokenPipeError:  # it died at once; its exit event is on the way
+            pass
         self._reader = threading.Thread(target=self._read, daemon=True,
                                         name=f"rlmesh.tune.{trial.trial_id}")
         self._reader.start()

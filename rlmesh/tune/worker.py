@@ -2,7 +2,8 @@
 
 It runs ``rlmesh train``'s trial loop (cli.experiments._train_loop) and talks to the sweep
 over its pipes, one JSON line each way: it sends each result and each checkpoint, and after
-every result waits for the sweep's decision ({"save": bool, "stop": reason or null}). Its
+every result waits for the sweep's decision ({"save": bool, "stop": reason or null}); the
+first line it reads holds the sweep's lambdas (rlmesh/runtime/handed.py, base64). Its
 own output goes to ``<trial>/trial.log``; it dies with the sweep (parent-death signal).
 """
 
@@ -55,6 +56,14 @@ def main(spec_path: str, parent_pid: int) -> int:
 
     die_with_parent(parent_pid)
     data = json.loads(Path(spec_path).read_text())
+    import base64
+
+    from rlmesh.envs import adopt_registry
+    from rlmesh.runtime import handed
+
+    handed.receive(base64.b64decode(sys.stdin.readline()))  # the sweep's first line
+    handed.load()
+    adopt_registry(data.get("env_registry") or {})
     trial_dir = Path(data["trial_dir"])
     # The pipe keeps fd 1; everything printed goes to the trial's log.
     out = os.fdopen(os.dup(1), "w")

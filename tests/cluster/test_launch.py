@@ -4,7 +4,7 @@ job learns with its learner on one node and runners on the others; `rlmesh statu
 the others and training goes on; a launcher killed with SIGKILL leaves every node clean; a
 process without the cluster's CURVE keys cannot talk to an agent; a [job] with a grid runs as
 a sweep whose trials' actors the scheduler places on the nodes, a trial that does not fit
-waiting."""
+waiting; a script with a lambda is one line before anything starts."""
 
 from __future__ import annotations
 
@@ -493,3 +493,25 @@ def test_losing_one_of_two_learner_nodes_is_one_line_and_resume_goes_on(tmp_path
     assert launch.returncode == 0, out
     rows = results(tmp_path)
     assert rows[-1]["training_iteration"] == done + 2
+
+
+def test_a_launched_script_with_a_lambda_is_one_line_and_starts_nothing(tmp_path, netns_cluster,
+                                                                        env, runs_root):
+    """A policy_mapping_fn lambda cannot reach a node (nodes import code by path): `rlmesh
+    launch` says so in one line, before any agent or actor starts (rlmesh/runtime/handed.py)."""
+    script = tmp_path / "train_lambda.py"
+    script.write_text(
+        "from rlmesh.algorithms.ppo import PPOConfig\n"
+        "cfg = (PPOConfig().environment('CartPole-v1').env_runners(num_env_runners=2)\n"
+        "       .multi_agent(policies={'a'}, policy_mapping_fn=lambda aid, ep, **kw: 'a'))\n"
+        "cfg.build().train()\n")
+    path = cluster_file(tmp_path, netns_cluster, stop={"training_iteration": 1})
+    text = path.read_text()
+    path.write_text(text[:text.index("[job]")] + f'[job]\nscript = "{script}"\n')
+    done = rlmesh("launch", str(path), env=env, timeout=120)
+    assert done.returncode == 2, done.stdout + done.stderr
+    errors = [line for line in done.stderr.splitlines() if "error" in line]
+    assert len(errors) == 1, done.stderr
+    assert "policy_mapping_fn" in errors[0] and "module level" in errors[0], errors
+    assert "Traceback" not in done.stderr
+    assert not mesh_processes(runs_root)  # no agent, no actor: nothing started

@@ -427,16 +427,19 @@ def module_level_creator(env_config):
     return CountEnv(env_config)
 
 
-def test_register_env_takes_module_level_creators_only():
+def test_register_env_names_module_level_creators_by_path_and_lambdas_by_token():
     register_env("unit-count-env", module_level_creator)
     assert env_registry()["unit-count-env"] == f"{__name__}:module_level_creator"
 
     def nested(env_config):
         return CountEnv(env_config)
 
-    for bad in (lambda cfg: CountEnv(cfg), nested):
-        with pytest.raises(ValueError, match="module-level function"):
-            register_env("bad", bad)
+    for local in (lambda cfg: CountEnv(cfg), nested):
+        register_env("local", local)  # handed to this machine's runners (runtime/handed.py)
+        token = env_registry()["local"]
+        assert token.startswith("<local ") and __file__ in token
+        env = make_env("local", {"max_episode_steps": 2})
+        assert isinstance(env.unwrapped, CountEnv)
 
 
 def test_make_env_by_name_path_and_gymnasium_id():
