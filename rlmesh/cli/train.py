@@ -86,8 +86,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--defaults", choices=("auto", "rlmesh", "rllib"), default="auto",
                    help="values of the keys a -f file leaves out: 'rllib' RLlib's (its old "
                         "or new API stack's, as the file reads), 'rlmesh' rlmesh's; 'auto' "
-                        "(default): RLlib's for a file that sets framework, as RLlib's "
-                        "tuned examples do")
+                        "(default): RLlib's for a file that spells a key as only RLlib does "
+                        "(framework, num_workers, num_sgd_iter, ...), as its tuned examples do")
     p.add_argument("--config-help", action="store_true",
                    help="list the config keys of --run (default PPO) with their docs, and exit")
 
@@ -223,15 +223,17 @@ def spec_from(args: argparse.Namespace, name: str | None, exp: dict, where: str)
 
 
 def with_rllib_defaults(cls, config: dict, file_config: dict, choice: str, where: str) -> dict:
-    """``config`` over RLlib's defaults when the file is RLlib's (``--defaults``), written
-    out key by key so that sweeps, cluster jobs and params.json carry them; one line says so."""
+    """``config`` over RLlib's defaults when the file is RLlib's (``--defaults``; 'auto': a
+    file that spells a key as only RLlib does, framework included), written out key by key so
+    that sweeps, cluster jobs and params.json carry them; one line says so."""
     from rlmesh.config import rllib
 
-    if choice == "rlmesh" or (choice == "auto" and "framework" not in file_config):
+    marks = rllib.rllib_keys_in(cls, file_config)
+    if choice == "rlmesh" or (choice == "auto" and not marks):
         return config
     stack = rllib.stack_of(file_config)
     defaults = rllib.defaults_for(cls, stack)
-    why = "--defaults rllib" if choice == "rllib" else "it sets framework"
+    why = "--defaults rllib" if choice == "rllib" else f"it sets {', '.join(marks[:3])}"
     print(f"rlmesh train: {where} reads as RLlib's ({why}): keys it leaves out take RLlib's "
           f"{stack} API stack defaults ({len(defaults)} differ from rlmesh's; "
           f"--defaults rlmesh keeps rlmesh's)", file=sys.stderr)

@@ -176,7 +176,7 @@ class AlgorithmConfig(SamplingSettings, EvaluationSettings, MultiAgentSettings, 
         doc="Start an env runner whose process died again, and go on sampling with the "
             "others meanwhile; False: a dead runner stops the run.")
     max_num_env_runner_restarts: int = setting(
-        1000, "fault_tolerance", ge=0,
+        1000, "fault_tolerance", ge=0, aliases=("max_num_worker_restarts",),
         doc="Restarts allowed per env runner before it is given up.")
     on_nonfinite: Literal["raise", "skip"] = setting(
         "raise", "fault_tolerance",

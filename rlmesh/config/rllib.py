@@ -49,7 +49,8 @@ NO_EFFECT: dict[str, str] = {
     "simple_optimizer": "rlmesh's learner has one update path",
     # TensorFlow
     "eager_tracing": "TensorFlow only", "eager_max_retraces": "TensorFlow only",
-    "tf_session_args": "TensorFlow only", "local_tf_session_args": "TensorFlow only",
+    "tf_session_args": "TensorFlow only", "eager": "TensorFlow only",
+    "gpu": "Ray 0.x's switch; num_gpus gives the learner GPUs", "local_tf_session_args": "TensorFlow only",
     "torch_compile_worker": "the runners act through numpy or eager torch",
     "torch_compile_worker_dynamo_backend": "the runners act through numpy or eager torch",
     "torch_compile_worker_dynamo_mode": "the runners act through numpy or eager torch",
@@ -167,6 +168,14 @@ NO_EFFECT: dict[str, str] = {
     "extra_python_environs_for_driver": "set environment variables before rlmesh starts",
     "extra_python_environs_for_worker": "set environment variables before rlmesh starts",
     "input_compress_columns": "compressed columns are read by their marker",
+    "sample_collector": "runners collect fragments by their columns",
+    "shuffle_sequences": "shuffle_batch_per_epoch orders the minibatches",
+    "_minibatch_size": "minibatch_size is the setting",
+    "tf_single_threaded": "TensorFlow only",
+    "report_length": "ES reports every iteration",
+    "timeout_s_replay_manager": "replay shards report with heartbeats",
+    "max_requests_in_flight_per_replay_worker": "replay requests are credited per shard",
+    "is_atari": "Atari ids get the DeepMind preprocessing (preprocessor_pref)",
     "offline_loss_for_module_fn": "offline evaluation runners are not built",
     "dataset_num_iters_per_eval_runner": "offline evaluation runners are not built",
 }
@@ -241,6 +250,11 @@ def _framework(value, d, cls):
     return {"framework": value}, None  # validate() names what it takes
 
 
+def _use_pytorch(value, d, cls):
+    """Ray 0.8's framework switch."""
+    return _framework("torch" if value else "tf", d, cls)
+
+
 def _num_gpus(value, d, cls):
     """Old stack: num_gpus are the local learner's GPUs (towers when > 1)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
@@ -293,6 +307,9 @@ def _exploration(value, d, cls):
     if not isinstance(value, dict):
         return {"exploration_config": value}, None
     value = {**value, "type": _stripped(value.get("type"))} if "type" in value else dict(value)
+    if value.get("type") == "ParameterNoise" and "noisy" in cls.__dataclass_fields__:
+        return {"noisy": True}, ("exploration_config: ParameterNoise -> noisy nets (noisy: "
+                                 "true), rlmesh's noise in the weights")
     if "exploration_config" in cls.__dataclass_fields__:
         return {"exploration_config": value}, None
     if value.get("type") in (None, "StochasticSampling") and set(value) <= {"type", "random_timesteps"}:
@@ -319,7 +336,8 @@ def _replay(value, d, cls):
     for new, old in (("alpha", "prioritized_replay_alpha"), ("beta", "prioritized_replay_beta")):
         if new in rb:  # the new stack's episode buffers' names
             rb[old] = rb.pop(new)
-    for key in ("learning_starts", "num_steps_sampled_before_learning_starts"):
+    for key in ("learning_starts", "num_steps_sampled_before_learning_starts",
+                "min_size_for_sampling"):  # the last: Ray 1.x's name of the same floor
         if key in rb:
             out["num_steps_sampled_before_learning_starts"] = rb.pop(key)
     if rb.pop("prioritized_replay", None) is False:  # the oldest boolean switch
@@ -501,6 +519,7 @@ def _ignore_failures(value, d, cls):
 TRANSLATIONS: dict[str, Callable] = {
     "framework": _framework,
     "num_gpus": _num_gpus,
+    "use_pytorch": _use_pytorch,
     "optimizer": _apex_optimizer,
     "multiagent": _multiagent,
     "exploration_config": _exploration,
@@ -540,6 +559,7 @@ TRANSLATIONS: dict[str, Callable] = {
     "circular_buffer_iterations_per_batch": _renamed("num_epochs"),
     "tau": _only(1.0, "APPO copies its target network every target_network_update_freq"),
     "lambda": _only(1.0, "MARWIL and BC score actions by their discounted returns (lambda 1)"),
+    "use_gae": _only(True, "MARWIL and BC score actions by their discounted returns"),
 }
 
 
@@ -632,6 +652,18 @@ def stack_of(config: dict) -> str:
     switched = (config.get("enable_rl_module_and_learner") or config.get("_enable_new_api_stack")
                 or api.get("enable_rl_module_and_learner"))
     return "new" if switched or _NEW_STACK_KEYS & set(config) else "old"
+
+
+def rllib_keys_in(cls, config: dict) -> list[str]:
+    """The keys of ``config`` that only RLlib spells so (framework, old names, translated
+    keys): what tells an RLlib file from one of rlmesh's, whose keys are rlmesh's own."""
+    from rlmesh.config.settings import _fields
+
+    current = {f.metadata["key"] or f.name for f in _fields(cls).values()} - {"framework"}
+    own = _own_spellings(cls)
+    return [k for k in config
+            if k == "framework" or (k in own and k not in current)
+            or (k not in own and (k in TRANSLATIONS or k in NO_EFFECT or k in REFUSED))]
 
 
 def defaults_for(cls, stack: str = "old") -> dict:

@@ -34,6 +34,13 @@ def specs_of(path: Path, **flags):
     return resolve_specs(args_for(path, **flags))
 
 
+def variants(config: dict) -> list[dict]:
+    """The trial configs of a sweep (one: the config itself)."""
+    from rlmesh.tune.spaces import grid_variants, has_domains
+
+    return [v for v, _ in grid_variants(config)] if has_domains(config) else [config]
+
+
 # Keys made smaller so that one iteration of any file takes seconds (CI): the file's other
 # keys (its model, losses, exploration, replay type, ...) are what the test exercises.
 def shrunk(config: dict) -> dict:
@@ -51,6 +58,10 @@ def shrunk(config: dict) -> dict:
     if isinstance(small.get("rollout_fragment_length"), int):
         small["rollout_fragment_length"] = min(small["rollout_fragment_length"], 64)
     small.pop("train_batch_size_per_learner", None)
+    if small.get("num_gpus_per_learner"):  # asked for by the file; run on the CPU here
+        small["_fake_gpus"] = True
+    if isinstance(small.get("noise_size"), int):  # ES/ARS's shared noise table
+        small["noise_size"] = min(small["noise_size"], 1_000_000)
     if isinstance(small.get("replay_buffer_config"), dict):
         small["replay_buffer_config"] = {**small["replay_buffer_config"], "capacity": 5000}
     return small
