@@ -29,7 +29,7 @@ from rlmesh.algorithms.iteration_result import (  # noqa: F401  (public here too
     ENTROPY_COLLAPSE, client_rejections, iteration_result,
 )
 from rlmesh.algorithms.learner_group import LearnerGroup
-from rlmesh.algorithms.topology import Mesh, refuse_lambdas_on_a_cluster
+from rlmesh.algorithms.topology import Mesh, check_lambdas_can_go
 from rlmesh.callbacks import load_callbacks
 from rlmesh.config.base import AlgorithmConfig
 from rlmesh.algorithms.inference import env_action
@@ -94,7 +94,7 @@ class Algorithm:
         if isinstance(config, dict):
             config = self.config_class.from_dict(config)
         config.validate()
-        refuse_lambdas_on_a_cluster(config)
+        check_lambdas_can_go(config)
         self.config = config
         logging.getLogger("rlmesh").setLevel(level_number(config.log_level))
         if config.seed is not None:

@@ -39,11 +39,13 @@ def actor_env(cfg: AlgorithmConfig) -> dict[str, str]:
     return {"RLMESH_LOG_LEVEL": "DEBUG" if cfg.log_level == "DEBUG" else "INFO"}
 
 
-def refuse_lambdas_on_a_cluster(cfg: AlgorithmConfig) -> None:
+def check_lambdas_can_go(cfg: AlgorithmConfig) -> None:
     """One line, before any process starts, when a launched cluster's run names a lambda or
     a local definition (runtime/handed.py): only this machine's processes can be handed
-    them, through the pipe they start with; a node imports code by path."""
+    them, through the pipe they start with; a node imports code by path. Locally, one that
+    cannot be handed (it holds a lock) is the one line instead."""
     if jobs_are_local():
+        handed.payload()
         return
     data = cfg.to_dict()
     registry = env_registry()

@@ -98,7 +98,22 @@ def payload() -> bytes:
         return b""
     import cloudpickle
 
-    return cloudpickle.dumps(dict(_objects))
+    try:
+        return cloudpickle.dumps(dict(_objects))
+    except Exception:  # name the one that fails, in one line
+        for token, obj in _objects.items():
+            try:
+                cloudpickle.dumps(obj)
+            except Exception as exc:
+                raise NotHandable(
+                    f"{token} cannot be handed to the run's processes ({type(exc).__name__}: "
+                    f"{exc}): define it at module level, or let it hold no such object") from None
+        raise
+
+
+class NotHandable(TypeError):
+    """A lambda or local definition that cloudpickle cannot write (it holds a lock, a socket,
+    an open file ...)."""
 
 
 def receive(data: bytes) -> None:

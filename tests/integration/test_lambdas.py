@@ -199,3 +199,20 @@ def test_tokens_are_plain_data_and_resolve_here():
     assert PPOConfig().multi_agent(policy_mapping_fn=fn).policy_mapping_fn == token  # one token
     with pytest.raises(handed.NotHanded, match="register or pass it again"):
         handed.resolve("<local 999 <lambda> at nowhere.py line 1>", "env creator")
+
+
+def test_a_lambda_that_cannot_be_handed_is_one_line_before_anything_starts():
+    import threading
+
+    lock = threading.Lock()
+    fn = lambda agent_id, episode, **kw: "a" if lock else "b"  # noqa: E731  (holds a lock)
+    cfg = (PPOConfig().environment("CartPole-v1").env_runners(num_env_runners=1)
+           .multi_agent(policies={"a"}, policy_mapping_fn=fn))
+    token = cfg.policy_mapping_fn
+    try:
+        with pytest.raises(handed.NotHandable) as err:
+            cfg.build()
+        assert token in str(err.value) and "module level" in str(err.value)
+        assert "\n" not in str(err.value)
+    finally:  # this process's other runs must not carry it
+        del handed._objects[token], handed._tokens[id(fn)]
