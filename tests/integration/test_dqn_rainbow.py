@@ -1,7 +1,7 @@
 """Rainbow-style DQN (distributional C51 heads with noisy nets, dueling, double Q, 3-step
-returns and prioritized replay, all at once) and SimpleQ end to end: each learns CartPole
-past a random policy, SimpleQ from the CLI by name, and their checkpoints restore as the
-algorithm that wrote them."""
+returns and prioritized replay, all at once), SimpleQ and SoftQ exploration end to end: each
+learns CartPole past a random policy, SimpleQ from the CLI by name, and their checkpoints
+restore as the algorithm that wrote them."""
 
 from __future__ import annotations
 
@@ -81,6 +81,15 @@ def test_simple_q_learns_cartpole_and_restores_as_simple_q(tmp_path):
     with Algorithm.from_checkpoint(path) as restored:
         assert type(restored).__name__ == "SimpleQ"
         assert restored.train()["training_iteration"] == algo.iteration + 1
+
+
+# RLlib's cartpole-dqn-softq.yaml explores this way (no epsilon): 150 at 17k env steps.
+@pytest.mark.timeout(420)
+def test_softq_exploration_learns_cartpole():
+    config = fast(DQNConfig(), double_q=False, dueling=False, hiddens=[]).env_runners(
+        exploration_config={"type": "SoftQ", "temperature": 0.5})
+    with config.build() as algo:
+        learn(algo, 50)
 
 
 @pytest.mark.timeout(300)
