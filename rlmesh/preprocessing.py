@@ -114,6 +114,12 @@ def ale_id(env_id: str) -> bool | None:
             return None if surely else False
         gym.register_envs(ale_py)  # importing ale_py registered them; this keeps the import
         spec = gym.envs.registry.get(env_id)
+    if spec is None and name.endswith("Deterministic"):  # ale-py 0.9 dropped these ids
+        base = gym.envs.registry.get(f"{name[:-len('Deterministic')]}-v{version}")
+        if base is not None:  # the same game with a fixed frameskip of 4, as they were
+            gym.register(env_id, entry_point=base.entry_point, max_episode_steps=
+                         base.max_episode_steps, kwargs={**base.kwargs, "frameskip": 4})
+            spec = gym.envs.registry.get(env_id)
     return spec is not None and str(spec.entry_point).startswith("ale_py")
 
 

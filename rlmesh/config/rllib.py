@@ -197,7 +197,6 @@ REFUSED: dict[str, tuple[Any, str]] = {
     "learner_class": (None, "set policy_class (docs/policies.md)"),
     "_deterministic_loss": (False, "remove the key"),
     "_use_beta_distribution": (False, "SAC squashes a Gaussian with tanh; remove the key"),
-    "softq": (False, "rlmesh's DQN explores epsilon-greedily (exploration_config)"),
     "use_attention": (False, "use model.use_lstm for memory (docs/observations_and_memory.md)"),
     "custom_eval_function": (None, "score evaluation episodes in a callback "
                                    "(on_episode_end) instead"),
@@ -502,6 +501,20 @@ def _old_replay_key(key: str) -> Callable:
     return translate
 
 
+def _softq(value, d, cls):
+    """Ray 0.x's DQN switches: softq and softmax_temp are exploration_config type SoftQ."""
+    if "exploration_config" not in cls.__dataclass_fields__:
+        raise Refused(f"softq: {cls.__name__[:-6]} has no Q-values to explore by")
+    if not value:
+        return {}, None
+    return {"exploration_config": {"type": "SoftQ",
+                                   "temperature": d.get("softmax_temp", 1.0)}}, None
+
+
+def _softmax_temp(value, d, cls):
+    return {}, None  # read with softq
+
+
 def _min_train_timesteps(value, d, cls):
     if value in (0, None):
         return {}, None
@@ -544,6 +557,8 @@ TRANSLATIONS: dict[str, Callable] = {
     "min_train_timesteps_per_reporting": _min_train_timesteps,
     "epsilon": _epsilon,
     "no_done_at_end": _no_done_at_end,
+    "softq": _softq,
+    "softmax_temp": _softmax_temp,
     "buffer_size": _old_replay_key("buffer_size"),
     "prioritized_replay": _old_replay_key("prioritized_replay"),
     "prioritized_replay_alpha": _old_replay_key("prioritized_replay_alpha"),

@@ -43,7 +43,7 @@ def variants(config: dict) -> list[dict]:
 
 # Keys made smaller so that one iteration of any file takes seconds (CI): the file's other
 # keys (its model, losses, exploration, replay type, ...) are what the test exercises.
-def shrunk(config: dict) -> dict:
+def shrunk(config: dict, run: str = "") -> dict:
     small = dict(config)
     small["num_env_runners"] = min(int(small.get("num_env_runners", 0) or 0), 1)
     small["evaluation_interval"] = None
@@ -58,7 +58,11 @@ def shrunk(config: dict) -> dict:
     if isinstance(small.get("rollout_fragment_length"), int):
         small["rollout_fragment_length"] = min(small["rollout_fragment_length"], 64)
     small.pop("train_batch_size_per_learner", None)
-    if small.get("num_gpus_per_learner"):  # asked for by the file; run on the CPU here
+    if str(run).upper().startswith("APEX"):  # a runner feeds each replay shard
+        small["num_env_runners"] = 1
+        small.pop("optimizer", None)
+        small["num_replay_buffer_shards"] = 1
+    if small.get("num_gpus_per_learner") or small.get("num_gpus"):  # asked for by the file; run on the CPU here
         small["_fake_gpus"] = True
     if isinstance(small.get("noise_size"), int):  # ES/ARS's shared noise table
         small["noise_size"] = min(small["noise_size"], 1_000_000)

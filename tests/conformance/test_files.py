@@ -44,7 +44,7 @@ def offline_data(tmp_path_factory):
 @pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
 def test_file_trains_one_iteration(path, offline_data):
     spec, _ = specs_of(path)[0]
-    config = shrunk(variants(spec.config)[0])
+    config = shrunk(variants(spec.config)[0], spec.run)
     if config.get("input", "sampler") != "sampler":
         config["input"] = str(offline_data)  # the file's own path holds no data here
     algo = build_algorithm(make_config(replace(spec, config=config)))
