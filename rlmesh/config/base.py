@@ -193,13 +193,13 @@ class AlgorithmConfig(SamplingSettings, EvaluationSettings, MultiAgentSettings, 
     def _translate(cls, values: dict) -> tuple[dict, dict]:
         """RLlib's keys of both API stacks that are not settings here, translated (or
         refused) by rlmesh/config/rllib.py; each note said once, as a warning line."""
-        from rlmesh.config import rllib
+        from rlmesh.config.rllib import Refused, note, translate
 
         try:
-            translated = rllib.translate(cls, values)
-        except rllib.Refused as e:
+            translated = translate(cls, values)
+        except Refused as e:
             raise ConfigError(str(e)) from None
-        rllib.note(translated.notes)
+        note(translated.notes)
         return translated.settings, translated.derived
 
     @classmethod
@@ -207,9 +207,9 @@ class AlgorithmConfig(SamplingSettings, EvaluationSettings, MultiAgentSettings, 
         """This config with the values RLlib's own config class gives the keys a file leaves
         out (``stack``: 'old' for files of RLlib's classic API stack, 'new' for its new
         stack), so an RLlib tuned example means what it meant there (docs/rllib.md)."""
-        from rlmesh.config import rllib
+        from rlmesh.config.rllib import defaults_for
 
-        return cls().update_from_dict(rllib.defaults_for(cls, stack))
+        return cls().update_from_dict(defaults_for(cls, stack))
 
     # --- builders: one per group, each taking exactly that group's keys ---
 

@@ -1,6 +1,6 @@
 """RLlib's config keys that are not rlmesh settings (nor their aliases), for both of RLlib's
 API stacks: each is translated onto rlmesh's settings, accepted as having no effect here, or
-refused with what to use instead. ``translate()`` runs before keys are resolved, so a
+refused with what to use instead (those two tables: rllib_keys.py). ``translate()`` runs before keys are resolved, so a
 tuned-example file, ``from_dict`` and the builders (``.resources(num_gpus=1)``) read alike.
 docs/rllib.md shows these tables as one page."""
 
@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import logging
 from typing import Any, Callable, NamedTuple
+
+from rlmesh.config.rllib_keys import NO_EFFECT, REFUSED
 
 logger = logging.getLogger("rlmesh.config")
 
@@ -27,215 +29,6 @@ class Refused(ValueError):
 def _stripped(name: Any) -> Any:
     """A class named by RLlib's module path ('ray.rllib.utils...EpsilonGreedy') -> its name."""
     return name.rpartition(".")[2] if isinstance(name, str) else name
-
-
-# --- keys with no effect here: RLlib's switches between its own stacks, TF's knobs, and
-# knobs of machinery rlmesh does differently (the value changes nothing rlmesh computes) ---
-
-NO_EFFECT: dict[str, str] = {
-    # API-stack switches: rlmesh has one stack (learner processes, env runners)
-    "_enable_rl_module_api": "rlmesh always trains through its learner and policy modules",
-    "_enable_learner_api": "rlmesh always trains through its learner",
-    "enable_rl_module_and_learner": "rlmesh always trains through its learner",
-    "enable_env_runner_and_connector_v2": "rlmesh's env runners are its only sampler",
-    "_enable_new_api_stack": "rlmesh has one API stack",
-    "_disable_execution_plan_api": "rlmesh has no execution plans",
-    "_disable_preprocessor_api": "rlmesh flattens observations in its models",
-    "_disable_action_flattening": "rlmesh's models take actions of any space",
-    "_disable_initialize_loss_from_dummy_batch": "rlmesh builds losses on first use",
-    "_tf_policy_handles_more_than_one_loss": "TensorFlow only",
-    "_validate_config": "rlmesh always validates",
-    "_use_msgpack_checkpoints": "rlmesh's checkpoints are msgpack and torch state_dicts",
-    "simple_optimizer": "rlmesh's learner has one update path",
-    # TensorFlow
-    "eager_tracing": "TensorFlow only", "eager_max_retraces": "TensorFlow only",
-    "tf_session_args": "TensorFlow only", "eager": "TensorFlow only",
-    "gpu": "Ray 0.x's switch; num_gpus gives the learner GPUs", "local_tf_session_args": "TensorFlow only",
-    "torch_compile_worker": "the runners act through numpy or eager torch",
-    "torch_compile_worker_dynamo_backend": "the runners act through numpy or eager torch",
-    "torch_compile_worker_dynamo_mode": "the runners act through numpy or eager torch",
-    "torch_compile_learner_what_to_compile": "torch_compile_learner compiles the loss",
-    "torch_ddp_kwargs": "rlmesh's data-parallel learners average gradients themselves",
-    "torch_skip_nan_gradients": "on_nonfinite decides what a non-finite gradient does",
-    # Ray's machinery
-    "num_multi_gpu_tower_stacks": "one learner process per GPU (num_learners) replaces towers",
-    "placement_strategy": "rlmesh's scheduler packs the learners and spreads the runners",
-    "custom_resources_per_worker": "rlmesh schedules CPUs and GPUs only",
-    "custom_resources_per_env_runner": "rlmesh schedules CPUs and GPUs only",
-    "custom_resources_per_learner": "rlmesh schedules CPUs and GPUs only",
-    "remote_worker_envs": "each env runner is a process of its own already",
-    "remote_env_batch_wait_ms": "each env runner is a process of its own already",
-    "create_env_on_driver": "the driver builds one env for its spaces when it needs them",
-    "create_local_env_runner": "the driver builds one env for its spaces when it needs them",
-    "validate_workers_after_construction": "runners report their spaces when they start",
-    "validate_env_runners_after_construction": "runners report their spaces when they start",
-    "worker_cls": "rlmesh's env runner is a role of its own",
-    "env_runner_cls": "rlmesh's env runner is a role of its own",
-    "compress_observations": "observations cross as raw array frames",
-    "synchronize_filters": "the driver merges filter statistics every iteration",
-    "update_worker_filter_stats": "the driver merges filter statistics every iteration",
-    "use_worker_filter_stats": "the driver merges filter statistics every iteration",
-    "sync_filters_on_rollout_workers_timeout_s": "filters sync with the weights",
-    "worker_health_probe_timeout_s": "heartbeats are answered by a control thread",
-    "env_runner_health_probe_timeout_s": "heartbeats are answered by a control thread",
-    "worker_restore_timeout_s": "restarted runners are given the newest weights",
-    "env_runner_restore_timeout_s": "restarted runners are given the newest weights",
-    "num_consecutive_worker_failures_tolerance": "max_num_env_runner_restarts bounds restarts",
-    "num_consecutive_env_runner_failures_tolerance": "max_num_env_runner_restarts bounds restarts",
-    "delay_between_worker_restarts_s": "a dead runner restarts at once",
-    "delay_between_env_runner_restarts_s": "a dead runner restarts at once",
-    "metrics_episode_collection_timeout_s": "runners report episodes with their fragments",
-    "collect_metrics_timeout": "runners report episodes with their fragments",
-    "keep_per_episode_custom_metrics": "custom metrics are averaged per iteration",
-    "always_attach_evaluation_results": "the newest evaluation stays in the results",
-    "log_sys_usage": "rlmesh reports its processes' own usage",
-    "logger_config": "results go to result.json, progress.csv and TensorBoard",
-    "logger_creator": "results go to result.json, progress.csv and TensorBoard",
-    "disable_env_checking": "rlmesh checks an env's spaces when its runner starts",
-    "auto_wrap_old_gym_envs": "rlmesh takes gymnasium envs",
-    "export_native_model_files": "checkpoints hold torch state_dicts (rlmesh export for a model)",
-    "checkpoint_trainable_policies_only": "checkpoints hold every policy",
-    "max_requests_in_flight_per_sampler_worker": "in-flight requests are credited per runner",
-    "max_requests_in_flight_per_aggregator_worker": "in-flight requests are credited per hop",
-    "max_requests_in_flight_per_aggregator_actor": "in-flight requests are credited per hop",
-    "max_requests_in_flight_per_learner": "in-flight requests are credited per hop",
-    "timeout_s_sampler_manager": "runners report with heartbeats",
-    "timeout_s_aggregator_manager": "aggregators report with heartbeats",
-    "episodes_to_numpy": "fragments are numpy arrays already",
-    "add_default_connectors_to_env_to_module_pipeline": "rlmesh's runners apply filters themselves",
-    "add_default_connectors_to_module_to_env_pipeline": "rlmesh's runners apply filters themselves",
-    "add_default_connectors_to_learner_pipeline": "the learner computes advantages itself",
-    "batch_mode_callbacks": "callbacks run per episode and per fragment",
-    "recreate_failed_env_runners_on_eval": "evaluation runners restart as training runners do",
-    "restart_failed_sub_environments": "a failing env restarts its runner",
-    "ignore_env_runner_failures": "restart_failed_env_runners decides",
-    "actions_in_input_normalized": "logged actions are read as the env took them",
-    "postprocess_inputs": "rlmesh computes what the loss needs on the learner",
-    "shuffle_buffer_size": "input_config's shuffle orders the episodes",
-    "in_evaluation": "rlmesh sets it for its evaluation runners",
-    "sampler_perf_stats_ema_coef": "rlmesh's timers are per iteration",
-    "fake_gpus": "use _fake_gpus",
-    "debug": "APEX's optimizer debug flag has no equivalent",
-    "rollouts_per_iteration": "rlmesh's ES samples episodes_per_batch",
-    "before_learn_on_batch": "rlmesh's learner has no such hook",
-    # the new stack's machinery
-    "custom_resources_for_main_process": "rlmesh schedules CPUs and GPUs only",
-    "gym_env_vectorize_mode": "each runner steps its envs in one loop, batched in inference",
-    "max_requests_in_flight_per_env_runner": "in-flight requests are credited per runner",
-    "merge_env_runner_states": "the driver merges filter statistics every iteration",
-    "broadcast_env_runner_states": "the driver merges filter statistics every iteration",
-    "use_env_runner_state_server": "the driver merges filter statistics every iteration",
-    "env_runner_state_server_max_concurrency": "the driver merges filter statistics",
-    "_dont_auto_sync_env_runner_states": "the driver merges filter statistics every iteration",
-    "episode_lookback_horizon": "fragments carry what the loss needs",
-    "enable_tf1_exec_eagerly": "TensorFlow only",
-    "_is_online": "rlmesh knows an offline run by its input",
-    "_is_atari": "Atari ids get the DeepMind preprocessing (docs/rllib.md)",
-    "local_gpu_idx": "a learner uses the GPU its process was given",
-    "learner_config_dict": "put a policy's own settings in the policy's config",
-    "policy_map_capacity": "every policy stays in memory",
-    "policy_map_cache": "every policy stays in memory",
-    "policy_states_are_swappable": "every policy stays in memory",
-    "num_gpu_loader_threads": "batches are copied to the GPU by the learner",
-    "log_gradients": "the learner reports the gradient norm",
-    "_prior_exploration_config": "exploration_config is the setting",
-    "offline_sampling": "rlmesh knows an offline run by its input",
-    "input_spaces_jsonable": "rlmesh writes spaces as plain data",
-    "materialize_data": "rlmesh reads offline files itself", "materialize_mapped_data":
-    "rlmesh reads offline files itself", "map_batches_kwargs": "rlmesh reads offline files "
-    "itself", "iter_batches_kwargs": "rlmesh reads offline files itself",
-    "input_read_method": "rlmesh reads offline files itself", "input_read_method_kwargs":
-    "rlmesh reads offline files itself", "input_read_batch_size": "rlmesh reads offline "
-    "files itself", "dataset_num_iters_per_learner": "a learner trains on each batch it is "
-    "sent", "prelearner_buffer_kwargs": "rlmesh reads offline files itself",
-    "prelearner_module_synch_period": "rlmesh reads offline files itself",
-    "output_write_remaining_data": "runners flush their files when they stop",
-    "output_write_method": "set output_format", "output_write_method_kwargs": "set output_format",
-    "output_max_rows_per_file": "output_max_file_size bounds a file",
-    "evaluation_auto_duration_min_env_steps_per_sample": "evaluation_duration is counted",
-    "evaluation_auto_duration_max_env_steps_per_sample": "evaluation_duration is counted",
-    "evaluation_unhealthy_workers_timeout_s": "evaluation_sample_timeout_s bounds an evaluation",
-    "evaluation_error_after_n_consecutive_skips": "evaluation_sample_timeout_s bounds one",
-    "evaluation_force_reset_envs_before_iteration": "evaluation episodes start from a reset",
-    "enable_async_evaluation": "evaluation_parallel_to_training runs it alongside",
-    "_set_off_policy_estimation_methods": "off_policy_estimation_methods is the setting",
-    "use_state_preprocessor": "observations are flattened by the model",
-    "target_worker_clipping": "V-trace clips with vtrace_clip_rho_threshold",
-    "use_circular_buffer": "batches train as they come (num_epochs passes each)",
-    "circular_buffer_num_batches": "batches train as they come (num_epochs passes each)",
-    "simple_queue_size": "learner_queue_size bounds the queue",
-    "adam_epsilon": "Adam's epsilon is torch's default",
-    "extra_python_environs_for_driver": "set environment variables before rlmesh starts",
-    "extra_python_environs_for_worker": "set environment variables before rlmesh starts",
-    "input_compress_columns": "compressed columns are read by their marker",
-    "sample_collector": "runners collect fragments by their columns",
-    "shuffle_sequences": "shuffle_batch_per_epoch orders the minibatches",
-    "_minibatch_size": "minibatch_size is the setting",
-    "tf_single_threaded": "TensorFlow only",
-    "report_length": "ES reports every iteration",
-    "timeout_s_replay_manager": "replay shards report with heartbeats",
-    "max_requests_in_flight_per_replay_worker": "replay requests are credited per shard",
-    "is_atari": "Atari ids get the DeepMind preprocessing (preprocessor_pref)",
-    "offline_loss_for_module_fn": "offline evaluation runners are not built",
-    "dataset_num_iters_per_eval_runner": "offline evaluation runners are not built",
-}
-
-
-# --- keys refused unless their value is RLlib's default (which changes nothing) ---
-
-REFUSED: dict[str, tuple[Any, str]] = {
-    "soft_horizon": (False, "rlmesh resets an env when its episode ends; remove the key"),
-    "fake_sampler": (False, "remove the key"),
-    "observation_fn": (None, "map observations inside the env (a gymnasium wrapper)"),
-    "env_task_fn": (None, "change the task from a callback through the env's own method"),
-    "replay_mode": ("independent", "rlmesh replays each policy independently"),
-    "env_to_module_connector": (None, "use observation_filter, model framestack or an env "
-                                      "wrapper"),
-    "module_to_env_connector": (None, "use an env wrapper"),
-    "learner_connector": (None, "write the step in your policy's loss (docs/policies.md)"),
-    "rl_module_spec": (None, "set policy_class (docs/policies.md) or model"),
-    "learner_class": (None, "set policy_class (docs/policies.md)"),
-    "_deterministic_loss": (False, "remove the key"),
-    "_use_beta_distribution": (False, "SAC squashes a Gaussian with tanh; remove the key"),
-    "use_attention": (False, "use model.use_lstm for memory (docs/observations_and_memory.md)"),
-    "custom_eval_function": (None, "score evaluation episodes in a callback "
-                                   "(on_episode_end) instead"),
-    "ope_split_batch_by_episode": (True, "remove the key"),
-    "_separate_vf_optimizer_new": (False, "remove the key"),
-    "action_mask_key": ("action_mask", "name the mask 'action_mask' in a Dict observation"),
-    "_env_to_module_connector": (None, "use observation_filter, model framestack or a wrapper"),
-    "_module_to_env_connector": (None, "use an env wrapper"),
-    "_learner_connector": (None, "write the step in your policy's loss (docs/policies.md)"),
-    "_learner_class": (None, "set policy_class (docs/policies.md)"),
-    "_rl_module_spec": (None, "set policy_class (docs/policies.md) or model"),
-    "_torch_grad_scaler_class": (None, "_torch_autocast 'bf16' needs no scaler"),
-    "_torch_lr_scheduler_classes": (None, "set lr_schedule"),
-    "algorithm_config_overrides_per_module": ({}, "give a policy its own config in policies"),
-    "_per_module_overrides": ({}, "give a policy its own config in policies"),
-    "offline_data_class": (None, "rlmesh reads offline data itself (input, input_config)"),
-    "prelearner_class": (None, "rlmesh reads offline data itself (input, input_config)"),
-    "prelearner_buffer_class": (None, "rlmesh reads offline data itself"),
-    "prelearner_use_recorded_module_states": (False, "remove the key"),
-    "input_read_schema": ({}, "rlmesh reads RLlib's SampleBatch columns by their names"),
-    "input_read_episodes": (False, "rlmesh reads SampleBatch records (input_read_sample_batches)"),
-    "input_read_sample_batches": (False, "remove the key: rlmesh reads SampleBatch records"),
-    "input_filesystem": (None, "rlmesh reads local files; copy the data to this machine"),
-    "input_filesystem_kwargs": ({}, "rlmesh reads local files"),
-    "output_filesystem": (None, "rlmesh writes local files"),
-    "output_filesystem_kwargs": ({}, "rlmesh writes local files"),
-    "output_write_episodes": (True, "rlmesh writes SampleBatch records"),
-    "ignore_final_observation": (False, "remove the key"),
-    "offline_evaluation_interval": (None, "score logged data with off_policy_estimation_methods"),
-    "num_offline_eval_runners": (0, "score logged data with off_policy_estimation_methods"),
-    "categorical_distribution_temperature": (1.0, "remove the key"),
-    "burn_in_len": (0, "rlmesh's recurrent DQN has no burn-in; remove the key"),
-    "burnin_len": (0, "remove the key"),
-    "bc_logstd_coeff": (0.0, "remove the key"),
-    "replay_sequence_length": (1, "set model.max_seq_len for recurrent policies"),
-    "custom_async_evaluation_function": (None, "score episodes in a callback instead"),
-    "_env_runners_only": (False, "remove the key"),
-    "_skip_learners": (False, "remove the key"),
-}
 
 
 # --- translations: RLlib key (value, whole dict) -> rlmesh keys, and a note or None ---
@@ -688,8 +481,8 @@ def defaults_for(cls, stack: str = "old") -> dict:
 
     if stack not in ("old", "new"):
         raise ValueError(f"stack: 'old' or 'new', got {stack!r}")
-    name = _algorithm_name(cls)
-    own = ALGORITHM_DEFAULTS[stack].get(name, {})
+    table = ALGORITHM_DEFAULTS[stack]
+    own = next((table[k.__name__] for k in cls.__mro__ if k.__name__ in table), {})
     out = {k: v for k, v in COMMON_DEFAULTS[stack].items() if k in _own_spellings(cls)}
     for key, value in own.items():
         if isinstance(value, dict) and isinstance(out.get(key), dict):
@@ -697,16 +490,3 @@ def defaults_for(cls, stack: str = "old") -> dict:
         else:
             out[key] = value
     return out
-
-
-def _algorithm_name(cls) -> str | None:
-    """The registry's name of config class ``cls`` (or of the nearest registered base)."""
-    from rlmesh.algorithms.registry import ALGORITHMS
-    from rlmesh.policy.policy import class_path
-
-    by_path = {path: name for name, path in ALGORITHMS.items()}
-    for klass in cls.__mro__:
-        name = by_path.get(class_path(klass)) if isinstance(klass, type) else None
-        if name is not None:
-            return name
-    return None

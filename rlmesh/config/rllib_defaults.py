@@ -27,21 +27,24 @@ COMMON_DEFAULTS = {
     "new": {"clip_actions": False},
 }
 
+# By config class; a subclass of one (a user's, or APPOConfig of ImpalaConfig) takes its
+# nearest base's entry, so an entry of {} stops the inheritance where RLlib's differ.
 ALGORITHM_DEFAULTS = {
     # The classic stack (RLlib's YAML tuned examples, Ray 2.0-2.9).
     "old": {
-        "PPO": _PPO,
-        "A2C": {"min_time_s_per_iteration": 10},
-        "IMPALA": {"learner_queue_size": 16},
-        "APPO": {"learner_queue_size": 16},
-        "SAC": {"min_time_s_per_iteration": 1, "min_sample_timesteps_per_iteration": 100},
-        "ES": {"eval_prob": 0.03, "num_env_runners": 10},
+        "PPOConfig": _PPO,
+        "A2CConfig": {"min_time_s_per_iteration": 10},
+        "A3CConfig": {},
+        "ImpalaConfig": {"learner_queue_size": 16},
+        "SACConfig": {"min_time_s_per_iteration": 1, "min_sample_timesteps_per_iteration": 100},
+        "ESConfig": {"eval_prob": 0.03, "num_env_runners": 10},
+        "ARSConfig": {"model": {"fcnet_hiddens": [256, 256]}},
         # APEX asks for 32 runners: oversubscribed on a small machine, as the file meant.
-        "APEX": {"min_time_s_per_iteration": 30, "num_env_runners": 32, "training_intensity": 1},
-        "APEX_DDPG": {"min_time_s_per_iteration": 30, "num_env_runners": 32,
-                      "training_intensity": 1, "tau": 0.002},
-        "ARS": {"model": {"fcnet_hiddens": [256, 256]}},
+        "ApexDQNConfig": {"min_time_s_per_iteration": 30, "num_env_runners": 32,
+                          "training_intensity": 1},
+        "ApexDDPGConfig": {"min_time_s_per_iteration": 30, "num_env_runners": 32,
+                           "training_intensity": 1, "tau": 0.002},
     },
     # The new stack (Ray 2.10 on).
-    "new": {"PPO": _PPO, "SAC": {"min_time_s_per_iteration": 1}},
+    "new": {"PPOConfig": _PPO, "SACConfig": {"min_time_s_per_iteration": 1}},
 }

@@ -31,7 +31,7 @@ REWARD_KEYS = ("episode_reward_mean", "sampler_results/episode_reward_mean",
                "evaluation/env_runners/episode_return_mean")
 BUDGET_KEYS = ("timesteps_total", "num_env_steps_sampled_lifetime", "time_total_s",
                "training_iteration")
-WALL_CAP_S = 1200  # a file that learns at all does so well within this on 2 cores
+WALL_CAP_S = 900  # a file that learns at all does so well within this on 2 cores
 
 
 def experiment(path: Path) -> dict:
