@@ -15,7 +15,6 @@ import gymnasium as gym
 import rlmesh
 from rlmesh.algorithms.ppo import PPOConfig
 from rlmesh.callbacks import Callbacks
-from rlmesh.envs import path_of
 
 
 class EpisodeCounter:
@@ -71,15 +70,13 @@ class CounterCallbacks(Callbacks):
 
 
 def config(num_env_runners: int = 2) -> PPOConfig:
-    # The env and callbacks by path_of: run as a script, a class given as it is would be
-    # named "__main__:..." by config.to_dict(), which no env runner can import.
     return (PPOConfig()
-            .environment(path_of(CountingCartPole))
+            .environment(CountingCartPole)
             .env_runners(num_env_runners=num_env_runners, num_envs_per_env_runner=2,
                          rollout_fragment_length="auto")
             .training(train_batch_size=1000, minibatch_size=250, num_epochs=4,
                       model={"fcnet_hiddens": [32, 32]})
-            .callbacks(path_of(CounterCallbacks), named_actors={"counter": EpisodeCounter}))
+            .callbacks(CounterCallbacks, named_actors={"counter": EpisodeCounter}))
 
 
 def main(iterations: int = 5) -> None:
