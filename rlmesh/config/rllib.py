@@ -142,8 +142,8 @@ def _replay(value, d, cls):
     if unit not in ("timesteps", "episodes", "sequences"):
         raise Refused(f"replay_buffer_config.storage_unit: {unit!r}; rlmesh stores timesteps")
     for key in ("no_local_replay_buffer", "replay_batch_size", "replay_burn_in",
-                "replay_zero_init_states", "worker_side_prioritization", "num_shards",
-                "replay_sequence_length", "replay_sequence_override"):
+                "replay_zero_init_states", "num_shards", "replay_sequence_override",
+                "_enable_replay_buffer_api"):
         rb.pop(key, None)  # batch size, shards and sequences come from other settings
     out["replay_buffer_config"] = rb
     return out, None

@@ -75,11 +75,13 @@ def rllib_side(path: Path, seed: int) -> dict:
     start = time.perf_counter()
     try:
         proc = run(cmd, timeout=WALL_CAP_S, capture_output=True, text=True)
-    except subprocess.TimeoutExpired:
-        return {"error": f"no result in {WALL_CAP_S} s", "wall_s": WALL_CAP_S}
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+        stdout, stderr = proc.stdout, proc.stderr
+    except subprocess.TimeoutExpired as e:  # the last iteration it printed still counts
+        stdout = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+        stderr = f"stopped after {WALL_CAP_S} s"
+    lines = [line for line in stdout.splitlines() if line.startswith("{")]
     if not lines:
-        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        tail = (stderr.strip().splitlines() or ["no output"])[-1]
         return {"error": tail[:160], "wall_s": time.perf_counter() - start}
     return json.loads(lines[-1])
 
@@ -116,6 +118,7 @@ def main() -> None:
     p.add_argument("--only", help="comma-separated substrings of file names")
     p.add_argument("--seeds", type=int, nargs="+", default=[0])
     p.add_argument("--no-rllib", action="store_true")
+    p.add_argument("--rllib-only", action="store_true", help="RLlib's side alone")
     p.add_argument("--offline-data", type=Path,
                    help="a JSON-lines dataset for the BC/MARWIL files (default: written first "
                         "by a PPO run, tests/benchmarks/bench_offline's recipe)")
@@ -130,9 +133,10 @@ def main() -> None:
     try:
         for path in files:
             for seed in args.seeds:
-                rows.append(row(path, "rlmesh", seed,
-                                rlmesh_side(path, seed, workdir, args.offline_data)))
-                print(json.dumps(rows[-1]), flush=True)
+                if not args.rllib_only:
+                    rows.append(row(path, "rlmesh", seed,
+                                    rlmesh_side(path, seed, workdir, args.offline_data)))
+                    print(json.dumps(rows[-1]), flush=True)
                 if with_rllib:
                     rows.append(row(path, "RLlib", seed, rllib_side(path, seed)))
                     print(json.dumps(rows[-1]), flush=True)
