@@ -17,10 +17,11 @@ from rlmesh.config.base import ConfigError
 from rlmesh.policy.export import export_model
 from rlmesh.policy.numpy_q import NumpyQNet, NumpyQPolicy
 from rlmesh.rl import distributional
+from tests.unit.test_dqn_loss import B, minibatch  # the same batch of 3-step transitions
 
 OBS = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32)
 ACT = gym.spaces.Discrete(3)
-MODEL = {"fcnet_hiddens": [16, 16], "fcnet_activation": "relu"}
+ATOMS = 7
 B, ATOMS = 16, 7
 
 
@@ -98,13 +99,6 @@ def policy(**training) -> DQNTorchPolicy:
     return pol
 
 
-def minibatch(seed: int = 1) -> dict[str, torch.Tensor]:
-    gen = torch.Generator().manual_seed(seed)
-    return {"obs": torch.randn(B, 4, generator=gen), "next_obs": torch.randn(B, 4, generator=gen),
-            "actions": torch.randint(0, 3, (B,), generator=gen),
-            "rewards": torch.randn(B, generator=gen),
-            "discounts": torch.where(torch.rand(B, generator=gen) < 0.2, 0.0, 0.99 ** 3),
-            "weights": torch.rand(B, generator=gen) + 0.5}
 
 
 def test_dueling_distributional_heads_subtract_the_advantages_mean_per_atom():
