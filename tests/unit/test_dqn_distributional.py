@@ -21,8 +21,8 @@ from tests.unit.test_dqn_loss import B, minibatch  # the same batch of 3-step tr
 
 OBS = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32)
 ACT = gym.spaces.Discrete(3)
+MODEL = {"fcnet_hiddens": [16, 16], "fcnet_activation": "relu"}
 ATOMS = 7
-B, ATOMS = 16, 7
 
 
 # --- the projection ---
