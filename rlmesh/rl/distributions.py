@@ -94,9 +94,13 @@ class DiagGaussian(Distribution):
     """
 
     event_shape: tuple[int, ...] | None = None  # a Box of more than 1 dim: its shape
+    # RLlib's log_std_clip_param: an entropy bonus on an env that clips actions can push
+    # log_std up without bound (RLlib's pendulum-appo.yaml reached 70, then a NaN gradient).
+    LOG_STD_CLIP = 20.0
 
     def __init__(self, inputs: torch.Tensor):
-        self.mean, self.log_std = torch.chunk(inputs, 2, dim=-1)
+        self.mean, log_std = torch.chunk(inputs, 2, dim=-1)
+        self.log_std = torch.clamp(log_std, -self.LOG_STD_CLIP, self.LOG_STD_CLIP)
         self.std = self.log_std.exp()
 
     @classmethod

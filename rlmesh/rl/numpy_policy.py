@@ -24,6 +24,7 @@ from rlmesh.rl.spec import (CATEGORICAL, SQUASHED, action_dist, check_model_conf
 _LOG_2PI = math.log(2 * math.pi)
 # SquashedGaussian's clamps (rlmesh.rl.distributions), which scoring on the learner repeats.
 LOG_STD_MIN, LOG_STD_MAX, SQUASH_EPS = -20.0, 2.0, 1e-6
+GAUSSIAN_LOG_STD_CLIP = 20.0  # DiagGaussian.LOG_STD_CLIP (numpy: no torch import here)
 
 ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "tanh": np.tanh,
@@ -207,6 +208,8 @@ class NumpyPolicy:
         mean, log_std = np.split(np.asarray(inputs, np.float64), 2, axis=-1)
         if self.kind == SQUASHED:
             log_std = np.clip(log_std, LOG_STD_MIN, LOG_STD_MAX)
+        else:  # the torch twin's clip (DiagGaussian.LOG_STD_CLIP)
+            log_std = np.clip(log_std, -GAUSSIAN_LOG_STD_CLIP, GAUSSIAN_LOG_STD_CLIP)
         return mean, log_std
 
 

@@ -200,3 +200,17 @@ def test_distribution_for_unsupported_space_names_it(space, match):
 def test_squash_needs_finite_bounds():
     with pytest.raises(ValueError, match="finite bounds"):
         distribution_for(gym.spaces.Box(-np.inf, np.inf, (2,)), squash=True)
+
+
+def test_diag_gaussian_log_std_is_clipped_as_rllib_clips_it():
+    """An entropy bonus on an env that clips actions can drive log_std up for ever; past
+    RLlib's log_std_clip_param (20) it stops, and logp stays finite instead of NaN."""
+    from rlmesh.rl.distributions import DiagGaussian
+
+    inputs = torch.tensor([[0.0, 500.0], [0.0, -500.0]], requires_grad=True)
+    dist = DiagGaussian(inputs)
+    logp = dist.logp(torch.tensor([[1.0], [0.0]]))
+    assert torch.isfinite(logp).all() and torch.isfinite(dist.entropy()).all()
+    assert dist.log_std.abs().max().item() == DiagGaussian.LOG_STD_CLIP
+    (logp.sum() + dist.entropy().sum()).backward()
+    assert torch.isfinite(inputs.grad).all()
