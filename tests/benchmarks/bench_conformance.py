@@ -49,13 +49,32 @@ def goal(exp: dict) -> tuple[str | None, float | None]:
     return None, None
 
 
+def is_offline(path: Path) -> bool:
+    return (experiment(path).get("config") or {}).get("input", "sampler") != "sampler"
+
+
+def write_offline_data(target: Path) -> Path:
+    """CartPole episodes for the BC and MARWIL files, made as their RLlib files say: a PPO run
+    of 50k env steps writing complete episodes (RLlib's JSON lines)."""
+    cmd = [sys.executable, "-m", "rlmesh.cli.main", "train", "--run", "PPO", "--env",
+           "CartPole-v1", "--seed", "0", "--local-dir", str(target / "runs"),
+           "--stop", json.dumps({"timesteps_total": 50_000}),
+           "--config", json.dumps({"output": str(target / "data"),
+                                   "batch_mode": "complete_episodes"})]
+    run(cmd, timeout=WALL_CAP_S, capture_output=True, check=True)
+    return target / "data"
+
+
 def rlmesh_side(path: Path, seed: int, workdir: Path, data: Path | None) -> dict:
     """`rlmesh train -f path --seed S` to the file's stop; the last result's figures."""
     local = workdir / f"rlmesh-{path.stem}-{seed}"
     cmd = [sys.executable, "-m", "rlmesh.cli.main", "train", "-f", str(path),
            "--seed", str(seed), "--local-dir", str(local)]
-    if data is not None and experiment(path).get("config", {}).get("input") == "dataset":
+    config = experiment(path).get("config") or {}
+    if data is not None and config.get("input") == "dataset":
         cmd += ["--config", json.dumps({"input_config": {"paths": str(data)}})]
+    elif data is not None and is_offline(path):
+        cmd += ["--config", json.dumps({"input": str(data)})]
     start = time.perf_counter()
     try:
         proc = run(cmd, timeout=WALL_CAP_S, capture_output=True, text=True)
@@ -91,12 +110,17 @@ def row(path: Path, side: str, seed: int, out: dict) -> dict:
 
     exp = experiment(path)
     key, threshold = goal(exp)
+    budget = None
     if "error" in out:
         return {"file": path.name, "side": side, "seed": seed, "reached": "error",
                 "steps": None, "seconds": round(out.get("wall_s", 0)), "note": out["error"]}
     result = out["result"]
-    reward = lookup(flatten(result), key) if key else None
-    reached = reward is not None and threshold is not None and reward >= threshold
+    if key is None:  # an offline file stops on its budget; its score is the evaluation's
+        key = "evaluation/episode_reward_mean"
+        budget = (exp.get("stop") or {}).get("timesteps_total")
+    reward = lookup(flatten(result), key)
+    reached = (reward is not None and threshold is not None and reward >= threshold) or (
+        threshold is None and budget is not None and result.get("timesteps_total", 0) >= budget)
     return {"file": path.name, "side": side, "seed": seed, "reached": "yes" if reached else "no",
             "reward": None if reward is None else round(float(reward), 1), "goal": threshold,
             "steps": result.get("timesteps_total"), "seconds": round(result.get("time_total_s", 0)),
@@ -130,12 +154,15 @@ def main() -> None:
     with_rllib = not args.no_rllib and RLLIB_PYTHON.exists()
     workdir = Path(tempfile.mkdtemp(prefix="rlmesh-conformance-"))
     rows = []
+    data = args.offline_data
+    if data is None and not args.rllib_only and any(is_offline(f) for f in files):
+        data = write_offline_data(workdir / "offline")
     try:
         for path in files:
             for seed in args.seeds:
                 if not args.rllib_only:
                     rows.append(row(path, "rlmesh", seed,
-                                    rlmesh_side(path, seed, workdir, args.offline_data)))
+                                    rlmesh_side(path, seed, workdir, data)))
                     print(json.dumps(rows[-1]), flush=True)
                 if with_rllib:
                     rows.append(row(path, "RLlib", seed, rllib_side(path, seed)))
