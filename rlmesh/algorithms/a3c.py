@@ -46,6 +46,7 @@ class A3C(Algorithm):
 
     config_class = A3CConfig
     default_policy_class = A3CTorchPolicy
+    times_its_own_iteration = True
     supports_multi_agent = False  # gradients from one policy's fragment (docs/multi_agent.md)
 
     def _on_started(self) -> None:

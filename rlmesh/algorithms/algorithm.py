@@ -89,6 +89,9 @@ class Algorithm:
     config_class: type[AlgorithmConfig] = AlgorithmConfig
     default_policy_class: type[Policy] | str | None = None
     mesh_class: type[Mesh] = Mesh
+    #: training_step() itself lasts min_time_s_per_iteration (asynchronous algorithms);
+    #: otherwise training_iteration() repeats it until that time has passed.
+    times_its_own_iteration: bool = False
 
     def __init__(self, config: AlgorithmConfig | dict[str, Any]) -> None:
         if isinstance(config, dict):
@@ -237,7 +240,8 @@ class Algorithm:
                 learner_stats = self.training_step() or {}
                 trained += sum(int(s.get("num_env_steps_trained", 0))
                                for s in learner_stats.values())
-                if time.perf_counter() - start >= (self.config.min_time_s_per_iteration or 0):
+                if (self.times_its_own_iteration or time.perf_counter() - start
+                        >= (self.config.min_time_s_per_iteration or 0)):
                     break
         self.sync_filters()
         fragments, steps = self.env_runners.pop_sampled()

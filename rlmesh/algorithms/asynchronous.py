@@ -25,6 +25,7 @@ class AsyncAlgorithm(Algorithm):
 
     mesh_class = AsyncMesh
     mesh: AsyncMesh
+    times_its_own_iteration = True
 
     def _on_started(self) -> None:
         self._loop.run(self.mesh.start_aggregators())
