@@ -138,16 +138,20 @@ def table(rows: list[dict]) -> str:
 
 
 def main() -> None:
+    global WALL_CAP_S
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--only", help="comma-separated substrings of file names")
     p.add_argument("--seeds", type=int, nargs="+", default=[0])
     p.add_argument("--no-rllib", action="store_true")
     p.add_argument("--rllib-only", action="store_true", help="RLlib's side alone")
+    p.add_argument("--wall-cap", type=int, default=WALL_CAP_S,
+                   help=f"seconds one run may take before it is cut (default {WALL_CAP_S})")
     p.add_argument("--offline-data", type=Path,
                    help="a JSON-lines dataset for the BC/MARWIL files (default: written first "
                         "by a PPO run, tests/benchmarks/bench_offline's recipe)")
     p.add_argument("--json", type=Path, help="also write the rows here")
     args = p.parse_args()
+    WALL_CAP_S = args.wall_cap
     files = [f for f in all_files() if any(e in f.stem for e in ("cartpole", "pendulum"))]
     if args.only:
         files = [f for f in files if any(s in f.name for s in args.only.split(","))]
@@ -172,7 +176,7 @@ def main() -> None:
     print(table(rows))
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
-    if not with_rllib:
+    if not with_rllib and not args.no_rllib:
         print("(RLlib's side not run: no .venv-rllib; make .venv-rllib/.installed)",
               file=sys.stderr)
 
