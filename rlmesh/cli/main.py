@@ -88,8 +88,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 def console() -> None:
     """The ``rlmesh`` command: ``main`` with the command line, then a quick exit (tests
     call ``main`` in their own process, which must go on)."""
+    import signal
+
     from rlmesh.quick_exit import exit_process
 
+    # Ctrl-C and SIGTERM stop a run after its iteration and tear its processes down; a parent
+    # that started us with them blocked (the mask survives exec: a test runner's thread did)
+    # would leave the run deaf to both.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
     exit_process(main())
 
 

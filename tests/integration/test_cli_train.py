@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 RLMESH = [sys.executable, "-m", "rlmesh.cli.main"]
 
 
@@ -45,13 +47,21 @@ def test_train_learns_writes_results_and_rollout_replays(tmp_path):
     assert len(returns) == 3 and min(returns) > 50, replay.stdout
 
 
-def test_ctrl_c_stops_cleanly_with_a_final_checkpoint(tmp_path):
+def _block_ctrl_c() -> None:
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+
+
+@pytest.mark.parametrize("parent_blocks_signals", [False, True])
+def test_ctrl_c_stops_cleanly_with_a_final_checkpoint(tmp_path, parent_blocks_signals):
+    """Also when the parent started it with SIGINT blocked (a signal mask survives exec; a
+    test runner's thread once left one, and `rlmesh launch` ignored Ctrl-C)."""
     local = tmp_path / "results"
     proc = subprocess.Popen(
         [*RLMESH, "train", "--run", "PPO", "--env", "CartPole-v1", "--local-dir", str(local),
          "--stop", '{"training_iteration": 10000}', "--checkpoint-at-end",
          "--config", '{"train_batch_size": 500, "minibatch_size": 100, "num_epochs": 2}'],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        preexec_fn=_block_ctrl_c if parent_blocks_signals else None)
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
