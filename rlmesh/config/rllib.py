@@ -484,9 +484,5 @@ def defaults_for(cls, stack: str = "old") -> dict:
     table = ALGORITHM_DEFAULTS[stack]
     own = next((table[k.__name__] for k in cls.__mro__ if k.__name__ in table), {})
     out = {k: v for k, v in COMMON_DEFAULTS[stack].items() if k in _own_spellings(cls)}
-    for key, value in own.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = {**out[key], **value}
-        else:
-            out[key] = value
+    _merge(out, own)  # the algorithm's model keys over the common ones
     return out
