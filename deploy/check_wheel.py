@@ -18,8 +18,8 @@ import sysconfig
 import zipfile
 from pathlib import Path
 
-# Where each source folder lands in the wheel; mirrors [tool.setuptools] package-dir.
-SOURCE_TO_WHEEL = {"rlmesh": "rlmesh", "launcher": "rlmesh/launcher"}
+# Where each source folder lands in the wheel (the launcher is rlmesh/launcher, a plain subpackage).
+SOURCE_TO_WHEEL = {"rlmesh": "rlmesh"}
 
 
 def missing_from_wheel(repo: Path, wheel: Path) -> list[str]:

@@ -3,13 +3,13 @@
 from typing import Any
 
 from rlmesh.algorithms.ppo_config import PPOConfig
-from rlmesh.algorithms.registry import ALGORITHMS, get_algorithm_class, get_config_class
+from rlmesh.driver.registry import ALGORITHMS, get_algorithm_class, get_config_class
 from rlmesh.config.base import AlgorithmConfig, ConfigError
 
 __all__ = ["ALGORITHMS", "Algorithm", "AlgorithmConfig", "ConfigError", "PPO", "PPOConfig",
            "build_algorithm", "get_algorithm_class", "get_config_class"]
 
-_LAZY = {"PPO": "rlmesh.algorithms.ppo", "Algorithm": "rlmesh.algorithms.algorithm",
+_LAZY = {"PPO": "rlmesh.algorithms.ppo", "Algorithm": "rlmesh.driver.algorithm",
          "build_algorithm": "rlmesh.algorithms.templates"}
 
 

@@ -12,7 +12,7 @@ import torch
 
 from rlmesh.algorithms.a2c_config import A2CConfig
 from rlmesh.algorithms.advantages import gae_samples
-from rlmesh.algorithms.algorithm import Algorithm
+from rlmesh.driver.algorithm import Algorithm
 from rlmesh.policy.learner_stats import entropy_of, explained_variance
 from rlmesh.policy.torch_policy import TorchPolicy
 from rlmesh.rl.optim import Adam, RMSprop, from_config

@@ -20,7 +20,7 @@ import numpy as np
 
 from rlmesh.algorithms.a2c import A2CTorchPolicy
 from rlmesh.algorithms.a3c_config import A3CConfig
-from rlmesh.algorithms.algorithm import Algorithm
+from rlmesh.driver.algorithm import Algorithm
 from rlmesh.policy.policy import class_path
 from rlmesh.runtime import ActorUnavailable
 

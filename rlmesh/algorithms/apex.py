@@ -25,12 +25,12 @@ from typing import Any
 
 import numpy as np
 
-from rlmesh.algorithms.algorithm import Algorithm, LearnerFailed
+from rlmesh.driver.algorithm import Algorithm, LearnerFailed
 from rlmesh.algorithms.apex_config import ApexDDPGConfig, ApexDQNConfig
 from rlmesh.algorithms.ddpg import DDPGTorchPolicy, check_box_actions
 from rlmesh.algorithms.dqn import DQNTorchPolicy, check_discrete
 from rlmesh.algorithms.off_policy import OffPolicy, replay_beta
-from rlmesh.algorithms.topology import ApexMesh, Totals
+from rlmesh.driver.mesh import ApexMesh, Totals
 from rlmesh.config.base import ConfigError
 from rlmesh.envs import space_to_data
 from rlmesh.rl.columns import DEFAULT_POLICY_ID

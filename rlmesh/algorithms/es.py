@@ -11,9 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from rlmesh.algorithms.algorithm import Algorithm
+from rlmesh.driver.algorithm import Algorithm
 from rlmesh.algorithms.es_config import ESConfig
-from rlmesh.algorithms.es_mesh import ESMesh
+from rlmesh.driver.es_mesh import ESMesh
 from rlmesh.policy.es_policy import ESPolicy
 from rlmesh.rl.columns import DEFAULT_POLICY_ID
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from rlmesh.algorithms.asynchronous import AsyncAlgorithm
+from rlmesh.driver.asynchronous import AsyncAlgorithm
 from rlmesh.algorithms.impala_config import ImpalaConfig
 from rlmesh.policy.recurrent import (is_recurrent, sequence_index, sequence_samples,
                                      time_major_outputs)

@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlmesh.algorithms.algorithm import Algorithm
-from rlmesh.algorithms.env_runner_group import synchronous_parallel_sample
+from rlmesh.driver.algorithm import Algorithm
+from rlmesh.driver.env_runner_group import synchronous_parallel_sample
 from rlmesh.algorithms.marwil_config import MARWILConfig
 from rlmesh.offline.estimators import estimate
 from rlmesh.offline.reader import common_columns, open_input
@@ -192,7 +192,7 @@ def input_spaces(config: MARWILConfig, single: Any) -> dict[str | None, tuple[An
     """What ``input`` must fit: ``{None: single(config)}`` for a single-agent env; for a
     MultiAgentEnv, ``{policy_id: spaces of the first agent mapped to it}`` (each policy
     trains on its own agents' steps, picked by the data's policy_id column)."""
-    from rlmesh.algorithms.multi_agent import probe
+    from rlmesh.driver.multi_agent import probe
     from rlmesh.config.multi_agent import mapping_function, policies_as_data
     from rlmesh.env.multi_agent_env import is_multi_agent
     from rlmesh.roles.multi_agent_sampler import MultiAgentEpisode, map_agent

@@ -45,8 +45,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlmesh.algorithms.algorithm import Algorithm
-from rlmesh.algorithms.env_runner_group import synchronous_parallel_sample
+from rlmesh.driver.algorithm import Algorithm
+from rlmesh.driver.env_runner_group import synchronous_parallel_sample
 from rlmesh.algorithms.off_policy_config import OffPolicyConfig
 from rlmesh.config.base import ConfigError
 from rlmesh.config.multi_agent import trainable

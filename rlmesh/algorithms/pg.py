@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from rlmesh.algorithms.advantages import standardized
-from rlmesh.algorithms.algorithm import Algorithm
+from rlmesh.driver.algorithm import Algorithm
 from rlmesh.algorithms.pg_config import PGConfig
 from rlmesh.policy.learner_stats import entropy_of
 from rlmesh.policy.torch_policy import TorchPolicy

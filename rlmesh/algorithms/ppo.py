@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from rlmesh.algorithms.advantages import gae_samples, standardized
-from rlmesh.algorithms.algorithm import Algorithm
+from rlmesh.driver.algorithm import Algorithm
 from rlmesh.algorithms.ppo_config import PPOConfig
 from rlmesh.policy.learner_stats import entropy_of, explained_variance
 from rlmesh.policy.torch_policy import TorchPolicy

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from rlmesh.algorithms.algorithm import Algorithm
+from rlmesh.driver.algorithm import Algorithm
 from rlmesh.config.base import AlgorithmConfig
 from rlmesh.policy.template import _caller_module
 

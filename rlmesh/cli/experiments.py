@@ -189,7 +189,7 @@ def write_error(e: OSError) -> str:
 def resume_into(algo, spec: TrainSpec, trust_code: bool = False) -> tuple[Path, str]:
     """Restore ``algo`` from the newest loadable checkpoint of the trial to go on in,
     saying which newer ones were skipped and why; the trial folder and the checkpoint."""
-    from rlmesh.algorithms.checkpoints import CheckpointError, UntrustedCode
+    from rlmesh.driver.checkpoints import CheckpointError, UntrustedCode
 
     trial, candidates = find_resume_point(spec)
     skipped = []

@@ -63,7 +63,7 @@ def check_shown(render: bool, video: str | None) -> None:
     """RuntimeError for --render without a display, MissingExtra for --video without
     imageio-ffmpeg."""
     if render:
-        from rlmesh.algorithms.evaluation import has_display
+        from rlmesh.driver.evaluation import has_display
 
         if not has_display():
             raise RuntimeError("--render needs a display ($DISPLAY or $WAYLAND_DISPLAY is not "
@@ -242,8 +242,8 @@ def main(args: argparse.Namespace) -> int:
     except (RuntimeError, ImportError, FileExistsError) as e:
         print(f"rlmesh rollout: error: {e}", file=sys.stderr)
         return 2
-    from rlmesh.algorithms.checkpoints import CheckpointError
-    from rlmesh.algorithms.inference import InferencePolicy
+    from rlmesh.driver.checkpoints import CheckpointError
+    from rlmesh.driver.inference import InferencePolicy
 
     # Acting needs only the policy: no env runners or learner are started.
     try:

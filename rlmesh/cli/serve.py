@@ -30,7 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 async def serve(checkpoint: str, address: str, curve_keys: str | None, explore: bool,
                 ready: "asyncio.Event | None" = None, insecure_plaintext: bool = False,
                 trust_code: bool = False) -> None:
-    from rlmesh.algorithms import checkpoints
+    from rlmesh.driver import checkpoints
     from rlmesh.cli.rollout import resolve_checkpoint
     from rlmesh.envs import env_registry
     from rlmesh.rl.columns import DEFAULT_POLICY_ID

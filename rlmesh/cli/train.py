@@ -16,7 +16,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from rlmesh.algorithms.registry import ALGORITHMS, UnknownAlgorithm, get_config_class
+from rlmesh.driver.registry import ALGORITHMS, UnknownAlgorithm, get_config_class
 from rlmesh.cli.experiments import (  # noqa: F401 (Stopper: its old import place)
                                     EXIT_FAILED, EXIT_SIGINT, EXIT_USAGE, WRITE_ERRNOS,
                                     Stopper, UsageError, _one_line, _train_loop, _trial_id,
@@ -250,7 +250,7 @@ def make_config(spec: TrainSpec):
 def build_algorithm(config):
     """Start the algorithm (tests replace this to train without processes). Its env
     runners' interpreters start first, so that their imports overlap the driver's (torch)."""
-    from rlmesh.algorithms.topology import prestart_runners
+    from rlmesh.driver.mesh import prestart_runners
     from rlmesh.roles.data_parallel import check_learner_gpus
     from rlmesh.runtime.process import discard_warm
 
@@ -338,7 +338,7 @@ def run_spec(spec: TrainSpec, resume: bool = False, trust_code: bool = False) ->
     except KeyboardInterrupt:  # started processes follow us out through their lifelines
         print("rlmesh train: interrupted while starting", file=sys.stderr)
         return EXIT_SIGINT
-    from rlmesh.algorithms.checkpoints import CheckpointError  # torch: after the start
+    from rlmesh.driver.checkpoints import CheckpointError  # torch: after the start
     from rlmesh.results import ResultLogger, default_experiment_name, make_trial_dir
 
     try:
@@ -368,7 +368,7 @@ def run_spec(spec: TrainSpec, resume: bool = False, trust_code: bool = False) ->
         raise
     stops = " or ".join(f"{k} >= {v:g}" for k, v in spec.stop.items())
     print(f"rlmesh train: {spec.run} on {spec.env} until {stops}\nresults: {trial_dir}")
-    from rlmesh.algorithms.algorithm import LearnerFailed
+    from rlmesh.driver.algorithm import LearnerFailed
 
     try:
         return _run_loop(algo, spec, trial_dir, trial_id, logger, log_file)

@@ -1,4 +1,4 @@
-"""launcher/ssh.py against real sshds in the netns cluster: output and exit codes, a shared
+"""rlmesh/launcher/ssh.py against real sshds in the netns cluster: output and exit codes, a shared
 master connection, host keys pinned per cluster, failures sorted by cause, the agent's
 lifeline session, and files copied over."""
 

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from rlmesh.algorithms.apex import ApexDDPGConfig, ApexDQNConfig
-from rlmesh.algorithms.registry import get_config_class
+from rlmesh.driver.registry import get_config_class
 from rlmesh.config.base import ConfigError
 
 

@@ -163,6 +163,6 @@ def test_debug_log_level_shows_every_process_with_its_role(tmp_path):
     for text in (console, log_file):
         assert "DEBUG [env_runner-1] rlmesh.roles.env_runner: fragment" in text
         assert "DEBUG [learner-0] rlmesh.roles.learner: update" in text
-        assert "DEBUG [driver] rlmesh.algorithms.algorithm: iteration 2" in text
+        assert "DEBUG [driver] rlmesh.driver.algorithm: iteration 2" in text
     console, log_file = _train_with_log_level(tmp_path / "default", None)
     assert "[env_runner-1]" not in console and "DEBUG" not in log_file

@@ -16,7 +16,7 @@ import msgpack
 import pytest
 
 from rlmesh.algorithms import Algorithm, PPOConfig
-from rlmesh.algorithms.checkpoints import META, CheckpointError
+from rlmesh.driver.checkpoints import META, CheckpointError
 from rlmesh.runtime import RemoteError
 
 REPO = Path(__file__).resolve().parents[2]

@@ -18,7 +18,7 @@ import pytest
 
 from rlmesh.algorithms import ConfigError
 from rlmesh.algorithms.appo_config import APPOConfig
-from rlmesh.algorithms.asynchronous import LearnerFailed
+from rlmesh.driver.asynchronous import LearnerFailed
 from rlmesh.algorithms.impala_config import ImpalaConfig
 
 RLMESH = [sys.executable, "-m", "rlmesh.cli.main"]

@@ -166,7 +166,7 @@ def test_tune_sample_from_a_lambda_over_a_lambda_env(tmp_path, no_children_left)
 
 
 def test_a_lambda_on_a_launched_cluster_is_one_line_before_anything_starts(monkeypatch):
-    from rlmesh.algorithms.algorithm import Algorithm
+    from rlmesh.driver.algorithm import Algorithm
     from rlmesh.config.settings import ConfigError
     from rlmesh.runtime import job
 

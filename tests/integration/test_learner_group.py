@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 from rlmesh.algorithms import PPOConfig
-from rlmesh.algorithms.env_runner_group import synchronous_parallel_sample
+from rlmesh.driver.env_runner_group import synchronous_parallel_sample
 from rlmesh.rl.columns import merge_by_policy
 
 

@@ -12,7 +12,7 @@ import gymnasium as gym
 import numpy as np
 
 from rlmesh.algorithms import Algorithm, PPOConfig
-from rlmesh.algorithms.inference import InferencePolicy
+from rlmesh.driver.inference import InferencePolicy
 from rlmesh.cli import train
 
 RLLIB_YAML = Path(__file__).with_name("rllib_cartpole_ppo.yaml")

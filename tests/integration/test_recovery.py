@@ -177,7 +177,7 @@ def test_a_damaged_checkpoint_is_one_line_in_rollout_and_resume(tmp_path, cli):
 
 
 def test_a_checkpoint_of_another_model_is_one_checkpoint_error(tmp_path):
-    from rlmesh.algorithms.checkpoints import CheckpointError
+    from rlmesh.driver.checkpoints import CheckpointError
     from rlmesh.algorithms.ppo import PPOConfig
 
     def build(hiddens):

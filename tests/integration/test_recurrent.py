@@ -65,7 +65,7 @@ def test_rollout_of_a_recurrent_checkpoint_carries_the_state(tmp_path):
     """rlmesh rollout's loop with an LSTM checkpoint: the state goes from step to step, so
     a trained memory policy still recalls; from the initial state at every step it could
     not."""
-    from rlmesh.algorithms.inference import InferencePolicy
+    from rlmesh.driver.inference import InferencePolicy
     from rlmesh.cli.rollout import run_episodes
 
     algo, _, means = train(memory_config(True), 40_000, target=0.9)

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from rlmesh.algorithms.ddpg import DDPGConfig
-from rlmesh.algorithms.inference import InferencePolicy
+from rlmesh.driver.inference import InferencePolicy
 from rlmesh.algorithms.sac import SACConfig
 from rlmesh.algorithms.td3 import TD3Config
 from rlmesh.config.base import ConfigError

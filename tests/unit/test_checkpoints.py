@@ -6,7 +6,7 @@ import msgpack
 import pytest
 import torch
 
-from rlmesh.algorithms import checkpoints
+from rlmesh.driver import checkpoints
 from rlmesh.algorithms.ppo_config import PPOConfig
 
 

@@ -18,7 +18,7 @@ import pytest
 
 from rlmesh import tuned_examples
 from rlmesh.algorithms import PPOConfig
-from rlmesh.algorithms.registry import ALGORITHMS
+from rlmesh.driver.registry import ALGORITHMS
 from rlmesh.config.base import ConfigError
 from rlmesh.cli import rollout, train
 from rlmesh.cli.main import main as cli_main
@@ -239,7 +239,7 @@ def test_packaged_tuned_example_found_by_bare_name(tmp_path, built, monkeypatch)
 
 @pytest.mark.parametrize("name", tuned_examples.names())
 def test_every_tuned_example_is_a_valid_config(name):
-    from rlmesh.algorithms.registry import ALGORITHMS
+    from rlmesh.driver.registry import ALGORITHMS
     from rlmesh.cli.experiments import check_evaluation_stop
     from rlmesh.cli.train import config_class
 
@@ -485,9 +485,9 @@ def test_rollout_command_uses_the_newest_checkpoint(tmp_path, monkeypatch, capsy
             loaded.append(str(path))
             return policy
 
-    module = types.ModuleType("rlmesh.algorithms.inference")
+    module = types.ModuleType("rlmesh.driver.inference")
     module.InferencePolicy = InferencePolicy
-    monkeypatch.setitem(sys.modules, "rlmesh.algorithms.inference", module)
+    monkeypatch.setitem(sys.modules, "rlmesh.driver.inference", module)
     assert cli_main(["rollout", str(tmp_path), "--episodes", "2", "--seed", "1"]) == 0
     assert loaded == [str(tmp_path / "checkpoint_000010")] and policy.stopped
     out = capsys.readouterr().out

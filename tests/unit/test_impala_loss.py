@@ -158,7 +158,7 @@ def test_behaviour_kl_is_zero_on_policy_and_grows_with_the_lag(cls, hooks):
 def test_a_collapsed_discrete_policy_is_warned_about_once(caplog):
     import types
 
-    from rlmesh.algorithms.iteration_result import warn_entropy_collapse as warn
+    from rlmesh.driver.iteration_result import warn_entropy_collapse as warn
 
     algo = types.SimpleNamespace(_policies={"default_policy": types.SimpleNamespace(
         action_space=gym.spaces.Discrete(2))}, _entropy_warned=set(), timesteps_total=354_000)

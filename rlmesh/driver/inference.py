@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from rlmesh.algorithms import checkpoints
+from rlmesh.driver import checkpoints
 from rlmesh.envs import actions_for_env, env_registry, spaces_of
 from rlmesh.policy.spec import PolicySpec, build_policy_from_data
 from rlmesh.rl.columns import DEFAULT_POLICY_ID

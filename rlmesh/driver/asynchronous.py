@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from rlmesh.algorithms.algorithm import Algorithm, LearnerFailed  # noqa: F401 (its home was here)
-from rlmesh.algorithms.topology import AsyncMesh
+from rlmesh.driver.algorithm import Algorithm, LearnerFailed  # noqa: F401 (its home was here)
+from rlmesh.driver.mesh import AsyncMesh
 from rlmesh.runtime import ActorUnavailable, RemoteError
 
 log = logging.getLogger(__name__)

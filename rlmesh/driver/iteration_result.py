@@ -10,7 +10,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from rlmesh.algorithms import multi_agent
+from rlmesh.driver import multi_agent
 from rlmesh.callbacks import summarize_custom_metrics
 from rlmesh.results import new_stack_group
 

@@ -9,7 +9,7 @@ import math
 import time
 from typing import Any
 
-from rlmesh.algorithms.topology import Mesh
+from rlmesh.driver.mesh import Mesh
 from rlmesh.runtime import ActorUnavailable
 
 ES_RUNNER = "rlmesh.roles.es_runner:ESRunner"

@@ -22,17 +22,17 @@ from typing import Any, Awaitable, Iterator, TypeVar
 import numpy as np
 import torch
 
-from rlmesh.algorithms import checkpoints, multi_agent
-from rlmesh.algorithms.env_runner_group import EnvRunnerGroup, synchronous_parallel_sample
-from rlmesh.algorithms.evaluation import EvaluationGroup
-from rlmesh.algorithms.iteration_result import (  # noqa: F401  (public here too)
+from rlmesh.driver import checkpoints, multi_agent
+from rlmesh.driver.env_runner_group import EnvRunnerGroup, synchronous_parallel_sample
+from rlmesh.driver.evaluation import EvaluationGroup
+from rlmesh.driver.iteration_result import (  # noqa: F401  (public here too)
     ENTROPY_COLLAPSE, client_rejections, iteration_result,
 )
-from rlmesh.algorithms.learner_group import LearnerGroup
-from rlmesh.algorithms.topology import Mesh, check_lambdas_can_go
+from rlmesh.driver.learner_group import LearnerGroup
+from rlmesh.driver.mesh import Mesh, check_lambdas_can_go
 from rlmesh.callbacks import load_callbacks
 from rlmesh.config.base import AlgorithmConfig
-from rlmesh.algorithms.inference import env_action
+from rlmesh.driver.inference import env_action
 from rlmesh.envs import EnvContext, as_space, env_registry, spaces_of
 from rlmesh.policy.policy import POLICY_ERRORS, Policy
 from rlmesh.preprocessing import model_obs_space
