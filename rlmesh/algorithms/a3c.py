@@ -11,9 +11,7 @@ weights a few updates old (``mean_policy_lag`` in the learner's statistics).
 
 from __future__ import annotations
 
-import asyncio
 import time
-from concurrent.futures import FIRST_COMPLETED, Future, wait
 from typing import Any
 
 import numpy as np
@@ -21,8 +19,8 @@ import numpy as np
 from rlmesh.algorithms.a2c import A2CTorchPolicy
 from rlmesh.algorithms.a3c_config import A3CConfig
 from rlmesh.driver.algorithm import Algorithm
+from rlmesh.driver.env_runner_group import RunnerRequests
 from rlmesh.policy.policy import class_path
-from rlmesh.runtime import ActorUnavailable
 
 __all__ = ["A3C", "A3CConfig", "A3CTorchPolicy"]
 
@@ -35,7 +33,7 @@ class A3CTorchPolicy(A2CTorchPolicy):
     path, since they compute gradients too."""
 
     @classmethod
-    def runner_class(cls, config: Any, *spaces: Any) -> str:
+    def runner_class(cls, config: A3CConfig, *spaces: Any) -> str:
         return class_path(cls)
 
 
@@ -49,8 +47,11 @@ class A3C(Algorithm):
     times_its_own_iteration = True
     supports_multi_agent = False  # gradients from one policy's fragment (docs/multi_agent.md)
 
+    config: A3CConfig
+
     def _on_started(self) -> None:
-        self._requests: dict[str, tuple[Any, Future]] = {}  # runner name -> (handle, reply)
+        # A gradient request in flight per runner, on the mesh: runner name -> its reply.
+        self._requests = RunnerRequests(self.mesh)
 
     def training_step(self) -> dict[str, dict[str, float]]:
         cfg = self.config
@@ -61,16 +62,11 @@ class A3C(Algorithm):
             if replies and left <= 0:
                 break
             self._ask_idle_runners()
-            futures = [future for _, future in self._requests.values()]
             # Until the first gradient no time limit: each request has its own timeout.
-            done, _ = wait(futures, timeout=max(left, 0) if replies else None,
-                           return_when=FIRST_COMPLETED)
-            for name in [n for n, (_, f) in self._requests.items() if f in done]:
-                runner, future = self._requests.pop(name)
-                reply = self._result_of(runner, future)
-                if reply is None:
-                    time.sleep(RETRY_S)
-                    continue
+            done = self._requests.ready(max(left, 0) if replies else None)
+            if self._requests.dropped:  # runners unavailable (restarting): a pause
+                time.sleep(RETRY_S)
+            for runner, reply in done:
                 with self.timer("learn_time_s"):
                     version, weights = self._apply(reply)
                 self._ask(runner, (version, weights, reply["policy_id"]))
@@ -92,34 +88,20 @@ class A3C(Algorithm):
         return self.mesh.next_version(), policy.get_weights()
 
     def _ask_idle_runners(self) -> None:
-        runners = self.mesh.healthy_runners()
+        runners = self.mesh.healthy_runner_names()
         if not runners:
             raise RuntimeError("every env runner is gone (see the log for why); A3C cannot "
                                "compute gradients")
         for runner in runners:
-            if runner.name not in self._requests:
+            if runner not in self._requests:
                 self._ask(runner, None)
 
-    def _ask(self, runner: Any, load: tuple[int, dict[str, Any], str] | None) -> None:
+    def _ask(self, runner: str, load: tuple[int, dict[str, Any], str] | None) -> None:
         """Ask ``runner`` for its next gradient, after loading ``load``, ``(version, weights,
         policy_id)``, into it when given (else it takes the param server's newer weights)."""
-        timeout = self.config.sample_timeout_s
-
-        async def ask() -> dict[str, Any]:
-            if load is not None:
-                await runner.call("set_weights", *load, timeout=timeout)
-            return await runner.call("sample_and_compute_gradients", timeout=timeout)
-
-        self._requests[runner.name] = (
-            runner, asyncio.run_coroutine_threadsafe(ask(), self._loop.loop))
-
-    def _result_of(self, runner: Any, future: Future) -> dict[str, Any] | None:
-        """The reply, or None when the runner is unavailable and may be restarted."""
-        try:
-            return future.result()
-        except ActorUnavailable as exc:
-            self.mesh.runner_unavailable(runner.name, exc, "going on with the others")
-            return None
+        calls = [("set_weights", load, {})] if load is not None else []
+        self._requests.start(runner, [*calls, ("sample_and_compute_gradients", (), {})],
+                             timeout=self.config.sample_timeout_s)
 
     def _stats(self, replies: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
         """The runners' loss statistics averaged per policy, with what the learner did."""
@@ -136,6 +118,6 @@ class A3C(Algorithm):
         return out
 
     def stop(self) -> None:
-        for _, future in getattr(self, "_requests", {}).values():
-            future.cancel()  # also cancels the call on the loop, before the loop stops
+        if getattr(self, "_requests", None) is not None:
+            self._requests.cancel()  # the calls on the loop too, before the loop stops
         super().stop()

@@ -44,6 +44,7 @@ class ES(Algorithm):
     config_class = ESConfig
     default_policy_class = ESPolicy
     mesh_class = ESMesh
+    mesh: ESMesh
 
     def batch_target(self) -> tuple[int, int]:
         """Mirrored pairs and env steps an iteration evaluates at least."""
@@ -52,7 +53,7 @@ class ES(Algorithm):
     def training_step(self) -> dict[str, dict[str, float]]:
         with self.timer("sample_time_s"):
             pairs, steps = self.batch_target()
-            batch = join_rollouts(self._loop.run(self.mesh.rollouts(pairs, steps, CHUNKS)))
+            batch = join_rollouts(self.mesh.rollouts(pairs, steps, CHUNKS))
         # The results count every env step; their episodes are the evaluation episodes.
         self.env_runners.record([{"env_steps": batch["env_steps"], "episodes": batch["episodes"]}])
         with self.timer("learn_time_s"):

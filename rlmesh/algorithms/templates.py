@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 from rlmesh.driver.algorithm import Algorithm
 from rlmesh.config.base import AlgorithmConfig
-from rlmesh.policy.template import _caller_module
+from rlmesh.policy.template import _caller_module, template_defaults
 
 
 def build_algorithm(name: str, *, default_config: type[AlgorithmConfig] | dict | None = None,
@@ -25,8 +25,8 @@ def build_algorithm(name: str, *, default_config: type[AlgorithmConfig] | dict |
         config_class = default_config
     elif isinstance(default_config, dict):
         overrides = dict(default_config)
-    elif default_policy is not None and getattr(default_policy, "_template", {}).get("get_default_config"):
-        overrides = dict(default_policy._template["get_default_config"]())
+    elif default_policy is not None:
+        overrides = template_defaults(default_policy)
     config_class.from_dict(overrides)  # an unknown key fails here, naming the closest
     body: dict[str, Any] = {"config_class": config_class, "_config_overrides": overrides,
                             "__module__": _module or _caller_module(),
@@ -63,8 +63,7 @@ def _init_with_defaults(self: Algorithm, config: AlgorithmConfig | dict[str, Any
         config = config.copy()
         defaults = type(config)()
         for key, value in overrides.items():
-            name = config._resolve(key)
-            if getattr(config, name) == getattr(defaults, name):
+            if config[key] == defaults[key]:  # by name or alias
                 config.update_from_dict({key: value})
     Algorithm.__init__(self, config)
 

@@ -1,8 +1,9 @@
 """The driver of a training run: ``Algorithm`` with RLlib's train/save/restore/compute API.
 
-It owns the mesh (a Job with a param server, env runners and the learner group), runs the
-mesh's event loop on a thread of its own, and keeps the user's thread for the learner's
-computation, so heartbeats and weight fetches are served during an update. ``train()`` is
+It holds the mesh (a Job with a param server, env runners and the learner group), whose
+synchronous facade makes every remote call on the event loop the mesh owns, on a thread of
+its own; the user's thread stays free for the learner's computation, so heartbeats and
+weight fetches are served during an update. ``train()`` is
 one ``training_step()`` plus the result; a subclass overrides ``training_step`` with the
 public helpers (``synchronous_parallel_sample``, ``self.learner_group.update_from_batch``,
 ``self.env_runners.sync_weights``).
@@ -10,14 +11,12 @@ public helpers (``synchronous_parallel_sample``, ``self.learner_group.update_fro
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import threading
 import time
 from collections import deque
 from pathlib import Path
 from contextlib import contextmanager
-from typing import Any, Awaitable, Iterator, TypeVar
+from typing import Any, Iterator
 
 import numpy as np
 import torch
@@ -29,6 +28,7 @@ from rlmesh.driver.iteration_result import (  # noqa: F401  (public here too)
     ENTROPY_COLLAPSE, client_rejections, iteration_result,
 )
 from rlmesh.driver.learner_group import LearnerGroup
+from rlmesh.driver.loop import LoopThread
 from rlmesh.driver.mesh import Mesh, check_lambdas_can_go
 from rlmesh.callbacks import load_callbacks
 from rlmesh.config.base import AlgorithmConfig
@@ -37,15 +37,13 @@ from rlmesh.envs import EnvContext, as_space, env_registry, spaces_of
 from rlmesh.policy.policy import POLICY_ERRORS, Policy
 from rlmesh.preprocessing import model_obs_space
 from rlmesh.policy.spec import PolicySpec, build_policy_from_data
-from rlmesh.rl.columns import DEFAULT_POLICY_ID
+from rlmesh.rl.columns import DEFAULT_POLICY_ID, merge_by_policy
 from rlmesh.rl.filters import make_filter
 from rlmesh.roles.data_parallel import check_learner_gpus
 from rlmesh.runtime import ActorUnavailable, RemoteError
 from rlmesh.runtime.logtail import LogTail, level_number
 
 log = logging.getLogger(__name__)
-
-T = TypeVar("T")
 
 
 # How long a learner's failed collective waits for the supervisor to name the learner that
@@ -61,25 +59,6 @@ class LearnerFailed(RuntimeError):
     def __init__(self, message: str, log_path: Path | None = None) -> None:
         super().__init__(message)
         self.log_path = log_path
-
-
-class LoopThread:
-    """An event loop on a daemon thread; ``run(coro)`` waits for its result."""
-
-    def __init__(self) -> None:
-        import uvloop
-
-        self.loop = uvloop.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, name="rlmesh.driver-loop",
-                                       daemon=True)
-        self.thread.start()
-
-    def run(self, coro: Awaitable[T], timeout: float | None = None) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)  # type: ignore[arg-type]
-
-    def close(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(5)
 
 
 class Algorithm:
@@ -107,13 +86,16 @@ class Algorithm:
         self.episodes_total = 0
         self.num_env_steps_trained = 0  # what the learner consumed, apart from what was sampled
         self.num_nonfinite_steps_skipped = 0  # env steps with NaN/inf data, dropped (on_nonfinite)
-        self._nonfinite_counts: dict[str, int] = {}  # the learners' (see _nonfinite_learner_counts)
+        # The learners' counts of skipped batches (see iteration_result).
+        self.nonfinite_counts: dict[str, int] = {}
         self.time_total_s = 0.0
-        self._episodes: deque[dict[str, Any]] = deque(
+        # The episodes results smooth over (metrics_num_episodes_for_smoothing).
+        self.episode_window: deque[dict[str, Any]] = deque(
             maxlen=config.metrics_num_episodes_for_smoothing)
+        self.num_agent_steps_sampled = 0
         self.obs_space, self.action_space = self._spaces(config)
         self.policy_specs = self._policy_specs()
-        self._entropy_warned: set[str] = set()
+        self.entropy_warned: set[str] = set()  # policies warned of (warn_entropy_collapse)
         # The global observation filter: every runner's statistics merged (sync_filters).
         self.obs_filter = make_filter(config.observation_filter, self.obs_space)
         self.last_checkpoint: str | None = None
@@ -123,10 +105,9 @@ class Algorithm:
         # Loaded before any process starts: a callbacks class with a misspelled hook fails here.
         self.callbacks = load_callbacks(config.callbacks_class)
         check_learner_gpus(config.num_learners, config.num_gpus_per_learner, config.fake_gpus)
-        self._loop = LoopThread()
-        self.mesh = self.mesh_class(config, self._loop, self.policy_specs)
+        self.mesh = self.mesh_class(config, self.policy_specs)
         # The runner processes start (imports, envs) while this thread builds the learner.
-        runners = asyncio.run_coroutine_threadsafe(self.mesh.start_runners(), self._loop.loop)
+        runners = self.mesh.start_runners()
         try:
             for warning in config.warnings() if hasattr(config, "warnings") else ():
                 log.warning("%s", warning)
@@ -137,8 +118,8 @@ class Algorithm:
             runners.result()
             self._log_tail = self._follow_logs()
             if config.evaluation_interval:
-                self._loop.run(self.eval_env_runner_group.start())
-            self._loop.run(self.learner_group.start())
+                self.eval_env_runner_group.start()
+            self.learner_group.start()
             self._publish()
             self._on_started()
             if self.callbacks is not None:
@@ -206,16 +187,32 @@ class Algorithm:
     # --- training ---
 
     def train(self) -> dict[str, Any]:
-        """One iteration (``training_iteration``) and, every ``evaluation_interval``
-        iterations, an evaluation (after it, or during it with
-        evaluation_parallel_to_training), its metrics under ``result["evaluation"]``."""
+        """One iteration and, every ``evaluation_interval`` iterations, an evaluation (after
+        it, or during it with evaluation_parallel_to_training), its metrics under
+        ``result["evaluation"]``.
+
+        The iteration's ``training_step()`` calls run here, in train() itself, repeated until
+        ``min_time_s_per_iteration`` has passed; ``iteration_result`` then makes the result.
+        So an algorithm's loss is at most five frames below: train -> training_step ->
+        the learner's update -> policy.update -> loss (learner in the driver). An algorithm
+        that runs its iteration otherwise (the asynchronous ones) overrides
+        ``training_iteration``, which train() then calls instead."""
         interval = self.config.evaluation_interval
         evaluate_now = bool(interval) and (self.iteration + 1) % interval == 0
         evaluation = self.eval_env_runner_group
         parallel = None
         if evaluate_now and self.config.evaluation_parallel_to_training:
             parallel = evaluation.begin(self.iteration + 1)
-        result = self.training_iteration()
+        if type(self).training_iteration is not Algorithm.training_iteration:
+            result = self.training_iteration()
+        else:
+            start = self._start_iteration()
+            with self._learner_calls():
+                while True:  # min_time_s_per_iteration: steps repeat until it has passed
+                    stats = self.training_step() or {}
+                    if self._iteration_done(start, stats):
+                        break
+            result = self.iteration_result(start, stats)
         if evaluate_now:
             result["evaluation"] = evaluation.finish(parallel or evaluation.begin(self.iteration))
         log.debug("iteration %d: %d env steps in %.2f s", self.iteration,
@@ -231,22 +228,38 @@ class Algorithm:
         return {"evaluation": group.finish(group.begin(self.iteration))}
 
     def training_iteration(self) -> dict[str, Any]:
-        """One iteration: ``training_step()``, then the result (RLlib's keys)."""
-        start = time.perf_counter()
-        self._timers = {"sample_time_s": 0.0, "learn_time_s": 0.0}
-        trained = 0
+        """One iteration without the evaluation (RLlib's name): ``training_step()``
+        repeated until ``min_time_s_per_iteration`` has passed, then the result. train()
+        runs the same loop inline; override this to run an iteration otherwise."""
+        start = self._start_iteration()
         with self._learner_calls():
-            while True:  # min_time_s_per_iteration: steps repeat until it has passed
-                learner_stats = self.training_step() or {}
-                trained += sum(int(s.get("num_env_steps_trained", 0))
-                               for s in learner_stats.values())
-                if (self.times_its_own_iteration or time.perf_counter() - start
-                        >= (self.config.min_time_s_per_iteration or 0)):
+            while True:
+                stats = self.training_step() or {}
+                if self._iteration_done(start, stats):
                     break
+        return self.iteration_result(start, stats)
+
+    def _start_iteration(self) -> float:
+        self._timers = {"sample_time_s": 0.0, "learn_time_s": 0.0}
+        self._trained_this_iteration = 0
+        return time.perf_counter()
+
+    def _iteration_done(self, start: float, stats: dict[str, dict[str, Any]]) -> bool:
+        """Counts the env steps ``stats`` trained on; whether the iteration is over: its
+        step lasts the iteration itself, or ``min_time_s_per_iteration`` has passed."""
+        self._trained_this_iteration += sum(int(s.get("num_env_steps_trained", 0))
+                                            for s in stats.values())
+        return (self.times_its_own_iteration or time.perf_counter() - start
+                >= (self.config.min_time_s_per_iteration or 0))
+
+    def iteration_result(self, start: float, learner_stats: dict[str, dict[str, Any]]
+                         ) -> dict[str, Any]:
+        """The iteration's counters advanced and its result (RLlib's keys) from the last
+        step's learner statistics; an algorithm adds its own keys by overriding this."""
         self.sync_filters()
         fragments, steps = self.env_runners.pop_sampled()
         self.timesteps_total += steps
-        self.num_env_steps_trained += trained
+        self.num_env_steps_trained += self._trained_this_iteration
         self.iteration += 1
         elapsed = time.perf_counter() - start
         self.time_total_s += elapsed
@@ -263,8 +276,8 @@ class Algorithm:
         if not any(f["env_steps"] for f in fragments):
             return {}  # policy-server clients sent nothing in time: an idle iteration
         with self.timer("learn_time_s"):
-            stats = self.learner_group.update_from_episodes(fragments,
-                                                            timesteps=self.timesteps_sampled)
+            stats = self.learner_group.update(merge_by_policy(fragments),
+                                              timesteps=self.timesteps_sampled)
         self.env_runners.sync_weights(sorted(stats) or None)  # untrained ones stay as they are
         return stats
 
@@ -318,12 +331,17 @@ class Algorithm:
         """Merge the runners' new observation statistics into the global filter and hand
         it back to them (RLlib does it after every training step)."""
         if self.config.observation_filter != "NoFilter":
-            self._loop.run(self.mesh.sync_filters(self.obs_filter))
+            self.mesh.sync_filters(self.obs_filter)
 
     @property
     def timesteps_sampled(self) -> int:
         """Env steps sampled so far, this iteration's included (what schedules read)."""
         return self.timesteps_total + self.env_runners.env_steps
+
+    @property
+    def timers(self) -> dict[str, float]:
+        """This iteration's timers so far (``timer`` adds to them)."""
+        return self._timers
 
     @contextmanager
     def timer(self, name: str) -> Iterator[None]:
@@ -340,7 +358,12 @@ class Algorithm:
         if self.learner_group.local is None:
             for pid, w in weights.items():
                 self._policies[pid].set_weights(w)
-        return self._loop.run(self.mesh.publish(weights))
+        return self.mesh.publish(weights)
+
+    def publish(self, policies: list[str] | None = None) -> int:
+        """The learners' weights (of ``policies``, default all) to the param server, from
+        which the runners take them; the new version."""
+        return self._publish(policies)
 
     def _result(self, fragments: list[dict[str, Any]], steps: int, stats: dict[str, float],
                 elapsed: float, sample_time: float, learn_time: float) -> dict[str, Any]:
@@ -361,11 +384,16 @@ class Algorithm:
         """Add a policy while training (RLlib's signature: ``observation_space``,
         ``action_space``, ``config``, ``policy_state``, ``policy_mapping_fn``,
         ``policies_to_train``); see ``multi_agent.add_policy``."""
-        return multi_agent.add_policy(self, policy_id, policy_cls, **kwargs)
+        data = multi_agent.add_policy(self, policy_id, policy_cls, **kwargs)
+        if self.learner_group.local is None:  # the driver's copy, at the weights published next
+            self._policies[policy_id] = build_policy_from_data(data, self.config, runner=False)
+        self._publish([policy_id])
+        return self.get_policy(policy_id)
 
     def remove_policy(self, policy_id: str, **kwargs: Any) -> None:
         """Remove a policy while training (``policy_mapping_fn``, ``policies_to_train``)."""
         multi_agent.remove_policy(self, policy_id, **kwargs)
+        self._policies.pop(policy_id, None)
 
     def get_weights(self, policies: list[str] | None = None) -> dict[str, dict[str, np.ndarray]]:
         """``{policy_id: {name: array}}``."""
@@ -430,7 +458,7 @@ class Algorithm:
         self.obs_filter.set_state(meta.get("filters", {}).get(DEFAULT_POLICY_ID))
         self.obs_filter.flush()  # the restored statistics are global already
         if self.config.observation_filter != "NoFilter":
-            self._loop.run(self.mesh.foreach_runner("set_filter_state", self.obs_filter.get_state()))
+            self.mesh.foreach_runner("set_filter_state", self.obs_filter.get_state())
         self._publish()
         if self.callbacks is not None:
             self.callbacks.on_checkpoint_loaded(algorithm=self)
@@ -451,9 +479,10 @@ class Algorithm:
 
     def stop(self) -> None:
         """Stop every process of the run; the algorithm cannot train afterwards."""
-        loop = getattr(self, "_loop", None)
-        if loop is None:
+        mesh = getattr(self, "mesh", None)
+        if mesh is None or getattr(self, "_stopped", False):
             return
+        self._stopped = True
         try:
             if getattr(self, "env_runners", None) is not None:
                 self.env_runners.drop_sample_ahead()
@@ -461,10 +490,16 @@ class Algorithm:
                 self.learner_group.stop()
             if getattr(self, "_log_tail", None) is not None:
                 self._log_tail.stop()
-            loop.run(self.mesh.stop(), timeout=30)
         finally:
-            loop.close()
-            self._loop = None  # type: ignore[assignment]
+            mesh.stop()
+
+    @property
+    def _loop(self) -> LoopThread | None:
+        """The mesh's loop while the run lives. Transitional, for apex.py until its learner
+        is the learner actor (part C1 of issue 33); nothing else may use it
+        (test_driver_boundaries)."""
+        mesh = getattr(self, "mesh", None)
+        return None if mesh is None or getattr(self, "_stopped", False) else mesh.loop_thread
 
     def __enter__(self) -> "Algorithm":
         return self

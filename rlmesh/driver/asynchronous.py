@@ -4,10 +4,9 @@ least one update), then gathers what happened into one result."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 import numpy as np
 
@@ -16,6 +15,8 @@ from rlmesh.driver.mesh import AsyncMesh
 from rlmesh.runtime import ActorUnavailable, RemoteError
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 POLL_S = 0.02  # how often an iteration past its minimum time asks whether an update happened
 
@@ -28,8 +29,8 @@ class AsyncAlgorithm(Algorithm):
     times_its_own_iteration = True
 
     def _on_started(self) -> None:
-        self._loop.run(self.mesh.start_aggregators())
-        self._loop.run(self.mesh.start_async())
+        self.mesh.start_aggregators()
+        self.mesh.start_async()
         self._updates_seen = 0
 
     def training_iteration(self) -> dict[str, Any]:
@@ -37,9 +38,9 @@ class AsyncAlgorithm(Algorithm):
         start = time.perf_counter()
         self._wait_for_update(start)
         self.sync_filters()
-        learners = self._ask(self.mesh.learner_metrics())
-        sampled = self._ask(self.mesh.pop_sampled())
-        aggregators = self._ask(self.mesh.aggregator_stats())
+        learners = self._ask(self.mesh.learner_metrics)
+        sampled = self._ask(self.mesh.pop_sampled)
+        aggregators = self._ask(self.mesh.aggregator_stats)
         steps = sum(s["env_steps"] for s in sampled)
         self.timesteps_total += steps
         trained = sum(m["num_env_steps_trained"] for m in learners)
@@ -62,7 +63,7 @@ class AsyncAlgorithm(Algorithm):
         cfg = self.config
         time.sleep(cfg.min_time_s_per_iteration or 0)
         while True:
-            updates = self._ask(self.mesh.num_updates())
+            updates = self._ask(self.mesh.num_updates)
             if updates > self._updates_seen:
                 self._updates_seen = updates
                 return
@@ -70,19 +71,16 @@ class AsyncAlgorithm(Algorithm):
                 raise LearnerFailed(f"no update in {cfg.learner_queue_timeout + 30:.0f} s")
             time.sleep(POLL_S)
 
-    def _ask(self, coro: Any) -> Any:
-        """Run a call on the mesh; a learner's death or failure becomes LearnerFailed."""
+    def _ask(self, call: Callable[[], T]) -> T:
+        """``call()``, one of the mesh's; a learner's death or failure becomes LearnerFailed."""
         try:
             if self.mesh.learner_failure is not None:
                 raise ActorUnavailable(self.mesh.learner_failure)
-            return self._loop.run(coro)
+            return call()
         except (ActorUnavailable, RemoteError) as exc:
             if self.mesh.learner_failure is None and not isinstance(exc, RemoteError):
                 raise
             raise self._learner_failed(exc) from None
-        finally:
-            if asyncio.iscoroutine(coro):
-                coro.close()
 
     def _pipeline_metrics(self, learners: list[dict[str, Any]], sampled: list[dict[str, Any]],
                           aggregators: list[dict[str, Any]]) -> dict[str, Any]:

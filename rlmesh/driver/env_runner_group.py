@@ -5,14 +5,16 @@ as they come (``foreach_env_runner_async``). What they sampled is counted here f
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import logging
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-from rlmesh.code import MAIN
-from rlmesh.envs import path_of
 from rlmesh.runtime import ActorUnavailable
+from rlmesh.runtime.import_path import MAIN, path_of
+
+if TYPE_CHECKING:
+    from rlmesh.driver.algorithm import Algorithm
+    from rlmesh.driver.mesh import Mesh
 
 log = logging.getLogger(__name__)
 
@@ -30,16 +32,67 @@ def function_path(fn: Callable[..., Any], what: str) -> str:
     return path_of(fn, what)
 
 
+class RunnerRequests:
+    """A call in flight per env runner, started on the mesh, collected as each finishes
+    (``foreach_env_runner_async``; A3C's gradient requests)."""
+
+    def __init__(self, mesh: Mesh) -> None:
+        self.mesh = mesh
+        self._in_flight: dict[str, concurrent.futures.Future[Any]] = {}  # by runner name
+        self.dropped: list[str] = []  # runners whose request the last ``ready`` dropped
+
+    def __contains__(self, runner: str) -> bool:
+        return runner in self._in_flight
+
+    def __len__(self) -> int:
+        return len(self._in_flight)
+
+    def start(self, runner: str, calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]],
+              timeout: float | None = None) -> None:
+        """``calls`` (``(method, args, kwargs)``) on ``runner`` one after the other; the
+        last one's reply is what ``ready`` gives."""
+        self._in_flight[runner] = self.mesh.runner_calls(runner, calls, timeout)
+
+    def ready(self, timeout: float | None) -> list[tuple[str, Any]]:
+        """``(runner, reply)`` of every request that has finished, waiting up to
+        ``timeout`` seconds (None: as long as it takes) for the first. The request of a
+        runner that died (being restarted) is dropped with a warning (``dropped`` names
+        them); a call that raised raises here."""
+        self.dropped = []
+        if not self._in_flight:
+            return []
+        concurrent.futures.wait(list(self._in_flight.values()), timeout,
+                                return_when=concurrent.futures.FIRST_COMPLETED)
+        out: list[tuple[str, Any]] = []
+        for name, future in list(self._in_flight.items()):
+            if not future.done():
+                continue
+            del self._in_flight[name]
+            try:
+                out.append((name, future.result()))
+            except ActorUnavailable as exc:
+                self.mesh.runner_unavailable(name, exc, "its call is dropped")
+                self.dropped.append(name)
+        return out
+
+    def cancel(self) -> None:
+        """Cancel every request (and its call on the mesh's loop)."""
+        for future in self._in_flight.values():
+            future.cancel()
+        self._in_flight.clear()
+
+
 class EnvRunnerGroup:
     """Every env runner of a run, and what they sampled since the last result."""
 
-    def __init__(self, algo: Any) -> None:
+    def __init__(self, algo: Algorithm) -> None:
         self._algo = algo
         self.mesh = algo.mesh
+        self.config = algo.config
         self.fragments: list[dict[str, Any]] = []  # sampled since the last result, for metrics
         self.env_steps = 0
         # Calls started by foreach_env_runner_async and not yet fetched, by runner name.
-        self._in_flight: dict[str, concurrent.futures.Future] = {}
+        self._in_flight = RunnerRequests(self.mesh)
         # sample_async: the next batch, sampling while the driver learns on this one.
         self._ahead: tuple[int, concurrent.futures.Future] | None = None
 
@@ -60,11 +113,9 @@ class EnvRunnerGroup:
         else:
             if ahead is not None:
                 ahead[1].cancel()
-            fragments = self._algo._loop.run(self.mesh.sample(max_env_steps))
-        if self._algo.config.sample_async:
-            self._ahead = (max_env_steps, asyncio.run_coroutine_threadsafe(
-                self.mesh.sample(max_env_steps, weights_up_to=self.mesh.version),
-                self._algo._loop.loop))
+            fragments = self.mesh.sample(max_env_steps)
+        if self.config.sample_async:
+            self._ahead = (max_env_steps, self.mesh.sample_ahead(max_env_steps))
         self.record(fragments)
         return fragments
 
@@ -105,22 +156,10 @@ class EnvRunnerGroup:
         runner whose gradients were just applied), under a new version the param server
         does not hold, so the other runners act on with the weights they have."""
         if to_worker_indices is None:
-            return self._algo._publish(policies)
+            return self._algo.publish(policies)
         weights = self._algo.learner_group.get_weights(policies)
         version = self.mesh.next_version()
-        runners = [self._runner(i) for i in to_worker_indices]
-
-        async def send() -> list[Any]:
-            return await asyncio.gather(*(r.call("set_weights", version, w, pid)
-                                          for r in runners for pid, w in weights.items()),
-                                        return_exceptions=True)
-
-        for outcome in self._algo._loop.run(send()):
-            # A runner restarting takes the param server's weights when it is back.
-            if isinstance(outcome, ActorUnavailable) and self._algo.config.restart_failed_env_runners:
-                log.warning("weights not sent: %s", str(outcome).splitlines()[0])
-            elif isinstance(outcome, BaseException):
-                raise outcome
+        self.mesh.send_weights([self._runner(i) for i in to_worker_indices], version, weights)
         return version
 
     # --- reaching runners and envs ---
@@ -142,7 +181,7 @@ class EnvRunnerGroup:
         return [r for runner in per_runner for r in runner]
 
     def _call(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
-        return self._algo._loop.run(self.mesh.foreach_runner(method, *args, **kwargs))
+        return self.mesh.foreach_runner(method, *args, **kwargs)
 
     # --- calls that run on while the driver goes on (A3C) ---
 
@@ -153,11 +192,10 @@ class EnvRunnerGroup:
         ``fetch_ready_async_reqs`` collects the results."""
         method, *head = runner_call(fn)
         started = 0
-        for runner in self.mesh.healthy_runners():
-            if runner.name in self._in_flight:
+        for name in self.mesh.healthy_runner_names():
+            if name in self._in_flight:
                 continue
-            self._in_flight[runner.name] = asyncio.run_coroutine_threadsafe(
-                runner.call(method, *head, *args, **kwargs), self._algo._loop.loop)
+            self._in_flight.start(name, [(method, (*head, *args), kwargs)])
             started += 1
         return started
 
@@ -167,27 +205,16 @@ class EnvRunnerGroup:
         that has finished, waiting up to ``timeout_seconds`` (None: as long as it takes)
         for the first. A call whose runner died (and is being restarted) is dropped with a
         warning; a call that raised raises here (``RemoteError``)."""
-        if not self._in_flight:
-            return []
-        concurrent.futures.wait(list(self._in_flight.values()), timeout_seconds,
-                                return_when=concurrent.futures.FIRST_COMPLETED)
-        ready = []
-        for name, future in list(self._in_flight.items()):
-            if not future.done():
-                continue
-            del self._in_flight[name]
-            try:
-                ready.append((worker_index_of(name), future.result()))
-            except ActorUnavailable as exc:
-                self.mesh.runner_unavailable(name, exc, "its call is dropped")
-        return ready
+        return [(worker_index_of(name), reply)
+                for name, reply in self._in_flight.ready(timeout_seconds)]
 
-    def _runner(self, worker_index: int) -> Any:
-        for runner in self.mesh.runners:
-            if worker_index_of(runner.name) == worker_index:
-                return runner
+    def _runner(self, worker_index: int) -> str:
+        """The actor name of the runner with ``worker_index``."""
+        for name in self.mesh.runner_names():
+            if worker_index_of(name) == worker_index:
+                return name
         raise KeyError(f"no env runner with worker_index {worker_index} (there are "
-                       f"{sorted(worker_index_of(r.name) for r in self.mesh.runners)})")
+                       f"{sorted(worker_index_of(n) for n in self.mesh.runner_names())})")
 
     def num_healthy_env_runners(self) -> int:
         return self.mesh.num_healthy_runners()

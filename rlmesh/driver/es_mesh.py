@@ -1,6 +1,7 @@
 """The processes of an ES or ARS run: the param server and ES runners (``ESRunner``) in
 place of env runners, spawned and placed by ``Mesh`` as env runners are; no learner
-process. ``rollouts`` keeps every healthy runner busy until an iteration has its episodes."""
+process. ``rollouts`` keeps every healthy runner busy until an iteration has its episodes
+(a synchronous facade method, as the rest of the mesh's)."""
 
 from __future__ import annotations
 
@@ -20,11 +21,15 @@ class ESMesh(Mesh):
 
     runner_path = ES_RUNNER
 
-    async def rollouts(self, min_pairs: int, min_steps: int, chunks: int) -> list[dict[str, Any]]:
+    def rollouts(self, min_pairs: int, min_steps: int, chunks: int) -> list[dict[str, Any]]:
         """Replies of ``do_rollouts`` until they hold ``min_pairs`` mirrored pairs and
         ``min_steps`` env steps. Each runner is called again as soon as it answers, with
         about ``1 / chunks`` of its share of what is still missing, so a slow or dying
         runner holds up (or loses) little: the others evaluate its part."""
+        return self.run(self._rollouts(min_pairs, min_steps, chunks))
+
+    async def _rollouts(self, min_pairs: int, min_steps: int,
+                        chunks: int) -> list[dict[str, Any]]:
         got: list[dict[str, Any]] = []
         have = {"pairs": 0, "steps": 0}
 

@@ -5,30 +5,30 @@ episodes into the ``evaluation/...`` results."""
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import logging
 import os
-import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from rlmesh.callbacks import summarize_custom_metrics
-from rlmesh.code import startup_code
+from rlmesh.runtime.import_path import startup_code
+from rlmesh.config.base import AlgorithmConfig
 from rlmesh.envs import env_registry
 from rlmesh.policy.policy import class_path
 from rlmesh.results import new_stack_group
-from rlmesh.runtime import ActorUnavailable, RestartPolicy
+
+if TYPE_CHECKING:
+    from rlmesh.driver.algorithm import Algorithm
 
 log = logging.getLogger(__name__)
 
-EVAL_RUNNER = "rlmesh.roles.eval_runner:EvalRunner"
-CALL_MARGIN_S = 30.0  # beyond evaluation_sample_timeout_s: a runner stuck inside one env step
 
-
-def evaluation_runner_config(config: Any, policy_specs: dict[str, Any]) -> dict[str, Any]:
+def evaluation_runner_config(config: AlgorithmConfig,
+                             policy_specs: dict[str, Any]) -> dict[str, Any]:
     """The evaluation runners' config as plain data: evaluation_config applied, explore off
     by default, and the render mode their envs need to show or record episodes."""
     from rlmesh.config.settings import ConfigError
@@ -57,90 +57,64 @@ def has_display() -> bool:
     return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")) or os.name == "nt"
 
 
+@dataclass
+class PendingEvaluation:
+    """An evaluation started by ``EvaluationGroup.begin``, which ``finish`` waits for."""
+
+    iteration: int
+    future: concurrent.futures.Future[tuple[list[dict[str, Any]], float]]
+
+
 class EvaluationGroup:
     """The evaluation runners of one algorithm (``eval_runner-<i>``; ``eval_runner-0`` in the
-    driver process when evaluation_num_env_runners is 0), started on first use."""
+    driver process when evaluation_num_env_runners is 0), started on first use; the mesh
+    holds them and makes their calls."""
 
-    def __init__(self, algo: Any) -> None:
+    def __init__(self, algo: Algorithm) -> None:
         self._algo = algo
-        self.runners: list[Any] = []
+        self.mesh = algo.mesh
         self._version = 0
         self.last_metrics: dict[str, Any] | None = None
 
     @property
-    def config(self) -> Any:
+    def config(self) -> AlgorithmConfig:
         return self._algo.config
 
-    async def start(self) -> None:
-        if self.runners:
-            return
-        cfg, job = self.config, self._algo.mesh.job
-        runner_config = evaluation_runner_config(cfg, self._algo.policy_specs)
-        if cfg.evaluation_num_env_runners == 0:
-            self.runners = [await job.spawn(EVAL_RUNNER, runner_config, 0, None,
-                                            name="eval_runner-0", in_process=True)]
-            return
-        policy = RestartPolicy(max_restarts=cfg.max_num_env_runner_restarts
-                               if cfg.restart_failed_env_runners else 0)
-        self.runners = list(await asyncio.gather(*(
-            job.spawn(EVAL_RUNNER, runner_config, i, None, name=f"eval_runner-{i}",
-                      restart=policy, role="EvalRunner")
-            for i in range(1, cfg.evaluation_num_env_runners + 1))))
+    def start(self) -> None:
+        if not self.mesh.eval_runners:
+            self.mesh.start_eval_runners(
+                evaluation_runner_config(self.config, self._algo.policy_specs),
+                self.config.evaluation_num_env_runners)
 
-    def begin(self, iteration: int) -> concurrent.futures.Future:
-        """Start an evaluation on the mesh's loop with the weights of now (callbacks'
-        on_evaluate_start first); ``finish`` waits for it."""
+    def begin(self, iteration: int) -> PendingEvaluation:
+        """Start an evaluation with the weights of now (callbacks' on_evaluate_start
+        first): the weights go to every runner, the duration is split among them. It runs
+        on while the driver goes on; ``finish`` waits for it."""
+        from rlmesh.roles.eval_runner import video_stem
+
         algo = self._algo
         if algo.callbacks is not None:
             algo.callbacks.on_evaluate_start(algorithm=algo)
+        self.start()
         record = self.config.get_evaluation_config_object().record_env
-        coro = self.run(algo.get_weights(), algo.obs_filter.get_state(), iteration,
-                        default_video_dir(algo) if record else None)
-        return asyncio.run_coroutine_threadsafe(coro, algo._loop.loop)
+        video_dir = default_video_dir(algo) if record else None
+        names = [r.name for r in self.mesh.eval_runners]
+        stems = [video_stem(video_dir, iteration, int(name.rsplit("-", 1)[1]))
+                 if video_dir else None for name in names]
+        self._version += 1
+        amounts = split(self.config.evaluation_duration, len(names))
+        return PendingEvaluation(iteration, self.mesh.evaluate(
+            self._version, algo.get_weights(), algo.obs_filter.get_state(), amounts, stems))
 
-    def finish(self, pending: concurrent.futures.Future) -> dict[str, Any]:
-        """The metrics of an evaluation ``begin`` started (callbacks' on_evaluate_end last)."""
-        metrics = pending.result()
+    def finish(self, pending: PendingEvaluation) -> dict[str, Any]:
+        """The metrics of an evaluation ``begin`` started (see ``summarize``; callbacks'
+        on_evaluate_end last)."""
+        got, elapsed = pending.future.result()
+        metrics = summarize(got, pending.iteration, elapsed)
         if self._algo.callbacks is not None:
             self._algo.callbacks.on_evaluate_end(algorithm=self._algo, evaluation_metrics=metrics)
         self.last_metrics = metrics
         return metrics
-
-    async def run(self, weights: dict[str, Any], filter_state: Any, iteration: int,
-                  video_dir: str | None) -> dict[str, Any]:
-        """One evaluation: weights to every runner, the duration split among them; the
-        metrics (see ``summarize``)."""
-        await self.start()
-        cfg = self.config
-        start = time.perf_counter()
-        self._version += 1
-        amounts = split(cfg.evaluation_duration, len(self.runners))
-        calls = [self._one(r, amount, weights, filter_state, iteration, video_dir)
-                 for r, amount in zip(self.runners, amounts) if amount]
-        got = [g for g in await asyncio.gather(*calls) if g is not None]
-        return summarize(got, iteration, time.perf_counter() - start)
-
-    async def _one(self, runner: Any, amount: int, weights: dict[str, Any], filter_state: Any,
-                   iteration: int, video_dir: str | None) -> dict[str, Any] | None:
-        from rlmesh.roles.eval_runner import video_stem
-
-        cfg = self.config
-        try:
-            for pid, w in weights.items():
-                await runner.call("set_weights", self._version, w, pid)
-            if cfg.observation_filter != "NoFilter":
-                await runner.call("set_filter_state", filter_state)
-            index = int(runner.name.rsplit("-", 1)[1])
-            stem = video_stem(video_dir, iteration, index) if video_dir else None
-            return await runner.call("evaluate", cfg.evaluation_duration_unit, amount,
-                                     cfg.evaluation_sample_timeout_s, stem,
-                                     timeout=cfg.evaluation_sample_timeout_s + CALL_MARGIN_S)
-        except ActorUnavailable as exc:  # restarted for the next evaluation; this one goes on
-            if not cfg.restart_failed_env_runners:
-                raise RuntimeError(f"evaluation runner {runner.name} failed: {exc}") from None
-            log.warning("evaluation runner %s unavailable (%s); evaluating with the others",
-                        runner.name, str(exc).splitlines()[0])
-            return None
 
 
 def split(total: int, parts: int) -> list[int]:
@@ -179,7 +153,7 @@ def summarize(got: list[dict[str, Any]], iteration: int, elapsed: float) -> dict
     return {**result, **new_stack_group(result)}  # RLlib's new-stack names too
 
 
-def default_video_dir(algo: Any) -> str:
+def default_video_dir(algo: Algorithm) -> str:
     """``<logdir>/videos`` (the trial folder under ``rlmesh train``), else a folder of its
     own under ~/rlmesh_results; ``record_env`` given as a path wins."""
     record = algo.config.get_evaluation_config_object().record_env

@@ -5,14 +5,18 @@ window, the run's counters, the learners' statistics by policy id, and what a re
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
 
 from rlmesh.driver import multi_agent
 from rlmesh.callbacks import summarize_custom_metrics
+from rlmesh.envs import space_from_data
 from rlmesh.results import new_stack_group
+
+if TYPE_CHECKING:
+    from rlmesh.driver.algorithm import Algorithm
 
 log = logging.getLogger(__name__)
 
@@ -20,16 +24,16 @@ log = logging.getLogger(__name__)
 ENTROPY_COLLAPSE = 0.02
 
 
-def iteration_result(algo: Any, fragments: list[dict[str, Any]], steps: int,
+def iteration_result(algo: Algorithm, fragments: list[dict[str, Any]], steps: int,
                      stats: dict[str, float], elapsed: float, sample_time: float,
                      learn_time: float) -> dict[str, Any]:
     """``algo``'s result for an iteration that sampled ``fragments`` (``steps`` env steps)
     and trained with learner ``stats`` by policy id; adds the new episodes to its window."""
     new = [e for f in fragments for e in f["episodes"]]
-    algo._episodes.extend(new)
+    algo.episode_window.extend(new)
     algo.episodes_total += len(new)
-    returns = [e["return"] for e in algo._episodes]
-    lengths = [e["length"] for e in algo._episodes]
+    returns = [e["return"] for e in algo.episode_window]
+    lengths = [e["length"] for e in algo.episode_window]
     nan = float("nan")
     warn_entropy_collapse(algo, stats)
     algo.num_nonfinite_steps_skipped += sum(int(f.get("num_nonfinite_steps_skipped", 0))
@@ -80,38 +84,40 @@ def _policy_lag(fragments: list[dict[str, Any]]) -> dict[str, float]:
     return {"policy_lag_mean": float(np.mean(lags)), "policy_lag_max": int(max(lags))}
 
 
-def _multi_agent_results(algo: Any, new: list[dict[str, Any]],
+def _multi_agent_results(algo: Algorithm, new: list[dict[str, Any]],
                          fragments: list[dict[str, Any]]) -> dict[str, Any]:
     """Per-policy rewards and agent steps (multi-agent runs only)."""
     if not any("agent_steps" in f for f in fragments) and not algo.config.is_multi_agent:
         return {}
-    out = multi_agent.policy_results(list(algo._episodes), new, fragments)
-    algo.num_agent_steps_sampled = getattr(algo, "num_agent_steps_sampled", 0) + \
-        out["num_agent_steps_sampled_this_iter"]
+    out = multi_agent.policy_results(list(algo.episode_window), new, fragments)
+    algo.num_agent_steps_sampled += out["num_agent_steps_sampled_this_iter"]
     return {**out, "num_agent_steps_sampled": algo.num_agent_steps_sampled}
 
 
-def warn_entropy_collapse(algo: Any, stats: dict[str, Any]) -> None:
+def warn_entropy_collapse(algo: Algorithm, stats: dict[str, Any]) -> None:
     """Warn once per policy whose discrete action distribution has become nearly
     deterministic: with no exploration left a policy that is wrong stays wrong (IMPALA's
     CartPole collapses to one action, entropy 0.000, return 9, and never recovers)."""
     for pid, policy_stats in stats.items():
-        space = getattr(algo._policies.get(pid), "action_space", None)
-        if pid in algo._entropy_warned or not isinstance(space, gym.spaces.Discrete):
+        spec = algo.policy_specs.get(pid)
+        if pid in algo.entropy_warned or spec is None or "entropy" not in policy_stats:
+            continue
+        space = space_from_data(spec["action_space"])
+        if not isinstance(space, gym.spaces.Discrete):
             continue
         entropy, most = policy_stats.get("entropy"), float(np.log(space.n))
         if entropy is not None and most > 0 and entropy < ENTROPY_COLLAPSE * most:
-            algo._entropy_warned.add(pid)
+            algo.entropy_warned.add(pid)
             log.warning("policy %r: entropy fell to %.4f (at most %.3f for %d actions) at "
                         "%s env steps: it has nearly stopped exploring and may not recover; "
                         "raise entropy_coeff (e.g. 0.01) or lower lr", pid, entropy, most,
                         space.n, f"{algo.timesteps_total:,}")
 
 
-def _nonfinite_learner_counts(algo: Any, learner_info: dict[str, dict[str, Any]]) -> dict[str, int]:
+def _nonfinite_learner_counts(algo: Algorithm, learner_info: dict[str, dict[str, Any]]) -> dict[str, int]:
     """The learners' counts of batches and updates skipped for NaN/inf, over all policies
     (kept from earlier iterations when this one has no statistics of a policy)."""
-    counts = algo._nonfinite_counts
+    counts = algo.nonfinite_counts
     for key in ("num_nonfinite_batches_skipped", "num_nonfinite_updates_skipped"):
         now = sum(int(info.get(key, 0)) for info in learner_info.values())
         counts[key] = max(counts.get(key, 0), now)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import math
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -36,14 +36,32 @@ class LearnerGroup:
     def is_local(self) -> bool:
         return self.local is not None
 
-    async def start(self) -> None:
+    def start(self) -> None:
         if self.local is None:
-            await self.mesh.start_learners(self.policy_specs)
+            self.mesh.start_learners(self.policy_specs)
 
     def _run(self, coro: Any, timeout: float | None = None) -> Any:
         return self.mesh.loop_thread.run(coro, timeout)
 
     # --- updates ---
+
+    @property
+    def update(self) -> Callable[..., dict[str, dict[str, float]]]:
+        """``update(batches, timesteps=, num_epochs=, minibatch_size=)``: one update of each
+        policy from its batch (``{policy_id: time-major batch}``), statistics by policy id.
+        With the learner in the driver this is that learner's own ``update_from_batch``
+        (no frame of the group's between an algorithm's training_step and the policy's
+        update); with learner actors, the remote update (data-parallel when several)."""
+        if self.local is not None and not self._pending:
+            return self.local.update_from_batch
+        return self._update_everywhere
+
+    def _update_everywhere(self, batches: dict[str, dict[str, Any]], timesteps: int = 0,
+                           **kwargs: Any) -> dict[str, dict[str, float]]:
+        if self.local is not None:  # after asynchronous updates: in order, on their thread
+            return self.update_from_batch(batches, timesteps=timesteps, num_iters=kwargs.get(
+                "num_epochs"), minibatch_size=kwargs.get("minibatch_size"))
+        return self._run(self._update_remote(batches, timesteps, kwargs))
 
     def update_from_episodes(self, fragments: list[dict[str, Any]], **kwargs: Any
                              ) -> dict[str, dict[str, float]]:

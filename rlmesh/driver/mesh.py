@@ -3,18 +3,26 @@
 Synchronous algorithms (PPO): a param server in the driver process, ``num_env_runners``
 env-runner processes (or one runner in the driver when it is 0), and the learners
 (``num_learners`` actors, data-parallel when several; none: the learner in the driver).
-Runners pull weights from the param server at the start of each fragment.
+The param server pushes each new weights version to the runners, which take it at their
+next fragment boundary; learner actors publish to it directly.
+
+The mesh is the driver's only owner of the event loop (``driver/loop.py``) and of every
+remote call: its public methods are a synchronous facade (``sample``, ``publish``,
+``foreach_runner``, ``evaluate``, ``stop`` ...) that the algorithm and the rest of the driver
+call from their own thread; the coroutines behind them are its ``_``-prefixed methods.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import time
-from typing import Any
+from typing import Any, Coroutine, Sequence, TypeVar
 
-from rlmesh.code import startup_code
+from rlmesh.runtime.import_path import startup_code
 from rlmesh.config.base import AlgorithmConfig
+from rlmesh.driver.loop import LoopThread
 from rlmesh.config.settings import ConfigError
 from rlmesh.envs import env_registry
 from rlmesh.named_actors import start_named_actors
@@ -25,12 +33,17 @@ from rlmesh.runtime.process import prestart
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 ENV_RUNNER = "rlmesh.roles.env_runner:EnvRunner"
 POLICY_SERVER_RUNNER = "rlmesh.roles.policy_server:PolicyServerRunner"
 PARAM_SERVER = "rlmesh.roles.paramserver:ParamServer"
 LEARNER = "rlmesh.roles.learner_actor:LearnerActor"
 AGGREGATOR = "rlmesh.roles.aggregator:Aggregator"
 REPLAY_SHARD = "rlmesh.roles.replay_shard:ReplayShard"
+EVAL_RUNNER = "rlmesh.roles.eval_runner:EvalRunner"
+# beyond evaluation_sample_timeout_s: an evaluation runner stuck inside one env step
+EVAL_CALL_MARGIN_S = 30.0
 
 
 def actor_env(cfg: AlgorithmConfig) -> dict[str, str]:
@@ -99,16 +112,17 @@ class Totals:
 
 
 class Mesh:
-    """The processes of one run, and the few things the driver asks of them."""
+    """The processes of one run, and the few things the driver asks of them: each public
+    method is synchronous (call it from the driver's thread, never from the loop's)."""
 
     asynchronous = False
     #: The actor class of the runners (ES and ARS name their own, ``ESRunner``).
     runner_path = ENV_RUNNER
 
-    def __init__(self, config: AlgorithmConfig, loop_thread: Any,
-                 policy_specs: dict[str, Any]) -> None:
+    def __init__(self, config: AlgorithmConfig, policy_specs: dict[str, Any]) -> None:
         self.config = config
-        self.loop_thread = loop_thread
+        # The run's event loop: every call to a process of the run is a coroutine on it.
+        self.loop_thread = LoopThread()
         self.policy_specs = policy_specs
         self.learners: list[Any] = []
         self.learner_failure: str | None = None
@@ -124,8 +138,43 @@ class Mesh:
         # asked: the shortfall the others made up for.
         self.fragments_missed = 0
         self.totals = Totals()
+        # Weights this process sent the param server (a learner here); learner actors send
+        # theirs straight (publish): then this stays 0.
+        self.weights_bytes_published = 0
+        self.eval_runners: list[Any] = []  # started by start_eval_runners, on first use
 
-    async def start_runners(self) -> None:
+    # --- the loop ---
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        """``coro`` run on the mesh's loop, its result (the facade's own plumbing, and tests
+        that call an actor directly)."""
+        return self.loop_thread.run(coro, timeout)
+
+    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        """``coro`` started on the mesh's loop; its future (cancelling it cancels the call)."""
+        return self.loop_thread.submit(coro)
+
+    # --- starting and stopping ---
+
+    def start_runners(self) -> concurrent.futures.Future[None]:
+        """Start the job, the param server and the env runners on the loop and return at
+        once: the runners' processes start (imports, envs) while the driver builds the
+        learner; ``.result()`` waits for them."""
+        return self.submit(self._start_runners())
+
+    def start_learners(self, policy_specs: dict[str, Any]) -> None:
+        self.run(self._start_learners(policy_specs))
+
+    def stop(self) -> None:
+        """Every process of the run stopped, then the loop: the mesh is done."""
+        try:
+            if self.job is not None:
+                self.run(self.job.shutdown(), timeout=30)
+                self.job = None
+        finally:
+            self.loop_thread.close()
+
+    async def _start_runners(self) -> None:
         """The job, the param server and the env runners (or policy servers)."""
         cfg = self.config
         # Local processes over ipc, or, under `rlmesh launch`, the cluster's job, which
@@ -146,15 +195,17 @@ class Mesh:
         runner_cls = self.runner_path if cfg.policy_server_address is None else POLICY_SERVER_RUNNER
         if cfg.num_env_runners == 0:
             # As RLlib's local env runner: sampling happens in the driver process.
-            self.runners = [await self.job.spawn(runner_cls, runner_config, 0, name="env_runner-0",
+            self.runners = [await self.job.spawn(runner_cls, config=runner_config, worker_index=0,
+                                                 name="env_runner-0",
                                                  in_process=True)]
         else:
             self.runners = list(await asyncio.gather(*(
-                self.job.spawn(runner_cls, runner_config, i, name=f"env_runner-{i}",
+                self.job.spawn(runner_cls, config=runner_config, worker_index=i,
+                               name=f"env_runner-{i}",
                                restart=policy, role="EnvRunner")
                 for i in range(1, cfg.num_env_runners + 1))))
 
-    async def start_learners(self, policy_specs: dict[str, Any]) -> None:
+    async def _start_learners(self, policy_specs: dict[str, Any]) -> None:
         """``max(1, num_learners)`` learner actors (in the driver process when
         ``num_learners`` is 0), data-parallel when more than one: rank 0 listens on its own
         node, and every rank is told where before its first update (the learners may sit on
@@ -163,8 +214,9 @@ class Mesh:
         n = max(1, cfg.num_learners)
         threads = cfg.num_cpus_per_learner if isinstance(cfg.num_cpus_per_learner, (int, float)) else 1
         self.learners = list(await asyncio.gather(*(
-            self.job.spawn(LEARNER, cfg.to_dict(), class_path(type(cfg)), policy_specs, rank, n,
-                           "", name=f"learner-{rank}", role="Learner",
+            self.job.spawn(LEARNER, config=cfg.to_dict(), config_cls=class_path(type(cfg)),
+                           policy_specs=policy_specs, rank=rank, world_size=n,
+                           name=f"learner-{rank}", role="Learner",
                            in_process=cfg.num_learners == 0,
                            restart=RestartPolicy(max_restarts=0),
                            env={"OMP_NUM_THREADS": str(max(1, int(threads)))})
@@ -197,19 +249,51 @@ class Mesh:
         self.version += 1
         return self.version
 
-    async def publish(self, weights: dict[str, Any]) -> int:
-        """``{policy_id: weights}`` to the param server under a new version."""
+    def publish(self, weights: dict[str, Any] | None = None,
+                policies: list[str] | None = None) -> int:
+        """A new weights version to the param server, which pushes it to the runners; the
+        version. ``weights`` (``{policy_id: weights}``): a learner's in this process. None:
+        learner rank 0 sends its own (of ``policies``, default all) straight to the param
+        server, and only the version comes back here."""
+        return self.run(self._publish(weights, policies))
+
+    def publish_async(self, weights: dict[str, Any]) -> concurrent.futures.Future[int]:
+        """``publish``, without waiting for it (a learner that trains on meanwhile)."""
+        return self.submit(self._publish(weights))
+
+    async def _publish(self, weights: dict[str, Any] | None = None,
+                       policies: list[str] | None = None) -> int:
         version = self.next_version()
-        await self.param_server.set_weights(version, weights)
+        if weights is None:
+            await self.learners[0].call("publish", version, policies, timeout=120)
+        else:
+            self.weights_bytes_published += sum(
+                int(getattr(a, "nbytes", 0)) for w in weights.values() for a in w.values())
+            await self.param_server.call("set_weights", version, weights)
         return version
 
-    async def sample(self, target_steps: int,
-                     weights_up_to: int | None = None) -> list[dict[str, Any]]:
+    def latest_weights(self, policy_id: str) -> tuple[int, dict[str, Any]] | None:
+        """The param server's newest ``(version, weights)`` of ``policy_id`` (None before
+        any), read in this process: no socket, no copy (the driver's own policy copies)."""
+        if self.job is None or self.param_server is None:
+            return None
+        return self.job.local_actor(self.param_server.name).latest(policy_id)
+
+    # --- the env runners ---
+
+    def sample(self, target_steps: int) -> list[dict[str, Any]]:
         """Fragments from every healthy runner, round after round, until ``target_steps``
         env steps. A runner being restarted is left out (RLlib's semantics: the others fill
-        the iteration); the rounds it missed are counted in ``fragments_missed``. With
-        ``weights_up_to``, runners holding that weights version keep it (a batch sampled
-        ahead, ``EnvRunnerGroup.sample``)."""
+        the iteration); the rounds it missed are counted in ``fragments_missed``."""
+        return self.run(self._sample(target_steps))
+
+    def sample_ahead(self, target_steps: int) -> concurrent.futures.Future[list[dict[str, Any]]]:
+        """``sample``, started now and not waited for, by runners that keep the weights
+        version they hold now (a batch sampled ahead, ``EnvRunnerGroup.sample``)."""
+        return self.submit(self._sample(target_steps, weights_up_to=self.version))
+
+    async def _sample(self, target_steps: int,
+                      weights_up_to: int | None = None) -> list[dict[str, Any]]:
         fragments: list[dict[str, Any]] = []
         steps = 0
         deadline = None
@@ -269,6 +353,13 @@ class Mesh:
         """The runners up now: neither given up on nor being restarted."""
         return [r for r in self.runners if r.name not in self._gone and r.name not in self._down]
 
+    def healthy_runner_names(self) -> list[str]:
+        return [r.name for r in self.healthy_runners()]
+
+    def runner_names(self) -> list[str]:
+        """Every runner's actor name (``env_runner-<worker index>``), in order."""
+        return [r.name for r in self.runners]
+
     def num_live_runners(self) -> int:
         """Runners not given up on (those being restarted included)."""
         return sum(r.name not in self._gone for r in self.runners)
@@ -280,14 +371,59 @@ class Mesh:
     def num_healthy_runners(self) -> int:
         return len(self.healthy_runners())
 
-    async def foreach_runner(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
+    def foreach_runner(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
+        """``method(*args, **kwargs)`` on every healthy runner; the replies in runner order."""
+        return self.run(self._foreach_runner(method, *args, **kwargs))
+
+    async def _foreach_runner(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
         return list(await asyncio.gather(*(r.call(method, *args, **kwargs)
                                            for r in self.healthy_runners())))
 
-    async def sync_filters(self, obs_filter: Any) -> None:
+    def runner_calls(self, name: str,
+                     calls: Sequence[tuple[str, tuple[Any, ...], dict[str, Any]]],
+                     timeout: float | None = None) -> concurrent.futures.Future[Any]:
+        """Runner ``name``'s ``calls`` (``(method, args, kwargs)``), one after the other,
+        started now and not waited for; the future of the last one's reply. Cancelling it
+        cancels the call in flight."""
+        runner = next(r for r in self.runners if r.name == name)
+
+        async def in_turn() -> Any:
+            reply = None
+            for method, args, kwargs in calls:
+                reply = await runner.call(method, *args, timeout=timeout, **kwargs)
+            return reply
+
+        return self.submit(in_turn())
+
+    def send_weights(self, names: list[str], version: int,
+                     weights: dict[str, dict[str, Any]]) -> None:
+        """``weights`` (by policy id) straight to the runners ``names`` under ``version``,
+        past the param server (A3C: the runner whose gradient was just applied). A runner
+        restarting takes the param server's weights when it is back."""
+        runners = [r for r in self.runners if r.name in names]
+
+        async def send() -> list[Any]:
+            return await asyncio.gather(*(r.call("set_weights", version, w, pid)
+                                          for r in runners for pid, w in weights.items()),
+                                        return_exceptions=True)
+
+        for outcome in self.run(send()):
+            if isinstance(outcome, ActorUnavailable) and self.config.restart_failed_env_runners:
+                log.warning("weights not sent: %s", str(outcome).splitlines()[0])
+            elif isinstance(outcome, BaseException):
+                raise outcome
+
+    def remove_policy_weights(self, policy_id: str) -> None:
+        """The param server forgets ``policy_id`` (a policy removed while training)."""
+        self.run(self.param_server.remove_policy(policy_id))
+
+    def sync_filters(self, obs_filter: Any) -> None:
         """Every runner's new observation statistics merged into ``obs_filter`` (the
         driver's global one), which then goes back to every runner. A runner gone meanwhile
         takes the global statistics at the next sync."""
+        self.run(self._sync_filters(obs_filter))
+
+    async def _sync_filters(self, obs_filter: Any) -> None:
         runners = self.healthy_runners()
         updates = await asyncio.gather(*(r.call("get_filter_updates") for r in runners),
                                        return_exceptions=True)
@@ -307,13 +443,85 @@ class Mesh:
             elif isinstance(outcome, BaseException):
                 raise outcome
 
-    async def learner_call(self, method: str, *args: Any) -> list[Any]:
-        return list(await asyncio.gather(*(h.call(method, *args) for h in self.learners)))
+    # --- the evaluation runners ---
 
-    async def stop(self) -> None:
-        if self.job is not None:
-            await self.job.shutdown()
-            self.job = None
+    def start_eval_runners(self, runner_config: dict[str, Any], count: int) -> None:
+        """``count`` evaluation runners (``eval_runner-<i>``), restarted as env runners are;
+        with 0, one in the driver process (``eval_runner-0``)."""
+        self.run(self._start_eval_runners(runner_config, count))
+
+    async def _start_eval_runners(self, runner_config: dict[str, Any], count: int) -> None:
+        if count == 0:
+            self.eval_runners = [await self.job.spawn(
+                EVAL_RUNNER, config=runner_config, worker_index=0, param_server=None,
+                name="eval_runner-0", in_process=True)]
+            return
+        policy = RestartPolicy(max_restarts=self.config.max_num_env_runner_restarts
+                               if self.config.restart_failed_env_runners else 0)
+        self.eval_runners = list(await asyncio.gather(*(
+            self.job.spawn(EVAL_RUNNER, config=runner_config, worker_index=i, param_server=None,
+                           name=f"eval_runner-{i}",
+                           restart=policy, role="EvalRunner")
+            for i in range(1, count + 1))))
+
+    def evaluate(self, version: int, weights: dict[str, Any], filter_state: Any,
+                 amounts: list[int], stems: list[str | None]
+                 ) -> concurrent.futures.Future[tuple[list[dict[str, Any]], float]]:
+        """Started now: each evaluation runner takes ``weights`` (under ``version``) and
+        the filter state, then evaluates its amount (``amounts``, in runner order; 0: it
+        sits this one out), its videos named from its stem. The future's result: the
+        replies of the runners that answered, and the seconds it took."""
+        return self.submit(self._evaluate(version, weights, filter_state, amounts, stems))
+
+    async def _evaluate(self, version: int, weights: dict[str, Any], filter_state: Any,
+                        amounts: list[int], stems: list[str | None]
+                        ) -> tuple[list[dict[str, Any]], float]:
+        start = time.perf_counter()
+        calls = [self._evaluate_on(r, version, weights, filter_state, amount, stem)
+                 for r, amount, stem in zip(self.eval_runners, amounts, stems) if amount]
+        got = [g for g in await asyncio.gather(*calls) if g is not None]
+        return got, time.perf_counter() - start
+
+    async def _evaluate_on(self, runner: Any, version: int, weights: dict[str, Any],
+                           filter_state: Any, amount: int,
+                           stem: str | None) -> dict[str, Any] | None:
+        cfg = self.config
+        try:
+            for pid, w in weights.items():
+                await runner.call("set_weights", version, w, pid)
+            if cfg.observation_filter != "NoFilter":
+                await runner.call("set_filter_state", filter_state)
+            return await runner.call("evaluate", cfg.evaluation_duration_unit, amount,
+                                     cfg.evaluation_sample_timeout_s, stem,
+                                     timeout=cfg.evaluation_sample_timeout_s + EVAL_CALL_MARGIN_S)
+        except ActorUnavailable as exc:  # restarted for the next evaluation; this one goes on
+            if not cfg.restart_failed_env_runners:
+                raise RuntimeError(f"evaluation runner {runner.name} failed: {exc}") from None
+            log.warning("evaluation runner %s unavailable (%s); evaluating with the others",
+                        runner.name, str(exc).splitlines()[0])
+            return None
+
+    # --- the learner actors ---
+
+    def foreach_learner(self, method: str, *args: Any, timeout: float | None = 60,
+                        **kwargs: Any) -> list[Any]:
+        """``method(*args, **kwargs)`` on every learner actor; the replies by rank."""
+        return self.run(self._on_learners(method, [args] * len(self.learners), kwargs, timeout))
+
+    def call_learner(self, method: str, *args: Any, timeout: float | None = 60) -> Any:
+        """``method(*args)`` on learner 0 (every rank holds the same weights and state)."""
+        return self.run(self.learners[0].call(method, *args, timeout=timeout))
+
+    def update_learners(self, per_rank: list[tuple[Any, ...]], kwargs: dict[str, Any]
+                        ) -> concurrent.futures.Future[list[Any]]:
+        """``update(*per_rank[r], **kwargs)`` on every learner rank ``r``, started now: the
+        future of their replies by rank (an update has no timeout: it takes what it takes)."""
+        return self.submit(self._on_learners("update", per_rank, kwargs, None))
+
+    async def _on_learners(self, method: str, per_rank: Sequence[tuple[Any, ...]],
+                           kwargs: dict[str, Any], timeout: float | None) -> list[Any]:
+        return list(await asyncio.gather(*(h.call(method, *args, **kwargs, timeout=timeout)
+                                           for h, args in zip(self.learners, per_rank))))
 
 
 
@@ -330,19 +538,41 @@ class AsyncMesh(Mesh):
 
     asynchronous = True
 
-    def __init__(self, config: Any, loop_thread: Any, policy_specs: dict[str, Any]) -> None:
-        super().__init__(config, loop_thread, policy_specs)
+    def __init__(self, config: AlgorithmConfig, policy_specs: dict[str, Any]) -> None:
+        super().__init__(config, policy_specs)
         self.aggregators: list[Any] = []
         self.aggregator_restarts = 0
 
-    async def start_aggregators(self) -> None:
+    def start_aggregators(self) -> None:
+        self.run(self._start_aggregators())
+
+    def start_async(self) -> None:
+        """The learners' update loops, then the runners' streams into them."""
+        self.run(self._start_async())
+
+    def pop_sampled(self) -> list[dict[str, Any]]:
+        """Episodes and env steps of every reachable runner since the last call."""
+        return self.run(self._pop_sampled())
+
+    def learner_metrics(self) -> list[dict[str, Any]]:
+        """Each learner's metrics since the last call, by rank."""
+        return self.run(self._learner_metrics())
+
+    def num_updates(self) -> int:
+        return self.run(self.learners[0].call("num_updates", timeout=60))
+
+    def aggregator_stats(self) -> list[dict[str, Any]]:
+        """Each reachable aggregator's counters (a restarting one is left out)."""
+        return self.run(self._aggregator_stats())
+
+    async def _start_aggregators(self) -> None:
         cfg = self.config
         names = [h.name for h in self.learners]
         policy = RestartPolicy(max_restarts=cfg.max_num_env_runner_restarts
                                if cfg.restart_failed_env_runners else 0)
         self.aggregators = list(await asyncio.gather(*(
-            self.job.spawn(AGGREGATOR, cfg.to_dict(), class_path(type(cfg)), names, j,
-                           name=f"aggregator-{j}",
+            self.job.spawn(AGGREGATOR, config=cfg.to_dict(), config_cls=class_path(type(cfg)),
+                           learners=names, index=j, name=f"aggregator-{j}",
                            role="Aggregator", restart=policy)
             for j in range(cfg.num_aggregation_workers))))
 
@@ -353,15 +583,16 @@ class AsyncMesh(Mesh):
             return [self.aggregators[runner_index % len(self.aggregators)].name]
         return [h.name for h in self.learners]
 
-    async def start_async(self) -> None:
-        """The learners' update loops, then the runners' streams into them."""
+    async def _start_async(self) -> None:
         await asyncio.gather(*(h.call("start_async") for h in self.learners))
         window = self.config.max_sample_requests_in_flight_per_worker
         await asyncio.gather(*(r.call("start_streaming", self.sinks_of(i), window)
                                for i, r in enumerate(self.runners)))
 
-    async def publish(self, weights: dict[str, Any] | None = None) -> int:
-        """The learners' weights to the param server now (rank 0 publishes)."""
+    async def _publish(self, weights: dict[str, Any] | None = None,
+                       policies: list[str] | None = None) -> int:
+        """The learners' weights to the param server now (rank 0 publishes, in its own
+        count of versions)."""
         self.version = await self.learners[0].call("publish")
         return self.version
 
@@ -395,8 +626,7 @@ class AsyncMesh(Mesh):
         except Exception as exc:
             log.warning("%s.%s failed: %s", actor.name, method, exc)
 
-    async def pop_sampled(self) -> list[dict[str, Any]]:
-        """Episodes and env steps of every reachable runner since the last call."""
+    async def _pop_sampled(self) -> list[dict[str, Any]]:
         runners = self.healthy_runners()
         got = await asyncio.gather(*(r.call("pop_sampled", timeout=10) for r in runners),
                                    return_exceptions=True)
@@ -412,16 +642,13 @@ class AsyncMesh(Mesh):
             out.append(g)
         return out
 
-    async def learner_metrics(self) -> list[dict[str, Any]]:
+    async def _learner_metrics(self) -> list[dict[str, Any]]:
         got = list(await asyncio.gather(*(h.call("pop_metrics", timeout=60) for h in self.learners)))
         for h, m in zip(self.learners, got):  # fragments streamed straight to a learner
             self.totals.add(h.name, {"num_fragments_lost": m.get("num_fragments_lost", 0)})
         return got
 
-    async def num_updates(self) -> int:
-        return await self.learners[0].call("num_updates", timeout=60)
-
-    async def aggregator_stats(self) -> list[dict[str, Any]]:
+    async def _aggregator_stats(self) -> list[dict[str, Any]]:
         got = await asyncio.gather(*(a.call("stats", timeout=10) for a in self.aggregators),
                                    return_exceptions=True)
         out = [g for g in got if isinstance(g, dict)]
@@ -435,42 +662,68 @@ class AsyncMesh(Mesh):
 class ApexMesh(AsyncMesh):
     """The processes of an APEX run: runners stream fragments to ``num_replay_buffer_shards``
     replay shards (runner i to shard i mod shards, so each runner's n-step windows stay in
-    one shard); the learner, in the driver, samples the shards. A shard that dies is
-    restarted empty and its runners start new streams into it. With one shard, it is served
-    from the driver's process (RLlib's local buffer): no process, and ``local_shard`` is
-    its ``ShardBuffer``, which the learner samples without a socket."""
+    one shard); the learner actor (in the driver's process with ``num_learners`` 0, as
+    IMPALA's) samples the shards on credits and sends each batch's TD errors back to its
+    shard (``roles/replay_input.py``). A shard that dies is restarted empty, its runners
+    start new streams into it and the learners are told. With one shard, it is served from
+    the driver's process (RLlib's local buffer): no process, and ``local_shard`` is its
+    ``ShardBuffer``, which a learner in the driver samples without a socket."""
 
-    asynchronous = False  # the learner is the driver's own (LearnerGroup.local)
-    publish = Mesh.publish  # the driver publishes its learner's weights
     #: One shard in the driver's process; False keeps it in a process of its own (the
     #: benchmark's reference: tests/benchmarks/bench_apex.py apex_local_shard).
     local_single_shard = True
 
-    def __init__(self, config: Any, loop_thread: Any, policy_specs: dict[str, Any]) -> None:
-        super().__init__(config, loop_thread, policy_specs)
+    def __init__(self, config: Any, policy_specs: dict[str, Any]) -> None:
+        super().__init__(config, policy_specs)
         self.shards: list[Any] = []
         self.shard_restarts = 0
         self.local_shard: Any = None
 
-    async def start_shards(self, obs_space: Any, action_space: Any) -> None:
+    # --- the facade (apex.py) ---
+
+    def start_replay_learning(self, obs_space: Any, action_space: Any) -> None:
+        """The replay shards (spaces as data), the learners' update loops fed by them, then
+        the runners' streams into the shards."""
+        self.run(self._start_replay_learning(obs_space, action_space))
+
+    def shard_stats(self) -> list[dict[str, Any]]:
+        """Each reachable shard's counters (a restarting one is left out)."""
+        if self.local_shard is not None:
+            return [self.local_shard.stats()]
+        return self.run(self._shard_stats())
+
+    def shard_names(self) -> list[str]:
+        return [s.name for s in self.shards]
+
+    # --- on the loop ---
+
+    async def _start_replay_learning(self, obs_space: Any, action_space: Any) -> None:
+        await self._start_shards(obs_space, action_space)
+        names = self.shard_names()
+        await asyncio.gather(*(h.call("start_replay", names) for h in self.learners))
+        await self._start_async()
+
+    async def _start_shards(self, obs_space: Any, action_space: Any) -> None:
         cfg = self.config
         if cfg.num_replay_buffer_shards == 1 and self.local_single_shard:
             self.shards = [await self.job.spawn(
-                REPLAY_SHARD, cfg.to_dict(), class_path(type(cfg)), obs_space, action_space, 0,
+                REPLAY_SHARD, config=cfg.to_dict(), config_cls=class_path(type(cfg)),
+                obs_space=obs_space, action_space=action_space, index=0,
                 name="replay_shard-0", in_process=True)]
             self.local_shard = self.job.local_actor("replay_shard-0").core
             return
         policy = RestartPolicy(max_restarts=cfg.max_num_env_runner_restarts)
         self.shards = list(await asyncio.gather(*(
-            self.job.spawn(REPLAY_SHARD, cfg.to_dict(), class_path(type(cfg)), obs_space,
-                           action_space, j, name=f"replay_shard-{j}", role="ReplayShard",
+            self.job.spawn(REPLAY_SHARD, config=cfg.to_dict(), config_cls=class_path(type(cfg)),
+                           obs_space=obs_space, action_space=action_space, index=j,
+                           name=f"replay_shard-{j}", role="ReplayShard",
                            restart=policy)
             for j in range(cfg.num_replay_buffer_shards))))
 
     def sinks_of(self, runner_index: int) -> list[str]:
         return [self.shards[runner_index % len(self.shards)].name]
 
-    async def start_async(self) -> None:
+    async def _start_async(self) -> None:
         window = self.config.max_sample_requests_in_flight_per_worker
         await asyncio.gather(*(r.call("start_streaming", self.sinks_of(i), window)
                                for i, r in enumerate(self.runners)))
@@ -483,11 +736,12 @@ class ApexMesh(AsyncMesh):
             for i, r in enumerate(self.runners):
                 if self.sinks_of(i) == [event.name]:
                     loop.create_task(self._tell(r, "reset_streams", f"{event.name} restarted"))
+            # Sample requests it will never answer, and priorities for its former life.
+            index = self.shard_names().index(event.name)
+            for h in self.learners:
+                loop.create_task(self._tell(h, "replay_shard_restarted", index))
 
-    async def shard_stats(self) -> list[dict[str, Any]]:
-        """Each reachable shard's counters (a restarting one is left out)."""
-        if self.local_shard is not None:
-            return [self.local_shard.stats()]
+    async def _shard_stats(self) -> list[dict[str, Any]]:
         got = await asyncio.gather(*(s.call("stats", timeout=10) for s in self.shards),
                                    return_exceptions=True)
         return [g for g in got if isinstance(g, dict)]

@@ -4,10 +4,11 @@ policies added or removed while training (self-play leagues)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rlmesh.config.base import AlgorithmConfig
 from rlmesh.config.multi_agent import mapping_function, policies_as_data, trainable
 from rlmesh.env.multi_agent_env import is_multi_agent
 from rlmesh.envs import EnvContext, env_registry, make_env
@@ -15,8 +16,11 @@ from rlmesh.policy.spec import PolicySpec
 from rlmesh.rl.columns import DEFAULT_POLICY_ID
 from rlmesh.roles.multi_agent_sampler import MultiAgentEpisode, map_agent
 
+if TYPE_CHECKING:
+    from rlmesh.driver.algorithm import Algorithm
 
-def probe(config: Any) -> Any:
+
+def probe(config: AlgorithmConfig) -> Any:
     """One env of the config, built to learn whether it is multi-agent (None: no env)."""
     if config.env is None:
         return None
@@ -24,7 +28,7 @@ def probe(config: Any) -> Any:
                     EnvContext(config.env_config, 0, 0, config.num_env_runners), env_registry())
 
 
-def multi_agent_specs(config: Any, default_class: Any, env: Any) -> dict[str, dict[str, Any]]:
+def multi_agent_specs(config: AlgorithmConfig, default_class: Any, env: Any) -> dict[str, dict[str, Any]]:
     """``{policy_id: spec data}`` of a multi-agent env: the config's policies (none: one
     default_policy), each on the spaces of the first agent mapped to it unless its spec
     gives them. A mapping to an unknown policy id is a one-line error here, at build()."""
@@ -49,7 +53,7 @@ def multi_agent_specs(config: Any, default_class: Any, env: Any) -> dict[str, di
     return out
 
 
-def specs_or_none(algo: Any, default_class: Any) -> dict[str, dict[str, Any]] | None:
+def specs_or_none(algo: Algorithm, default_class: Any) -> dict[str, dict[str, Any]] | None:
     """The multi-agent specs when the config's env is a MultiAgentEnv, else None."""
     if algo.config.policy_server_address is not None:
         return server_specs(algo.config, default_class) if algo.config.is_multi_agent else None
@@ -72,7 +76,7 @@ def specs_or_none(algo: Any, default_class: Any) -> dict[str, dict[str, Any]] | 
             env.close()
 
 
-def server_specs(config: Any, default_class: Any) -> dict[str, dict[str, Any]]:
+def server_specs(config: AlgorithmConfig, default_class: Any) -> dict[str, dict[str, Any]]:
     """A multi-agent policy server's specs: the clients' simulators hold the env, so each
     policy's spaces come from its PolicySpec, else from ``.environment(observation_space=,
     action_space=)``."""
@@ -109,13 +113,13 @@ def policy_results(episodes: list[dict[str, Any]], new: list[dict[str, Any]],
             "policy_episodes_this_iter": per_policy_new}
 
 
-def trained_policies(config: Any, policy_ids: Any) -> list[str]:
+def trained_policies(config: AlgorithmConfig, policy_ids: Any) -> list[str]:
     return [pid for pid in policy_ids if trainable(config, pid)]
 
 
 # --- policies added and removed while training ---
 
-def _settings(config: Any, policy_mapping_fn: Any, policies_to_train: Any) -> dict[str, Any]:
+def _settings(config: AlgorithmConfig, policy_mapping_fn: Any, policies_to_train: Any) -> dict[str, Any]:
     """Apply new mapping/training settings to the driver's config; what the others take."""
     if policy_mapping_fn is not None or policies_to_train is not None:
         config.multi_agent(**{k: v for k, v in (("policy_mapping_fn", policy_mapping_fn),
@@ -125,15 +129,15 @@ def _settings(config: Any, policy_mapping_fn: Any, policies_to_train: Any) -> di
     return {k: data[k] for k in ("policies", "policy_mapping_fn", "policies_to_train")}
 
 
-def add_policy(algo: Any, policy_id: str, policy_cls: Any = None, *,
+def add_policy(algo: Algorithm, policy_id: str, policy_cls: Any = None, *,
                observation_space: Any = None, action_space: Any = None,
                config: dict[str, Any] | None = None, policy_state: dict[str, Any] | None = None,
-               policy_mapping_fn: Any = None, policies_to_train: Any = None) -> Any:
-    """Algorithm.add_policy: the new policy in the learners, the driver and every runner,
-    its state loaded (``policy_state``, e.g. ``get_policy("main").get_state()``) and its
-    weights published. Spaces default to those of the first policy."""
+               policy_mapping_fn: Any = None, policies_to_train: Any = None) -> dict[str, Any]:
+    """Algorithm.add_policy: the new policy in the config, the learners and every runner,
+    its state loaded (``policy_state``, e.g. ``get_policy("main").get_state()``); its spec
+    as data (the algorithm keeps a driver copy and publishes its weights). Spaces default to
+    those of the first policy."""
     from rlmesh.envs import space_from_data
-    from rlmesh.policy.spec import build_policy_from_data
 
     if policy_id in algo.policy_specs:
         raise ValueError(f"policy {policy_id!r} exists already (policies: {sorted(algo.policy_specs)})")
@@ -152,18 +156,15 @@ def add_policy(algo: Any, policy_id: str, policy_cls: Any = None, *,
     if policy_state is not None:
         algo.learner_group.set_state({"policies": {policy_id: policy_state},
                                       "num_updates": _num_updates(algo)})
-    if algo.learner_group.local is None:
-        algo._policies[policy_id] = build_policy_from_data(data, algo.config, runner=False)
-    algo._loop.run(algo.mesh.foreach_runner("add_policy", policy_id, data, settings))
-    algo._publish([policy_id])
-    return algo.get_policy(policy_id)
+    algo.mesh.foreach_runner("add_policy", policy_id, data, settings)
+    return data
 
 
-def remove_policy(algo: Any, policy_id: str, *, policy_mapping_fn: Any = None,
+def remove_policy(algo: Algorithm, policy_id: str, *, policy_mapping_fn: Any = None,
                   policies_to_train: Any = None) -> None:
     """Algorithm.remove_policy: gone from runners (their episodes with it discarded),
-    learners, the param server and the config; give a mapping function that no longer
-    names it."""
+    learners, the param server and the config (the algorithm drops its driver copy); give a
+    mapping function that no longer names it."""
     if policy_id not in algo.policy_specs:
         raise KeyError(f"no policy {policy_id!r}; this algorithm has {sorted(algo.policy_specs)}")
     entries = policies_as_data(algo.config.policies or list(algo.policy_specs))
@@ -172,14 +173,13 @@ def remove_policy(algo: Any, policy_id: str, *, policy_mapping_fn: Any = None,
     if isinstance(algo.config.policies_to_train, list):
         algo.config.policies_to_train = [p for p in algo.config.policies_to_train if p != policy_id]
     settings = _settings(algo.config, policy_mapping_fn, policies_to_train)
-    algo._loop.run(algo.mesh.foreach_runner("remove_policy", policy_id, settings))
+    algo.mesh.foreach_runner("remove_policy", policy_id, settings)
     algo.learner_group.foreach_learner("remove_policy", policy_id, settings)
-    algo._loop.run(algo.mesh.param_server.remove_policy(policy_id))
+    algo.mesh.remove_policy_weights(policy_id)
     del algo.policy_specs[policy_id]
-    algo._policies.pop(policy_id, None)
 
 
-def _num_updates(algo: Any) -> int:
+def _num_updates(algo: Algorithm) -> int:
     local = algo.learner_group.local
     return local.num_updates if local is not None else int(algo.learner_group.foreach_learner(
         "num_updates")[0])

@@ -61,6 +61,13 @@ def build_policy(name: str, loss_fn: Callable[..., Any], *,
     return cls
 
 
+def template_defaults(policy_cls: Any) -> dict[str, Any]:
+    """The config values an algorithm built with ``policy_cls`` starts from: its template's
+    ``get_default_config()``; {} for a class not built by ``build_policy``."""
+    fn = getattr(policy_cls, "_template", {}).get("get_default_config")
+    return dict(fn()) if fn is not None else {}
+
+
 def _with_updates(cls: type, **overrides: Any) -> type[TorchPolicy]:
     """A new policy class: this template's functions with ``overrides`` (``name=`` too)."""
     unknown = set(overrides) - {*TEMPLATE_FUNCTIONS, "name", "mixins", "base"}

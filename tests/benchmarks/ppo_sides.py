@@ -149,7 +149,7 @@ def serve_rlmesh(warmup: int, fragment: str) -> None:
     try:
         def run(steps: int) -> tuple[int, float]:
             t0 = time.perf_counter()
-            fragments = algo._loop.run(algo.mesh.sample(steps))
+            fragments = algo.mesh.sample(steps)
             return sum(f["env_steps"] for f in fragments), time.perf_counter() - t0
 
         _serve(run, warmup, str(config.get_rollout_fragment_length(1)))

@@ -1,7 +1,7 @@
 """APEX end to end with real processes: 3 runners with their own epsilons stream into 2
-replay shards, the driver's learner samples them; it learns CartPole, a killed shard is
-restarted empty and training goes on, APEX_DDPG runs on the same plumbing, and the wrong
-action space is refused in one line."""
+replay shards, the learner actor (in the driver, or in a process of its own) samples them;
+it learns CartPole, a killed shard is restarted empty and training goes on, APEX_DDPG runs
+on the same plumbing, and the wrong action space is refused in one line."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import os
 import signal
 import time
 
+import numpy as np
+import psutil
 import pytest
 
 from rlmesh.algorithms.apex import ApexDDPGConfig, ApexDQNConfig
@@ -67,7 +69,7 @@ def test_a_killed_replay_shard_is_restarted_empty_and_training_goes_on():
         first = algo.train()
         assert first["num_learner_updates"] > 0
         shard = algo.mesh.shards[1]
-        old_pid = algo._loop.run(shard.call("pid"))
+        old_pid = algo.mesh.run(shard.call("pid"))
         before = {s["index"]: s for s in first["replay_shards"]}[1]
         os.kill(old_pid, signal.SIGKILL)
         deadline = time.monotonic() + 120
@@ -78,7 +80,7 @@ def test_a_killed_replay_shard_is_restarted_empty_and_training_goes_on():
                 break
         last = results[-1]
         assert last["num_replay_shard_restarts"] == 1
-        assert algo._loop.run(shard.call("pid")) != old_pid
+        assert algo.mesh.run(shard.call("pid")) != old_pid
         after = {s["index"]: s for s in last["replay_shards"]}[1]
         assert after["incarnation"] != before["incarnation"]  # a new, empty buffer
         # Its runner streams into it again and the learner samples it again.
@@ -87,6 +89,52 @@ def test_a_killed_replay_shard_is_restarted_empty_and_training_goes_on():
         assert last["timesteps_total"] > first["timesteps_total"]
         # The transitions added before the kill still count.
         assert last["replay_buffer_num_added"] > before["num_added"] + after["num_added"]
+
+
+@pytest.mark.timeout(300)
+def test_a_learner_process_samples_two_shards_trains_and_checkpoints(tmp_path):
+    config = cartpole_config(num_steps_sampled_before_learning_starts=500).learners(
+        num_learners=1)
+    with config.build() as algo:
+        learner = spawned("learner-0")
+        assert learner is not None and learner.pid != os.getpid()
+        assert spawned("replay_shard-0") and spawned("replay_shard-1")
+        best, results = -math.inf, []
+        for _ in range(20):
+            results.append(algo.train())
+            best = max(best, results[-1]["episode_reward_mean"])
+            if best >= 50 and len(results) >= 3:  # random play: ~22
+                break
+        assert best >= 50, f"APEX with a learner process did not learn: best {best}"
+        last = results[-1]
+        # The learner process sampled both shards on its credits and sent each its
+        # batches' TD errors (worker-side priorities from the runners besides).
+        for s in last["replay_shards"]:
+            assert s["num_samples"] > 0 and s["num_priority_updates"] > 0
+        assert last["num_stale_priority_updates"] == 0
+        assert all(r["num_learner_updates"] > 0 for r in results[-2:])
+        learned = last["timesteps_total"] - 500
+        assert 0.5 * 16 * learned <= algo.num_env_steps_trained <= 16 * last["timesteps_total"]
+        # Weights reach the driver's copy (compute_single_action) from the learner process.
+        assert algo.compute_single_action(np.zeros(4, np.float32)) in (0, 1)
+        path = algo.save(tmp_path / "ckpt")
+        saved = algo.get_weights()["default_policy"]
+    with config.build() as again:
+        again.restore(path)
+        restored = again.get_weights()["default_policy"]
+        assert all(np.array_equal(saved[k], restored[k]) for k in saved if not k.startswith("_"))
+        assert again.train()["training_iteration"] == last["training_iteration"] + 1
+
+
+def spawned(name: str):
+    """This test's child process serving actor ``name`` (its spec file names it), or None."""
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if any(a.endswith(f"{name}.spec") for a in p.cmdline()):
+                return p
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            pass
+    return None
 
 
 def test_apex_ddpg_trains_on_pendulum_through_the_shards(tmp_path):

@@ -45,7 +45,7 @@ def test_one_local_shard_learns_survives_a_runner_kill_and_checkpoints_its_buffe
         assert sum("env_runner-" in r for r in roles) == 2, roles
         assert not any("replay_shard" in r for r in roles), roles
         assert algo.mesh.local_shard is not None
-        assert algo._loop.run(algo.mesh.shards[0].call("pid")) == os.getpid()
+        assert algo.mesh.run(algo.mesh.shards[0].call("pid")) == os.getpid()
 
         results = train_until(algo, lambda rs: rs[-1]["episode_reward_mean"] >= 100)
         best = max(r["episode_reward_mean"] for r in results)

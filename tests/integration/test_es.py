@@ -162,8 +162,8 @@ def test_evaluation_runners_act_with_the_es_policy(config_class, training):
               .debugging(seed=0))
     with config.build() as algo:
         results = [algo.train() for _ in range(3)]
-        (runner,) = algo.eval_env_runner_group.runners
-        view = algo._loop.run(runner.call("apply", f"{__name__}:eval_runner_view"))
+        (runner,) = algo.mesh.eval_runners
+        view = algo.mesh.run(runner.call("apply", f"{__name__}:eval_runner_view"))
         driver = algo.get_policy()
         assert view["policy"] == type(driver).__name__
         np.testing.assert_array_equal(view["theta"], driver.get_flat())

@@ -44,10 +44,10 @@ def test_evaluation_every_interval_on_runners_of_its_own():
             assert ev["training_iteration"] == r["training_iteration"]
             # The training runners were not used: one training runner, its own counts.
             assert r["num_healthy_env_runners"] == 1
-        names = sorted(h.name for h in algo.eval_env_runner_group.runners)
+        names = sorted(h.name for h in algo.mesh.eval_runners)
         assert names == ["eval_runner-1", "eval_runner-2"]
         # Explore is off in evaluation unless evaluation_config turns it on.
-        explore = algo._loop.run(algo.eval_env_runner_group.runners[0].call(
+        explore = algo.mesh.run(algo.mesh.eval_runners[0].call(
             "apply", "tests.integration.test_evaluation:runner_explore"))
         assert explore is False
         assert algo.evaluate()["evaluation"]["episodes_this_iter"] == 3

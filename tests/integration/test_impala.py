@@ -140,7 +140,7 @@ def test_data_parallel_learners_hold_identical_weights_after_every_update():
     with config.build() as algo:
         for _ in range(3):
             result = algo.train()
-        first, second = ({v: d for v, d in algo._loop.run(learner.call("weight_digests"))}
+        first, second = ({v: d for v, d in algo.mesh.run(learner.call("weight_digests"))}
                          for learner in algo.mesh.learners)
     common = sorted(set(first) & set(second))
     assert len(common) >= 5, (len(first), len(second))
@@ -154,7 +154,7 @@ def test_killed_runner_and_aggregator_are_replaced_and_training_continues():
     with config.build() as algo:
         algo.train()
         runner_pid = algo.env_runners.foreach_env_runner("pid")[0]
-        aggregator_pid = algo._loop.run(algo.mesh.aggregators[0].call("pid"))
+        aggregator_pid = algo.mesh.run(algo.mesh.aggregators[0].call("pid"))
         os.kill(runner_pid, signal.SIGKILL)
         os.kill(aggregator_pid, signal.SIGKILL)
         results = [algo.train() for _ in range(6)]
@@ -172,7 +172,7 @@ def test_a_dead_learner_stops_the_run_and_names_the_checkpoint(tmp_path):
     with config.build() as algo:
         algo.train()
         path = algo.save(tmp_path / "ckpt")
-        os.kill(algo._loop.run(algo.mesh.learners[0].call("pid")), signal.SIGKILL)
+        os.kill(algo.mesh.run(algo.mesh.learners[0].call("pid")), signal.SIGKILL)
         with pytest.raises(LearnerFailed) as failed:
             for _ in range(20):
                 algo.train()

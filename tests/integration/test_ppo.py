@@ -153,7 +153,7 @@ def test_ppo_with_two_data_parallel_learners_learns_with_identical_weights():
     config = cartpole_config().training(minibatch_size=250, num_epochs=4).learners(num_learners=2)
     with config.build() as algo:
         results = [algo.train() for _ in range(4)]
-        first, second = ({v: d for v, d in algo._loop.run(learner.call("weight_digests"))}
+        first, second = ({v: d for v, d in algo.mesh.run(learner.call("weight_digests"))}
                          for learner in algo.mesh.learners)
         pids = {learner_pid for learner_pid in algo.learner_group.foreach_learner("pid")}
     assert len(pids) == 2 and os.getpid() not in pids  # two learner processes

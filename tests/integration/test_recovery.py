@@ -343,10 +343,10 @@ def test_junk_on_an_aggregator_stream_and_restarts_are_counted_and_never_go_down
             sender.close()
             return refused
 
-        assert algo._loop.run(send_junk()) >= 1  # the sender keeps only the latest refusal
+        assert algo.mesh.run(send_junk()) >= 1  # the sender keeps only the latest refusal
         lost.append(algo.train()["num_fragments_lost"])
         assert lost[-1] >= len(junk) * 3, lost  # every refused one
-        aggregator_pid = algo._loop.run(algo.mesh.aggregators[0].call("pid"))
+        aggregator_pid = algo.mesh.run(algo.mesh.aggregators[0].call("pid"))
         os.kill(aggregator_pid, signal.SIGKILL)  # the runners' in-flight fragments are lost
         deadline = time.monotonic() + 60
         while (result := algo.train())["num_aggregator_restarts"] < 1 or len(lost) < 8:

@@ -159,9 +159,11 @@ def test_a_collapsed_discrete_policy_is_warned_about_once(caplog):
     import types
 
     from rlmesh.driver.iteration_result import warn_entropy_collapse as warn
+    from rlmesh.envs import space_to_data
 
-    algo = types.SimpleNamespace(_policies={"default_policy": types.SimpleNamespace(
-        action_space=gym.spaces.Discrete(2))}, _entropy_warned=set(), timesteps_total=354_000)
+    algo = types.SimpleNamespace(policy_specs={"default_policy": {
+        "action_space": space_to_data(gym.spaces.Discrete(2))}}, entropy_warned=set(),
+        timesteps_total=354_000)
     warn(algo, {"default_policy": {"entropy": 0.3}})
     assert not caplog.records
     warn(algo, {"default_policy": {"entropy": 0.001}})
