@@ -8,7 +8,7 @@ import logging
 import math
 from typing import Any
 
-from rlmesh.envs import import_object, path_of
+from rlmesh.runtime.import_path import import_object, path_of
 
 log = logging.getLogger(__name__)
 

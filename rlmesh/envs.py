@@ -6,10 +6,6 @@ that this machine's child processes resolve (rlmesh.runtime.handed: never over a
 from __future__ import annotations
 
 import difflib
-import importlib
-import os
-import runpy
-import sys
 from typing import Any, Callable
 
 import gymnasium as gym
@@ -17,6 +13,7 @@ import numpy as np
 
 from rlmesh.rl.spec import clip_actions
 from rlmesh.runtime import handed
+from rlmesh.runtime.import_path import import_module, import_object, path_of
 
 _REGISTRY: dict[str, str] = {}  # name -> "module:qualname" of its creator (or its token)
 EXTRA_HINT = "pip install 'rlmesh[envs]'"  # the extra with the envs beyond gymnasium's own
@@ -38,68 +35,6 @@ class EnvContext(dict):
         self.worker_index = worker_index
         self.vector_index = vector_index
         self.num_workers = num_workers
-
-
-# --- import paths ---
-
-def path_of(obj: Any, what: str = "object") -> str:
-    """``"module:qualname"`` of a module-level function or class; what no other process
-    could import (a lambda, a nested function, one from an interactive session) gets a
-    token instead, which this machine's child processes are handed (runtime/handed.py).
-
-    A function in the script run as ``__main__`` is named by the script's file
-    (``/abs/script.py:make_env``); other processes run the script as ``__mp_main__``
-    (its ``if __name__ == "__main__":`` block does not run), as multiprocessing does.
-    """
-    qualname = getattr(obj, "__qualname__", None)
-    module = getattr(obj, "__module__", None)
-    if not callable(obj) or not qualname or not module:
-        raise TypeError(f"{what} must be a module-level function or class, got {obj!r}")
-    if handed.needs_handing(obj):  # <lambda>, <locals>, an interactive session's
-        return handed.token_for(obj)
-    if module in ("__main__", "__mp_main__"):
-        main_file = getattr(sys.modules.get(module), "__file__", None)
-        if not main_file:
-            raise ValueError(f"{what} {qualname}: its module {module} is not loaded here")
-        return f"{os.path.abspath(main_file)}:{qualname}"
-    return f"{module}:{qualname}"
-
-
-def import_object(path: str, what: str = "object") -> Any:
-    """The object named by ``"package.module:qualname"`` (or ``"/abs/script.py:qualname"``,
-    or a token of runtime/handed.py)."""
-    if handed.is_token(path):
-        return handed.resolve(path, what)
-    module_name, sep, qualname = path.partition(":")
-    if not sep or not module_name or not qualname:
-        raise ValueError(f"{what} {path!r} must look like 'package.module:name'")
-    module = _import_module(module_name, what, path)
-    obj: Any = module
-    for part in qualname.split("."):
-        if not hasattr(obj, part):
-            raise ValueError(f"{what} {path!r}: {module_name} has no attribute {qualname!r}")
-        obj = getattr(obj, part)
-    return obj
-
-
-def _import_module(name: str, what: str, path: str) -> Any:
-    if name.endswith(".py"):
-        return run_script(name)
-    try:
-        return importlib.import_module(name)
-    except ImportError as exc:
-        raise ValueError(f"{what} {path!r}: cannot import module {name!r}: {exc}") from exc
-
-
-def run_script(file: str) -> Any:
-    """The script ``file`` as the module ``__mp_main__`` (run once, its ``if __name__ ==
-    "__main__":`` block skipped), as multiprocessing's spawn finds the parent's script."""
-    main = sys.modules.get("__mp_main__")
-    if main is None or getattr(main, "__file__", None) != file:
-        main = type(sys)("__mp_main__")
-        main.__dict__.update(runpy.run_path(file, run_name="__mp_main__"))
-        sys.modules["__mp_main__"] = main
-    return main
 
 
 # --- registry ---
@@ -164,7 +99,7 @@ def make_env(env_spec: Any, env_config: dict | None = None,
 
 def _make_from_path(env_spec: str, env_config: dict) -> gym.Env:
     module_name, _, attr = env_spec.partition(":")
-    module = _import_module(module_name, "env", env_spec)
+    module = import_module(module_name, "env", env_spec)
     creator = getattr(module, attr, None)
     if callable(creator):
         return creator(env_config)

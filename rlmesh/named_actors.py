@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from rlmesh.config.settings import ConfigError
-from rlmesh.envs import import_object, path_of
+from rlmesh.runtime.import_path import import_object, path_of
 from rlmesh.runtime import Actor, ActorHandle, ActorUnavailable, RemoteError, RestartPolicy
 from rlmesh.runtime.actor import public_methods
 from rlmesh.runtime.job import Job, current_job
@@ -104,7 +104,7 @@ async def start_named_actors(job: Job, setting: Any) -> list[ActorHandle]:
     # Every start is waited for, even after one failed, so that none is left half-started
     # when the job shuts down.
     got = await asyncio.gather(*(
-        job.spawn(HOST, s.cls, s.kwargs, name=s.name, role=s.cls.rpartition(":")[2],
+        job.spawn(HOST, target=s.cls, kwargs=s.kwargs, name=s.name, role=s.cls.rpartition(":")[2],
                   restart=RestartPolicy(max_restarts=s.max_restarts))
         for s in specs), return_exceptions=True)
     for spec, result in zip(specs, got):
@@ -118,8 +118,10 @@ async def start_named_actors(job: Job, setting: Any) -> list[ActorHandle]:
 
 class NamedActorHost(Actor):
     """What the run spawns for a named actor: the user's class, imported in the actor's own
-    process. A subclass of ``rlmesh.runtime.Actor`` is served as it is; a plain class is
-    wrapped so that its public methods, and nothing else, are the calls served."""
+    process. A subclass of ``rlmesh.runtime.Actor`` is served as it is (its ``protocol`` if
+    it declares one, else its public methods); a plain class is wrapped so that its public
+    methods, and nothing else, are the calls served, as a Ray actor's are: a user's class
+    declares its protocol by what it makes public."""
 
     def __new__(cls, target: str, kwargs: dict[str, Any]) -> Actor:  # type: ignore[misc]
         # The runtime spawns actors by class; this one picks the class it becomes.
@@ -191,10 +193,10 @@ def _forwarder(user_cls: type, name: str, fn: Any) -> Any:
 # --- reaching one ---
 
 class NamedActorHandle:
-    """A synchronous handle to a named actor: ``h.call("increment", 1)`` or
-    ``h.increment(1)`` waits for the result (RemoteError if the method raised or does not
-    exist; ActorUnavailable after ``timeout`` seconds, 60 by default); ``h.tell("increment",
-    1)`` sends without waiting. Safe from any thread; calls from one process are serialised."""
+    """A synchronous handle to a named actor: ``h.call("increment", 1)`` waits for the
+    result (RemoteError if the method raised or is not served; ActorUnavailable after
+    ``timeout`` seconds, 60 by default); ``h.tell("increment", 1)`` sends without waiting.
+    Safe from any thread; calls from one process are serialised."""
 
     def __init__(self, handle: ActorHandle) -> None:
         self._handle = handle
@@ -207,11 +209,6 @@ class NamedActorHandle:
     def tell(self, method: str, *args: Any, **kwargs: Any) -> None:
         """Send a call without waiting; a failure is logged by the actor, not raised here."""
         self._handle.tell_sync(method, *args, **kwargs)
-
-    def __getattr__(self, method: str) -> Any:
-        if method.startswith("_"):
-            raise AttributeError(method)
-        return functools.partial(self.call, method)
 
     def __repr__(self) -> str:
         return f"NamedActorHandle({self.name!r})"

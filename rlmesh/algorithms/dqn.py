@@ -28,7 +28,7 @@ from rlmesh.policy.policy import class_path
 from rlmesh.rl import distributional
 from rlmesh.rl.actor_q import hidden_layers
 from rlmesh.rl.encoders import ObsEncoder
-from rlmesh.rl.models import ACTIVATIONS
+from rlmesh.rl.layers import ACTIVATIONS
 from rlmesh.rl.noisy import linear, noisy_layers
 from rlmesh.rl.spec import MODEL_DEFAULTS, numpy_fast_path
 

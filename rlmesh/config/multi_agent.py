@@ -61,8 +61,7 @@ class MultiAgentSettings:
 def function_path(fn: Any, what: str) -> str:
     """The import path of a module-level function; a lambda or a nested one gets a token
     that this machine's processes are handed (rlmesh.runtime.handed)."""
-    from rlmesh.code import MAIN
-    from rlmesh.envs import path_of
+    from rlmesh.runtime.import_path import MAIN, path_of
     from rlmesh.runtime import handed
 
     name = getattr(fn, "__qualname__", repr(fn))
@@ -111,8 +110,7 @@ def resolve_function(fn: Any, what: str, main_script: str | None = None) -> Any:
     the script the run was started from (``main_script`` in a process of its own)."""
     if fn is None or callable(fn):
         return fn
-    from rlmesh.code import MAIN, _main_module
-    from rlmesh.envs import import_object
+    from rlmesh.runtime.import_path import MAIN, _main_module, import_object
 
     module, _, name = fn.partition(":")
     if module in (MAIN, "__main__"):

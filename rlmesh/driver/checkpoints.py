@@ -38,7 +38,7 @@ from typing import Any, Iterable
 import msgpack
 import torch
 
-from rlmesh.code import code_names, is_file
+from rlmesh.runtime.import_path import code_names, is_file
 from rlmesh.envs import env_registry
 from rlmesh.runtime import handed
 
@@ -201,7 +201,7 @@ def _first_line(exc: BaseException) -> str:
 def algorithm_class(name: str) -> type:
     """The Algorithm class a checkpoint names (checked by ``check_code`` already)."""
     from rlmesh.driver.registry import ALGORITHMS, get_algorithm_class
-    from rlmesh.envs import import_object
+    from rlmesh.runtime.import_path import import_object
 
     return get_algorithm_class(name) if name in ALGORITHMS else import_object(name, "algorithm")
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import difflib
 from typing import Any
 
-from rlmesh.envs import import_object
+from rlmesh.runtime.import_path import import_object
 
 #: Algorithm name -> the import path of its config class (the config's build() makes it).
 ALGORITHMS = {

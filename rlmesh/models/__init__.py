@@ -26,7 +26,7 @@ def register_custom_model(name: str, model_class: Any) -> None:
                              "'package.module:ClassName'")
         CUSTOM_MODELS[name] = model_class
         return
-    from rlmesh.envs import path_of
+    from rlmesh.runtime.import_path import path_of
 
     if not isinstance(model_class, type):
         raise ValueError(f"custom model {name!r}: {model_class!r} is not a class")

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from rlmesh.rl.models import Tanh
+from rlmesh.rl.layers import Tanh
 
 TORCHSCRIPT_FILE = "model.pt"
 ONNX_FILE = "model.onnx"

@@ -164,7 +164,7 @@ class Policy:
 
 def class_path(cls: type) -> str:
     """The import path other processes load ``cls`` by (a script's classes by its file)."""
-    from rlmesh.envs import path_of
+    from rlmesh.runtime.import_path import path_of
 
     return path_of(cls, "policy class")
 
@@ -190,7 +190,7 @@ def check_importable(cls: type, where: str) -> None:
     """A one-line error unless other processes find ``cls`` under its import path (a class
     made by build_policy or build_algorithm must be assigned to a module-level name equal
     to the name it was given)."""
-    from rlmesh.envs import import_object
+    from rlmesh.runtime.import_path import import_object
 
     if cls.__module__ in ("__main__", "__mp_main__"):
         return  # named by the script's file; other processes run the script to find it

@@ -14,7 +14,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from rlmesh.envs import import_object
+from rlmesh.runtime.import_path import import_object
 from rlmesh.policy.numpy_mlp import NumpyMLPPolicy
 from rlmesh.policy.learner_stats import mean_stats
 from rlmesh.policy.policy import Policy, class_path

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from rlmesh.rl.encoders import ObsEncoder
-from rlmesh.rl.models import ACTIVATIONS
+from rlmesh.rl.layers import ACTIVATIONS
 from rlmesh.rl.spec import MODEL_DEFAULTS
 
 

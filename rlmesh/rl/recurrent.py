@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from rlmesh.rl.encoders import FlatEncoder, ObsEncoder
-from rlmesh.rl.models import ACTIVATIONS, check_action_mask, layer_init, mlp
+from rlmesh.rl.layers import ACTIVATIONS, check_action_mask, layer_init, mlp
 from rlmesh.rl.spaces import is_nested, leaves
 from rlmesh.rl.spec import MODEL_DEFAULTS
 from rlmesh.rl.torch_spaces import unpack_tensor

@@ -97,7 +97,7 @@ def custom_model_path(value: Any) -> Any:
     if isinstance(value, str):
         return CUSTOM_MODELS.get(value, value)
     if isinstance(value, type):
-        from rlmesh.envs import path_of
+        from rlmesh.runtime.import_path import path_of
 
         return path_of(value, "custom_model")
     raise ValueError(f"custom_model must be a torch.nn.Module subclass, its import path "

@@ -14,7 +14,7 @@ import logging
 import os
 from typing import Any
 
-from rlmesh.envs import import_object
+from rlmesh.runtime.import_path import import_object
 from rlmesh.roles.learner_actor import batch_size_per_learner
 from rlmesh.roles.learner_input import BatchBuilder
 from rlmesh.runtime import Actor, ActorUnavailable, RemoteError

@@ -20,8 +20,7 @@ import numpy as np
 
 from rlmesh.callbacks import load_callbacks
 from rlmesh.env.multi_agent_env import is_multi_agent
-from rlmesh.code import code_names, is_file, resolve_sent
-from rlmesh.envs import EnvContext, import_object, make_env, space_to_data
+from rlmesh.envs import EnvContext, make_env, space_to_data
 from rlmesh.offline.sharded import ShardedInput
 from rlmesh.offline.writer import OutputWriter
 from rlmesh.preprocessing import wrap_for_model
@@ -33,6 +32,7 @@ from rlmesh.roles.multi_agent_runner import MultiAgentPolicies
 from rlmesh.roles.multi_agent_sampler import bind_policies, sampler_for
 from rlmesh.roles.runner_policy import VersionedPolicies, make_runner_policies
 from rlmesh.runtime import Actor, ActorUnavailable, RemoteError, current_job
+from rlmesh.runtime.import_path import code_names, import_object, is_file, resolve_sent
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,7 @@ class EnvRunner(MultiAgentPolicies, VersionedPolicies, Actor):
 
     def __init__(self, config: dict[str, Any], worker_index: int = 1,
                  param_server: str | None = "param_server") -> None:
-        # Where functions named by messages may come from (rlmesh.code.startup_code): the
+        # Where functions named by messages may come from (import_path.startup_code): the
         # packages this runner was started with, never a file or a package a message picks.
         self._code_roots = set(config.get("_code_roots") or ()) | {
             v.partition(":")[0].partition(".")[0] for _, v in code_names(config)

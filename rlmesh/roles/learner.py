@@ -51,10 +51,13 @@ class Learner:
         self._dp: Any = None
         self.removed: set[str] = set()  # policies removed while training
 
-    def update_from_batch(self, batches: dict[str, dict[str, Any]], timesteps: int,
+    def update_from_batch(self, batches: dict[str, dict[str, Any]], timesteps: int = 0,
                           **kwargs: Any) -> dict[str, dict[str, float]]:
         """One update of each policy that has a batch; statistics by policy id. ``kwargs``
-        (``num_epochs``, ``minibatch_size``, ``num_minibatches``) go to torch policies."""
+        (``num_epochs``, ``minibatch_size``, ``num_minibatches``) go to torch policies.
+        The policy's ``update`` is called right here (the checks, callbacks and error
+        translation around it are plain calls and ``with`` blocks): an algorithm's loss is
+        two frames below this one."""
         out = {}
         for pid, batch in batches.items():
             if not trainable(self.config, pid) or pid in self.removed:
@@ -186,7 +189,7 @@ class Learner:
 
 
 def _is_torch_policy(spec: dict[str, Any]) -> bool:
-    from rlmesh.envs import import_object
+    from rlmesh.runtime.import_path import import_object
 
     cls = import_object(spec["policy_class"], "policy class")
     return isinstance(cls, type) and issubclass(cls, TorchPolicy)

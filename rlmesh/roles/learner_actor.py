@@ -22,7 +22,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from rlmesh.envs import import_object
+from rlmesh.runtime.import_path import import_object
 from rlmesh.roles.learner import Learner
 from rlmesh.roles.learner_input import BatchBuilder, BatchQueue, LearnerInput
 from rlmesh.runtime import Actor

@@ -21,7 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from rlmesh.envs import import_object, space_from_data
+from rlmesh.envs import space_from_data
+from rlmesh.runtime.import_path import import_object
 from rlmesh.rl.nstep import NStepBuilder
 from rlmesh.rl.replay import PrioritizedReplayBuffer, ReplayBuffer, transition_columns
 from rlmesh.runtime import Actor

@@ -13,16 +13,13 @@ import logging
 import time
 import traceback
 from collections import Counter, deque
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 import zmq
 
 from ..wire import codec, messages as M
 from ..wire.logs import log_limited
 from ..wire.sockets import AsyncSocket, ConnectionGuard, bind, configure
-
-if TYPE_CHECKING:
-    from .job import Job
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +45,7 @@ class Actor:
     actor whose own threads need the GIL between calls. In-process actors never poll.
     """
 
-    job: "Job"
+    job: Any  # the Job that runs it (job.py, which imports this module: typed loosely)
     name: str
     spin_wait_us: float = 300
 

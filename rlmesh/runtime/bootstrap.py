@@ -57,7 +57,7 @@ async def serve(spec_path: Path, lifeline_fd: int) -> None:
     from ..wire.sockets import scheme_of
     from .actor import ActorServer, spin_wait_of
     from . import handed
-    from .actor_path import instantiate
+    from .import_path import instantiate
     from .job import Job, _call_hook
     from .process import ChildSpec
     from .registry import RunDir
@@ -73,7 +73,7 @@ async def serve(spec_path: Path, lifeline_fd: int) -> None:
     await job.start()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, job.request_stop)
-    actor = instantiate(spec.cls_path, spec.main_path, spec.args, spec.kwargs)
+    actor = instantiate(spec.cls_path, spec.main_path, spec.kwargs)
     actor.job, actor.name = job, spec.name
     server = ActorServer(actor, spec.name, limits=job.limits)
     address = await server.start(spec.address, spin_wait=spin_wait_of(actor))

@@ -1,22 +1,138 @@
-"""Code named by import path in plain data: finding the names in a config or a checkpoint,
-and resolving a function that a message names, which never runs a file and never reaches a
-package the process was not started with (the threat model: docs/security.md)."""
+"""Code named by import path (``"pkg.module:qualname"``, ``"/dir/script.py:qualname"``): the
+path of a function or class, the object a path names, an actor class sent to the process
+that runs it, the names in a config or a checkpoint, and the function a message names,
+which never runs a file and never reaches a package the process was not started with (the
+threat model: docs/security.md). Every import path of rlmesh goes through here."""
 
 from __future__ import annotations
 
 import importlib
 import os
 import re
+import runpy
 import site
 import sys
 import sysconfig
-from typing import Any, Collection, Iterator
+from typing import TYPE_CHECKING, Any, Collection, Iterator
+
+from .handed import is_token, needs_handing, resolve, token_for
+
+if TYPE_CHECKING:
+    from .actor import Actor
 
 # "pkg.module:qualname", or a file's "/dir/script.py:qualname".
 _CODE = re.compile(r"^(?P<module>[A-Za-z_][\w.]*|[^:]*(/|\.py)[^:]*):[A-Za-z_][\w.]*$")
 #: How a message names a function of the script the run was started from.
 MAIN = "__mp_main__"
 
+
+def path_of(obj: Any, what: str = "object") -> str:
+    """``"module:qualname"`` of a module-level function or class; what no other process
+    could import (a lambda, a nested function, one from an interactive session) gets a
+    token instead, which this machine's child processes are handed (runtime/handed.py).
+
+    A function in the script run as ``__main__`` is named by the script's file
+    (``/abs/script.py:make_env``); other processes run the script as ``__mp_main__``
+    (its ``if __name__ == "__main__":`` block does not run), as multiprocessing does.
+    """
+    qualname = getattr(obj, "__qualname__", None)
+    module = getattr(obj, "__module__", None)
+    if not callable(obj) or not qualname or not module:
+        raise TypeError(f"{what} must be a module-level function or class, got {obj!r}")
+    if needs_handing(obj):  # <lambda>, <locals>, an interactive session's
+        return token_for(obj)
+    if module in ("__main__", MAIN):
+        main_file = getattr(sys.modules.get(module), "__file__", None)
+        if not main_file:
+            raise ValueError(f"{what} {qualname}: its module {module} is not loaded here")
+        return f"{os.path.abspath(main_file)}:{qualname}"
+    return f"{module}:{qualname}"
+
+
+def import_object(path: str, what: str = "object") -> Any:
+    """The object named by ``"package.module:qualname"`` (or ``"/abs/script.py:qualname"``,
+    or a token of runtime/handed.py)."""
+    if is_token(path):
+        return resolve(path, what)
+    module_name, sep, qualname = path.partition(":")
+    if not sep or not module_name or not qualname:
+        raise ValueError(f"{what} {path!r} must look like 'package.module:name'")
+    return _attribute(import_module(module_name, what, path), module_name, qualname, what, path)
+
+
+def import_module(name: str, what: str, path: str) -> Any:
+    """The module ``name`` of the import path ``path``: a script file runs as __mp_main__."""
+    if name.endswith(".py"):
+        return run_script(name)
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        raise ValueError(f"{what} {path!r}: cannot import module {name!r}: {exc}") from exc
+
+
+def _attribute(module: Any, module_name: str, qualname: str, what: str, path: str) -> Any:
+    obj: Any = module
+    for part in qualname.split("."):
+        if not hasattr(obj, part):
+            raise ValueError(f"{what} {path!r}: {module_name} has no attribute {qualname!r}")
+        obj = getattr(obj, part)
+    return obj
+
+
+def run_script(file: str) -> Any:
+    """The script ``file`` as the module ``__mp_main__`` (run once, its ``if __name__ ==
+    "__main__":`` block skipped), as multiprocessing's spawn finds the parent's script."""
+    main = sys.modules.get(MAIN)
+    if main is None or getattr(main, "__file__", None) != file:
+        main = type(sys)(MAIN)
+        main.__dict__.update(runpy.run_path(file, run_name=MAIN))
+        sys.modules[MAIN] = main
+    return main
+
+
+# --- actor classes, as a spawn names them ---
+
+def actor_path(cls: type | str) -> tuple[str, str]:
+    """``("module:Qualname", main_script_path)`` for an Actor subclass or its import path."""
+    from .actor import Actor  # here: importing it loads zmq, which envs and configs need not
+
+    if isinstance(cls, str):
+        if ":" not in cls:
+            raise ValueError(f"actor class path {cls!r} must look like 'package.module:Class'")
+        return cls, ""
+    if not (isinstance(cls, type) and issubclass(cls, Actor)):
+        raise TypeError(f"{cls!r} is not an Actor subclass")
+    if "<locals>" in cls.__qualname__:
+        raise ValueError(f"{cls.__qualname__} is defined inside a function; actor classes "
+                         "must be importable by module path")
+    main_path = ""
+    if cls.__module__ in ("__main__", MAIN):
+        main_path = os.path.abspath(getattr(sys.modules[cls.__module__], "__file__", "") or "")
+        if not main_path:
+            raise ValueError(f"{cls.__qualname__} lives in an interactive __main__; "
+                             "define it in a module or a script file")
+    return f"{cls.__module__}:{cls.__qualname__}", main_path
+
+
+def instantiate(cls_path: str, main_path: str, kwargs: dict[str, Any]) -> "Actor":
+    """The actor ``actor_path`` named, made here (running the driver's script as
+    __mp_main__ if its class lives there) from its constructor arguments by name, checked
+    against the class's constructor first (a wrong name is refused naming the ones it takes)."""
+    from .actor import Actor, table_of
+
+    module_name, _, qualname = cls_path.partition(":")
+    if module_name in ("__main__", MAIN) and main_path:
+        module = _main_module("actor class", cls_path, main_path)
+    else:
+        module = importlib.import_module(module_name)
+    cls = _attribute(module, module_name, qualname, "actor class", cls_path)
+    if not (isinstance(cls, type) and issubclass(cls, Actor)):
+        raise TypeError(f"{cls_path} is not an Actor subclass")
+    table_of(cls).check_constructor(kwargs)
+    return cls(**kwargs)
+
+
+# --- names in plain data, and functions named by messages ---
 
 def code_names(data: Any, where: str = "") -> Iterator[tuple[str, str]]:
     """``(where, value)`` for each string in ``data`` that names code: an import path or a
@@ -80,19 +196,12 @@ def resolve_sent(path: str, what: str, roots: Collection[str], main_script: str 
             f"process was started with ({', '.join(sorted(roots)) or 'none'}); a message "
             "cannot bring in new code: import the module in the driver before building "
             "the algorithm, or name it in the config")
-    obj: Any = module
-    for part in qualname.split("."):
-        if not hasattr(obj, part):
-            raise ValueError(f"{what} {path!r}: {module_name} has no attribute {qualname!r}")
-        obj = getattr(obj, part)
-    return obj
+    return _attribute(module, module_name, qualname, what, path)
 
 
 def _main_module(what: str, path: str, main_script: str | None) -> Any:
     """The run's script as ``__mp_main__``: the one the process runs already, or the one it
     was told at start-up (run now, once, as multiprocessing's spawn does)."""
-    from rlmesh.envs import run_script
-
     if main_script is None:
         raise PermissionError(f"{what} {path!r}: this process was started from no script")
     for name in (MAIN, "__main__"):

@@ -21,7 +21,7 @@ import zmq
 from ..wire import codec, messages as M
 from ..wire.sockets import AsyncSocket, configure, connect
 from .actor import Actor, ActorServer
-from .actor_path import import_path, instantiate
+from .import_path import actor_path, instantiate
 from .control import ControlThread
 from .diagnostics import Diagnostics, install_fallback_dump, uninstall_fallback_dump
 from .handle import ActorHandle, ActorUnavailable
@@ -184,7 +184,7 @@ class Job:
 
     # --- spawning ---
 
-    async def spawn(self, cls: type[Actor] | str, *args: Any, name: str | None = None,
+    async def spawn(self, cls: type[Actor] | str, /, *, name: str | None = None,
                     restart: RestartPolicy | None = None, role: str = "",
                     start_timeout: float = 60.0, address: str = "",
                     env: dict[str, str] | None = None, in_process: bool = False,
@@ -192,7 +192,9 @@ class Job:
         """Start an actor and return its handle once it answers.
 
         ``cls`` is an Actor subclass or its import path ``"pkg.mod:Class"``. Constructor
-        arguments must be wire-encodable (plain data, arrays). With ``name``, any process
+        arguments go by name (``kwargs``), are checked against the class's constructor where
+        it is made (a wrong name is an error naming the ones it takes), and must be
+        wire-encodable (plain data, arrays). With ``name``, any process
         of this job can find the actor with ``get_actor(name)``. ``env`` adds environment
         variables for the actor's process (numeric libraries get one thread each unless
         this or the driver's environment says otherwise). ``in_process`` serves the actor
@@ -200,19 +202,19 @@ class Job:
         too), as RLlib's local env runner samples in the driver. ``node`` (default: the
         job's ``placement`` of the name) starts it on another machine of ``nodes``.
         """
-        cls_path, main_path = import_path(cls)
+        cls_path, main_path = actor_path(cls)
         actor_name = name or f"{cls_path.rpartition(':')[2]}-{next(self._counter)}"
         if actor_name in self.handles:
             raise ValueError(f"this job already has an actor named {actor_name!r}")
         if self.mode == "inproc" or in_process:
             if self.mode != "inproc" and not address:
                 address = self._data_address(actor_name)
-            handle = await self._spawn_inproc(cls_path, main_path, actor_name, args, kwargs, address)
+            handle = await self._spawn_inproc(cls_path, main_path, actor_name, kwargs, address)
         else:
             node = node or self.placement.get(actor_name)
             if node is not None and node not in self.nodes:
                 node = None  # placed on this machine
-            spec = ChildSpec(name=actor_name, cls_path=cls_path, args=list(args), kwargs=kwargs,
+            spec = ChildSpec(name=actor_name, cls_path=cls_path, kwargs=kwargs,
                              role=role or cls_path.rpartition(":")[2], main_path=main_path,
                              address=address or ("" if node else self._data_address(actor_name)),
                              sys_path=[p for p in sys.path if p],
@@ -230,9 +232,9 @@ class Job:
         self.run_dir.register_name(name, address, os.getpid(), replace)
         await asyncio.gather(*(link.register_name(name, address) for link in self.nodes.values()))
 
-    async def _spawn_inproc(self, cls_path: str, main_path: str, name: str, args: Any,
+    async def _spawn_inproc(self, cls_path: str, main_path: str, name: str,
                             kwargs: Any, address: str) -> ActorHandle:
-        actor = instantiate(cls_path, main_path, args, kwargs)
+        actor = instantiate(cls_path, main_path, kwargs)
         actor.job, actor.name = self, name
         server = ActorServer(actor, name, limits=self.limits)
         bound = await server.start(address or f"inproc://{self.job_id}/{name}")

@@ -23,7 +23,7 @@ from typing import Any, Callable
 import msgpack
 
 from ..wire import codec
-from . import handed
+from .handed import payload
 from .registry import ENV_RUN_DIR, ProcessRecord, RunDir
 
 
@@ -78,8 +78,7 @@ class ChildSpec:
 
     name: str
     cls_path: str  # "package.module:Class"
-    args: list[Any] = field(default_factory=list)
-    kwargs: dict[str, Any] = field(default_factory=dict)
+    kwargs: dict[str, Any] = field(default_factory=dict)  # constructor arguments, by name
     role: str = "actor"
     address: str = ""  # where to bind; resolved after the first start
     main_path: str = ""  # the driver's script, when the class lives in __main__
@@ -181,7 +180,7 @@ class WarmProcess:
         """Make it the actor of ``spec_path``; False if it has died (an import failed)."""
         assert self.popen.stdin is not None
         try:
-            feed(self.popen.stdin, f"{spec_path}\n{log_path}\n".encode() + handed.payload())
+            feed(self.popen.stdin, f"{spec_path}\n{log_path}\n".encode() + payload())
         except OSError:  # BrokenPipeError
             return False
         return True
@@ -271,7 +270,7 @@ class ChildProcess:
             log.close()
         assert self.popen.stdin is not None
         try:
-            feed(self.popen.stdin, handed.payload())
+            feed(self.popen.stdin, payload())
         except OSError:  # it died at once: wait_ready reports how
             pass
 

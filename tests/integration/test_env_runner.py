@@ -12,7 +12,7 @@ import pytest
 import torch
 import uvloop
 
-from rlmesh.code import startup_code
+from rlmesh.runtime.import_path import startup_code
 from rlmesh.envs import env_registry, register_env, space_from_data
 from rlmesh.rl.distributions import DiagGaussian
 from rlmesh.rl.models import build_model
@@ -44,9 +44,9 @@ def test_cartpole_fragments_seeds_stats_and_weights_from_the_param_server():
         async with Job("ipc") as job:
             ps = await job.spawn(PARAM_SERVER, name="param_server")
             runner = await spawn_runner(job, config, worker_index=2)
-            first = await runner.sample()
+            first = await runner.call("sample")
 
-            spaces = await runner.get_spaces()
+            spaces = await runner.call("get_spaces")
             obs_space = space_from_data(spaces["observation_space"])
             action_space = space_from_data(spaces["action_space"])
             torch.manual_seed(0)
@@ -57,12 +57,12 @@ def test_cartpole_fragments_seeds_stats_and_weights_from_the_param_server():
                     p.add_(torch.randn_like(p))
             weights = {k: v.numpy() for k, v in model.state_dict().items()}
             probe = first["obs"][:5, 0]
-            before = (await runner.compute_actions(probe, False))["action_dist_inputs"]
-            await ps.set_weights(1, {"default_policy": weights})
-            second = await runner.sample()
-            after = (await runner.compute_actions(probe, False))["action_dist_inputs"]
-            third = await runner.sample()  # nothing newer: the same weights
-            return first, second, third, before, after, model, obs_space, await runner.metrics()
+            before = (await runner.call("compute_actions", probe, False))["action_dist_inputs"]
+            await ps.call("set_weights", 1, {"default_policy": weights})
+            second = await runner.call("sample")
+            after = (await runner.call("compute_actions", probe, False))["action_dist_inputs"]
+            third = await runner.call("sample")  # nothing newer: the same weights
+            return first, second, third, before, after, model, obs_space, await runner.call("metrics")
 
     first, second, third, before, after, model, obs_space, metrics = run(main())
     assert obs_space.shape == (4,)
@@ -106,14 +106,14 @@ def test_a_batch_sampled_ahead_takes_the_weights_of_its_time_from_the_param_serv
         async with Job("ipc") as job:
             ps = await job.spawn(PARAM_SERVER, name="param_server")
             runner = await spawn_runner(job, config)
-            weights = {"default_policy": await runner.get_weights()}
-            await ps.set_weights(1, weights)
-            await ps.set_weights(2, weights)  # published before the runner asked
-            versions = [(await runner.sample(weights_up_to=1))["policy_version"],
-                        (await runner.sample(weights_up_to=1))["policy_version"]]
-            await ps.set_weights(3, weights)
-            versions.append((await runner.sample())["policy_version"])
-            versions.append((await runner.sample(weights_up_to=2))["policy_version"])
+            weights = {"default_policy": await runner.call("get_weights")}
+            await ps.call("set_weights", 1, weights)
+            await ps.call("set_weights", 2, weights)  # published before the runner asked
+            versions = [(await runner.call("sample", weights_up_to=1))["policy_version"],
+                        (await runner.call("sample", weights_up_to=1))["policy_version"]]
+            await ps.call("set_weights", 3, weights)
+            versions.append((await runner.call("sample"))["policy_version"])
+            versions.append((await runner.call("sample", weights_up_to=2))["policy_version"])
             return versions
 
     # Version 1 though 2 was out, and kept while asked for at most 1; the newest (3) when
@@ -141,17 +141,17 @@ def test_streaming_samples_on_while_the_param_server_is_slow_to_answer():
             ps = await job.spawn(HeldParamServer, name="param_server")
             sink = await job.spawn(FragmentSink, name="sink")
             runner = await spawn_runner(job, config)
-            spaces = await runner.get_spaces()
+            spaces = await runner.call("get_spaces")
             model = build_model(space_from_data(spaces["observation_space"]),
                                 space_from_data(spaces["action_space"]),
                                 runner_config(config)[0].model)
-            await runner.start_streaming(["sink"], 2)
+            await runner.call("start_streaming", ["sink"], 2)
             # The first answer came at once (no weights yet); the second is held.
             held = await until(lambda: _at_least(ps.num_requests(), 2), "the second request")
             before = await until(lambda: _at_least(sink.received(), 20), "20 fragments")
-            asked = await ps.num_requests()
-            await ps.set_weights(1, {"default_policy": {k: v.numpy() for k, v in model.state_dict().items()}})
-            await ps.release()
+            asked = await ps.call("num_requests")
+            await ps.call("set_weights", 1, {"default_policy": {k: v.numpy() for k, v in model.state_dict().items()}})
+            await ps.call("release")
             after = await until(lambda: _ends_with(sink.received(), 1), "a fragment of version 1")
             return held, before, asked, after
 
@@ -176,22 +176,22 @@ def test_a_streaming_runner_has_at_most_window_fragments_in_flight(window):
             await job.spawn(PARAM_SERVER, name="param_server")
             sink = await job.spawn(HeldFragmentSink, name="sink")
             runner = await spawn_runner(job, config)
-            await runner.start_streaming(["sink"], window)
+            await runner.call("start_streaming", ["sink"], window)
             for _ in range(600):
-                if len(await sink.received()) >= 1:
+                if len(await sink.call("received")) >= 1:
                     break
                 await asyncio.sleep(0.05)
             counts = []
             for _ in range(3):  # long enough for dozens of 10-step fragments
                 await asyncio.sleep(0.5)
-                counts.append((await runner.metrics())["num_fragments"])
-            held = len(await sink.received())
-            await sink.release()
+                counts.append((await runner.call("metrics"))["num_fragments"])
+            held = len(await sink.call("received"))
+            await sink.call("release")
             for _ in range(600):
-                if len(await sink.received()) > window + 5:
+                if len(await sink.call("received")) > window + 5:
                     break
                 await asyncio.sleep(0.05)
-            return counts, held, len(await sink.received())
+            return counts, held, len(await sink.call("received"))
 
     counts, held, after = run(main())
     # window shipped (the first being handled, the rest waiting at the sink) and one
@@ -224,8 +224,8 @@ def test_registered_env_truncation_complete_episodes_and_callbacks():
                     {"env_config": {"max_episode_steps": 3}},
                     {"env_config": {"max_episode_steps": 3, "limit_step": 4},
                      "batch_mode": "complete_episodes"}])))
-            return [await truncating.sample(), await truncating.sample(),
-                    await completing.sample(), await completing.sample()]
+            return [await truncating.call("sample"), await truncating.call("sample"),
+                    await completing.call("sample"), await completing.call("sample")]
 
     cut1, cut2, done1, done2 = run(main())
     # truncate_episodes: obs count steps; each episode is cut after 3 steps.
@@ -261,7 +261,7 @@ def test_pendulum_box_actions():
     async def main():
         async with Job("ipc") as job:
             runner = await spawn_runner(job, config, param_server=None)
-            return await runner.sample(), await runner.sample(explore=False)
+            return await runner.call("sample"), await runner.call("sample", explore=False)
 
     frag, greedy = run(main())
     assert frag["obs"].shape == (15, 2, 3) and frag["actions"].shape == (15, 2, 1)
@@ -283,12 +283,12 @@ def test_faulty_env_is_recovered_and_env_calls_reach_every_env():
     async def main():
         async with Job("ipc") as job:
             runner = await spawn_runner(job, config, param_server=None)
-            frag = await runner.sample()
-            phases = await runner.call_env_method("set_phase", 7)
-            seen = await runner.foreach_env("tests.integration.envs_for_tests:phase_of", 1)
+            frag = await runner.call("sample")
+            phases = await runner.call("call_env_method", "set_phase", 7)
+            seen = await runner.call("foreach_env", "tests.integration.envs_for_tests:phase_of", 1)
             with pytest.raises(RemoteError, match="no_such_method"):
-                await runner.call_env_method("no_such_method")
-            return frag, phases, seen, await runner.sample(), await runner.metrics()
+                await runner.call("call_env_method", "no_such_method")
+            return frag, phases, seen, await runner.call("sample"), await runner.call("metrics")
 
     frag, phases, seen, after, metrics = run(main())
     np.testing.assert_array_equal(frag["mask"], [[False] * 3] * 3 + [[True] * 3] * 2)
@@ -309,9 +309,9 @@ def test_runners_import_torch_only_for_a_custom_model():
             default, torch_runner = await asyncio.gather(
                 spawn_runner(job, {"env": "CartPole-v1"}, 1, param_server=None),
                 spawn_runner(job, {"env": "CartPole-v1", "model": custom}, 2, param_server=None))
-            frags = [await default.sample(), await torch_runner.sample()]
-            loaded = [await r.foreach_env(probe, "torch") for r in (default, torch_runner)]
-            return frags, loaded, await torch_runner.get_weights()
+            frags = [await default.call("sample"), await torch_runner.call("sample")]
+            loaded = [await r.call("foreach_env", probe, "torch") for r in (default, torch_runner)]
+            return frags, loaded, await torch_runner.call("get_weights")
 
     frags, loaded, weights = run(main())
     assert loaded == [[False], [True]]

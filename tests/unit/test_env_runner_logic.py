@@ -14,8 +14,9 @@ import torch
 
 from rlmesh.algorithms import PPOConfig
 from rlmesh.callbacks import Callbacks, load_callbacks, summarize_custom_metrics
-from rlmesh.envs import (EnvContext, actions_for_env, env_registry, make_env, path_of,
-                         register_env, space_from_data, space_to_data, spaces_of)
+from rlmesh.envs import (EnvContext, actions_for_env, env_registry, make_env, register_env,
+                         space_from_data, space_to_data, spaces_of)
+from rlmesh.runtime.import_path import path_of
 from rlmesh.rl.distributions import DiagGaussian
 from rlmesh.rl.models import build_model
 from rlmesh.config import AlgorithmConfig

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from rlmesh.algorithms import PPOConfig
-from rlmesh.code import code_names, resolve_sent
+from rlmesh.runtime.import_path import code_names, resolve_sent
 from rlmesh.policy.numpy_mlp import NumpyMLPPolicy
 from rlmesh.rl.finite import NonFiniteError
 from rlmesh.roles.env_runner import default_policy_specs

@@ -12,8 +12,8 @@ import torch
 from torch import nn
 
 from rlmesh.rl import ActorCriticMLP, build_model, distribution_for, preprocess_obs
-from rlmesh.rl import models
-from rlmesh.rl.models import Tanh
+from rlmesh.rl import layers
+from rlmesh.rl.layers import Tanh
 
 
 class TinyNet(nn.Module):
@@ -106,7 +106,7 @@ def test_activation_choice(activation, cls):
 @pytest.mark.parametrize("numpy_kernel", [True, False])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_tanh_matches_torch_in_values_and_gradients(dtype, numpy_kernel, monkeypatch):
-    monkeypatch.setattr(models, "numpy_tanh_pays", lambda: numpy_kernel)
+    monkeypatch.setattr(layers, "numpy_tanh_pays", lambda: numpy_kernel)
     x = torch.randn(37, 20, dtype=dtype).t()  # not contiguous
     ours, ref = x.clone().requires_grad_(), x.clone().requires_grad_()
     y = Tanh()(ours)
@@ -190,8 +190,8 @@ def test_direct_construction_matches_the_custom_model_contract():
 
 
 def test_numpy_tanh_is_chosen_only_where_torchs_kernel_is_much_slower(monkeypatch):
-    measure = models.numpy_tanh_pays.__wrapped__  # uncached
-    fast_tanh, fast_np = torch.tanh, models.np.tanh
+    measure = layers.numpy_tanh_pays.__wrapped__  # uncached
+    fast_tanh, fast_np = torch.tanh, layers.np.tanh
 
     def slowed(fn):
         def slow(x):
@@ -199,10 +199,10 @@ def test_numpy_tanh_is_chosen_only_where_torchs_kernel_is_much_slower(monkeypatc
             return fn(x)
         return slow
 
-    monkeypatch.setattr(models.torch, "tanh", slowed(fast_tanh))
+    monkeypatch.setattr(layers.torch, "tanh", slowed(fast_tanh))
     assert measure() is True
-    monkeypatch.setattr(models.torch, "tanh", fast_tanh)
-    monkeypatch.setattr(models.np, "tanh", slowed(fast_np))
+    monkeypatch.setattr(layers.torch, "tanh", fast_tanh)
+    monkeypatch.setattr(layers.np, "tanh", slowed(fast_np))
     assert measure() is False
     monkeypatch.undo()
-    assert models.numpy_tanh_pays() is models.numpy_tanh_pays()  # measured once per process
+    assert layers.numpy_tanh_pays() is layers.numpy_tanh_pays()  # measured once per process

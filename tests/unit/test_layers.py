@@ -1,0 +1,202 @@
+"""rlmesh's imports point down the layers that docs/architecture.md ("Layers") states, and
+no module of rlmesh reaches itself through its imports: every import statement counts,
+at module level, inside functions and under ``TYPE_CHECKING``, and so does
+``importlib.import_module("rlmesh....")`` with a literal name."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "rlmesh"
+
+# Top to bottom: a module may import its own layer and the ones below it. Each entry is a
+# module or a package of rlmesh; the longest one that holds a module names its layer.
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("command", ("rlmesh", "rlmesh.__main__")),
+    ("launcher", ("rlmesh.launcher",)),
+    ("cli", ("rlmesh.cli",)),
+    ("tune", ("rlmesh.tune",)),
+    ("algorithms", ("rlmesh.algorithms", "rlmesh.tuned_examples")),
+    ("driver", ("rlmesh.driver", "rlmesh.results")),
+    ("roles", ("rlmesh.roles", "rlmesh.named_actors")),
+    ("policy", ("rlmesh.policy", "rlmesh.callbacks", "rlmesh.client", "rlmesh.offline",
+                "rlmesh.models")),
+    ("config", ("rlmesh.config",)),
+    ("envs", ("rlmesh.envs", "rlmesh.env", "rlmesh.preprocessing", "rlmesh.video")),
+    ("rl", ("rlmesh.rl",)),
+    ("runtime", ("rlmesh.runtime", "rlmesh.code", "rlmesh.quick_exit")),
+    ("wire", ("rlmesh.wire",)),
+    ("base", ("rlmesh.extras",)),
+]
+
+
+def _modules() -> dict[str, Path]:
+    """Every module of rlmesh by dotted name (a package by its own name)."""
+    out = {}
+    for path in PACKAGE.rglob("*.py"):
+        name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        out[name.removesuffix(".__init__")] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _owner(name: str) -> str | None:
+    """The module of rlmesh that ``name`` (a module, or a name inside one) is."""
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _imported(module: str, path: Path) -> dict[str, int]:
+    """``{imported module of rlmesh: line}`` for every import in ``path``. ``from p import
+    x`` runs ``p`` (a package's ``__init__``: an edge, unless ``p`` holds the importing
+    module, whose packages ran before it) and ``p.x`` where that is a module."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: dict[str, int] = {}
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = ".".join(parts + ([base] if base else []))
+            names = [f"{base}.{alias.name}" for alias in node.names
+                     if f"{base}.{alias.name}" in MODULES]
+            if not module.startswith(base + "."):  # a module's own packages ran before it
+                names.append(base)
+        elif (isinstance(node, ast.Call) and node.args
+              and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)
+              and getattr(node.func, "attr", getattr(node.func, "id", None)) == "import_module"):
+            names = [node.args[0].value]
+        for name in names:
+            target = _owner(name)
+            if target and target != module and target.split(".")[0] == "rlmesh":
+                found.setdefault(target, node.lineno)
+    return found
+
+
+GRAPH = {module: _imported(module, path) for module, path in MODULES.items()}
+
+
+def _layer(module: str) -> int:
+    best, rank = "", -1
+    for i, (_, members) in enumerate(LAYERS):
+        for member in members:
+            exact_root = member == "rlmesh"  # the package itself, not everything below it
+            if (module == member or (not exact_root and module.startswith(member + "."))) \
+                    and len(member) > len(best):
+                best, rank = member, i
+    assert rank >= 0, f"{module} has no layer in LAYERS: add it (and to docs/architecture.md)"
+    return rank
+
+
+def test_every_module_has_a_layer():
+    for module in MODULES:
+        _layer(module)
+
+
+def test_no_module_imports_a_higher_layer():
+    upward = [f"{module}:{line} imports {target} ({LAYERS[_layer(target)][0]} is above "
+              f"{LAYERS[_layer(module)][0]})"
+              for module, targets in sorted(GRAPH.items())
+              for target, line in sorted(targets.items()) if _layer(target) < _layer(module)]
+    assert not upward, "imports pointing up:\n" + "\n".join(upward)
+
+
+def _cycles() -> list[list[str]]:
+    """Strongly connected groups of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[list[str]] = []
+    for start in GRAPH:
+        if start in index:
+            continue
+        work = [(start, iter(GRAPH[start]))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, edges = work[-1]
+            for nxt in edges:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = len(index)
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, iter(GRAPH[nxt])))
+                    break
+                if nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    group = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        group.append(member)
+                        if member == node:
+                            break
+                    if len(group) > 1:
+                        groups.append(sorted(group))
+    return groups
+
+
+def test_no_import_cycle():
+    cycles = _cycles()
+    assert not cycles, "import cycles:\n" + "\n".join(
+        " <-> ".join(group) + "\n    " + "\n    ".join(
+            f"{a}:{GRAPH[a][b]} -> {b}" for a in group for b in GRAPH[a] if b in group)
+        for group in cycles)
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    """The check above cannot pass vacuously: a two-module cycle is found."""
+    saved = dict(GRAPH)
+    try:
+        GRAPH["rlmesh.wire.codec"] = {**GRAPH["rlmesh.wire.codec"], "rlmesh.wire.messages": 1}
+        GRAPH["rlmesh.wire.messages"] = {**GRAPH["rlmesh.wire.messages"], "rlmesh.wire.codec": 1}
+        assert ["rlmesh.wire.codec", "rlmesh.wire.messages"] in _cycles()
+    finally:
+        GRAPH.clear()
+        GRAPH.update(saved)
+
+
+def test_the_import_scan_sees_function_level_and_importlib_imports(tmp_path):
+    source = tmp_path / "mod.py"
+    source.write_text("import importlib\n"
+                      "def f():\n    from rlmesh.wire import codec\n"
+                      "def g():\n    return importlib.import_module('rlmesh.cli.train')\n"
+                      "LATER = 'rlmesh.roles.env_runner:EnvRunner'  # a path handed on, not an import\n")
+    assert set(_imported("rlmesh.rl.mod", source)) == {
+        "rlmesh.wire", "rlmesh.wire.codec", "rlmesh.cli.train"}
+
+
+def test_the_architecture_page_states_these_layers():
+    """docs/architecture.md's "Layers" block lists the same layers, in the same order, each
+    with the same members."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    section = text.split("\n## Layers\n", 1)[1].split("\n## ", 1)[0]
+    block = section.split("```", 2)[1]
+    stated: list[tuple[str, set[str]]] = []
+    for line in block.splitlines():
+        match = re.match(r"^(\w+)\s{2,}", line)
+        if match:
+            stated.append((match.group(1), set()))
+        if stated:
+            stated[-1][1].update(re.findall(r"\brlmesh(?:[./]\w+)*(?:\.py)?\b|\brlmesh\b", line))
+    assert [name for name, _ in stated] == [name for name, _ in LAYERS]
+    for (name, members), (_, doc_members) in zip(LAYERS, stated):
+        as_paths = {m.replace(".", "/") if m != "rlmesh" else m for m in members}
+        doc_paths = {m.removesuffix(".py") for m in doc_members}
+        assert as_paths <= doc_paths, f"layer {name}: the page lacks {sorted(as_paths - doc_paths)}"
