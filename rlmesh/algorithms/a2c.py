@@ -8,12 +8,15 @@ env runner, computes values and GAE on the learner, and takes one gradient step.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from rlmesh.algorithms.a2c_config import A2CConfig
 from rlmesh.algorithms.advantages import gae_samples
 from rlmesh.driver.algorithm import Algorithm
 from rlmesh.policy.learner_stats import entropy_of, explained_variance
+from rlmesh.policy.sgd import MinibatchSGD
 from rlmesh.policy.torch_policy import TorchPolicy
 from rlmesh.rl.optim import Adam, RMSprop, from_config
 
@@ -51,31 +54,38 @@ class A2CTorchPolicy(TorchPolicy):
                        "entropy_coeff": entropy_coeff,
                        "vf_explained_var": explained_variance(mb["value_targets"], values)}
 
-    def _step(self, mb: Tensors) -> dict[str, float]:
-        """TorchPolicy's step, its gradient summed over microbatches first when
-        ``microbatch_size`` is set. Each part's loss is a mean over its samples, so it is
-        weighted by its share of the batch: the sum is the whole batch's gradient (RLlib
-        sums unweighted, which scales the step with the number of parts)."""
+    def update(self, batch: dict[str, Any], timesteps: int, num_epochs: int | None = None,
+               minibatch_size: int | None = None, num_minibatches: int | None = None
+               ) -> dict[str, float]:
+        """GAE (``prepare_batch``), then the one minibatch loop; with ``microbatch_size``
+        each gradient step's gradient is summed over microbatches first. Each part's loss
+        is a mean over its samples, so it is weighted by its share of the batch: the sum is
+        the whole batch's gradient (RLlib sums unweighted, which scales the step with the
+        number of parts)."""
+        sgd = MinibatchSGD(self, timesteps)
+        train = self.prepare_batch(sgd.on_device(batch))
         size = self.config.microbatch_size
-        n = len(mb["advantages"])
-        if size is None or size >= n:
-            return super()._step(mb)
-        self.optimizer.zero_grad(set_to_none=True)
-        stats: dict[str, float] = {}
-        for start in range(0, n, size):
-            part = {k: v[start:start + size] for k, v in mb.items()}
-            share = len(part["advantages"]) / n
-            loss, part_stats = self.learner_loss(part)
-            (loss * share).backward()
-            # Weighted like the losses: the batch's means (the explained variance, not
-            # a mean itself, only roughly).
-            for k, v in part_stats.items():
-                stats[k] = stats.get(k, 0.0) + share * float(v)
-        if self.data_parallel is not None:
-            self.data_parallel.average_gradients(self.model.parameters())
-        stats.update({k: float(v) for k, v in self.extra_grad_process().items()})
-        self.optimizer.step()
-        return stats
+        for mb in sgd.minibatches(train, num_epochs, minibatch_size, num_minibatches):
+            n = len(mb["advantages"])
+            if size is None or size >= n:
+                with self.precision():
+                    loss, stats = self.loss(mb)
+                sgd.step(loss, stats)
+                continue
+            self.optimizer.zero_grad(set_to_none=True)
+            stats = {}
+            for start in range(0, n, size):
+                part = {k: v[start:start + size] for k, v in mb.items()}
+                share = len(part["advantages"]) / n
+                with self.precision():
+                    loss, part_stats = self.loss(part)
+                (loss * share).backward()
+                # Weighted like the losses: the batch's means (the explained variance, not
+                # a mean itself, only roughly).
+                for k, v in part_stats.items():
+                    stats[k] = stats.get(k, 0.0) + share * float(v)
+            sgd.apply(stats)
+        return sgd.finish()
 
 
 class A2C(Algorithm):

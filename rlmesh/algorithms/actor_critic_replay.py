@@ -75,11 +75,9 @@ class ActorCriticReplayPolicy(OffPolicyTorchPolicy):
         if self.updates_actor():  # TD3: the targets follow the delayed actor
             super().maybe_update_target()
 
-    def learn_minibatch(self, mb: dict[str, torch.Tensor]) -> dict[str, Any] | None:
+    def before_gradient_step(self) -> None:
         self._actor_step = self.updates_actor()
-        stats = super().learn_minibatch(mb)
         self.state["num_grad_steps"] = self.grad_steps() + 1
-        return stats
 
     # --- weights: the runners act with the actor alone ---
 

@@ -151,10 +151,11 @@ class MARWIL(Algorithm):
             self.env_runners.sync_weights()
         return stats
 
-    def training_iteration(self) -> dict[str, Any]:
+    def iteration_result(self, start: float, learner_stats: dict[str, dict[str, Any]]
+                         ) -> dict[str, Any]:
         """The iteration's result with the dataset's counts and the off-policy estimates
         (before Algorithm.train adds the evaluation and calls on_train_result)."""
-        result = super().training_iteration()
+        result = super().iteration_result(start, learner_stats)
         # RLlib's old stack counts the rows it trains on as agent steps trained too
         result["num_agent_steps_trained"] = result["num_env_steps_trained"]
         datasets = [d for _, d in self.sources if d is not None]

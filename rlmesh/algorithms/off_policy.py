@@ -14,9 +14,10 @@ How a replay-based algorithm is written on it
   discounts`` (gamma**k, 0 after a termination: every target is ``r + discounts * V'``),
   ``weights`` (importance weights; 1 without prioritized replay)). ``stats["td_error"]``,
   a ``[B]`` tensor, becomes the sampled transitions' new priorities (without it they
-  stay). A loss with several optimizers (actor, critic, alpha) overrides
-  ``learn_minibatch(mb) -> stats`` instead and steps them itself (returning None for a
-  step not applied). Targets are updated by ``maybe_update_target`` (every
+  stay). The update runs the one minibatch loop (``policy/sgd.py``): one gradient step
+  per replayed minibatch, the same optimizer step, clipping and statistics as every policy;
+  a loss over several networks steps them all at once (``rl/optim.Optimizers``), and
+  ``before_gradient_step`` says what the coming step moves (TD3). Targets are updated by ``maybe_update_target`` (every
   ``target_network_update_freq`` env steps, or every gradient step when 0, by ``tau``).
   Checkpoints keep the target network and ``self.state``; ``get_weights`` adds
   ``_timestep`` (env steps sampled) so runner-side exploration schedules follow the run.
@@ -50,10 +51,9 @@ from rlmesh.driver.env_runner_group import synchronous_parallel_sample
 from rlmesh.algorithms.off_policy_config import OffPolicyConfig
 from rlmesh.config.base import ConfigError
 from rlmesh.config.multi_agent import trainable
-from rlmesh.config.schedules import value_at
 from rlmesh.envs import as_space
+from rlmesh.policy.sgd import MinibatchSGD
 from rlmesh.policy.torch_policy import TorchPolicy, load_weights
-from rlmesh.rl.batch import to_tensors
 from rlmesh.rl.columns import DEFAULT_POLICY_ID
 from rlmesh.rl.nstep import NStepBuilder
 from rlmesh.rl.replay import (PrioritizedReplayBuffer, ReplayBuffer, ReplayMemoryError,
@@ -77,12 +77,7 @@ def make_replay(config: OffPolicyConfig, obs_space: Any, action_space: Any) -> R
 
 def replay_beta(config: OffPolicyConfig, timestep: int) -> float:
     """prioritized_replay_beta, annealed linearly over the env steps sampled."""
-    rb = config.replay_settings()
-    steps = rb["prioritized_replay_beta_annealing_timesteps"]
-    if not steps:
-        return float(rb["prioritized_replay_beta"])
-    return float(value_at([[0, rb["prioritized_replay_beta"]],
-                           [steps, rb["final_prioritized_replay_beta"]]], timestep))
+    return config.replay_beta(timestep)
 
 
 class OffPolicyTorchPolicy(TorchPolicy):
@@ -121,84 +116,42 @@ class OffPolicyTorchPolicy(TorchPolicy):
             torch._foreach_lerp_(target, online, tau)
 
     def update(self, batch: dict[str, Any], timesteps: int, **_: Any) -> dict[str, Any]:
-        """One gradient step per leading row of ``batch`` (``[K, B, ...]`` columns);
-        mean statistics, and ``td_error`` ``[K, B]`` (NaN where a step was skipped)."""
-        self.for_learning()
-        self.global_timestep = timesteps
-        rates = self.apply_learning_rates(timesteps)
-        tensors = to_tensors({k: v for k, v in batch.items() if k != "batch_indexes"}, self.device)
-        k_steps, size = tensors["rewards"].shape[:2]
+        """One gradient step per leading row of ``batch`` (``[K, B, ...]`` replayed
+        transitions) through the one minibatch loop (``MinibatchSGD``); the target network
+        synced by ``maybe_update_target``. Mean statistics, and ``td_error`` ``[K, B]``
+        (NaN where a step was skipped): the sampled transitions' new priorities."""
+        sgd = MinibatchSGD(self, timesteps)
+        train = sgd.on_device({k: v for k, v in batch.items() if k != "batch_indexes"})
         # On the learner's device: one copy to the host after the K steps, not one per step.
-        td = torch.full((k_steps, size), float("nan"), device=self.device)
-        sums: dict[str, float] = {}
-        done = 0
+        td = torch.full(train["rewards"].shape[:2], float("nan"), device=self.device)
         # Updated by env steps, the target network changes at most once per call (first):
         # what it computes for all K minibatches is then one batched pass.
         fixed_target = self.config.target_network_update_freq > 0
         if fixed_target:
             self.maybe_update_target()
             with torch.no_grad():
-                tensors.update(self.target_outputs(tensors))
-        for k in range(k_steps):
+                train.update(self.target_outputs(train))
+        for k, mb in enumerate(sgd.rows(train)):
             if not fixed_target:
                 self.maybe_update_target()
-            stats = self.learn_minibatch({key: v[k] for key, v in tensors.items()})
-            if stats is None:
-                continue
+            self.before_gradient_step()
+            with self.precision():
+                loss, stats = self.loss(mb)
             td_k = stats.pop("td_error", None)  # none: the priorities stay as they are
-            if td_k is not None:
+            if sgd.step(loss, stats) and td_k is not None:
                 td[k] = td_k.detach().float()
-            for key, v in stats.items():  # tensors summed as tensors: no sync per step
-                v = v.detach() if isinstance(v, torch.Tensor) else float(v)
-                sums[key] = sums[key] + v if key in sums else v
-            done += 1
-        self.num_updates += 1
-        self.num_env_steps_trained += k_steps * size
-        result = {key: float(v) / max(done, 1) for key, v in sums.items()}
-        self.after_update(result)
-        result.update(**rates, num_grad_updates=done, num_env_steps_trained=k_steps * size,
-                      num_nonfinite_updates_skipped=self.num_nonfinite_updates_skipped,
-                      **self.state)
+        result = sgd.finish()
         result["td_error"] = td.cpu().numpy()
         return result
 
-    def apply_learning_rates(self, timesteps: int) -> dict[str, float]:
-        """Set the optimizer's learning rate for ``timesteps`` env steps sampled (``lr``,
-        or ``lr_schedule``); what results report it as."""
-        lr = self.config.lr_at(timesteps)
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
-        return {"cur_lr": lr}
+    def before_gradient_step(self) -> None:
+        """Called before the loss of each gradient step (TD3: whether it moves the actor)."""
 
     def target_outputs(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Columns the target network computes for a whole ``[K, B, ...]`` batch at once
         (when it stays fixed over the K steps), added to each minibatch; the loss computes
         them itself where absent."""
         return {}
-
-    def learn_minibatch(self, mb: dict[str, torch.Tensor]) -> dict[str, Any] | None:
-        """One optimizer step on one minibatch (``loss``, clipping, the non-finite check);
-        None where it was not applied. TorchPolicy's step, with the parameter list kept:
-        walking the modules for it three times a step was a tenth of a small DQN step."""
-        if self.data_parallel is not None:
-            return self._step(mb)
-        loss, stats = self.learner_loss(mb)
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        params = self._params()
-        grads = [p.grad for p in params if p.grad is not None]
-        norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
-        if self.config.grad_clip is not None:
-            if self.config.grad_clip_by == "global_norm":
-                torch._foreach_mul_(grads, torch.clamp(self.config.grad_clip / (norm + 1e-6),
-                                                       max=1.0))
-            else:
-                stats.update(self.extra_grad_process())
-            stats["gradients_norm"] = norm
-        if not self._finite_update(loss, norm):
-            return None
-        self.optimizer.step()
-        return stats
 
     # --- weights and state ---
 
@@ -248,6 +201,10 @@ class OffPolicy(Algorithm):
         return specs
 
     def training_step(self) -> dict[str, dict[str, float]]:
+        """Round after round until ``min_sample_timesteps_per_iteration`` env steps: sample
+        -> replay add (n-step transitions) -> for the gradient steps owed, replay sample ->
+        update (K steps; the target network synced in the policy's update) -> priorities
+        back -> publish. Learner statistics of the last update by policy id."""
         cfg = self.config
         stats: dict[str, dict[str, float]] = {}
         trained = 0  # over every update of the iteration; the other statistics: the last's
@@ -256,13 +213,15 @@ class OffPolicy(Algorithm):
             with self.timer("sample_time_s"):
                 fragments = synchronous_parallel_sample(self.env_runners, max_env_steps=1)
             steps = self.store(fragments)
-            if self.timesteps_sampled >= cfg.num_steps_sampled_before_learning_starts:
-                k_steps = self.owed_gradient_steps(steps, len(fragments))
-                if k_steps:
-                    with self.timer("learn_time_s"):
-                        stats = self.learn(k_steps) or stats
-                    trained += sum(int(s.get("num_env_steps_trained", 0)) for s in stats.values())
-                    self.env_runners.sync_weights()
+            learning = self.timesteps_sampled >= cfg.num_steps_sampled_before_learning_starts
+            k_steps = self.owed_gradient_steps(steps, len(fragments)) if learning else 0
+            samples, batches = self.replay_sample(k_steps)
+            if batches:
+                with self.timer("learn_time_s"):
+                    stats = self.learner_group.update(batches, timesteps=self.timesteps_sampled)
+                self.update_priorities(samples, stats)
+                trained += sum(int(s.get("num_env_steps_trained", 0)) for s in stats.values())
+                self.env_runners.sync_weights()
             if self.env_runners.env_steps - start >= cfg.min_sample_timesteps_per_iteration:
                 if len(stats) == 1:
                     next(iter(stats.values()))["num_env_steps_trained"] = trained
@@ -297,13 +256,13 @@ class OffPolicy(Algorithm):
         self._updates_owed -= k_steps
         return k_steps
 
-    def learn(self, k_steps: int) -> dict[str, dict[str, float]]:
-        """``k_steps`` gradient steps on replayed minibatches in one learner call (each
-        trained policy's from its own buffer); the TD errors go back as priorities."""
+    def replay_sample(self, k_steps: int) -> tuple[dict[str, Any], dict[str, Any]]:
+        """``k_steps`` minibatches of ``train_batch_size`` from each trained policy's buffer:
+        the samples drawn (their indexes) and the ``[K, B, ...]`` batches by policy id."""
         size = self.config.train_batch_size
         beta = replay_beta(self.config, self.timesteps_sampled)
         samples, batches = {}, {}
-        for pid, replay in self.replays.items():
+        for pid, replay in self.replays.items() if k_steps else ():
             if len(replay) == 0 or (len(self.replays) > 1 and not trainable(self.config, pid)):
                 continue
             samples[pid] = sample = replay.sample(k_steps * size, beta=beta)
@@ -311,19 +270,22 @@ class OffPolicy(Algorithm):
             if "weights" not in batch:
                 batch["weights"] = np.ones((k_steps, size), np.float32)
             batches[pid] = batch
-        if not batches:
-            return {}
-        stats = self.learner_group.update_from_batch(batches, timesteps=self.timesteps_sampled)
+        return samples, batches
+
+    def update_priorities(self, samples: dict[str, Any], stats: dict[str, dict[str, Any]]
+                          ) -> None:
+        """The update's TD errors (taken out of ``stats``) as the replayed samples' new
+        priorities; a step not applied (NaN) leaves its samples' priorities as they were."""
         for pid, sample in samples.items():
             if pid not in stats or "td_error" not in stats[pid]:
                 continue
             td = np.asarray(stats[pid].pop("td_error")).reshape(-1)
             ok = np.isfinite(td)
             self.replays[pid].update_priorities(sample["batch_indexes"][ok], td[ok])
-        return stats
 
-    def training_iteration(self) -> dict[str, Any]:
-        result = super().training_iteration()
+    def iteration_result(self, start: float, learner_stats: dict[str, dict[str, Any]]
+                         ) -> dict[str, Any]:
+        result = super().iteration_result(start, learner_stats)
         replays = self.replays.values()
         result.update(replay_buffer_size_bytes=sum(r.size_bytes for r in replays),
                       replay_buffer_num_transitions=sum(len(r) for r in replays),

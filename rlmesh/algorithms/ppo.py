@@ -1,4 +1,5 @@
-"""PPO (Schulman et al. 2017): its policy (what the learner computes from a batch, its loss).
+"""PPO (Schulman et al. 2017), top to bottom: the driver's training step, then the learner's
+update (GAE, epochs of shuffled minibatches), then the loss.
 
 Synchronous: each iteration samples ``train_batch_size`` env steps with the current
 policy (policy lag 0), computes values and GAE on the learner's device, then runs
@@ -6,26 +7,75 @@ policy (policy lag 0), computes values and GAE on the learner's device, then run
 runners sample the next batch during the update, with the weights of the update before
 (policy lag 1): the ratio is to the policy that acted (``action_logp``), so the clipped
 surrogate still bounds the step from it.
+
+From ``Algorithm.train()`` to the loss, with the learner in the driver (``num_learners=0``):
+train -> PPO.training_step -> Learner.update_from_batch -> PPOTorchPolicy.update -> loss.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from rlmesh.algorithms.advantages import gae_samples, standardized
-from rlmesh.driver.algorithm import Algorithm
 from rlmesh.algorithms.ppo_config import PPOConfig
+from rlmesh.driver.algorithm import Algorithm
+from rlmesh.driver.env_runner_group import synchronous_parallel_sample
 from rlmesh.policy.learner_stats import entropy_of, explained_variance
+from rlmesh.policy.sgd import MinibatchSGD
 from rlmesh.policy.torch_policy import TorchPolicy
+from rlmesh.rl.columns import merge_by_policy
 
 __all__ = ["PPO", "PPOConfig", "PPOTorchPolicy"]
+
+
+class PPO(Algorithm):
+    """PPO on the rlmesh mesh: env runners sample ``train_batch_size`` steps, the learners
+    (data-parallel when ``num_learners`` > 1) update, the param server hands the new weights
+    to the runners."""
+
+    config_class = PPOConfig
+    default_policy_class = "rlmesh.algorithms.ppo:PPOTorchPolicy"
+
+    def training_step(self) -> dict[str, dict[str, float]]:
+        """Sample -> update (advantages, epochs of minibatches: ``PPOTorchPolicy.update``)
+        -> publish; learner statistics by policy id."""
+        with self.timer("sample_time_s"):
+            fragments = synchronous_parallel_sample(self.env_runners,
+                                                    max_env_steps=self.config.train_batch_size)
+        if not any(f["env_steps"] for f in fragments):
+            return {}  # policy-server clients sent nothing in time: an idle iteration
+        with self.timer("learn_time_s"):
+            stats = self.learner_group.update(merge_by_policy(fragments),
+                                              timesteps=self.timesteps_sampled)
+        self.env_runners.sync_weights(sorted(stats) or None)  # untrained ones stay as they are
+        return stats
 
 
 class PPOTorchPolicy(TorchPolicy):
     """PPO's learner side: values and GAE over the time-major batch, the clipped surrogate,
     the value loss, the entropy bonus and the adaptive KL penalty."""
 
+    def update(self, batch: dict[str, Any], timesteps: int, num_epochs: int | None = None,
+               minibatch_size: int | None = None, num_minibatches: int | None = None
+               ) -> dict[str, float]:
+        """One update from the time-major batch the runners sampled: values and GAE
+        advantages (``prepare_batch``), then ``num_epochs`` passes over shuffled minibatches
+        of ``minibatch_size``, one gradient step on the loss of each (``MinibatchSGD``: the
+        optimizer step, clipping, the lr schedule, statistics), then the diagnostics and
+        the KL coefficient (``update_stats``, ``after_update``)."""
+        sgd = MinibatchSGD(self, timesteps)
+        train = self.prepare_batch(sgd.on_device(batch))
+        for mb in sgd.minibatches(train, num_epochs, minibatch_size, num_minibatches):
+            with self.precision():
+                loss, stats = self.loss(mb)
+            sgd.step(loss, stats)
+        return sgd.finish()
+
     def prepare_batch(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The flat train samples with values, GAE advantages (standardized) and value
+        targets, computed over the time-major batch on the learner's device."""
         cfg = self.config
         flat = gae_samples(self.model, batch, cfg.gamma, cfg.gae_lambda())
         flat["advantages"] = standardized(flat["advantages"], flat.get("seq_mask"))
@@ -91,12 +141,3 @@ def adapt_kl_coeff(policy: TorchPolicy, kl: float) -> None:
     elif kl < 0.5 * cfg.kl_target:
         coeff *= 0.5
     policy.state["cur_kl_coeff"] = coeff
-
-
-class PPO(Algorithm):
-    """PPO on the rlmesh mesh: env runners sample ``train_batch_size`` steps, the learners
-    (data-parallel when ``num_learners`` > 1) update, the param server hands the new weights
-    to the runners (``Algorithm.training_step``)."""
-
-    config_class = PPOConfig
-    default_policy_class = PPOTorchPolicy

@@ -39,7 +39,7 @@ from rlmesh.preprocessing import model_obs_space
 from rlmesh.policy.spec import PolicySpec, build_policy_from_data
 from rlmesh.rl.columns import DEFAULT_POLICY_ID, merge_by_policy
 from rlmesh.rl.filters import make_filter
-from rlmesh.roles.data_parallel import check_learner_gpus
+from rlmesh.config.learner_gpus import check_learner_gpus
 from rlmesh.runtime import ActorUnavailable, RemoteError
 from rlmesh.runtime.logtail import LogTail, level_number
 
@@ -160,7 +160,8 @@ class Algorithm:
 
     def _driver_policies(self) -> dict[str, Policy]:
         """The policies ``get_policy`` returns: the learner's own when it runs here, else
-        copies kept at the newest published weights."""
+        copies that load the param server's newest weights when used (``get_policy``)."""
+        self._copy_versions: dict[str, int] = {}  # the version each copy holds
         if self.learner_group.local is not None:
             return self.learner_group.local.policies
         return {pid: build_policy_from_data(spec, self.config, runner=False)
@@ -353,12 +354,9 @@ class Algorithm:
             self._timers[name] = self._timers.get(name, 0.0) + time.perf_counter() - start
 
     def _publish(self, policies: list[str] | None = None) -> int:
-        """The learners' weights to the param server (and the driver's copies); the version."""
-        weights = self.learner_group.get_weights(policies)
-        if self.learner_group.local is None:
-            for pid, w in weights.items():
-                self._policies[pid].set_weights(w)
-        return self.mesh.publish(weights)
+        """The learners' weights to the param server, which pushes them to the runners; the
+        version (the driver's copies take them when next used: ``get_policy``)."""
+        return self.learner_group.publish(policies)
 
     def publish(self, policies: list[str] | None = None) -> int:
         """The learners' weights (of ``policies``, default all) to the param server, from
@@ -376,9 +374,15 @@ class Algorithm:
         """The policy ``policy_id`` (``compute_actions``, ``.model``, ``export_model``), at
         the newest published weights."""
         try:
-            return self._policies[policy_id]
+            policy = self._policies[policy_id]
         except KeyError:
             raise KeyError(f"no policy {policy_id!r}; this algorithm has {sorted(self._policies)}") from None
+        if self.learner_group.local is None:  # a copy: the param server's newest, if newer
+            latest = self.mesh.latest_weights(policy_id)
+            if latest is not None and latest[0] > self._copy_versions.get(policy_id, -1):
+                policy.set_weights(latest[1])
+                self._copy_versions[policy_id] = latest[0]
+        return policy
 
     def add_policy(self, policy_id: str, policy_cls: Any = None, **kwargs: Any) -> Policy:
         """Add a policy while training (RLlib's signature: ``observation_space``,

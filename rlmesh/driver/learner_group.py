@@ -24,7 +24,7 @@ class LearnerGroup:
         self.mesh = mesh
         self.local: Learner | None = None
         if config.num_learners == 0 and not mesh.asynchronous:
-            from rlmesh.roles.data_parallel import learner_device
+            from rlmesh.policy.device import learner_device
 
             # As a learner process would choose: no quiet fall-back to the CPU.
             device = learner_device(config.num_gpus_per_learner, 0, config.fake_gpus)
@@ -142,6 +142,14 @@ class LearnerGroup:
             self._run(self._on_all("apply_gradients", gradients, timesteps, timeout=None))
 
     # --- weights and state ---
+
+    def publish(self, policy_ids: list[str] | None = None) -> int:
+        """A new version of the weights of ``policy_ids`` (default all) to the param server,
+        which pushes it to the runners; the version. Learner actors send theirs straight
+        (rank 0): only the version comes back to the driver."""
+        if self.local is not None:
+            return self.mesh.publish(self.local.get_weights(policy_ids))
+        return self.mesh.publish(policies=policy_ids)
 
     def get_weights(self, policy_ids: list[str] | None = None) -> dict[str, dict[str, np.ndarray]]:
         if self.local is not None:

@@ -1,13 +1,14 @@
 """``TorchPolicy``: a policy with a torch model, its action distribution, an optimizer and a
-loss. The runner side samples from the model; the learner side runs the update every
-algorithm shares (batch preparation, epochs of minibatch SGD, gradient clipping, the
-learning-rate schedule) around the algorithm's ``prepare_batch``, ``loss``,
+loss. The runner side samples from the model; the learner side's ``update`` is
+``prepare_batch``, then the one minibatch loop (``policy/sgd.py``: epochs of minibatches,
+gradient steps with clipping, the learning-rate schedule, statistics) around ``loss``, then
 ``update_stats`` and ``after_update``. An algorithm's policy is a subclass that overrides
-those. The statistics it reports are made with ``learner_stats``.
+those (and may write its ``update`` out, as PPO's does, with the same loop).
 """
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import gymnasium as gym
@@ -16,11 +17,10 @@ import torch
 
 from rlmesh.runtime.import_path import import_object
 from rlmesh.policy.numpy_mlp import NumpyMLPPolicy
-from rlmesh.policy.learner_stats import mean_stats
 from rlmesh.policy.policy import Policy, class_path
-from rlmesh.policy.recurrent import (SEQ_MASK, flat_steps, is_recurrent, num_steps,
-                                     sequence_outputs, sequences_per_minibatch)
-from rlmesh.rl.batch import minibatches, to_tensors
+from rlmesh.policy.recurrent import SEQ_MASK, flat_steps, is_recurrent, sequence_outputs
+from rlmesh.policy.sgd import MinibatchSGD
+from rlmesh.rl.batch import to_tensors
 from rlmesh.rl.columns import (ColumnSpec, Columns, SampleBatch, action_dist_columns,
                                optional_columns, postprocessed_samples, space_layout)
 from rlmesh.rl.distributions import distribution_for
@@ -91,6 +91,8 @@ class TorchPolicy(Policy):
         """Ready this copy to learn (the learner calls it once): the optimizer."""
         if self.optimizer is None:
             self.optimizer = self.make_optimizer()
+            if getattr(self.config, "torch_compile_learner", False):
+                self.loss = _compiled_loss(self)  # type: ignore[method-assign]
         return self
 
     @classmethod
@@ -235,102 +237,61 @@ class TorchPolicy(Policy):
             return {}
         return {"gradients_norm": self._clip_gradients()}
 
-    # --- learner side: the shared update ---
+    # --- learner side: the update (the loop itself: policy/sgd.py) ---
 
     def update(self, batch: dict[str, Any], timesteps: int, num_epochs: int | None = None,
                minibatch_size: int | None = None, num_minibatches: int | None = None
                ) -> dict[str, float]:
-        """``num_epochs`` (default: the config's) passes of minibatch SGD over one batch;
-        returns mean statistics. ``num_minibatches`` cuts each epoch into that many parts
+        """One update from the time-major batch the learner received: ``prepare_batch``,
+        then ``num_epochs`` (default: the config's) passes of minibatch SGD on ``loss``;
+        mean statistics. ``num_minibatches`` cuts each epoch into that many parts
         (data-parallel learners, so every rank steps equally often)."""
-        self.global_timestep = timesteps
-        arrays = {k: v for k, v in batch.items() if isinstance(v, (np.ndarray, torch.Tensor))}
-        if self.device.type == "cuda":  # from page-locked host memory, without blocking
-            from rlmesh.roles.data_parallel import to_device
-
-            tensors = to_device(arrays, self.device)
-        else:
-            tensors = to_tensors(arrays, self.device)
-        train = SampleBatch(self.prepare_batch(tensors))
-        # A whole time-major batch steps on all of it at once: no minibatches to cut then.
-        whole = bool(train.pop("_whole_batch", False))
-        n = int(train["mask"].sum()) if whole else len(next(iter(train.values())))
-        return self._sgd(train, n, whole, timesteps, num_epochs, minibatch_size, num_minibatches)
+        sgd = MinibatchSGD(self, timesteps)
+        train = self.prepare_batch(sgd.on_device(batch))
+        for mb in sgd.minibatches(train, num_epochs, minibatch_size, num_minibatches):
+            with self.precision():
+                loss, stats = self.loss(mb)
+            sgd.step(loss, stats)
+        return sgd.finish()
 
     def learn_on_batch(self, samples: SampleBatch | dict[str, Any]) -> dict[str, float]:
         """Minibatch SGD on flat samples as given (no ``prepare_batch``)."""
-        train = SampleBatch(to_tensors({k: v for k, v in samples.items()
-                                        if isinstance(v, (np.ndarray, torch.Tensor))}, self.device))
-        n = len(next(iter(train.values())))
-        return self._sgd(train, n, False, self.global_timestep, None, None, None)
+        sgd = MinibatchSGD(self, self.global_timestep)
+        for mb in sgd.minibatches(sgd.on_device(samples)):
+            with self.precision():
+                loss, stats = self.loss(mb)
+            sgd.step(loss, stats)
+        return sgd.finish()
 
-    def _sgd(self, train: Tensors, n: int, whole: bool, timesteps: int, num_epochs: int | None,
-             minibatch_size: int | None, num_minibatches: int | None) -> dict[str, float]:
-        cfg = self.config
-        self.for_learning()
-        lr = cfg.lr_at(timesteps)
+    def apply_learning_rates(self, timesteps: int) -> dict[str, float]:
+        """Set the optimizer's learning rate for ``timesteps`` env steps sampled (``lr``,
+        or ``lr_schedule``); what results report it as."""
+        lr = self.config.lr_at(timesteps)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        size = min(minibatch_size or cfg.minibatch_size or n, max(n, 1))
-        if SEQ_MASK in train and (minibatch_size or cfg.minibatch_size):
-            # n sequences: minibatches of whole ones, of about minibatch_size steps
-            size = min(sequences_per_minibatch(minibatch_size or cfg.minibatch_size,
-                                               train[SEQ_MASK].shape[1]), max(n, 1))
-        # Only shuffling draws from it (seeding from the OS costs ~35 us an update here).
-        rng = (np.random.default_rng(None if cfg.seed is None else cfg.seed + self.num_updates)
-               if cfg.shuffle_batch_per_epoch and not whole else None)
-        taken: list[dict[str, Any]] = []  # each applied step's statistics, read once below
-        for _ in range(cfg.num_epochs if num_epochs is None else num_epochs):
-            cut = not whole and (size < n or num_minibatches is not None)
-            for idx in (minibatches(n, size, rng, num_minibatches) if cut else [None]):
-                if idx is None:
-                    mb = train
-                else:
-                    index = torch.as_tensor(idx, device=self.device)
-                    mb = SampleBatch({k: v[index] for k, v in train.items()})
-                stats = self._step(mb)
-                if stats is None:  # not applied: a non-finite loss or gradient (on_nonfinite "skip")
-                    continue
-                taken.append(stats)
-        result, count = mean_stats(taken), len(taken)
-        if not whole:
-            result.update(mean_stats([self.update_stats(train, size)]))
-        result["num_nonfinite_updates_skipped"] = self.num_nonfinite_updates_skipped
-        self.num_updates += 1
-        steps = num_steps(train) if SEQ_MASK in train else n
-        self.num_env_steps_trained += steps
-        self.after_update(result)
-        if self._after_train_step is not None:
-            self._after_train_step(self, result)
-        result.update(cur_lr=lr, num_grad_updates=count, num_env_steps_trained=steps, **self.state)
-        return result
+        return {"cur_lr": lr}
+
+    @property
+    def bf16(self) -> bool:
+        """Whether the loss runs under bf16 autocast (``_torch_autocast``)."""
+        return getattr(self.config, "torch_autocast", None) == "bf16"
+
+    def precision(self) -> contextlib.AbstractContextManager[Any]:
+        """Where the learner computes the loss: under bf16 autocast where the config asks
+        for it (the weights and their gradients stay float32)."""
+        if not self.bf16:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=torch.bfloat16)
 
     def learner_loss(self, mb: Tensors) -> tuple[torch.Tensor, dict[str, Any]]:
-        """``loss`` as the learner computes it: under bf16 autocast (``_torch_autocast``),
-        compiled (``torch_compile_learner``) where the config asks for it."""
-        loss_fn = self.__dict__.get("_loss_fn")
-        if loss_fn is None:
-            loss_fn = self.__dict__["_loss_fn"] = _compiled_loss(self)
-        if getattr(self.config, "torch_autocast", None) != "bf16":
-            return loss_fn(mb)
-        with torch.autocast(self.device.type, dtype=torch.bfloat16):
-            loss, stats = loss_fn(mb)
-        # Statistics in float32 (mean_stats stacks them); the loss's dtype is backward's.
-        return loss, {k: v.float() if isinstance(v, torch.Tensor) and v.is_floating_point() else v
-                      for k, v in stats.items()}
-
-    def _step(self, mb: Tensors) -> dict[str, Any] | None:
-        """One optimizer step on a minibatch; None where it was not applied (non-finite)."""
-        loss, stats = self.learner_loss(mb)
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if self.data_parallel is not None:  # every learner steps on the mean gradient
-            self.data_parallel.average_gradients(self._params())
-        stats = {**stats, **self.extra_grad_process()}
-        if not self._finite_update(loss, stats.get("gradients_norm")):
-            return None
-        self.optimizer.step()
-        return stats
+        """``loss`` as the learner computes it (``precision``, compiled where configured),
+        its statistics in float32."""
+        with self.precision():
+            loss, stats = self.loss(mb)
+        if self.bf16:
+            stats = {k: v.float() if isinstance(v, torch.Tensor) and v.is_floating_point() else v
+                     for k, v in stats.items()}
+        return loss, stats
 
     def _finite_update(self, loss: torch.Tensor | None, norm: torch.Tensor | None) -> bool:
         """False (counted, or NonFiniteError with on_nonfinite "raise") if the loss or the
@@ -399,9 +360,7 @@ class TorchPolicy(Policy):
 
     def apply_gradients(self, gradients: dict[str, Any]) -> None:
         """One optimizer step with ``gradients`` (by parameter name) as the gradients."""
-        self.for_learning()
-        for group in self.optimizer.param_groups:
-            group["lr"] = self.config.lr_at(self.global_timestep)
+        self.for_learning().apply_learning_rates(self.global_timestep)
         for name, p in self.model.named_parameters():
             g = gradients.get(name)
             # A copy: arrays off the wire are read-only views of the received message.
@@ -442,11 +401,10 @@ class TorchPolicy(Policy):
 
 
 def _compiled_loss(policy: TorchPolicy) -> Any:
-    """``policy.loss``, through torch.compile where ``torch_compile_learner`` is set. Shapes
-    vary from batch to batch (valid samples, the last minibatch): compiled as dynamic."""
+    """``policy.loss`` through torch.compile (``torch_compile_learner``), in place of the
+    method on this learner's copy. Shapes vary from batch to batch (valid samples, the last
+    minibatch): compiled as dynamic."""
     cfg = policy.config
-    if not getattr(cfg, "torch_compile_learner", False):
-        return policy.loss
     return torch.compile(policy.loss, backend=cfg.torch_compile_learner_dynamo_backend,
                          mode=cfg.torch_compile_learner_dynamo_mode, dynamic=True)
 
