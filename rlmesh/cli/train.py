@@ -251,7 +251,7 @@ def build_algorithm(config):
     """Start the algorithm (tests replace this to train without processes). Its env
     runners' interpreters start first, so that their imports overlap the driver's (torch)."""
     from rlmesh.driver.mesh import prestart_runners
-    from rlmesh.roles.data_parallel import check_learner_gpus
+    from rlmesh.config.learner_gpus import check_learner_gpus
     from rlmesh.runtime.process import discard_warm
 
     # Before the runners' interpreters start: a run that cannot get its GPUs starts nothing.

@@ -13,7 +13,6 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from rlmesh.config.settings import ConfigError
 from rlmesh.policy.policy import Policy
 from rlmesh.rl.es import SGD, Adam, ars_gradient, es_gradient
 from rlmesh.rl.noise_table import NoiseTable
@@ -44,7 +43,7 @@ class ESPolicy(Policy):
         self.shapes = list(zip(sizes[:-1], sizes[1:]))
         self.dim = sum(i * o + o for i, o in self.shapes)
         if self.dim > config.noise_size:
-            raise ConfigError(f"the policy has {self.dim} parameters, more than the noise table's "
+            raise ValueError(f"the policy has {self.dim} parameters, more than the noise table's "
                              f"noise_size ({config.noise_size}): raise noise_size or use a "
                              "smaller model (fcnet_hiddens)")
         self.theta = np.zeros(self.dim, np.float32)

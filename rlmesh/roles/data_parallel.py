@@ -1,6 +1,6 @@
 """Data-parallel learners: gradient and statistics averaging over torch.distributed, on this
-machine or across a launched cluster's nodes; the choice of a learner's device, and moving a
-batch onto it.
+machine or across a launched cluster's nodes (a learner's device, and moving a batch onto
+it: policy/device.py; whether the learners' GPUs exist: config/learner_gpus.py).
 
 The rendezvous: rank 0 binds a socket on its node's address (``listen_socket``: loopback on
 one machine, the node's cluster address under ``rlmesh launch``) and the driver hands that
@@ -12,7 +12,6 @@ refused unless ``learner_rendezvous_private_only`` is turned off (docs/security.
 from __future__ import annotations
 
 import ipaddress
-import math
 import os
 import socket
 import zlib
@@ -22,7 +21,6 @@ from types import TracebackType
 from typing import Callable, Iterable, Iterator
 from urllib.parse import urlsplit
 
-import numpy as np
 import psutil
 import torch
 import torch.distributed as dist
@@ -288,90 +286,3 @@ def _interface_of(host: str) -> str:
             if mine == ip or (ip.is_loopback and mine.is_loopback and mine.version == 4):
                 return name
     raise RuntimeError(f"no network interface of this machine holds {host}")
-
-
-def check_learner_gpus(num_learners: int, num_gpus_per_learner: float, fake_gpus: bool = False,
-                       visible: int | None = None) -> None:
-    """ConfigError (one line, before any process starts) for learners that cannot get the
-    GPUs they ask for on this machine: no CUDA, more learners than GPUs, a fraction that
-    does not divide a GPU evenly, or more than one GPU per learner (a learner trains on one
-    device). ``visible``: the GPU count (default: torch's). A cluster run (``rlmesh launch``)
-    is placed by the launcher's scheduler over its nodes' GPUs instead."""
-    from rlmesh.config.settings import ConfigError
-    from rlmesh.runtime.job import jobs_are_local
-
-    g = num_gpus_per_learner
-    if g == 0:
-        return
-    if g > 1:
-        raise ConfigError(f"num_gpus_per_learner={g:g}: a learner trains on one GPU; for more "
-                          "GPUs, set num_learners (data-parallel learners, a GPU each)")
-    if g < 1 and abs(1 / g - round(1 / g)) > 1e-6:
-        raise ConfigError(f"num_gpus_per_learner={g:g} does not divide a GPU evenly; use 1/k "
-                          "(0.5, 0.25, ...) so that k learners share each GPU")
-    if fake_gpus or not jobs_are_local():
-        return
-    visible = torch.cuda.device_count() if visible is None else visible
-    n = max(1, num_learners)
-    if visible == 0:
-        raise ConfigError(
-            f"num_gpus_per_learner={g:g} was asked for, but no CUDA device is visible here "
-            "(torch.cuda.is_available() is False); set num_gpus_per_learner=0 to train on the "
-            "CPU, or _fake_gpus=True to run the GPU configuration on the CPU")
-    needed = math.ceil(n * g - 1e-6)
-    if needed > visible:
-        raise ConfigError(f"num_learners={n} x num_gpus_per_learner={g:g} needs {needed} GPUs; "
-                          f"this machine has {visible}. Lower num_learners, or share GPUs "
-                          f"(num_gpus_per_learner=1/k)")
-
-
-def learner_device(num_gpus_per_learner: float, local_rank: int,
-                   fake_gpus: bool = False) -> torch.device:
-    """Where learner ``local_rank`` on this machine trains.
-
-    With CUDA, learners go round-robin over the visible GPUs, so fractional requests put
-    several learners on one device. ``fake_gpus`` (RLlib's ``_fake_gpus``) runs the GPU
-    configuration on the CPU, so CI without GPUs exercises multi-learner GPU setups.
-    """
-    if num_gpus_per_learner < 0:
-        raise ValueError(f"num_gpus_per_learner={num_gpus_per_learner} must be >= 0")
-    if num_gpus_per_learner == 0:
-        return torch.device("cpu")
-    if torch.cuda.is_available():
-        return torch.device("cuda", local_rank % torch.cuda.device_count())
-    if fake_gpus:
-        return torch.device("cpu")
-    raise RuntimeError(
-        f"num_gpus_per_learner={num_gpus_per_learner:g} was asked for, but no CUDA device is "
-        "visible to this process (torch.cuda.is_available() is False); set "
-        "num_gpus_per_learner=0 to train on the CPU, or _fake_gpus=True to run the GPU "
-        "configuration on the CPU")
-
-
-def to_device(tensors: dict[str, torch.Tensor | np.ndarray],
-              device: torch.device) -> dict[str, torch.Tensor]:
-    """A batch of host arrays as tensors on ``device``, dtypes unchanged.
-
-    On the CPU, numpy arrays are shared, not copied, unless torch cannot use their memory
-    (read-only views of a receive buffer, negative strides). To a GPU, the copy goes from
-    page-locked memory and does not block the host; later work on the current CUDA
-    stream is ordered after it.
-    """
-    out: dict[str, torch.Tensor] = {}
-    for key, value in tensors.items():
-        t = value if isinstance(value, torch.Tensor) else _from_numpy(value)
-        if device.type == "cuda":
-            if t.device.type == "cpu":
-                t = t.pin_memory()
-            t = t.to(device, non_blocking=True)
-        else:
-            t = t.to(device)
-        out[key] = t
-    return out
-
-
-def _from_numpy(array: np.ndarray) -> torch.Tensor:
-    array = np.asarray(array)
-    if not array.flags.writeable or any(s < 0 for s in array.strides):
-        array = array.copy()
-    return torch.from_numpy(array)

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from rlmesh.roles.data_parallel import backend_for, learner_device, rendezvous_address, to_device
+from rlmesh.policy.device import learner_device, to_device
+from rlmesh.roles.data_parallel import backend_for, rendezvous_address
 
 no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -146,7 +147,7 @@ def test_a_public_address_is_refused_unless_the_setting_allows_it():
 ])
 def test_learner_gpus_that_cannot_be_had_are_one_line(learners, gpus, visible, words):
     from rlmesh.config.base import ConfigError
-    from rlmesh.roles.data_parallel import check_learner_gpus
+    from rlmesh.config.learner_gpus import check_learner_gpus
 
     with pytest.raises(ConfigError) as info:
         check_learner_gpus(learners, gpus, visible=visible)
@@ -158,7 +159,7 @@ def test_learner_gpus_that_cannot_be_had_are_one_line(learners, gpus, visible, w
     (2, 1, 0, True),  # _fake_gpus: the GPU configuration on the CPU
 ])
 def test_learner_gpus_that_fit_pass(learners, gpus, visible, fake):
-    from rlmesh.roles.data_parallel import check_learner_gpus
+    from rlmesh.config.learner_gpus import check_learner_gpus
 
     check_learner_gpus(learners, gpus, fake, visible=visible)
 
