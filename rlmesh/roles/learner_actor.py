@@ -54,7 +54,7 @@ class LearnerActor(Actor):
                  param_server: str = "param_server") -> None:
         from concurrent.futures import ThreadPoolExecutor
 
-        from rlmesh.roles.data_parallel import learner_device
+        from rlmesh.policy.device import learner_device
 
         cfg = self.config = import_object(config_cls, "config class").from_dict(config)
         device = learner_device(cfg.num_gpus_per_learner, rank, cfg.fake_gpus)
