@@ -90,7 +90,7 @@ def console() -> None:
     call ``main`` in their own process, which must go on)."""
     import signal
 
-    from rlmesh.quick_exit import exit_process
+    from rlmesh.runtime.quick_exit import exit_process
 
     # Ctrl-C and SIGTERM stop a run after its iteration and tear its processes down; a parent
     # that started us with them blocked (the mask survives exec: a test runner's thread did)

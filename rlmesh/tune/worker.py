@@ -130,7 +130,7 @@ def _join_cluster(cluster: dict, trial_id: str):
 
 
 if __name__ == "__main__":
-    from rlmesh.quick_exit import exit_process
+    from rlmesh.runtime.quick_exit import exit_process
 
     # The sweep counts a trial done at its exit: no second of torch's teardown first.
     exit_process(main(sys.argv[1], int(sys.argv[2])))
