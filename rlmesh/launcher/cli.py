@@ -90,7 +90,7 @@ def _session_or_error(cluster: Any, args: argparse.Namespace) -> Any:
 def launch(cluster: Any, args: argparse.Namespace) -> int:
     """The job of the file, its driver here and its actors on the nodes."""
     from rlmesh.config.settings import ConfigError
-    from rlmesh.launcher.scheduler import PlacementError
+    from rlmesh.placement.scheduler import PlacementError
 
     session = _session_or_error(cluster, args)
     if session is None:

@@ -21,8 +21,8 @@ from rlmesh.launcher.cluster_values import (BUILTIN_RESOURCES, NODE_RESOURCE, TO
                                             _boolean, _host, _Invalid, _join, _labels, _optional,
                                             _path, _port, _python, _resources, _show, _string,
                                             _strings, _table, _toml_text, _user)
-from rlmesh.launcher.node_resources import config_hash, detect_resources
-from rlmesh.launcher.scheduler import Node
+from rlmesh.placement.node_resources import config_hash, detect_resources
+from rlmesh.placement.scheduler import Node
 
 __all__ = ["BUILTIN_RESOURCES", "ClusterConfig", "ClusterConfigError", "HeadConfig", "JobConfig",
            "NodeConfig", "SSHConfig", "SSHTarget", "SecurityConfig", "SyncEntry", "config_hash",

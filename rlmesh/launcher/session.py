@@ -19,8 +19,8 @@ from typing import Any, Callable
 
 from rlmesh.launcher.cluster_config import ClusterConfig
 from rlmesh.launcher.remote import AgentProcess, NodeLink
-from rlmesh.launcher.scheduler import Placement, PlacementError, place, replace
 from rlmesh.launcher.ssh import SSH
+from rlmesh.placement.scheduler import Placement, PlacementError, place, replace
 from rlmesh.runtime import ActorEvent, Job, RestartPolicy
 from rlmesh.runtime.logtail import LogLines
 from rlmesh.runtime.process import ChildSpec

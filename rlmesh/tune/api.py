@@ -20,8 +20,8 @@ DEFAULT_METRIC = "episode_reward_mean"
 
 def local_nodes() -> list:
     """This machine as the scheduler sees a node (CPUs this process may use, GPUs, memory)."""
-    from rlmesh.launcher.node_resources import detect_resources
-    from rlmesh.launcher.scheduler import Node
+    from rlmesh.placement.node_resources import detect_resources
+    from rlmesh.placement.scheduler import Node
 
     return [Node("local", detect_resources())]
 

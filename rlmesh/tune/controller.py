@@ -120,7 +120,7 @@ class Sweep:
         return None
 
     def _start_what_fits(self) -> None:
-        from rlmesh.launcher.scheduler import PlacementError, place
+        from rlmesh.placement.scheduler import PlacementError, place
 
         while len(self.running) < self.max_concurrent:
             trial = self._next_pending()
@@ -154,7 +154,7 @@ class Sweep:
         train` runs it: alone, its processes sharing the cores, with one warning for the
         sweep. Its GPUs and custom resources must still fit, and on a launched cluster (where
         each trial's session places its actors by the request) it is refused as before."""
-        from rlmesh.launcher.scheduler import PlacementError, place
+        from rlmesh.placement.scheduler import PlacementError, place
         from rlmesh.runtime.resources import cpus_asked, oversubscribed_line, without_cpus
 
         refused = RuntimeError(f"trial {trial.trial_id} cannot be placed even on an idle "

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from rlmesh.launcher.scheduler import Node, Placement, place, replace
+from rlmesh.placement.scheduler import Node, Placement, place, replace
 from rlmesh.runtime.resources import Bundle, PlacementGroup
 
 from .bench_runtime import Row

@@ -41,7 +41,7 @@ def bench_overhead(sizes: TuneSizes, tmp: Path | None = None) -> list[Row]:
 
     from rlmesh import tune
     from rlmesh.tune import api, controller  # noqa: F401 (imports are not the sweep's cost,
-    from rlmesh.launcher import scheduler  # noqa: F401  as Optuna's import is not Optuna's)
+    from rlmesh.placement import scheduler  # noqa: F401  as Optuna's import is not Optuna's)
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     with tempfile.TemporaryDirectory() as root:

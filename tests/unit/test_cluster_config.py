@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from rlmesh.launcher import cluster_config as cc
-from rlmesh.launcher import node_resources
 from rlmesh.launcher.cluster_config import (ClusterConfig, ClusterConfigError, detect_resources,
                                             load_cluster, parse_cluster)
-from rlmesh.launcher.scheduler import place
+from rlmesh.placement import node_resources
+from rlmesh.placement.scheduler import place
 from rlmesh.runtime.resources import Bundle, PlacementGroup
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"

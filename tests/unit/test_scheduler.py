@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rlmesh.launcher.scheduler import (Node, Placement, PlacementError, place, replace)
+from rlmesh.placement.scheduler import (Node, Placement, PlacementError, place, replace)
 from rlmesh.runtime.resources import STRATEGIES, Bundle, PlacementGroup
 
 

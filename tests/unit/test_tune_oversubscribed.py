@@ -10,7 +10,7 @@ import time
 import pytest
 
 from rlmesh import tune
-from rlmesh.launcher.scheduler import Node
+from rlmesh.placement.scheduler import Node
 
 SPANS: list[tuple[float, float]] = []
 _LOCK = threading.Lock()

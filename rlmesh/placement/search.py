@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Collection
 
-from rlmesh.launcher.placement_cluster import Need, _Cluster, _largest_first
+from rlmesh.placement.cluster import Need, _Cluster, _largest_first
 
 SEARCH_BUDGET = 20_000  # fit checks a PACK/SPREAD group's fallback search may spend
 SEARCH_MAX_BUNDLES = 200  # larger groups skip that search (its recursion is one level a bundle)

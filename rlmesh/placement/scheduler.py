@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from typing import Collection, Iterable, Mapping, Sequence
 
-from rlmesh.launcher.placement_cluster import (Need, Node, Placement, _Cluster, _largest_first,
+from rlmesh.placement.cluster import (Need, Node, Placement, _Cluster, _largest_first,
                                                _total)
-from rlmesh.launcher.placement_errors import PlacementError, _Explain
-from rlmesh.launcher.placement_search import _match, _search
+from rlmesh.placement.errors import PlacementError, _Explain
+from rlmesh.placement.search import _match, _search
 from rlmesh.runtime.resources import Bundle, PlacementGroup
 
 __all__ = ["Bundle", "Node", "Placement", "PlacementError", "PlacementGroup", "place", "replace"]

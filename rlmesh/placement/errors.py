@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from rlmesh.launcher.placement_cluster import UNIT, Need, _Cluster, _fmt, _total
+from rlmesh.placement.cluster import UNIT, Need, _Cluster, _fmt, _total
 from rlmesh.runtime.resources import PlacementGroup
 
 
