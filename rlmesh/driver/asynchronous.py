@@ -45,8 +45,6 @@ class AsyncAlgorithm(Algorithm):
         self.timesteps_total += steps
         trained = sum(m["num_env_steps_trained"] for m in learners)
         self.num_env_steps_trained += trained
-        for pid, w in self.get_weights().items():  # get_policy's copies
-            self._policies[pid].set_weights(w)
         self.iteration += 1
         elapsed = time.perf_counter() - start
         self.time_total_s += elapsed

@@ -32,6 +32,7 @@ from rlmesh.roles.multi_agent_runner import MultiAgentPolicies
 from rlmesh.roles.multi_agent_sampler import bind_policies, sampler_for
 from rlmesh.roles.runner_policy import VersionedPolicies, make_runner_policies
 from rlmesh.runtime import Actor, ActorUnavailable, RemoteError, current_job
+from rlmesh.runtime.protocol import Protocol
 from rlmesh.runtime.import_path import code_names, import_object, is_file, resolve_sent
 
 log = logging.getLogger(__name__)
@@ -79,9 +80,20 @@ class EnvRunner(MultiAgentPolicies, VersionedPolicies, Actor):
 
     ``config`` is an algorithm config as a dict (``to_dict()``) with the driver's env
     registry, config class and policy specs (see ``runner_config``); ``worker_index`` counts from 1 (0: the runner in
-    the driver). Before each fragment it asks the actor named ``param_server`` for weights
-    newer than its own (``param_server=None``: weights only by ``set_weights``).
+    the driver). It subscribes to the actor named ``param_server``, which pushes newer
+    weights; each fragment starts with the newest pushed (``param_server=None``: weights
+    only by ``set_weights``).
     """
+
+    # The calls it serves (request and reply types: the methods' signatures below).
+    protocol = Protocol(
+        calls=("sample", "sample_and_compute_gradients", "compute_actions", "set_weights",
+               "take_weights", "get_weights", "add_policy", "remove_policy", "start_streaming",
+               "reset_streams", "pop_sampled", "get_filter_updates", "set_filter_state",
+               "get_filter_state", "get_spaces", "apply", "foreach_env", "call_env_method",
+               "metrics", "offline_stats"),
+        test_hooks=("pid",),
+    )
 
     def __init__(self, config: dict[str, Any], worker_index: int = 1,
                  param_server: str | None = "param_server") -> None:
@@ -144,8 +156,9 @@ class EnvRunner(MultiAgentPolicies, VersionedPolicies, Actor):
         self.complete_episodes = cfg.batch_mode == "complete_episodes"
         self._ps_name = param_server
         self._ps: Any = None
+        self._inbox: dict[str, Any] = {}
         self._stats = {"num_fragments": 0, "num_weight_updates": 0, "sample_time_s": 0.0,
-                       "num_fragments_lost": 0}
+                       "num_fragments_lost": 0, "num_weight_pushes": 0, "num_weight_pulls": 0}
         # Streaming (asynchronous algorithms): what was sampled since the driver last asked.
         self._stream_task: asyncio.Task[None] | None = None
         self._senders: list[Any] | None = None
@@ -175,9 +188,9 @@ class EnvRunner(MultiAgentPolicies, VersionedPolicies, Actor):
     async def sample(self, explore: bool | None = None,
                      weights_up_to: int | None = None) -> dict[str, Any]:
         """A fragment (see ``EnvSampler.sample``) with ``policy_version`` and ``worker_index``;
-        first loads newer weights from the param server, if there are any (see
-        ``_pull_weights`` for ``weights_up_to``)."""
-        await self._pull_weights(weights_up_to)
+        first loads the newest weights the param server pushed, if any (see
+        ``_refresh_weights`` for ``weights_up_to``)."""
+        await self._refresh_weights(weights_up_to)
         return self._sample_now(explore)
 
     def _sample_now(self, explore: bool | None = None) -> dict[str, Any]:
@@ -211,9 +224,8 @@ class EnvRunner(MultiAgentPolicies, VersionedPolicies, Actor):
 
     async def start_streaming(self, sinks: list[str], window: int) -> None:
         """Sample on and on: fragments go round robin to the actors named ``sinks`` (their
-        ``add_fragment``), at most ``window`` in flight to each. Weights are asked of the
-        param server as a fragment starts and taken, if newer, once it is shipped: sampling
-        never waits for them (a reply that is late is taken after a later fragment)."""
+        ``add_fragment``), at most ``window`` in flight to each. Weights the param server
+        pushed are taken once a fragment is shipped: sampling never waits for them."""
         self._sinks, self._window = list(sinks), window
         if self._stream_task is None:
             self._stream_task = asyncio.ensure_future(self._stream_loop())
@@ -224,16 +236,12 @@ class EnvRunner(MultiAgentPolicies, VersionedPolicies, Actor):
             sender.abort(reason)
 
     async def _stream_loop(self) -> None:
-        fetch: asyncio.Future[Any] | None = None
         try:
-            await self._pull_weights()  # the first fragment waits for the current weights
+            await self._refresh_weights()  # subscribes: the first fragment has the current weights
             for i in itertools.count():
                 if self._senders is None:
                     handles = [await self.job.get_actor(n, timeout=60) for n in self._sinks]
                     self._senders = [h.stream("add_fragment", self._window) for h in handles]
-                if fetch is None and self._ps_name is not None:
-                    fetch = asyncio.ensure_future(self._fetch_weights())
-                    await asyncio.sleep(0)  # the request leaves before sampling starts
                 fragment = self._sample_now()
                 self._sampled["episodes"].extend(fragment.pop("episodes"))
                 del fragment["num_env_errors"]  # pop_sampled reports the runner's count
@@ -244,9 +252,7 @@ class EnvRunner(MultiAgentPolicies, VersionedPolicies, Actor):
                     self._sampled["agent_steps"] = self._sampled.get("agent_steps", 0) + fragment["agent_steps"]
                 self._sampled["num_nonfinite_steps_skipped"] += fragment["num_nonfinite_steps_skipped"]
                 await self._ship(self._senders[i % len(self._senders)], fragment)
-                if fetch is not None and fetch.done():
-                    self._take_weights(fetch.result())  # a failed call raises here
-                    fetch = None
+                self._take_pushed()
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -254,9 +260,6 @@ class EnvRunner(MultiAgentPolicies, VersionedPolicies, Actor):
             self._stream_error = f"{type(exc).__name__}: {exc}"
             if self.job.role != "driver":  # a runner process of its own: the supervisor restarts it
                 os._exit(70)
-        finally:
-            if fetch is not None and not fetch.done():
-                fetch.cancel()
 
     async def _ship(self, sender: Any, fragment: dict[str, Any]) -> None:
         try:
@@ -298,7 +301,7 @@ class EnvRunner(MultiAgentPolicies, VersionedPolicies, Actor):
         this runner's (torch) policy; the episodes and env steps come along."""
         from rlmesh.rl.columns import merge_fragments
 
-        await self._pull_weights()
+        await self._refresh_weights()
         fragment = self._sample_now()
         grads, stats = self.policy.compute_gradients(merge_fragments([fragment]))
         return {"gradients": grads, "stats": stats, "episodes": fragment["episodes"],

@@ -26,6 +26,7 @@ from rlmesh.roles.env_runner import runner_config
 from rlmesh.roles.env_sampler import SEED_STRIDE
 from rlmesh.roles.runner_policy import VersionedPolicies, make_runner_policies
 from rlmesh.runtime import Actor
+from rlmesh.runtime.protocol import Protocol
 
 log = logging.getLogger(__name__)
 
@@ -101,8 +102,14 @@ class Evaluator:
 
 
 class ESRunner(VersionedPolicies, Actor):
-    """Evaluates perturbations when the driver calls ``do_rollouts``; weights come from the
-    actor named ``param_server`` (checked at each call), the noise table from the node's file."""
+    """Evaluates perturbations when the driver calls ``do_rollouts``; weights are pushed by
+    the actor named ``param_server`` (taken at each call), the noise table from the node's file."""
+
+    protocol = Protocol(
+        calls=("do_rollouts", "set_weights", "take_weights", "get_weights", "get_filter_updates",
+               "set_filter_state", "get_filter_state", "metrics"),
+        test_hooks=("pid",),
+    )
 
     def __init__(self, config: dict[str, Any], worker_index: int = 1,
                  param_server: str | None = "param_server") -> None:
@@ -117,13 +124,14 @@ class ESRunner(VersionedPolicies, Actor):
         self.evaluator = Evaluator(env, self.policy, NoiseTable.shared(cfg.noise_size),
                                    self.obs_filter, cfg, seed)
         self._ps_name, self._ps = param_server, None
+        self._inbox: dict[str, Any] = {}
         self._stats = {"num_weight_updates": 0, "num_calls": 0, "sample_time_s": 0.0,
-                       "num_env_steps_sampled": 0}
+                       "num_env_steps_sampled": 0, "num_weight_pushes": 0, "num_weight_pulls": 0}
 
     async def do_rollouts(self, min_pairs: int, min_steps: int) -> dict[str, Any]:
         """Mirrored pairs around the newest published weights (see ``Evaluator.rollouts``),
         stamped with their ``policy_version`` and this ``worker_index``."""
-        await self._pull_weights()
+        await self._refresh_weights()
         start = time.perf_counter()
         policy = self.policies[DEFAULT_POLICY_ID]
         out = await self.evaluator.rollouts(policy.get_flat(), min_pairs, min_steps)

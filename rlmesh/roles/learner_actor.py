@@ -23,9 +23,12 @@ from typing import Any, Iterator
 import numpy as np
 
 from rlmesh.runtime.import_path import import_object
+from rlmesh.rl.columns import DEFAULT_POLICY_ID
 from rlmesh.roles.learner import Learner
 from rlmesh.roles.learner_input import BatchBuilder, BatchQueue, LearnerInput
+from rlmesh.roles.replay_input import InputClosed, ReplayFeeder, ReplayInput
 from rlmesh.runtime import Actor
+from rlmesh.runtime.protocol import Protocol
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +49,15 @@ class LearnerActor(Actor):
     ``add_batch`` (a stream from aggregators) takes batches they joined.
     """
 
+    protocol = Protocol(
+        calls=("update", "apply_gradients", "start_async", "start_replay",
+               "replay_shard_restarted", "add_fragment", "dp_listen", "set_dp_address",
+               "publish", "pop_metrics", "num_updates", "get_weights", "set_weights",
+               "add_policy", "remove_policy", "get_state", "set_state"),
+        streams=("add_fragment", "add_batch"),
+        test_hooks=("weight_digests", "pid"),
+    )
+
     # The update thread needs the GIL between calls: the loop must not poll for them.
     spin_wait_us = 0
 
@@ -64,6 +76,9 @@ class LearnerActor(Actor):
         self.queue: BatchQueue | None = None
         self.input: LearnerInput | None = None
         self.builder: BatchBuilder | None = None
+        # APEX's input instead: batches sampled from replay shards (start_replay).
+        self.replay: ReplayInput | None = None
+        self._feeder: ReplayFeeder | None = None
         # How long a data-parallel collective waits for the other ranks.
         self._dp_timeout = float(getattr(cfg, "learner_queue_timeout", 300.0))
         self._ps_name = param_server
@@ -72,6 +87,7 @@ class LearnerActor(Actor):
         self._error: str | None = None
         self.version = 0  # policy version: +1 per update and per set_weights/set_state
         self._published = 0
+        self._num_published = 0  # weights this learner sent the param server
         self._publish_error: str | None = None
         self._outbox: tuple[int, dict[str, Any]] | None = None
         self._outbox_ready = asyncio.Event()
@@ -95,6 +111,8 @@ class LearnerActor(Actor):
     async def on_stop(self) -> None:
         self._stop.set()
         self._publisher.cancel()
+        if self._feeder is not None:
+            self._feeder.stop()
         if self._thread is not None:
             await asyncio.get_running_loop().run_in_executor(None, self._thread.join, 5.0)
         self._executor.shutdown(wait=False, cancel_futures=True)
@@ -157,6 +175,36 @@ class LearnerActor(Actor):
                                             daemon=True)
             self._thread.start()
 
+    async def start_replay(self, shards: list[str]) -> None:
+        """Start the update loop over batches sampled from the replay shards named
+        ``shards`` (by index; APEX): ``replay_sample_requests_in_flight`` sample requests
+        kept outstanding per shard, each batch's TD errors sent back to its shard. The
+        only shard, served in this process (the driver's), is sampled directly."""
+        if self._thread is not None:
+            return
+        cfg = self.config
+        local = None
+        if len(shards) == 1:
+            with contextlib.suppress(KeyError, AttributeError):
+                local = self.job.local_actor(shards[0]).core
+        handles = [None] if local is not None else [await self.job.get_actor(n) for n in shards]
+        self.replay = ReplayInput(
+            len(shards), credits=cfg.replay_sample_requests_in_flight,
+            batch_size=batch_size_per_learner(cfg), beta=cfg.replay_beta,
+            prioritized=cfg.prioritized_replay, local=local, stopped=self._stop.is_set)
+        self._feeder = ReplayFeeder(self.replay, handles)
+        self.replay.on_credit = self._feeder.wake
+        self.input = self.replay  # type: ignore[assignment]  (LearnerInput's contract)
+        self._thread = threading.Thread(target=self._run, name=f"rlmesh.learner-{self.rank}",
+                                        daemon=True)
+        self._thread.start()
+
+    def replay_shard_restarted(self, index: int) -> None:
+        """The driver saw replay shard ``index`` restart: its former life's requests and
+        priorities are given up on."""
+        if self._feeder is not None:
+            self._feeder.restarted(index)
+
     # --- input (event loop) ---
 
     async def add_fragment(self, fragment: dict[str, Any]) -> None:
@@ -189,12 +237,13 @@ class LearnerActor(Actor):
                 self._joined = True
             while not self._stop.is_set():
                 waited = time.perf_counter()
-                batch, is_new = self.input.next(self.version, self.config.learner_queue_timeout)
+                # (APEX's config has no learner_queue_timeout: its input waits for the shards.)
+                batch, is_new = self.input.next(self.version, self._dp_timeout)
                 started = time.perf_counter()
                 self._update(batch, is_new)
                 self._report.wait_s += started - waited
                 self._report.busy_s += time.perf_counter() - started
-        except _Stopped:
+        except (_Stopped, InputClosed):
             return
         except Exception as exc:
             if not self._stop.is_set():
@@ -241,7 +290,9 @@ class LearnerActor(Actor):
 
     def _update(self, batch: dict[str, Any], is_new: bool) -> None:
         lag = self.version - np.asarray(batch["policy_versions"])
-        timesteps = self._received_steps * self.world_size  # env steps sampled, near enough
+        # Env steps sampled, near enough: what the shards took in, or the fragments received.
+        timesteps = (self.replay.env_steps if self.replay is not None
+                     else self._received_steps * self.world_size)
         with self._lock:
             stats = self.learner.update_from_batch(batch["policies"], timesteps, num_epochs=1)
             self.version += 1
@@ -249,9 +300,18 @@ class LearnerActor(Actor):
             snapshot = (self.version, self.learner.get_weights()) if due else None
             if self.world_size > 1:
                 self._digests.append((self.learner.num_updates, self._digest()))
+        if self.replay is not None:
+            self._replayed(batch, stats)
         self._report.add(stats, lag, int(batch["env_steps"]) if is_new else 0)
         if snapshot is not None:
             self._loop.call_soon_threadsafe(self._offer, snapshot)
+
+    def _replayed(self, batch: dict[str, Any], stats: dict[str, dict[str, Any]]) -> None:
+        """A replay batch trained on: its TD errors to its shard, as the new priorities."""
+        td = stats.get(DEFAULT_POLICY_ID, {}).pop("td_error", None)
+        route = self.replay.trained(batch, td)
+        if route is not None:
+            self._loop.call_soon_threadsafe(self._feeder.send, route)
 
     # --- publishing (event loop): one sender, so versions reach the param server in order ---
 
@@ -268,8 +328,9 @@ class LearnerActor(Actor):
             if snapshot is None or snapshot[0] <= self._published:
                 continue
             try:
-                await self._ps.set_weights(*snapshot)
+                await self._ps.call("set_weights", *snapshot)
                 self._published = snapshot[0]
+                self._num_published += 1
             except Exception as exc:
                 # Runners keep the weights they have; the next snapshot tries again.
                 log.warning("learner %d: publishing version %d failed: %s", self.rank,
@@ -277,10 +338,24 @@ class LearnerActor(Actor):
                 self._publish_error = f"version {snapshot[0]}: {exc}"
             self._published_event.set()
 
-    async def publish(self) -> int:
-        """Publish the current weights now (after set_weights or a restore); their version."""
+    async def publish(self, version: int | None = None,
+                      policies: list[str] | None = None) -> int:
+        """Send the current weights (of ``policies``, default all) to the param server now;
+        their version. A synchronous run's driver names the version (its count, shared with
+        weights it hands a runner directly): the weights go straight to the param server
+        and only the version back to the driver. Without one (an asynchronous run, after
+        set_weights or a restore): the next of this learner's own count, in order with the
+        update loop's publications."""
         if self.rank != 0:
             return self.version
+        if version is not None:  # synchronous: no update loop publishes meanwhile
+            with self._lock:
+                weights = self.learner.get_weights(policies)
+            await self._ps.call("set_weights", version, weights)
+            self.version = max(self.version, version)
+            self._published = max(self._published, version)
+            self._num_published += 1
+            return version
         with self._lock:
             self.version += 1
             snapshot = (self.version, self.learner.get_weights())
@@ -300,10 +375,15 @@ class LearnerActor(Actor):
         if self._error is not None:
             raise LearnerStopped(f"learner {self.rank} stopped: {self._error}")
         report, self._report = self._report, _Report()
-        pipeline = ({**self.input.counters, **self.builder.counters,
-                     "learner_queue_size": self.queue.qsize(),
-                     "pending_env_steps": self.builder.pending_steps} if self.input else {})
-        return {**report.summary(), **pipeline, "rank": self.rank, "policy_version": self.version}
+        if self.replay is not None:
+            pipeline = {**self.replay.counters, "learner_queue_size": self.replay.qsize(),
+                        "num_replay_env_steps": self.replay.env_steps}
+        else:
+            pipeline = ({**self.input.counters, **self.builder.counters,
+                         "learner_queue_size": self.queue.qsize(),
+                         "pending_env_steps": self.builder.pending_steps} if self.input else {})
+        return {**report.summary(), **pipeline, "rank": self.rank, "policy_version": self.version,
+                "num_weights_published": self._num_published}
 
     def num_updates(self) -> int:
         if self._error is not None:
@@ -399,7 +479,8 @@ class _Report:
                 "policy_lag_mean": self.lag_sum / self.lag_count if self.lag_count else 0.0,
                 "policy_lag_max": self.lag_max,
                 "learner_idle_fraction": (self.wait_s / (self.wait_s + self.busy_s)
-                                          if self.wait_s + self.busy_s else 0.0)}
+                                          if self.wait_s + self.busy_s else 0.0),
+                "learner_busy_s": self.busy_s}
 
 
 class LearnerStopped(RuntimeError):

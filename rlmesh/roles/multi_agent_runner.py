@@ -17,6 +17,7 @@ class MultiAgentPolicies:
     config: Any
     sampler: Any
     _main_script: str | None
+    _inbox: dict[str, Any]
 
     def _wanted_versions(self) -> dict[str, int]:
         """A multi-agent runner asks only for the policies its agents have acted with, and
@@ -51,6 +52,7 @@ class MultiAgentPolicies:
 
         self.policies.pop(policy_id, None)
         self.versions.pop(policy_id, None)
+        self._inbox.pop(policy_id, None)  # a push of its weights not yet taken
         if getattr(self, "policy_id", None) == policy_id:  # the runner's "main" policy id
             self.policy_id = next(iter(self.policies))
             self.sampler.policy = self.policies[self.policy_id]

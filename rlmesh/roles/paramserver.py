@@ -1,33 +1,75 @@
 """The parameter server: the newest weights of each policy, by policy id, with the version
-they were published under.
+they were published under, announced to the runners that subscribed (pushed, never polled).
 
-Learners publish after updates; env runners ask with the versions they hold and get weights
-back only for policies with a newer one, so unchanged policies cost one small reply. The
-version before the newest is kept too: a batch sampled ahead (``sample_async``) asks for
-weights no newer than the driver's version when it started, and gets them even if the
-driver published the next update before the runner asked.
+Learners (or the driver, for a learner in its process) publish; each runner subscribes
+once (and again after a restart), getting the current weights in the reply, and from then on
+is sent every newer version as it is published. Backpressure: at most one push in flight per
+runner, and a runner still taking one is later sent only the newest version, never a queue.
+How often versions come is the publisher's choice (``broadcast_interval``: a learner
+publishes every N updates). The version before the newest is kept too: a batch sampled ahead
+(``sample_async``) acts with weights no newer than the driver's version when it started, and
+asks for them (``get_weights(..., up_to)``) when a newer push overtook them.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from typing import Any
 
 import numpy as np
 
-from rlmesh.runtime import Actor
+from rlmesh.runtime import Actor, ActorUnavailable, RemoteError
+from rlmesh.runtime.protocol import Protocol
+
+log = logging.getLogger(__name__)
+
+PUSH_TIMEOUT_S = 120.0  # a runner busy in a long env step answers a push when it is done
+LOOKUP_TIMEOUT_S = 1.0  # a subscriber's name: the driver's runners are known at once
+
+
+class _Subscriber:
+    """What the param server knows of one runner: the newest version of each policy it has
+    been sent (or held when it subscribed), whether a push is on its way, and which
+    subscription this is (a restarted runner subscribes again)."""
+
+    def __init__(self, sent: dict[str, int], incarnation: int) -> None:
+        self.sent = sent
+        self.incarnation = incarnation
+        self.busy = False
+        self.handle: Any = None  # the driver's own handle, where the param server is in it
 
 
 class ParamServer(Actor):
     """Holds ``{policy_id: (version, weights)}``; weights are ``{name: numpy array}``."""
 
+    protocol = Protocol(calls=("set_weights", "subscribe", "unsubscribe", "get_weights",
+                               "remove_policy", "version", "stats"))
+
     def __init__(self) -> None:
         self._weights: dict[str, tuple[int, dict[str, np.ndarray]]] = {}
         self._previous: dict[str, tuple[int, dict[str, np.ndarray]]] = {}
-        self.fetches = 0  # replies that carried weights
+        self._subscribers: dict[str, _Subscriber] = {}
+        self._incarnations = 0
+        self._pushing: set[asyncio.Task[None]] = set()
+        self.fetches = 0  # replies to get_weights that carried weights (asked, not pushed)
+        self.pushes = 0  # pushes a runner took in (each: the newer policies' weights)
+        self.subscriptions = 0  # subscribe calls (a restarted runner subscribes again)
+        self.failed_pushes = 0
 
-    def set_weights(self, version: int, weights: dict[str, dict[str, Any]]) -> None:
+    async def set_weights(self, version: int, weights: dict[str, dict[str, Any]]) -> None:
         """Publish ``{policy_id: weights}`` as ``version``, which must be newer than each
-        policy's current one."""
+        policy's current one, and announce it to every subscriber that holds an older one.
+        Returns once the pushes have left (not once they are taken): a call the publisher
+        sends a runner after this one reaches it after the push, when both go through one
+        connection (the driver's, whose param server shares its handles)."""
+        self._store(version, weights)
+        started = [self._kick(name) for name in list(self._subscribers)]
+        if any(started):
+            await asyncio.sleep(0)  # each push task's first step sends its message
+
+    def _store(self, version: int, weights: dict[str, dict[str, Any]]) -> None:
+        """Keep ``{policy_id: weights}`` as ``version`` (no announcement)."""
         for pid in weights:
             current = self._weights.get(pid, (0, None))[0]
             if version <= current:
@@ -39,10 +81,40 @@ class ParamServer(Actor):
                 self._previous[pid] = self._weights[pid]
             self._weights[pid] = (version, dict(w))
 
+    async def subscribe(self, name: str, have: dict[str, int]) -> dict[str, Any]:
+        """Runner ``name`` (its actor name) holds ``have`` (policy id -> version) and wants
+        every newer version pushed to its ``take_weights``: ``{"weights": what is newer now
+        (as get_weights), "pushed": True}``. A runner that restarted subscribes again: its
+        old record goes. Its handle is found now, so that a push starts sending at once; a
+        runner this server cannot reach by name (an unnamed actor of another process) is
+        told ``pushed: False`` and asks with ``get_weights`` instead."""
+        self.subscriptions += 1
+        self._incarnations += 1
+        got = self._newer(have)
+        sent = {**have, **{pid: entry[0] for pid, entry in got.items()}}
+        sub = self._subscribers[name] = _Subscriber(sent, self._incarnations)
+        try:
+            sub.handle = await self.job.get_actor(name, timeout=LOOKUP_TIMEOUT_S)
+        except KeyError:
+            if self._subscribers.get(name) is sub:
+                del self._subscribers[name]
+            return {"weights": got, "pushed": False}
+        return {"weights": got, "pushed": True}
+
+    def unsubscribe(self, name: str) -> None:
+        self._subscribers.pop(name, None)
+
     def get_weights(self, have: dict[str, int], up_to: int | None = None) -> dict[str, list[Any]]:
         """``{policy_id: [version, weights]}`` for each policy of ``have`` (policy id ->
         version held) whose published version is newer; {} when none is. With ``up_to``,
-        the newest version not above it (of the two kept), if that is newer than held."""
+        the newest version not above it (of the two kept), if that is newer than held.
+        For those who ask rather than subscribe, and for a batch sampled ahead."""
+        out = self._newer(have, up_to)
+        if out:
+            self.fetches += 1
+        return out
+
+    def _newer(self, have: dict[str, int], up_to: int | None = None) -> dict[str, list[Any]]:
         out = {}
         for pid, held in have.items():
             entry = self._weights.get(pid)
@@ -52,14 +124,55 @@ class ParamServer(Actor):
                     entry = None
             if entry is not None and entry[0] > held:
                 out[pid] = [entry[0], entry[1]]
-        if out:
-            self.fetches += 1
         return out
+
+    # --- pushing: one task per subscriber while it has something newer to be sent ---
+
+    def _due(self, sub: _Subscriber) -> dict[str, list[Any]]:
+        """The newest weights of every policy newer than what ``sub`` was sent (a policy it
+        never had included: one added while training)."""
+        return {pid: [v, w] for pid, (v, w) in self._weights.items() if v > sub.sent.get(pid, -1)}
+
+    def _kick(self, name: str) -> bool:
+        sub = self._subscribers.get(name)
+        if sub is None or sub.busy or not self._due(sub):
+            return False
+        sub.busy = True
+        task = asyncio.ensure_future(self._push(name, sub))
+        self._pushing.add(task)
+        task.add_done_callback(self._pushing.discard)
+        return True
+
+    async def _push(self, name: str, sub: _Subscriber) -> None:
+        """Send ``name`` the newest weights until it holds them; one push at a time. A push
+        that fails (the runner restarting, or too busy to answer) is tried again at the next
+        publication; a restarted runner subscribes again and gets the current weights."""
+        try:
+            while self._subscribers.get(name) is sub:
+                due = self._due(sub)
+                if not due:
+                    return
+                try:
+                    handle = sub.handle or await self.job.get_actor(name)
+                    await handle.call("take_weights", due, timeout=PUSH_TIMEOUT_S)
+                except (ActorUnavailable, RemoteError, KeyError) as exc:
+                    self.failed_pushes += 1
+                    log.debug("param server: no push to %s: %s", name, str(exc).splitlines()[0])
+                    return
+                self.pushes += 1
+                for pid, (version, _) in due.items():
+                    sub.sent[pid] = max(sub.sent.get(pid, -1), version)
+        finally:
+            sub.busy = False
+            if self._subscribers.get(name) is not sub:  # it subscribed again meanwhile
+                self._kick(name)
 
     def remove_policy(self, policy_id: str) -> None:
         """Forget a policy removed from the run."""
         self._weights.pop(policy_id, None)
         self._previous.pop(policy_id, None)
+        for sub in self._subscribers.values():
+            sub.sent.pop(policy_id, None)
 
     def version(self, policy_id: str | None = None) -> int:
         """The newest version of ``policy_id`` (of any policy when None); 0 before any."""
@@ -67,6 +180,14 @@ class ParamServer(Actor):
             return self._weights.get(policy_id, (0, None))[0]
         return max((v for v, _ in self._weights.values()), default=0)
 
+    def latest(self, policy_id: str) -> tuple[int, dict[str, np.ndarray]] | None:
+        """``(version, weights)`` of ``policy_id`` (None before any), for a reader in this
+        process (the driver's own policy copies): no socket, no copy."""
+        return self._weights.get(policy_id)
+
     def stats(self) -> dict[str, Any]:
-        return {"version": self.version(), "fetches": self.fetches,
+        return {"version": self.version(), "fetches": self.fetches, "pushes": self.pushes,
+                "subscriptions": self.subscriptions,
+                "failed_pushes": self.failed_pushes, "subscribers": sorted(self._subscribers),
+                "pushes_in_flight": sum(sub.busy for sub in self._subscribers.values()),
                 "versions": {pid: v for pid, (v, _) in self._weights.items()}}

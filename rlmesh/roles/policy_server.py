@@ -35,6 +35,7 @@ from rlmesh.roles.policy_memory import check_memory_columns, memory_options, rec
 from rlmesh.roles.policy_server_agents import ServedAgents
 from rlmesh.runtime import Actor, current_job
 from rlmesh.runtime.actor import ActorServer, caller_id
+from rlmesh.runtime.protocol import Protocol
 from rlmesh.wire import codec
 from rlmesh.wire.security import cluster_keys
 
@@ -66,6 +67,13 @@ class PolicyServerRunner(VersionedPolicies, Actor):
     ``config`` as for ``EnvRunner``, with ``policy_server_address`` and the spaces set.
     ``training=False`` serves inference only (``rlmesh serve``): nothing is recorded.
     """
+
+    protocol = Protocol(
+        calls=("sample", "set_weights", "take_weights", "get_weights", "get_address",
+               "get_spaces", "get_filter_updates", "set_filter_state", "get_filter_state", "foreach_env",
+               "call_env_method", "metrics"),
+        test_hooks=("pid",),
+    )
 
     def __init__(self, config: dict[str, Any], worker_index: int = 1,
                  param_server: str | None = "param_server", training: bool = True) -> None:
@@ -117,12 +125,14 @@ class PolicyServerRunner(VersionedPolicies, Actor):
         self.received_steps = 0
         self._ps_name = param_server
         self._ps: Any = None
+        self._inbox: dict[str, Any] = {}
         self._new_data = asyncio.Event()
         self._server: ActorServer | None = None
         self._auth: Any = None  # the CURVE authenticator thread, with policy_server_curve_keys
         self.address = public_address(cfg.policy_server_address, worker_index)
         self._stats = {"num_fragments": 0, "num_weight_updates": 0, "idle_fragments": 0,
-                       "client_errors": 0, "steps_dropped": 0, "chunks_received": 0}
+                       "client_errors": 0, "steps_dropped": 0, "chunks_received": 0,
+                       "num_weight_pushes": 0, "num_weight_pulls": 0}
 
     def _episodes_of(self, policy: Any, memory_specs: dict[str, Any]) -> Episodes:
         return Episodes(self.fragment_length, self.limits.max_open_episodes,
@@ -171,7 +181,7 @@ class PolicyServerRunner(VersionedPolicies, Actor):
         before ``policy_server_idle_timeout_s`` passed without any (maybe nothing: then
         ``idle`` is True). Episodes silent for ``policy_server_episode_timeout_s`` are closed.
         ``weights_up_to``: as ``EnvRunner.sample``."""
-        await self._pull_weights(weights_up_to)
+        await self._refresh_weights(weights_up_to)
         cfg = self.config
         while self._steps_ready() < self.fragment_length:
             self._new_data.clear()
@@ -275,6 +285,11 @@ class PolicyServerRunner(VersionedPolicies, Actor):
 class PolicyService(Actor):
     """The calls a ``PolicyClient`` makes. Each checks what it is given; a bad call gets an
     error reply and changes nothing, so the server and its other clients carry on."""
+
+    protocol = Protocol(
+        calls=("server_info", "start_episode", "start_agent", "get_action", "log_action",
+               "log_returns", "end_episode", "get_weights", "report_chunks"),
+    )
 
     def __init__(self, runner: PolicyServerRunner) -> None:
         self._r = runner

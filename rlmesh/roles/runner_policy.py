@@ -1,7 +1,7 @@
 """The policies an env runner or policy server acts with, by policy id, and how they stay
 current: built from the specs' plain data (the class a policy names for runners: the numpy
-fast path for the default model, so the process never imports torch), weights pulled from
-the param server by version."""
+fast path for the default model, so the process never imports torch), and their weights,
+which the param server pushes and a runner takes at its next fragment boundary."""
 
 from __future__ import annotations
 
@@ -30,8 +30,8 @@ def make_runner_policies(policy_specs: dict[str, dict[str, Any]], config: Any, s
 
 
 class VersionedPolicies:
-    """A runner's policies and the version of each, refreshed from the param server named
-    ``self._ps_name`` when it has newer ones (EnvRunner and PolicyServerRunner)."""
+    """A runner's policies and the version of each, kept current by the param server named
+    ``self._ps_name``, which pushes newer ones (EnvRunner, PolicyServerRunner, ESRunner)."""
 
     policies: dict[str, Policy]
     versions: dict[str, int]
@@ -39,6 +39,8 @@ class VersionedPolicies:
     _ps_name: str | None
     _ps: Any
     _stats: dict[str, Any]
+    _inbox: dict[str, tuple[int, dict[str, Any]]]  # pushed, not yet taken: newest per policy
+    _asks = False  # the param server cannot push to this runner (see ParamServer.subscribe)
 
     @property
     def policy(self) -> Policy:
@@ -50,23 +52,54 @@ class VersionedPolicies:
         """The oldest version among this runner's policies (-1: none loaded yet)."""
         return min(self.versions.values(), default=-1)
 
-    async def _pull_weights(self, up_to: int | None = None) -> None:
-        """Newer weights from the param server, if there are any. With ``up_to`` (a batch
-        sampled ahead, ``sample_async``): none while this runner holds that version
-        already, so the batch acts with the weights the driver meant whether or not the
-        update it overlaps was published meanwhile (a seeded run repeats)."""
-        if self._ps_name is not None and (up_to is None or self.version < up_to):
-            self._take_weights(await self._fetch_weights(up_to))
+    # --- weights: pushed by the param server, taken at a fragment boundary ---
 
-    async def _fetch_weights(self, up_to: int | None = None) -> dict[str, list[Any]]:
-        """``{policy_id: [version, weights]}`` of the policies with newer weights (none
-        newer than ``up_to``, when given)."""
+    def take_weights(self, got: dict[str, list[Any]]) -> None:
+        """The param server's push, ``{policy_id: [version, weights]}``: kept, newest only,
+        until the next fragment boundary (``_refresh_weights``); never waited for."""
+        self._stats["num_weight_pushes"] += 1
+        self._keep(got)
+
+    def _keep(self, got: dict[str, list[Any]]) -> None:
+        for pid, (version, weights) in got.items():
+            if version > max(self._inbox.get(pid, (-1,))[0], self.versions.get(pid, -1)):
+                self._inbox[pid] = (version, weights)
+
+    async def _refresh_weights(self, up_to: int | None = None) -> None:
+        """At a fragment boundary: the newest pushed weights of the policies this runner
+        acts with (subscribing first, once: the reply brings the current weights). With
+        ``up_to`` (a batch sampled ahead, ``sample_async``): none newer than that, and
+        while this runner holds less, the weights of that time are asked for (a push of a
+        newer version overtook them), so the batch acts with the weights the driver meant
+        whether or not the update it overlaps was published meanwhile (a seeded run repeats)."""
+        if self._ps_name is None:
+            return
         if self._ps is None:
             self._ps = await self.job.get_actor(self._ps_name)
-        return await self._ps.get_weights(self._wanted_versions(), up_to)
+            reply = await self._ps.call("subscribe", self.name, dict(self.versions))
+            self._keep(reply["weights"])
+            self._asks = not reply["pushed"]  # unreachable by name: ask before each fragment
+        elif self._asks:
+            self._stats["num_weight_pulls"] += 1
+            self._keep(await self._ps.call("get_weights", self._wanted_versions()))
+        self._take_pushed(up_to)
+        if up_to is not None and self.version < up_to:
+            self._stats["num_weight_pulls"] += 1
+            self._take_weights(await self._ps.call("get_weights", self._wanted_versions(), up_to))
+
+    def _take_pushed(self, up_to: int | None = None) -> None:
+        """Load what was pushed for the policies wanted now (none newer than ``up_to``);
+        the rest waits in the inbox."""
+        if not self._inbox:
+            return
+        for pid in self._wanted_versions():
+            entry = self._inbox.get(pid)
+            if entry is not None and (up_to is None or entry[0] <= up_to):
+                del self._inbox[pid]
+                self._take_weights({pid: list(entry)})
 
     def _wanted_versions(self) -> dict[str, int]:
-        """The policies to ask newer weights of, with the versions held: all of them."""
+        """The policies whose new weights to load, with the versions held: all of them."""
         return dict(self.versions)
 
     def _take_weights(self, got: dict[str, list[Any]] | None) -> None:

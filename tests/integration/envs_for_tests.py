@@ -101,6 +101,13 @@ class EpisodeCallbacks(Callbacks):
         episode.custom_metrics["env_index"] = env_index
 
 
+def sleep_in_env(env: gym.Env, seconds: float) -> None:
+    """For ``foreach_env``: hold the runner's loop, as a long env step would."""
+    import time
+
+    time.sleep(seconds)
+
+
 def modules_loaded(env: gym.Env, name: str) -> bool:
     """For ``foreach_env``: whether the runner process has imported module ``name``."""
     import sys
@@ -108,38 +115,17 @@ def modules_loaded(env: gym.Env, name: str) -> bool:
     return name in sys.modules
 
 
-class HeldParamServer(ParamServer):
-    """A param server whose answers to ``get_weights`` wait, after the first, until the
-    test calls ``release()``: a learner's process too busy to answer."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.requests = 0
-        self._released = asyncio.Event()
-
-    async def get_weights(self, have: dict[str, int],
-                          up_to: int | None = None) -> dict[str, list[Any]]:
-        self.requests += 1
-        if self.requests > 1:
-            await self._released.wait()
-        return super().get_weights(have, up_to)
-
-    def release(self) -> None:
-        self._released.set()
-
-    def num_requests(self) -> int:
-        return self.requests
-
-
 class RecordingParamServer(ParamServer):
     """A param server that keeps the version of every set of weights published to it."""
+
+    protocol = ParamServer.protocol.extend(calls=("versions",))
 
     def __init__(self) -> None:
         super().__init__()
         self.published: list[int] = []
 
-    def set_weights(self, version: int, weights: dict[str, Any]) -> None:
-        super().set_weights(version, weights)
+    async def set_weights(self, version: int, weights: dict[str, Any]) -> None:
+        await super().set_weights(version, weights)
         self.published.append(version)
 
     def versions(self) -> list[int]:

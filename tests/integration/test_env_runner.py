@@ -19,7 +19,7 @@ from rlmesh.rl.models import build_model
 from rlmesh.roles.env_runner import runner_config
 from rlmesh.runtime import Job, RemoteError
 
-from .envs_for_tests import FragmentSink, HeldFragmentSink, HeldParamServer, make_count_env
+from .envs_for_tests import FragmentSink, HeldFragmentSink, make_count_env
 
 RUNNER = "rlmesh.roles.env_runner:EnvRunner"
 PARAM_SERVER = "rlmesh.roles.paramserver:ParamServer"
@@ -33,7 +33,7 @@ def run(coro):
 async def spawn_runner(job, config, worker_index=1, **kwargs):
     config = {"model": SMALL_MODEL, "_env_registry": env_registry(), **config}
     config.update(startup_code(config))  # as the Mesh starts runners: the packages they may run
-    return await job.spawn(RUNNER, config, worker_index, **kwargs)
+    return await job.spawn(RUNNER, config=config, worker_index=worker_index, **kwargs)
 
 
 def test_cartpole_fragments_seeds_stats_and_weights_from_the_param_server():
@@ -121,10 +121,10 @@ def test_a_batch_sampled_ahead_takes_the_weights_of_its_time_from_the_param_serv
     assert run(main()) == [1, 1, 3, 3]
 
 
-def test_streaming_samples_on_while_the_param_server_is_slow_to_answer():
-    """A streaming runner asks for weights as a fragment starts and takes the answer when
-    it has come: while the param server holds its answer, fragments keep arriving (with
-    the weights the runner has), and the new version is used once the answer arrives."""
+def test_streaming_takes_pushed_weights_between_fragments_and_never_asks():
+    """A streaming runner subscribes once and samples on: it never asks the param server
+    for weights; a version pushed to it is used from the next fragment on, and versions
+    never go back."""
     config = {"env": "CartPole-v1", "num_envs_per_env_runner": 2, "rollout_fragment_length": 10,
               "model": SMALL_MODEL}
 
@@ -138,29 +138,25 @@ def test_streaming_samples_on_while_the_param_server_is_slow_to_answer():
 
     async def main():
         async with Job("ipc") as job:
-            ps = await job.spawn(HeldParamServer, name="param_server")
+            await job.spawn(PARAM_SERVER, name="param_server", in_process=True)
+            ps = job.local_actor("param_server")
             sink = await job.spawn(FragmentSink, name="sink")
-            runner = await spawn_runner(job, config)
-            spaces = await runner.call("get_spaces")
-            model = build_model(space_from_data(spaces["observation_space"]),
-                                space_from_data(spaces["action_space"]),
-                                runner_config(config)[0].model)
+            runner = await spawn_runner(job, config, name="env_runner-1")  # pushed to by name
+            weights = {"default_policy": await runner.call("get_weights")}
             await runner.call("start_streaming", ["sink"], 2)
-            # The first answer came at once (no weights yet); the second is held.
-            held = await until(lambda: _at_least(ps.num_requests(), 2), "the second request")
-            before = await until(lambda: _at_least(sink.received(), 20), "20 fragments")
-            asked = await ps.call("num_requests")
-            await ps.call("set_weights", 1, {"default_policy": {k: v.numpy() for k, v in model.state_dict().items()}})
-            await ps.call("release")
-            after = await until(lambda: _ends_with(sink.received(), 1), "a fragment of version 1")
-            return held, before, asked, after
+            received = lambda: sink.call("received")  # noqa: E731
+            before = await until(lambda: _at_least(received(), 20), "20 fragments")
+            await ps.set_weights(1, weights)
+            after = await until(lambda: _ends_with(received(), 1), "a fragment of version 1")
+            await ps.set_weights(2, weights)
+            last = await until(lambda: _ends_with(received(), 2), "a fragment of version 2")
+            return before, after, last, ps.stats(), await runner.call("metrics")
 
-    held, before, asked, after = run(main())
-    assert held == 2
-    # 20 fragments sampled on one unanswered request, with the weights the runner had.
-    assert asked == 2 and set(before[:20]) == {-1}
-    # Once the answer came, the new version; versions never go back.
-    assert after[-1] == 1 and after == sorted(after)
+    before, after, last, stats, metrics = run(main())
+    assert set(before[:20]) == {-1}  # sampled on before any weights were published
+    assert after[-1] == 1 and last == sorted(last) and last[-1] == 2
+    assert stats["subscriptions"] == 1 and stats["fetches"] == 0 and stats["pushes"] == 2
+    assert metrics["num_weight_pulls"] == 0 and metrics["num_weight_updates"] == 2
 
 
 @pytest.mark.parametrize("window", [1, 3])
