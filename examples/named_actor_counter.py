@@ -53,7 +53,7 @@ class CountingCartPole(gym.Wrapper):
         self.worker_index = getattr(env_config, "worker_index", 0)
 
     def reset(self, **kwargs):
-        rlmesh.get_actor("counter").increment(self.worker_index)
+        rlmesh.get_actor("counter").call("increment", self.worker_index)
         return self.env.reset(**kwargs)
 
 
@@ -66,7 +66,7 @@ class CounterCallbacks(Callbacks):
         rlmesh.get_actor("counter").tell("record_return", episode.total_reward)
 
     def on_train_result(self, *, algorithm, result, **kwargs) -> None:
-        result["episodes_counted"] = rlmesh.get_actor("counter").counts()
+        result["episodes_counted"] = rlmesh.get_actor("counter").call("counts")
 
 
 def config(num_env_runners: int = 2) -> PPOConfig:
@@ -88,7 +88,7 @@ def main(iterations: int = 5) -> None:
             print(f"iter {i}: reward {result['episode_reward_mean']:6.1f}  episodes this run "
                   f"{result['episodes_total']:4d}  counter: started {counts['started']} "
                   f"{counts['started_by_runner']}, finished {counts['finished']}")
-        print("from the driver:", rlmesh.get_actor("counter").counts())
+        print("from the driver:", rlmesh.get_actor("counter").call("counts"))
     finally:
         algo.stop()
 

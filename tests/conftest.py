@@ -1,13 +1,19 @@
 """Shared fixtures: a private run-directory root per test, and a check that no process
-the test started outlives it."""
+the test started outlives it. Test hooks (calls only tests make, such as ``pid``) are served
+throughout the suite: every actor process the tests start inherits RLMESH_TEST_HOOKS=1."""
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
 import psutil
 import pytest
+
+from rlmesh.runtime.protocol import ENV_TEST_HOOKS
+
+os.environ[ENV_TEST_HOOKS] = "1"  # set before any test builds an actor or starts a process
 
 
 @pytest.fixture(autouse=True)

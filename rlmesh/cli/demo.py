@@ -16,12 +16,15 @@ from typing import Any
 import numpy as np
 
 from rlmesh.runtime import Actor, ActorUnavailable, Job, RestartPolicy
+from rlmesh.runtime.protocol import Protocol
 
 FRAGMENT_SHAPE = (256, 1024)  # 1 MiB of float32, like a large rollout fragment
 
 
 class Sink(Actor):
     """Receives fragments; stands in for an aggregator or a learner."""
+
+    protocol = Protocol(streams=("fragment",), calls=("totals",))
 
     def __init__(self) -> None:
         self.fragments = 0
@@ -38,6 +41,8 @@ class Sink(Actor):
 class Counter(Actor):
     """A named actor every process of the job can reach."""
 
+    protocol = Protocol(tells=("inc",), calls=("get",))
+
     def __init__(self) -> None:
         self.n = 0
 
@@ -50,6 +55,8 @@ class Counter(Actor):
 
 class Producer(Actor):
     """Streams fragments to the sink until the deadline."""
+
+    protocol = Protocol(calls=("run", "pid"))  # the demo kills it by its pid
 
     async def run(self, until: float) -> int:
         sink = await self.job.get_actor("sink")
@@ -98,20 +105,20 @@ async def demo(actors: int, seconds: float, mode: str) -> int:
         last = (0, 0, time.monotonic())
         while time.time() < until:
             await asyncio.sleep(1.0)
-            frags, nbytes = await sink.totals()
+            frags, nbytes = await sink.call("totals")
             now = time.monotonic()
             rate = (nbytes - last[1]) / (now - last[2]) / 2**20
             print(f"  t={now - started:5.1f}s fragments={frags:7d} {rate:8.1f} MiB/s "
-                  f"counter={await counter.get()}")
+                  f"counter={await counter.call('get')}")
             last = (frags, nbytes, now)
             if not killed and time.time() > until - seconds / 2 and mode != "inproc":
                 victim = producers[0]
-                print(f"  killing {victim.name} (pid {await victim.pid()}) to show supervision")
-                os.kill(await victim.pid(), signal.SIGKILL)
+                print(f"  killing {victim.name} (pid {await victim.call('pid')}) to show supervision")
+                os.kill(await victim.call("pid"), signal.SIGKILL)
                 killed = True
         await asyncio.gather(*drivers)
-        frags, nbytes = await sink.totals()
-        total = await counter.get()
+        frags, nbytes = await sink.call("totals")
+        total = await counter.call("get")
     print(f"done: {frags} fragments ({nbytes / 2**30:.2f} GiB) streamed, "
           f"counter={total}, every actor process stopped")
     return 0

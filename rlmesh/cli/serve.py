@@ -50,12 +50,12 @@ async def serve(checkpoint: str, address: str, curve_keys: str | None, explore: 
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     async with Job("ipc") as job:
-        server = await job.spawn("rlmesh.roles.policy_server:PolicyServerRunner", config, 0,
-                                 param_server=None, training=False, name="policy_server",
-                                 in_process=True)
-        await server.set_weights(0, weights)
-        await server.set_filter_state((meta.get("filters") or {}).get(DEFAULT_POLICY_ID))
-        print(f"serving {path} on {await server.get_address()} (Ctrl-C stops)", flush=True)
+        server = await job.spawn("rlmesh.roles.policy_server:PolicyServerRunner",
+                                 config=config, worker_index=0, param_server=None,
+                                 training=False, name="policy_server", in_process=True)
+        await server.call("set_weights", 0, weights)
+        await server.call("set_filter_state", (meta.get("filters") or {}).get(DEFAULT_POLICY_ID))
+        print(f"serving {path} on {await server.call('get_address')} (Ctrl-C stops)", flush=True)
         if ready is not None:
             ready.set()
         await stop.wait()

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from rlmesh.runtime import Actor
+from rlmesh.runtime.protocol import Protocol
 from rlmesh.runtime.process import ChildProcess, ChildSpec, tail
 from rlmesh.runtime.registry import RunDir
 
@@ -34,6 +35,10 @@ HEAD_SILENCE_S = float(os.environ.get("RLMESH_HEAD_SILENCE_S", "15"))
 
 class NodeAgent(Actor):
     """Starts and watches the actor processes of one node for the head."""
+
+    protocol = Protocol(calls=("resources", "start_child", "poll", "signal", "stop_child",
+                               "register_name", "processes", "stacks"),
+                        test_hooks=("pid",))
 
     def __init__(self, node: str, host: str) -> None:
         self.node = node

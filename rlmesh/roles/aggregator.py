@@ -18,6 +18,7 @@ from rlmesh.runtime.import_path import import_object
 from rlmesh.roles.learner_actor import batch_size_per_learner
 from rlmesh.roles.learner_input import BatchBuilder
 from rlmesh.runtime import Actor, ActorUnavailable, RemoteError
+from rlmesh.runtime.protocol import Protocol
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +28,8 @@ LEARNER_WINDOW = 2  # batches in flight to each learner
 
 class Aggregator(Actor):
     """Builds train batches for the learners named ``learners``, round robin."""
+
+    protocol = Protocol(streams=("add_fragment",), calls=("stats",), test_hooks=("pid",))
 
     def __init__(self, config: dict[str, Any], config_cls: str, learners: list[str],
                  index: int = 0) -> None:

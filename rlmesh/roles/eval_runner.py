@@ -41,6 +41,8 @@ class EvalRunner(EnvRunner):
     """``config``: the evaluation config as a dict (overrides applied, see
     ``AlgorithmConfig.get_evaluation_config_object``); weights come by ``set_weights``."""
 
+    protocol = EnvRunner.protocol.extend(calls=("evaluate",))
+
     in_evaluation = True
 
     def __init__(self, config: dict[str, Any], worker_index: int = 1,

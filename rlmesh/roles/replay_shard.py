@@ -1,14 +1,15 @@
 """The replay shard: one slice of a sharded replay buffer (APEX). ``ShardBuffer`` is the slice
 itself, a plain class: runners' fragments in (their n-step transitions stored), batches out,
 the TD errors back as the sampled items' priorities. ``ReplayShard`` serves one over sockets,
-in a process of its own, or in the driver's (one shard: the learner samples it directly).
+in a process of its own, or in the driver's (one shard: a learner there samples it directly).
 
 Backpressure: ``add_fragment`` is a stream method that returns (and so gives the runner its
 credit back) only once the transitions are stored and, with ``training_intensity``, only
 while the learner keeps up (samples served >= intensity x env steps taken, past the warm-up);
-the learner has a bounded number of ``sample`` calls in flight per shard. A restarted shard
-starts empty under a new ``incarnation``; priorities meant for its former life are dropped
-and counted.
+``sample`` serves the learner only while it does not run ahead of that; the learner keeps a
+bounded number of ``sample`` calls in flight per shard (``roles/replay_input.py``). A
+restarted shard starts empty under a new ``incarnation``; priorities meant for its former
+life are dropped and counted.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from rlmesh.runtime.import_path import import_object
 from rlmesh.rl.nstep import NStepBuilder
 from rlmesh.rl.replay import PrioritizedReplayBuffer, ReplayBuffer, transition_columns
 from rlmesh.runtime import Actor
+from rlmesh.runtime.protocol import Protocol
 
 
 def shard_capacity(capacity: int, num_shards: int) -> int:
@@ -77,6 +79,16 @@ class ShardBuffer:
         ahead = self.counters["num_env_steps"] - self.min_size
         return ahead * self.intensity > self.counters["num_samples"] + self.slack
 
+    def learner_ahead(self, num_items: int) -> bool:
+        """With training_intensity: serving ``num_items`` more samples would take the
+        learner past the intensity times this shard's env steps past its warm-up (by more
+        than its credits' worth): the learner waits for the runners. Never together with
+        ``learner_behind`` (their margins do not overlap), so neither side waits for ever."""
+        if self.intensity is None:
+            return False
+        allowed = (self.counters["num_env_steps"] - self.min_size) * self.intensity + self.slack
+        return self.counters["num_samples"] + num_items > allowed
+
     def store(self, fragment: dict[str, Any]) -> int:
         """The fragment's n-step transitions into the buffer; how many."""
         steps = int(fragment["env_steps"])
@@ -97,19 +109,20 @@ class ShardBuffer:
 
     def sample(self, num_items: int, beta: float = 0.4) -> dict[str, Any] | None:
         """``num_items`` transitions (with ``weights``, ``batch_indexes`` and this shard's
-        ``incarnation``), or None while the shard holds fewer than its share of
-        ``num_steps_sampled_before_learning_starts``."""
+        ``incarnation`` and env steps taken in), or None while the shard holds fewer than
+        its share of ``num_steps_sampled_before_learning_starts``, or while the learner is
+        ahead of ``training_intensity`` (``learner_ahead``)."""
         with self.lock:
             self.counters["num_sample_calls"] += 1
-            if len(self.buffer) < self.min_size:
+            if len(self.buffer) < self.min_size or self.learner_ahead(int(num_items)):
                 return None
             out = self.buffer.sample(int(num_items), beta=float(beta))
             self.counters["num_samples"] += int(num_items)
-            num_added = self.buffer.num_added
+            num_added, steps = self.buffer.num_added, self.counters["num_env_steps"]
         if "weights" not in out:
             out["weights"] = np.ones(int(num_items), np.float32)
         return {"columns": out, "incarnation": self.incarnation, "shard": self.index,
-                "num_added": num_added}
+                "num_added": num_added, "num_env_steps": steps}
 
     def update_priorities(self, batch_indexes: np.ndarray, td_errors: np.ndarray,
                           incarnation: str) -> int:
@@ -152,6 +165,9 @@ class ShardBuffer:
 class ReplayShard(Actor):
     """A ``ShardBuffer`` served over sockets: runners stream ``add_fragment`` into it, the
     learner calls ``sample`` and ``update_priorities``, the driver ``stats``."""
+
+    protocol = Protocol(calls=("sample", "stats"), streams=("add_fragment",),
+                        tells=("update_priorities",), test_hooks=("pid",))
 
     def __init__(self, config: dict[str, Any], config_cls: str, obs_space: Any,
                  action_space: Any, index: int = 0) -> None:

@@ -1,7 +1,8 @@
-"""The Actor base class and the server shell that exposes its methods on a ROUTER socket.
+"""The Actor base class and the server shell that serves its declared calls on a ROUTER socket.
 
-What to do with a message is decided by plain methods (``resolve``, ``bad_arguments``); the
-socket I/O around them is thin. A bad message gets an error reply or a counted drop.
+What to do with a message is decided by plain methods (``decide``, over the actor's
+``protocol.Table``); the socket I/O around them is thin. A bad message gets an error reply
+or a counted drop.
 """
 
 from __future__ import annotations
@@ -13,17 +14,18 @@ import logging
 import time
 import traceback
 from collections import Counter, deque
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar
 
 import zmq
 
 from ..wire import codec, messages as M
 from ..wire.logs import log_limited
 from ..wire.sockets import AsyncSocket, ConnectionGuard, bind, configure
+from . import protocol as P
+from .protocol import CallError, Entry, Protocol, Table
 
 log = logging.getLogger(__name__)
 
-_LIFECYCLE = frozenset({"on_start", "on_stop"})
 MAX_STREAM_BACKLOG = 1024  # items one channel may have waiting, whatever window a sender asks
 CREDIT_BATCH = 4  # a busy channel returns credit for this many small items in one message
 
@@ -31,8 +33,10 @@ CREDIT_BATCH = 4  # a busy channel returns credit for this many small items in o
 class Actor:
     """Base class of every rlmesh actor.
 
-    Public methods (no leading underscore) of a subclass can be called remotely; async
-    ones run as tasks on the actor's event loop, plain ones run inline. ``on_start`` and
+    ``protocol`` declares the methods served remotely (``rlmesh.runtime.protocol.Protocol``:
+    calls, tells, streams, test hooks); a class that declares none serves its public
+    methods (no leading underscore), as a user's actor does. Async methods run as tasks on
+    the actor's event loop, plain ones run inline. ``on_start`` and
     ``on_stop`` are awaited around the actor's life. ``self.job`` reaches the job: named
     actors (``await self.job.get_actor("counter")``) and spawning children.
 
@@ -48,6 +52,7 @@ class Actor:
     job: Any  # the Job that runs it (job.py, which imports this module: typed loosely)
     name: str
     spin_wait_us: float = 300
+    protocol: ClassVar[Protocol | None] = None
 
     async def on_start(self) -> None:
         """Called once the actor is bound, before the first message is served."""
@@ -66,22 +71,23 @@ def spin_wait_of(actor: Actor) -> float:
 
 
 def public_methods(cls: type) -> dict[str, Callable[..., Any]]:
-    """Methods of ``cls`` callable over the wire: public ones of the class, its Actor
-    bases and its mixins (plain, static and class methods), not those of ``Actor``."""
-    out: dict[str, Callable[..., Any]] = {}
-    for klass in reversed(cls.__mro__):
-        if klass in Actor.__mro__:
-            continue
-        for name, value in vars(klass).items():
-            if name.startswith("_") or name in _LIFECYCLE:
-                continue
-            if isinstance(value, (staticmethod, classmethod)):
-                value = value.__func__
-            if inspect.isfunction(value):
-                out[name] = value
-            elif name in out:
-                del out[name]  # overridden by something that is not a method
-    return out
+    """Public methods of ``cls``, its Actor bases and its mixins (plain, static and class
+    methods), not those of ``Actor``: what a class without a ``protocol`` serves."""
+    return P.public_methods(cls, Actor)
+
+
+_tables: dict[tuple[type, bool], Table] = {}
+
+
+def table_of(cls: type, hooks: bool | None = None) -> Table:
+    """The served table of an actor class: its declared ``protocol`` (inherited as it is by
+    a subclass that declares none), else its public methods; test hooks where they are on."""
+    hooks = P.test_hooks_on() if hooks is None else hooks
+    key = (cls, hooks)
+    if key not in _tables:
+        declared = getattr(cls, "protocol", None)
+        _tables[key] = Table(cls, declared or P.of_public_methods(cls, Actor), hooks)
+    return _tables[key]
 
 
 def _buffer(frame: Any) -> Any:
@@ -108,16 +114,8 @@ def caller_id() -> str:
     return user or bytes(_buffer(identity)).hex()
 
 
-class CallError(Exception):
-    """A request that cannot be served; becomes an ERROR reply."""
-
-    def __init__(self, etype: str, msg: str) -> None:
-        super().__init__(msg)
-        self.etype = etype
-
-
 class ActorServer:
-    """Serves one actor's methods on a ROUTER socket."""
+    """Serves one actor's declared calls on a ROUTER socket."""
 
     def __init__(self, actor: Actor, name: str, *, limits: codec.Limits = codec.Limits(),
                  ctx: zmq.Context | None = None, max_connections: int | None = None) -> None:
@@ -127,9 +125,8 @@ class ActorServer:
         self.name = name
         self.limits = limits
         self.ctx = ctx or zmq.Context.instance()
-        self.methods = public_methods(type(actor))
-        self._async = {n: inspect.iscoroutinefunction(f) for n, f in self.methods.items()}
-        self.cls_path = f"{type(actor).__module__}:{type(actor).__qualname__}"
+        self.table = table_of(type(actor))
+        self.cls_path = self.table.cls_path
         self.address = ""
         self.stats: Counter[str] = Counter()
         self.in_flight: dict[int, tuple[str, float]] = {}  # call key -> (method, start)
@@ -142,24 +139,36 @@ class ActorServer:
 
     # --- decisions (no sockets) ---
 
-    def resolve(self, method: str) -> Callable[..., Any]:
-        """The bound method a message names, or CallError."""
-        if method not in self.methods:
-            close = ", ".join(sorted(self.methods)) or "none"
-            raise CallError("UnknownMethod",
-                            f"{self.cls_path} has no public method {method!r} (has: {close})")
-        return getattr(self.actor, method)
+    @property
+    def methods(self) -> dict[str, Callable[..., Any]]:
+        """The served calls' methods, by name (test hooks only where they are on)."""
+        return {name: entry.fn for name, entry in self.table.entries.items()}
 
-    def bad_arguments(self, method: str, args: list[Any], kwargs: dict[str, Any]) -> CallError | None:
-        """Why ``method(*args, **kwargs)`` cannot be called, or None if it can."""
-        fn = self.resolve(method)
-        if not all(isinstance(k, str) for k in kwargs):
-            return CallError("BadArguments", f"{method}: keyword names must be strings")
+    def resolve(self, method: str, kind: str = P.CALL) -> Callable[..., Any]:
+        """The bound method a request of ``kind`` names, or CallError."""
+        return getattr(self.actor, self.table.resolve(kind, method).name)
+
+    def decide(self, kind: str, method: str, args: list[Any], kwargs: dict[str, Any]) -> Entry:
+        """The declared entry a request of ``kind`` (call, tell, stream) names, once its
+        arguments' types fit; else CallError: ``UnknownCall`` for a call this actor does not
+        serve (undeclared, private, a test hook with test hooks off), ``BadRequest`` for a
+        wrong kind or an argument of the wrong type. Arity is checked when the call fails
+        (``_start``), so a good call pays nothing for it."""
+        entry = self.table.resolve(kind, method)
+        why = entry.bad_types(args, kwargs)
+        if why is not None:
+            raise CallError("BadRequest", why)
+        return entry
+
+    def bad_arguments(self, method: str, args: list[Any], kwargs: dict[str, Any],
+                      kind: str = P.CALL) -> CallError | None:
+        """Why ``method(*args, **kwargs)`` cannot be served, or None if it can."""
         try:
-            inspect.signature(fn).bind(*args, **kwargs)
-        except TypeError as exc:
-            return CallError("BadArguments", f"{method}{inspect.signature(fn)}: {exc}")
-        return None
+            entry = self.decide(kind, method, args, kwargs)
+        except CallError as exc:
+            return exc
+        why = entry.bad_arity(args, kwargs)
+        return None if why is None else CallError("BadRequest", why)
 
     # --- socket shell ---
 
@@ -242,22 +251,33 @@ class ActorServer:
             self.guard.seen(body[0])
         kind = msg["t"]
         if kind == M.CALL:
-            if self._is_async(msg["m"]):
-                self._spawn(self._run_call(identity, msg))
+            try:
+                entry = self.decide(P.CALL, msg["m"], msg["a"], msg["k"])
+            except CallError as exc:
+                self.stats["errors"] += 1
+                self._error(identity, msg["id"], exc.etype, str(exc))
+                return
+            if entry.is_async:
+                self._spawn(self._run_call(identity, msg, entry))
             else:
-                self._call_inline(identity, msg)
+                self._call_inline(identity, msg, entry)
         elif kind == M.TELL:
-            if self._is_async(msg["m"]):
-                self._spawn(self._run_tell(msg))
+            try:
+                entry = self.decide(P.TELL, msg["m"], msg["a"], msg["k"])
+            except CallError as exc:
+                self._tell_failed(msg, exc)
+                return
+            if entry.is_async:
+                self._spawn(self._run_tell(msg, entry))
             else:
-                self._tell_inline(msg)
+                self._tell_inline(msg, entry)
         elif kind == M.STREAM:
             if len(body) > 1:  # it carries raw frames (arrays of 64 KiB and more)
                 msg["_large"] = True
             self._on_stream(identity, msg)
         elif kind == M.HELLO:
             self._reply(identity, M.make(M.HELLO_OK, id=msg["id"], actor=self.name,
-                                         cls=self.cls_path))
+                                         cls=self.cls_path, calls=sorted(self.table.entries)))
         else:
             self.stats["rejected"] += 1
             self._error(identity, M.call_id_of(msg), "ProtocolError",
@@ -268,37 +288,36 @@ class ActorServer:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def _start(self, method: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
+    def _start(self, entry: Entry, args: list[Any], kwargs: dict[str, Any]) -> Any:
         """Call the method: its result, or a coroutine for an async method.
 
-        Arguments are checked only when the call raises TypeError, so the common path
-        pays nothing for the check.
+        Arity is checked only when the call raises TypeError, so the common path pays
+        nothing for the check.
         """
-        fn = self.resolve(method)
+        fn = getattr(self.actor, entry.name)
         try:
             return fn(*args, **kwargs)
         except TypeError:
-            bad = self.bad_arguments(method, args, kwargs)
-            if bad is None:
+            why = entry.bad_arity(args, kwargs)
+            if why is None:
                 raise
-            why = bad.etype, str(bad)
         # Raised unnamed: ``raise bad`` left bad -> traceback -> this frame -> bad, a cycle
         # that kept the call's frames (three 600 MB messages: 1.9 GB) until a GC ran.
-        raise CallError(*why)
+        raise CallError("BadRequest", why)
 
-    def _run_sync(self, method: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
+    def _run_sync(self, entry: Entry, args: list[Any], kwargs: dict[str, Any]) -> Any:
         key = next(self._keys)
-        self.in_flight[key] = (method, time.monotonic())
+        self.in_flight[key] = (entry.name, time.monotonic())
         try:
-            return self._start(method, args, kwargs)
+            return self._start(entry, args, kwargs)
         finally:
             del self.in_flight[key]
 
-    async def _invoke(self, method: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
+    async def _invoke(self, entry: Entry, args: list[Any], kwargs: dict[str, Any]) -> Any:
         key = next(self._keys)
-        self.in_flight[key] = (method, time.monotonic())
+        self.in_flight[key] = (entry.name, time.monotonic())
         try:
-            result = self._start(method, args, kwargs)
+            result = self._start(entry, args, kwargs)
             if inspect.isawaitable(result):
                 result = await result
             return result
@@ -310,14 +329,10 @@ class ActorServer:
         now = time.monotonic()
         return [{"method": m, "age_s": round(now - t, 3)} for m, t in list(self.in_flight.values())]
 
-    def _is_async(self, method: str) -> bool:
-        # Unknown methods go the async way too, where the error reply is made.
-        return self._async.get(method, True)
-
-    def _call_inline(self, identity: Any, msg: dict[str, Any]) -> None:
+    def _call_inline(self, identity: Any, msg: dict[str, Any], entry: Entry) -> None:
         """A plain (non-async) method runs right here: no task, no extra loop turn."""
         try:
-            result = self._run_sync(msg["m"], msg["a"], msg["k"])
+            result = self._run_sync(entry, msg["a"], msg["k"])
         except CallError as exc:
             self.stats["errors"] += 1
             self._error(identity, msg["id"], exc.etype, str(exc))
@@ -328,10 +343,10 @@ class ActorServer:
             self.stats["calls"] += 1
             self._reply(identity, M.make(M.REPLY, id=msg["id"], r=result))
 
-    async def _run_call(self, identity: Any, msg: dict[str, Any]) -> None:
+    async def _run_call(self, identity: Any, msg: dict[str, Any], entry: Entry) -> None:
         call_id = msg["id"]
         try:
-            result = await self._invoke(msg["m"], msg["a"], msg["k"])
+            result = await self._invoke(entry, msg["a"], msg["k"])
         except CallError as exc:
             self.stats["errors"] += 1
             self._error(identity, call_id, exc.etype, str(exc))
@@ -343,16 +358,16 @@ class ActorServer:
             self.stats["calls"] += 1
             self._reply(identity, M.make(M.REPLY, id=call_id, r=result))
 
-    async def _run_tell(self, msg: dict[str, Any]) -> None:
+    async def _run_tell(self, msg: dict[str, Any], entry: Entry) -> None:
         try:
-            await self._invoke(msg["m"], msg["a"], msg["k"])
+            await self._invoke(entry, msg["a"], msg["k"])
             self.stats["tells"] += 1
         except Exception as exc:
             self._tell_failed(msg, exc)
 
-    def _tell_inline(self, msg: dict[str, Any]) -> None:
+    def _tell_inline(self, msg: dict[str, Any], entry: Entry) -> None:
         try:
-            self._run_sync(msg["m"], msg["a"], msg["k"])
+            self._run_sync(entry, msg["a"], msg["k"])
             self.stats["tells"] += 1
         except Exception as exc:
             self._tell_failed(msg, exc)
@@ -384,10 +399,12 @@ class ActorServer:
             while backlog:
                 msg = backlog.popleft()
                 try:
-                    if self._is_async(msg["m"]):
-                        await self._invoke(msg["m"], [msg.get("p")], {})
+                    item = [msg.get("p")]
+                    entry = self.decide(P.STREAM, msg["m"], item, {})
+                    if entry.is_async:
+                        await self._invoke(entry, item, {})
                     else:
-                        self._run_sync(msg["m"], [msg.get("p")], {})
+                        self._run_sync(entry, item, {})
                     self.stats["stream_items"] += 1
                 except Exception as exc:
                     self.stats["stream_failures"] += 1

@@ -1,8 +1,9 @@
 """Handles to actors: request/reply with timeouts, fire-and-forget, and credit-bounded streams.
 
-``await h.call("inc", 1)`` or ``await h.inc(1)``; ``await h.tell("inc")``;
-``s = h.stream("consume", window=8); await s.send(batch)``. Sync variants for code that
-runs outside an event loop (env code, scripts): ``h.call_sync``, ``h.tell_sync``.
+One calling form, naming a call the actor's protocol declares: ``await h.call("inc", 1)``;
+``await h.tell("inc")``; ``s = h.stream("consume", window=8); await s.send(batch)``. Sync
+variants for code that runs outside an event loop (env code, scripts): ``h.call_sync``,
+``h.tell_sync``.
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ class ActorHandle:
         self._sync_lock = threading.Lock()
         self._sync_rcvtimeo = -1  # ms; the sync socket's RCVTIMEO (-1: none)
         self._dead_reason: str | None = None
+        self.served: frozenset[str] = frozenset()  # the calls the actor serves, once connected
 
     # --- async API ---
 
@@ -74,8 +76,10 @@ class ActorHandle:
         return self._sock
 
     async def connect(self, timeout: float | None = None) -> dict[str, Any]:
-        """Exchange HELLO: checks the protocol version and that an actor is there."""
+        """Exchange HELLO: checks the protocol version and that an actor is there; the
+        reply names the actor's class and the calls it serves (``served``)."""
         reply = await self._request(M.make(M.HELLO, id=next(_call_ids)), timeout)
+        self.served = frozenset(reply["calls"])
         return reply
 
     async def call(self, method: str, *args: Any, timeout: float | None = None, **kwargs: Any) -> Any:
@@ -97,11 +101,6 @@ class ActorHandle:
         sender = StreamSender(self, method, window)
         self._streams[sender.channel] = sender
         return sender
-
-    def __getattr__(self, method: str) -> "_MethodProxy":
-        if method.startswith("_"):
-            raise AttributeError(method)
-        return _MethodProxy(self, method)
 
     async def _request(self, msg: dict[str, Any], timeout: float | None) -> dict[str, Any]:
         if self._dead_reason is not None:
@@ -269,25 +268,6 @@ class ActorHandle:
 
     def __repr__(self) -> str:
         return f"ActorHandle({self.name!r}, {self.address!r})"
-
-
-class _MethodProxy:
-    """``await h.method(*args)`` calls; ``await h.method.tell(*args)`` tells."""
-
-    __slots__ = ("_handle", "_method")
-
-    def __init__(self, handle: ActorHandle, method: str) -> None:
-        self._handle = handle
-        self._method = method
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self._handle.call(self._method, *args, **kwargs)
-
-    def tell(self, *args: Any, **kwargs: Any) -> Any:
-        return self._handle.tell(self._method, *args, **kwargs)
-
-    def sync(self, *args: Any, **kwargs: Any) -> Any:
-        return self._handle.call_sync(self._method, *args, **kwargs)
 
 
 class StreamSender:

@@ -8,15 +8,18 @@ from __future__ import annotations
 
 from typing import Any
 
-PROTOCOL_VERSION = 1
+# Version 2: every actor serves only the calls its class declares (rlmesh.runtime.protocol),
+# so the role tables (docs/architecture.md, "Protocol") are part of this version: a change to
+# one bumps it. HELLO_OK names the calls the actor serves.
+PROTOCOL_VERSION = 2
 
 # --- data plane: handle <-> actor (DEALER -> ROUTER) ---
 HELLO = "hello"  # handle -> actor at connect; reply HELLO_OK (or ERROR on version mismatch)
-HELLO_OK = "hello_ok"  # actor -> handle: {"id", "actor": name, "cls": class path}
+HELLO_OK = "hello_ok"  # actor -> handle: {"id", "actor": name, "cls": class path, "calls": [names]}
 CALL = "call"  # {"id", "m": method, "a": args, "k": kwargs}; reply REPLY or ERROR
 TELL = "tell"  # {"m", "a", "k"}; no reply, a failure is counted and logged
 REPLY = "reply"  # {"id", "r": result}
-ERROR = "error"  # {"id": call id or None, "etype", "msg", "tb"}
+ERROR = "error"  # {"id": call id or None, "etype", "msg", "tb"}; etype UnknownCall, BadRequest, ...
 STREAM = "stream"  # {"ch": channel, "seq", "m": method, "p": item}; handled in order
 CREDIT = "credit"  # actor -> handle: {"ch", "n": items the sender may now send}
 
@@ -30,7 +33,7 @@ STOP_OK = "stop_ok"
 
 _FIELDS: dict[str, dict[str, type | tuple[type, ...]]] = {
     HELLO: {"id": int},
-    HELLO_OK: {"id": int, "actor": str, "cls": str},
+    HELLO_OK: {"id": int, "actor": str, "cls": str, "calls": list},
     CALL: {"id": int, "m": str, "a": list, "k": dict},
     TELL: {"m": str, "a": list, "k": dict},
     REPLY: {"id": int},

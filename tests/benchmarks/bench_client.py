@@ -207,12 +207,12 @@ async def _latency_rounds(endpoints: dict[str, str], payload: bytes,
     clients: list[Any] = []
     try:
         async with Job("ipc") as job:
-            server = await job.spawn(SERVER, _server_config(), 1, param_server=None)
-            still = await job.spawn(SERVER, _server_config(policy_server_spin_wait_us=0), 2,
+            server = await job.spawn(SERVER, config=_server_config(), worker_index=1, param_server=None)
+            still = await job.spawn(SERVER, config=_server_config(policy_server_spin_wait_us=0), worker_index=2,
                                     param_server=None)
             for s in (server, still):
                 clients.append(await _blocking(functools.partial(
-                    PolicyClient, insecure_plaintext=True), await s.get_address()))
+                    PolicyClient, insecure_plaintext=True), await s.call("get_address")))
             client, still_client = clients
             # The clients block in a worker thread; the job's loop idles meanwhile.
             sides = {
@@ -224,16 +224,16 @@ async def _latency_rounds(endpoints: dict[str, str], payload: bytes,
             for fn, *args in sides.values():
                 await _blocking(fn, *args, sizes.latency_warmup)
             for s in (server, still):
-                await s.sample()  # drain what the servers recorded
+                await s.call("sample")  # drain what the servers recorded
             n = sizes.latency_iters // ROUNDS
             for _ in range(ROUNDS):  # take turns, so all see the same background load
                 for name, (fn, *args) in sides.items():
                     gc.collect()
                     times.setdefault(name, []).append(await _blocking(fn, *args, n))
                 for s, calls in ((server, n + 1), (still, n)):
-                    fragment = await s.sample()  # untimed; keeps the servers' memory flat
+                    fragment = await s.call("sample")  # untimed; keeps the servers' memory flat
                     assert fragment["env_steps"] == calls, (fragment["env_steps"], calls)
-            spins = [(await s.metrics())["spins"] for s in (server, still)]
+            spins = [(await s.call("metrics"))["spins"] for s in (server, still)]
             assert spins[0] > 0 and spins[1] == 0, spins
     finally:
         for c in clients:
@@ -327,15 +327,15 @@ async def _throughput_rounds(sizes: ClientSizes) -> tuple[list[float], list[floa
     sampled: list[float] = []
     received = 0
     async with Job("ipc") as job:
-        server = await job.spawn(SERVER, _server_config(), 1, param_server=None)
-        runner = await job.spawn(RUNNER, _config(), 1, param_server=None)
-        sim = await _blocking(Simulator, await server.get_address())
+        server = await job.spawn(SERVER, config=_server_config(), worker_index=1, param_server=None)
+        runner = await job.spawn(RUNNER, config=_config(), worker_index=1, param_server=None)
+        sim = await _blocking(Simulator, await server.call("get_address"))
         try:
 
             async def sample_all() -> float:
                 t0 = time.perf_counter()
                 for _ in range(fragments):
-                    await runner.sample()
+                    await runner.call("sample")
                 return time.perf_counter() - t0
 
             async def simulate(n: int, sampled: bool) -> float:
@@ -348,7 +348,7 @@ async def _throughput_rounds(sizes: ClientSizes) -> tuple[list[float], list[floa
                 async def drain() -> None:
                     nonlocal received
                     while not done:  # sample() returns once a fragment's worth is in
-                        received += (await server.sample())["env_steps"]
+                        received += (await server.call("sample"))["env_steps"]
 
                 task = asyncio.ensure_future(drain())
                 try:
@@ -356,10 +356,10 @@ async def _throughput_rounds(sizes: ClientSizes) -> tuple[list[float], list[floa
                 finally:
                     done = True
                     await task
-                    received += (await server.sample())["env_steps"]
+                    received += (await server.call("sample"))["env_steps"]
 
             await simulate(FRAGMENT, False)  # warm-up: connections, caches
-            await runner.sample()
+            await runner.call("sample")
             for _ in range(sizes.throughput_rounds):  # alternate, so all see the same load
                 gc.collect()
                 theirs.append(steps / await sample_all())
@@ -369,8 +369,8 @@ async def _throughput_rounds(sizes: ClientSizes) -> tuple[list[float], list[floa
                 sampled.append(steps / await simulate(steps, True))
         finally:
             await _blocking(sim.close, False)
-        received += (await server.sample())["env_steps"]  # what close() flushed
-        stats = await server.metrics()
+        received += (await server.call("sample"))["env_steps"]  # what close() flushed
+        stats = await server.call("metrics")
     expected = FRAGMENT + 2 * steps * sizes.throughput_rounds
     assert received == expected, (received, expected)
     assert stats["steps_dropped"] == 0, stats

@@ -194,7 +194,7 @@ async def _spawn_in_waves(job: Any, count: int, wave: int = 16) -> list[Any]:
     handles: list[Any] = []
     for start in range(0, count, wave):
         handles += await asyncio.gather(*(
-            job.spawn(Producer, i, name=f"producer-{i}", start_timeout=120)
+            job.spawn(Producer, index=i, name=f"producer-{i}", start_timeout=120)
             for i in range(start, min(count, start + wave))))
     return handles
 
@@ -244,13 +244,15 @@ async def _aggregation(sizes: ImpalaSizes) -> list[dict[str, Any]]:
     got = []
     async with Job("ipc") as job:
         await job.spawn(PARAM_SERVER, name="param_server", in_process=True)
-        learner = await job.spawn(LEARNER, config, IMPALA_CONFIG, _policy_specs(impala_config),
+        learner = await job.spawn(LEARNER, config=config, config_cls=IMPALA_CONFIG,
+                                  policy_specs=_policy_specs(impala_config),
                                   name="learner-0", role="Learner", start_timeout=120,
                                   restart=RestartPolicy(max_restarts=0),
                                   env={"OMP_NUM_THREADS": "1"})
         await learner.call("start_async")
         aggregators = list(await asyncio.gather(*(
-            job.spawn(AGGREGATOR, config, IMPALA_CONFIG, ["learner-0"], j, name=f"aggregator-{j}",
+            job.spawn(AGGREGATOR, config=config, config_cls=IMPALA_CONFIG, learners=["learner-0"],
+                      index=j, name=f"aggregator-{j}",
                       role="Aggregator", start_timeout=120)
             for j in range(max(sizes.aggregators)))))
         producers = await _spawn_in_waves(job, max(sizes.producers))

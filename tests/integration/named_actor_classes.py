@@ -26,7 +26,7 @@ class Curriculum(Actor):
 
     def counter_started(self) -> int:
         """The counter's total, asked from this actor's process through rlmesh.get_actor."""
-        return rlmesh.get_actor("counter").counts()["started"]
+        return rlmesh.get_actor("counter").call("counts")["started"]
 
 
 class Stats:

@@ -59,8 +59,8 @@ class Worker(Actor):
     async def bump_counter_async(self, times: int) -> int:
         counter = await self.job.get_actor("counter")
         for _ in range(times):
-            await counter.inc(1)
-        return await counter.get()
+            await counter.call("inc", 1)
+        return await counter.call("get")
 
     def pid(self) -> int:
         return os.getpid()

@@ -149,7 +149,7 @@ def _scenarios() -> list[tuple[str, list[bytes], Callable[[dict], None]]]:
     assert len(with_array) == 2
     header = frames_of(call("echo", [1, 2, 3], "text", id=22))[0]
     wrong_version = call("echo", 1, id=23)
-    wrong_version["v"] = 2
+    wrong_version["v"] = M.PROTOCOL_VERSION + 1
     parts = [np.zeros(400_000, dtype=np.uint8) for _ in range(3)]  # 1.2 MB in 400 KB frames
 
     def err(etype: str, *words: str, id: int | None = None) -> Callable[[dict], None]:
@@ -174,17 +174,17 @@ def _scenarios() -> list[tuple[str, list[bytes], Callable[[dict], None]]]:
         ("empty body", [b""], err("ProtocolError")),
         ("not a map", frames_of([1, 2, 3]), err("ProtocolError", "expected a map")),
         ("unknown method", frames_of(call("nope", id=24)),
-         err("UnknownMethod", "'nope'", "echo", "aecho", "add", id=24)),
-        ("private method", frames_of(call("_private", id=25)), err("UnknownMethod", id=25)),
+         err("UnknownCall", "'nope'", "echo", "aecho", "add", id=24)),
+        ("private method", frames_of(call("_private", id=25)), err("UnknownCall", id=25)),
         ("method raises TypeError", frames_of(call("add", "x", 1, id=26)), type_error),
         ("too few arguments", frames_of(call("echo", id=27)),
-         err("BadArguments", "missing a required argument: 'x'", id=27)),
+         err("BadRequest", "missing a required argument: 'x'", id=27)),
         ("too many arguments", frames_of(call("aecho", 1, 2, id=28)),
-         err("BadArguments", "too many positional arguments", id=28)),
+         err("BadRequest", "too many positional arguments", id=28)),
         ("unknown keyword", frames_of(call("echo", 1, y=2, id=29)),
-         err("BadArguments", "'y'", id=29)),
+         err("BadRequest", "'y'", id=29)),
         ("wrong protocol version", frames_of(wrong_version),
-         err("VersionMismatch", "2", "1", id=23)),
+         err("VersionMismatch", str(M.PROTOCOL_VERSION + 1), str(M.PROTOCOL_VERSION), id=23)),
         ("args not a list", frames_of({**call("echo", id=30), "a": "x"}),
          err("ProtocolError", "'a'", id=30)),
         ("bool id", frames_of({**call("echo", 1), "id": True}), err("ProtocolError", "'id'")),

@@ -48,8 +48,8 @@ def test_only_holders_of_the_cluster_keys_reach_actors_over_tcp(cluster_keys, tm
 
 async def scenario_with_checks():
     async with Job("tcp") as job:
-        handle = await job.spawn("tests.integration.runtime_actors:Counter", 5, name="c")
-        assert await handle.inc(2) == 7
+        handle = await job.spawn("tests.integration.runtime_actors:Counter", start=5, name="c")
+        assert await handle.call("inc", 2) == 7
         child = job.supervisor.children["c"].child
         keys_dir = os.environ[ENV_CURVE_DIR]
         loop = asyncio.get_running_loop()
@@ -64,5 +64,5 @@ async def scenario_with_checks():
             assert await loop.run_in_executor(None, lambda: answers(
                 target, curve_serverkey=keys.public, curve_publickey=keys.public,
                 curve_secretkey=keys.secret))
-        assert await handle.get() == 7  # the actor served on through all of it
+        assert await handle.call("get") == 7  # the actor served on through all of it
         return handle.address, child.record.control

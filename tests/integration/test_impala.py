@@ -71,9 +71,9 @@ def test_weights_go_out_every_broadcast_interval_updates(interval):
         async with Job("inproc") as job:
             ps = await job.spawn("tests.integration.envs_for_tests:RecordingParamServer",
                                  name="param_server")
-            learner = await job.spawn("rlmesh.roles.learner_actor:LearnerActor", config,
-                                      "rlmesh.algorithms.impala_config:ImpalaConfig", specs,
-                                      name="learner-0")
+            learner = await job.spawn("rlmesh.roles.learner_actor:LearnerActor", config=config,
+                                      config_cls="rlmesh.algorithms.impala_config:ImpalaConfig",
+                                      policy_specs=specs, name="learner-0")
             await learner.call("start_async")
             first = await learner.call("publish")
             for i in range(10):  # a fragment of 50 x 8 steps is a batch of 400: 10 updates

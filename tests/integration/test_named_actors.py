@@ -38,8 +38,8 @@ def test_a_counter_shared_by_the_envs_of_two_runners_a_callback_and_the_driver()
         result = algo.train()
         counter = rlmesh.get_actor("counter")
         # Every episode the run reported ended in a callback's tell to the counter.
-        _wait_for(lambda: counter.counts()["finished"] >= result["episodes_total"])
-        counts = counter.counts()
+        _wait_for(lambda: counter.call("counts")["finished"] >= result["episodes_total"])
+        counts = counter.call("counts")
         assert counts["finished"] >= result["episodes_total"] > 2
         # Each env counted its reset before playing: 2 runners x 2 envs mid-episode at least.
         assert counts["started"] >= counts["finished"] + 4
@@ -49,25 +49,25 @@ def test_a_counter_shared_by_the_envs_of_two_runners_a_callback_and_the_driver()
 
         # A Actor subclass with async methods, reaching the counter from its own process.
         curriculum = rlmesh.get_actor("curriculum")
-        assert curriculum.promote() == 4 and curriculum.get_level() == 4
-        assert curriculum.counter_started() >= counts["started"]
+        assert curriculum.call("promote") == 4 and curriculum.call("get_level") == 4
+        assert curriculum.call("counter_started") >= counts["started"]
 
         # A plain class: arrays both ways, a static method, errors by name, the actor lives on.
         stats = rlmesh.get_actor("stats")
-        np.testing.assert_array_equal(stats.add(np.ones(4, np.float32)), np.ones(4))
-        assert stats.version() == "1"
-        with pytest.raises(RemoteError, match=r"UnknownMethod in actor 'stats': .*Stats has no "
-                                              r"public method 'reset' \(has: add, fail, pid, version\)"):
-            stats.reset()
-        with pytest.raises(RemoteError, match=r"BadArguments.*add\(values"):
-            stats.add()
+        np.testing.assert_array_equal(stats.call("add", np.ones(4, np.float32)), np.ones(4))
+        assert stats.call("version") == "1"
+        with pytest.raises(RemoteError, match=r"UnknownCall in actor 'stats': .*Stats serves no "
+                                              r"call 'reset' \(it serves: add, fail, pid, version\)"):
+            stats.call("reset")
+        with pytest.raises(RemoteError, match=r"BadRequest.*add\(values"):
+            stats.call("add")
         with pytest.raises(RemoteError, match="ValueError.*stats cannot do that"):
-            stats.fail()
-        np.testing.assert_array_equal(stats.add(np.ones(4, np.float32)), 2 * np.ones(4))
+            stats.call("fail")
+        np.testing.assert_array_equal(stats.call("add", np.ones(4, np.float32)), 2 * np.ones(4))
         with pytest.raises(ActorNotFound, match=r"no actor named 'countr'.*named actors: "
                                                 r"counter, curriculum, stats"):
             rlmesh.get_actor("countr", timeout=0.2)
-        pids = [stats.pid()] + [algo.mesh.job.run_dir.read_process(n).pid
+        pids = [stats.call("pid")] + [algo.mesh.job.run_dir.read_process(n).pid
                                 for n in ("counter", "curriculum")]
     finally:
         algo.stop()

@@ -82,7 +82,7 @@ def test_policy_client_local_inference_applies_the_servers_filter():
     mean = np.array([0.5, -1.0, 0.1, 2.0])
     state = {"n": 101, "mean": mean, "m2": np.full(4, 4.0 * 100)}  # std 2
     with runner_process(observation_filter="MeanStdFilter") as (run, runner, address):
-        run(runner.set_filter_state(state))
+        run(runner.call("set_filter_state", state))
         seen = []
         for mode in ("local", "remote"):
             with PolicyClient(address, inference_mode=mode) as client:
@@ -94,8 +94,8 @@ def test_policy_client_local_inference_applies_the_servers_filter():
                     obs, reward, *_ = env.step(client.get_action(eid, obs))
                     client.log_returns(eid, reward)
                 client.end_episode(eid, obs, truncated=True)
-        fragment = run(runner.sample())
-        counted = run(runner.get_filter_updates())
+        fragment = run(runner.call("sample"))
+        counted = run(runner.call("get_filter_updates"))
     # Local inference: the server's statistics exactly, as the client recorded the steps.
     local = ((np.array(seen[:5]) - mean) / 2).astype(np.float32)
     assert any(np.allclose(fragment["obs"][:5, b], local, atol=1e-6) for b in range(2))

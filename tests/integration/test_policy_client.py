@@ -52,8 +52,8 @@ def runner_process(**env_runners):
     loop = uvloop.new_event_loop()
     job = loop.run_until_complete(Job("ipc").start())
     try:
-        runner = loop.run_until_complete(job.spawn(SERVER, config, 1, param_server=None))
-        address = loop.run_until_complete(runner.get_address())
+        runner = loop.run_until_complete(job.spawn(SERVER, config=config, worker_index=1, param_server=None))
+        address = loop.run_until_complete(runner.call("get_address"))
         yield (lambda coro: loop.run_until_complete(coro)), runner, address
     finally:
         loop.run_until_complete(job.shutdown())
@@ -130,8 +130,8 @@ def test_bad_calls_get_errors_while_another_client_carries_on():
             bad.end_episode(eid, np.zeros(4, np.float32))
         thread.join(30)
         assert good_done == [True, True, True]
-        frag = run(runner.sample())
-        metrics = run(runner.metrics())
+        frag = run(runner.call("sample"))
+        metrics = run(runner.call("metrics"))
     assert metrics["episodes_ended"] == 4  # the good client's 3 and the bad client's 1
     assert len(frag["episodes"]) == 4 and frag["env_steps"] == sum(e["length"] for e in frag["episodes"])
 
@@ -162,8 +162,8 @@ def test_a_client_that_disappears_has_its_episode_closed_and_used():
         client = PolicyClient(address)
         play_episode(client, steps=6)  # 6 actions, no end: 5 steps complete
         client.close()  # gone without end_episode
-        frag = run(runner.sample())
-        metrics = run(runner.metrics())
+        frag = run(runner.call("sample"))
+        metrics = run(runner.call("metrics"))
     assert frag["env_steps"] == 5 and frag["truncateds"][4, 0] and not frag["terminateds"][4, 0]
     assert metrics["episodes_expired"] == 1 and metrics["open_episodes"] == 0
     assert frag["episodes"] == [] or frag["episodes"][0]["length"] == 5
@@ -188,7 +188,7 @@ def test_threads_share_one_client_safely_and_close_delivers_everything(mode):
             for t in threads:
                 t.join(60)
         # Local inference ships its last chunks without waiting; close() collects the reply.
-        frag = run(runner.sample())
+        frag = run(runner.call("sample"))
     assert done == [True] * 4 and len(frag["episodes"]) == 4
     assert frag["env_steps"] == sum(e["length"] for e in frag["episodes"])
 
@@ -203,8 +203,8 @@ def test_spinning_server_or_client_serves_the_same_episodes(server_spin_us, clie
         with PolicyClient(address, spin_wait_us=client_spin_us, insecure_plaintext=True) as client:
             played = [play_episode(client, seed=s)[1] for s in range(3)]
             client_spins = client._spin.spins
-        frag = run(runner.sample())
-        metrics = run(runner.metrics())
+        frag = run(runner.call("sample"))
+        metrics = run(runner.call("metrics"))
     assert played == [True] * 3 and len(frag["episodes"]) == 3
     assert frag["env_steps"] == sum(e["length"] for e in frag["episodes"])
     if server_spin_us:

@@ -51,8 +51,8 @@ def lstm_server(**env_runners):
     loop = uvloop.new_event_loop()
     job = loop.run_until_complete(Job("ipc").start())
     try:
-        runner = loop.run_until_complete(job.spawn(SERVER, config, 1, param_server=None))
-        address = loop.run_until_complete(runner.get_address())
+        runner = loop.run_until_complete(job.spawn(SERVER, config=config, worker_index=1, param_server=None))
+        address = loop.run_until_complete(runner.call("get_address"))
         yield (lambda coro: loop.run_until_complete(coro)), runner, address
     finally:
         loop.run_until_complete(job.shutdown())
@@ -87,7 +87,7 @@ def test_interleaved_episodes_keep_their_own_state(mode):
                 client.log_returns(b, -1.0)
             client.end_episode(b, obs_b[-1])
             client.end_episode(a, obs_a[-1])
-        frag = run(runner.sample())
+        frag = run(runner.call("sample"))
     assert actions_a == actions_alone
     assert frag["obs"].shape[:2] == (6, 3) and frag["mask"].all()
     is_a = [i for i in range(3) if np.allclose(frag["obs"][0, i], obs_a[0])]
@@ -123,7 +123,7 @@ def test_logged_actions_advance_the_episodes_state_as_chosen_ones_do(mode):
                 client.log_returns(logged, 1.0)
             client.end_episode(chosen, obs_a[-1])
             client.end_episode(logged, obs_a[-1])
-        frag = run(runner.sample())
+        frag = run(runner.call("sample"))
     assert frag["obs"].shape[:2] == (6, 2) and frag["state_out_0"][1:].any()
     for key in ("state_in_0", "state_in_1", "state_out_0", "state_out_1", "action_dist_inputs",
                 "action_logp", "actions", "prev_actions", "prev_rewards"):
@@ -141,7 +141,7 @@ def test_local_inference_of_an_lstm_loads_no_torch():
                 "print(len(a), 'torch' in sys.modules)")
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                              timeout=60)
-        frag = run(runner.sample())
+        frag = run(runner.call("sample"))
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["3", "False"]
     assert frag["env_steps"] == 3 and frag["state_out_0"][2, 0].any()
@@ -175,7 +175,7 @@ def test_a_state_of_the_wrong_shape_is_refused_naming_the_field():
                 message = str(info.value).split(": ", 1)[1]  # after the error type
                 assert "\n" not in message and re.search(match, message), message
             assert client._call("report_chunks", [a_chunk()], 0) == 3  # a good one goes in
-        metrics = run(runner.metrics())
+        metrics = run(runner.call("metrics"))
     (counts,) = metrics["client_rejections"].values()
     assert counts == {"state_in_0": 1, "state_out_1": 1, "state_in_1": 1, "prev_actions": 1}
 

@@ -121,8 +121,8 @@ def test_non_finite_and_float32_overflowing_values_are_refused_by_field():
             assert bad._call("report_chunks", [chunk()], 0) == 4  # a good one still goes in
         with PolicyClient(address) as good:
             assert play_episode(good)[1]
-        frag = run(runner.sample())
-        metrics = run(runner.metrics())
+        frag = run(runner.call("sample"))
+        metrics = run(runner.call("metrics"))
     assert np.all(np.isfinite(frag["rewards"])) and np.all(np.isfinite(frag["action_logp"]))
     (counts,) = metrics["client_rejections"].values()
     assert counts == {"observation": 3, "reward": 3, "rewards": 1, "action_logp": 1, "obs": 1}
@@ -142,8 +142,8 @@ def test_a_flood_of_open_episodes_locks_no_client_out_and_drags_no_mean():
         run(asyncio.to_thread(flood, address))  # the job's loop runs on: heartbeats
         with PolicyClient(address, timeout=10) as newcomer:
             assert play_episode(newcomer, seed=1)[1] and play_episode(newcomer, seed=2)[1]
-        frag = run(runner.sample())
-        metrics = run(runner.metrics())
+        frag = run(runner.call("sample"))
+        metrics = run(runner.call("metrics"))
     assert len(frag["episodes"]) == 2 and min(e["length"] for e in frag["episodes"]) > 5
     # policy_server_max_open_episodes_per_client (both clients hold the one default key)
     assert metrics["episodes_evicted"] >= 10_000 - 1_000 and metrics["open_episodes"] <= 1_000

@@ -31,36 +31,37 @@ def run(coro):
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_call_tell_proxy_errors_and_timeouts(mode):
+def test_call_tell_errors_and_timeouts(mode):
     async def main():
         async with Job(mode) as job:
-            c = await job.spawn(Counter, 10)
+            c = await job.spawn(Counter, start=10)
             assert await c.call("inc", 5) == 15
-            assert await c.inc(k=2) == 17  # method-proxy form
+            assert await c.call("inc", k=2) == 17  # arguments by name
             await c.tell("inc", 100)
-            await c.inc.tell(1000)
-            assert await c.get() == 1117  # tells are processed in order before this call
+            await c.tell("inc", 1000)
+            assert await c.call("get") == 1117  # tells are processed in order before this call
             with pytest.raises(RemoteError) as err:
                 await c.call("nope")
-            assert err.value.etype == "UnknownMethod" and "inc" in str(err.value)
+            assert err.value.etype == "UnknownCall" and "inc" in str(err.value)
             with pytest.raises(RemoteError) as err:
-                await c.inc(1, 2, 3)
-            assert err.value.etype == "BadArguments"
+                await c.call("inc", 1, 2, 3)
+            assert err.value.etype == "BadRequest"
             with pytest.raises(RemoteError) as err:
-                await c.inc("a string")  # the method itself raises TypeError
-            assert err.value.etype == "TypeError" and "str" in err.value.remote_msg
+                await c.call("inc", "a string")  # not the int its signature annotates
+            assert err.value.etype == "BadRequest" and "'k' must be int" in err.value.remote_msg
+            assert await c.call("get") == 1117  # refused before it ran
             w = await job.spawn(Worker)
             with pytest.raises(ActorUnavailable, match="within 0.2 s"):
                 await w.call("slow", 5.0, timeout=0.2)
             assert await w.call("slow", 0.01) == 0.01  # the late reply did not confuse it
             arr = np.arange(100_000, dtype=np.float64).reshape(100, 1000)[:, ::3]
-            back = await w.echo({"a": arr, "t": (1, "x")})
+            back = await w.call("echo", {"a": arr, "t": (1, "x")})
             np.testing.assert_array_equal(back["a"], arr)
             assert back["t"] == (1, "x")
             import torch
 
             t = torch.ones(100_000)  # out of band
-            assert await w.double_in_place(t) == 200_000.0
+            assert await w.call("double_in_place", t) == 200_000.0
             assert float(t.sum()) == 100_000.0  # every transport, inproc too, gave it a copy
     run(main())
 
@@ -98,7 +99,7 @@ def test_blocking_calls_from_a_thread_with_timeouts_and_a_spinning_actor(mode):
 
     def calls(w, c):
         got = [w.call_sync("echo", {"x": [1, 2]})]
-        with pytest.raises(RemoteError, match="UnknownMethod"):
+        with pytest.raises(RemoteError, match="UnknownCall"):
             w.call_sync("nope")
         with pytest.raises(ActorUnavailable, match="'slow' within 0.2 s"):
             w.call_sync("slow", 1.0, timeout=0.2)
@@ -113,7 +114,7 @@ def test_blocking_calls_from_a_thread_with_timeouts_and_a_spinning_actor(mode):
             w = await job.spawn(Worker)
             c = await job.spawn(SpinningCounter)
             got = await asyncio.get_running_loop().run_in_executor(None, calls, w, c)
-            assert await c.get() == 20100  # the loop's own calls reach it as well
+            assert await c.call("get") == 20100  # the loop's own calls reach it as well
             with pytest.raises(ActorStartError, match="spin_wait_us must be a number"):
                 await job.spawn(BadSpin, restart=RestartPolicy(max_restarts=0))
             return got
@@ -137,7 +138,7 @@ def test_stream_is_ordered_and_bounded_by_credit(mode):
             await stream.flush()
             assert stream.in_flight == 0
             assert peak == 3  # the consumer is slower: the window was used, never exceeded
-            assert await w.received() == [50_000.0 * i for i in range(30)]
+            assert await w.call("received") == [50_000.0 * i for i in range(30)]
     run(main())
 
 
@@ -155,7 +156,7 @@ def test_stream_item_failure_surfaces_at_the_sender_and_the_stream_goes_on(mode)
                 await stream.send(i)
             await stream.flush()
             assert stream.in_flight == 0  # the failed item's credit came back too
-            got = await w.received()
+            got = await w.call("received")
             assert 3.0 not in got and got[-2:] == [6.0, 7.0]
     run(main())
 
@@ -166,12 +167,12 @@ def test_named_actor_reached_from_another_actor(mode):
         async with Job(mode) as job:
             counter = await job.spawn(Counter, name="counter")
             workers = [await job.spawn(Worker) for _ in range(2)]
-            await asyncio.gather(*(w.bump_counter_async(5) for w in workers))
+            await asyncio.gather(*(w.call("bump_counter_async", 5) for w in workers))
             if mode != "inproc":  # blocking sync calls would deadlock a single event loop
-                await asyncio.gather(*(w.bump_counter_like_env_code(3) for w in workers))
+                await asyncio.gather(*(w.call("bump_counter_like_env_code", 3) for w in workers))
             expected = 10 if mode == "inproc" else 16
-            assert await counter.get() == expected
-            assert await (await job.get_actor("counter")).get() == expected
+            assert await counter.call("get") == expected
+            assert await (await job.get_actor("counter")).call("get") == expected
             with pytest.raises(ValueError, match="already"):
                 await job.spawn(Counter, name="counter")
             with pytest.raises(KeyError, match="no actor named 'nobody'"):
@@ -185,7 +186,7 @@ def test_dead_actor_is_reported_with_exit_code_and_output_then_restarted():
             events = []
             job.supervisor.listeners.append(events.append)
             w = await job.spawn(Worker, restart=RestartPolicy(max_restarts=1, backoff_s=0.1))
-            first_pid = await w.pid()
+            first_pid = await w.call("pid")
             with pytest.raises(ActorUnavailable, match="died"):
                 await w.call("crash", 3)
             await _wait_for(lambda: any(e.kind == "restarted" for e in events))
@@ -193,13 +194,13 @@ def test_dead_actor_is_reported_with_exit_code_and_output_then_restarted():
             assert died.exit_code == 3
             assert any("worker about to exit with 3" in line for line in died.last_lines)
             assert "exit code 3" in died.detail
-            second_pid = await w.pid()  # same handle, new process
+            second_pid = await w.call("pid")  # same handle, new process
             assert second_pid != first_pid
             with pytest.raises(ActorUnavailable):
                 await w.call("crash", 4)
             await _wait_for(lambda: any(e.kind == "gave_up" for e in events))
             with pytest.raises(ActorUnavailable, match="gone"):
-                await w.pid()
+                await w.call("pid")
     run(main())
 
 
@@ -209,7 +210,7 @@ def test_hung_actor_is_detected_and_restarted():
             events = []
             job.supervisor.listeners.append(events.append)
             w = await job.spawn(Worker, restart=RestartPolicy(max_restarts=1, backoff_s=0.1))
-            pid = await w.pid()
+            pid = await w.call("pid")
             os.kill(pid, signal.SIGSTOP)  # frozen: neither its loop nor its control thread runs
             await _wait_for(lambda: any(e.kind == "restarted" for e in events), timeout=15)
             hung = next(e for e in events if e.kind == "hung")
@@ -217,7 +218,7 @@ def test_hung_actor_is_detected_and_restarted():
             # SIGUSR2 cannot be handled while it is stopped: no stacks, but no hang either
             assert hung.exit_code == -signal.SIGKILL
             assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-            assert await w.pid() != pid
+            assert await w.call("pid") != pid
     run(main())
 
 
@@ -229,11 +230,11 @@ def test_live_actor_is_not_killed_when_the_supervising_loop_was_too_busy_to_read
             events = []
             job.supervisor.listeners.append(events.append)
             w = await job.spawn(Worker, restart=RestartPolicy(max_restarts=1, backoff_s=0.1))
-            pid = await w.pid()
+            pid = await w.call("pid")
             time.sleep(3.0)  # blocks this loop, the supervisor's: no ping sent, no pong read
             await asyncio.sleep(3.0)
             assert [e.kind for e in events] == []
-            assert await w.pid() == pid
+            assert await w.call("pid") == pid
     run(main())
 
 
@@ -272,11 +273,11 @@ def test_actor_environment(monkeypatch):
     async def main():
         async with Job("ipc") as job:
             w = await job.spawn(Worker, env={"OMP_NUM_THREADS": "2", "MY_SETTING": "x"})
-            assert await w.getenv("MY_SETTING") == "x"
-            assert await w.getenv("OMP_NUM_THREADS") == "2"
-            assert await w.getenv("OPENBLAS_NUM_THREADS") == "1"
-            assert await w.getenv("MKL_NUM_THREADS") == "3"
-            assert await w.getenv("RLMESH_RUN_DIR") == str(job.run_dir.path)
+            assert await w.call("getenv", "MY_SETTING") == "x"
+            assert await w.call("getenv", "OMP_NUM_THREADS") == "2"
+            assert await w.call("getenv", "OPENBLAS_NUM_THREADS") == "1"
+            assert await w.call("getenv", "MKL_NUM_THREADS") == "3"
+            assert await w.call("getenv", "RLMESH_RUN_DIR") == str(job.run_dir.path)
     run(main())
 
 
@@ -289,7 +290,7 @@ def test_graceful_stop_removes_process_and_name():
             assert job.run_dir.lookup_name("counter") is None
             await _wait_for(lambda: not _alive(pid))
             with pytest.raises(ActorUnavailable):
-                await c.get()
+                await c.call("get")
     run(main())
 
 
@@ -302,8 +303,8 @@ DRIVER = textwrap.dedent("""
     async def main():
         job = await Job("ipc").start()
         workers = [await job.spawn(Worker) for _ in range(2)]
-        pids = [await w.pid() for w in workers]
-        await workers[0].spawn_grandchild()
+        pids = [await w.call("pid") for w in workers]
+        await workers[0].call("spawn_grandchild")
         grandchild = job.run_dir.read_process("grandchild").pid
         print(json.dumps(pids + [grandchild]), flush=True)
         await asyncio.sleep(3600)
@@ -351,7 +352,7 @@ def test_a_stopped_actor_process_runs_its_exit_handlers_and_flushes_its_output(t
 
     async def main():
         async with Job("ipc") as job:
-            await job.spawn(ExitMarker, str(marker), name="marker")
+            await job.spawn(ExitMarker, path=str(marker), name="marker")
             sup = job.supervisor.children["marker"]
             log = sup.child.log_path
         return sup.child.poll(), log
@@ -408,7 +409,7 @@ def test_an_actor_takes_over_a_warm_interpreter_started_with_its_environment(run
                 job.child_env["WARM_TEST_MARKER"] = "warm"
                 taken = await job.spawn(WhereAmI, name="taken")
                 log = job.supervisor.children["taken"].child.log_path
-                return await other.info(), await taken.info(), job.run_dir.path, log
+                return await other.call("info"), await taken.call("info"), job.run_dir.path, log
 
         other, taken, run_dir, log = run(main())
     finally:

@@ -136,7 +136,7 @@ def test_identical_idle_actors_print_as_one_group(runs_root):
     async def scenario(job: Job) -> None:
         handles = [await job.spawn(Idle) for _ in range(3)]
         pids = child_pids(job)
-        await asyncio.gather(*(h.ping() for h in handles))
+        await asyncio.gather(*(h.call("ping") for h in handles))
 
         out = await stack_of("--job", job.job_id)
         assert out.returncode == 0, out.stderr

@@ -76,7 +76,7 @@ async def _rss_after_refused_calls(n: int, mb: int) -> tuple[int, int]:
                 await sock.send_multipart(codec.encode(M.make(M.CALL, id=i, m="add",
                                                               a=[big, 1, 2], k={})))
                 got = codec.decode(await asyncio.wait_for(sock.recv_multipart(), 30))
-                assert got["etype"] == "BadArguments", got
+                assert got["etype"] == "BadRequest", got
             await asyncio.sleep(0.5)
             return before, proc.memory_info().rss
         finally:

@@ -1,4 +1,6 @@
-"""Which methods of an actor a message may call, and how bad calls are refused; no sockets."""
+"""Which methods of an actor without a declared protocol (a user's actor: its public methods)
+a message may call, and how bad calls are refused; no sockets. Declared protocols:
+test_protocol.py."""
 
 from __future__ import annotations
 
@@ -119,9 +121,9 @@ def test_not_callable_remotely(name):
     server = _server()
     with pytest.raises(CallError) as info:
         server.resolve(name)
-    assert info.value.etype == "UnknownMethod"
+    assert info.value.etype == "UnknownCall"
     err = arg_error(server, name, [], {})
-    assert err is not None and err.etype == "UnknownMethod"
+    assert err is not None and err.etype == "UnknownCall"
 
 
 def test_unknown_method_error_lists_the_available_ones():
@@ -129,7 +131,7 @@ def test_unknown_method_error_lists_the_available_ones():
         _server().resolve("nope")
     text = str(info.value)
     assert "'nope'" in text
-    assert "(has: anything, aping, cached, overridden, own, shared)" in text
+    assert "(it serves: anything, aping, cached, overridden, own, shared)" in text
     assert ":Child" in text  # the class path, so the user knows which actor answered
 
 
@@ -137,7 +139,7 @@ def test_unknown_method_on_an_actor_without_methods():
     class Empty(Actor):
         pass
 
-    with pytest.raises(CallError, match=r"\(has: none\)"):
+    with pytest.raises(CallError, match=r"\(it serves: none\)"):
         _server(Empty()).resolve("x")
 
 
@@ -155,16 +157,16 @@ def test_good_arguments_pass(args, kwargs):
     ([1], {"c": 3, "d": 4}, "unexpected keyword argument 'd'"),
     ([1], {"c": 3, "a": 2}, "multiple values for argument 'a'"),
 ])
-def test_wrong_arguments_are_bad_arguments(args, kwargs, why):
+def test_wrong_arguments_are_bad_requests(args, kwargs, why):
     err = arg_error(_server(), "own", args, kwargs)
-    assert err is not None and err.etype == "BadArguments"
+    assert err is not None and err.etype == "BadRequest"
     assert why in str(err)
     assert "own(a, b=2, *, c)" in str(err)  # the signature, so the caller can fix the call
 
 
-def test_non_string_keyword_names_are_bad_arguments():
+def test_non_string_keyword_names_are_bad_requests():
     err = arg_error(_server(), "anything", [], {1: "x"})
-    assert err is not None and err.etype == "BadArguments"
+    assert err is not None and err.etype == "BadRequest"
     assert "keyword names must be strings" in str(err)
 
 
@@ -178,15 +180,15 @@ def test_async_and_wrapped_methods_check_arity_too():
     server = _server()
     assert arg_error(server, "aping", [], {}) is None
     err = arg_error(server, "aping", [1], {})
-    assert err is not None and err.etype == "BadArguments"
+    assert err is not None and err.etype == "BadRequest"
     assert arg_error(server, "cached", [1], {}) is None
     err = arg_error(server, "cached", [], {})
-    assert err is not None and err.etype == "BadArguments"
+    assert err is not None and err.etype == "BadRequest"
 
 
 def test_unknown_method_checked_before_arguments():
     err = arg_error(_server(), "nope", [1, 2, 3], {1: 2})
-    assert err is not None and err.etype == "UnknownMethod"
+    assert err is not None and err.etype == "UnknownCall"
 
 
 def test_server_names_its_class_path():

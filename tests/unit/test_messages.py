@@ -10,7 +10,7 @@ from rlmesh.wire.messages import PROTOCOL_VERSION, ProtocolError, VersionMismatc
 
 WELL_FORMED = {
     M.HELLO: dict(id=1),
-    M.HELLO_OK: dict(id=1, actor="counter", cls="pkg.mod:Counter"),
+    M.HELLO_OK: dict(id=1, actor="counter", cls="pkg.mod:Counter", calls=["get", "inc"]),
     M.CALL: dict(id=2, m="inc", a=[1, (2, 3)], k={"by": 2}),
     M.TELL: dict(m="inc", a=[], k={}),
     M.REPLY: dict(id=2, r=None),
@@ -28,7 +28,7 @@ WELL_FORMED = {
 # One field of each type that a peer may get wrong, per message type.
 REQUIRED = {
     M.HELLO: {"id": int},
-    M.HELLO_OK: {"id": int, "actor": str, "cls": str},
+    M.HELLO_OK: {"id": int, "actor": str, "cls": str, "calls": list},
     M.CALL: {"id": int, "m": str, "a": list, "k": dict},
     M.TELL: {"m": str, "a": list, "k": dict},
     M.REPLY: {"id": int},
@@ -104,7 +104,8 @@ def test_rejects_non_maps(value):
         M.validate(value)
 
 
-@pytest.mark.parametrize("theirs", [0, 2, 99, "1", None, -1])
+@pytest.mark.parametrize("theirs", [0, PROTOCOL_VERSION - 1, PROTOCOL_VERSION + 1, 99,
+                                    str(PROTOCOL_VERSION), None, -1])
 def test_version_mismatch_names_both_versions(theirs):
     msg = M.make(M.CALL, id=1, m="x", a=[], k={})
     msg["v"] = theirs
@@ -125,10 +126,10 @@ def test_missing_version_is_a_version_mismatch():
 def test_version_is_checked_before_anything_else():
     # A peer on another version may use other types and fields: say so, not "unknown type".
     with pytest.raises(VersionMismatch):
-        M.validate({"v": 2, "t": "hello2", "session": "x"})
+        M.validate({"v": PROTOCOL_VERSION + 1, "t": "hello2", "session": "x"})
 
 
-@pytest.mark.parametrize("theirs", [True, 1.0])
+@pytest.mark.parametrize("theirs", [True, float(PROTOCOL_VERSION)])
 def test_version_must_be_the_integer(theirs):
     msg = M.make(M.PING, id=1)
     msg["v"] = theirs

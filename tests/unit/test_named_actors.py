@@ -96,11 +96,11 @@ def test_a_plain_class_serves_its_public_methods_and_nothing_else():
     assert server.resolve("version")(3) == "3.0" and server.resolve("kind")() == "Counter"
     assert inspect.iscoroutinefunction(server.resolve("slow_get"))
     assert asyncio.run(server.resolve("slow_get")()) == 7
-    with pytest.raises(CallError, match=r"Counter has no public method 'doubled' \(has: "
+    with pytest.raises(CallError, match=r"Counter serves no call 'doubled' \(it serves: "
                                         r"increment, kind, slow_get, version\)"):
         server.resolve("doubled")
     for hidden in ("_private", "_obj", "on_start", "__init__"):
-        with pytest.raises(CallError, match="UnknownMethod|no public method"):
+        with pytest.raises(CallError, match="serves no call"):
             server.resolve(hidden)
 
 
@@ -110,8 +110,8 @@ def test_wrong_arguments_are_refused_by_the_users_signature():
     assert "increment(k: 'int' = 1)" in str(server.bad_arguments("increment", [1, 2], {}))
     assert server.bad_arguments("version", [1], {}) is None  # a static method: no self
     assert server.bad_arguments("version", [], {}) is not None
-    with pytest.raises(CallError, match="BadArguments|too many"):
-        server._start("increment", [1, 2], {})
+    with pytest.raises(CallError, match="too many"):
+        server._start(server.table.entries["increment"], [1, 2], {})
 
 
 def test_lifecycle_hooks_of_the_plain_object_run():
