@@ -1,4 +1,6 @@
-"""The ``rlmesh`` console entry: argparse subcommands, each imported only when it runs.
+"""The commands of this layer (train, rollout, serve, stack, demo, analyze) as argparse
+subcommands, each module imported only when it runs; ``rlmesh/__main__.py``, the ``rlmesh``
+command, adds the launcher's cluster commands to this table (the launcher sits above).
 
 Argument definitions live here so ``rlmesh --help`` never imports zmq, numpy or torch.
 """
@@ -7,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
-from typing import Sequence
+from typing import Callable, NamedTuple, Sequence
 
 
 def _stack_args(p: argparse.ArgumentParser) -> None:
@@ -19,12 +21,6 @@ def _stack_args(p: argparse.ArgumentParser) -> None:
                    help="seconds to wait for control threads to answer (default 2)")
     p.add_argument("--root", metavar="DIR",
                    help="run-directory root (default $RLMESH_RUNS_ROOT or /tmp/rlmesh-<uid>)")
-    p.add_argument("cluster_file", nargs="?", metavar="CLUSTER_TOML",
-                   help="every process on every node of this cluster instead (through its agents)")
-
-
-def _cluster(command: str):
-    return lambda p: importlib.import_module("rlmesh.launcher.cli").add_arguments(p, command)
 
 
 def _demo_args(p: argparse.ArgumentParser) -> None:
@@ -34,69 +30,75 @@ def _demo_args(p: argparse.ArgumentParser) -> None:
                    help="transport: local processes over ipc (default), over tcp, or all in one process")
 
 
-# name -> (module under rlmesh.cli, one-line help, argument definitions)
-COMMANDS = {
-    "stack": ("stack", "threads, asyncio tasks and blocked loops of every rlmesh process here",
-              _stack_args),
-    "demo": ("demo", "start a small mesh of actors and show it working", _demo_args),
-    # train and rollout define their own arguments; their modules import only the stdlib.
-    "train": ("train", "train an algorithm (PPO) on an env, from flags or a tuned-example file",
-              lambda p: importlib.import_module("rlmesh.cli.train").add_arguments(p)),
-    "rollout": ("rollout", "run a checkpoint's policy in an env and print episode returns",
-                lambda p: importlib.import_module("rlmesh.cli.rollout").add_arguments(p)),
-    "serve": ("serve", "serve a checkpoint's policy to PolicyClients (inference only)",
-              lambda p: importlib.import_module("rlmesh.cli.serve").add_arguments(p)),
-    "analyze": ("rlmesh.tune.cli", "a sweep's trials ranked by a metric, and PNG learning curves",
-                lambda p: importlib.import_module("rlmesh.tune.cli").add_analyze_arguments(p)),
-    # The cluster layer (rlmesh.launcher), each command with a cluster file.
-    "launch": ("rlmesh.launcher.cli", "run a cluster file's job: agents on its nodes over SSH, "
-               "the actors placed on them, logs home", _cluster("launch")),
-    "up": ("rlmesh.launcher.cli", "start the cluster's node agents and hold them", _cluster("up")),
-    "down": ("rlmesh.launcher.cli", "stop the cluster's head and everything on its nodes",
-             _cluster("down")),
-    "status": ("rlmesh.launcher.cli", "nodes, resources and processes of a running cluster",
-               _cluster("status")),
-    "exec": ("rlmesh.launcher.cli", "run a command on every node of the cluster",
-             _cluster("exec")),
+class Command(NamedTuple):
+    """One subcommand: ``run(args)`` is ``module:function``, imported when it runs."""
+
+    run: str
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+
+
+def _analyze_args(p: argparse.ArgumentParser) -> None:
+    importlib.import_module("rlmesh.tune.cli").add_analyze_arguments(p)
+
+
+def _arguments_of(module: str) -> Callable[[argparse.ArgumentParser], None]:
+    # train, rollout and serve define their own arguments; their modules import only the stdlib.
+    return lambda p: importlib.import_module(module).add_arguments(p)
+
+
+COMMANDS: dict[str, Command] = {
+    "stack": Command("rlmesh.cli.stack:main",
+                     "threads, asyncio tasks and blocked loops of every rlmesh process here",
+                     _stack_args),
+    "demo": Command("rlmesh.cli.demo:main", "start a small mesh of actors and show it working",
+                    _demo_args),
+    "train": Command("rlmesh.cli.train:main",
+                     "train an algorithm (PPO) on an env, from flags or a tuned-example file",
+                     _arguments_of("rlmesh.cli.train")),
+    "rollout": Command("rlmesh.cli.rollout:main",
+                       "run a checkpoint's policy in an env and print episode returns",
+                       _arguments_of("rlmesh.cli.rollout")),
+    "serve": Command("rlmesh.cli.serve:main",
+                     "serve a checkpoint's policy to PolicyClients (inference only)",
+                     _arguments_of("rlmesh.cli.serve")),
+    "analyze": Command("rlmesh.tune.cli:analyze_main",
+                       "a sweep's trials ranked by a metric, and PNG learning curves",
+                       _analyze_args),
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(commands: dict[str, Command] = COMMANDS) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rlmesh", description="rlmesh: distributed reinforcement learning without Ray")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, (_, help_text, add_args) in COMMANDS.items():
-        add_args(sub.add_parser(name, help=help_text, description=help_text))
+    for name, command in commands.items():
+        command.add_arguments(sub.add_parser(name, help=command.help, description=command.help))
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+def main(argv: Sequence[str] | None = None, commands: dict[str, Command] = COMMANDS) -> int:
+    parser = build_parser(commands)
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
         return 2
-    name = COMMANDS[args.command][0]
-    if args.command == "stack" and args.cluster_file:
-        name = "rlmesh.launcher.cli"
-    module = importlib.import_module(name if "." in name else f"rlmesh.cli.{name}")
-    if args.command == "analyze":
-        return int(module.analyze_main(args) or 0)
-    return int(module.main(args) or 0)
+    module, _, function = commands[args.command].run.partition(":")
+    return int(getattr(importlib.import_module(module), function)(args) or 0)
 
 
-def console() -> None:
-    """The ``rlmesh`` command: ``main`` with the command line, then a quick exit (tests
-    call ``main`` in their own process, which must go on)."""
+def console(commands: dict[str, Command] = COMMANDS) -> None:
+    """A command line of ``commands``: ``main``, then a quick exit (tests call ``main`` in
+    their own process, which must go on)."""
     import signal
 
-    from rlmesh.runtime.quick_exit import exit_process
+    from rlmesh.quick_exit import exit_process
 
     # Ctrl-C and SIGTERM stop a run after its iteration and tear its processes down; a parent
     # that started us with them blocked (the mask survives exec: a test runner's thread did)
     # would leave the run deaf to both.
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
-    exit_process(main())
+    exit_process(main(None, commands))
 
 
 if __name__ == "__main__":

@@ -12,6 +12,8 @@ import sys
 import time
 from typing import Any, TextIO
 
+from rlmesh.tune.table import fmt_elapsed
+
 # (header, width) of each column
 COLUMNS = (
     ("iter", 6), ("timesteps", 12), ("reward_mean", 12), ("reward_min", 11),
@@ -38,11 +40,6 @@ def _fmt_float(value: Any) -> str:
 def _fmt_int(value: Any) -> str:
     number = _num(value)
     return "-" if number is None else f"{int(number):,}"
-
-
-def _fmt_elapsed(seconds: float) -> str:
-    seconds = int(seconds)
-    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
 
 class ProgressReporter:
@@ -79,7 +76,7 @@ class ProgressReporter:
             _fmt_float(result.get("episode_reward_min")),
             _fmt_float(result.get("episode_reward_max")),
             _fmt_float(result.get("episode_len_mean")), _fmt_int(rate),
-            _fmt_elapsed(elapsed if elapsed is not None else time.monotonic() - self._started),
+            fmt_elapsed(elapsed if elapsed is not None else time.monotonic() - self._started),
         )
         return "  ".join(v.rjust(width) for v, (_, width) in zip(values, COLUMNS))
 

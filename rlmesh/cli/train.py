@@ -8,23 +8,20 @@ parser, and must stay fast.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import logging
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any
 
-from rlmesh.driver.registry import ALGORITHMS, UnknownAlgorithm, get_config_class
-from rlmesh.cli.experiments import (  # noqa: F401 (Stopper: its old import place)
-                                    EXIT_FAILED, EXIT_SIGINT, EXIT_USAGE, WRITE_ERRNOS,
-                                    Stopper, UsageError, _one_line, _train_loop, _trial_id,
-                                    check_evaluation_stop, evaluation_line,
-                                    env_error_message, policy_error_message, resume_into,
-                                    write_error)
+from rlmesh.driver.registry import ALGORITHMS
+from rlmesh.tune.experiment import (DEFAULT_STOP, TrainSpec, build_algorithm, canonical_keys,
+                                    config_class, deep_merge, make_config, parse_stop)
+from rlmesh.tune.train_loop import (EXIT_FAILED, EXIT_SIGINT, EXIT_USAGE, WRITE_ERRNOS,
+                                    UsageError, _one_line, _train_loop, _trial_id,
+                                    check_evaluation_stop, env_error_message, evaluation_line,
+                                    policy_error_message, resume_into, write_error)
 
-DEFAULT_STOP = {"training_iteration": 100}
 # The role in brackets: [driver] here, [env_runner-1], [learner-0], ... from other processes.
 LOG_FORMAT = "%(levelname)s [%(role)s] %(name)s: %(message)s"
 LOG_FILE = "rlmesh.log"  # in the trial folder: every process's records at log_level
@@ -92,20 +89,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="list the config keys of --run (default PPO) with their docs, and exit")
 
 
-@dataclasses.dataclass
-class TrainSpec:
-    """Everything one `rlmesh train` run needs, flags and file merged."""
-
-    run: str
-    env: Any
-    config: dict
-    stop: dict
-    experiment: str | None = None
-    local_dir: str | None = None
-    checkpoint_freq: int = 0
-    checkpoint_at_end: bool = False
-
-
 # --- reading the experiment ---
 
 def _json_arg(flag: str, text: str | None) -> dict | None:
@@ -118,48 +101,6 @@ def _json_arg(flag: str, text: str | None) -> dict | None:
     if not isinstance(value, dict):
         raise UsageError(f"{flag}: expected a JSON object, got {text}")
     return value
-
-
-def deep_merge(base: dict, override: dict) -> dict:
-    """``base`` updated by ``override``, dicts inside merged key by key."""
-    out = dict(base)
-    for key, value in override.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = deep_merge(out[key], value)
-        else:
-            out[key] = value
-    return out
-
-
-def config_class(run: str):
-    """The config class of ``run``: a registered name (case-insensitive) or an import path
-    ``pkg.module:MyAlgorithm``; UsageError if neither."""
-    try:
-        return get_config_class(run)
-    except UnknownAlgorithm as e:
-        raise UsageError(str(e)) from None
-
-
-def canonical_keys(cls, config: dict) -> dict:
-    """``config`` with every known spelling (attribute name, alias) turned into its key, so a
-    file's "num_workers" and a flag's "num_env_runners" meet; unknown keys stay for from_dict
-    to reject with its "did you mean"."""
-    spelling = {}
-    for row in cls.fields_table():
-        for s in (row.name, row.key, *row.aliases):
-            spelling[s] = row.key
-    return {spelling.get(k, k): v for k, v in config.items()}
-
-
-def parse_stop(stop: dict, where: str) -> dict[str, float]:
-    from rlmesh.results import flatten
-
-    out = {}
-    for key, value in flatten(stop).items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise UsageError(f"{where}: stop threshold of {key!r} must be a number, got {value!r}")
-        out[key] = value
-    return out
 
 
 def resolve_specs(args: argparse.Namespace) -> list[tuple[TrainSpec, dict]]:
@@ -238,29 +179,6 @@ def with_rllib_defaults(cls, config: dict, file_config: dict, choice: str, where
           f"{stack} API stack defaults ({len(defaults)} differ from rlmesh's; "
           f"--defaults rlmesh keeps rlmesh's)", file=sys.stderr)
     return deep_merge(defaults, config)
-
-
-def make_config(spec: TrainSpec):
-    """The validated config object; raises ConfigError before any process starts."""
-    config = config_class(spec.run).from_dict(spec.config)
-    config.validate()
-    return config
-
-
-def build_algorithm(config):
-    """Start the algorithm (tests replace this to train without processes). Its env
-    runners' interpreters start first, so that their imports overlap the driver's (torch)."""
-    from rlmesh.driver.mesh import prestart_runners
-    from rlmesh.config.learner_gpus import check_learner_gpus
-    from rlmesh.runtime.process import discard_warm
-
-    # Before the runners' interpreters start: a run that cannot get its GPUs starts nothing.
-    check_learner_gpus(config.num_learners, config.num_gpus_per_learner, config.fake_gpus)
-    prestart_runners(config)
-    try:
-        return config.build()
-    finally:
-        discard_warm()  # those the run did not take (none, if it failed to start)
 
 
 def config_help(run: str) -> str:

@@ -15,12 +15,53 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 # Only the standard library's light modules at the top: `rlmesh --help` builds this
 # module's parsers, and asyncio alone would add 50 ms to every rlmesh command.
 
+from rlmesh.cli.main import Command, _stack_args  # the standard library only
+
 EXIT_USAGE = 2
+
+
+def _arguments(command: str) -> Callable[[argparse.ArgumentParser], None]:
+    return lambda p: add_arguments(p, command)
+
+
+def _stack_arguments(p: argparse.ArgumentParser) -> None:
+    _stack_args(p)
+    p.add_argument("cluster_file", nargs="?", metavar="CLUSTER_TOML",
+                   help="every process on every node of this cluster instead (through its agents)")
+
+
+# The rlmesh command's table (rlmesh/__main__.py) takes these over rlmesh/cli's: stack gains
+# a cluster file.
+CLUSTER_COMMANDS: dict[str, Command] = {
+    "stack": Command("rlmesh.launcher.cli:stack_main",
+                     "threads, asyncio tasks and blocked loops of every rlmesh process here "
+                     "(or on every node of a cluster)", _stack_arguments),
+    "launch": Command("rlmesh.launcher.cli:main", "run a cluster file's job: agents on its "
+                      "nodes over SSH, the actors placed on them, logs home", _arguments("launch")),
+    "up": Command("rlmesh.launcher.cli:main", "start the cluster's node agents and hold them",
+                  _arguments("up")),
+    "down": Command("rlmesh.launcher.cli:main",
+                    "stop the cluster's head and everything on its nodes", _arguments("down")),
+    "status": Command("rlmesh.launcher.cli:main",
+                      "nodes, resources and processes of a running cluster", _arguments("status")),
+    "exec": Command("rlmesh.launcher.cli:main", "run a command on every node of the cluster",
+                    _arguments("exec")),
+}
+
+
+def stack_main(args: argparse.Namespace) -> int:
+    """``rlmesh stack``: this machine's processes (rlmesh/cli/stack.py), or with a cluster
+    file every node's, through its agents."""
+    if args.cluster_file:
+        return main(args)
+    from rlmesh.cli import stack as local_stack
+
+    return local_stack.main(args)
 
 
 def add_arguments(p: argparse.ArgumentParser, command: str) -> None:
@@ -133,7 +174,8 @@ def _launch_sweep(cluster: Any, session: Any, args: argparse.Namespace) -> int:
                         num_samples=job.num_samples, name=job.experiment_name,
                         local_dir=job.local_dir, checkpoint_freq=job.checkpoint_freq,
                         resume=args.resume, nodes=nodes,
-                        cluster_file=str(Path(args.cluster_file).resolve()))
+                        cluster_file=str(Path(args.cluster_file).resolve()),
+                        join_cluster="rlmesh.launcher.session:join_trial")
     if analysis.interrupted:
         return 130
     return 1 if any(t.status == "ERROR" for t in analysis.trials) else 0

@@ -13,7 +13,7 @@ from rlmesh.launcher.cluster_values import (_boolean, _folder_name, _Invalid, _o
                                             _show, _string, _strings, _table)
 
 if TYPE_CHECKING:
-    from rlmesh.cli.train import TrainSpec
+    from rlmesh.tune.experiment import TrainSpec
 
 TRAIN_KEYS = ("run", "env", "config", "stop", "checkpoint_freq", "checkpoint_at_end", "local_dir",
               "experiment_name", "num_samples")
@@ -47,7 +47,7 @@ class JobConfig:
 
     def train_spec(self) -> TrainSpec:
         """The experiment as ``rlmesh train`` runs it."""
-        from rlmesh.cli.train import DEFAULT_STOP, TrainSpec
+        from rlmesh.tune.experiment import DEFAULT_STOP, TrainSpec
 
         if self.kind != "train" or self.run is None:
             raise ValueError("a script job has no train spec; run its script instead")
@@ -73,7 +73,7 @@ def _parse_job(value: Any, base: Path) -> JobConfig:
     if "args" in data:
         raise _Invalid("job.args", "args go with job.script; an experiment (run) takes none")
     if "run" not in data:
-        from rlmesh.cli.train import ALGORITHMS
+        from rlmesh.driver.registry import ALGORITHMS
 
         raise _Invalid("job.run", f"missing: give run (an algorithm: {', '.join(ALGORITHMS)}) "
                        "with env, config and stop, or script (a Python script run on the head)")
@@ -84,7 +84,9 @@ def _parse_experiment(data: dict[str, Any]) -> JobConfig:
     """An experiment, checked as ``rlmesh train`` will build it: so a typo in its config fails
     here, before any node is touched."""
     from rlmesh.config.settings import ConfigError
-    from rlmesh.cli.train import ALGORITHMS, UsageError, canonical_keys, config_class, parse_stop
+    from rlmesh.driver.registry import ALGORITHMS
+    from rlmesh.tune.experiment import canonical_keys, config_class, parse_stop
+    from rlmesh.tune.train_loop import UsageError
 
     run = _string(data["run"], "job.run")
     try:

@@ -294,3 +294,17 @@ def load_state(cluster: ClusterConfig) -> dict[str, Any] | None:
     except (ProcessLookupError, PermissionError):
         return None
     return state
+
+
+def join_trial(cluster: dict[str, Any], trial_id: str) -> ClusterSession:
+    """A trial of a sweep that `rlmesh launch` runs (tune's worker calls it by the path the
+    launch gave the sweep): a cluster session of its own on the head, joined to the nodes
+    the launch prepared, installed so that build_algorithm places the trial's actors there
+    (the scheduler, counting what the sweep's other trials hold)."""
+    from rlmesh.launcher.cluster_config import load_cluster
+
+    session = ClusterSession(load_cluster(cluster["file"]), state_name=f"trial-{trial_id}.json",
+                             used=cluster["used"], echo=print)
+    session.attach()
+    session.install()
+    return session

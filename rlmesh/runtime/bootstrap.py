@@ -147,7 +147,7 @@ def main() -> None:
         asyncio.run(coro)
     # Stopped and shut down: the parent waits for this exit, and an interpreter that
     # imported torch (a learner) takes over a second to tear down.
-    from .quick_exit import exit_process
+    from ..quick_exit import exit_process
 
     exit_process(0)
 

@@ -51,7 +51,7 @@ def run(run_or_experiment: Any, *, config: dict | None = None, stop: dict | None
         resume: bool = False, seed: int | None = None, grace_period: int = 1,
         reduction_factor: int = 3, max_t: int | None = None, nodes: list | None = None,
         verbose: int = 1, print_every_s: float = 15.0,
-        cluster_file: str | None = None) -> ExperimentAnalysis:
+        cluster_file: str | None = None, join_cluster: str | None = None) -> ExperimentAnalysis:
     """Run a sweep of ``run_or_experiment`` (an algorithm name such as "PPO", or a function
     ``fn(config)`` calling rlmesh.tune.report) over ``config``'s search spaces.
 
@@ -62,7 +62,9 @@ def run(run_or_experiment: Any, *, config: dict | None = None, stop: dict | None
     Trials run as many at a time as their resource requests fit ``nodes`` (this machine by
     default) and ``max_concurrent_trials`` allow. Nested metric keys are written with "/".
     ``cluster_file`` (``rlmesh launch`` passes it, with the cluster's ``nodes``): each trial's
-    driver runs here, on the head, and its actors on the nodes the scheduler gave it.
+    driver runs here, on the head, and its actors on the nodes the scheduler gave it, joined
+    to them by ``join_cluster``, the import path of the launcher's ``fn(cluster, trial_id)
+    -> session`` (tune sits below the launcher and names it only by that path).
     """
     from rlmesh.tune.controller import Sweep
     from rlmesh.tune.pbt import PopulationBasedTraining
@@ -103,7 +105,8 @@ def run(run_or_experiment: Any, *, config: dict | None = None, stop: dict | None
                   _requester(run_name, fn, resources_per_trial, cluster_file is not None), fn,
                   search, pbt, metric, mode, table, nodes or local_nodes(),
                   max_concurrent_trials, checkpoint_freq,
-                  meta={"run": run_name, "experiment": experiment}, cluster_file=cluster_file)
+                  meta={"run": run_name, "experiment": experiment}, cluster_file=cluster_file,
+                  join_cluster=join_cluster)
     finished = sweep.run()
     analysis = ExperimentAnalysis(sweep.trials, metric, mode, exp_dir, interrupted=not finished)
     (exp_dir / "summary.txt").write_text(analysis.summary() + "\n")
@@ -144,7 +147,7 @@ def _config_and_stop(run_name: str, fn, config: dict | None, stop: dict | None):
         from rlmesh.results import flatten
 
         return config, flatten(stop or {})
-    from rlmesh.cli.train import DEFAULT_STOP, canonical_keys, config_class, parse_stop
+    from rlmesh.tune.experiment import DEFAULT_STOP, canonical_keys, config_class, parse_stop
 
     config = canonical_keys(config_class(run_name), config)
     return config, (parse_stop(stop, "stop") if stop else dict(DEFAULT_STOP))
@@ -196,7 +199,7 @@ def _requester(run_name: str, fn, resources_per_trial: dict | None, on_cluster: 
         if resources_per_trial is not None or fn is not None:
             return [PlacementGroup((Bundle(resources_per_trial or {"CPU": 1}, "trial"),),
                                    "PACK", trial.trial_id)]
-        from rlmesh.cli.train import config_class
+        from rlmesh.tune.experiment import config_class
 
         cfg = config_class(run_name).from_dict(copy.deepcopy(trial.config))
         cfg.validate()

@@ -24,7 +24,7 @@ class Sweep:
     def __init__(self, experiment_dir: Path, trials: list, total: int, make_trial, request,
                  trainable, search, pbt, metric: str, mode: str, table, nodes,
                  max_concurrent: int | None = None, checkpoint_freq: int = 0, meta=None,
-                 cluster_file: str | None = None):
+                 cluster_file: str | None = None, join_cluster: str | None = None):
         self.dir = experiment_dir
         self.trials = trials
         self.total = total
@@ -39,6 +39,7 @@ class Sweep:
         self.checkpoint_freq = checkpoint_freq
         self.meta = meta or {}
         self.cluster_file = cluster_file  # a launched cluster: trials' actors on its nodes
+        self.join_cluster = join_cluster  # "module:fn" a trial's worker joins it with
         self.events: queue.Queue = queue.Queue()
         self.running: dict[str, object] = {}  # trial id -> its ProcessTrial / FunctionTrial
         self.usage: dict[str, dict[str, dict[str, float]]] = {}  # trial id -> node -> res
@@ -131,7 +132,7 @@ class Sweep:
             except Exception as e:  # e.g. a drawn value its config refuses: this trial fails
                 trial.status, trial.error = ERROR, f"{type(e).__name__}: {e}"
                 self._complete(trial, failed=True)
-                from rlmesh.cli.experiments import _one_line
+                from rlmesh.tune.train_loop import _one_line
 
                 self.table.message(f"{trial.trial_id} ERROR: {_one_line(str(e))}")
                 continue
@@ -193,8 +194,8 @@ class Sweep:
         if self.search is not None and trial.optuna_number is None:
             self.search.reattach(trial)
         if self.trainable is None:
-            cluster = None if self.cluster_file is None else {"file": self.cluster_file,
-                                                              "used": others}
+            cluster = None if self.cluster_file is None else {
+                "file": self.cluster_file, "used": others, "join": self.join_cluster}
             runner = ProcessTrial(trial, self.events, self.checkpoint_freq, cluster)
         else:
             if self._pool is None:

@@ -145,7 +145,7 @@ class FunctionTrial:
         self._elapsed_before = trial.elapsed  # time of its earlier runs (resumed, exploited)
         Path(trial.dir).mkdir(parents=True, exist_ok=True)
         self.logger = None
-        from rlmesh.cli.experiments import Stopper
+        from rlmesh.tune.train_loop import Stopper
 
         self._stopper = Stopper(trial.stop)
         # A pool's idle thread, where the sweep gives one: starting a thread per trial cost

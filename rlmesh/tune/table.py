@@ -9,7 +9,11 @@ import time
 from collections import Counter
 from typing import TextIO
 
-from rlmesh.cli.progress import _fmt_elapsed
+
+def fmt_elapsed(seconds: float) -> str:
+    """``h:mm:ss``."""
+    seconds = int(seconds)
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
 
 def trial_rows(trials: list, metric: str) -> list[str]:
@@ -19,7 +23,7 @@ def trial_rows(trials: list, metric: str) -> list[str]:
     for t in trials:
         params = ", ".join(f"{k.rsplit('/', 1)[-1]}={_short(v)}" for k, v in t.params.items())
         rows.append(f"{t.trial_id.ljust(name_w)}  {t.status:<10}  {t.iteration:>5}  "
-                    f"{_metric(t.metric(metric)):>24}  {_fmt_elapsed(t.elapsed):>8}  {params}")
+                    f"{_metric(t.metric(metric)):>24}  {fmt_elapsed(t.elapsed):>8}  {params}")
     return rows
 
 

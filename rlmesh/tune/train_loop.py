@@ -1,4 +1,4 @@
-"""One trial of ``rlmesh train`` once its algorithm is built: the loop of train, log,
+"""One trial of an experiment (``rlmesh train``, a sweep's trial) once its algorithm is built: the loop of train, log,
 checkpoint and stop (``_train_loop``), signals, resuming a trial, and the one-line
 messages for the errors a run ends with. ``rlmesh.tune``'s trial workers run the same loop."""
 
@@ -12,16 +12,10 @@ import socket
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from rlmesh.cli.train import TrainSpec
+from rlmesh.tune.experiment import TrainSpec, UsageError
 
 EXIT_FAILED, EXIT_USAGE, EXIT_SIGINT, EXIT_SIGTERM = 1, 2, 130, 143
-
-
-class UsageError(Exception):
-    """A problem with the command line or the -f file, printed as one line (exit 2)."""
 
 
 # --- training ---

@@ -71,8 +71,8 @@ def main(spec_path: str, parent_pid: int) -> int:
     os.dup2(log.fileno(), 1)
     os.dup2(log.fileno(), 2)
     sys.stdout = sys.stderr = log
-    from rlmesh.cli import experiments
-    from rlmesh.cli.train import TrainSpec, build_algorithm, make_config
+    from rlmesh.tune import train_loop as experiments
+    from rlmesh.tune.experiment import TrainSpec, build_algorithm, make_config
     from rlmesh.results import ResultLogger
 
     spec = TrainSpec(run=data["run"], env=data["config"].get("env"), config=data["config"],
@@ -85,7 +85,12 @@ def main(spec_path: str, parent_pid: int) -> int:
     level = str(spec.config.get("log_level", "WARNING")).upper()
     logging.basicConfig(level={"WARN": "WARNING"}.get(level, level),
                         format="%(levelname)s %(name)s: %(message)s")
-    session = _join_cluster(data["cluster"], data["trial_id"]) if data.get("cluster") else None
+    session = None
+    if data.get("cluster"):  # joined by the launcher's function, named by the path it gave
+        from rlmesh.runtime.import_path import import_object
+
+        join = import_object(data["cluster"]["join"], "join_cluster")
+        session = join(data["cluster"], data["trial_id"])
     try:
         algo = build_algorithm(config)
     except BaseException:
@@ -115,22 +120,8 @@ def main(spec_path: str, parent_pid: int) -> int:
             session.close()
 
 
-def _join_cluster(cluster: dict, trial_id: str):
-    """A trial of a sweep that `rlmesh launch` runs: a cluster session of its own on the head,
-    joined to the nodes the launch prepared, installed so that build_algorithm places the
-    trial's actors there (the scheduler, counting what the sweep's other trials hold)."""
-    from rlmesh.launcher.cluster_config import load_cluster
-    from rlmesh.launcher.session import ClusterSession
-
-    session = ClusterSession(load_cluster(cluster["file"]), state_name=f"trial-{trial_id}.json",
-                             used=cluster["used"], echo=print)
-    session.attach()
-    session.install()
-    return session
-
-
 if __name__ == "__main__":
-    from rlmesh.runtime.quick_exit import exit_process
+    from rlmesh.quick_exit import exit_process
 
     # The sweep counts a trial done at its exit: no second of torch's teardown first.
     exit_process(main(sys.argv[1], int(sys.argv[2])))

@@ -26,7 +26,7 @@ import zmq
 
 from rlmesh.wire import codec, messages as M
 
-RLMESH = [sys.executable, "-m", "rlmesh.cli.main"]
+RLMESH = [sys.executable, "-m", "rlmesh"]
 
 
 def cluster_file(tmp: Path, cluster, *, stop: dict, runners: int = 2, job: str = "",

@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 
 from rlmesh.algorithms.pg_config import PGConfig
-from rlmesh.cli.train import build_algorithm, make_config
+from rlmesh.tune.experiment import build_algorithm, make_config
 from rlmesh.config.base import ConfigError
 from tests.conformance.files import all_files, shrunk, specs_of, variants
 

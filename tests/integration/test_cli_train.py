@@ -84,7 +84,7 @@ def test_ctrl_c_stops_cleanly_with_a_final_checkpoint(tmp_path, parent_blocks_si
 
 
 def test_the_end_of_a_run_loses_nothing_and_leaves_no_process(tmp_path, runs_root):
-    """`rlmesh train` ends without the interpreter's teardown (rlmesh.runtime.quick_exit): what
+    """`rlmesh train` ends without the interpreter's teardown (rlmesh.quick_exit): what
     it wrote must all be there when it has exited: the last iteration in result.json,
     progress.csv and TensorBoard, the final checkpoint, stdout's last lines through a pipe;
     and its env runners have exited before it did."""

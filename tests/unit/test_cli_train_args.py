@@ -240,8 +240,8 @@ def test_packaged_tuned_example_found_by_bare_name(tmp_path, built, monkeypatch)
 @pytest.mark.parametrize("name", tuned_examples.names())
 def test_every_tuned_example_is_a_valid_config(name):
     from rlmesh.driver.registry import ALGORITHMS
-    from rlmesh.cli.experiments import check_evaluation_stop
-    from rlmesh.cli.train import config_class
+    from rlmesh.tune.experiment import config_class
+    from rlmesh.tune.train_loop import check_evaluation_stop
 
     experiment, exp, _ = tuned_examples.load_experiment(name)
     assert experiment and exp["run"] in ALGORITHMS
@@ -371,7 +371,7 @@ def test_second_ctrl_c_quits_at_once(tmp_path, built, monkeypatch):
         os.kill(os.getpid(), signal.SIGINT)
         os.kill(os.getpid(), signal.SIGINT)
 
-    from rlmesh.cli import experiments
+    from rlmesh.tune import train_loop as experiments
 
     monkeypatch.setattr(experiments, "_exit_now", exit_now)
     FakeAlgo.on_train = interrupt_twice

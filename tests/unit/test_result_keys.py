@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from rlmesh.cli.experiments import Stopper, UsageError
+from rlmesh.tune.train_loop import Stopper, UsageError
 from rlmesh.results import (ResultLogger, flatten, is_new_stack_duplicate, lookup,
                             new_stack_group, result_key)
 from rlmesh.tune.trial import Trial
