@@ -21,7 +21,7 @@ from rlmesh.runtime.import_path import import_object, path_of
 from rlmesh.runtime import Actor, ActorHandle, ActorUnavailable, RemoteError, RestartPolicy
 from rlmesh.runtime.actor import public_methods
 from rlmesh.runtime.job import Job, current_job
-from rlmesh.runtime.registry import ENV_RUN_DIR, RunDir
+from rlmesh.runtime.run_dir import ENV_RUN_DIR, RunDir
 
 __all__ = ["get_actor", "NamedActorHandle", "ActorNotFound", "RemoteError", "ActorUnavailable",
            "NamedActorSpec", "parse_named_actors", "start_named_actors"]

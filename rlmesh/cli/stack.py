@@ -21,7 +21,7 @@ from typing import Any
 import psutil
 
 from ..runtime.diagnostics import BLOCKED_AFTER_S, DUMP_SIGNAL, TICK_S
-from ..runtime.registry import ProcessRecord, RunDir, all_run_dirs, runs_root
+from ..runtime.run_dir import ProcessRecord, RunDir, all_run_dirs, runs_root
 
 UNRESPONSIVE = "control thread unresponsive (GIL held?)"
 DUMP_WAIT_S = 2.0

@@ -23,7 +23,7 @@ from typing import Any
 from rlmesh.runtime import Actor
 from rlmesh.runtime.protocol import Protocol
 from rlmesh.runtime.process import ChildProcess, ChildSpec, tail
-from rlmesh.runtime.registry import RunDir
+from rlmesh.runtime.run_dir import RunDir
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 from rlmesh.runtime import ActorUnavailable, RemoteError
 from rlmesh.runtime.process import ActorStartError, ChildSpec, describe_exit, wait_for_exit
-from rlmesh.runtime.registry import ProcessRecord, RunDir
+from rlmesh.runtime.run_dir import ProcessRecord, RunDir
 
 log = logging.getLogger(__name__)
 

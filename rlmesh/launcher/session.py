@@ -24,7 +24,7 @@ from rlmesh.placement.scheduler import Placement, PlacementError, place, replace
 from rlmesh.runtime import ActorEvent, Job, RestartPolicy
 from rlmesh.runtime.logtail import LogLines
 from rlmesh.runtime.process import ChildSpec
-from rlmesh.runtime.registry import runs_root
+from rlmesh.runtime.run_dir import runs_root
 from rlmesh.runtime.resources import PlacementGroup
 from rlmesh.wire.security import ClusterKeys, PUBLIC, SECRET, make_cluster_keys, use_keys
 

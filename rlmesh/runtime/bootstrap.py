@@ -60,7 +60,7 @@ async def serve(spec_path: Path, lifeline_fd: int) -> None:
     from .import_path import instantiate
     from .job import Job, _call_hook
     from .process import ChildSpec
-    from .registry import RunDir
+    from .run_dir import RunDir
 
     spec = ChildSpec.from_bytes(spec_path.read_bytes())
     for path in reversed(spec.sys_path):
@@ -112,7 +112,7 @@ def wait_for_spec(parent_pid: int, preload: list[str]) -> str:
     os.dup2(log, 1)
     os.dup2(log, 2)
     os.close(log)
-    from .registry import ENV_RUN_DIR
+    from .run_dir import ENV_RUN_DIR
 
     os.environ[ENV_RUN_DIR] = str(Path(spec_path).parent.parent)
     return spec_path

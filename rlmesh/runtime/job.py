@@ -26,7 +26,7 @@ from .control import ControlThread
 from .diagnostics import Diagnostics, install_fallback_dump, uninstall_fallback_dump
 from .handle import ActorHandle, ActorUnavailable
 from .process import ActorStartError, ChildProcess, ChildSpec
-from .registry import ENV_RUN_DIR, ProcessRecord, RunDir
+from .run_dir import ENV_RUN_DIR, ProcessRecord, RunDir
 from .supervisor import RestartPolicy, Supervised, Supervisor, Watch
 
 log = logging.getLogger(__name__)

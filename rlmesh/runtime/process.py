@@ -24,7 +24,7 @@ import msgpack
 
 from ..wire import codec
 from .handed import payload
-from .registry import ENV_RUN_DIR, ProcessRecord, RunDir
+from .run_dir import ENV_RUN_DIR, ProcessRecord, RunDir
 
 
 PR_SET_PDEATHSIG = 1

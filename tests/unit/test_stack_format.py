@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from rlmesh.cli import stack
-from rlmesh.runtime.registry import ProcessRecord, RunDir
+from rlmesh.runtime.run_dir import ProcessRecord, RunDir
 
 LOOP_MAIN = [
     {"file": "bootstrap.py", "line": 72, "func": "main", "code": "uvloop.run(coro)"},
