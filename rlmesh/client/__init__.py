@@ -6,7 +6,7 @@ Importing this and using remote inference loads pyzmq, msgpack and numpy only.
 
 from rlmesh.client.client import PolicyClient, PolicyServerError, PolicyServerUnavailable
 from rlmesh.client.keys import curve_client_options, make_curve_keys
-from rlmesh.client.multi_agent import MultiAgentPolicyClient
+from rlmesh.client.multi_agent_client import MultiAgentPolicyClient
 
 __all__ = ["MultiAgentPolicyClient", "PolicyClient", "PolicyServerError", "PolicyServerUnavailable",
            "curve_client_options", "make_curve_keys"]

@@ -78,7 +78,7 @@ def policies_as_data(policies: Any) -> dict[str, dict[str, Any]]:
     and the env)."""
     from rlmesh.envs import as_space, space_to_data
     from rlmesh.policy.policy import class_path
-    from rlmesh.policy.spec import PolicySpec
+    from rlmesh.policy.policy_spec import PolicySpec
 
     if isinstance(policies, (set, frozenset)):  # sorted: each policy's seed is its position
         policies = sorted(policies)

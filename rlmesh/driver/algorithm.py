@@ -36,7 +36,7 @@ from rlmesh.driver.inference import env_action
 from rlmesh.envs import EnvContext, as_space, env_registry, spaces_of
 from rlmesh.policy.policy import POLICY_ERRORS, Policy
 from rlmesh.preprocessing import model_obs_space
-from rlmesh.policy.spec import PolicySpec, build_policy_from_data
+from rlmesh.policy.policy_spec import PolicySpec, build_policy_from_data
 from rlmesh.rl.columns import DEFAULT_POLICY_ID, merge_by_policy
 from rlmesh.rl.filters import make_filter
 from rlmesh.config.learner_gpus import check_learner_gpus

@@ -10,7 +10,7 @@ import numpy as np
 
 from rlmesh.driver import checkpoints
 from rlmesh.envs import actions_for_env, env_registry, spaces_of
-from rlmesh.policy.spec import PolicySpec, build_policy_from_data
+from rlmesh.policy.policy_spec import PolicySpec, build_policy_from_data
 from rlmesh.rl.columns import DEFAULT_POLICY_ID
 from rlmesh.rl.filters import NoFilter, make_filter
 from rlmesh.rl.spaces import to_column

@@ -12,7 +12,7 @@ from rlmesh.config.base import AlgorithmConfig
 from rlmesh.config.multi_agent import mapping_function, policies_as_data, trainable
 from rlmesh.env.multi_agent_env import is_multi_agent
 from rlmesh.envs import EnvContext, env_registry, make_env
-from rlmesh.policy.spec import PolicySpec
+from rlmesh.policy.policy_spec import PolicySpec
 from rlmesh.rl.columns import DEFAULT_POLICY_ID
 from rlmesh.roles.multi_agent_sampler import MultiAgentEpisode, map_agent
 

@@ -4,8 +4,8 @@ object per policy id (``Policy``), its torch implementation (``TorchPolicy``) an
 
 import importlib
 
-_EXPORTS = {"Policy": "policy", "PolicyError": "policy", "PolicySpec": "spec",
-            "TorchPolicy": "torch_policy", "build_policy": "template",
+_EXPORTS = {"Policy": "policy", "PolicyError": "policy", "PolicySpec": "policy_spec",
+            "TorchPolicy": "torch_policy", "build_policy": "build_policy",
             "export_model": "export", "SampleBatch": None}
 
 __all__ = sorted(_EXPORTS)

@@ -62,7 +62,7 @@ def default_policy_specs(obs_space: gym.Space, action_space: gym.Space, config: 
     """One ``default_policy`` of the config's policy class; none set: ``TorchPolicy``,
     named by path so that the default model's runner (the numpy fast path, what
     ``TorchPolicy.runner_class`` picks) never imports torch."""
-    from rlmesh.policy.spec import PolicySpec
+    from rlmesh.policy.policy_spec import PolicySpec
 
     if config.policy_class is not None:
         spec = PolicySpec(config.policy_class).resolved(None, obs_space, action_space)

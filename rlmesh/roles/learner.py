@@ -14,7 +14,7 @@ import torch
 from rlmesh.callbacks import load_callbacks
 from rlmesh.config.multi_agent import trainable
 from rlmesh.policy.device_check import learner_scope
-from rlmesh.policy.spec import build_policy_from_data
+from rlmesh.policy.policy_spec import build_policy_from_data
 from rlmesh.policy.torch_policy import TorchPolicy
 from rlmesh.rl.finite import NonFiniteError, describe, first_nonfinite_column
 

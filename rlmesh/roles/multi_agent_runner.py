@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlmesh.policy.spec import build_policy_from_data
+from rlmesh.policy.policy_spec import build_policy_from_data
 
 
 class MultiAgentPolicies:

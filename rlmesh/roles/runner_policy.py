@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from rlmesh.policy.policy import Policy
-from rlmesh.policy.spec import build_policy_from_data
+from rlmesh.policy.policy_spec import build_policy_from_data
 from rlmesh.rl.columns import DEFAULT_POLICY_ID
 
 

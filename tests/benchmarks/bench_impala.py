@@ -178,7 +178,7 @@ def _policy_specs(config: Any) -> dict[str, Any]:
     import gymnasium as gym
 
     from rlmesh.algorithms.impala import ImpalaTorchPolicy
-    from rlmesh.policy.spec import PolicySpec
+    from rlmesh.policy.policy_spec import PolicySpec
 
     env = gym.make(ENV)
     try:

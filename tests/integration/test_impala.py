@@ -59,7 +59,7 @@ def test_weights_go_out_every_broadcast_interval_updates(interval):
     from tests.benchmarks.impala_actors import cartpole_fragment
 
     from rlmesh.algorithms.impala import ImpalaTorchPolicy
-    from rlmesh.policy.spec import PolicySpec
+    from rlmesh.policy.policy_spec import PolicySpec
 
     cfg = cartpole(broadcast_interval=interval, train_batch_size=400)
     config = cfg.to_dict()

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from rlmesh.algorithms import Algorithm, PPOConfig
-from rlmesh.policy.spec import PolicySpec
+from rlmesh.policy.policy_spec import PolicySpec
 
 
 def _ppo(env, env_config=None, **multi_agent):

@@ -168,7 +168,7 @@ def test_an_update_out_of_gpu_memory_names_the_batch_sizes_to_lower():
     import gymnasium as gym
 
     from rlmesh.algorithms.ppo import PPOConfig, PPOTorchPolicy
-    from rlmesh.policy.spec import PolicySpec
+    from rlmesh.policy.policy_spec import PolicySpec
     from rlmesh.roles.learner import Learner, LearnerOutOfMemory
 
     config = PPOConfig().training(train_batch_size=4000, minibatch_size=512)

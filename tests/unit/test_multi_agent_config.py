@@ -9,7 +9,7 @@ import pytest
 
 from rlmesh.algorithms.ppo import PPOConfig, PPOTorchPolicy
 from rlmesh.config.multi_agent import mapping_function, trainable
-from rlmesh.policy.spec import PolicySpec
+from rlmesh.policy.policy_spec import PolicySpec
 
 
 def only_even(policy_id, batch=None):

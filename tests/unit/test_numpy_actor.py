@@ -17,7 +17,7 @@ from rlmesh.algorithms.ddpg import DDPGConfig, DDPGTorchPolicy
 from rlmesh.algorithms.sac import SACConfig, SACTorchPolicy
 from rlmesh.algorithms.td3 import TD3Config
 from rlmesh.policy.numpy_actor import NumpyDDPGPolicy, NumpySACPolicy
-from rlmesh.policy.spec import PolicySpec, build_policy_from_data
+from rlmesh.policy.policy_spec import PolicySpec, build_policy_from_data
 
 OBS = gym.spaces.Box(-3.0, 3.0, (3,), np.float32)
 PENDULUM_ACT = gym.spaces.Box(-2.0, 2.0, (1,), np.float32)
@@ -168,7 +168,7 @@ def test_runner_class_is_numpy_only_for_the_default_actor_on_flat_observations()
 def test_a_runner_built_sac_policy_acts_without_importing_torch():
     code = ("import sys, numpy as np, gymnasium as gym\nfrom numpy import array, float32\n"
             "from rlmesh.algorithms.sac_config import SACConfig\n"
-            "from rlmesh.policy.spec import build_policy_from_data\n"
+            "from rlmesh.policy.policy_spec import build_policy_from_data\n"
             f"data = {spec_data()!r}\n"
             "p = build_policy_from_data(data, SACConfig(), runner=True)\n"
             "a = p.compute_actions(np.zeros((2, 3), np.float32))[0]\n"
