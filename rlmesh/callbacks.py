@@ -8,7 +8,7 @@ import logging
 import math
 from typing import Any
 
-from rlmesh.runtime.import_path import import_object, path_of
+from rlmesh.runtime.import_path import import_object
 
 log = logging.getLogger(__name__)
 
@@ -150,13 +150,6 @@ def check_hooks(cls: type) -> None:
 
 
 DefaultCallbacks = Callbacks  # RLlib's older name
-
-
-def callbacks_path(callbacks: str | type | None) -> str | None:
-    """The import path of a callbacks class given as a class or a path (None: none)."""
-    if callbacks is None or isinstance(callbacks, str):
-        return callbacks
-    return path_of(callbacks, "callbacks class")
 
 
 def load_callbacks(callbacks: str | type | None) -> Callbacks | None:

@@ -177,10 +177,6 @@ def episode_record(obs: np.ndarray, actions: np.ndarray, rewards: np.ndarray,
     return rec
 
 
-def record_length(record: dict[str, Any]) -> int:
-    return len(record[Columns.REWARDS])
-
-
 def join_episodes(records: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
     """Chunks grouped by eps_id and agent_id (a record may hold several episodes: a Parquet
     file; a multi-agent episode is one trajectory per agent) and joined in the order of t;

@@ -58,9 +58,6 @@ class Placement:
             nodes.append(self.assignment[(index, len(nodes))])
         return tuple(nodes)
 
-    def bundles_on(self, node: str) -> list[tuple[int, int]]:
-        return [key for key, name in self.assignment.items() if name == node]
-
 
 def _units(amount: float) -> int:
     return round(amount * UNIT)
