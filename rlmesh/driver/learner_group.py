@@ -32,10 +32,6 @@ class LearnerGroup:
         self._pending: list[Future] = []
         self._executor: ThreadPoolExecutor | None = None  # async updates of the local learner
 
-    @property
-    def is_local(self) -> bool:
-        return self.local is not None
-
     def start(self) -> None:
         if self.local is None:
             self.mesh.start_learners(self.policy_specs)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from rlmesh.config.base import AlgorithmConfig
-from rlmesh.config.multi_agent import mapping_function, policies_as_data, trainable
+from rlmesh.config.multi_agent import mapping_function, policies_as_data
 from rlmesh.env.multi_agent_env import is_multi_agent
 from rlmesh.envs import EnvContext, env_registry, make_env
 from rlmesh.policy.policy_spec import PolicySpec
@@ -111,10 +111,6 @@ def policy_results(episodes: list[dict[str, Any]], new: list[dict[str, Any]],
             "policy_reward_max": {p: float(np.max(r)) for p, r in by_policy.items()},
             "num_agent_steps_sampled_this_iter": agent_steps,
             "policy_episodes_this_iter": per_policy_new}
-
-
-def trained_policies(config: AlgorithmConfig, policy_ids: Any) -> list[str]:
-    return [pid for pid in policy_ids if trainable(config, pid)]
 
 
 # --- policies added and removed while training ---
