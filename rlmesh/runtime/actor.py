@@ -21,8 +21,11 @@ import zmq
 from ..wire import codec, messages as M
 from ..wire.logs import log_limited
 from ..wire.sockets import AsyncSocket, ConnectionGuard, bind, configure
-from . import protocol as P
 from .protocol import CallError, Entry, Protocol, Table
+
+# By its full name: "from . import protocol" names the package too, whose __init__ imports
+# this module (an import cycle to a reader, and to tools that read imports).
+import rlmesh.runtime.protocol as P
 
 log = logging.getLogger(__name__)
 
