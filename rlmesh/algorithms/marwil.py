@@ -23,7 +23,7 @@ from rlmesh.policy.recurrent import (is_recurrent, sequence_index, sequence_samp
                                      time_major_outputs)
 from rlmesh.policy.learner_stats import entropy_of, explained_variance
 from rlmesh.policy.torch_policy import TorchPolicy
-from rlmesh.rl.columns import DEFAULT_POLICY_ID, Columns, per_policy
+from rlmesh.rl.columns import DEFAULT_POLICY_ID, Columns, merge_by_policy, per_policy
 from rlmesh.rl.gae import compute_gae
 
 __all__ = ["MARWIL", "MARWILConfig", "MARWILTorchPolicy"]
@@ -144,8 +144,8 @@ class MARWIL(Algorithm):
         for f in per_policy(fragments):
             by_policy.setdefault(f.get("policy_id", DEFAULT_POLICY_ID), []).append(f)
         with self.timer("learn_time_s"):
-            stats = self.learner_group.update_from_episodes(
-                [f for fs in by_policy.values() for f in common_columns(fs)],
+            stats = self.learner_group.update(
+                merge_by_policy([f for fs in by_policy.values() for f in common_columns(fs)]),
                 timesteps=self.timesteps_sampled)
         if sampled:
             self.env_runners.sync_weights()
