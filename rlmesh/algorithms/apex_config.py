@@ -21,7 +21,8 @@ class ApexSettings(StreamingSettings):
         doc="Replay shard processes; each holds capacity / num_replay_buffer_shards "
             "transitions, takes the fragments of runners i mod shards and serves the "
             "learner's samples. A shard that dies is restarted empty. 1: no process, the "
-            "buffer lives in the learner's (the driver's) process.")
+            "buffer lives in the driver's process (where a learner with num_learners=0 "
+            "samples it without a socket).")
     replay_sample_requests_in_flight: int = setting(
         2, "training", ge=1,
         doc="Sample requests the learner keeps outstanding per shard (its credits); the "
@@ -41,9 +42,10 @@ class ApexSettings(StreamingSettings):
             problems.append(f"num_replay_buffer_shards: runner i feeds shard i mod shards, so "
                             f"{self.num_replay_buffer_shards} shards for {self.num_env_runners} "
                             f"runners leaves some empty; use at most {most}")
-        if self.num_learners > 0:
-            problems.append("num_learners: APEX's learner runs in the driver on a thread of "
-                            "its own; set num_learners=0")
+        if self.num_learners > 1:
+            problems.append("num_learners: APEX trains one learner (in the driver with 0, "
+                            "in a process of its own with 1); data-parallel APEX learners "
+                            "are not supported, set num_learners to 0 or 1")
         return problems
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlmesh.config.base import AlgorithmConfig, setting
+from rlmesh.config.schedules import value_at
 
 #: replay_buffer_config's keys and defaults (RLlib's); a dict given updates these key by key.
 REPLAY_DEFAULTS: dict[str, Any] = {
@@ -70,6 +71,15 @@ class OffPolicyConfig(AlgorithmConfig, defaults={"rollout_fragment_length": 4,
     def replay_settings(self) -> dict[str, Any]:
         """replay_buffer_config over the defaults."""
         return {**REPLAY_DEFAULTS, **self.replay_buffer_config}
+
+    def replay_beta(self, timestep: int) -> float:
+        """prioritized_replay_beta, annealed linearly over the env steps sampled."""
+        rb = self.replay_settings()
+        steps = rb["prioritized_replay_beta_annealing_timesteps"]
+        if not steps:
+            return float(rb["prioritized_replay_beta"])
+        return float(value_at([[0, rb["prioritized_replay_beta"]],
+                               [steps, rb["final_prioritized_replay_beta"]]], timestep))
 
     @property
     def prioritized_replay(self) -> bool:
