@@ -4,7 +4,6 @@ asynchronous algorithms alike. Batches and weights are keyed by policy id."""
 
 from __future__ import annotations
 
-import asyncio
 import math
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable
@@ -36,9 +35,6 @@ class LearnerGroup:
         if self.local is None:
             self.mesh.start_learners(self.policy_specs)
 
-    def _run(self, coro: Any, timeout: float | None = None) -> Any:
-        return self.mesh.loop_thread.run(coro, timeout)
-
     # --- updates ---
 
     @property
@@ -57,7 +53,7 @@ class LearnerGroup:
         if self.local is not None:  # after asynchronous updates: in order, on their thread
             return self.update_from_batch(batches, timesteps=timesteps, num_iters=kwargs.get(
                 "num_epochs"), minibatch_size=kwargs.get("minibatch_size"))
-        return self._run(self._update_remote(batches, timesteps, kwargs))
+        return self._update_remote(batches, timesteps, kwargs).result()
 
     def update_from_episodes(self, fragments: list[dict[str, Any]], **kwargs: Any
                              ) -> dict[str, dict[str, float]]:
@@ -84,10 +80,10 @@ class LearnerGroup:
                 return future.result()
             self._pending.append(future)
             return self._finished()
-        coro = self._update_remote(batch, timesteps, kwargs)
+        future = self._update_remote(batch, timesteps, kwargs)
         if not async_update:
-            return self._run(coro)
-        self._pending.append(asyncio.run_coroutine_threadsafe(coro, self.mesh.loop_thread.loop))
+            return future.result()
+        self._pending.append(future)
         return self._finished()
 
     def stop(self) -> None:
@@ -101,12 +97,13 @@ class LearnerGroup:
         self._pending = [f for f in self._pending if not f.done()]
         return [f.result() for f in done]
 
-    async def _update_remote(self, batch: dict[str, dict[str, Any]], timesteps: int,
-                             kwargs: dict[str, Any]) -> dict[str, dict[str, float]]:
-        learners = self.mesh.learners
-        n = len(learners)
+    def _update_remote(self, batch: dict[str, dict[str, Any]], timesteps: int,
+                       kwargs: dict[str, Any]) -> Future[dict[str, dict[str, float]]]:
+        """The update on the learner actors, started; the future of its statistics."""
+        n = self.mesh.num_learners
         if n == 1:
-            return await learners[0].call("update", batch, timesteps, **kwargs, timeout=None)
+            return _then(self.mesh.update_learners([(batch, timesteps)], kwargs),
+                         lambda results: results[0])
         # Data-parallel: each rank a shard of every policy's batch, and every rank the same
         # number of minibatches, so their gradient all-reduces pair up.
         shards = {pid: shard_batch(b, n) for pid, b in batch.items()}
@@ -116,16 +113,8 @@ class LearnerGroup:
             most = max(int(np.asarray(s["mask"]).sum()) for s in
                        (x for shard in shards.values() for x in shard))
             kwargs = {**kwargs, "num_minibatches": max(1, math.ceil(most / size))}
-        results = await asyncio.gather(*(h.call("update", per_rank[r], timesteps, **kwargs,
-                                                timeout=None)
-                                         for r, h in enumerate(learners)))
-        # Ranks hold the same weights: rank 0's statistics stand for all, but for the
-        # samples trained on, which add up.
-        out = {pid: dict(stats) for pid, stats in results[0].items()}
-        for pid, stats in out.items():
-            stats["num_env_steps_trained"] = sum(r[pid].get("num_env_steps_trained", 0)
-                                                 for r in results)
-        return out
+        future = self.mesh.update_learners([(b, timesteps) for b in per_rank], kwargs)
+        return _then(future, _rank_stats)
 
     def apply_gradients(self, gradients: dict[str, dict[str, Any]], *, timesteps: int = 0) -> None:
         """One optimizer step of each policy with the gradients given for it
@@ -135,7 +124,7 @@ class LearnerGroup:
         if self.local is not None:
             self.local.apply_gradients(gradients, timesteps)
         else:
-            self._run(self._on_all("apply_gradients", gradients, timesteps, timeout=None))
+            self.mesh.foreach_learner("apply_gradients", gradients, timesteps, timeout=None)
 
     # --- weights and state ---
 
@@ -150,31 +139,51 @@ class LearnerGroup:
     def get_weights(self, policy_ids: list[str] | None = None) -> dict[str, dict[str, np.ndarray]]:
         if self.local is not None:
             return self.local.get_weights(policy_ids)
-        return self._run(self.mesh.learners[0].call("get_weights", policy_ids))
+        return self.mesh.call_learner("get_weights", policy_ids)
 
     def set_weights(self, weights: dict[str, dict[str, Any]]) -> None:
         if self.local is not None:
             self.local.set_weights(weights)
         else:
-            self._run(self._on_all("set_weights", weights))
+            self.mesh.foreach_learner("set_weights", weights)
 
     def get_state(self) -> dict[str, Any]:
         if self.local is not None:
             return self.local.get_state()
-        return self._run(self.mesh.learners[0].call("get_state", timeout=120))
+        return self.mesh.call_learner("get_state", timeout=120)
 
     def set_state(self, state: dict[str, Any]) -> None:
         if self.local is not None:
             self.local.set_state(state)
         else:
-            self._run(self._on_all("set_state", state, timeout=120))
+            self.mesh.foreach_learner("set_state", state, timeout=120)
 
     def foreach_learner(self, method: str, *args: Any) -> list[Any]:
         """``method(*args)`` on every learner actor (the local learner's attribute)."""
         if self.local is not None:
             return [getattr(self.local, method)(*args)]
-        return self._run(self._on_all(method, *args))
+        return self.mesh.foreach_learner(method, *args)
 
-    async def _on_all(self, method: str, *args: Any, timeout: float | None = 60) -> list[Any]:
-        return list(await asyncio.gather(*(h.call(method, *args, timeout=timeout)
-                                           for h in self.mesh.learners)))
+
+def _rank_stats(results: list[dict[str, dict[str, float]]]) -> dict[str, dict[str, float]]:
+    """Data-parallel ranks hold the same weights: rank 0's statistics stand for all, but for
+    the samples trained on, which add up."""
+    out = {pid: dict(stats) for pid, stats in results[0].items()}
+    for pid, stats in out.items():
+        stats["num_env_steps_trained"] = sum(r[pid].get("num_env_steps_trained", 0)
+                                             for r in results)
+    return out
+
+
+def _then(future: Future[Any], fn: Callable[[Any], Any]) -> Future[Any]:
+    """A future of ``fn(future's result)`` (its exception, if it raised)."""
+    out: Future[Any] = Future()
+
+    def done(f: Future[Any]) -> None:
+        try:
+            out.set_result(fn(f.result()))
+        except BaseException as exc:  # noqa: BLE001 (handed to whoever waits)
+            out.set_exception(exc)
+
+    future.add_done_callback(done)
+    return out

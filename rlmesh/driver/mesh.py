@@ -503,6 +503,11 @@ class Mesh:
 
     # --- the learner actors ---
 
+    @property
+    def num_learners(self) -> int:
+        """Learner actors started (data-parallel ranks); 0 before ``start_learners``."""
+        return len(self.learners)
+
     def foreach_learner(self, method: str, *args: Any, timeout: float | None = 60,
                         **kwargs: Any) -> list[Any]:
         """``method(*args, **kwargs)`` on every learner actor; the replies by rank."""
