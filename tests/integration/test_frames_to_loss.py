@@ -73,3 +73,21 @@ def test_impala_loss_is_at_most_five_frames_below_the_learner_loop(tmp_path, mon
     stack = recorded(tmp_path, monkeypatch, config)
     frames = frames_to_loss(stack, "_run", "learner_actor.py")
     assert len(frames) <= MAX_FRAMES, " <- ".join(frames)
+
+
+def test_train_repeats_training_step_for_min_time_s_per_iteration():
+    """The loop train() runs itself (off the path to the loss) keeps RLlib's behaviour:
+    training_step repeats until min_time_s_per_iteration has passed, and every step's
+    trained samples count."""
+    config = (PPOConfig().environment("CartPole-v1")
+              .env_runners(num_env_runners=1, num_envs_per_env_runner=2)
+              .training(train_batch_size=100, minibatch_size=100, num_epochs=1)
+              .reporting(min_time_s_per_iteration=1.0)
+              .learners(num_learners=0))
+    with config.build() as algo:
+        steps = []
+        step = algo.training_step
+        algo.training_step = lambda: steps.append(1) or step()
+        result = algo.train()
+    assert len(steps) >= 2 and result["time_this_iter_s"] >= 1.0, (len(steps), result["time_this_iter_s"])
+    assert result["num_env_steps_trained"] == result["timesteps_total"] >= 100 * len(steps)
