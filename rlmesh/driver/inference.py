@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from rlmesh.config.base import AlgorithmConfig
 from rlmesh.driver import checkpoints
 from rlmesh.envs import actions_for_env, env_registry, spaces_of
 from rlmesh.policy.policy_spec import PolicySpec, build_policy_from_data
@@ -19,7 +20,7 @@ from rlmesh.rl.spaces import to_column
 class InferencePolicy:
     """``compute_single_action`` of one policy of a checkpoint, at its saved weights."""
 
-    def __init__(self, config: Any, policy: Any, obs_filter: Any = None) -> None:
+    def __init__(self, config: AlgorithmConfig, policy: Any, obs_filter: Any = None) -> None:
         self.config, self.policy = config, policy
         self.obs_space, self.action_space = policy.observation_space, policy.action_space
         self.obs_filter = obs_filter if obs_filter is not None else NoFilter()
@@ -88,7 +89,7 @@ class MultiAgentInference:
     policy_id=...)`` and, per agent, ``compute_actions_for(obs_dict, episode)`` through the
     checkpoint's policy_mapping_fn."""
 
-    def __init__(self, config: Any, policies: dict[str, InferencePolicy]) -> None:
+    def __init__(self, config: AlgorithmConfig, policies: dict[str, InferencePolicy]) -> None:
         from rlmesh.config.multi_agent import mapping_function
 
         self.config, self.policies = config, policies
@@ -106,7 +107,7 @@ class MultiAgentInference:
         """Nothing to stop."""
 
 
-def env_action(config: Any, action_space: Any, action: Any) -> Any:
+def env_action(config: AlgorithmConfig, action_space: Any, action: Any) -> Any:
     """A policy's action as the env takes it: a Python int for Discrete, Box actions
     rescaled or clipped as the env runners do (squashed ones are in the bounds already)."""
     if isinstance(action, (dict, tuple)):  # a Tuple/Dict space's, unpacked already

@@ -6,18 +6,22 @@ from __future__ import annotations
 
 import math
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
 from rlmesh.rl.columns import merge_by_policy, shard_batch
 from rlmesh.roles.learner import Learner
 
+if TYPE_CHECKING:
+    from rlmesh.config.base import AlgorithmConfig
+    from rlmesh.driver.mesh import Mesh
+
 
 class LearnerGroup:
     """Update, weights and state of every policy, wherever the learners run."""
 
-    def __init__(self, config: Any, policy_specs: dict[str, Any], mesh: Any) -> None:
+    def __init__(self, config: AlgorithmConfig, policy_specs: dict[str, Any], mesh: Mesh) -> None:
         self.config = config
         self.policy_specs = policy_specs
         self.mesh = mesh
