@@ -25,7 +25,6 @@ from typing import Any
 
 import numpy as np
 
-from rlmesh.driver.algorithm import Algorithm, LearnerFailed
 from rlmesh.algorithms.apex_config import ApexDDPGConfig, ApexDQNConfig
 from rlmesh.algorithms.ddpg import DDPGTorchPolicy, check_box_actions
 from rlmesh.algorithms.dqn import DQNTorchPolicy, check_discrete
@@ -64,7 +63,8 @@ class Apex(OffPolicy):
         except ReplayMemoryError as e:
             raise ConfigError(str(e)) from None
         self.replay = None  # the shards hold it (the local one: set once it is started)
-        return Algorithm._policy_specs(self)
+        # Past OffPolicy's: it would build a buffer of the whole capacity in the driver.
+        return super(OffPolicy, self)._policy_specs()
 
     def _on_started(self) -> None:
         self.mesh.start_replay_learning(space_to_data(self.obs_space),
@@ -84,8 +84,6 @@ class Apex(OffPolicy):
             sampled = self._wait_for_samples()
             learners = self.mesh.learner_metrics()
         shards = self.mesh.shard_stats()
-        for pid, weights in self.get_weights().items():  # get_policy's copies
-            self.get_policy(pid).set_weights(weights)
         elapsed = time.perf_counter() - start
         steps = sum(int(s["env_steps"]) for s in sampled)
         self.iteration += 1
@@ -106,8 +104,6 @@ class Apex(OffPolicy):
         sampled: list[dict[str, Any]] = []
         steps = 0
         while True:
-            if self.mesh.learner_failure is not None:
-                raise LearnerFailed(self._failure_message(RuntimeError(self.mesh.learner_failure)))
             if not self.mesh.num_live_runners():
                 raise RuntimeError("every env runner is gone (see the log for why)")
             got = self.mesh.pop_sampled()
@@ -117,7 +113,7 @@ class Apex(OffPolicy):
             sampled.extend(got)
             if steps >= self.config.min_sample_timesteps_per_iteration:
                 return sampled
-            self.mesh.num_updates()  # raises the learner's error, if it stopped
+            self.mesh.num_updates()  # raises the learner's error (or death), if it stopped
             time.sleep(POLL_S)
 
     def _replay_metrics(self, shards: list[dict[str, Any]], learners: list[dict[str, Any]],
