@@ -1,5 +1,5 @@
 """Memory over a long run once the replay buffers are full: APEX on CartPole (runners, two
-shard processes, the driver's learner thread), the RSS of every process of the run every
+shard processes, the learner actor in the driver), the RSS of every process of the run every
 ``--every`` seconds; per role the first figure after the fill, the least, the most and the
 last, and last / first. Goal (issue 18): no growth once the buffer is full.
 

@@ -154,7 +154,8 @@ def test_apex_ddpg_trains_on_pendulum_through_the_shards(tmp_path):
     with config.build() as algo:
         for _ in range(3):
             result = algo.train()
-        # A checkpoint mid-run (the learner thread pauses for it) restores into a new run.
+        # A checkpoint mid-run (the learner actor hands its state over between two
+        # updates) restores into a new run.
         path = algo.save(tmp_path / "ckpt")
     with config.build() as again:
         again.restore(path)
