@@ -25,7 +25,7 @@ from rlmesh.client import (PolicyClient, PolicyServerError, PolicyServerUnavaila
                            curve_client_options, make_curve_keys)
 from rlmesh.client.keys import default_keys_dir
 from rlmesh.runtime import Job
-from rlmesh.wire import codec
+from rlmesh.wire import codec, messages as M
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "cartpole_client.py"
@@ -153,7 +153,7 @@ def test_wrong_protocol_version_and_garbage_are_refused_and_the_server_lives():
             assert play_episode(c)[1]
     assert replies[0]["etype"] == "ProtocolError"
     assert replies[1]["etype"] == "VersionMismatch"
-    assert "99" in replies[1]["msg"] and "speaks 1" in replies[1]["msg"]
+    assert "99" in replies[1]["msg"] and f"speaks {M.PROTOCOL_VERSION}" in replies[1]["msg"]
 
 
 def test_a_client_that_disappears_has_its_episode_closed_and_used():
