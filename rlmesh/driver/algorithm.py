@@ -28,7 +28,6 @@ from rlmesh.driver.iteration_result import (  # noqa: F401  (public here too)
     ENTROPY_COLLAPSE, client_rejections, iteration_result,
 )
 from rlmesh.driver.learner_group import LearnerGroup
-from rlmesh.driver.loop import LoopThread
 from rlmesh.driver.mesh import Mesh, check_lambdas_can_go
 from rlmesh.callbacks import load_callbacks
 from rlmesh.config.base import AlgorithmConfig
@@ -496,14 +495,6 @@ class Algorithm:
                 self._log_tail.stop()
         finally:
             mesh.stop()
-
-    @property
-    def _loop(self) -> LoopThread | None:
-        """The mesh's loop while the run lives. Transitional, for apex.py until its learner
-        is the learner actor (part C1 of issue 33); nothing else may use it
-        (test_driver_boundaries)."""
-        mesh = getattr(self, "mesh", None)
-        return None if mesh is None or getattr(self, "_stopped", False) else mesh.loop_thread
 
     def __enter__(self) -> "Algorithm":
         return self
