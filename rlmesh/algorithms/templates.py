@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 from rlmesh.driver.algorithm import Algorithm
 from rlmesh.config.base import AlgorithmConfig
-from rlmesh.policy.build_policy import _caller_module, template_defaults
+from rlmesh.policy.policy_template import _caller_module, template_defaults
 
 
 def build_algorithm(name: str, *, default_config: type[AlgorithmConfig] | dict | None = None,

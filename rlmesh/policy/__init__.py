@@ -5,7 +5,7 @@ object per policy id (``Policy``), its torch implementation (``TorchPolicy``) an
 import importlib
 
 _EXPORTS = {"Policy": "policy", "PolicyError": "policy", "PolicySpec": "policy_spec",
-            "TorchPolicy": "torch_policy", "build_policy": "build_policy",
+            "TorchPolicy": "torch_policy", "build_policy": "policy_template",
             "export_model": "export", "SampleBatch": None}
 
 __all__ = sorted(_EXPORTS)
