@@ -29,7 +29,8 @@ from rlmesh.algorithms.apex_config import ApexDDPGConfig, ApexDQNConfig
 from rlmesh.algorithms.ddpg import DDPGTorchPolicy, check_box_actions
 from rlmesh.algorithms.dqn import DQNTorchPolicy, check_discrete
 from rlmesh.algorithms.off_policy import OffPolicy
-from rlmesh.driver.mesh import ApexMesh, Totals
+from rlmesh.driver.async_mesh import ApexMesh
+from rlmesh.driver.mesh import Totals
 from rlmesh.config.base import ConfigError
 from rlmesh.envs import space_to_data
 from rlmesh.rl.replay import (ReplayMemoryError, SumTree, check_memory, columns_nbytes,

@@ -11,7 +11,7 @@ from typing import Any, Callable, TypeVar
 import numpy as np
 
 from rlmesh.driver.algorithm import Algorithm, LearnerFailed  # noqa: F401 (its home was here)
-from rlmesh.driver.mesh import AsyncMesh
+from rlmesh.driver.async_mesh import AsyncMesh
 from rlmesh.runtime import ActorUnavailable, RemoteError
 
 log = logging.getLogger(__name__)

@@ -68,7 +68,7 @@ def side(run: str, runners: int, intensity: float | None, seconds: float, shards
          shard_process: bool = False) -> dict[str, float]:
     """One side in this process: warm up past learning_starts, then count for ``seconds``
     (``shard_process``: one shard in a process of its own, not in the driver)."""
-    from rlmesh.driver.mesh import ApexMesh
+    from rlmesh.driver.async_mesh import ApexMesh
 
     ApexMesh.local_single_shard = not shard_process
     with config(run, runners, intensity, shards).build() as algo:
