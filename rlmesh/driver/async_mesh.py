@@ -164,7 +164,7 @@ class ApexMesh(AsyncMesh):
     #: benchmark's reference: tests/benchmarks/bench_apex.py apex_local_shard).
     local_single_shard = True
 
-    def __init__(self, config: Any, policy_specs: dict[str, Any]) -> None:
+    def __init__(self, config: AlgorithmConfig, policy_specs: dict[str, Any]) -> None:
         super().__init__(config, policy_specs)
         self.shards: list[Any] = []
         self.shard_restarts = 0
