@@ -43,7 +43,7 @@ class _Subscriber:
 class ParamServer(Actor):
     """Holds ``{policy_id: (version, weights)}``; weights are ``{name: numpy array}``."""
 
-    protocol = Protocol(calls=("set_weights", "subscribe", "unsubscribe", "get_weights",
+    protocol = Protocol(calls=("set_weights", "subscribe", "get_weights",
                                "remove_policy", "version", "stats"))
 
     def __init__(self) -> None:
@@ -100,9 +100,6 @@ class ParamServer(Actor):
                 del self._subscribers[name]
             return {"weights": got, "pushed": False}
         return {"weights": got, "pushed": True}
-
-    def unsubscribe(self, name: str) -> None:
-        self._subscribers.pop(name, None)
 
     def get_weights(self, have: dict[str, int], up_to: int | None = None) -> dict[str, list[Any]]:
         """``{policy_id: [version, weights]}`` for each policy of ``have`` (policy id ->
