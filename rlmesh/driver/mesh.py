@@ -416,7 +416,7 @@ class Mesh:
 
     def remove_policy_weights(self, policy_id: str) -> None:
         """The param server forgets ``policy_id`` (a policy removed while training)."""
-        self.run(self.param_server.remove_policy(policy_id))
+        self.run(self.param_server.call("remove_policy", policy_id))
 
     def sync_filters(self, obs_filter: Any) -> None:
         """Every runner's new observation statistics merged into ``obs_filter`` (the

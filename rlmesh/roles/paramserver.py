@@ -164,6 +164,10 @@ class ParamServer(Actor):
             if self._subscribers.get(name) is not sub:  # it subscribed again meanwhile
                 self._kick(name)
 
+    async def on_stop(self) -> None:
+        for task in list(self._pushing):  # the runners stop too: nothing to finish
+            task.cancel()
+
     def remove_policy(self, policy_id: str) -> None:
         """Forget a policy removed from the run."""
         self._weights.pop(policy_id, None)
