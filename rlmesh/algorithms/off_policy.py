@@ -17,8 +17,9 @@ How a replay-based algorithm is written on it
   stay). The update runs the one minibatch loop (``policy/sgd.py``): one gradient step
   per replayed minibatch, the same optimizer step, clipping and statistics as every policy;
   a loss over several networks steps them all at once (``rl/optim.Optimizers``), and
-  ``before_gradient_step`` says what the coming step moves (TD3). Targets are updated by ``maybe_update_target`` (every
-  ``target_network_update_freq`` env steps, or every gradient step when 0, by ``tau``).
+  ``before_gradient_step`` says what the coming step moves (TD3). Targets are updated by
+  ``maybe_update_target`` (every ``target_network_update_freq`` env steps, or every
+  gradient step when 0, by ``tau``).
   Checkpoints keep the target network and ``self.state``; ``get_weights`` adds
   ``_timestep`` (env steps sampled) so runner-side exploration schedules follow the run.
 - **Runner side**: the class ``runner_class`` names acts with exploration (epsilon-greedy,
@@ -28,7 +29,9 @@ How a replay-based algorithm is written on it
   loss cannot serve. Its ``training_step`` reads top to bottom: sample one round of
   fragments, store their n-step transitions, owe ``training_intensity`` worth of gradient
   steps, sample them all as one ``[K, B]`` batch for one learner call, put the TD errors
-  back as priorities, publish the weights.
+  back as priorities, publish the weights. From ``train()`` to DQN's loss: train ->
+  OffPolicy.training_step -> Learner.update_from_batch -> OffPolicyTorchPolicy.update ->
+  loss.
 
 The replay buffer lives in the driver next to the learner (RLlib's local buffer); sharded
 replay actors (APEX) would stand behind the same ``add``/``sample``/``update_priorities``.
