@@ -29,13 +29,12 @@ LOOKUP_TIMEOUT_S = 1.0  # a subscriber's name: the driver's runners are known at
 
 
 class _Subscriber:
-    """What the param server knows of one runner: the newest version of each policy it has
-    been sent (or held when it subscribed), whether a push is on its way, and which
-    subscription this is (a restarted runner subscribes again)."""
+    """What the param server knows of one subscription of a runner (a restarted runner
+    subscribes again: a new one): the newest version of each policy it has been sent (or
+    held when it subscribed), and whether a push is on its way."""
 
-    def __init__(self, sent: dict[str, int], incarnation: int) -> None:
+    def __init__(self, sent: dict[str, int]) -> None:
         self.sent = sent
-        self.incarnation = incarnation
         self.busy = False
         self.handle: Any = None  # the driver's own handle, where the param server is in it
 
@@ -50,7 +49,6 @@ class ParamServer(Actor):
         self._weights: dict[str, tuple[int, dict[str, np.ndarray]]] = {}
         self._previous: dict[str, tuple[int, dict[str, np.ndarray]]] = {}
         self._subscribers: dict[str, _Subscriber] = {}
-        self._incarnations = 0
         self._pushing: set[asyncio.Task[None]] = set()
         self.fetches = 0  # replies to get_weights that carried weights (asked, not pushed)
         self.pushes = 0  # pushes a runner took in (each: the newer policies' weights)
@@ -89,10 +87,9 @@ class ParamServer(Actor):
         runner this server cannot reach by name (an unnamed actor of another process) is
         told ``pushed: False`` and asks with ``get_weights`` instead."""
         self.subscriptions += 1
-        self._incarnations += 1
         got = self._newer(have)
         sent = {**have, **{pid: entry[0] for pid, entry in got.items()}}
-        sub = self._subscribers[name] = _Subscriber(sent, self._incarnations)
+        sub = self._subscribers[name] = _Subscriber(sent)
         try:
             sub.handle = await self.job.get_actor(name, timeout=LOOKUP_TIMEOUT_S)
         except KeyError:
