@@ -131,7 +131,7 @@ def _jsonable(value):
 
         if handed.needs_handing(value):  # a lambda or a local: handed to local processes
             return handed.token_for(value)
-        from rlmesh.envs import path_of  # the script run as __main__ by its file
+        from rlmesh.runtime.import_path import path_of  # a __main__ script's by its file
 
         return path_of(value)
     raise TypeError(f"{value!r} is not plain data (JSON types, a class or a function)")

@@ -5,8 +5,8 @@ moves the bundles of dead nodes and leaves the rest where they are. Pure: no I/O
 same input gives the same output.
 
 This module keeps those two and the greedy strategies; Node, Placement and the free-unit
-bookkeeping are in placement_cluster, the exact fallbacks in placement_search, PlacementError
-and its wording in placement_errors.
+bookkeeping are in placement/cluster.py, the exact fallbacks in placement/search.py,
+PlacementError and its wording in placement/errors.py.
 """
 
 from __future__ import annotations

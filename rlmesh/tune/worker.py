@@ -1,6 +1,6 @@
 """One algorithm trial in a process of its own: ``python -m rlmesh.tune.worker SPEC.json``.
 
-It runs ``rlmesh train``'s trial loop (cli.experiments._train_loop) and talks to the sweep
+It runs ``rlmesh train``'s trial loop (tune/train_loop.py's _train_loop) and talks to the sweep
 over its pipes, one JSON line each way: it sends each result and each checkpoint, and after
 every result waits for the sweep's decision ({"save": bool, "stop": reason or null}); the
 first line it reads holds the sweep's lambdas (rlmesh/runtime/handed.py, base64). Its

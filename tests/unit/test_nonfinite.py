@@ -1,7 +1,7 @@
 """The guards against NaN and inf without processes: the sampler's rows (which episode is
 dropped), the learner's own check of a train batch that reached it from elsewhere (a policy
 client's chunks), gradients applied from elsewhere (A3C), and the code names a checkpoint
-or a message may hold (rlmesh.code)."""
+or a message may hold (rlmesh.runtime.import_path)."""
 
 from __future__ import annotations
 
