@@ -1,7 +1,8 @@
 """rlmesh's imports point down the layers that docs/architecture.md ("Layers") states, and
-no module of rlmesh reaches itself through its imports: every import statement counts,
-at module level, inside functions and under ``TYPE_CHECKING``, and so does
-``importlib.import_module("rlmesh....")`` with a literal name."""
+no module of rlmesh reaches itself through its imports. Every import statement counts, at
+module level and inside functions, and so does ``importlib.import_module("rlmesh...")``
+with a literal name; one under ``if TYPE_CHECKING:`` counts for the layers, not for cycles
+(it never runs)."""
 
 from __future__ import annotations
 
@@ -52,10 +53,16 @@ def _owner(name: str) -> str | None:
     return name or None
 
 
-def _nodes(tree: ast.AST, type_only: bool = False) -> Iterator[tuple[ast.AST, bool]]:
-    """Every node, and whether it sits under ``if TYPE_CHECKING:`` (never run)."""
-    for child in ast.iter_child_nodes(tree):
-        guarded = type_only or (isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test))
+def _nodes(tree: ast.AST, guarded: bool = False) -> Iterator[tuple[ast.AST, bool]]:
+    """Every node, and whether it sits in the body of ``if TYPE_CHECKING:`` (never run)."""
+    if isinstance(tree, ast.If) and "TYPE_CHECKING" in ast.unparse(tree.test):
+        for child in tree.body:
+            yield child, True
+            yield from _nodes(child, True)
+        children: list[ast.AST] = list(tree.orelse)
+    else:
+        children = list(ast.iter_child_nodes(tree))
+    for child in children:
         yield child, guarded
         yield from _nodes(child, guarded)
 
@@ -208,7 +215,8 @@ def test_the_import_scan_sees_function_level_and_importlib_imports(tmp_path):
                       "if TYPE_CHECKING:\n    from rlmesh.driver.algorithm import Algorithm\n"
                       "def f():\n    from rlmesh.wire import codec\n"
                       "def g():\n    return importlib.import_module('rlmesh.cli.train')\n"
-                      "LATER = 'rlmesh.roles.env_runner:EnvRunner'  # a path handed on, not an import\n")
+                      # a path handed to another process, not an import:
+                      "LATER = 'rlmesh.roles.env_runner:EnvRunner'\n")
     runs = {"rlmesh.rl.spaces", "rlmesh.wire", "rlmesh.wire.codec", "rlmesh.cli.train"}
     assert set(_imported("rlmesh.rl.mod", source, type_only=False)) == runs
     assert set(_imported("rlmesh.rl.mod", source)) == runs | {"rlmesh.driver.algorithm"}
