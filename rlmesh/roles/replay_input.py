@@ -20,9 +20,10 @@ from rlmesh.rl.columns import DEFAULT_POLICY_ID
 log = logging.getLogger(__name__)
 
 POLL_S = 0.5  # the update thread's longest wait before it looks at the stop flag again
-#: A shard that had nothing to give (warming up, or the learner ahead of training_intensity)
-#: is asked again after a delay doubling from the first to the last: a gated learner comes
-#: back within milliseconds, a warming shard is not asked a thousand times a second.
+#: A shard that had nothing to give is asked again after the first delay when it served
+#: before (the learner is ahead of training_intensity: runners catch up within
+#: milliseconds), else after a delay doubling up to the last (it is still warming up: not
+#: asked a thousand times a second).
 RETRY_S = (0.002, 0.05)
 
 
@@ -69,6 +70,7 @@ class ReplayInput:
         self._steps = [0] * num_shards
         self._steps_before = 0
         self._refusals = [0] * num_shards  # in a row, for the retry delay
+        self._served = [False] * num_shards  # a batch since the shard (re)started
         self.counters = {"num_replay_batches": 0, "num_sample_refusals": 0,
                          "num_sample_errors": 0, "num_priority_updates_sent": 0,
                          "num_stale_priority_updates_dropped": 0}
@@ -87,13 +89,17 @@ class ReplayInput:
         (it had none: not enough stored yet, or training_intensity reached) the seconds to
         wait before ``credit_back``, which lets the shard be asked again."""
         if got is None:
-            self.counters["num_sample_refusals"] += 1
-            self._refusals[shard] += 1
-            return min(RETRY_S[1], RETRY_S[0] * 2 ** (self._refusals[shard] - 1))
-        self._refusals[shard] = 0
+            return self._refused(shard)
         self._seen(shard, got)
         self._batches.put(got)
         return None
+
+    def _refused(self, shard: int) -> float:
+        self.counters["num_sample_refusals"] += 1
+        self._refusals[shard] += 1
+        if self._served[shard]:
+            return RETRY_S[0]
+        return min(RETRY_S[1], RETRY_S[0] * 2 ** (self._refusals[shard] - 1))
 
     def failed(self, shard: int) -> float:
         """A request that got no reply (the shard died or is restarting): the seconds to
@@ -111,8 +117,10 @@ class ReplayInput:
         with self._lock:
             if self.incarnations[shard] is not None:
                 self._retired.add(self.incarnations[shard])
+            self._served[shard], self._refusals[shard] = False, 0  # empty: warming up
 
     def _seen(self, shard: int, got: dict[str, Any]) -> None:
+        self._refusals[shard], self._served[shard] = 0, True
         with self._lock:
             if got["incarnation"] != self.incarnations[shard]:
                 if self.incarnations[shard] is not None:  # a new life counts from 0
@@ -156,11 +164,8 @@ class ReplayInput:
     def _sample_local(self) -> dict[str, Any] | None:
         got = self.local.sample(self.batch_size, self.beta(self.env_steps))
         if got is None:
-            self.counters["num_sample_refusals"] += 1
-            self._refusals[0] += 1
-            time.sleep(min(RETRY_S[1], RETRY_S[0] * 2 ** (self._refusals[0] - 1)))
+            time.sleep(self._refused(0))
             return None
-        self._refusals[0] = 0
         self._seen(0, got)
         return got
 

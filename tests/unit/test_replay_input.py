@@ -68,6 +68,13 @@ def test_a_shard_with_nothing_to_give_is_asked_again_later_not_at_once():
     assert delays[0] < delays[-1] <= 0.05 and delays == sorted(delays)
     assert replay.counters["num_sample_refusals"] == 8
     assert replay.failed(j) > 0 and replay.counters["num_sample_errors"] == 1
+    # A shard that served before and refuses now (training_intensity: the learner is
+    # ahead) is asked again at once, as often as it refuses: runners catch up in ms.
+    (full,) = filled_shards(1)
+    assert replay.sampled(j, full.sample(BATCH, 0.4)) is None
+    assert [replay.sampled(j, None) for _ in range(8)] == [delays[0]] * 8
+    replay.restarted(j)  # empty again: backs off as while warming up
+    assert replay.sampled(j, None) == delays[0] < replay.sampled(j, None)
 
 
 def test_td_errors_go_back_to_the_shard_sampled_with_its_incarnation():
