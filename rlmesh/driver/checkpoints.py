@@ -43,7 +43,7 @@ from rlmesh.envs import env_registry
 from rlmesh.runtime import handed
 
 if TYPE_CHECKING:
-    from rlmesh.driver.algorithm import Algorithm
+    from rlmesh.driver.run_view import RunView
 
 FORMAT = "rlmesh-checkpoint"
 FORMAT_VERSION = 3
@@ -60,7 +60,7 @@ class UntrustedCode(CheckpointError):
     """A checkpoint that names code loading would run without ``trust_code`` (or a file)."""
 
 
-def write(path: Path, algo: Algorithm, learner_state: dict[str, Any]) -> str:
+def write(path: Path, algo: RunView, learner_state: dict[str, Any]) -> str:
     path = path.expanduser().resolve()
     path.parent.mkdir(parents=True, exist_ok=True)
     remove_stale(path.parent)
@@ -117,7 +117,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _write_into(tmp: Path, algo: Algorithm, learner_state: dict[str, Any]) -> None:
+def _write_into(tmp: Path, algo: RunView, learner_state: dict[str, Any]) -> None:
     obs_filter = getattr(algo, "obs_filter", None)
     meta = {
         "format": FORMAT, "format_version": FORMAT_VERSION,
@@ -209,14 +209,14 @@ def algorithm_class(name: str) -> type:
     return get_algorithm_class(name) if name in ALGORITHMS else import_object(name, "algorithm")
 
 
-def algorithm_name(algo: Algorithm) -> str:
+def algorithm_name(algo: RunView) -> str:
     """``algo``'s name in the registry, or the import path of its class if it has none."""
     from rlmesh.driver.registry import registered_name
 
     return registered_name(type(algo)) or f"{type(algo).__module__}:{type(algo).__qualname__}"
 
 
-def code_of(algo: Algorithm) -> set[str]:
+def code_of(algo: RunView) -> set[str]:
     """The code ``algo``'s own config and policies name: what its process runs already."""
     data = {"config": algo.config.to_dict(), "policies": _plain(algo.policy_specs)}
     return {value for _, value in code_names(data)}

@@ -13,7 +13,7 @@ from rlmesh.runtime import ActorUnavailable
 from rlmesh.runtime.import_path import MAIN, path_of
 
 if TYPE_CHECKING:
-    from rlmesh.driver.algorithm import Algorithm
+    from rlmesh.driver.run_view import RunView
     from rlmesh.driver.mesh import Mesh
 
 log = logging.getLogger(__name__)
@@ -85,7 +85,7 @@ class RunnerRequests:
 class EnvRunnerGroup:
     """Every env runner of a run, and what they sampled since the last result."""
 
-    def __init__(self, algo: Algorithm) -> None:
+    def __init__(self, algo: RunView) -> None:
         self._algo = algo
         self.mesh = algo.mesh
         self.config = algo.config

@@ -22,7 +22,7 @@ from rlmesh.policy.policy import class_path
 from rlmesh.results import new_stack_group
 
 if TYPE_CHECKING:
-    from rlmesh.driver.algorithm import Algorithm
+    from rlmesh.driver.run_view import RunView
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ class EvaluationGroup:
     driver process when evaluation_num_env_runners is 0), started on first use; the mesh
     holds them and makes their calls."""
 
-    def __init__(self, algo: Algorithm) -> None:
+    def __init__(self, algo: RunView) -> None:
         self._algo = algo
         self.mesh = algo.mesh
         self._version = 0
@@ -153,7 +153,7 @@ def summarize(got: list[dict[str, Any]], iteration: int, elapsed: float) -> dict
     return {**result, **new_stack_group(result)}  # RLlib's new-stack names too
 
 
-def default_video_dir(algo: Algorithm) -> str:
+def default_video_dir(algo: RunView) -> str:
     """``<logdir>/videos`` (the trial folder under ``rlmesh train``), else a folder of its
     own under ~/rlmesh_results; ``record_env`` given as a path wins."""
     record = algo.config.get_evaluation_config_object().record_env

@@ -16,7 +16,7 @@ from rlmesh.envs import space_from_data
 from rlmesh.results import new_stack_group
 
 if TYPE_CHECKING:
-    from rlmesh.driver.algorithm import Algorithm
+    from rlmesh.driver.run_view import RunView
 
 log = logging.getLogger(__name__)
 
@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 ENTROPY_COLLAPSE = 0.02
 
 
-def iteration_result(algo: Algorithm, fragments: list[dict[str, Any]], steps: int,
+def iteration_result(algo: RunView, fragments: list[dict[str, Any]], steps: int,
                      stats: dict[str, float], elapsed: float, sample_time: float,
                      learn_time: float) -> dict[str, Any]:
     """``algo``'s result for an iteration that sampled ``fragments`` (``steps`` env steps)
@@ -84,7 +84,7 @@ def _policy_lag(fragments: list[dict[str, Any]]) -> dict[str, float]:
     return {"policy_lag_mean": float(np.mean(lags)), "policy_lag_max": int(max(lags))}
 
 
-def _multi_agent_results(algo: Algorithm, new: list[dict[str, Any]],
+def _multi_agent_results(algo: RunView, new: list[dict[str, Any]],
                          fragments: list[dict[str, Any]]) -> dict[str, Any]:
     """Per-policy rewards and agent steps (multi-agent runs only)."""
     if not any("agent_steps" in f for f in fragments) and not algo.config.is_multi_agent:
@@ -94,7 +94,7 @@ def _multi_agent_results(algo: Algorithm, new: list[dict[str, Any]],
     return {**out, "num_agent_steps_sampled": algo.num_agent_steps_sampled}
 
 
-def warn_entropy_collapse(algo: Algorithm, stats: dict[str, Any]) -> None:
+def warn_entropy_collapse(algo: RunView, stats: dict[str, Any]) -> None:
     """Warn once per policy whose discrete action distribution has become nearly
     deterministic: with no exploration left a policy that is wrong stays wrong (IMPALA's
     CartPole collapses to one action, entropy 0.000, return 9, and never recovers)."""
@@ -114,7 +114,7 @@ def warn_entropy_collapse(algo: Algorithm, stats: dict[str, Any]) -> None:
                         space.n, f"{algo.timesteps_total:,}")
 
 
-def _nonfinite_learner_counts(algo: Algorithm, learner_info: dict[str, dict[str, Any]]) -> dict[str, int]:
+def _nonfinite_learner_counts(algo: RunView, learner_info: dict[str, dict[str, Any]]) -> dict[str, int]:
     """The learners' counts of batches and updates skipped for NaN/inf, over all policies
     (kept from earlier iterations when this one has no statistics of a policy)."""
     counts = algo.nonfinite_counts

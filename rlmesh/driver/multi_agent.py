@@ -17,7 +17,7 @@ from rlmesh.rl.columns import DEFAULT_POLICY_ID
 from rlmesh.roles.multi_agent_sampler import MultiAgentEpisode, map_agent
 
 if TYPE_CHECKING:
-    from rlmesh.driver.algorithm import Algorithm
+    from rlmesh.driver.run_view import RunView
 
 
 def probe(config: AlgorithmConfig) -> Any:
@@ -53,7 +53,7 @@ def multi_agent_specs(config: AlgorithmConfig, default_class: Any, env: Any) -> 
     return out
 
 
-def specs_or_none(algo: Algorithm, default_class: Any) -> dict[str, dict[str, Any]] | None:
+def specs_or_none(algo: RunView, default_class: Any) -> dict[str, dict[str, Any]] | None:
     """The multi-agent specs when the config's env is a MultiAgentEnv, else None."""
     if algo.config.policy_server_address is not None:
         return server_specs(algo.config, default_class) if algo.config.is_multi_agent else None
@@ -125,7 +125,7 @@ def _settings(config: AlgorithmConfig, policy_mapping_fn: Any, policies_to_train
     return {k: data[k] for k in ("policies", "policy_mapping_fn", "policies_to_train")}
 
 
-def add_policy(algo: Algorithm, policy_id: str, policy_cls: Any = None, *,
+def add_policy(algo: RunView, policy_id: str, policy_cls: Any = None, *,
                observation_space: Any = None, action_space: Any = None,
                config: dict[str, Any] | None = None, policy_state: dict[str, Any] | None = None,
                policy_mapping_fn: Any = None, policies_to_train: Any = None) -> dict[str, Any]:
@@ -156,7 +156,7 @@ def add_policy(algo: Algorithm, policy_id: str, policy_cls: Any = None, *,
     return data
 
 
-def remove_policy(algo: Algorithm, policy_id: str, *, policy_mapping_fn: Any = None,
+def remove_policy(algo: RunView, policy_id: str, *, policy_mapping_fn: Any = None,
                   policies_to_train: Any = None) -> None:
     """Algorithm.remove_policy: gone from runners (their episodes with it discarded),
     learners, the param server and the config (the algorithm drops its driver copy); give a
@@ -175,7 +175,7 @@ def remove_policy(algo: Algorithm, policy_id: str, *, policy_mapping_fn: Any = N
     del algo.policy_specs[policy_id]
 
 
-def _num_updates(algo: Algorithm) -> int:
+def _num_updates(algo: RunView) -> int:
     local = algo.learner_group.local
     return local.num_updates if local is not None else int(algo.learner_group.foreach_learner(
         "num_updates")[0])

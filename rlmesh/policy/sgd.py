@@ -18,7 +18,7 @@ The loop lives in a generator and the step in a plain call, so neither adds a fr
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import Any, Callable, Iterator, Protocol
 
 import numpy as np
 import torch
@@ -28,17 +28,45 @@ from rlmesh.policy.recurrent import SEQ_MASK, num_steps, sequences_per_minibatch
 from rlmesh.rl.batch import minibatches, to_tensors
 from rlmesh.rl.columns import SampleBatch
 
-if TYPE_CHECKING:
-    from rlmesh.policy.torch_policy import TorchPolicy
-
 Tensors = dict[str, torch.Tensor]
+
+
+class Learning(Protocol):
+    """What the loop reads and calls of a policy (``TorchPolicy`` has it all; a Protocol, so
+    this module, which torch_policy.py imports, need not import it)."""
+
+    config: Any  # the algorithm's config
+    device: torch.device
+    optimizer: Any  # torch.optim.Optimizer, or rl/optim.py's Optimizers
+    data_parallel: Any  # a DataParallel when learners train together, else None
+    bf16: bool
+    state: dict[str, Any]
+    global_timestep: int
+    num_updates: int
+    num_env_steps_trained: int
+    num_nonfinite_updates_skipped: int
+    after_train_step: Callable[..., Any] | None
+
+    def for_learning(self) -> Learning: ...
+
+    def apply_learning_rates(self, timesteps: int) -> dict[str, float]: ...
+
+    def trainable_parameters(self) -> list[torch.nn.Parameter]: ...
+
+    def extra_grad_process(self) -> dict[str, torch.Tensor]: ...
+
+    def finite_update(self, loss: torch.Tensor | None, norm: torch.Tensor | None) -> bool: ...
+
+    def update_stats(self, train: Tensors, chunk: int) -> dict[str, Any]: ...
+
+    def after_update(self, stats: dict[str, Any]) -> None: ...
 
 
 class MinibatchSGD:
     """One update of ``policy`` at ``timesteps`` env steps sampled: made at its start (it
     readies the optimizer and sets the learning rates), stepped per minibatch, finished once."""
 
-    def __init__(self, policy: "TorchPolicy", timesteps: int) -> None:
+    def __init__(self, policy: Learning, timesteps: int) -> None:
         self.policy = policy.for_learning()
         policy.global_timestep = timesteps
         self.rates = policy.apply_learning_rates(timesteps)  # what results report them as
@@ -108,11 +136,11 @@ class MinibatchSGD:
         (with the gradient norm) join the update's statistics when it was applied."""
         policy = self.policy
         if policy.data_parallel is not None:  # every learner steps on the mean gradient
-            policy.data_parallel.average_gradients(policy._params())
+            policy.data_parallel.average_gradients(policy.trainable_parameters())
         if policy.bf16:
             stats = _float32(stats)
         stats = {**stats, **policy.extra_grad_process()}
-        if not policy._finite_update(loss, stats.get("gradients_norm")):
+        if not policy.finite_update(loss, stats.get("gradients_norm")):
             return False
         policy.optimizer.step()
         self.steps.append(stats)
@@ -129,8 +157,8 @@ class MinibatchSGD:
         policy.num_updates += 1
         policy.num_env_steps_trained += self.env_steps
         policy.after_update(result)
-        if policy._after_train_step is not None:
-            policy._after_train_step(policy, result)
+        if policy.after_train_step is not None:
+            policy.after_train_step(policy, result)
         result.update(**self.rates, num_grad_updates=len(self.steps),
                       num_env_steps_trained=self.env_steps, **policy.state)
         return result

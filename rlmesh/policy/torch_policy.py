@@ -70,7 +70,7 @@ class TorchPolicy(Policy):
         # Read once: a config lookup per gradient step cost ~3 us (see precision()).
         self.bf16 = getattr(config, "torch_autocast", None) == "bf16"
         after = getattr(config, "after_train_step", None)
-        self._after_train_step = import_object(after) if isinstance(after, str) else after
+        self.after_train_step = import_object(after) if isinstance(after, str) else after
 
     # --- construction (override to change) ---
 
@@ -291,13 +291,13 @@ class TorchPolicy(Policy):
                      for k, v in stats.items()}
         return loss, stats
 
-    def _finite_update(self, loss: torch.Tensor | None, norm: torch.Tensor | None) -> bool:
+    def finite_update(self, loss: torch.Tensor | None, norm: torch.Tensor | None) -> bool:
         """False (counted, or NonFiniteError with on_nonfinite "raise") if the loss or the
         gradient norm is NaN or inf: such a step would poison the weights and the optimizer
         state for good. Data-parallel ranks decide on the averaged gradient alone, which is
         the same on every rank, so that they all skip the same steps."""
         if norm is None:
-            grads = [p.grad for p in self._params() if p.grad is not None]
+            grads = [p.grad for p in self.trainable_parameters() if p.grad is not None]
             norm = (torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads))) if grads
                     else torch.zeros((), device=self.device))
         checked = [norm.detach().float()]
@@ -315,7 +315,7 @@ class TorchPolicy(Policy):
                 "such updates and count them")
         return False
 
-    def _params(self) -> list[torch.nn.Parameter]:
+    def trainable_parameters(self) -> list[torch.nn.Parameter]:
         """The model's parameters, listed once: walking the modules costs ~0.1 ms a step.
         Loading weights keeps the same Parameter objects, so the list stays right."""
         cached = self.__dict__.get("_param_list")
@@ -325,7 +325,7 @@ class TorchPolicy(Policy):
 
     def _clip_gradients(self) -> torch.Tensor:
         """Clip as ``grad_clip_by`` says; returns the global gradient norm before clipping."""
-        cfg, params = self.config, [p for p in self._params() if p.grad is not None]
+        cfg, params = self.config, [p for p in self.trainable_parameters() if p.grad is not None]
         if cfg.grad_clip_by == "global_norm":
             # clip_grad_norm_'s arithmetic without its per-call grouping (0.44 -> ~0.1 ms).
             grads = [p.grad for p in params]
@@ -363,7 +363,7 @@ class TorchPolicy(Policy):
             g = gradients.get(name)
             # A copy: arrays off the wire are read-only views of the received message.
             p.grad = None if g is None else torch.as_tensor(np.array(g), device=self.device)
-        if self._finite_update(None, None):
+        if self.finite_update(None, None):
             self.optimizer.step()
         self.num_updates += 1
 
