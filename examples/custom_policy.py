@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rlmesh.algorithms.templates import build_algorithm
+from rlmesh.algorithms.algorithm_template import build_algorithm
 from rlmesh.policy import Policy, SampleBatch
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from rlmesh.algorithms.templates import build_algorithm
+from rlmesh.algorithms.algorithm_template import build_algorithm
 from rlmesh.policy import SampleBatch, build_policy
 
 # --- step 1: a loss, and a policy and an algorithm made from it ---

@@ -10,7 +10,7 @@ __all__ = ["ALGORITHMS", "Algorithm", "AlgorithmConfig", "ConfigError", "PPO", "
            "build_algorithm", "get_algorithm_class", "get_config_class"]
 
 _LAZY = {"PPO": "rlmesh.algorithms.ppo", "Algorithm": "rlmesh.driver.algorithm",
-         "build_algorithm": "rlmesh.algorithms.templates"}
+         "build_algorithm": "rlmesh.algorithms.algorithm_template"}
 
 
 def __getattr__(name: str) -> Any:

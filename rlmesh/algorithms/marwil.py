@@ -193,7 +193,7 @@ def input_spaces(config: MARWILConfig, single: Any) -> dict[str | None, tuple[An
     """What ``input`` must fit: ``{None: single(config)}`` for a single-agent env; for a
     MultiAgentEnv, ``{policy_id: spaces of the first agent mapped to it}`` (each policy
     trains on its own agents' steps, picked by the data's policy_id column)."""
-    from rlmesh.driver.multi_agent import probe
+    from rlmesh.driver.policies import probe
     from rlmesh.config.multi_agent import mapping_function, policies_as_data
     from rlmesh.env.multi_agent_env import is_multi_agent
     from rlmesh.roles.multi_agent_sampler import MultiAgentEpisode, map_agent

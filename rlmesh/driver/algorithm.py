@@ -21,7 +21,7 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
-from rlmesh.driver import checkpoints, multi_agent
+from rlmesh.driver import checkpoints, policies
 from rlmesh.driver.env_runner_group import EnvRunnerGroup, synchronous_parallel_sample
 from rlmesh.driver.evaluation import EvaluationGroup
 from rlmesh.driver.iteration_result import (  # noqa: F401  (public here too)
@@ -142,8 +142,8 @@ class Algorithm:
         """Every policy id's spec as plain data: the config's ``policy_class`` or the
         algorithm's default, on the env's spaces."""
         default = self.get_default_policy_class(self.config)
-        specs = multi_agent.specs_or_none(self, default)
-        if specs is not None:  # a MultiAgentEnv: a spec per policy id (multi_agent.py)
+        specs = policies.specs_or_none(self, default)
+        if specs is not None:  # a MultiAgentEnv: a spec per policy id (driver/policies.py)
             return specs
         spec = PolicySpec(self.config.policy_class).resolved(default, self.obs_space,
                                                              self.action_space)
@@ -386,8 +386,8 @@ class Algorithm:
     def add_policy(self, policy_id: str, policy_cls: Any = None, **kwargs: Any) -> Policy:
         """Add a policy while training (RLlib's signature: ``observation_space``,
         ``action_space``, ``config``, ``policy_state``, ``policy_mapping_fn``,
-        ``policies_to_train``); see ``multi_agent.add_policy``."""
-        data = multi_agent.add_policy(self, policy_id, policy_cls, **kwargs)
+        ``policies_to_train``); see ``policies.add_policy``."""
+        data = policies.add_policy(self, policy_id, policy_cls, **kwargs)
         if self.learner_group.local is None:  # the driver's copy, at the weights published next
             self._policies[policy_id] = build_policy_from_data(data, self.config, runner=False)
         self._publish([policy_id])
@@ -395,7 +395,7 @@ class Algorithm:
 
     def remove_policy(self, policy_id: str, **kwargs: Any) -> None:
         """Remove a policy while training (``policy_mapping_fn``, ``policies_to_train``)."""
-        multi_agent.remove_policy(self, policy_id, **kwargs)
+        policies.remove_policy(self, policy_id, **kwargs)
         self._policies.pop(policy_id, None)
 
     def get_weights(self, policies: list[str] | None = None) -> dict[str, dict[str, np.ndarray]]:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import gymnasium as gym
 import numpy as np
 
-from rlmesh.driver import multi_agent
+from rlmesh.driver import policies
 from rlmesh.callbacks import summarize_custom_metrics
 from rlmesh.envs import space_from_data
 from rlmesh.results import new_stack_group
@@ -89,7 +89,7 @@ def _multi_agent_results(algo: RunView, new: list[dict[str, Any]],
     """Per-policy rewards and agent steps (multi-agent runs only)."""
     if not any("agent_steps" in f for f in fragments) and not algo.config.is_multi_agent:
         return {}
-    out = multi_agent.policy_results(list(algo.episode_window), new, fragments)
+    out = policies.policy_results(list(algo.episode_window), new, fragments)
     algo.num_agent_steps_sampled += out["num_agent_steps_sampled_this_iter"]
     return {**out, "num_agent_steps_sampled": algo.num_agent_steps_sampled}
 

@@ -171,4 +171,4 @@ def _caller_module() -> str:
     return frame.f_globals.get("__name__", "__main__") if frame is not None else "__main__"
 
 
-_TEMPLATE_MODULES = {__name__, "rlmesh.algorithms.templates"}
+_TEMPLATE_MODULES = {__name__, "rlmesh.algorithms.algorithm_template"}

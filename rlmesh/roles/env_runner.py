@@ -28,7 +28,7 @@ from rlmesh.rl.columns import DEFAULT_POLICY_ID
 from rlmesh.rl.filters import make_filter
 from rlmesh.rl.spec import numpy_fast_path
 from rlmesh.roles.env_sampler import SEED_STRIDE, EnvSampler
-from rlmesh.roles.multi_agent_runner import MultiAgentPolicies
+from rlmesh.roles.policy_changes import MultiAgentPolicies
 from rlmesh.roles.multi_agent_sampler import bind_policies, sampler_for
 from rlmesh.roles.runner_policy import VersionedPolicies, make_runner_policies
 from rlmesh.runtime import Actor, ActorUnavailable, RemoteError, current_job

@@ -7,7 +7,7 @@ import numpy as np
 import torch
 
 from examples.custom_policy import MyRNNPolicy
-from rlmesh.algorithms.templates import build_algorithm
+from rlmesh.algorithms.algorithm_template import build_algorithm
 from rlmesh.policy import Policy, build_policy
 
 # --- policies that keep the contract ---

@@ -178,7 +178,7 @@ def test_make_multi_agent_copies_leave_independently():
 
 
 def test_a_runner_asks_only_for_the_policies_its_agents_use():
-    from rlmesh.roles.multi_agent_runner import MultiAgentPolicies
+    from rlmesh.roles.policy_changes import MultiAgentPolicies
 
     class Runner(MultiAgentPolicies):
         pass

@@ -1,6 +1,6 @@
-"""The driver's side of multi-agent runs: each policy id's spec (spaces from the agents
-mapped to it), the mapping checked before any process starts, per-policy results, and
-policies added or removed while training (self-play leagues)."""
+"""The run's policies by id, the driver's side of multi-agent runs: each policy id's spec
+(spaces from the agents mapped to it), the mapping checked before any process starts,
+per-policy results, and policies added or removed while training (self-play leagues)."""
 
 from __future__ import annotations
 
