@@ -127,7 +127,7 @@ def test_training_survives_10000_hostile_messages_to_the_policy_server_and_an_ac
     config = server_config(num_env_runners=1, policy_server_idle_timeout_s=5.0)
     with config.build() as algo:
         address = algo.env_runners.foreach_env_runner("get_address")[0]
-        runner = algo.env_runners._runner(1)
+        runner = algo.mesh.runners[0]  # its socket address, for the fuzzer
         pid = algo.env_runners.foreach_env_runner("pid")[0]
         sim = subprocess.Popen([sys.executable, str(EXAMPLE), "--address", address],
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

@@ -80,7 +80,7 @@ def offline_run(config_class, data_dir, iterations, **training):
         # is a process of its own.
         assert [m["num_env_steps_sampled"] for m in
                 algo.env_runners.foreach_env_runner("metrics")] == [0]
-        assert [r.name for r in algo.eval_env_runner_group.runners] == ["eval_runner-1"]
+        assert [r.name for r in algo.mesh.eval_runners] == ["eval_runner-1"]
     finally:
         algo.stop()
     assert [r["training_iteration"] for r in results if "evaluation" in r] == [5, 10, 15]

@@ -133,7 +133,9 @@ def test_broadcast_interval_bounds_the_pushes_to_the_runners():
     assert 2 <= stats["pushes"] <= 2 + updates // 4, (stats, updates)
     assert stats["versions"]["default_policy"] % 4 == 0  # a due version, not every update's
     assert stats["fetches"] == 0 and metrics["num_weight_pulls"] == 0
-    assert metrics["num_weight_pushes"] == stats["pushes"]
+    # The runner counts a push when it takes it, the param server when its answer is back:
+    # the last one may be between the two.
+    assert stats["pushes"] <= metrics["num_weight_pushes"] <= stats["pushes"] + 1
 
 
 @pytest.mark.parametrize("num_learners", [0, 1])
