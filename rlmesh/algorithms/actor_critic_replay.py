@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from rlmesh.algorithms.off_policy import OffPolicyTorchPolicy
+from rlmesh.algorithms.off_policy_config import OffPolicyConfig
 from rlmesh.policy.policy import class_path
 from rlmesh.rl.columns import Columns, optional_columns
 from rlmesh.rl.optim import Optimizers
@@ -39,7 +40,7 @@ class ActorCriticReplayPolicy(OffPolicyTorchPolicy):
     rate_keys: tuple[str, ...] = ("cur_actor_lr", "cur_critic_lr")
 
     @classmethod
-    def runner_class(cls, config: Any, observation_space: gym.Space | None = None,
+    def runner_class(cls, config: OffPolicyConfig, observation_space: gym.Space | None = None,
                      action_space: gym.Space | None = None) -> str:
         """``numpy_runner`` for the default actor on a flat observation; this class for a
         subclass that acts otherwise or builds another model, or a non-flat observation."""
@@ -50,7 +51,7 @@ class ActorCriticReplayPolicy(OffPolicyTorchPolicy):
                 and numpy_fast_path(observation_space, action_space, config.model))
         return owner.numpy_runner if owner.numpy_runner and default and flat else class_path(cls)
 
-    def __init__(self, observation_space: gym.Space, action_space: gym.Space, config: Any,
+    def __init__(self, observation_space: gym.Space, action_space: gym.Space, config: OffPolicyConfig,
                  device: str | torch.device = "cpu") -> None:
         super().__init__(observation_space, action_space, config, device)
         # No log-probs or distribution inputs recorded; t keeps n-step transitions within

@@ -67,7 +67,7 @@ class DDPGTorchPolicy(ActorCriticReplayPolicy):
 
     numpy_runner = "rlmesh.policy.numpy_actor:NumpyDDPGPolicy"
 
-    def __init__(self, observation_space: gym.Space, action_space: gym.Space, config: Any,
+    def __init__(self, observation_space: gym.Space, action_space: gym.Space, config: DDPGConfig,
                  device: str | torch.device = "cpu") -> None:
         self.low, self.high = action_bounds(action_space, config)
         super().__init__(observation_space, action_space, config, device)

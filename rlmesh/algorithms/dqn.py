@@ -95,7 +95,7 @@ class QModel(nn.Module):
 class DQNTorchPolicy(OffPolicyTorchPolicy):
     """DQN's learner side: the Q network, its target copy, the TD loss."""
 
-    def __init__(self, observation_space: gym.Space, action_space: gym.Space, config: Any,
+    def __init__(self, observation_space: gym.Space, action_space: gym.Space, config: DQNConfig,
                  device: str | torch.device = "cpu") -> None:
         check_discrete(action_space)
         super().__init__(observation_space, action_space, config, device)
@@ -111,7 +111,7 @@ class DQNTorchPolicy(OffPolicyTorchPolicy):
                       cfg.dueling, cfg.noisy, cfg.sigma0, cfg.num_atoms, cfg.v_min, cfg.v_max)
 
     @classmethod
-    def runner_class(cls, config: Any, observation_space: gym.Space | None = None,
+    def runner_class(cls, config: DQNConfig, observation_space: gym.Space | None = None,
                      action_space: gym.Space | None = None) -> str:
         """Numpy acting for the default Q network on a flat observation; else this class."""
         default = (cls.compute_actions is DQNTorchPolicy.compute_actions

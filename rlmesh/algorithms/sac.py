@@ -50,7 +50,7 @@ class SACTorchPolicy(ActorCriticReplayPolicy):
     # RLlib's new stack reports these as policy_, qf_ and alpha_learning_rate.
     rate_keys = ("cur_actor_lr", "cur_critic_lr", "cur_alpha_lr")
 
-    def __init__(self, observation_space: gym.Space, action_space: gym.Space, config: Any,
+    def __init__(self, observation_space: gym.Space, action_space: gym.Space, config: SACConfig,
                  device: str | torch.device = "cpu") -> None:
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
         if not self.discrete:

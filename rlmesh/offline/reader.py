@@ -9,7 +9,7 @@ import glob
 import itertools
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
@@ -18,6 +18,9 @@ from rlmesh.config.settings import ConfigError
 from rlmesh.offline.json_io import BadRecord, read_json
 from rlmesh.offline.records import NEW_OBS, POLICY_ID, batch_from_episodes, join_episodes
 from rlmesh.rl.columns import Columns, space_layout
+
+if TYPE_CHECKING:
+    from rlmesh.config.base import AlgorithmConfig
 
 log = logging.getLogger(__name__)
 
@@ -211,7 +214,7 @@ class OfflineDataset:
                 "num_files": len(self.files)}
 
 
-def open_input(config: Any, spaces: dict[str | None, tuple[gym.Space, gym.Space]],
+def open_input(config: AlgorithmConfig, spaces: dict[str | None, tuple[gym.Space, gym.Space]],
                first_file_only: bool = False) -> list[tuple[float, OfflineDataset | None]]:
     """``config.input`` as ``[(share of each train batch, dataset or None for the
     sampler)]``, every dataset read and checked (DatasetError) against ``spaces``:

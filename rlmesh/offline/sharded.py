@@ -4,11 +4,14 @@ from one source of the input by its share; data reaches the driver only as train
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from rlmesh.offline.reader import DatasetError, OfflineDataset
+
+if TYPE_CHECKING:
+    from rlmesh.config.base import AlgorithmConfig
 
 
 class ShardedInput:
@@ -16,7 +19,7 @@ class ShardedInput:
     ``sample`` gives a fragment of the shard a draw picks, or None where the draw picks
     the env (the runner then samples its env as usual)."""
 
-    def __init__(self, config: Any, shard_index: int, num_shards: int,
+    def __init__(self, config: AlgorithmConfig, shard_index: int, num_shards: int,
                  policies: dict[str, Any], multi_agent: bool) -> None:
         source = config.input_
         mix = source if isinstance(source, dict) else {source: 1.0}
@@ -51,7 +54,7 @@ class ShardedInput:
         self.num_fragments = self.num_steps_read = 0
 
     @classmethod
-    def from_config(cls, config: Any, worker_index: int, runner: Any) -> "ShardedInput | None":
+    def from_config(cls, config: AlgorithmConfig, worker_index: int, runner: Any) -> "ShardedInput | None":
         """The runner's shard when the algorithm reads ``input`` on its runners (its config
         class says ``reads_input_on_runners``), ``input`` names files and this is one of
         ``num_env_runners`` remote runners; else None (the driver reads, as with 0 runners)."""

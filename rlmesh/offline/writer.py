@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -16,6 +16,9 @@ from rlmesh.offline.json_io import JsonFile
 from rlmesh.offline.records import (AGENT_ID, FragmentRecorder, MultiAgentRecorder,
                                     episode_record)
 from rlmesh.rl.columns import Columns
+
+if TYPE_CHECKING:
+    from rlmesh.config.base import AlgorithmConfig
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +49,7 @@ class OutputWriter:
         self.paths: list[Path] = []
 
     @classmethod
-    def from_config(cls, config: Any, worker_index: int) -> "OutputWriter | None":
+    def from_config(cls, config: AlgorithmConfig, worker_index: int) -> "OutputWriter | None":
         """The writer ``config.output`` asks for, or None."""
         if not config.output:
             return None

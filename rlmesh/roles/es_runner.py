@@ -13,7 +13,7 @@ import asyncio
 import logging
 import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
@@ -28,6 +28,9 @@ from rlmesh.roles.runner_policy import VersionedPolicies, make_runner_policies
 from rlmesh.runtime import Actor
 from rlmesh.runtime.protocol import Protocol
 
+if TYPE_CHECKING:
+    from rlmesh.config.base import AlgorithmConfig
+
 log = logging.getLogger(__name__)
 
 
@@ -36,7 +39,7 @@ class Evaluator:
     ``theta + s * noise`` or ``theta - s * noise``."""
 
     def __init__(self, env: gym.Env, policy: Any, noise: NoiseTable, obs_filter: Any,
-                 config: Any, seed: int | None) -> None:
+                 config: AlgorithmConfig, seed: int | None) -> None:
         self.env, self.policy, self.noise, self.obs_filter = env, policy, noise, obs_filter
         self.config = config
         self.rng = np.random.default_rng(seed)

@@ -6,7 +6,7 @@ them, hands out their weights and state, and joins them to data-parallel peers.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -18,6 +18,9 @@ from rlmesh.policy.policy_spec import build_policy_from_data
 from rlmesh.policy.torch_policy import TorchPolicy
 from rlmesh.rl.finite import NonFiniteError, describe, first_nonfinite_column
 
+if TYPE_CHECKING:
+    from rlmesh.config.base import AlgorithmConfig
+
 log = logging.getLogger(__name__)
 
 
@@ -28,7 +31,7 @@ class LearnerOutOfMemory(RuntimeError):
 class Learner:
     """``{policy_id: Policy}`` built from the specs' plain data (``PolicySpec.to_data``)."""
 
-    def __init__(self, config: Any, policy_specs: dict[str, dict[str, Any]],
+    def __init__(self, config: AlgorithmConfig, policy_specs: dict[str, dict[str, Any]],
                  device: str = "cpu") -> None:
         self.config = config
         self.device = torch.device(device)

@@ -18,7 +18,7 @@ import threading
 import time
 import traceback
 from collections import deque
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import numpy as np
 
@@ -30,12 +30,15 @@ from rlmesh.roles.replay_input import InputClosed, ReplayFeeder, ReplayInput
 from rlmesh.runtime import Actor
 from rlmesh.runtime.protocol import Protocol
 
+if TYPE_CHECKING:
+    from rlmesh.config.base import AlgorithmConfig
+
 log = logging.getLogger(__name__)
 
 POLL_S = 0.5  # the update thread's longest wait before it looks at the stop flag again
 
 
-def batch_size_per_learner(cfg: Any) -> int:
+def batch_size_per_learner(cfg: AlgorithmConfig) -> int:
     if cfg.train_batch_size_per_learner is not None:
         return cfg.train_batch_size_per_learner
     return -(-cfg.train_batch_size // max(1, cfg.num_learners))

@@ -7,7 +7,7 @@ from __future__ import annotations
 import inspect
 import itertools
 import logging
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
@@ -17,6 +17,9 @@ from rlmesh.envs import actions_for_env
 from rlmesh.policy.policy import Policy
 from rlmesh.rl.columns import Columns, space_layout
 from rlmesh.rl.spaces import is_nested, to_column
+
+if TYPE_CHECKING:
+    from rlmesh.config.base import AlgorithmConfig
 
 log = logging.getLogger(__name__)
 
@@ -388,7 +391,7 @@ def sampler_for(create: Callable[[int], Any]) -> tuple[Callable[[int], Any], typ
     return make, cls
 
 
-def bind_policies(sampler: MultiAgentSampler, policies: dict[str, Policy], config: Any,
+def bind_policies(sampler: MultiAgentSampler, policies: dict[str, Policy], config: AlgorithmConfig,
                   main_script: str | None = None) -> None:
     """The runner's policies and the config's mapping function into ``sampler``."""
     from rlmesh.config.multi_agent import mapping_function

@@ -4,9 +4,12 @@ function, policies_to_train) as plain data."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlmesh.policy.policy_spec import build_policy_from_data
+
+if TYPE_CHECKING:
+    from rlmesh.config.base import AlgorithmConfig
 
 
 class MultiAgentPolicies:
@@ -14,7 +17,7 @@ class MultiAgentPolicies:
 
     policies: dict[str, Any]
     versions: dict[str, int]
-    config: Any
+    config: AlgorithmConfig
     sampler: Any
     _main_script: str | None
     _inbox: dict[str, Any]

@@ -7,12 +7,15 @@ from __future__ import annotations
 import functools
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import gymnasium as gym
 import numpy as np
 
 from rlmesh.rl.spec import check_observation
+
+if TYPE_CHECKING:
+    from rlmesh.config.base import AlgorithmConfig
 
 # A log-probability or distribution input past this is no policy's output: exp() of it
 # overflows float32 (at 88), and one such value made PPO's importance ratio inf, its loss NaN.
@@ -38,7 +41,7 @@ class ClientLimits:
     max_open_episodes: int = 10_000
 
     @classmethod
-    def from_config(cls, cfg: Any) -> "ClientLimits":
+    def from_config(cls, cfg: AlgorithmConfig) -> "ClientLimits":
         return cls(cfg.policy_server_max_abs_reward, cfg.policy_server_max_episode_steps,
                    cfg.policy_server_max_open_episodes_per_client,
                    cfg.policy_server_max_open_episodes)

@@ -4,7 +4,7 @@ policy's ``Episodes``, and fragments shipped per policy (``policy_batches``)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlmesh.client.episodes import Episodes, fragment_from_chunks
 from rlmesh.config.multi_agent import mapping_function
@@ -15,11 +15,14 @@ from rlmesh.roles.policy_memory import recurrent_columns
 
 import numpy as np
 
+if TYPE_CHECKING:
+    from rlmesh.config.base import AlgorithmConfig
+
 
 class ServedAgents:
     """What ``PolicyServerRunner`` keeps per policy when it serves several."""
 
-    def __init__(self, runner: Any, config: Any) -> None:
+    def __init__(self, runner: Any, config: AlgorithmConfig) -> None:
         if config.observation_filter != "NoFilter":
             raise ValueError("observation_filter: a multi-agent policy server takes "
                              "'NoFilter' only")

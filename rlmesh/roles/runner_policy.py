@@ -6,7 +6,7 @@ which the param server pushes and a runner takes at its next fragment boundary."
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -14,8 +14,11 @@ from rlmesh.policy.policy import Policy
 from rlmesh.policy.policy_spec import build_policy_from_data
 from rlmesh.rl.columns import DEFAULT_POLICY_ID
 
+if TYPE_CHECKING:
+    from rlmesh.config.base import AlgorithmConfig
 
-def make_runner_policies(policy_specs: dict[str, dict[str, Any]], config: Any, seed: int | None,
+
+def make_runner_policies(policy_specs: dict[str, dict[str, Any]], config: AlgorithmConfig, seed: int | None,
                          own_process: bool) -> dict[str, Policy]:
     """One acting copy per policy id, each seeded (``seed`` + its position)."""
     policies = {}
