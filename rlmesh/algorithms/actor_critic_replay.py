@@ -51,7 +51,8 @@ class ActorCriticReplayPolicy(OffPolicyTorchPolicy):
                 and numpy_fast_path(observation_space, action_space, config.model))
         return owner.numpy_runner if owner.numpy_runner and default and flat else class_path(cls)
 
-    def __init__(self, observation_space: gym.Space, action_space: gym.Space, config: OffPolicyConfig,
+    def __init__(self, observation_space: gym.Space, action_space: gym.Space,
+                 config: OffPolicyConfig,
                  device: str | torch.device = "cpu") -> None:
         super().__init__(observation_space, action_space, config, device)
         # No log-probs or distribution inputs recorded; t keeps n-step transitions within

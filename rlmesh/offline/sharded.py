@@ -54,7 +54,8 @@ class ShardedInput:
         self.num_fragments = self.num_steps_read = 0
 
     @classmethod
-    def from_config(cls, config: AlgorithmConfig, worker_index: int, runner: Any) -> "ShardedInput | None":
+    def from_config(cls, config: AlgorithmConfig, worker_index: int,
+                    runner: Any) -> "ShardedInput | None":
         """The runner's shard when the algorithm reads ``input`` on its runners (its config
         class says ``reads_input_on_runners``), ``input`` names files and this is one of
         ``num_env_runners`` remote runners; else None (the driver reads, as with 0 runners)."""

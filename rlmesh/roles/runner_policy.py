@@ -18,7 +18,8 @@ if TYPE_CHECKING:
     from rlmesh.config.base import AlgorithmConfig
 
 
-def make_runner_policies(policy_specs: dict[str, dict[str, Any]], config: AlgorithmConfig, seed: int | None,
+def make_runner_policies(policy_specs: dict[str, dict[str, Any]], config: AlgorithmConfig,
+                         seed: int | None,
                          own_process: bool) -> dict[str, Policy]:
     """One acting copy per policy id, each seeded (``seed`` + its position)."""
     policies = {}
