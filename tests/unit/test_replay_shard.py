@@ -97,10 +97,10 @@ def test_sampling_waits_for_the_shards_share_of_learning_starts():
     shard = make_shard(num_steps_sampled_before_learning_starts=300)  # 150 per shard
     frags = fragments(length=200)
     shard.core.store(frags[0])  # 100 env steps
-    assert shard.sample(16) is None
+    assert shard.core.sample(16) is None
     for f in frags[1:3]:
         shard.core.store(f)
-    got = shard.sample(16, beta=0.5)
+    got = shard.core.sample(16, beta=0.5)
     cols = got["columns"]
     assert got["shard"] == 0 and got["incarnation"] == shard.core.incarnation
     assert set(cols) >= {"obs", "actions", "rewards", "next_obs", "discounts", "weights",
@@ -113,7 +113,7 @@ def test_priorities_go_to_the_sampled_items_and_stale_ones_are_dropped():
     shard = make_shard()
     for f in fragments():
         shard.core.store(f)
-    got = shard.sample(64)
+    got = shard.core.sample(64)
     idx = got["columns"]["batch_indexes"]
     td = np.full(len(idx), 50.0)
     td[0] = np.nan  # a step the learner skipped keeps its priority
@@ -122,7 +122,7 @@ def test_priorities_go_to_the_sampled_items_and_stale_ones_are_dropped():
     high = (50.0 + 1e-6) ** shard.core.buffer.alpha
     assert np.allclose(leaves[idx[1:]], high)
     # Mostly the high-priority items come back now.
-    again = shard.sample(256)["columns"]["batch_indexes"]
+    again = shard.core.sample(256)["columns"]["batch_indexes"]
     assert np.isin(again, idx[1:]).mean() > 0.5
     # Indexes sampled before a restart (another incarnation) mean nothing here.
     before = leaves.copy()
@@ -141,10 +141,32 @@ def test_add_fragment_waits_while_the_learner_is_behind():
         blocked = asyncio.ensure_future(shard.add_fragment(frags[1]))
         await asyncio.sleep(0.05)
         assert not blocked.done()  # the runner's credit is held back
-        shard.sample(64)
-        shard.sample(64)  # the learner caught up
+        await shard.sample(64)
+        await shard.sample(64)  # the learner caught up
         await asyncio.wait_for(blocked, 1.0)
         assert shard.stats()["wait_for_learner_s"] > 0
+
+    asyncio.run(scenario())
+
+
+def test_a_sample_ahead_of_the_intensity_waits_for_the_next_fragment_not_for_a_retry():
+    shard = make_shard(training_intensity=1.0, num_steps_sampled_before_learning_starts=0)
+    frags = fragments(length=400)
+
+    async def scenario():
+        await shard.add_fragment(frags[0])  # 100 steps: 100 + slack samples allowed
+        while shard.core.sample(16) is not None:  # the learner draws all it may
+            pass
+        waiting = asyncio.ensure_future(shard.sample(16))
+        await asyncio.sleep(0.02)
+        assert not waiting.done()  # held, not refused: no None for the learner to retry
+        await shard.add_fragment(frags[1])
+        got = await asyncio.wait_for(waiting, 1.0)
+        assert got is not None and len(got["columns"]["rewards"]) == 16
+        # With nothing coming, the request is answered None after SAMPLE_WAIT_S.
+        while shard.core.sample(16) is not None:
+            pass
+        assert await asyncio.wait_for(shard.sample(16), 1.0) is None
 
     asyncio.run(scenario())
 
