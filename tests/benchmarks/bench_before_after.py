@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
             got = {side: run_side(tree, name, args.quick, Path(tmp) / f"{side}-{name}.json")
                    for side, tree in (("before", before), ("after", ROOT))}
             sides[name] = got
-            keyed = {side: {(r["bench"], r["metric"]): r for r in rows}
+            keyed = {side: {(r["bench"], r["metric"], r["peer"]): r for r in rows}
                      for side, rows in got.items()}
             for key in dict.fromkeys([*keyed["before"], *keyed["after"]]):
                 pairs.append((keyed["before"].get(key), keyed["after"].get(key)))
