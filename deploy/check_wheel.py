@@ -70,8 +70,9 @@ def main() -> int:
     if problems:
         print("check_wheel: FAILED\n  " + "\n  ".join(problems), file=sys.stderr)
         if missing:
-            print("A module missing from the wheel usually means a new package is not listed "
-                  "in [tool.setuptools] packages in pyproject.toml.", file=sys.stderr)
+            print("A module missing from the wheel usually means a new package has no "
+                  "__init__.py (setuptools finds packages by it: [tool.setuptools.packages.find] "
+                  "in pyproject.toml).", file=sys.stderr)
         return 1
     count = sum(1 for name in sys.modules if name == "rlmesh" or name.startswith("rlmesh."))
     print(f"check_wheel: OK: {count} rlmesh modules imported from {site}; no top-level launcher")
