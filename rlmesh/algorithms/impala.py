@@ -8,7 +8,9 @@ are the discounted returns over each fragment, bootstrapped from the learner's c
 pipeline around it (in-flight fragments, the learner queue, replay) is ``AsyncAlgorithm``'s.
 
 The learner actor's update thread to the loss: LearnerActor._run -> _update ->
-Learner.update_from_batch -> ImpalaTorchPolicy.update -> loss.
+Learner.update_from_batch -> TorchPolicy.update (``prepare_batch`` below: V-trace's inputs,
+then minibatches; the learner actor's loop calls it with ``num_epochs=1``, its input replays
+batches itself) -> ``loss`` below.
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ from rlmesh.algorithms.impala_config import ImpalaConfig
 from rlmesh.policy.recurrent import (is_recurrent, sequence_index, sequence_samples,
                                      time_major_outputs)
 from rlmesh.policy.learner_stats import entropy_of, explained_variance
-from rlmesh.policy.sgd import MinibatchSGD
 from rlmesh.policy.torch_policy import TorchPolicy
 from rlmesh.rl.columns import time_major_keys
 from rlmesh.rl.gae import compute_gae
@@ -175,21 +176,6 @@ class ImpalaTorchPolicy(TorchPolicy):
         critic (GAE with lambda 1; RLlib's IMPALA has no lambda), and the advantages
         ``returns - V``. They equal V-trace's when the batch is on-policy."""
         return gae_targets(batch, values, bootstrap, self.config.gamma, 1.0)
-
-    def update(self, batch: dict[str, Any], timesteps: int, num_epochs: int | None = None,
-               minibatch_size: int | None = None, num_minibatches: int | None = None
-               ) -> dict[str, float]:
-        """One learner update of a train batch (the learner actor's loop calls it with
-        ``num_epochs=1``: its input replays batches itself): V-trace targets
-        (``prepare_batch``; for the whole time-major batch, in the loss, from its own forward
-        pass), then minibatches, one gradient step on the loss of each (``MinibatchSGD``)."""
-        sgd = MinibatchSGD(self, timesteps)
-        train = self.prepare_batch(sgd.on_device(batch))
-        for mb in sgd.minibatches(train, num_epochs, minibatch_size, num_minibatches):
-            with self.precision():
-                loss, stats = self.loss(mb)
-            sgd.step(loss, stats)
-        return sgd.finish()
 
     def prepare_batch(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """The batch whole and time-major (no minibatches: the loss computes V-trace), or

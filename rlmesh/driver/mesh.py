@@ -426,23 +426,25 @@ class Mesh:
 
     async def _sync_filters(self, obs_filter: Any) -> None:
         runners = self.healthy_runners()
-        updates = await asyncio.gather(*(r.call("get_filter_updates") for r in runners),
-                                       return_exceptions=True)
-        for runner, update in zip(runners, updates):
-            if isinstance(update, ActorUnavailable):
-                self.runner_unavailable(runner.name, update, "its statistics wait")
-            elif isinstance(update, BaseException):
-                raise update
-            else:
-                obs_filter.merge_buffer(update)
+        updates = await self._on_each(runners, lambda r: r.call("get_filter_updates"),
+                                      "its statistics wait")
+        for update in updates:
+            obs_filter.merge_buffer(update)
         state = obs_filter.get_state()
-        done = await asyncio.gather(*(r.call("set_filter_state", state) for r in runners),
-                                    return_exceptions=True)
-        for runner, outcome in zip(runners, done):
+        await self._on_each(runners, lambda r: r.call("set_filter_state", state),
+                            "it syncs when back")
+
+    async def _on_each(self, runners: list[Any], call: Any, going_on: str) -> list[Any]:
+        """``call(runner)`` on every runner at once; the replies of those that answered. A
+        runner gone meanwhile is left out (``runner_unavailable``, ``going_on``); any other
+        error is raised."""
+        got = await asyncio.gather(*(call(r) for r in runners), return_exceptions=True)
+        for runner, outcome in zip(runners, got):
             if isinstance(outcome, ActorUnavailable):
-                self.runner_unavailable(runner.name, outcome, "it syncs when back")
+                self.runner_unavailable(runner.name, outcome, going_on)
             elif isinstance(outcome, BaseException):
                 raise outcome
+        return [g for g in got if not isinstance(g, BaseException)]
 
     # --- the evaluation runners ---
 
