@@ -23,6 +23,8 @@ ATARI_DEFAULTS = {
     "framestack": 4,  # the last frames stacked along the last axis: (84, 84, 4)
     "zero_mean": False,  # False: uint8 frames (the model scales them to [0, 1]); True:
     # float32 frames in [-1, 1]
+    "vector": False,  # True/"ale": ale-py's C++ vector env steps the runner's envs (frames
+    # (framestack, H, W)); "envpool": EnvPool's; False: one gymnasium env each, in Python
 }
 
 #: How the model's Atari keys (rl/spec.py MODEL_DEFAULTS) name the settings above.
@@ -159,6 +161,11 @@ def make_atari(env_id: str, env_config: dict, settings: dict) -> gym.Env:
     rlmesh does not depend on."""
     ale_py = require("ale_py", "envs", "Atari preprocessing (ale-py ships the ROMs)")
     gym.register_envs(ale_py)
+    if settings.get("vector"):
+        from rlmesh.env.vector import VectorAsEnv, make_vector_env
+
+        return VectorAsEnv(make_vector_env(env_id, env_config, settings, 1, num_threads=1))
+    check_image_obs(env_config)
     # The wrapper skips frames itself, so the env must not skip too (v5 ids skip 4).
     kwargs = {"frameskip": 1, "obs_type": "grayscale" if settings["grayscale"] else "rgb",
               **env_config}
@@ -167,6 +174,16 @@ def make_atari(env_id: str, env_config: dict, settings: dict) -> gym.Env:
         env = ZeroMeanFrames(env)
     k = int(settings["framestack"] or 1)
     return FrameStack(env, k) if k > 1 else env
+
+
+def check_image_obs(env_config: dict) -> None:
+    """One line when env_config asks the emulator for something other than frames."""
+    obs_type = env_config.get("obs_type")
+    if obs_type not in (None, "rgb", "grayscale"):
+        raise ValueError(
+            f"env_config obs_type={obs_type!r}: DeepMind's Atari preprocessing and the conv "
+            "encoder take image frames; drop obs_type, or set env_config atari False (or "
+            "preprocessor_pref None) and an fcnet model to learn from RAM")
 
 
 class ZeroMeanFrames(gym.ObservationWrapper):

@@ -64,6 +64,19 @@ class SamplingSettings:
     num_envs_per_env_runner: int = setting(
         1, "env_runners", ge=1, aliases=("num_envs_per_worker",),
         doc="Envs each runner steps together, with one batched forward pass per step.")
+    inference_mode: Literal["auto", "runner", "central"] = setting(
+        "auto", "env_runners",
+        doc="Where actions are computed: 'runner', each runner batches its own envs on its "
+            "CPU; 'central', one inference actor batches every runner's observations, on the "
+            "learner's GPU where there is one, else on the CPU (SEED RL, Sample Factory); "
+            "'auto', central for a conv policy when a GPU or a spare core can take it and "
+            "the runner's own forward pass costs more than a quarter of an env step "
+            "(measured at build, reported in info/inference; docs/atari.md).")
+    double_buffered_sampling: bool | Literal["auto"] = setting(
+        "auto", "env_runners",
+        doc="Each runner's envs in two halves: one steps in the vector env's threads while "
+            "the runner computes the other's actions (Sample Factory's worker_num_splits=2). "
+            "Needs a vector env (env_config atari vector); 'auto': on there with 2 envs or more.")
     num_cpus_per_env_runner: float = setting(
         1, "env_runners", ge=0, aliases=("num_cpus_per_worker",),
         doc="CPUs the scheduler reserves for each env runner.")

@@ -23,6 +23,7 @@ from typing import Any, Coroutine, Sequence, TypeVar
 
 from rlmesh.runtime.import_path import startup_code
 from rlmesh.config.base import AlgorithmConfig
+from rlmesh.driver.inference_choice import choose_inference
 from rlmesh.driver.loop import LoopThread
 from rlmesh.config.settings import ConfigError
 from rlmesh.envs import env_registry
@@ -31,6 +32,7 @@ from rlmesh.policy.policy import class_path
 from rlmesh.runtime import ActorUnavailable, RestartPolicy, handed
 from rlmesh.runtime.job import Job, jobs_are_local, make_job
 from rlmesh.runtime.process import prestart
+from rlmesh.roles.inference_actor import INFERENCE_ACTOR
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +45,7 @@ LEARNER = "rlmesh.roles.learner_actor:LearnerActor"
 AGGREGATOR = "rlmesh.roles.aggregator:Aggregator"
 REPLAY_SHARD = "rlmesh.roles.replay_shard:ReplayShard"
 EVAL_RUNNER = "rlmesh.roles.eval_runner:EvalRunner"
+INFERENCE = "rlmesh.roles.inference_actor:InferenceActor"
 # beyond evaluation_sample_timeout_s: an evaluation runner stuck inside one env step
 EVAL_CALL_MARGIN_S = 30.0
 
@@ -143,6 +146,8 @@ class Mesh:
         # theirs straight (publish): then this stays 0.
         self.weights_bytes_published = 0
         self.eval_runners: list[Any] = []  # started by start_eval_runners, on first use
+        self.inference: dict[str, Any] = {"mode": "runner"}  # where actions are computed
+        self.inference_actor: Any = None
 
     # --- the loop ---
 
@@ -192,6 +197,7 @@ class Mesh:
         runner_config.update(startup_code(runner_config))
         policy = RestartPolicy(max_restarts=cfg.max_num_env_runner_restarts
                                if cfg.restart_failed_env_runners else 0)
+        await self._start_inference(runner_config, policy)
         # External simulators: runners that serve PolicyClients instead of stepping envs.
         runner_cls = self.runner_path if cfg.policy_server_address is None else POLICY_SERVER_RUNNER
         if cfg.num_env_runners == 0:
@@ -205,6 +211,20 @@ class Mesh:
                                name=f"env_runner-{i}",
                                restart=policy, role="EnvRunner")
                 for i in range(1, cfg.num_env_runners + 1))))
+
+    async def _start_inference(self, runner_config: dict[str, Any], policy: Any) -> None:
+        """The central inference actor, when ``inference_mode`` resolves to it; it is
+        restarted as a runner is, and the runners wait for it meanwhile."""
+        self.inference = choose_inference(self.config, self.policy_specs)
+        log.info("inference: %s (%s)", self.inference["mode"], self.inference["reason"])
+        if self.inference["mode"] != "central" or self.config.num_env_runners == 0:
+            return
+        threads = max(1, int(self.inference.get("spare_cores", 1) or 1))
+        self.inference_actor = await self.job.spawn(
+            INFERENCE, config=runner_config, name=INFERENCE_ACTOR, role="Inference",
+            restart=RestartPolicy(max_restarts=max(policy.max_restarts, 1000)),
+            env={"OMP_NUM_THREADS": str(threads)})
+        runner_config["_inference_actor"] = INFERENCE_ACTOR
 
     async def _start_learners(self, policy_specs: dict[str, Any]) -> None:
         """``max(1, num_learners)`` learner actors (in the driver process when

@@ -9,6 +9,7 @@ streaming, metrics, calls into the envs.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import itertools
 import logging
 import os
@@ -27,7 +28,9 @@ from rlmesh.preprocessing import wrap_for_model
 from rlmesh.rl.columns import DEFAULT_POLICY_ID
 from rlmesh.rl.filters import make_filter
 from rlmesh.rl.spec import numpy_fast_path
+from rlmesh.env.vector import double_buffered, vector_maker
 from rlmesh.roles.env_sampler import SEED_STRIDE, EnvSampler
+from rlmesh.roles.vector_sampler import VectorEnvSampler
 from rlmesh.roles.policy_changes import MultiAgentPolicies
 from rlmesh.roles.multi_agent_sampler import bind_policies, sampler_for
 from rlmesh.roles.runner_policy import VersionedPolicies, make_runner_policies
@@ -36,6 +39,11 @@ from rlmesh.runtime.protocol import Protocol
 from rlmesh.runtime.import_path import code_names, import_object, is_file, resolve_sent
 
 log = logging.getLogger(__name__)
+
+# A central inference actor's answer: a forward pass takes milliseconds, so no answer in
+# this long means it died (its restart takes a few seconds): the request is sent again.
+INFERENCE_TIMEOUT_S = 10.0
+INFERENCE_WAIT_S = 120.0  # for its name to be registered at start
 
 def runner_config(config: dict[str, Any]) -> tuple[Any, dict[str, Any], dict[str, Any]]:
     """What a runner is given, apart: the algorithm's config object (its class named by
@@ -47,6 +55,7 @@ def runner_config(config: dict[str, Any]) -> tuple[Any, dict[str, Any], dict[str
     registry = config.pop("_env_registry", None) or {}
     config.pop("_code_roots", None)
     config.pop("_main_script", None)
+    config.pop("_inference_actor", None)
     specs = config.pop("_policy_specs", None)
     cls_path = config.pop("_config_class", None)
     if cls_path is not None:
@@ -126,13 +135,27 @@ class EnvRunner(MultiAgentPolicies, VersionedPolicies, Actor):
                 self.callbacks.on_environment_created(env_runner=self, env=env, env_context=context)
             return env
 
+        # Central inference (inference_actor.py): the actor's name, set by the mesh.
+        self._inference_name = config.get("_inference_actor")
+        self._inference: Any = None
+        vector = vector_maker(cfg, registry) if self.use_vector_env else None
         # Squashed actions are in the bounds already: stepped as drawn, never rescaled.
         normalize = cfg.normalize_actions and not cfg.model.get("squash_actions", False)
-        create, sampler_cls = sampler_for(create)  # a MultiAgentEnv: multi_agent_sampler.py
-        self.sampler = sampler_cls(create, n, seeds=seeds, callbacks=self.callbacks,
-                                   env_runner=self, normalize_actions=normalize,
-                                   clip_actions=cfg.clip_actions, clip_rewards=cfg.clip_rewards,
-                                   on_nonfinite=cfg.on_nonfinite)
+        if vector is not None:  # Atari in a C++ vector env (rlmesh/env/vector.py)
+            sampler_cls: type = VectorEnvSampler
+            self.sampler = VectorEnvSampler(
+                vector, n, splits=2 if double_buffered(cfg, vector=True) else 1,
+                seed=seeds[0], callbacks=self.callbacks, env_runner=self,
+                clip_rewards=cfg.clip_rewards,
+                act=self._central_act if self._inference_name else None)
+        else:
+            double_buffered(cfg, vector=False)  # True asked without a vector env: one line
+            create, sampler_cls = sampler_for(create)  # a MultiAgentEnv: multi_agent_sampler.py
+            self.sampler = sampler_cls(create, n, seeds=seeds, callbacks=self.callbacks,
+                                       env_runner=self, normalize_actions=normalize,
+                                       clip_actions=cfg.clip_actions,
+                                       clip_rewards=cfg.clip_rewards,
+                                       on_nonfinite=cfg.on_nonfinite)
         if sampler_cls is EnvSampler:
             self.sampler.obs_filter = make_filter(cfg.observation_filter,
                                                   self.sampler.observation_space)
@@ -150,7 +173,7 @@ class EnvRunner(MultiAgentPolicies, VersionedPolicies, Actor):
         self.versions = {pid: -1 for pid in self.policies}  # no weights from the param server yet
         self.policy_id = DEFAULT_POLICY_ID if DEFAULT_POLICY_ID in self.policies else next(iter(self.policies))
         self.sampler.policy = self.policies[self.policy_id]
-        if sampler_cls is not EnvSampler:
+        if sampler_cls not in (EnvSampler, VectorEnvSampler):
             bind_policies(self.sampler, self.policies, cfg, self._main_script)
         self.fragment_length = cfg.get_rollout_fragment_length(worker_index)
         self.complete_episodes = cfg.batch_mode == "complete_episodes"
@@ -171,6 +194,7 @@ class EnvRunner(MultiAgentPolicies, VersionedPolicies, Actor):
         self.offline_input = ShardedInput.from_config(cfg, worker_index, self)
 
     in_evaluation = False  # EvalRunner (roles/eval_runner.py) says True
+    use_vector_env = True  # EvalRunner steps one env at a time, to cap and record episodes
 
     def wrap_env(self, env: gym.Env, index: int) -> gym.Env:
         """The env as made, before the model's wrappers: a subclass adds its own."""
@@ -191,18 +215,23 @@ class EnvRunner(MultiAgentPolicies, VersionedPolicies, Actor):
         first loads the newest weights the param server pushed, if any (see
         ``_refresh_weights`` for ``weights_up_to``)."""
         await self._refresh_weights(weights_up_to)
-        return self._sample_now(explore)
+        return await self._sample_now(explore)
 
-    def _sample_now(self, explore: bool | None = None) -> dict[str, Any]:
+    async def _sample_now(self, explore: bool | None = None) -> dict[str, Any]:
         start = time.perf_counter()
         fragment = read = None
         if self.offline_input is not None:  # None: this fragment's draw is the env
             fragment = read = self.offline_input.sample(self.fragment_length * len(self.envs))
         if fragment is None:
             fragment = self.sampler.sample(self.fragment_length, self.complete_episodes, explore)
+            if inspect.isawaitable(fragment):  # the vector sampler (double buffered, central)
+                fragment = await fragment
         self._stats["sample_time_s"] += time.perf_counter() - start
         self._stats["num_fragments"] += 1
         fragment["policy_version"] = self.versions[self.policy_id]
+        used = getattr(self.sampler, "versions_used", None)
+        if used:  # central inference: the oldest weights the fragment was acted with
+            fragment["policy_version"] = min(used)
         fragment["policy_id"] = self.policy_id
         for pid, part in fragment.get("policy_batches", {}).items():  # multi-agent
             part["policy_version"] = self.versions[pid]
@@ -242,7 +271,7 @@ class EnvRunner(MultiAgentPolicies, VersionedPolicies, Actor):
                 if self._senders is None:
                     handles = [await self.job.get_actor(n, timeout=60) for n in self._sinks]
                     self._senders = [h.stream("add_fragment", self._window) for h in handles]
-                fragment = self._sample_now()
+                fragment = await self._sample_now()
                 self._sampled["episodes"].extend(fragment.pop("episodes"))
                 del fragment["num_env_errors"]  # pop_sampled reports the runner's count
                 if "env_error" in fragment:  # the first one, for the driver to show
@@ -294,6 +323,24 @@ class EnvRunner(MultiAgentPolicies, VersionedPolicies, Actor):
                                                                       explore=explore)
         return {"actions": actions, **extras}
 
+    async def _central_act(self, obs: np.ndarray, explore: bool | None
+                           ) -> tuple[np.ndarray, dict[str, np.ndarray], int]:
+        """Actions from the inference actor; while it is down (killed, restarting) the
+        request is sent again until it answers: the runner waits, nothing is lost."""
+        while True:
+            try:
+                if self._inference is None:
+                    self._inference = await self.job.get_actor(self._inference_name,
+                                                               timeout=INFERENCE_WAIT_S)
+                reply = await self._inference.call("compute_actions", obs, explore,
+                                                   self.version, timeout=INFERENCE_TIMEOUT_S)
+                return reply["actions"], reply["extras"], reply["version"]
+            except (ActorUnavailable, KeyError) as exc:
+                self._stats["num_inference_retries"] = self._stats.get("num_inference_retries", 0) + 1
+                log.warning("env runner %d: inference actor unavailable (%s); waiting for it",
+                            self.worker_index, str(exc).splitlines()[0])
+                await asyncio.sleep(0.2)
+
     # --- A3C: gradients computed here, on this runner's copy of the policy ---
 
     async def sample_and_compute_gradients(self) -> dict[str, Any]:
@@ -302,7 +349,7 @@ class EnvRunner(MultiAgentPolicies, VersionedPolicies, Actor):
         from rlmesh.rl.columns import merge_fragments
 
         await self._refresh_weights()
-        fragment = self._sample_now()
+        fragment = await self._sample_now()
         grads, stats = self.policy.compute_gradients(merge_fragments([fragment]))
         return {"gradients": grads, "stats": stats, "episodes": fragment["episodes"],
                 "env_steps": fragment["env_steps"], "policy_version": fragment["policy_version"],
