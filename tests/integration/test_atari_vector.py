@@ -1,0 +1,88 @@
+"""Atari end to end on ale-py's C++ vector env, in real runner processes: PPO trains with
+runner-side and with central inference, frames stay uint8 to the learner, an inference
+actor killed with SIGKILL comes back while the runners wait, and bad settings are refused in
+one line at build."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+
+pytest.importorskip("ale_py.vector_env", reason="ale-py >= 0.10 (rlmesh[envs]) has the vector env")
+
+from rlmesh.algorithms.ppo import PPOConfig  # noqa: E402
+
+
+def pong(inference: str, runners: int = 2) -> PPOConfig:
+    return (PPOConfig().environment("ALE/Pong-v5", env_config={"atari": {"vector": True}},
+                                    clip_rewards=True)
+            .env_runners(num_env_runners=runners, num_envs_per_env_runner=4,
+                         rollout_fragment_length=16, inference_mode=inference)
+            .training(train_batch_size=128, minibatch_size=64, num_epochs=1)
+            .debugging(seed=0))
+
+
+def test_ppo_trains_on_the_vector_env_with_runner_inference():
+    with pong("runner").build() as algo:
+        results = [algo.train() for _ in range(2)]
+        assert results[-1]["timesteps_total"] >= 256
+        assert results[-1]["info"]["inference"]["mode"] == "runner"
+        fragment = algo.mesh.sample(64)[0]
+        assert fragment["obs"].dtype == np.uint8 and fragment["obs"].shape[2:] == (4, 84, 84)
+        # double buffered: each runner's 4 envs in two groups of 2
+        metrics = algo.env_runners.foreach_env_runner("metrics")
+        assert all(m["num_env_steps_sampled"] > 0 for m in metrics)
+        assert len(algo.env_runners.foreach_env_runner("apply", "tests.integration.test_atari_vector:groups")[0]) == 2
+        assert np.isfinite(results[-1]["info"]["learner"]["default_policy"]["total_loss"])
+
+
+def groups(runner) -> list[int]:
+    """The sizes of a runner's vector-env groups (foreach_env_runner's function)."""
+    return list(runner.sampler.sizes)
+
+
+def test_central_inference_survives_sigkill_of_its_actor():
+    with pong("central").build() as algo:
+        algo.train()
+        before = algo.mesh.run(algo.mesh.inference_actor.call("metrics"))
+        assert before["num_obs"] > 0 and before["device"] == "cpu"
+        pid = algo.mesh.run(algo.mesh.inference_actor.call("pid"))
+        os.kill(pid, signal.SIGKILL)
+        steps = algo.train()["timesteps_total"]  # waits for the restarted actor
+        after = algo.train()
+        assert after["timesteps_total"] > steps
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                new_pid = algo.mesh.run(algo.mesh.inference_actor.call("pid", timeout=5))
+                break
+            except Exception:
+                assert time.monotonic() < deadline, "the inference actor never came back"
+                time.sleep(0.2)
+        assert new_pid != pid
+        retries = [m.get("num_inference_retries", 0)
+                   for m in algo.env_runners.foreach_env_runner("metrics")]
+        assert sum(retries) >= 1  # the runners waited for it
+        metrics = algo.mesh.run(algo.mesh.inference_actor.call("metrics"))
+        assert metrics["policy_version"] >= 1 and metrics["num_obs"] > 0
+
+
+def test_bad_atari_settings_are_one_line_at_build():
+    bad_obs = pong("runner", runners=1).environment(
+        "ALE/Pong-v5", env_config={"atari": {"vector": True}, "obs_type": "ram"})
+    with pytest.raises(Exception, match="obs_type='ram'") as info:
+        bad_obs.build()
+    assert "\n" not in str(info.value).strip()
+    not_ale = pong("runner", runners=1).environment(
+        "CartPole-v1", env_config={"atari": {"vector": True}})
+    with pytest.raises(Exception, match="not an ALE id"):
+        not_ale.build()
+    gym_ram = (PPOConfig().environment("ALE/Pong-v5", env_config={"atari": True,
+                                                                  "obs_type": "ram"})
+               .env_runners(num_env_runners=0))
+    with pytest.raises(Exception, match="obs_type='ram'"):
+        gym_ram.build()
