@@ -39,6 +39,9 @@ def vector_backend(settings: dict | None) -> str | None:
 
 def _game_and_defaults(env_id: str) -> tuple[str, dict[str, Any]]:
     """The ROM name of an ALE id and the id's own settings (sticky actions, frame cap)."""
+    from rlmesh.preprocessing import ale_id
+
+    ale_id(env_id)  # registers ale-py's ids on first use
     spec = gym.envs.registry.get(env_id)
     if spec is None or not str(spec.entry_point).startswith("ale_py"):
         raise VectorEnvError(f"env_config atari vector: {env_id!r} is not an ALE id "
@@ -51,6 +54,13 @@ def _game_and_defaults(env_id: str) -> tuple[str, dict[str, Any]]:
 def _check(env_config: dict, settings: dict) -> dict[str, Any]:
     """The env_config keys the vector env takes; one line naming any it cannot."""
     rest = dict(env_config)
+    # RLlib's Atari files pass frameskip 1 so that its wrapper skips; here the vector env
+    # skips (atari frame_skip), so 1 means the same and anything else is refused.
+    if rest.get("frameskip", 1) != 1:
+        raise VectorEnvError(f"env_config frameskip={rest['frameskip']!r}: with the vector env "
+                             "set atari frame_skip instead (frameskip 1 is taken, as RLlib's "
+                             "Atari files pass it)")
+    rest.pop("frameskip", None)
     obs_type = rest.pop("obs_type", None)
     if obs_type not in (None, "rgb", "grayscale"):
         raise VectorEnvError(

@@ -417,7 +417,8 @@ class EnvRunner(MultiAgentPolicies, VersionedPolicies, Actor):
             self._stream_task.cancel()
         if self.output_writer is not None:
             self.output_writer.close()
-        for env in self.envs:
+        closing = [self.sampler] if hasattr(self.sampler, "close") else self.envs
+        for env in closing:
             try:
                 env.close()
             except Exception:

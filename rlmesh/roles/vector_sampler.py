@@ -75,6 +75,8 @@ class VectorEnvSampler:
         self._specs: dict[str, Any] = {}
         self._bound: Policy | None = None
         self.versions_used: list[int] = []  # central inference: the versions acted with
+        self._pending = [False] * len(self.groups)  # per group: a step sent, not received
+        self._cut: int | None = None
 
     @property
     def envs(self) -> list[Any]:
@@ -129,11 +131,12 @@ class VectorEnvSampler:
         self.versions_used = []
         live = np.ones(self.num_envs, bool)  # envs whose rows still count
         self._cut = num_steps - 1 if complete_episodes else None
-        pending = [False] * len(self.groups)
+        pending = self._pending = [False] * len(self.groups)  # sent, not yet received
         while True:
             t = buf.add_row()
             for g in range(len(self.groups)):
                 if pending[g]:
+                    pending[g] = False
                     self._recv(g, t - 1, buf, live)
                 await self._act(g, t, buf, explore)
                 pending[g] = True
@@ -141,6 +144,7 @@ class VectorEnvSampler:
                 break
         finals: dict[int, np.ndarray] = {}  # envs whose episode ended on the last row
         for g in range(len(self.groups)):
+            pending[g] = False
             self._recv(g, t, buf, live, finals)
         next_obs = self._obs.copy()
         for b, last in finals.items():
@@ -245,5 +249,9 @@ class VectorEnvSampler:
                                             env_runner=self.env_runner, env_index=b)
 
     def close(self) -> None:
-        for env in self.groups:
+        """Close the envs; a step sent and not received (a fragment cancelled at stop) is
+        received first: ale-py's close waits for its threads, which wait for that recv."""
+        for g, env in enumerate(self.groups):
+            if self._pending[g]:
+                env.recv()
             env.close()
