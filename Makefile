@@ -98,8 +98,12 @@ clean:
 PEERS_VENV ?= .venv-peers
 RLLIB_VENV ?= .venv-rllib
 RLLIB_SPEC ?= ray[rllib]==2.60.0
+# Sample Factory, the Atari benchmark's APPO peer (tests/benchmarks/peer_sf_atari.py): 2.1.1
+# runs on gymnasium < 1.0 and numpy < 2; ale-py 0.9.1 ships the ROMs for those.
+SF_VENV ?= .venv-sf
+SF_SPEC ?= sample-factory==2.1.1
 .PHONY: bench-peers
-bench-peers: $(PEERS_VENV)/.installed $(RLLIB_VENV)/.installed
+bench-peers: $(PEERS_VENV)/.installed $(RLLIB_VENV)/.installed $(SF_VENV)/.installed
 $(PEERS_VENV)/.installed: deploy/ensure_torch.py
 	$(PY) -m venv $(PEERS_VENV)
 	$(PEERS_VENV)/bin/python deploy/ensure_torch.py
@@ -108,5 +112,10 @@ $(PEERS_VENV)/.installed: deploy/ensure_torch.py
 $(RLLIB_VENV)/.installed: deploy/ensure_torch.py
 	$(PY) -m venv $(RLLIB_VENV)
 	$(RLLIB_VENV)/bin/python deploy/ensure_torch.py
-	$(RLLIB_VENV)/bin/pip install '$(RLLIB_SPEC)' psutil pillow  # pillow: RLlib 2.60 imports PIL on build()
+	$(RLLIB_VENV)/bin/pip install '$(RLLIB_SPEC)' psutil pillow ale-py opencv-python-headless  # pillow: RLlib 2.60 imports PIL on build(); ale-py, opencv: Pong and RLlib's Atari wrappers
+	touch $@
+$(SF_VENV)/.installed: deploy/ensure_torch.py
+	$(PY) -m venv $(SF_VENV)
+	$(SF_VENV)/bin/python deploy/ensure_torch.py
+	$(SF_VENV)/bin/pip install '$(SF_SPEC)' 'gymnasium<1.0' 'numpy<2' 'ale-py==0.9.1'
 	touch $@
