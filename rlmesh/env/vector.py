@@ -110,35 +110,44 @@ class EnvPoolVector:
             raise VectorEnvError("atari grayscale False: EnvPool's Atari frames are grayscale "
                                  "only; use vector 'ale' for colour")
         task = "".join(part.capitalize() for part in game.split("_")) + "-v5"
-        self.env = envpool.make_gymnasium(
-            task, num_envs=num_envs, num_threads=threads, reward_clip=False,
+        frameskip = common["frameskip"]
+        self._make = lambda seed: envpool.make_gymnasium(
+            task, num_envs=num_envs, num_threads=threads, reward_clip=False, seed=seed,
             img_height=common["img_height"], img_width=common["img_width"],
-            stack_num=common["stack_num"], frame_skip=common["frameskip"],
+            stack_num=common["stack_num"], frame_skip=frameskip,
             noop_max=common["noop_max"], episodic_life=common["episodic_life"],
             repeat_action_probability=kwargs.get("repeat_action_probability", 0.0),
             use_fire_reset=kwargs.get("use_fire_reset", True),
-            max_episode_steps=kwargs.get("max_num_frames_per_episode", 108000) // common["frameskip"])
+            max_episode_steps=kwargs.get("max_num_frames_per_episode", 108000) // frameskip)
+        self.seed = 0
+        self.env = self._make(self.seed)
         self.num_envs = num_envs
         self.single_observation_space = self.env.observation_space
         self.single_action_space = self.env.action_space
-        self._obs: np.ndarray | None = None
+        self._ended = np.zeros(num_envs, bool)
 
     def reset(self, *, seed: int | None = None) -> tuple[np.ndarray, dict]:
-        obs, info = self.env.reset()  # EnvPool is seeded at make time, not per reset
-        self._obs = obs
-        return obs, info
+        if seed is not None and seed != self.seed:  # EnvPool is seeded when made
+            self.env.close()
+            self.seed, self.env = seed, self._make(seed)
+        obs, info = self.env.reset()
+        self._ended[:] = False
+        return obs[np.argsort(info["env_id"])], {}
 
     def send(self, actions: np.ndarray) -> None:
         self.env.send(np.asarray(actions, np.int32), np.arange(self.num_envs, dtype=np.int32))
 
     def recv(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict]:
-        # EnvPool resets on the step after an episode ends (NEXT_STEP): that step's
-        # observation is the first of the new episode and its reward 0, so the runner
-        # sees the reset as a transition that is masked out (info["reset_step"]).
+        # EnvPool resets on the step after an episode ends (gymnasium's NEXT_STEP): that
+        # step's observation is the new episode's first and its reward 0. It is marked in
+        # info["reset_step"], and the sampler masks it out (the ending step's own
+        # observation is the episode's last frame).
         obs, rew, term, trunc, info = self.env.recv()
         order = np.argsort(info["env_id"])
-        info = {k: np.asarray(v)[order] for k, v in info.items() if np.ndim(v)}
-        return obs[order], rew[order], term[order], trunc[order], info
+        term, trunc = term[order], trunc[order]
+        info = {"env_id": np.arange(self.num_envs), "reset_step": self._ended}
+        self._ended = np.logical_or(term, trunc)
+        return obs[order], rew[order], term, trunc, info
 
     def close(self) -> None:
         self.env.close()

@@ -67,8 +67,9 @@ class VectorEnvSampler:
         self.stepping = -1
         self._episode_ids = itertools.count()
         self._started = False
-        shape = self.observation_space.shape
-        self._obs = np.zeros((num_envs, *shape), self.observation_space.dtype)
+        # Each group's newest frames as the vector env returned them (no copy: the one copy
+        # of a frame is into the fragment, in _act).
+        self._obs: list[np.ndarray] = [np.zeros(0)] * len(self.groups)
         self._returns = np.zeros(num_envs)  # raw rewards of the running episodes
         self._lengths = np.zeros(num_envs, np.int64)
         self._ids = np.zeros(num_envs, np.int64)
@@ -100,8 +101,7 @@ class VectorEnvSampler:
     def _reset_all(self) -> None:
         for g, (env, off) in enumerate(zip(self.groups, self.offsets)):
             seed = None if self.seed is None else self.seed + off
-            obs, _ = env.reset(seed=seed)
-            self._obs[off:off + self.sizes[g]] = obs
+            self._obs[g], _ = env.reset(seed=seed)
         self.seed = None if self.seed is None else self.seed + 7919  # a restart: new games
         self._returns[:] = 0
         self._lengths[:] = 0
@@ -146,7 +146,7 @@ class VectorEnvSampler:
         for g in range(len(self.groups)):
             pending[g] = False
             self._recv(g, t, buf, live, finals)
-        next_obs = self._obs.copy()
+        next_obs = np.concatenate(self._obs)
         for b, last in finals.items():
             next_obs[b] = last
         if complete_episodes:
@@ -163,7 +163,7 @@ class VectorEnvSampler:
         """Row ``t`` of group ``g``: its observations, actions and extras; the actions sent."""
         sl = slice(self.offsets[g], self.offsets[g] + self.sizes[g])
         cols = buf.cols
-        obs = cols[Columns.OBS][t, sl] = self._obs[sl]
+        obs = cols[Columns.OBS][t, sl] = self._obs[g]
         if self.act is not None:
             out = self.act(obs, explore)
             actions, extras, version = await out if inspect.isawaitable(out) else out
@@ -198,10 +198,15 @@ class VectorEnvSampler:
         cols[Columns.REWARDS][t, sl] = self._clipped(reward)
         cols[Columns.TERMINATEDS][t, sl] = terminated
         cols[Columns.TRUNCATEDS][t, sl] = truncated
-        cols[Columns.MASK][t, sl] = live[sl]
+        counted = live[sl]
+        resetting = info.get("reset_step")  # EnvPool: this step only reset the env
+        if resetting is not None and resetting.any():
+            counted = counted & ~resetting
+            reward = np.where(resetting, 0.0, reward).astype(np.float32)
+        cols[Columns.MASK][t, sl] = counted
         self._returns[sl] += reward
-        self._lengths[sl] += 1
-        self._obs[sl] = obs
+        self._lengths[sl] += counted if resetting is not None else 1
+        self._obs[g] = obs
         done = np.flatnonzero(np.logical_or(terminated, truncated))
         if not len(done):
             return

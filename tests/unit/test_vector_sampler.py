@@ -138,3 +138,25 @@ def test_bad_input_is_one_line():
 
     with pytest.raises(VectorSamplerError, match="on_episode_step"):
         sampler(num_envs=2, callbacks=StepCounter())
+
+
+def test_envpool_backend_masks_its_reset_steps():
+    """EnvPool resets on the step after an episode ends: that step is masked out, the
+    episode's length and final frame are the ale-py backend's."""
+    pytest.importorskip("envpool", reason="EnvPool (rlmesh[envpool]) has no wheel here")
+    _, settings = atari_settings({"atari": {"vector": "envpool"}}, "ALE/Pong-v5")
+    make = vector_env_factory("ALE/Pong-v5", {"max_num_frames_per_episode": 160}, settings)
+    s = VectorEnvSampler(make, 2, seed=1)
+    s.policy = UniformPolicy(s.observation_space, s.action_space)
+    try:
+        f = sample(s, 50)
+        assert f["obs"].shape == (50, 2, 4, 84, 84) and f["obs"].dtype == np.uint8
+        assert f["truncateds"][39].all() and not f["mask"][40].any() and f["mask"][41:].all()
+        assert [e["length"] for e in f["episodes"]] == [40, 40]
+        for b in range(2):
+            for t in range(39):
+                assert continues(f["obs"][t, b], f["obs"][t + 1, b]), (t, b)
+            assert continues(f["obs"][39, b], f["obs"][40, b])  # the last frame, then reset
+            assert not continues(f["obs"][40, b], f["obs"][41, b])
+    finally:
+        s.close()
