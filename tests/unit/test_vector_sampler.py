@@ -160,3 +160,15 @@ def test_envpool_backend_masks_its_reset_steps():
             assert not continues(f["obs"][40, b], f["obs"][41, b])
     finally:
         s.close()
+
+
+def test_a_missing_ale_py_names_the_extra(monkeypatch):
+    import sys
+
+    from rlmesh.envs import make_env
+
+    monkeypatch.setitem(sys.modules, "ale_py", None)  # import ale_py raises ImportError
+    monkeypatch.setitem(sys.modules, "ale_py.vector_env", None)
+    with pytest.raises(Exception, match=r"rlmesh\[envs\]") as info:
+        make_env("ALE/Pong-v5", {"atari": {"vector": True}})
+    assert "\n" not in str(info.value)
