@@ -44,7 +44,11 @@ class ConvEncoder(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         lead = x.shape[:x.ndim - self.obs_ndim]
-        x = x.reshape(-1, *x.shape[len(lead):]).float() * self.scale
+        x = x.reshape(-1, *x.shape[len(lead):])
+        if x.dtype != torch.float32:  # uint8 frames: one float copy, scaled in place
+            x = x.float().mul_(self.scale)
+        elif self.scale != 1.0:
+            x = x * self.scale
         if self.channels_last:
             x = x.permute(0, 3, 1, 2)
         x = x.reshape(-1, *self.chw)
