@@ -38,6 +38,8 @@ def gae_samples(model: torch.nn.Module, batch: dict[str, torch.Tensor], gamma: f
         "action_dist_inputs": batch["action_dist_inputs"].flatten(0, 1),
         "advantages": advantages.flatten(), "value_targets": targets.flatten(),
     }
+    if bool(valid.all()):  # the common case: no padding, and no copy of the frames
+        return flat
     return {k: v[valid] for k, v in flat.items()}
 
 
