@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from typing import Callable
 
 import gymnasium as gym
 import numpy as np
@@ -28,6 +29,19 @@ def make_breakout(env_config=None) -> gym.Env:
     except ImportError:
         raise ImportError("MinAtar needs the minatar package: pip install 'rlmesh[envs]'") from None
     return gym.wrappers.TimeLimit(BaseEnv("breakout"), 2000)
+
+
+def make_minatar(env_config: dict) -> gym.Env:
+    """``gym.make(env_config["id"])`` for a MinAtar id (``MinAtar/Breakout-v1``): minatar
+    1.0.15 registers its ids only when ``minatar.gym.register_envs()`` is called, which no
+    import does, and each env runner is a fresh interpreter."""
+    try:
+        import minatar.gym
+    except ImportError:
+        raise ImportError("MinAtar needs the minatar package: pip install 'rlmesh[envs]'") from None
+    if env_config["id"] not in gym.envs.registry:
+        minatar.gym.register_envs()
+    return gym.make(env_config["id"])
 
 
 # --- rlmesh ---
@@ -57,85 +71,123 @@ def rlmesh_rates(steps: int, learner_threads: int | str = "auto") -> tuple[float
 
 # --- CleanRL-style single process ---
 
-def cleanrl_rates(steps: int) -> tuple[float, float, float]:
-    """The same PPO in one process: a SyncVectorEnv of NUM_RUNNERS x NUM_ENVS envs, the
-    same conv net (rlmesh's default model class, so the nets match), GAE, clipped loss."""
-    import torch
+class SingleProcessPPO:
+    """CleanRL's ppo.py in one process: a SyncVectorEnv of num_env_runners x
+    num_envs_per_env_runner envs, rlmesh's default model class built from the same model
+    config (so the nets match), GAE, the clipped loss with advantages standardized per
+    minibatch. Its hyperparameters are read from a PPOConfig (lr, lr_schedule, gamma, lambda,
+    clip_param, entropy_coeff, vf_loss_coeff, grad_clip, batch, minibatch, epochs), so a
+    tuned example's dict sets both sides at once."""
 
-    from rlmesh.rl.distributions import Categorical
-    from rlmesh.rl.models import build_model
+    def __init__(self, make_env: Callable[[], gym.Env], config: dict, seed: int = 0) -> None:
+        import torch
 
-    torch.set_num_threads(1)
-    torch.manual_seed(0)
-    n_envs = NUM_RUNNERS * NUM_ENVS
-    envs = gym.vector.SyncVectorEnv([make_breakout for _ in range(n_envs)],
-                                    autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
-    model = build_model(envs.single_observation_space, envs.single_action_space, MODEL)
-    opt = torch.optim.Adam(model.parameters(), lr=LR, eps=1e-5)
-    obs, _ = envs.reset(seed=0)
-    t_len = BATCH // n_envs
-    returns, ep_ret = [], np.zeros(n_envs)
+        from rlmesh.algorithms import PPOConfig
+        from rlmesh.rl.models import build_model
 
-    def rollout(learn: bool):
-        nonlocal obs, ep_ret
-        buf = {k: [] for k in ("obs", "act", "logp", "val", "rew", "done")}
-        for _ in range(t_len):
+        torch.set_num_threads(1)
+        torch.manual_seed(seed)
+        self.cfg = PPOConfig.from_dict(config)
+        self.n_envs = self.cfg.num_env_runners * self.cfg.num_envs_per_env_runner
+        self.t_len = self.cfg.train_batch_size // self.n_envs
+        self.envs = gym.vector.SyncVectorEnv([make_env] * self.n_envs,
+                                             autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+        self.model = build_model(self.envs.single_observation_space,
+                                 self.envs.single_action_space, self.cfg.model)
+        self.opt = torch.optim.Adam(self.model.parameters(), lr=self.cfg.lr, eps=1e-5)
+        self.obs, _ = self.envs.reset(seed=seed)
+        self.env_steps = 0
+        self.returns: list[float] = []  # of every finished episode, in order
+        self._ep_ret = np.zeros(self.n_envs)
+
+    def rollout(self, learn: bool) -> dict[str, list]:
+        """t_len steps of every env; the columns the update needs when ``learn``."""
+        import torch
+
+        from rlmesh.rl.distributions import Categorical
+
+        buf: dict[str, list] = {k: [] for k in ("obs", "act", "logp", "val", "rew", "done")}
+        for _ in range(self.t_len):
             with torch.no_grad():
-                x = torch.as_tensor(obs)
-                logits, value = model(x)
+                x = torch.as_tensor(self.obs)
+                logits, value = self.model(x)
                 dist = Categorical(logits)
                 action = dist.sample()
-            next_obs, rew, term, trunc, _ = envs.step(action.numpy())
-            ep_ret += rew
+            self.obs, rew, term, trunc, _ = self.envs.step(action.numpy())
+            self._ep_ret += rew
             for i in np.flatnonzero(term | trunc):
-                returns.append(ep_ret[i])
-                ep_ret[i] = 0
+                self.returns.append(float(self._ep_ret[i]))
+                self._ep_ret[i] = 0
             if learn:
                 for k, v in (("obs", x), ("act", action), ("logp", dist.logp(action)),
                              ("val", value), ("rew", torch.as_tensor(rew, dtype=torch.float32)),
                              ("done", torch.as_tensor(term | trunc, dtype=torch.float32))):
                     buf[k].append(v)
-            obs = next_obs
+        self.env_steps += self.t_len * self.n_envs
         return buf
 
-    def update(buf):
+    def update(self, buf: dict[str, list]) -> None:
+        """GAE over the rollout, then num_epochs passes of shuffled minibatches."""
+        import torch
+
+        from rlmesh.rl.distributions import Categorical
+
+        cfg, t_len = self.cfg, self.t_len
         with torch.no_grad():
-            next_value = model(torch.as_tensor(obs))[1]
+            next_value = self.model(torch.as_tensor(self.obs))[1]
         rew, done, val = (torch.stack(buf[k]) for k in ("rew", "done", "val"))
-        adv, last = torch.zeros_like(rew), torch.zeros(n_envs)
+        adv, last = torch.zeros_like(rew), torch.zeros(self.n_envs)
         for t in reversed(range(t_len)):
             nv = next_value if t == t_len - 1 else val[t + 1]
-            delta = rew[t] + 0.99 * nv * (1 - done[t]) - val[t]
-            last = delta + 0.99 * 0.95 * (1 - done[t]) * last
+            delta = rew[t] + cfg.gamma * nv * (1 - done[t]) - val[t]
+            last = delta + cfg.gamma * cfg.gae_lambda() * (1 - done[t]) * last
             adv[t] = last
         flat = {k: torch.stack(buf[k]).flatten(0, 1) for k in ("obs", "act", "logp")}
         flat["adv"], flat["ret"] = adv.flatten(), (adv + val).flatten()
-        for _ in range(EPOCHS):
-            for idx in torch.randperm(BATCH).split(MINIBATCH):
-                logits, value = model(flat["obs"][idx])
+        for group in self.opt.param_groups:  # rlmesh steps its schedule by env steps sampled
+            group["lr"] = cfg.lr_at(self.env_steps)
+        n = len(flat["adv"])
+        for _ in range(cfg.num_epochs):
+            for idx in torch.randperm(n).split(cfg.minibatch_size):
+                logits, value = self.model(flat["obs"][idx])
                 dist = Categorical(logits)
                 a = flat["adv"][idx]
                 a = (a - a.mean()) / (a.std() + 1e-8)
                 ratio = (dist.logp(flat["act"][idx]) - flat["logp"][idx]).exp()
-                pg = -torch.min(a * ratio, a * ratio.clamp(0.8, 1.2)).mean()
-                loss = pg + 0.5 * (value - flat["ret"][idx]).pow(2).mean() - 0.01 * dist.entropy().mean()
-                opt.zero_grad()
+                clipped = ratio.clamp(1 - cfg.clip_param, 1 + cfg.clip_param)
+                loss = (-torch.min(a * ratio, a * clipped).mean()
+                        + cfg.vf_loss_coeff * (value - flat["ret"][idx]).pow(2).mean()
+                        - cfg.entropy_coeff * dist.entropy().mean())
+                self.opt.zero_grad()
                 loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
-                opt.step()
+                if cfg.grad_clip is not None:
+                    torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
+                self.opt.step()
 
-    update(rollout(True))  # warm-up, as rlmesh's first iteration
+    def close(self) -> None:
+        self.envs.close()
+
+
+def cleanrl_rates(steps: int) -> tuple[float, float, float]:
+    """(train env steps/s, sample env steps/s, last mean return) of SingleProcessPPO with
+    this benchmark's settings (those rlmesh_rates gives PPOConfig)."""
+    ppo = SingleProcessPPO(make_breakout, {
+        "num_env_runners": NUM_RUNNERS, "num_envs_per_env_runner": NUM_ENVS,
+        "train_batch_size": BATCH, "minibatch_size": MINIBATCH, "num_epochs": EPOCHS,
+        "lr": LR, "entropy_coeff": 0.01, "model": MODEL})
+    ppo.update(ppo.rollout(True))  # warm-up, as rlmesh's first iteration
     t0, done_steps = time.perf_counter(), 0
     while done_steps < steps:
-        update(rollout(True))
+        ppo.update(ppo.rollout(True))
         done_steps += BATCH
     train_rate = done_steps / (time.perf_counter() - t0)
     t0, sampled = time.perf_counter(), 0
     while sampled < steps:
-        rollout(False)
+        ppo.rollout(False)
         sampled += BATCH
     sample_rate = sampled / (time.perf_counter() - t0)
-    envs.close()
+    ppo.close()
+    returns = ppo.returns
     return train_rate, sample_rate, float(np.mean(returns[-20:])) if returns else float("nan")
 
 
