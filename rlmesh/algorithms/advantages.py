@@ -20,7 +20,10 @@ def gae_samples(model: torch.nn.Module, batch: dict[str, torch.Tensor], gamma: f
         return recurrent_gae_samples(model, batch, gamma, lambda_)
     t, b = batch["rewards"].shape
     with torch.no_grad():
-        values = model(batch["obs"].flatten(0, 1))[1].reshape(t, b)
+        # The values the runners recorded when acting (a shared trunk: torch_policy.py),
+        # else a forward pass here.
+        values = (batch["vf_preds"].reshape(t, b).float() if "vf_preds" in batch
+                  else model(batch["obs"].flatten(0, 1))[1].reshape(t, b))
         # V(s_{t+1}) where the fragment cannot supply it: after its last row, and at
         # truncations (the env's final observation, not the reset one).
         bootstrap = torch.zeros_like(values)

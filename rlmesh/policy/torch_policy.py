@@ -125,25 +125,33 @@ class TorchPolicy(Policy):
                         **kwargs: Any) -> tuple[np.ndarray, list[np.ndarray], dict[str, np.ndarray]]:
         explore = self.config.explore if explore is None else explore
         state_out: list[np.ndarray] = []
+        values = None
         with torch.no_grad():
             obs = torch.as_tensor(np.asarray(obs_batch), device=self.device)
             if self.recurrent:
                 inputs, state_out = self._step_recurrent(obs, state_batches, prev_action_batch,
                                                          prev_reward_batch)
             else:
-                inputs = self._policy_inputs(obs)
+                inputs, values = self._acting_outputs(obs)
             dist = self.dist_class.from_inputs(inputs)
             actions = dist.sample() if explore else dist.deterministic_sample()
             logp = dist.logp(actions)
-        return (actions.cpu().numpy().astype(self.action_dtype, copy=False), state_out,
-                {Columns.ACTION_LOGP: logp.cpu().numpy().astype(np.float32, copy=False),
-                 Columns.ACTION_DIST_INPUTS: inputs.cpu().numpy().astype(np.float32, copy=False)})
+        extras = {Columns.ACTION_LOGP: logp.cpu().numpy().astype(np.float32, copy=False),
+                  Columns.ACTION_DIST_INPUTS: inputs.cpu().numpy().astype(np.float32, copy=False)}
+        if values is not None:
+            extras[Columns.VF_PREDS] = values.cpu().numpy().astype(np.float32, copy=False)
+        return actions.cpu().numpy().astype(self.action_dtype, copy=False), state_out, extras
 
-    def _policy_inputs(self, obs: torch.Tensor) -> torch.Tensor:
-        """The distribution inputs; the default model skips its value trunk (acting)."""
+    def _acting_outputs(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The distribution inputs, and the values where they come almost free: the default
+        model with one shared trunk (``vf_share_layers``) adds only its value head, and the
+        learner's GAE then takes them instead of a forward pass over the whole batch (a
+        sixth of an Atari PPO update). A separate value trunk is skipped when acting."""
+        if getattr(self.model, "vf_trunk", False) is None:
+            return self.model(obs)
         if hasattr(self.model, "policy_inputs"):
-            return self.model.policy_inputs(obs)
-        return self.model(obs)[0]
+            return self.model.policy_inputs(obs), None
+        return self.model(obs)[0], None
 
     def _step_recurrent(self, obs: torch.Tensor, states: Any, prev_actions: Any,
                         prev_rewards: Any) -> tuple[torch.Tensor, list[np.ndarray]]:
