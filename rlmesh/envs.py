@@ -91,7 +91,12 @@ def make_env(env_spec: Any, env_config: dict | None = None,
             raise EnvError(f"env {env_spec!r} is an Atari game: it needs ale-py (which "
                            f"ships the ROMs): {EXTRA_HINT}")
         rest, atari = atari_settings(env_config, env_spec, model, preprocessor_pref)
-        env = make_atari(env_spec, rest, atari) if atari else _gym_make(env_spec, rest, registry)
+        if atari and atari["vector"]:  # one game of the C++ vector env (rlmesh/env/vector.py)
+            from rlmesh.env.vector import VectorAsEnv, make_vector_env
+
+            env = VectorAsEnv(make_vector_env(env_spec, rest, atari, 1, num_threads=1))
+        else:
+            env = make_atari(env_spec, rest, atari) if atari else _gym_make(env_spec, rest, registry)
     if not isinstance(env, gym.Env):
         raise TypeError(f"env {env_spec!r} made a {type(env).__name__}, not a gymnasium.Env")
     return env

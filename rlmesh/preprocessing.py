@@ -161,10 +161,6 @@ def make_atari(env_id: str, env_config: dict, settings: dict) -> gym.Env:
     rlmesh does not depend on."""
     ale_py = require("ale_py", "envs", "Atari preprocessing (ale-py ships the ROMs)")
     gym.register_envs(ale_py)
-    if settings.get("vector"):
-        from rlmesh.env.vector import VectorAsEnv, make_vector_env
-
-        return VectorAsEnv(make_vector_env(env_id, env_config, settings, 1, num_threads=1))
     check_image_obs(env_config)
     # The wrapper skips frames itself, so the env must not skip too (v5 ids skip 4).
     kwargs = {"frameskip": 1, "obs_type": "grayscale" if settings["grayscale"] else "rgb",
