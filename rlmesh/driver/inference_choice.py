@@ -41,13 +41,13 @@ def choose_inference(cfg: Any, policy_specs: dict[str, Any]) -> dict[str, Any]:
                                                if isinstance(cfg.num_cpus_per_learner, (int, float))
                                                else 1)
     spare = (os.cpu_count() or 1) - cfg.num_env_runners - learner_cores
+    if not gpu and spare < 1:  # nothing to measure for: start-up stays short
+        return {"mode": "runner", "reason": "no GPU and no spare core for an inference actor",
+                "gpu": gpu, "spare_cores": spare}
     forward_ms = _forward_ms_per_obs(spec, cfg, obs_space, cfg.num_envs_per_env_runner)
     env_ms = _env_ms_per_step(cfg)
     measured = {"forward_ms_per_obs": round(forward_ms, 3), "env_ms_per_step": round(env_ms, 3),
                 "gpu": gpu, "spare_cores": spare}
-    if not gpu and spare < 1:
-        return {"mode": "runner", "reason": "no GPU and no spare core for an inference actor",
-                **measured}
     if forward_ms < FORWARD_SHARE * env_ms:
         return {"mode": "runner", "reason": f"the runner's forward pass is under "
                 f"{FORWARD_SHARE:.0%} of an env step", **measured}
