@@ -125,6 +125,30 @@ def conv(cpu_check: bool) -> None:
         train(algo, 2)
 
 
+def atari_central(cpu_check: bool) -> str | None:
+    """Pong in ale-py's vector env, its actions from the central inference actor on the
+    GPU (double-buffered runners), PPO then IMPALA with a CUDA learner."""
+    try:
+        import ale_py.vector_env  # noqa: F401
+    except ImportError:
+        return "skipped: needs ale-py >= 0.10 (rlmesh[envs])"
+    settings = {"env_config": {"atari": {"vector": True}}, "clip_rewards": True,
+                "num_env_runners": 2, "num_envs_per_env_runner": 4,
+                "rollout_fragment_length": 32, "inference_mode": "central",
+                "model": {"vf_share_layers": True}, "seed": 0}
+    with build("PPO", "ALE/Pong-v5", {**settings, "train_batch_size": 256,
+                                       "minibatch_size": 128, "num_epochs": 1,
+                                       **device_settings(cpu_check)}) as algo:
+        result = train(algo, 2)
+    if result["info"]["inference"]["mode"] != "central":
+        raise CaseFailed(f"inference: {result['info']['inference']}")
+    with build("IMPALA", "ALE/Pong-v5", {**settings, "train_batch_size": 256,
+                                          "min_time_s_per_iteration": 1,
+                                          **device_settings(cpu_check)}) as algo:
+        train(algo, 2)
+    return None
+
+
 def multi_agent(cpu_check: bool) -> None:
     settings = {**ON_POLICY, "env_config": {"num_agents": 2}, "policies": ["p0", "p1"],
                 "policy_mapping_fn": "tests.integration.multi_agent_envs:cartpole_two"}
@@ -247,6 +271,7 @@ CASES: dict[str, Callable[[bool], Any]] = {
     "PPO 2 learners NCCL": nccl,
     "LSTM PPO+IMPALA": lstm,
     "conv 84x84x4 PPO": conv,
+    "Atari vector env + central inference": atari_central,
     "multi-agent PPO": multi_agent,
     "checkpoint GPU -> CPU": checkpoint_gpu_to_cpu,
     "checkpoint CPU -> GPU": checkpoint_cpu_to_gpu,
