@@ -76,7 +76,9 @@ class SamplingSettings:
         "auto", "env_runners",
         doc="Each runner's envs in two halves: one steps in the vector env's threads while "
             "the runner computes the other's actions (Sample Factory's worker_num_splits=2). "
-            "Needs a vector env (env_config atari vector); 'auto': on there with 2 envs or more.")
+            "Needs a vector env (env_config atari vector); 'auto': on there with central "
+            "inference and 2 envs or more (with the runner's own pass, two half-size passes "
+            "a step cost more than the overlap gains on a busy CPU; docs/atari.md).")
     num_cpus_per_env_runner: float = setting(
         1, "env_runners", ge=0, aliases=("num_cpus_per_worker",),
         doc="CPUs the scheduler reserves for each env runner.")

@@ -144,7 +144,7 @@ class EnvRunner(MultiAgentPolicies, VersionedPolicies, Actor):
         if vector is not None:  # Atari in a C++ vector env (rlmesh/env/vector.py)
             sampler_cls: type = VectorEnvSampler
             self.sampler = VectorEnvSampler(
-                vector, n, splits=2 if double_buffered(cfg, vector=True) else 1,
+                vector, n, splits=2 if double_buffered(cfg, True, bool(self._inference_name)) else 1,
                 seed=seeds[0], callbacks=self.callbacks, env_runner=self,
                 clip_rewards=cfg.clip_rewards,
                 act=self._central_act if self._inference_name else None)

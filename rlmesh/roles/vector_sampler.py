@@ -163,7 +163,8 @@ class VectorEnvSampler:
         """Row ``t`` of group ``g``: its observations, actions and extras; the actions sent."""
         sl = slice(self.offsets[g], self.offsets[g] + self.sizes[g])
         cols = buf.cols
-        obs = cols[Columns.OBS][t, sl] = self._obs[g]
+        cols[Columns.OBS][t, sl] = self._obs[g]  # the one copy of the frames
+        obs = cols[Columns.OBS][t, sl]
         if self.act is not None:
             out = self.act(obs, explore)
             actions, extras, version = await out if inspect.isawaitable(out) else out

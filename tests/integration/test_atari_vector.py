@@ -32,11 +32,12 @@ def test_ppo_trains_on_the_vector_env_with_runner_inference():
         assert results[-1]["timesteps_total"] >= 256
         assert results[-1]["info"]["inference"]["mode"] == "runner"
         fragment = algo.mesh.sample(64)[0]
-        assert fragment["obs"].dtype == np.uint8 and fragment["obs"].shape[2:] == (4, 84, 84)
-        # double buffered: each runner's 4 envs in two groups of 2
+        assert fragment["obs"].dtype == np.uint8 and fragment["obs"].shape[2:] == (84, 84, 4)
         metrics = algo.env_runners.foreach_env_runner("metrics")
         assert all(m["num_env_steps_sampled"] > 0 for m in metrics)
-        assert len(algo.env_runners.foreach_env_runner("apply", "tests.integration.test_atari_vector:groups")[0]) == 2
+        # runner inference: one vector env of 4 ("auto" double-buffers central inference only)
+        sizes = algo.env_runners.foreach_env_runner("apply", "tests.integration.test_atari_vector:groups")
+        assert sizes == [[4], [4]]
         assert np.isfinite(results[-1]["info"]["learner"]["default_policy"]["total_loss"])
 
 
@@ -49,6 +50,8 @@ def test_central_inference_survives_sigkill_of_its_actor():
     with pong("central").build() as algo:
         algo.train()
         before = algo.mesh.run(algo.mesh.inference_actor.call("metrics"))
+        sizes = algo.env_runners.foreach_env_runner("apply", "tests.integration.test_atari_vector:groups")
+        assert sizes == [[2, 2], [2, 2]]  # double buffered: two halves of 2 envs each
         assert before["num_obs"] > 0 and before["device"] == "cpu"
         pid = algo.mesh.run(algo.mesh.inference_actor.call("pid"))
         os.kill(pid, signal.SIGKILL)

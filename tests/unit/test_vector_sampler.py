@@ -47,8 +47,8 @@ def sample(s, *args, **kwargs):
 
 
 def continues(before: np.ndarray, after: np.ndarray) -> bool:
-    """A frame stack ``after`` is ``before`` moved on by one frame."""
-    return np.array_equal(before[1:], after[:-1])
+    """A frame stack ``after`` (H, W, stack) is ``before`` moved on by one frame."""
+    return np.array_equal(before[..., 1:], after[..., :-1])
 
 
 @pytest.mark.parametrize("splits", [1, 2])
@@ -56,7 +56,7 @@ def test_rows_stay_with_their_envs(splits):
     s = sampler(num_envs=4, splits=splits)
     try:
         f = sample(s, 12)
-        assert f["obs"].shape == (12, 4, 4, 84, 84) and f["obs"].dtype == np.uint8
+        assert f["obs"].shape == (12, 4, 84, 84, 4) and f["obs"].dtype == np.uint8
         assert f["actions"].shape == (12, 4) and f["action_logp"].shape == (12, 4)
         assert f["mask"].all() and f["env_steps"] == 48
         for b in range(4):
@@ -150,7 +150,7 @@ def test_envpool_backend_masks_its_reset_steps():
     s.policy = UniformPolicy(s.observation_space, s.action_space)
     try:
         f = sample(s, 50)
-        assert f["obs"].shape == (50, 2, 4, 84, 84) and f["obs"].dtype == np.uint8
+        assert f["obs"].shape == (50, 2, 84, 84, 4) and f["obs"].dtype == np.uint8
         assert f["truncateds"][39].all() and not f["mask"][40].any() and f["mask"][41:].all()
         assert [e["length"] for e in f["episodes"]] == [40, 40]
         for b in range(2):
