@@ -43,3 +43,19 @@ ATARI_PPO = {
     # (36 ms against 5-8 ms).
     "torch_threads": 1,
 }
+
+
+def peer_main(doc: str):
+    """A peer's command line (``--steps``, ``--seed``) and the stream its one JSON line goes
+    to: the real stdout, kept aside, while stdout itself goes to stderr (the peers' worker
+    processes inherit it and print there)."""
+    import argparse
+    import os
+
+    parser = argparse.ArgumentParser(description=doc.split("\n")[0])
+    parser.add_argument("--steps", type=int, default=20_000, help="env steps (agent steps)")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    json_out = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    return args, json_out

@@ -15,15 +15,13 @@ import time
 
 T_START = time.perf_counter()  # before the imports: warmup_s counts them
 
-import argparse  # noqa: E402
 import json  # noqa: E402
-import os  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from tests.benchmarks.atari_setup import ATARI_PPO as S  # noqa: E402
+from tests.benchmarks.atari_setup import ATARI_PPO as S, peer_main  # noqa: E402
 from tests.benchmarks.peer_rllib import run_with_session  # noqa: E402
 
 ENV_NAME = "peer_rllib_atari_pong"
@@ -123,14 +121,7 @@ def train(steps: int, seed: int, out: dict) -> Any:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--steps", type=int, default=20_000, help="env steps (agent steps)")
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
-    # Ray prints its workers' output through the driver's stdout: give it stderr, and keep the
-    # real stdout for the JSON line.
-    real_out = os.fdopen(os.dup(1), "w", buffering=1)
-    os.dup2(2, 1)
+    args, real_out = peer_main(__doc__)  # Ray prints its workers' output to stdout: stderr
     out: dict = {}
     try:
         train(args.steps, args.seed, out)

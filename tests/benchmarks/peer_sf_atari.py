@@ -14,9 +14,7 @@ import time
 
 T_START = time.perf_counter()  # before the imports: warmup_s counts them
 
-import argparse  # noqa: E402
 import json  # noqa: E402
-import os  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -27,7 +25,7 @@ from pathlib import Path  # noqa: E402
 import ale_py  # noqa: E402, F401
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from tests.benchmarks.atari_setup import ATARI_PPO as S  # noqa: E402
+from tests.benchmarks.atari_setup import ATARI_PPO as S, peer_main  # noqa: E402
 
 
 def sf_flags(steps: int, train_dir: str, seed: int) -> list[str]:
@@ -124,14 +122,7 @@ def train(steps: int, seed: int) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--steps", type=int, default=20_000, help="env steps (agent steps)")
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
-    # SF logs to stdout, and its workers inherit it: they get stderr; the JSON line goes to
-    # the real stdout.
-    out = os.fdopen(os.dup(1), "w", buffering=1)
-    os.dup2(2, 1)
+    args, out = peer_main(__doc__)  # SF and its workers log to stdout: stderr here
     print(json.dumps(train(args.steps, args.seed)), file=out, flush=True)
 
 
