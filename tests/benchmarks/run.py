@@ -2,7 +2,7 @@
 
 ``python -m tests.benchmarks.run [--quick] [--only NAME[,NAME]] [--json FILE] [--seeds S ...]``
 Figures are measured, never asserted: a missed goal is reported, not failed.
-Eight suites: the runtime's (bench_runtime: rtt_*, stream_*, cold_start, about 1 min),
+The suites: the runtime's (bench_runtime: rtt_*, stream_*, cold_start, about 1 min),
 PPO's (bench_ppo: ppo_*, about 5 min; ``--only ppo``) and the policy client's (bench_client:
 client_*, about 1 min; ``--only client``), the scheduler's (bench_scheduler: scheduler_*,
 simulated, no processes, under 1 min; ``--only scheduler``) and IMPALA's (bench_impala:
@@ -16,7 +16,9 @@ SAC/TD3/DDPG's (bench_sac_td3: sac_td3_learning against stable-baselines3, sever
 ``--only tune``) and ``rlmesh train``'s start-up and shut-down (bench_startup: startup,
 PPO, IMPALA and DQN to one iteration beside a bare torch import, about 2 min;
 ``--only startup``), SimpleQ's and Rainbow DQN's against RLlib's CartPole budgets
-(bench_rainbow: rainbow_learning, 3 seeds each, tens of minutes; ``--only rainbow``).
+(bench_rainbow: rainbow_learning, 3 seeds each, tens of minutes; ``--only rainbow``), PPO on
+Pong against its limits and Sample Factory, CleanRL and RLlib (bench_atari: atari_throughput,
+about 15 min with the peers of ``make bench-peers``; ``--only atari``).
 Each suite has its own sizes.
 """
 
@@ -35,9 +37,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import (bench_apex, bench_client, bench_curve, bench_dqn, bench_impala, bench_ppo,
-               bench_rainbow, bench_runtime, bench_sac_td3, bench_scheduler, bench_startup,
-               bench_tune)
+from . import (bench_apex, bench_atari, bench_client, bench_curve, bench_dqn, bench_impala,
+               bench_ppo, bench_rainbow, bench_runtime, bench_sac_td3, bench_scheduler,
+               bench_startup, bench_tune)
 from .bench_runtime import Row
 
 # name -> (benchmark, its suite's default sizes, its suite's --quick sizes)
@@ -45,7 +47,7 @@ BENCHMARKS: dict[str, tuple[Any, Any, Any]] = {
     name: (fn, suite.DEFAULT, suite.QUICK)
     for suite in (bench_runtime, bench_ppo, bench_client, bench_scheduler, bench_impala,
                   bench_curve, bench_dqn, bench_rainbow, bench_sac_td3, bench_apex, bench_tune,
-                  bench_startup)
+                  bench_startup, bench_atari)
     for name, fn in suite.BENCHMARKS.items()}
 
 
