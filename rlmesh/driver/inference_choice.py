@@ -24,6 +24,10 @@ FORWARD_SHARE = 0.25
 def choose_inference(cfg: Any, policy_specs: dict[str, Any]) -> dict[str, Any]:
     """``{"mode": "runner"|"central", "reason": ..., and what was measured}``."""
     asked = cfg.inference_mode
+    if asked == "central" and (len(policy_specs) != 1 or cfg.policy_server_address is not None):
+        raise ValueError("inference_mode='central' serves one policy to env runners that step "
+                         "their own envs; multi-agent runs and policy servers act in their "
+                         "runners: set inference_mode 'runner' or 'auto'")
     if asked != "auto":
         return {"mode": asked, "reason": f"inference_mode={asked!r}"}
     if cfg.num_env_runners == 0 or cfg.policy_server_address is not None:

@@ -44,3 +44,11 @@ def test_a_conv_policy_goes_central_only_where_it_pays():
     crowded = config.copy().env_runners(num_env_runners=8)  # no core left over
     if not choice["gpu"]:
         assert choose_inference(crowded, specs(crowded))["mode"] == "runner"
+
+
+def test_central_inference_for_several_policies_is_refused_in_one_line():
+    config = (PPOConfig().environment("CartPole-v1").env_runners(inference_mode="central")
+              .multi_agent(policies=["a", "b"], policy_mapping_fn=lambda aid, *a, **k: "a"))
+    two = {"a": {}, "b": {}}
+    with pytest.raises(ValueError, match="multi-agent runs and policy servers act in their"):
+        choose_inference(config, two)
