@@ -7,7 +7,8 @@ bench_minatar.py given the same settings (net, batch, minibatches, epochs, lr, l
 writes docs/benchmarks/minatar_curves.csv (one row per iteration: env steps, seconds since
 the run started, mean return of the last 100 episodes), docs/img/minatar_curves.png (return
 against env steps and against seconds, mean over seeds with a min-max band) and prints a
-table. ``--plot-only`` redraws the figure and the table from the CSV.
+table. ``--plot-only`` redraws the figure and the table from the CSV. The default 300k steps
+is the examples' budget (their lr falls to 0 there): the 12 runs took 21.5 min on 2 cores.
 """
 
 from __future__ import annotations
