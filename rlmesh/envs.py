@@ -116,6 +116,8 @@ def _make_from_path(env_spec: str, env_config: dict) -> gym.Env:
 
 
 def _gym_make(env_id: str, env_config: dict, registry: dict[str, str]) -> gym.Env:
+    if env_id.startswith("MinAtar/") and env_id not in gym.envs.registry:
+        _register_minatar(env_id)
     try:
         return gym.make(env_id, **env_config)
     except gym.error.DependencyNotInstalled as exc:
@@ -131,6 +133,16 @@ def _gym_make(env_id: str, env_config: dict, registry: dict[str, str]) -> gym.En
             f"env {env_id!r} not found: it is not a registered name (registered: "
             f"{sorted(registry) or 'none'}), not an import path 'pkg.module:make_env', and "
             f"gymnasium says: {exc}.{hint}") from None
+
+
+def _register_minatar(env_id: str) -> None:
+    """minatar (1.0.15) registers its ids, ``MinAtar/Breakout-v1``, only when
+    ``minatar.gym.register_envs()`` is called: importing it does not."""
+    try:
+        import minatar.gym
+    except ImportError:
+        raise EnvError(f"env {env_id!r} is a MinAtar game: it needs minatar: {EXTRA_HINT}") from None
+    minatar.gym.register_envs()
 
 
 def spaces_of(env_spec: Any, env_config: dict | None = None,

@@ -20,11 +20,8 @@ BAR, BUDGET = 2.0, 80_000
 
 def test_ppo_learns_minatar_breakout_above_a_random_policy():
     _, exp, _ = load_experiment("minatar-breakout-ppo.yaml")
-    # minatar registers its gymnasium ids only when minatar.gym.register_envs() is called,
-    # and rlmesh's env lookup does not call it: the creator does, in each runner.
-    config = PPOConfig.from_dict({**exp["config"], "seed": 0,
-                                  "env": "tests.benchmarks.bench_minatar:make_minatar",
-                                  "env_config": {"id": exp["env"]}})
+    # The example as a user runs it: its MinAtar id, registered by rlmesh's env lookup.
+    config = PPOConfig.from_dict({**exp["config"], "seed": 0, "env": exp["env"]})
     with config.build() as algo:
         returns = []
         while not returns or returns[-1] < BAR:
