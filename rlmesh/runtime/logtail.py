@@ -148,10 +148,23 @@ def _is_detail(is_record: bool, level: int, message: str) -> bool:
     return level >= logging.ERROR and (not is_record or message.startswith(TRACEBACK_HEAD))
 
 
+class QuietFileHandler(logging.FileHandler):
+    """A log file that stops, without a word, once it cannot be written (a full disk): the
+    run's own error says so in one line, and logging's "--- Logging error ---" traceback on
+    stderr, printed for each record after, would bury that line."""
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        logging.getLogger().removeHandler(self)
+        try:
+            self.close()
+        except OSError:
+            pass
+
+
 def attach_log_file(path: str | Path, level: str | int) -> logging.Handler:
     """Every record at ``level`` or above (every process's, with LogTail) also into
     ``path``, with time and role."""
-    handler = logging.FileHandler(path, encoding="utf-8")
+    handler = QuietFileHandler(path, encoding="utf-8")
     handler.setLevel(level_number(level))
     handler.addFilter(RoleFilter())
     handler.setFormatter(logging.Formatter(
