@@ -225,8 +225,7 @@ class VectorAsEnv(gym.Env):
 def vector_env_factory(env_id: str, env_config: dict, settings: dict
                        ) -> Callable[[int], Any]:
     """``make(num_envs)`` for the runner: the checks run now, in the runner's constructor."""
-    _check({k: v for k, v in env_config.items()}, settings)
-    vector_backend(settings)
+    _check(env_config, settings)
 
     def make(num_envs: int) -> Any:
         return make_vector_env(env_id, env_config, settings, num_envs)

@@ -181,7 +181,8 @@ class EnvRunner(MultiAgentPolicies, VersionedPolicies, Actor):
         self._ps: Any = None
         self._inbox: dict[str, Any] = {}
         self._stats = {"num_fragments": 0, "num_weight_updates": 0, "sample_time_s": 0.0,
-                       "num_fragments_lost": 0, "num_weight_pushes": 0, "num_weight_pulls": 0}
+                       "num_fragments_lost": 0, "num_weight_pushes": 0, "num_weight_pulls": 0,
+                       "num_inference_retries": 0}
         # Streaming (asynchronous algorithms): what was sampled since the driver last asked.
         self._stream_task: asyncio.Task[None] | None = None
         self._senders: list[Any] | None = None
@@ -336,7 +337,7 @@ class EnvRunner(MultiAgentPolicies, VersionedPolicies, Actor):
                                                    self.version, timeout=INFERENCE_TIMEOUT_S)
                 return reply["actions"], reply["extras"], reply["version"]
             except (ActorUnavailable, KeyError) as exc:
-                self._stats["num_inference_retries"] = self._stats.get("num_inference_retries", 0) + 1
+                self._stats["num_inference_retries"] += 1
                 log.warning("env runner %d: inference actor unavailable (%s); waiting for it",
                             self.worker_index, str(exc).splitlines()[0])
                 await asyncio.sleep(0.2)

@@ -15,7 +15,7 @@ from rlmesh.callbacks import Callbacks, Episode
 from rlmesh.policy.policy import Policy
 from rlmesh.rl.columns import Columns, env_columns, optional_columns
 from rlmesh.rl.filters import NoFilter
-from rlmesh.roles.env_sampler import FragmentBuffer
+from rlmesh.roles.env_sampler import RESEED_STRIDE, FragmentBuffer
 
 #: ``act(obs, explore) -> (actions, extras, policy version or None)``, maybe a coroutine.
 Act = Callable[[np.ndarray, Any], Any]
@@ -102,7 +102,7 @@ class VectorEnvSampler:
         for g, (env, off) in enumerate(zip(self.groups, self.offsets)):
             seed = None if self.seed is None else self.seed + off
             self._obs[g], _ = env.reset(seed=seed)
-        self.seed = None if self.seed is None else self.seed + 7919  # a restart: new games
+        self.seed = None if self.seed is None else self.seed + RESEED_STRIDE  # a restart: new games
         self._returns[:] = 0
         self._lengths[:] = 0
         self._ids[:] = [next(self._episode_ids) for _ in range(self.num_envs)]
