@@ -60,6 +60,16 @@ def _num_gpus(value, d, cls):
             f"num_gpus: {int(value)} -> {int(value)} data-parallel learners of 1 GPU each")
 
 
+def _num_accs(value, d, cls):
+    """RLlib's short-lived name of num_gpus ("accelerators"), in its Hopper and Walker2d
+    PPO examples."""
+    try:
+        out, said = _num_gpus(value, d, cls)
+    except Refused as e:
+        raise Refused(str(e).replace("num_gpus:", "num_accs:", 1)) from None
+    return out, said and said.replace("num_gpus:", "num_accs (num_gpus):", 1)
+
+
 def _apex_optimizer(value, d, cls):
     """APEX's old ``optimizer`` dict."""
     if not isinstance(value, dict):
@@ -325,6 +335,7 @@ def _ignore_failures(value, d, cls):
 TRANSLATIONS: dict[str, Callable] = {
     "framework": _framework,
     "num_gpus": _num_gpus,
+    "num_accs": _num_accs,
     "use_pytorch": _use_pytorch,
     "optimizer": _apex_optimizer,
     "multiagent": _multiagent,

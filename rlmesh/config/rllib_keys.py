@@ -115,6 +115,7 @@ NO_EFFECT: dict[str, str] = {
     "policy_map_cache": "every policy stays in memory",
     "policy_states_are_swappable": "every policy stays in memory",
     "num_gpu_loader_threads": "batches are copied to the GPU by the learner",
+    "num_data_loader_buffers": "batches are copied to the GPU by the learner",
     "log_gradients": "the learner reports the gradient norm",
     "_prior_exploration_config": "exploration_config is the setting",
     "offline_sampling": "rlmesh knows an offline run by its input",
