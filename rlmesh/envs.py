@@ -6,6 +6,7 @@ that this machine's child processes resolve (rlmesh.runtime.handed: never over a
 from __future__ import annotations
 
 import difflib
+import logging
 from typing import Any, Callable
 
 import gymnasium as gym
@@ -17,6 +18,8 @@ from rlmesh.runtime.import_path import import_module, import_object, path_of
 
 _REGISTRY: dict[str, str] = {}  # name -> "module:qualname" of its creator (or its token)
 EXTRA_HINT = "pip install 'rlmesh[envs]'"  # the extra with the envs beyond gymnasium's own
+MUJOCO_HINT = "pip install 'rlmesh[mujoco]'"
+logger = logging.getLogger("rlmesh.envs")
 
 
 class EnvError(ValueError):
@@ -118,11 +121,23 @@ def _make_from_path(env_spec: str, env_config: dict) -> gym.Env:
 def _gym_make(env_id: str, env_config: dict, registry: dict[str, str]) -> gym.Env:
     if env_id.startswith("MinAtar/") and env_id not in gym.envs.registry:
         _register_minatar(env_id)
+    current = mujoco_current_id(env_id)
+    if current is not None:
+        _say_once(f"env {env_id!r} was a mujoco-py env, which gymnasium 1.x no longer has: "
+                  f"running {current!r} (set env: {current} to silence this)")
+        env_id = current
     try:
         return gym.make(env_id, **env_config)
-    except gym.error.DependencyNotInstalled as exc:
-        # gymnasium's advice for Box2D (swig, gymnasium[box2d]) predates box2d's wheels,
-        # which rlmesh's envs extra installs.
+    except (gym.error.DependencyNotInstalled, ImportError) as exc:
+        # gymnasium's advice names its own extras (gymnasium[mujoco]; swig and gymnasium[box2d],
+        # which predates box2d's wheels); rlmesh's extras install what they hold. Its MuJoCo
+        # package imports mujoco, imageio and packaging: any of them missing is the extra.
+        if _is_mujoco(env_id):
+            missing = getattr(exc, "name", None) or "mujoco"
+            raise EnvError(f"env {env_id!r} is a MuJoCo env: it needs the {missing} package: "
+                           f"{MUJOCO_HINT}") from None
+        if isinstance(exc, ImportError):
+            raise
         hint = EXTRA_HINT if "box2d" in str(exc).lower() else str(exc)
         raise EnvError(f"env {env_id!r} needs a package that is not installed: {hint}") from None
     except gym.error.Error as exc:
@@ -133,6 +148,37 @@ def _gym_make(env_id: str, env_config: dict, registry: dict[str, str]) -> gym.En
             f"env {env_id!r} not found: it is not a registered name (registered: "
             f"{sorted(registry) or 'none'}), not an import path 'pkg.module:make_env', and "
             f"gymnasium says: {exc}.{hint}") from None
+
+
+def mujoco_current_id(env_id: str) -> str | None:
+    """The v5 id for one of gymnasium's MuJoCo ids that it no longer makes: v2 and v3 ran on
+    mujoco-py (gymnasium 1.x registers them only to raise), v1 predates gymnasium; RLlib's
+    tuned examples name them. None for any other id (v4 and v5 run as they are)."""
+    name, sep, version = env_id.rpartition("-v")
+    if not sep or not version.isdigit() or int(version) >= 4:
+        return None
+    if not _is_mujoco(f"{name}-v5"):
+        return None
+    old = gym.envs.registry.get(env_id)
+    if old is not None and isinstance(old.entry_point, str):
+        return None  # registered again by something that makes it (a user's own env)
+    return f"{name}-v5"
+
+
+def _is_mujoco(env_id: str) -> bool:
+    """Whether gymnasium makes ``env_id`` from its MuJoCo package (mujoco's bindings)."""
+    spec = gym.envs.registry.get(env_id)
+    return spec is not None and str(spec.entry_point).startswith("gymnasium.envs.mujoco.")
+
+
+_SAID: set[str] = set()
+
+
+def _say_once(line: str) -> None:
+    """Warn once per process: every runner makes several copies of its env."""
+    if line not in _SAID:
+        _SAID.add(line)
+        logger.warning("%s", line)
 
 
 def _register_minatar(env_id: str) -> None:
