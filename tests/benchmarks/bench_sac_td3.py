@@ -135,11 +135,12 @@ def bench_learning(sizes: Sizes, tmp: Path) -> list[Row]:
 ACTING_ROUNDS, ACTING_SECONDS = 5, 2.0
 
 
-def _acting_samplers(num_envs: int) -> dict[str, Any]:
-    """The runner's EnvSampler on Pendulum-v1 twice: acting with SACTorchPolicy (one torch
+def _acting_samplers(num_envs: int, env_id: str = "Pendulum-v1",
+                     hiddens: tuple[int, ...] = (64, 64)) -> dict[str, Any]:
+    """The runner's EnvSampler on ``env_id`` twice: acting with SACTorchPolicy (one torch
     thread, as runners set it) and with the NumpySACPolicy runners now get, on the same
     (trained-looking: perturbed) weights, past random_timesteps, with the tuned example's
-    networks ([64, 64])."""
+    networks ([64, 64] on Pendulum, [256, 256] on MuJoCo)."""
     import gymnasium as gym
     import torch
 
@@ -148,15 +149,15 @@ def _acting_samplers(num_envs: int) -> dict[str, Any]:
     from rlmesh.roles.env_sampler import EnvSampler
 
     torch.set_num_threads(1)
-    net = {"fcnet_hiddens": [64, 64]}
-    config = SACConfig().environment("Pendulum-v1").training(q_model_config=net,
-                                                              policy_model_config=net)
-    env = gym.make("Pendulum-v1")
+    net = {"fcnet_hiddens": list(hiddens)}
+    config = SACConfig().environment(env_id).training(q_model_config=net,
+                                                      policy_model_config=net)
+    env = gym.make(env_id)
     torch_policy = SACTorchPolicy(env.observation_space, env.action_space, config)
     numpy_policy = NumpySACPolicy(env.observation_space, env.action_space, config)
     numpy_policy.set_weights(torch_policy.get_weights())
     seeds = list(range(num_envs))
-    return {side: EnvSampler(lambda i: gym.make("Pendulum-v1"), num_envs, policy, seeds=seeds)
+    return {side: EnvSampler(lambda i: gym.make(env_id), num_envs, policy, seeds=seeds)
             for side, policy in (("torch", torch_policy), ("numpy", numpy_policy))}
 
 
@@ -167,11 +168,12 @@ def _sampling_rate(sampler: Any, fragment: int, seconds: float) -> float:
     return steps / (time.perf_counter() - start)
 
 
-def acting_rates(rounds: int) -> list[dict[str, Any]]:
+def acting_rates(rounds: int, env_id: str = "Pendulum-v1") -> list[dict[str, Any]]:
     """Median env steps/s of each side, per runner shape, and the load meanwhile."""
     out = []
+    hiddens = (64, 64) if env_id == "Pendulum-v1" else (256, 256)
     for num_envs, fragment in ((1, 4), (8, 4)):  # the tuned example's runner; 8 envs
-        samplers = _acting_samplers(num_envs)
+        samplers = _acting_samplers(num_envs, env_id, hiddens)
         rates: dict[str, list[float]] = {side: [] for side in samplers}
         load0 = os.getloadavg()[0]
         for _ in range(rounds):
@@ -180,7 +182,7 @@ def acting_rates(rounds: int) -> list[dict[str, Any]]:
         for sampler in samplers.values():
             for slot in sampler.slots:
                 slot.env.close()
-        out.append({"envs": num_envs, "fragment": fragment,
+        out.append({"env": env_id, "envs": num_envs, "fragment": fragment,
                     "load": (load0 + os.getloadavg()[0]) / 2,
                     **{side: statistics.median(r) for side, r in rates.items()}})
     return out
@@ -217,7 +219,9 @@ if __name__ == "__main__":
     from .run import text_table
 
     if "--acting-rates" in sys.argv:  # bench_acting's own process
-        print(json.dumps(acting_rates(int(sys.argv[sys.argv.index("--acting-rates") + 1]))))
+        env_id = sys.argv[sys.argv.index("--env") + 1] if "--env" in sys.argv else "Pendulum-v1"
+        print(json.dumps(acting_rates(int(sys.argv[sys.argv.index("--acting-rates") + 1]),
+                                      env_id)))
         sys.exit(0)
     quick = "--quick" in sys.argv
     bench = bench_acting if "--acting" in sys.argv else bench_learning
