@@ -68,9 +68,15 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--window", type=int, default=10)
     parser.add_argument("--timesteps", type=int, default=100_000)
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads; 1 as rlmesh's learner (0: torch's default of one "
+                             "per core, which spins against any other load on 2 cores)")
     args = parser.parse_args()
     import stable_baselines3
     import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
 
     model = build(args.algo, args.env, args.seed, args.window)
     t0 = time.perf_counter()
