@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
 from rlmesh.extras import require
+from rlmesh.offline.json_io import BadRecord
 
 SHAPES = b"rlmesh.shapes"  # schema metadata: {column: per-step shape}
 
@@ -45,8 +46,34 @@ def read_parquet(path: Path) -> dict[str, np.ndarray]:
     """The file's steps as one record (it may hold many episodes: join them by eps_id)."""
     _, pq = _pa()
     table = pq.read_table(path)
-    meta = table.schema.metadata or {}
-    shapes = json.loads(meta.get(SHAPES, b"{}"))
+    return _record(table, json.loads((table.schema.metadata or {}).get(SHAPES, b"{}")))
+
+
+def read_parquet_groups(path: Path) -> Iterator[tuple[str, dict[str, np.ndarray] | BadRecord]]:
+    """``("row group i", record or BadRecord)`` for each row group of ``path`` (each write
+    of a runner's is one): a corrupt group is skipped, the others kept. A file that cannot
+    be opened (cut short, its footer lost) is one BadRecord labelled ``""``."""
+    _, pq = _pa()
+    try:
+        file = pq.ParquetFile(path)
+    except (OSError, ValueError) as e:  # pyarrow's errors derive from these
+        yield "", BadRecord(f"unreadable Parquet file ({_first_line(e)})")
+        return
+    shapes = json.loads((file.schema_arrow.metadata or {}).get(SHAPES, b"{}"))
+    for i in range(file.num_row_groups):
+        try:
+            table = file.read_row_group(i)
+        except (OSError, ValueError) as e:
+            yield f"row group {i}", BadRecord(f"unreadable row group ({_first_line(e)})")
+            continue
+        yield f"row group {i}", _record(table, shapes)
+
+
+def _first_line(e: BaseException) -> str:
+    return (str(e).splitlines() or [type(e).__name__])[0]
+
+
+def _record(table: Any, shapes: dict[str, list[int]]) -> dict[str, np.ndarray]:
     rec = {}
     for name in table.column_names:
         col = table.column(name).combine_chunks()

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 EXTENSIONS = (".json", ".jsonl", ".parquet")
+ARCHIVES = (".zip", ".gz", ".tgz", ".tar", ".bz2", ".xz")
 REQUIRED = (Columns.OBS, Columns.ACTIONS, Columns.REWARDS, Columns.TERMINATEDS, Columns.TRUNCATEDS)
 #: Per-step columns a learner's batch carries when every episode has them.
 LEARNER_COLUMNS = (*REQUIRED, Columns.ACTION_LOGP, Columns.ACTION_DIST_INPUTS,
@@ -48,6 +49,14 @@ def resolve_files(source: str | list | tuple) -> list[Path]:
         files = [Path(p) for p in glob.glob(str(path), recursive=True) if Path(p).is_file()]
     else:
         files = [path] if path.is_file() else []
+    if not files and str(source).startswith("d4rl."):
+        raise DatasetError(f"input {str(source)!r}: D4RL datasets are not supported (the d4rl "
+                           "package needs the old gym and mujoco-py); convert its Minari port "
+                           "(python -m rlmesh.offline.convert minari mujoco/hopper/medium-v0 "
+                           "DIR) or give a folder of JSON-lines or Parquet files")
+    if files and path.suffix in ARCHIVES:  # RLlib's tests read zipped JSON, e.g. enormous.zip
+        raise DatasetError(f"input {str(source)!r}: an archive, which rlmesh does not read; "
+                           f"unpack it and give the folder of {', '.join(EXTENSIONS)} files")
     if not files:
         raise DatasetError(f"input {str(source)!r}: no data files there (a directory of "
                            f"{', '.join(EXTENSIONS)} files, a glob, or a file)")
@@ -101,18 +110,14 @@ class OfflineDataset:
 
     def _read(self, path: Path, fmt: str | None) -> list[dict[str, np.ndarray]]:
         if (fmt or path.suffix.lstrip(".")) == "parquet":
-            from rlmesh.offline.parquet_io import read_parquet
+            from rlmesh.offline.parquet_io import read_parquet_groups
 
-            try:
-                found = [(0, read_parquet(path))]
-            except (OSError, ValueError) as e:  # pyarrow's errors derive from these
-                self._skip(str(path), f"unreadable Parquet file ({str(e).splitlines()[0]})")
-                return []
+            found: Any = read_parquet_groups(path)  # ("row group i", record or BadRecord)
         else:
-            found = list(read_json(path))
+            found = read_json(path)  # (line number, record or BadRecord)
         out = []
-        for line, rec in found:
-            where = f"{path}:{line}" if line else str(path)
+        for label, rec in found:
+            where = f"{path}:{label}" if label else str(path)
             if isinstance(rec, BadRecord):
                 self._skip(where, str(rec))
                 continue
@@ -158,8 +163,8 @@ class OfflineDataset:
             if shapes != {layout.shape}:
                 raise DatasetError(
                     f"input {self.source!r} does not fit env {env!r}: its {key} have per-step "
-                    f"shape {sorted(shapes)[0]}, the env's {what} space "
-                    f"({type(space).__name__}) needs {layout.shape}")
+                    f"shape {sorted(shapes)[0]}, the env's {what} space {space} needs "
+                    f"{layout.shape}")
             if isinstance(space, gym.spaces.Discrete):
                 values = np.concatenate([e[key] for e in episodes])
                 bad = values[(values < space.start) | (values >= space.start + space.n)]

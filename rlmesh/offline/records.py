@@ -179,8 +179,9 @@ def episode_record(obs: np.ndarray, actions: np.ndarray, rewards: np.ndarray,
 
 def join_episodes(records: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
     """Chunks grouped by eps_id and agent_id (a record may hold several episodes: a Parquet
-    file; a multi-agent episode is one trajectory per agent) and joined in the order of t;
-    columns not in every chunk of an episode are dropped."""
+    file; a multi-agent episode is one trajectory per agent) and joined in the order of t
+    where their steps follow on (``_consecutive``); columns not in every chunk of an
+    episode are dropped."""
     chunks: dict[tuple[int, str], list[dict[str, np.ndarray]]] = {}
     for rec in records:
         ids = rec[Columns.EPS_ID]
@@ -194,9 +195,25 @@ def join_episodes(records: list[dict[str, np.ndarray]]) -> list[dict[str, np.nda
     episodes = []
     for parts in chunks.values():
         parts.sort(key=lambda p: int(p[Columns.T][0]) if Columns.T in p else 0)
-        keys = set.intersection(*(set(p) for p in parts))
-        episodes.append({k: np.concatenate([p[k] for p in parts]) for k in parts[0] if k in keys})
+        for run in _consecutive(parts):
+            keys = set.intersection(*(set(p) for p in run))
+            episodes.append({k: np.concatenate([p[k] for p in run]) for k in run[0] if k in keys})
     return episodes
+
+
+def _consecutive(parts: list[dict[str, np.ndarray]]) -> list[list[dict[str, np.ndarray]]]:
+    """One episode's chunks (in the order of t) cut where steps are missing (a record that
+    could not be read): each run of consecutive steps becomes an episode, the earlier ones
+    ending cut short (trained on as truncated), so no transition joins two distant steps."""
+    runs = [[parts[0]]]
+    for part in parts[1:]:
+        last = runs[-1][-1]
+        if (Columns.T in part and Columns.T in last
+                and int(part[Columns.T][0]) != int(last[Columns.T][-1]) + 1):
+            runs.append([part])
+        else:
+            runs[-1].append(part)
+    return runs
 
 
 def batch_from_episodes(episodes: list[dict[str, np.ndarray]], keys: list[str]
