@@ -25,6 +25,8 @@ ALGORITHMS = {
     "APEX_DDPG": "rlmesh.algorithms.apex_config:ApexDDPGConfig",
     "MARWIL": "rlmesh.algorithms.marwil_config:MARWILConfig",
     "BC": "rlmesh.algorithms.bc_config:BCConfig",
+    "CQL": "rlmesh.algorithms.cql_config:CQLConfig",
+    "IQL": "rlmesh.algorithms.iql_config:IQLConfig",
     "ES": "rlmesh.algorithms.es_config:ESConfig",
     "ARS": "rlmesh.algorithms.ars_config:ARSConfig",
 }
