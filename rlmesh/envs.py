@@ -127,6 +127,8 @@ def _gym_make(env_id: str, env_config: dict, registry: dict[str, str]) -> gym.En
                   f"running {current!r} (set env: {current} to silence this)")
         env_id = current
     try:
+        if _is_mujoco(env_id):
+            _route_mujoco_warnings()
         return gym.make(env_id, **env_config)
     except (gym.error.DependencyNotInstalled, ImportError) as exc:
         # gymnasium's advice names its own extras (gymnasium[mujoco]; swig and gymnasium[box2d],
@@ -169,6 +171,28 @@ def _is_mujoco(env_id: str) -> bool:
     """Whether gymnasium makes ``env_id`` from its MuJoCo package (mujoco's bindings)."""
     spec = gym.envs.registry.get(env_id)
     return spec is not None and str(spec.entry_point).startswith("gymnasium.envs.mujoco.")
+
+
+def _route_mujoco_warnings() -> None:
+    """MuJoCo's warnings through rlmesh's log, each once per process, instead of MuJoCo's
+    default: a line on stderr from every process and a MUJOCO_LOG.TXT file in the working
+    directory. mujoco 3.x warns that gymnasium's half_cheetah.xml uses a deprecated
+    attribute (settotalmass) on every load: a compiler deprecation is logged at debug. A
+    handler the user set stays."""
+    try:
+        import mujoco
+    except ImportError:
+        return  # gym.make says it (the extra) in one line
+    if mujoco.get_mju_user_warning() is not None:
+        return
+
+    def warn(message: str) -> None:
+        if "deprecated" in message:
+            logger.debug("MuJoCo: %s", message)
+        else:
+            _say_once(f"MuJoCo: {message}")
+
+    mujoco.set_mju_user_warning(warn)
 
 
 _SAID: set[str] = set()

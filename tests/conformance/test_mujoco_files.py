@@ -107,3 +107,30 @@ def test_a_mujoco_id_without_the_extra_is_one_line(blocked, env_id, tmp_path):
         f"rlmesh train: error: env {current!r} is a MuJoCo env: it needs the {blocked} "
         "package: pip install 'rlmesh[mujoco]'")
     assert "Traceback" not in out.stderr
+
+
+WARNINGS_SCRIPT = """
+import logging
+import numpy as np
+import mujoco
+from rlmesh.envs import make_env
+logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
+for env in [make_env("HalfCheetah-v5") for _ in range(2)]:
+    env.reset(seed=0)
+    env.unwrapped.data.qvel[:] = np.inf  # an unstable simulation: MuJoCo warns
+    mujoco.mj_step(env.unwrapped.model, env.unwrapped.data)
+"""
+
+
+@needs_mujoco
+def test_mujoco_warnings_reach_the_log_once_and_no_file(tmp_path):
+    # MuJoCo's default: every process prints gymnasium's half_cheetah.xml deprecation
+    # (settotalmass, mujoco 3.x) to stderr and appends it to ./MUJOCO_LOG.TXT.
+    out = subprocess.run([sys.executable, "-c", WARNINGS_SCRIPT], capture_output=True,
+                         text=True, timeout=120, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert not (tmp_path / "MUJOCO_LOG.TXT").exists()
+    assert "settotalmass" not in out.stderr + out.stdout
+    lines = [line for line in out.stderr.splitlines() if "MuJoCo" in line]
+    assert lines == ["rlmesh.envs: MuJoCo: Nan, Inf or huge value in QVEL at DOF 0. The "
+                     "simulation is unstable. Time = 0.0000."]
