@@ -6,6 +6,7 @@ rlmesh's own MuJoCo examples. Also: a MuJoCo id without the mujoco extra is one 
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import subprocess
 import sys
@@ -21,9 +22,8 @@ from rlmesh.tune.experiment import make_config
 from tests.conformance.files import FILES, specs_of, variants
 
 MUJOCO_FILES = sorted((FILES / "mujoco").rglob("*.yaml"))
-needs_mujoco = pytest.mark.skipif(
-    subprocess.run([sys.executable, "-c", "import mujoco"], capture_output=True).returncode != 0,
-    reason="needs the mujoco extra: pip install 'rlmesh[mujoco]'")
+needs_mujoco = pytest.mark.skipif(importlib.util.find_spec("mujoco") is None,
+                                  reason="needs the mujoco extra: pip install 'rlmesh[mujoco]'")
 
 
 def _name(path: Path) -> str:
