@@ -149,3 +149,30 @@ def make_filter(name: str, obs_space: Any) -> NoFilter:
                          f"the observation space is {obs_space}: use NoFilter (or a wrapper "
                          f"that turns the observations into floats)")
     return MeanStdFilter(tuple(obs_space.shape))
+
+
+class ReturnNormalizer:
+    """``normalize_rewards``: each env's rewards divided by the running std of its discounted
+    return, then clipped to [-CLIP, CLIP] -- stable-baselines3's VecNormalize(norm_reward)
+    and gymnasium's NormalizeReward, which rl-zoo's MuJoCo PPO settings assume. Statistics
+    are this runner's own (one per sampler, as theirs are per process), kept in Python
+    floats: a step's update costs well under a microsecond beside a MuJoCo step's ~80."""
+
+    def __init__(self, num_envs: int, gamma: float, epsilon: float = 1e-8) -> None:
+        self.gamma, self.epsilon = gamma, epsilon
+        self.returns = [0.0] * num_envs
+        self.n, self.mean, self.m2 = 0, 0.0, 0.0
+
+    def __call__(self, b: int, reward: float, ended: bool) -> float:
+        ret = self.returns[b] * self.gamma + reward
+        self.n += 1  # Welford's update with the discounted return so far
+        delta = ret - self.mean
+        self.mean += delta / self.n
+        self.m2 += delta * (ret - self.mean)
+        self.returns[b] = 0.0 if ended else ret
+        var = self.m2 / self.n if self.n > 1 else 1.0
+        return max(-CLIP, min(CLIP, reward / (var + self.epsilon) ** 0.5))
+
+    def reset(self, b: int) -> None:
+        """Env ``b`` starts over (a discarded episode, a recreated env)."""
+        self.returns[b] = 0.0

@@ -65,7 +65,7 @@ class ActorCriticMLP(nn.Module):
             if not isinstance(action_space, gym.spaces.Box) or num_outputs % 2:
                 raise ValueError(f"free_log_std needs a Box action space (Gaussian), got {action_space}")
             num_outputs //= 2
-            self.log_std = nn.Parameter(torch.zeros(num_outputs))
+            self.log_std = nn.Parameter(torch.full((num_outputs,), float(config["log_std_init"])))
 
         self.pi_trunk, pi_out = mlp(in_size, hiddens, activation)
         self.vf_trunk = None

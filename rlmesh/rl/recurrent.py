@@ -75,7 +75,7 @@ class RecurrentActorCritic(nn.Module):
             if not isinstance(action_space, gym.spaces.Box) or num_outputs % 2:
                 raise ValueError(f"free_log_std needs a Box action space (Gaussian), got {action_space}")
             num_outputs //= 2
-            self.log_std = nn.Parameter(torch.zeros(num_outputs))
+            self.log_std = nn.Parameter(torch.full((num_outputs,), float(config["log_std_init"])))
         self.pi_head = layer_init(nn.Linear(self.cell_size, num_outputs), gain=0.01)
         self.vf_head = layer_init(nn.Linear(self.cell_size, 1), gain=1.0)
 

@@ -26,6 +26,8 @@ MODEL_DEFAULTS: dict = {
     "post_fcnet_hiddens": [],  # more dense layers after fcnet_hiddens (RLlib's final stack)
     "vf_share_layers": False,  # True: one trunk feeds both heads (RLlib's default is False)
     "free_log_std": False,  # Box actions: log_std a learned parameter, not a model output
+    # free_log_std's starting value (SB3's log_std_init; rl-zoo's MuJoCo PPO starts at -2).
+    "log_std_init": 0.0,
     # Box actions: False samples a Gaussian and clips (or, with normalize_actions, rescales)
     # what it drew into the bounds, as RLlib does; True squashes it with tanh into the
     # bounds, so every action the policy scores is one the env receives (needs finite bounds).

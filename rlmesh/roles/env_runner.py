@@ -26,7 +26,7 @@ from rlmesh.offline.sharded import ShardedInput
 from rlmesh.offline.writer import OutputWriter
 from rlmesh.preprocessing import wrap_for_model
 from rlmesh.rl.columns import DEFAULT_POLICY_ID
-from rlmesh.rl.filters import make_filter
+from rlmesh.rl.filters import ReturnNormalizer, make_filter
 from rlmesh.rl.spec import numpy_fast_path
 from rlmesh.env.vector import double_buffered, vector_maker
 from rlmesh.roles.env_sampler import SEED_STRIDE, EnvSampler
@@ -159,6 +159,11 @@ class EnvRunner(MultiAgentPolicies, VersionedPolicies, Actor):
         if sampler_cls is EnvSampler:
             self.sampler.obs_filter = make_filter(cfg.observation_filter,
                                                   self.sampler.observation_space)
+            if cfg.normalize_rewards:
+                self.sampler.reward_normalizer = ReturnNormalizer(n, cfg.gamma)
+        elif cfg.normalize_rewards:
+            raise ValueError("normalize_rewards: only runners of gymnasium envs (one agent, "
+                             "not the Atari vector env) normalize rewards; use clip_rewards")
         job = current_job()
         if job is not None:  # a blocked env step shows in the heartbeat's status
             job.diagnostics.add_probe(f"env_runner-{worker_index}", self._busy)

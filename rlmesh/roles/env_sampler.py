@@ -17,7 +17,7 @@ from rlmesh.callbacks import Callbacks, Episode
 from rlmesh.envs import actions_for_env
 from rlmesh.policy.policy import Policy
 from rlmesh.rl.columns import ColumnSpec, Columns, env_columns, optional_columns, space_layout
-from rlmesh.rl.filters import NoFilter
+from rlmesh.rl.filters import NoFilter, ReturnNormalizer
 from rlmesh.rl.spaces import ObservationError, describe_mismatch, is_nested, to_column
 from rlmesh.rl.finite import FLOAT32_MAX, NonFiniteError, describe
 
@@ -104,7 +104,8 @@ class EnvSampler:
                  callbacks: Callbacks | None = None, env_runner: Any = None,
                  normalize_actions: bool = True, clip_actions: bool = True,
                  clip_rewards: bool | float | None = None, on_nonfinite: str = "raise",
-                 obs_filter: Any = None) -> None:
+                 obs_filter: Any = None, reward_normalizer: ReturnNormalizer | None = None
+                 ) -> None:
         self.make_env = make_env
         # observation_filter (rl/filters.py): applied, and its statistics updated, as each
         # observation comes from an env; fragments hold the filtered observations.
@@ -120,6 +121,8 @@ class EnvSampler:
         self.normalize_actions = normalize_actions
         self.clip_actions = clip_actions
         self.clip_rewards = clip_rewards
+        # normalize_rewards (rl/filters.py): what the learner trains on; episodes keep raw.
+        self.reward_normalizer = reward_normalizer
         self.on_nonfinite = on_nonfinite  # a NaN/inf obs or reward: "raise" or "skip" its episode
         self.counters = {"num_env_steps_sampled": 0, "num_episodes": 0, "env_errors": 0,
                          "num_nonfinite_steps_skipped": 0}
@@ -320,7 +323,9 @@ class EnvSampler:
         if not -FLOAT32_MAX <= reward <= FLOAT32_MAX:  # NaN fails both; beyond is inf in float32
             return self._nonfinite(b, t, buf, f"reward ({reward})")
         cols = buf.cols
-        cols["rewards"][t, b] = self._clip_reward(reward)
+        cols["rewards"][t, b] = self._clip_reward(
+            reward if self.reward_normalizer is None
+            else self.reward_normalizer(b, reward, terminated or truncated))
         cols["terminateds"][t, b] = terminated
         cols["truncateds"][t, b] = truncated
         cols["mask"][t, b] = True
@@ -431,6 +436,8 @@ class EnvSampler:
             raise RuntimeError(f"env {b} failed to reset {MAX_RESET_ATTEMPTS} times in a row, "
                                "each time recreated; the log has the tracebacks")
         slot.seed = None
+        if self.reward_normalizer is not None:  # a discarded episode's return ends too
+            self.reward_normalizer.reset(b)
         episode.last_observation, episode.last_info = obs, info or {}
         slot.episode = episode
         slot.obs = self.obs_filter(to_column(self.observation_space, obs))

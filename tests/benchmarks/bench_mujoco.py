@@ -35,12 +35,17 @@ def tuned_file(algo: str, env_id: str) -> Path:
     return TUNED / f"{env_id.split('-')[0].lower()}-{algo}.yaml"
 
 
-def rlmesh_run(algo: str, env_id: str, seed: int, timesteps: int, tmp: Path) -> dict[str, Any]:
+def rlmesh_run(algo: str, env_id: str, seed: int, timesteps: int, tmp: Path,
+               output: str | None = None) -> dict[str, Any]:
+    """``output``: also write every sampled step there (Parquet), e.g. a SAC run's replay as
+    the offline benchmark's medium-replay dataset."""
     local_dir = tmp / f"{algo}-{env_id}-{seed}"
     stop = json.dumps({"timesteps_total": timesteps})
+    config: dict[str, Any] = {"metrics_num_episodes_for_smoothing": WINDOW}
+    if output:
+        config.update(output=output, output_format="parquet")
     cmd = _train_cmd("-f", str(tuned_file(algo, env_id)), "--local-dir", str(local_dir),
-                     "--seed", str(seed), "--stop", stop, "--config",
-                     json.dumps({"metrics_num_episodes_for_smoothing": WINDOW}))
+                     "--seed", str(seed), "--stop", stop, "--config", json.dumps(config))
     t0 = time.perf_counter()
     with started(cmd, stdout=subprocess.DEVNULL) as (proc, _):
         code = proc.wait()
@@ -77,6 +82,8 @@ def main() -> None:
     parser.add_argument("--sides", default="rlmesh,sb3")
     parser.add_argument("--log", default=str(ROOT / "docs" / "benchmarks" / "mujoco_runs.jsonl"))
     parser.add_argument("--tmp", default="/tmp/bench_mujoco")
+    parser.add_argument("--output", help="rlmesh's runs write their samples under OUTPUT/"
+                                         "<algo>-<env>-<seed> (Parquet)")
     args = parser.parse_args()
     sides = args.sides.split(",")
     Path(args.log).parent.mkdir(parents=True, exist_ok=True)
@@ -85,7 +92,8 @@ def main() -> None:
         for seed in (int(s) for s in args.seeds.split(",")):
             for side in sides:  # take turns, run by run, so load drifts hit both
                 load0 = os.getloadavg()[0]
-                got = (rlmesh_run(algo, env_id, seed, args.timesteps, Path(args.tmp))
+                out = args.output and f"{args.output}/{algo}-{env_id}-{seed}"
+                got = (rlmesh_run(algo, env_id, seed, args.timesteps, Path(args.tmp), out)
                        if side == "rlmesh" else sb3_run(algo, env_id, seed, args.timesteps))
                 line = {"side": side, "algo": algo, "env": env_id, "seed": seed,
                         "budget": args.timesteps, **got,

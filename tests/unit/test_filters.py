@@ -7,7 +7,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from rlmesh.rl.filters import MeanStdFilter, NoFilter, RunningStat, make_filter
+from rlmesh.rl.filters import (MeanStdFilter, NoFilter, ReturnNormalizer, RunningStat,
+                               make_filter)
 
 
 def test_merged_statistics_equal_those_of_all_rows():
@@ -71,3 +72,46 @@ def test_make_filter_names_the_problem():
         make_filter("MeanStdFilter", gym.spaces.Discrete(3))
     with pytest.raises(ValueError, match="not one of"):
         make_filter("MeanStd", gym.spaces.Box(-1, 1, (2,)))
+
+
+def test_return_normalizer_divides_by_the_std_of_each_envs_discounted_return():
+    """VecNormalize(norm_reward)'s rule written out: G <- gamma G + r per env (0 after an
+    episode ends), r / sqrt(var(all G so far) + eps), clipped to [-10, 10]."""
+    rng = np.random.default_rng(0)
+    gamma, num_envs = 0.99, 3
+    norm = ReturnNormalizer(num_envs, gamma)
+    returns, seen = np.zeros(num_envs), []
+    for t in range(300):
+        for b in range(num_envs):
+            r, ended = float(rng.normal(5.0, 2.0)), bool(rng.random() < 0.02)
+            returns[b] = returns[b] * gamma + r
+            seen.append(returns[b])
+            var = np.var(seen) if len(seen) > 1 else 1.0  # one return has no spread yet
+            expected = np.clip(r / np.sqrt(var + 1e-8), -10, 10)
+            assert norm(b, r, ended) == pytest.approx(expected, rel=1e-6, abs=1e-9)
+            if ended:
+                returns[b] = 0.0
+    assert norm(0, 1e9, False) == 10.0  # an outlier is clipped
+
+
+def test_env_sampler_trains_on_normalized_rewards_and_reports_raw_returns():
+    from rlmesh.roles.env_sampler import EnvSampler
+    from tests.unit.test_env_runner_logic import FnPolicy
+
+    rng = np.random.default_rng(0)
+
+    def random_torque(obs, explore=None):
+        n = len(obs)
+        return (rng.uniform(-1, 1, (n, 1)).astype(np.float32), np.zeros(n, np.float32),
+                np.zeros((n, 2), np.float32))
+
+    make = lambda i: gym.make("Pendulum-v1")  # noqa: E731
+    sampler = EnvSampler(make, 2, FnPolicy(random_torque), seeds=[0, 1],
+                         reward_normalizer=ReturnNormalizer(2, 0.99))
+    frag = sampler.sample(400)  # two whole 200-step episodes per env
+    raw_returns = [e["return"] for e in frag["episodes"]]
+    trained = frag["rewards"].sum(0)
+    assert len(raw_returns) == 4 and all(r < -200 for r in raw_returns)  # Pendulum's scale
+    assert np.all(np.abs(frag["rewards"]) <= 10.0)
+    # Divided by the discounted return's std (hundreds): far smaller than the raw rewards.
+    assert np.all(np.abs(trained) < 0.2 * np.abs(np.sum(raw_returns)) / 2)
