@@ -18,6 +18,7 @@ import pytest
 from rlmesh.algorithms.cql_config import CQLConfig
 from rlmesh.algorithms.cql_discrete import DiscreteCQLTorchPolicy
 from rlmesh.algorithms.iql_config import IQLConfig
+from rlmesh.driver.inference import InferencePolicy
 from rlmesh.offline.convert import write
 from rlmesh.offline.json_io import decode
 from rlmesh.offline.make_dataset import make_dataset
@@ -59,7 +60,7 @@ def train(config, iterations):
 def test_cql_from_json_lines_beats_the_datasets_average_return(pendulum):
     config = CQLConfig.from_dict({
         **COMMON, "input": str(pendulum["json"]), "q_model_config": SMALL,
-        "policy_model_config": SMALL, "min_q_weight": 1.0, "num_actions": 4, "bc_iters": 100,
+        "policy_model_config": SMALL, "min_q_weight": 5.0, "num_actions": 4, "bc_iters": 100,
         "optimization_config": {"actor_learning_rate": 1e-3, "critic_learning_rate": 1e-3,
                                 "entropy_learning_rate": 1e-3}})
     _, result = train(config, ITERATIONS)
@@ -102,10 +103,18 @@ def test_cql_on_discrete_actions_learns_with_dqns_loss(tmp_path):
                                   "min_train_timesteps_per_iteration": 20 * 256,
                                   "evaluation_interval": 1, "evaluation_duration": 2,
                                   "evaluation_num_env_runners": 0})
-    policy, result = train(config, 1)
-    assert isinstance(policy, DiscreteCQLTorchPolicy)
+    algo = config.build()
+    try:
+        result = algo.train()
+        checkpoint = algo.save(tmp_path / "checkpoint")
+    finally:
+        algo.stop()
+    assert isinstance(algo.get_policy(), DiscreteCQLTorchPolicy)
     assert result["info"]["learner"]["default_policy"]["cql_gap"] > 0
     assert result["evaluation"]["episodes_this_iter"] == 2
+    # `rlmesh rollout` restores it without the data: the policy class is in the checkpoint.
+    restored = InferencePolicy.from_checkpoint(checkpoint)
+    assert restored.compute_single_action(np.zeros(4, np.float32)) in (0, 1)
 
 
 def test_a_dataset_of_other_spaces_is_one_line_naming_both(pendulum):
