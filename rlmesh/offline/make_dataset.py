@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from pathlib import Path
 from typing import Any, Callable
 
@@ -99,8 +100,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--format", choices=["json", "parquet"], default="json")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
-    info = make_dataset(args.out_dir, args.target, args.max_steps, args.file,
-                        json.loads(args.config), args.format, args.seed)
+    try:
+        info = make_dataset(args.out_dir, args.target, args.max_steps, args.file,
+                            json.loads(args.config), args.format, args.seed)
+    except (FileExistsError, ValueError) as e:  # ConfigError, a bad file or --config
+        print(f"make_dataset: error: {e}", file=sys.stderr)
+        return 2
     print(f"{info['num_steps']} steps, {info['num_episodes']} whole episodes, average return "
           f"{info['mean_return']:.1f} (min {info['min_return']:.1f}, max "
           f"{info['max_return']:.1f}) -> {args.out_dir}")

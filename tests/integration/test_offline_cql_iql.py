@@ -18,6 +18,7 @@ import pytest
 from rlmesh.algorithms.cql_config import CQLConfig
 from rlmesh.algorithms.cql_discrete import DiscreteCQLTorchPolicy
 from rlmesh.algorithms.iql_config import IQLConfig
+from rlmesh.config.base import ConfigError
 from rlmesh.driver.inference import InferencePolicy
 from rlmesh.offline.convert import write
 from rlmesh.offline.json_io import decode
@@ -25,7 +26,8 @@ from rlmesh.offline.make_dataset import make_dataset
 from rlmesh.offline.reader import DatasetError, OfflineDataset
 from rlmesh.offline.records import episode_record
 
-ITERATIONS = 14  # x 250 gradient steps: both pass the data's average by ~2,500 (figures: docs/offline.md)
+# x 250 gradient steps: both pass the data's average by ~2,500 (figures: docs/offline.md)
+ITERATIONS = 14
 SMALL = {"fcnet_hiddens": [64, 64]}
 # What both runs share: 250 gradient steps of 256 per iteration, one evaluation of 20
 # greedy episodes at the end, in the driver's runner.
@@ -125,6 +127,14 @@ def test_a_dataset_of_other_spaces_is_one_line_naming_both(pendulum):
     message = str(e.value)
     assert "\n" not in message
     assert "per-step shape (3,)" in message and "Box(" in message and "(2,)" in message
+
+
+def test_off_policy_estimation_on_data_without_action_logp_is_one_line(pendulum):
+    config = IQLConfig.from_dict({"env": "Pendulum-v1", "input": str(pendulum["json"]),
+                                  "off_policy_estimation_methods": ["is", "wis"]})
+    with pytest.raises(ConfigError, match="has no action_logp") as e:
+        config.build()  # a SAC replay: its runners record no log-probabilities
+    assert "\n" not in str(e.value)
 
 
 def _short_iql(source):

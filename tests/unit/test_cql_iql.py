@@ -46,7 +46,8 @@ def cql_policy(action_space=BOX, obs_space=OBS, **training):
     cfg = CQLConfig().training(q_model_config=SMALL, policy_model_config=SMALL, **training)
     cfg.offline_data(input=DATA)
     cfg.validate()
-    cls = DiscreteCQLTorchPolicy if isinstance(action_space, gym.spaces.Discrete) else CQLTorchPolicy
+    discrete = isinstance(action_space, gym.spaces.Discrete)
+    cls = DiscreteCQLTorchPolicy if discrete else CQLTorchPolicy
     return cls(obs_space, action_space, cfg).for_learning()
 
 
@@ -363,3 +364,28 @@ def test_rllibs_cql_tuned_examples_load_and_name_the_input_they_cannot_read(tmp_
     with pytest.raises(DatasetError, match=says) as e:  # before any process or env is made
         get_algorithm_class("CQL")(config)
     assert "\n" not in str(e.value)
+
+
+def test_iql_learns_on_discrete_actions_too():
+    torch.manual_seed(0)
+    cfg = IQLConfig().training(model=SMALL).offline_data(input=DATA)
+    cfg.validate()
+    policy = IQLTorchPolicy(CARTPOLE_OBS, TWO, cfg).for_learning()
+    b = fixed_batch(np.arange(64) % 2, rewards=np.arange(64) % 2, obs_dim=4)
+    stats = train(policy, b, 5)
+    assert np.isfinite(float(stats["actor_loss"])) and float(stats["mean_weight"]) > 0
+    actions = policy.compute_actions(b["obs"], explore=False)[0]
+    assert actions.dtype.kind == "i" and set(actions.tolist()) <= {0, 1}
+
+
+@pytest.mark.parametrize("make", [cql_policy, iql_policy], ids=["CQL", "IQL"])
+def test_off_policy_estimation_scores_the_actor_on_logged_episodes(tmp_path, make):
+    from rlmesh.offline.estimators import estimate
+
+    episodes = _episodes(tmp_path).episodes
+    for e in episodes:  # a uniform behaviour policy over [-1, 1]: density 1/2
+        e["action_logp"] = np.full(len(e["rewards"]), np.log(0.5), np.float32)
+    out = estimate(["is", "wis"], make(), episodes, 0.99)
+    assert set(out) == {"is", "wis"}
+    assert all(np.isfinite(v["v_target"]) and v["v_behavior"] == out["is"]["v_behavior"]
+               for v in out.values())
