@@ -389,3 +389,24 @@ def test_off_policy_estimation_scores_the_actor_on_logged_episodes(tmp_path, mak
     assert set(out) == {"is", "wis"}
     assert all(np.isfinite(v["v_target"]) and v["v_behavior"] == out["is"]["v_behavior"]
                for v in out.values())
+
+
+def test_cql_learns_discrete_actions_with_dqns_loss_and_box_ones_with_sacs():
+    from rlmesh.algorithms.cql import CQL
+
+    algo = CQL.__new__(CQL)  # only the choice is asked: no processes, no data
+    config = CQLConfig().offline_data(input=DATA)
+    for space, expected in ((TWO, DiscreteCQLTorchPolicy), (BOX, CQLTorchPolicy)):
+        algo.action_space = space
+        assert algo.get_default_policy_class(config) is expected
+
+
+def test_a_parquet_file_cut_short_is_skipped_and_the_other_files_kept(tmp_path):
+    dataset = _episodes(tmp_path)  # 3 episodes of 5 steps as JSON lines in data/
+    write(dataset.episodes[:2], tmp_path / "pq", "parquet")
+    [parquet] = (tmp_path / "pq").glob("*.parquet")
+    cut = tmp_path / "data" / parquet.name
+    cut.write_bytes(parquet.read_bytes()[: parquet.stat().st_size // 2])
+    read = OfflineDataset(str(tmp_path / "data"), shuffle=False)
+    assert read.num_skipped == 1 and read.problems[0].startswith(f"{cut}: unreadable Parquet")
+    assert read.num_steps == dataset.num_steps  # the JSON file's episodes all kept
