@@ -52,6 +52,8 @@ def main() -> None:
     p.add_argument("--act", type=int, default=1)
     p.add_argument("--k", type=int, default=40)
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--bf16", action="store_true", help="also CQL under torch_autocast 'bf16' "
+                   "(AMX or AVX512-BF16 CPUs run its large critic pass in bfloat16)")
     args = p.parse_args()
     torch.set_num_threads(1)  # the learner's default (num threads "auto")
     obs = gym.spaces.Box(-10, 10, (args.obs,), np.float32)
@@ -59,6 +61,10 @@ def main() -> None:
     data = batch(args.k, 256, args.obs, args.act)
     cases = [(f"CQL num_actions={n}", CQLTorchPolicy, CQLConfig().training(
         num_actions=n, bc_iters=0).offline_data(input=DATA)) for n in (10, 4)]
+    if args.bf16:
+        cases += [(f"CQL num_actions={n}, bf16", CQLTorchPolicy, CQLConfig().training(
+            num_actions=n, bc_iters=0).offline_data(input=DATA).learners(torch_autocast="bf16"))
+            for n in (10, 4)]
     cases += [("IQL", IQLTorchPolicy, IQLConfig().offline_data(input=DATA)),
               ("SAC", SACTorchPolicy, SACConfig())]
     print("| update | ms per gradient step |\n| --- | --- |")
