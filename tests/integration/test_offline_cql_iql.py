@@ -2,7 +2,7 @@
 "medium" return (rlmesh.offline.make_dataset), written as JSON lines and copied to Parquet.
 Each must beat the dataset's own average episode return when its policy plays the real env
 (the evaluation runner); CQL reads the JSON lines, IQL the Parquet copy. Discrete CQL is
-picked for CartPole. Bad input against the real files: spaces that do not fit, a JSON file
+picked for CartPole; IQL also learns from the same episodes as a local Minari dataset. Bad input against the real files: spaces that do not fit, a JSON file
 cut short, a Parquet row group corrupted: one line each, and the rest of the data kept."""
 
 from __future__ import annotations
@@ -85,6 +85,40 @@ def test_iql_from_parquet_beats_the_datasets_average_return(pendulum):
     returned = result["evaluation"]["episode_reward_mean"]
     print(f"IQL: evaluation {returned:.1f} against the data's {info['mean_return']:.1f}")
     assert returned > info["mean_return"], (returned, info)
+
+
+def test_iql_from_a_minari_dataset_on_local_disk_beats_the_average(pendulum, tmp_path,
+                                                                    monkeypatch):
+    """The same episodes as a Minari dataset (made locally, as a user's own would be),
+    converted by ``rlmesh.offline.convert minari`` and learned from."""
+    minari = pytest.importorskip("minari")
+    from minari.data_collector import EpisodeBuffer
+
+    from rlmesh.offline.convert import minari_records
+
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
+    buffers = []
+    for i, ep in enumerate(OfflineDataset(str(pendulum["json"]), shuffle=False).episodes):
+        # Minari keeps n + 1 observations; arrays of the spaces' dtype (float32)
+        observations = [np.asarray(o, np.float32) for o in [*ep["obs"], ep["new_obs"][-1]]]
+        buffers.append(EpisodeBuffer(
+            id=i, observations=observations,
+            actions=[np.asarray(a, np.float32).reshape(1) for a in ep["actions"]],
+            rewards=list(ep["rewards"]), terminations=list(ep["terminateds"]),
+            truncations=list(ep["truncateds"])))
+    dataset = minari.create_dataset_from_buffers("pendulum/sac-medium-v0", buffers,
+                                                 env=gym.make("Pendulum-v1"),
+                                                 data_format="arrow")
+    write(minari_records("pendulum/sac-medium-v0"), tmp_path / "from_minari", "parquet")
+    config = IQLConfig.from_dict({
+        **COMMON, "input": str(tmp_path / "from_minari"), "model": SMALL,
+        "actor_lr": 1e-3, "critic_lr": 1e-3, "value_lr": 1e-3})
+    _, result = train(config, ITERATIONS)
+    assert result["offline"]["num_steps"] == dataset.total_steps == pendulum["info"]["num_steps"]
+    returned = result["evaluation"]["episode_reward_mean"]
+    print(f"IQL from Minari: {returned:.1f} against the data's "
+          f"{pendulum['info']['mean_return']:.1f}")
+    assert returned > pendulum["info"]["mean_return"]
 
 
 def test_cql_on_discrete_actions_learns_with_dqns_loss(tmp_path):
