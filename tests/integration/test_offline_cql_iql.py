@@ -1,9 +1,10 @@
 """CQL and IQL learn from a dataset made in this session: SAC's replay on Pendulum-v1 up to a
 "medium" return (rlmesh.offline.make_dataset), written as JSON lines and copied to Parquet.
 Each must beat the dataset's own average episode return when its policy plays the real env
-(the evaluation runner); CQL reads the JSON lines, IQL the Parquet copy. Discrete CQL is
-picked for CartPole; IQL also learns from the same episodes as a local Minari dataset. Bad input against the real files: spaces that do not fit, a JSON file
-cut short, a Parquet row group corrupted: one line each, and the rest of the data kept."""
+(the evaluation runner); CQL reads the JSON lines, IQL the Parquet copy and the same episodes
+as a local Minari dataset. Discrete CQL is picked for CartPole. Bad input against the real
+files: spaces that do not fit, a JSON file cut short, a Parquet row group corrupted: one line
+each, and the rest of the data kept."""
 
 from __future__ import annotations
 
