@@ -14,7 +14,9 @@ import torch
 from rlmesh.algorithms.off_policy import OffPolicyTorchPolicy
 from rlmesh.algorithms.off_policy_config import OffPolicyConfig
 from rlmesh.policy.policy import class_path
+from rlmesh.rl.action_noise import action_bounds
 from rlmesh.rl.columns import Columns, optional_columns
+from rlmesh.rl.distributions import Categorical, SquashedGaussian
 from rlmesh.rl.optim import Optimizers
 from rlmesh.rl.spec import numpy_fast_path
 
@@ -102,3 +104,27 @@ class ActorCriticReplayPolicy(OffPolicyTorchPolicy):
         from rlmesh.policy.export import export_model
 
         return str(export_model(self.model["actor"], self.observation_space, export_dir, onnx))
+
+
+class StochasticActorPolicy(ActorCriticReplayPolicy):
+    """What SAC, CQL and IQL share: a stochastic actor (``model["actor"]``) drawing from a
+    tanh-squashed Gaussian on Box actions, a categorical on Discrete ones (``dist_class``),
+    and the log-probabilities of given actions that off-policy estimation asks for."""
+
+    def __init__(self, observation_space: gym.Space, action_space: gym.Space,
+                 config: OffPolicyConfig, device: str | torch.device = "cpu") -> None:
+        self.discrete = isinstance(action_space, gym.spaces.Discrete)
+        if not self.discrete:
+            self.low, self.high = action_bounds(action_space, config)
+        super().__init__(observation_space, action_space, config, device)
+        self.dist_class = (Categorical if self.discrete
+                           else SquashedGaussian.with_bounds(self.low, self.high))
+
+    def score_actions(self, obs_batch: Any, actions: Any, *_: Any, **__: Any
+                      ) -> dict[str, Any]:
+        """log pi(a|s) of given actions (off-policy estimation), from the actor."""
+        with torch.no_grad():
+            inputs = self.model["actor"](torch.as_tensor(obs_batch, device=self.device))
+            logp = self.dist_class.from_inputs(inputs).logp(
+                torch.as_tensor(actions, device=self.device))
+        return {"action_logp": logp.cpu().numpy(), "action_dist_inputs": inputs.cpu().numpy()}

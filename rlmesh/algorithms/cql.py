@@ -71,15 +71,6 @@ class CQLTorchPolicy(SACTorchPolicy):
                                    lr=rates["critic_learning_rate"]))
         return OwnRates(*optimizers)
 
-    def score_actions(self, obs_batch: Any, actions: Any, *_: Any, **__: Any
-                      ) -> dict[str, Any]:
-        """log pi(a|s) of given actions (off-policy estimation), from the actor."""
-        with torch.no_grad():
-            inputs = self.model["actor"](torch.as_tensor(obs_batch, device=self.device))
-            logp = self.dist_class.from_inputs(inputs).logp(
-                torch.as_tensor(actions, device=self.device))
-        return {"action_logp": logp.cpu().numpy(), "action_dist_inputs": inputs.cpu().numpy()}
-
     # --- learner side ---
 
     def loss(self, mb: Tensors) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:

@@ -21,14 +21,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from rlmesh.algorithms.actor_critic_replay import ActorCriticReplayPolicy, OwnRates
+from rlmesh.algorithms.actor_critic_replay import OwnRates, StochasticActorPolicy
 from rlmesh.algorithms.ddpg import bootstrap_discount, td_loss
 from rlmesh.algorithms.iql_config import IQLConfig
 from rlmesh.algorithms.offline_replay import OfflineReplay
 from rlmesh.config.base import ConfigError
-from rlmesh.rl.action_noise import action_bounds
 from rlmesh.rl.actor_q import StochasticActor, TwinQ, encoder_for, hidden_layers
-from rlmesh.rl.distributions import Categorical, SquashedGaussian
 from rlmesh.rl.optim import Adam
 
 __all__ = ["IQL", "IQLConfig", "IQLTorchPolicy", "expectile_loss"]
@@ -58,20 +56,11 @@ class ValueNet(nn.Module):
         return self.head(self.trunk(self.encoder(obs))).squeeze(-1)
 
 
-class IQLTorchPolicy(ActorCriticReplayPolicy):
+class IQLTorchPolicy(StochasticActorPolicy):
     """The actor, the Q network(s) (their target: ``target_model``) and V, in ``model``,
     with one Adam each (actor_lr, critic_lr, value_lr)."""
 
     rate_keys = ("cur_actor_lr", "cur_critic_lr", "cur_value_lr")
-
-    def __init__(self, observation_space: gym.Space, action_space: gym.Space,
-                 config: IQLConfig, device: str | torch.device = "cpu") -> None:
-        self.discrete = isinstance(action_space, gym.spaces.Discrete)
-        if not self.discrete:
-            self.low, self.high = action_bounds(action_space, config)
-        super().__init__(observation_space, action_space, config, device)
-        self.dist_class = (Categorical if self.discrete
-                           else SquashedGaussian.with_bounds(self.low, self.high))
 
     def make_model(self) -> nn.Module:
         cfg = self.config
@@ -105,15 +94,6 @@ class IQLTorchPolicy(ActorCriticReplayPolicy):
             dist = self.dist_class.from_inputs(inputs)
             actions = dist.sample() if explore else dist.deterministic_sample()
         return actions.cpu().numpy().astype(self.action_dtype, copy=False), [], {}
-
-    def score_actions(self, obs_batch: Any, actions: Any, *_: Any, **__: Any
-                      ) -> dict[str, Any]:
-        """log pi(a|s) of given actions (off-policy estimation)."""
-        with torch.no_grad():
-            inputs = self.model["actor"](torch.as_tensor(obs_batch, device=self.device))
-            logp = self.dist_class.from_inputs(inputs).logp(
-                torch.as_tensor(actions, device=self.device))
-        return {"action_logp": logp.cpu().numpy(), "action_dist_inputs": inputs.cpu().numpy()}
 
     # --- learner side ---
 

@@ -19,14 +19,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rlmesh.algorithms.actor_critic_replay import ActorCriticReplayPolicy, OwnRates
+from rlmesh.algorithms.actor_critic_replay import OwnRates, StochasticActorPolicy
 from rlmesh.algorithms.ddpg import bootstrap_discount, td_loss
 from rlmesh.algorithms.off_policy import OffPolicy
 from rlmesh.algorithms.sac_config import SACConfig
 from rlmesh.config.base import ConfigError
-from rlmesh.rl.action_noise import action_bounds, uniform_actions
+from rlmesh.rl.action_noise import uniform_actions
 from rlmesh.rl.actor_q import StochasticActor, TwinQ, frozen
-from rlmesh.rl.distributions import Categorical, SquashedGaussian
 from rlmesh.rl.optim import Adam
 
 __all__ = ["SAC", "SACConfig", "SACTorchPolicy"]
@@ -42,7 +41,7 @@ def auto_target_entropy(action_space: gym.Space) -> float:
     return -float(np.prod(action_space.shape))
 
 
-class SACTorchPolicy(ActorCriticReplayPolicy):
+class SACTorchPolicy(StochasticActorPolicy):
     """The actor, the twin Q networks and their targets, and log(alpha), all in ``model``
     (checkpoints keep them), with one Adam each."""
 
@@ -52,12 +51,7 @@ class SACTorchPolicy(ActorCriticReplayPolicy):
 
     def __init__(self, observation_space: gym.Space, action_space: gym.Space, config: SACConfig,
                  device: str | torch.device = "cpu") -> None:
-        self.discrete = isinstance(action_space, gym.spaces.Discrete)
-        if not self.discrete:
-            self.low, self.high = action_bounds(action_space, config)
         super().__init__(observation_space, action_space, config, device)
-        self.dist_class = (Categorical if self.discrete
-                           else SquashedGaussian.with_bounds(self.low, self.high))
         target = config.target_entropy
         self.target_entropy = (auto_target_entropy(action_space) if target == "auto"
                                else float(target))

@@ -86,7 +86,6 @@ def main() -> None:
                                          "<algo>-<env>-<seed> (Parquet)")
     args = parser.parse_args()
     sides = args.sides.split(",")
-    Path(args.log).parent.mkdir(parents=True, exist_ok=True)
     for pair in args.runs.split(","):
         algo, env_id = pair.split(":")
         for seed in (int(s) for s in args.seeds.split(",")):
@@ -97,11 +96,18 @@ def main() -> None:
                        if side == "rlmesh" else sb3_run(algo, env_id, seed, args.timesteps))
                 line = {"side": side, "algo": algo, "env": env_id, "seed": seed,
                         "budget": args.timesteps, **got,
-                        "load": round((load0 + os.getloadavg()[0]) / 2, 2),
-                        "date": time.strftime("%Y-%m-%d %H:%M")}
-                print(json.dumps(line), flush=True)
-                with open(args.log, "a") as f:
-                    f.write(json.dumps(line) + "\n")
+                        "load": round((load0 + os.getloadavg()[0]) / 2, 2)}
+                report(line, args.log)
+
+
+def report(line: dict[str, Any], log: str) -> None:
+    """``line`` with the date, printed and appended to the JSON-lines file ``log``: a long
+    session's figures survive an interruption."""
+    line = {**line, "date": time.strftime("%Y-%m-%d %H:%M")}
+    print(json.dumps(line), flush=True)
+    Path(log).parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "a") as f:
+        f.write(json.dumps(line) + "\n")
 
 
 if __name__ == "__main__":

@@ -15,12 +15,12 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from pathlib import Path
 from typing import Any
 
 from rlmesh.driver.registry import get_config_class
 from rlmesh.offline.make_dataset import episode_returns
 
+from .bench_mujoco import report
 from .bench_runtime import ROOT
 
 # D4RL's REF_MIN_SCORE / REF_MAX_SCORE (random and expert policies, v2 envs).
@@ -97,16 +97,11 @@ def main() -> None:
                "dataset_normalized": normalized(args.env, info["mean_return"]),
                "dataset_episodes": info["num_episodes"], "dataset_steps": info["num_steps"]}
     print(json.dumps(dataset), flush=True)
-    Path(args.log).parent.mkdir(parents=True, exist_ok=True)
     for seed in (int(s) for s in args.seeds.split(",")):
         for algo in args.algos.split(","):
             got = run(algo, args.data, args.env, args.steps, seed, args.episodes)
-            line = {"algo": algo, "seed": seed, "gradient_steps": args.steps, **got,
-                    "normalized": normalized(args.env, got["return"]), **dataset,
-                    "date": time.strftime("%Y-%m-%d %H:%M")}
-            print(json.dumps(line), flush=True)
-            with open(args.log, "a") as f:
-                f.write(json.dumps(line) + "\n")
+            report({"algo": algo, "seed": seed, "gradient_steps": args.steps, **got,
+                    "normalized": normalized(args.env, got["return"]), **dataset}, args.log)
 
 
 if __name__ == "__main__":

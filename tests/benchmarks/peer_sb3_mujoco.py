@@ -14,6 +14,8 @@ import json
 import time
 from typing import Any
 
+from peer_sb3_offpolicy import sac_or_td3  # this folder: the script's own on sys.path
+
 # rl-baselines3-zoo hyperparams/sac.yml, the MuJoCo entries (HalfCheetah, Hopper, Walker2d, Ant):
 # learning_starts 10000, SB3's defaults otherwise (lr 3e-4, batch 256, buffer 1e6, tau 0.005,
 # gamma 0.99, train_freq 1, gradient_steps 1, ent_coef 'auto', net_arch [256, 256]).
@@ -38,11 +40,9 @@ PPO_ZOO = {
 
 def build(algo: str, env_id: str, seed: int, window: int) -> Any:
     import gymnasium as gym
-    import numpy as np
     import torch
-    from stable_baselines3 import PPO, SAC, TD3
+    from stable_baselines3 import PPO
     from stable_baselines3.common.monitor import Monitor
-    from stable_baselines3.common.noise import NormalActionNoise
     from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
     common = {"seed": seed, "device": "cpu", "verbose": 0, "stats_window_size": window}
@@ -53,12 +53,8 @@ def build(algo: str, env_id: str, seed: int, window: int) -> Any:
                   "net_arch": {"pi": [256, 256], "vf": [256, 256]}}
         return PPO("MlpPolicy", env, policy_kwargs=kwargs, **PPO_ZOO[env_id.split("-")[0]],
                    **common)
-    env = Monitor(gym.make(env_id))
-    if algo == "sac":
-        return SAC("MlpPolicy", env, **SAC_ZOO, **common)
-    dims = env.action_space.shape[-1]
-    noise = NormalActionNoise(np.zeros(dims), TD3_NOISE_STD * np.ones(dims))
-    return TD3("MlpPolicy", env, action_noise=noise, **TD3_ZOO, **common)
+    return sac_or_td3(algo, Monitor(gym.make(env_id)), {**SAC_ZOO, **common},
+                      {**TD3_ZOO, **common}, TD3_NOISE_STD)
 
 
 def main() -> None:

@@ -64,18 +64,26 @@ def versions() -> dict[str, str]:
 
 def build(algo: str, seed: int, window: int) -> Any:
     import gymnasium as gym
-    import numpy as np
-    from stable_baselines3 import SAC, TD3
     from stable_baselines3.common.monitor import Monitor
-    from stable_baselines3.common.noise import NormalActionNoise
 
     env = Monitor(gym.make("Pendulum-v1"))
     common = {"seed": seed, "device": "cpu", "verbose": 0, "stats_window_size": window}
+    return sac_or_td3(algo, env, {**SAC_ZOO, **common}, {**TD3_ZOO, **common}, TD3_NOISE_STD)
+
+
+def sac_or_td3(algo: str, env: Any, sac_kwargs: dict, td3_kwargs: dict, noise_std: float
+               ) -> Any:
+    """SB3's SAC, or its TD3 with Gaussian action noise of ``noise_std`` (rl-zoo's
+    noise_type normal), on ``env``."""
+    import numpy as np
+    from stable_baselines3 import SAC, TD3
+    from stable_baselines3.common.noise import NormalActionNoise
+
     if algo == "sac":
-        return SAC("MlpPolicy", env, **SAC_ZOO, **common)
+        return SAC("MlpPolicy", env, **sac_kwargs)
     dims = env.action_space.shape[-1]
-    noise = NormalActionNoise(np.zeros(dims), TD3_NOISE_STD * np.ones(dims))
-    return TD3("MlpPolicy", env, action_noise=noise, **TD3_ZOO, **common)
+    noise = NormalActionNoise(np.zeros(dims), noise_std * np.ones(dims))
+    return TD3("MlpPolicy", env, action_noise=noise, **td3_kwargs)
 
 
 def main() -> None:
