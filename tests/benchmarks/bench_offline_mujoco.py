@@ -6,7 +6,7 @@ real env; reported beside the dataset's own average episode return, raw and D4RL
 ``python -m tests.benchmarks.bench_offline_mujoco DATA_DIR --env HalfCheetah-v5
 [--steps 10000] [--seeds 0] [--algos BC,MARWIL,CQL,IQL]``. DATA_DIR is e.g. what
 ``bench_mujoco --output`` wrote (a SAC run's samples: its replay, "medium-replay" in D4RL's
-terms) or ``python -m rlmesh.offline.make_dataset``'s output. One JSON line per run on stdout
+terms) or ``python -m rlmesh.cli.make_dataset``'s output. One JSON line per run on stdout
 and appended to ``--log``. Measured, never asserted.
 """
 
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from rlmesh.driver.registry import get_config_class
-from rlmesh.offline.make_dataset import episode_returns
+from rlmesh.cli.make_dataset import episode_returns
 
 from .bench_mujoco import report
 from .bench_runtime import ROOT

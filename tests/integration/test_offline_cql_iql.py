@@ -1,5 +1,5 @@
 """CQL and IQL learn from a dataset made in this session: SAC's replay on Pendulum-v1 up to a
-"medium" return (rlmesh.offline.make_dataset), written as JSON lines and copied to Parquet.
+"medium" return (rlmesh.cli.make_dataset), written as JSON lines and copied to Parquet.
 Each must beat the dataset's own average episode return when its policy plays the real env
 (the evaluation runner); CQL reads the JSON lines, IQL the Parquet copy and the same episodes
 as a local Minari dataset. Discrete CQL is picked for CartPole. Bad input against the real
@@ -23,7 +23,7 @@ from rlmesh.config.base import ConfigError
 from rlmesh.driver.inference import InferencePolicy
 from rlmesh.offline.convert import write
 from rlmesh.offline.json_io import decode
-from rlmesh.offline.make_dataset import make_dataset
+from rlmesh.cli.make_dataset import make_dataset
 from rlmesh.offline.reader import DatasetError, OfflineDataset
 from rlmesh.offline.records import episode_record
 

@@ -10,7 +10,9 @@ def test_present_module_is_returned():
 
 
 def test_missing_module_names_the_extra(monkeypatch):
-    monkeypatch.setitem(sys.modules, "pyarrow", None)  # as if not installed
+    # As if not installed; the submodule too, which an earlier test may have imported.
+    monkeypatch.setitem(sys.modules, "pyarrow", None)
+    monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
     with pytest.raises(MissingExtra) as e:
         require("pyarrow.parquet", "data", "Parquet output")
     message = str(e.value)

@@ -4,8 +4,8 @@ a target, so the data is that run's replay up to a "medium" or an "expert" level
 dataset's own average episode return is then measured on what was written and recorded
 beside it (``dataset_info.yaml``), the figure an offline algorithm must beat.
 
-    python -m rlmesh.offline.make_dataset ~/rlmesh_data/pendulum-medium --target -700
-    python -m rlmesh.offline.make_dataset ~/rlmesh_data/hopper-medium \\
+    python -m rlmesh.cli.make_dataset ~/rlmesh_data/pendulum-medium --target -700
+    python -m rlmesh.cli.make_dataset ~/rlmesh_data/hopper-medium \\
         -f hopper-sac.yaml --target 1500 --max-steps 300000 --format parquet
 
 A script on top of the library (it builds an algorithm by name, as ``rlmesh train`` does);
@@ -87,7 +87,7 @@ def _write_info(path: Path, info: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m rlmesh.offline.make_dataset", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m rlmesh.cli.make_dataset", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("out_dir", help="a new (or empty) folder for the data files")
     p.add_argument("--target", type=float, required=True,
