@@ -299,8 +299,13 @@ def postprocessed_samples(batch: dict[str, Any],
 
 def shard_batch(batch: dict[str, Any], n: int) -> list[dict[str, np.ndarray]]:
     """A time-major batch cut along B into ``n`` near-equal shards (data-parallel learners),
-    each with its own ``next_obs`` and truncations."""
+    each with its own ``next_obs`` and truncations. A batch narrower than ``n`` (one env
+    runner with one env, two learners) is first cut along time (``fold_time``): every rank
+    gets data, where a cut along B alone left one an empty shard its model could not run."""
     width = np.asarray(batch["mask"]).shape[1]
+    if width < n:
+        batch = fold_time(batch, -(-n // width))
+        width = np.asarray(batch["mask"]).shape[1]
     bounds = np.linspace(0, width, n + 1).astype(int)
     index = np.asarray(batch["trunc_index"]).reshape(-1, 2)
     trunc_obs = np.asarray(batch["trunc_obs"])
@@ -313,3 +318,35 @@ def shard_batch(batch: dict[str, Any], n: int) -> list[dict[str, np.ndarray]]:
         shard["trunc_obs"] = trunc_obs[mine]
         shards.append(shard)
     return shards
+
+
+def fold_time(batch: dict[str, Any], k: int) -> dict[str, Any]:
+    """A time-major batch ``[T, B]`` as ``[ceil(T/k), k*B]``: each env's column cut into
+    ``k`` consecutive pieces side by side (piece ``j`` of env ``b`` is column ``j*B + b``).
+    A piece's ``next_obs`` is the observation after its last row (the next piece's first),
+    so GAE and V-trace bootstrap across the cut as they would have; truncations move with
+    their rows. When ``k`` does not divide T, the first piece is padded at its start
+    (``mask`` False): padding before the data changes no return computed backwards."""
+    mask = np.asarray(batch["mask"])
+    t, width = mask.shape[:2]
+    rows = -(-t // k)
+    pad = rows * k - t
+
+    def fold(arr: np.ndarray) -> np.ndarray:
+        padded = np.concatenate([np.zeros((pad, *arr.shape[1:]), arr.dtype), arr]) if pad else arr
+        pieces = padded.reshape(k, rows, *arr.shape[1:])  # [k, rows, B, ...]
+        return np.moveaxis(pieces, 0, 1).reshape(rows, k * width, *arr.shape[2:])
+
+    out = {key: fold(np.asarray(batch[key])) for key in time_major_keys(batch)}
+    obs = np.asarray(batch[Columns.OBS])
+    firsts = [obs[(j + 1) * rows - pad] for j in range(k - 1)]  # each next piece's first row
+    out["next_obs"] = np.concatenate([*firsts, np.asarray(batch["next_obs"])])
+    index = np.asarray(batch["trunc_index"]).reshape(-1, 2)
+    padded_t = index[:, 0] + pad
+    out["trunc_index"] = np.stack([padded_t % rows, (padded_t // rows) * width + index[:, 1]],
+                                  axis=1).astype(index.dtype)
+    out["trunc_obs"] = np.asarray(batch["trunc_obs"])
+    for key in FRAGMENT_KEYS - {"next_obs", "trunc_index", "trunc_obs"}:
+        if key in batch:
+            out[key] = batch[key]
+    return out
