@@ -85,10 +85,33 @@ def check_model_config(model_config: dict) -> dict:
     if isinstance(config["dim"], bool) or not isinstance(config["dim"], int) or config["dim"] < 1:
         raise ValueError(f"model dim (the Atari frame size) must be an int >= 1, "
                          f"got {config['dim']!r}")
-    for key in ("grayscale", "zero_mean"):
+    for key in ("grayscale", "zero_mean", "vf_share_layers", "free_log_std", "squash_actions",
+                "use_lstm", "lstm_use_prev_action", "lstm_use_prev_reward"):
         if not isinstance(config[key], bool):
             raise ValueError(f"model {key} must be True or False, got {config[key]!r}")
+    # Checked here, not where torch builds the layers: '"64"' for [64] used to end in a
+    # 40-line torch traceback from a learner process.
+    for key in ("fcnet_hiddens", "post_fcnet_hiddens"):
+        sizes = config[key]
+        if not isinstance(sizes, (list, tuple)) or not all(_is_size(n) for n in sizes):
+            raise ValueError(f"model {key} must be a list of layer sizes (ints >= 1), e.g. "
+                             f"[64, 64], got {sizes!r}")
+    for key in ("lstm_cell_size", "max_seq_len"):
+        if not _is_size(config[key]):
+            raise ValueError(f"model {key} must be an int >= 1, got {config[key]!r}")
+    framestack = config["framestack"]
+    if not isinstance(framestack, bool) and not _is_size(framestack):
+        raise ValueError(f"model framestack must be True, False or an int >= 1, got {framestack!r}")
+    if isinstance(config["log_std_init"], bool) or not isinstance(config["log_std_init"], (int, float)):
+        raise ValueError(f"model log_std_init must be a number, got {config['log_std_init']!r}")
+    if not isinstance(config["custom_model_config"], dict):
+        raise ValueError(f"model custom_model_config must be a dict, got "
+                         f"{config['custom_model_config']!r}")
     return config
+
+
+def _is_size(n: Any) -> bool:
+    return isinstance(n, (int, np.integer)) and not isinstance(n, bool) and n >= 1
 
 
 def custom_model_path(value: Any) -> Any:
