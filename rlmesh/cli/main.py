@@ -90,9 +90,18 @@ def main(argv: Sequence[str] | None = None, commands: dict[str, Command] = COMMA
 def console(commands: dict[str, Command] = COMMANDS) -> None:
     """A command line of ``commands``: ``main``, then a quick exit (tests call ``main`` in
     their own process, which must go on)."""
+    import os
     import signal
+    import sys
 
     from rlmesh.quick_exit import exit_process
+
+    # The working directory is importable, as `python -m rlmesh` makes it: `--run
+    # examples.custom_policy:RandomAlgo` or `--env my_envs:make` from the project's root
+    # find the user's modules (the console script's own sys.path[0] is its bin folder).
+    # An absolute path, so the run's child processes are handed it too.
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
 
     # Ctrl-C and SIGTERM stop a run after its iteration and tear its processes down; a parent
     # that started us with them blocked (the mask survives exec: a test runner's thread did)

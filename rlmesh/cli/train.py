@@ -62,6 +62,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="save a checkpoint every N iterations (default: never)")
     p.add_argument("--checkpoint-at-end", action="store_true", default=None,
                    help="save a checkpoint when training ends (Ctrl-C included)")
+    p.add_argument("--stop-grace", type=float, default=30.0, metavar="S",
+                   help="after Ctrl-C or SIGTERM, seconds to let the iteration end before it is "
+                        "cut short and the run stops without a final checkpoint (default 30)")
     p.add_argument("--local-dir", metavar="DIR", help="results root (default ~/rlmesh_results)")
     p.add_argument("--experiment-name", metavar="NAME",
                    help="experiment folder (default: the file's experiment key, else "
@@ -160,7 +163,8 @@ def spec_from(args: argparse.Namespace, name: str | None, exp: dict, where: str)
         experiment=args.experiment_name or name,
         local_dir=args.local_dir or exp.get("local_dir") or exp.get("storage_path"),
         checkpoint_freq=freq,
-        checkpoint_at_end=bool(args.checkpoint_at_end or exp.get("checkpoint_at_end", False)))
+        checkpoint_at_end=bool(args.checkpoint_at_end or exp.get("checkpoint_at_end", False)),
+        stop_grace_s=args.stop_grace)
 
 
 def with_rllib_defaults(cls, config: dict, file_config: dict, choice: str, where: str) -> dict:

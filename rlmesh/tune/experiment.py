@@ -28,6 +28,8 @@ class TrainSpec:
     local_dir: str | None = None
     checkpoint_freq: int = 0
     checkpoint_at_end: bool = False
+    # Seconds a signalled run waits for its iteration to end before cutting it short.
+    stop_grace_s: float = 30.0
 
 
 def deep_merge(base: dict, override: dict) -> dict:

@@ -95,29 +95,41 @@ def _exit_now(code: int) -> None:
     os._exit(code)
 
 
-class _Signals:
-    """First SIGINT/SIGTERM: finish the current iteration, then stop. Second: quit."""
+class CutShort(Exception):
+    """A signalled run's iteration did not end within its grace time."""
 
-    def __init__(self):
+
+class _Signals:
+    """First SIGINT/SIGTERM: finish the current iteration, then stop; an iteration that has
+    not ended ``grace_s`` seconds later is cut short (``CutShort`` raised where the loop
+    waits: an iteration can wait forever, e.g. on samples an env never gives). Second: quit."""
+
+    def __init__(self, grace_s: float = 30.0):
         self.signum: int | None = None
+        self.grace_s = grace_s
         self._old = {}
 
     def __enter__(self):
-        for s in (signal.SIGINT, signal.SIGTERM):
+        for s in (signal.SIGINT, signal.SIGTERM, signal.SIGALRM):
             self._old[s] = signal.signal(s, self._handle)
         return self
 
     def __exit__(self, *exc):
+        signal.setitimer(signal.ITIMER_REAL, 0)
         for s, handler in self._old.items():
             signal.signal(s, handler)
 
     def _handle(self, signum, frame):
+        if signum == signal.SIGALRM:
+            raise CutShort(f"the iteration did not end within {self.grace_s:g} s of "
+                           f"{signal.Signals(self.signum).name}")
         if self.signum is not None:
             _exit_now(128 + signum)
             return
         self.signum = signum
-        os.write(2, b"\nrlmesh train: stopping after this iteration "
-                    b"(Ctrl-C again to quit at once)\n")
+        signal.setitimer(signal.ITIMER_REAL, max(self.grace_s, 0.001))
+        os.write(2, f"\nrlmesh train: stopping after this iteration, or in {self.grace_s:g} s "
+                    "if it has not ended by then (Ctrl-C again to quit at once)\n".encode())
 
 
 def _save(algo, trial_dir: Path, iteration: int) -> str:
@@ -138,15 +150,19 @@ def _one_line(message: str) -> str:
 def policy_error_message(error: BaseException) -> str | None:
     """The one line to print for a policy error, raised here or in another process (then
     a RemoteError naming its type; its remote traceback is not shown); None for others."""
+    from rlmesh.driver.mesh import SampleTimeout
     from rlmesh.policy.policy import POLICY_ERRORS, PolicyError
     from rlmesh.rl.columns import MissingColumn
     from rlmesh.rl.finite import NonFiniteError
+    from rlmesh.rl.spaces import ObservationError
     from rlmesh.roles.learner import LearnerOutOfMemory
     from rlmesh.runtime import RemoteError
 
-    if isinstance(error, (PolicyError, MissingColumn, NonFiniteError, LearnerOutOfMemory)):
+    # An env that breaks its own space, or hangs, is the user's to fix: one line, no traceback.
+    if isinstance(error, (PolicyError, MissingColumn, NonFiniteError, LearnerOutOfMemory,
+                          ObservationError, SampleTimeout)):
         return f"{type(error).__name__}: {error}"
-    if isinstance(error, RemoteError) and error.etype in POLICY_ERRORS:
+    if isinstance(error, RemoteError) and error.etype in (*POLICY_ERRORS, "ObservationError"):
         where = f" in {error.actor}" if error.actor else ""
         return f"{error.etype}{where}: {error.remote_msg}"
     return None
@@ -234,29 +250,38 @@ def _train_loop(algo, spec: TrainSpec, trial_dir: Path, trial_id: str, reporter,
     path)`` hears of each checkpoint) ends it; the exit code."""
     stopper = Stopper(spec.stop)
     last_checkpoint, saved_at, iteration, why = None, None, 0, None
-    signals = _Signals()
+    signals = _Signals(spec.stop_grace_s)
+    cut_short = None
     try:
         with signals:
-            while not signals.signum:
-                result = algo.train()
-                result.update({k: v for k, v in _tune_fields(trial_id).items() if k not in result})
-                iteration = int(result.get("training_iteration") or getattr(algo, "iteration", 0))
-                logger.log(result)
-                reporter.report(result)
-                if isinstance(result.get("evaluation"), dict):
-                    reporter.message(evaluation_line(result["evaluation"]))
-                decision = control.decide(result) if control is not None else {}
-                if (spec.checkpoint_freq and iteration % spec.checkpoint_freq == 0) \
-                        or decision.get("save"):
-                    last_checkpoint, saved_at = _save(algo, trial_dir, iteration), iteration
-                    reporter.message(f"checkpoint: {last_checkpoint}")
-                    if control is not None:
-                        control.saved(iteration, last_checkpoint)
-                why = decision.get("stop") or stopper.met(
-                    result, warn=lambda m: reporter.message(f"warning: {m}"))
-                if why:
-                    break
-            if spec.checkpoint_at_end and iteration and saved_at != iteration:
+            try:
+                while not signals.signum:
+                    result = algo.train()
+                    result.update({k: v for k, v in _tune_fields(trial_id).items()
+                                   if k not in result})
+                    iteration = int(result.get("training_iteration")
+                                    or getattr(algo, "iteration", 0))
+                    logger.log(result)
+                    reporter.report(result)
+                    if isinstance(result.get("evaluation"), dict):
+                        reporter.message(evaluation_line(result["evaluation"]))
+                    decision = control.decide(result) if control is not None else {}
+                    if (spec.checkpoint_freq and iteration % spec.checkpoint_freq == 0) \
+                            or decision.get("save"):
+                        last_checkpoint, saved_at = _save(algo, trial_dir, iteration), iteration
+                        reporter.message(f"checkpoint: {last_checkpoint}")
+                        if control is not None:
+                            control.saved(iteration, last_checkpoint)
+                    why = decision.get("stop") or stopper.met(
+                        result, warn=lambda m: reporter.message(f"warning: {m}"))
+                    if why:
+                        break
+            except CutShort as e:
+                # No final checkpoint: the driver was stopped mid-call, and a save now could
+                # wait on the same stuck iteration. The newest periodic one stands.
+                cut_short = str(e)
+            if cut_short is None and spec.checkpoint_at_end and iteration \
+                    and saved_at != iteration:
                 last_checkpoint = _save(algo, trial_dir, iteration)
                 if control is not None:
                     control.saved(iteration, last_checkpoint)
@@ -265,7 +290,9 @@ def _train_loop(algo, spec: TrainSpec, trial_dir: Path, trial_id: str, reporter,
         logger.close()
         with signals:  # a Ctrl-C while the mesh shuts down quits at once
             algo.stop()
-    if signals.signum:
+    if cut_short:
+        why = f"{cut_short}; iteration {iteration + 1} was cut short"
+    elif signals.signum:
         why = f"{signal.Signals(signals.signum).name} after iteration {iteration}"
     print(f"stopped: {why}")
     print(f"results: {trial_dir}  (tensorboard --logdir {trial_dir.parent})")

@@ -110,3 +110,54 @@ def test_the_end_of_a_run_loses_nothing_and_leaves_no_process(tmp_path, runs_roo
     steps = [step for step, _ in tb_scalars(trial)["ray/tune/training_iteration"]]
     assert steps[-1] == rows[-1]["timesteps_total"], steps
     assert (trial / "checkpoint_000002" / "rlmesh_checkpoint.msgpack").exists()
+
+
+def test_sigterm_ends_a_run_whose_iteration_never_ends(tmp_path):
+    """Every episode's first observation is NaN and skipped (`on_nonfinite: skip`), so no
+    sample ever completes and the first iteration never ends. SIGTERM used to print
+    "stopping after this iteration" and leave the run going until a second signal; now the
+    iteration is cut short after --stop-grace seconds and the run ends, its processes gone
+    (the conftest fixture checks that none is left)."""
+    local = tmp_path / "results"
+    proc = subprocess.Popen(
+        [*RLMESH, "train", "--run", "PPO", "--env", "tests.integration.hostile_envs:PoisonedCartPole",
+         "--local-dir", str(local), "--stop", '{"training_iteration": 3}', "--stop-grace", "2",
+         "--config", json.dumps({"on_nonfinite": "skip", "env_config": {"obs": "nan", "at": 1},
+                                 "num_env_runners": 1, "train_batch_size": 400,
+                                 "minibatch_size": 100})],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not list(local.glob("*/*/params.json")) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(3)  # sampling, with every step skipped
+        assert proc.poll() is None, proc.communicate()[0]
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 143, out
+    assert "did not end within 2 s of SIGTERM; iteration 1 was cut short" in out, out
+    assert "Traceback" not in out, out
+
+
+def test_the_working_directory_is_importable_by_the_rlmesh_command(tmp_path):
+    """`rlmesh train --run examples.custom_policy:RandomAlgo` from the repo root (README)
+    used to fail with "No module named 'examples'": the console script's sys.path has its
+    bin folder, not the working directory, as `python -m` would. Here a user's module in
+    the working directory names the env, made in the env-runner process too."""
+    (tmp_path / "my_cwd_envs.py").write_text(
+        "import gymnasium as gym\n\n"
+        "def make(env_config):\n"
+        "    return gym.make('CartPole-v1')\n")
+    rlmesh = Path(sys.executable).with_name("rlmesh")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    run = subprocess.run(
+        [str(rlmesh), "train", "--run", "PPO", "--env", "my_cwd_envs:make",
+         "--local-dir", str(tmp_path / "results"), "--stop", '{"training_iteration": 1}',
+         "--config", '{"num_env_runners": 1, "train_batch_size": 200, "minibatch_size": 50}'],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "stopped: training_iteration = 1 >= 1" in run.stdout, run.stdout
