@@ -65,12 +65,16 @@ class Episodes:
     A recurrent policy's episodes start from ``initial_state`` (one array per state tensor);
     ``prev_action`` (the zero action, or None) and ``prev_reward`` say whether the policy
     reads the previous action and reward.
+
+    ``max_step_reward``: the most ``|reward|`` one step may add up to (a server's
+    ``policy_server_max_abs_reward``): rewards of one step are summed, and 1,000
+    ``reward`` calls of 1e6 each on one step made an episode of one step return 1e9.
     """
 
     def __init__(self, chunk_len: int, max_open: int = 10_000,
                  max_open_per_client: int | None = None, max_steps: int | None = None,
                  initial_state: list[Any] | tuple = (), prev_action: Any = None,
-                 prev_reward: bool = False) -> None:
+                 prev_reward: bool = False, max_step_reward: float | None = None) -> None:
         if chunk_len < 1:
             raise ValueError(f"chunk_len must be at least 1, got {chunk_len}")
         self.chunk_len = chunk_len
@@ -80,6 +84,7 @@ class Episodes:
         self.max_open = max_open
         self.max_open_per_client = max_open_per_client
         self.max_steps = max_steps
+        self.max_step_reward = max_step_reward
         self.open: dict[str, _Episode] = {}  # least recently used first
         self.by_client: dict[str, dict[str, None]] = {}  # likewise, per client
         self.chunks: list[dict[str, Any]] = []
@@ -172,7 +177,13 @@ class Episodes:
         if episode.current is None:
             raise ValueError(f"episode {episode_id!r}: log_returns before any action; a reward "
                              f"belongs to the step an action started")
-        episode.current[4] += reward
+        step_reward = episode.current[4] + reward
+        if self.max_step_reward is not None and abs(step_reward) > self.max_step_reward:
+            raise ClientDataError("reward", f"the rewards logged for one step sum to "
+                                            f"{step_reward:g}, beyond the server's limit of "
+                                            f"+-{self.max_step_reward:g} a step "
+                                            f"(policy_server_max_abs_reward)")
+        episode.current[4] = step_reward
         episode.total_reward += reward
 
     def end(self, episode_id: str, obs: Any, truncated: bool = False) -> dict[str, Any]:
@@ -246,7 +257,7 @@ class Episodes:
             if final:
                 # An episode whose steps all went out in earlier chunks still reports its
                 # end (return, length) with an empty chunk.
-                self.chunks.append(_empty_end(self.summary(episode)))
+                self.chunks.append(_empty_end(episode.episode_id, self.summary(episode)))
             return
         if next_obs is None:  # expired with no observation after its last complete step
             steps, next_obs = steps[:-1], steps[-1][0]
@@ -262,6 +273,9 @@ class Episodes:
             chunk.update({k: np.stack([np.asarray(m[k]) for m in memory]) for k in memory[0]})
         chunk["next_obs"] = np.asarray(next_obs)
         chunk["terminated"], chunk["truncated"] = terminated, truncated
+        # Every chunk names its episode: a server adds up the rewards of an episode's
+        # chunks itself and never takes the end's return on the client's word.
+        chunk["episode_id"] = episode.episode_id
         chunk["episode"] = self.summary(episode) if final else None
         self.chunks.append(chunk)
 
@@ -317,8 +331,8 @@ def as_batch(inputs: dict[str, Any]) -> tuple[Any, Any, Any]:
     return states, prev[0], prev[1]
 
 
-def _empty_end(summary: dict[str, Any]) -> dict[str, Any]:
-    return {"rewards": np.zeros(0, np.float32), "episode": summary}
+def _empty_end(episode_id: str, summary: dict[str, Any]) -> dict[str, Any]:
+    return {"rewards": np.zeros(0, np.float32), "episode_id": episode_id, "episode": summary}
 
 
 def check_reward(reward: Any) -> float:

@@ -5,13 +5,15 @@
 from __future__ import annotations
 
 import functools
-from collections import Counter
+from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
 import gymnasium as gym
 import numpy as np
 
+# One refusal class for the server's checks and the episodes it records (client/episodes.py).
+from rlmesh.client.episodes import ClientDataError
 from rlmesh.rl.spec import check_observation
 
 if TYPE_CHECKING:
@@ -21,14 +23,6 @@ if TYPE_CHECKING:
 # overflows float32 (at 88), and one such value made PPO's importance ratio inf, its loss NaN.
 MAX_ABS_DIST_VALUE = 1e3
 MAX_TRACKED_CLIENTS = 256  # rejection counts kept per client; the rest are summed as "other"
-
-
-class ClientDataError(ValueError):
-    """A value from a client that the server refuses; ``field`` names it."""
-
-    def __init__(self, field: str, msg: str) -> None:
-        super().__init__(f"{field}: {msg}")
-        self.field = field
 
 
 @dataclass(frozen=True)
@@ -132,6 +126,82 @@ def check_summary(summary: Any, limits: ClientLimits) -> dict[str, Any] | None:
                                                 f"{limits.max_episode_steps}], got {length!r:.40}")
     return {"return": check_reward(summary["return"], limits, "episode.return"),
             "length": int(length), "custom_metrics": {}}
+
+
+class ReportedEpisodes:
+    """What local-inference clients' chunks add up to, per (client, episode id): an ended
+    episode's return and length are the sums of the steps its chunks carried, computed here.
+    The end's claim is only checked against them: a claim they contradict is refused (a
+    4-step chunk claiming a return of 1e9 ended a run at "episode_reward_mean >= 450"), and
+    an end whose earlier steps never arrived here (a refused or evicted chunk, a restarted
+    server) is not reported as an episode (``unverified``). Entries are bounded like open
+    episodes: the least recently reported one goes first."""
+
+    def __init__(self, max_open: int, max_open_per_client: int) -> None:
+        self.max_open = max_open
+        self.max_open_per_client = max_open_per_client
+        self.sums: OrderedDict[tuple[str, str], list[float]] = OrderedDict()  # [ret, |ret|, len]
+        self.by_client: dict[str, OrderedDict[str, None]] = {}
+        self.unverified = 0
+
+    def settle(self, client: str, chunks: list[dict[str, Any]]) -> dict[str, Any]:
+        """Each ended chunk's summary (in place: ``chunk["episode"]``, None when unverified)
+        from the sums; the new sums, for ``commit``. Raises ClientDataError, changing
+        nothing, when a claim contradicts the steps."""
+        pending: dict[str, list[float] | None] = {}
+        for chunk in chunks:
+            eid = chunk["episode_id"]
+            sums = pending.get(eid) if eid in pending else self.sums.get((client, eid))
+            sums = [0.0, 0.0, 0] if sums is None else list(sums)
+            rewards = chunk["rewards"].astype(np.float64)
+            sums[0] += float(rewards.sum())
+            sums[1] += float(np.abs(rewards).sum())
+            sums[2] += len(rewards)
+            claim = chunk["episode"]
+            pending[eid] = sums if claim is None else None  # an ended episode is forgotten
+            if claim is not None:
+                chunk["episode"] = self._verified(claim, sums)
+        return pending
+
+    def _verified(self, claim: dict[str, Any], sums: list[float]) -> dict[str, Any] | None:
+        ret, magnitude, length = sums
+        if claim["length"] > length:
+            self.unverified += 1
+            return None
+        if claim["length"] < length:
+            raise ClientDataError("episode.length", f"claims {claim['length']} steps; its "
+                                                    f"chunks sent here hold {int(length)}")
+        # The claim was summed by the client in float64, the rewards sent are float32.
+        if abs(claim["return"] - ret) > 1e-5 * max(magnitude, 1.0):
+            raise ClientDataError("episode.return", f"claims {claim['return']:g}; the rewards "
+                                                    f"its chunks sent here sum to {ret:g}")
+        return {"return": ret, "length": int(length), "custom_metrics": {}}
+
+    def commit(self, client: str, pending: dict[str, Any]) -> None:
+        for eid, sums in pending.items():
+            key, mine = (client, eid), self.by_client.setdefault(client, OrderedDict())
+            if sums is None:
+                self.sums.pop(key, None)
+                mine.pop(eid, None)
+            else:
+                self.sums[key] = sums
+                self.sums.move_to_end(key)
+                mine[eid] = None
+                mine.move_to_end(eid)
+            if len(mine) > self.max_open_per_client:
+                self._forget(client, next(iter(mine)))
+        if client in self.by_client and not self.by_client[client]:
+            del self.by_client[client]
+        while len(self.sums) > self.max_open:
+            self._forget(*next(iter(self.sums)))
+
+    def _forget(self, client: str, eid: str) -> None:
+        self.sums.pop((client, eid), None)
+        mine = self.by_client.get(client)
+        if mine is not None:
+            mine.pop(eid, None)
+            if not mine:
+                del self.by_client[client]
 
 
 class Rejections:

@@ -29,8 +29,9 @@ from rlmesh.roles.env_runner import default_policy_specs, runner_config
 from rlmesh.roles.env_sampler import SEED_STRIDE
 from rlmesh.roles.runner_policy import VersionedPolicies, make_runner_policies
 from rlmesh.roles.policy_checks import (ClientDataError, ClientLimits, Rejections,
-                                        check_actions, check_chunk_columns, check_obs,
-                                        check_reward, check_summary, counted, field_of)
+                                        ReportedEpisodes, check_actions, check_chunk_columns,
+                                        check_obs, check_reward, check_summary, counted,
+                                        field_of)
 from rlmesh.roles.policy_memory import check_memory_columns, memory_options, recurrent_columns
 from rlmesh.roles.policy_server_agents import ServedAgents
 from rlmesh.runtime import Actor, current_job
@@ -121,6 +122,8 @@ class PolicyServerRunner(VersionedPolicies, Actor):
         # episode of its own in its policy's Episodes, mapped once by policy_mapping_fn.
         self.multi = ServedAgents(self, cfg) if cfg.is_multi_agent else None
         self.rejections = Rejections()
+        self.reported = ReportedEpisodes(self.limits.max_open_episodes,
+                                         self.limits.max_open_episodes_per_client)
         self.received: deque[dict[str, Any]] = deque()  # chunks from local-inference clients
         self.received_steps = 0
         self._ps_name = param_server
@@ -137,6 +140,7 @@ class PolicyServerRunner(VersionedPolicies, Actor):
     def _episodes_of(self, policy: Any, memory_specs: dict[str, Any]) -> Episodes:
         return Episodes(self.fragment_length, self.limits.max_open_episodes,
                         self.limits.max_open_episodes_per_client, self.limits.max_episode_steps,
+                        max_step_reward=self.limits.max_abs_reward,
                         **memory_options(policy.get_initial_state(), memory_specs))
 
     def route(self, episode_id: Any) -> tuple[Any, Episodes]:
@@ -255,7 +259,7 @@ class PolicyServerRunner(VersionedPolicies, Actor):
         return []
 
     def metrics(self) -> dict[str, Any]:
-        counters: dict[str, int] = {}
+        counters: dict[str, int] = {"episodes_unverified": self.reported.unverified}
         for episodes in self._all_episodes():
             for k, v in episodes.counters.items():
                 counters[k] = counters.get(k, 0) + v
@@ -402,6 +406,9 @@ class PolicyService(Actor):
             raise TypeError(f"chunks must be a list, got {type(chunks).__name__}")
         checked = [_check_chunk(r, c) for c in chunks]
         if r.training:
+            # Returns and lengths from the steps sent, never from the client's claim.
+            sums = r.reported.settle(caller_id(), checked)
+            r.reported.commit(caller_id(), sums)
             r._received_chunks(checked)
         return sum(len(c["rewards"]) for c in checked)
 
@@ -411,10 +418,14 @@ def _check_chunk(r: PolicyServerRunner, chunk: Any) -> dict[str, Any]:
     every value inside the spaces and the server's limits (``policy_checks``)."""
     if not isinstance(chunk, dict):
         raise ClientDataError("chunk", f"must be a dict, got {type(chunk).__name__}")
+    eid = chunk.get("episode_id")
+    if not isinstance(eid, str) or not 0 < len(eid) <= 256:
+        raise ClientDataError("episode_id", f"each chunk names its episode: a string of at "
+                                            f"most 256 characters, got {eid!r:.40}")
     if "obs" not in chunk:  # an episode end whose steps all went out earlier
         if np.size(chunk.get("rewards", [])):
             raise ClientDataError("chunk", "a chunk with rewards must have obs, actions, ...")
-        return {"rewards": np.zeros(0, np.float32),
+        return {"rewards": np.zeros(0, np.float32), "episode_id": eid,
                 "episode": check_summary(chunk.get("episode"), r.limits)}
     missing = {"next_obs", "terminated", "truncated", "episode", "rewards"} - set(chunk)
     if missing:
@@ -433,6 +444,7 @@ def _check_chunk(r: PolicyServerRunner, chunk: Any) -> dict[str, Any]:
     check_chunk_columns(out, r.action_space, r.limits)
     out["terminated"], out["truncated"] = bool(chunk["terminated"]), bool(chunk["truncated"])
     out["episode"] = check_summary(chunk["episode"], r.limits)
+    out["episode_id"] = eid
     return out
 
 

@@ -39,7 +39,8 @@ def hostile_call(rng: random.Random, eids: list[str]) -> list[bytes]:
              "actions": np.zeros(n, np.int64), "action_logp": np.full(n, -0.7, np.float32),
              "action_dist_inputs": np.zeros((n, 2), np.float32),
              "rewards": np.ones(n, np.float32), "terminated": True, "truncated": False,
-             "episode": {"return": 1e300, "length": n}}
+             "episode": {"return": 1e300, "length": n},
+             "episode_id": rng.choice(["fz", 7, None, "e" * 300])}
     poison = rng.choice(["actions", "rewards", "action_logp", "obs", "episode", "drop"])
     chunk[poison] = {"actions": np.full(n, 7), "rewards": np.full(n, 1e300),
                      "action_logp": np.full(n, -1e30), "obs": np.full((n, 4), 1e39),

@@ -20,9 +20,9 @@ from .test_policy_client import play_episode, runner_process, server_config
 pytestmark = pytest.mark.timeout(240)
 
 
-def chunk(n=4, actions=None, rewards=1.0, logp=-0.7, obs=0.01, episode=None):
+def chunk(n=4, actions=None, rewards=1.0, logp=-0.7, obs=0.01, episode=None, episode_id="e1"):
     """A well-formed CartPole chunk of ``n`` steps, as a local-inference client ships it."""
-    return {"obs": np.full((n, 4), obs), "next_obs": np.zeros(4, np.float32),
+    return {"episode_id": episode_id, "obs": np.full((n, 4), obs), "next_obs": np.zeros(4, np.float32),
             "actions": np.asarray(actions if actions is not None else [0, 1] * (n // 2), np.int64),
             "action_logp": np.full(n, logp), "action_dist_inputs": np.zeros((n, 2), np.float32),
             "rewards": np.full(n, rewards), "terminated": True, "truncated": False,
@@ -82,7 +82,8 @@ def test_actions_outside_the_space_are_refused_and_cannot_crash_training():
 def test_a_fake_return_is_refused_and_cannot_end_training_as_a_success():
     """Point 3: a reported return of 1e300 became the mean and 'stopped: >= 450'."""
     def attack(client):
-        fake = {"rewards": np.zeros(0, np.float32), "episode": {"return": 1e300, "length": 1}}
+        fake = {"rewards": np.zeros(0, np.float32), "episode": {"return": 1e300, "length": 1},
+                "episode_id": "e1"}
         with pytest.raises(PolicyServerError, match="episode.return"):
             client._call("report_chunks", [fake], 0)
         with pytest.raises(PolicyServerError, match="rewards"):

@@ -217,3 +217,18 @@ def test_a_stateless_policy_has_no_step_inputs_and_no_state_columns():
     eps.end(eid, obs(2))
     (chunk,) = eps.take_chunks()
     assert not any(k.startswith(("state_", "prev_")) for k in chunk)
+
+
+def test_every_chunk_names_its_episode_and_a_step_holds_at_most_max_step_reward():
+    eps = Episodes(chunk_len=2, max_step_reward=1.0)
+    eid = eps.start("sim-7")
+    play(eps, eid, 0, 3)  # 1.0 a step: at the bound
+    eps.act(eid, obs(3), 0, -0.5, np.array([0.1, 0.2], np.float32))
+    eps.reward(eid, 0.5)
+    with pytest.raises(ValueError, match=r"^reward: the rewards logged for one step sum to 1.5"):
+        eps.reward(eid, 1.0)  # a step's rewards add up: 1,000 calls made one step 1e9
+    eps.reward(eid, -1.5)
+    eps.end(eid, obs(4))
+    chunks = eps.take_chunks()
+    assert [c["episode_id"] for c in chunks] == ["sim-7", "sim-7"]
+    assert chunks[-1]["episode"]["return"] == 2.0 and chunks[-1]["episode"]["length"] == 4

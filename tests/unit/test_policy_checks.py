@@ -8,7 +8,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from rlmesh.roles.policy_checks import (ClientDataError, ClientLimits, Rejections, check_actions,
+from rlmesh.roles.policy_checks import (ClientDataError, ClientLimits, Rejections,
+                                        ReportedEpisodes, check_actions,
                                         check_obs, check_reward, check_summary, finite_as)
 from rlmesh.wire import logs
 
@@ -67,3 +68,52 @@ def test_warnings_of_one_kind_are_rate_limited_with_the_suppressed_count(caplog)
         logs.log_limited(log, "k", "bad again")
     assert logs.BURST <= shown <= logs.BURST + 2 and len(caplog.records) == shown + 1
     assert caplog.records[-1].getMessage() == f"bad again ({1000 - shown} more like it suppressed)"
+
+
+def ended(eid, rewards, claim_return, claim_length):
+    return {"episode_id": eid, "rewards": np.asarray(rewards, np.float32),
+            "episode": {"return": claim_return, "length": claim_length, "custom_metrics": {}}}
+
+
+def middle(eid, rewards):
+    return {"episode_id": eid, "rewards": np.asarray(rewards, np.float32), "episode": None}
+
+
+def test_reported_returns_are_the_sums_of_the_steps_sent_never_the_claim():
+    book = ReportedEpisodes(max_open=100, max_open_per_client=10)
+    chunks = [middle("a", [1.0, 0.1]), ended("a", [0.3], 1.4000001, 3)]
+    book.commit("sim", book.settle("sim", chunks))
+    assert chunks[1]["episode"]["length"] == 3
+    assert chunks[1]["episode"]["return"] == pytest.approx(1.4, rel=1e-6)
+    assert not book.sums  # an ended episode is forgotten
+    # an episode split over two calls adds up too
+    book.commit("sim", book.settle("sim", [middle("b", [1.0] * 4)]))
+    (last,) = chunks = [ended("b", [1.0, 1.0], 6.0, 6)]
+    book.commit("sim", book.settle("sim", chunks))
+    assert last["episode"] == {"return": 6.0, "length": 6, "custom_metrics": {}}
+
+
+def test_a_claim_the_steps_contradict_is_refused_and_changes_nothing():
+    book = ReportedEpisodes(max_open=100, max_open_per_client=10)
+    book.commit("sim", book.settle("sim", [middle("a", [1.0] * 4)]))
+    before = dict(book.sums)
+    with pytest.raises(ClientDataError, match=r"^episode.return: claims 1e\+09; .* sum to 5"):
+        book.settle("sim", [ended("a", [1.0], 1e9, 5)])
+    with pytest.raises(ClientDataError, match=r"^episode.length: claims 2 steps; .* hold 5"):
+        book.settle("sim", [ended("a", [1.0], 2.0, 2)])
+    assert book.sums == before
+    # another client's claim on the same id finds no steps of its own: not reported
+    chunks = [ended("a", [], 4.0, 4)]
+    book.commit("other", book.settle("other", chunks))
+    assert chunks[0]["episode"] is None and book.unverified == 1
+
+
+def test_reported_sums_are_bounded_per_client_and_in_all():
+    book = ReportedEpisodes(max_open=5, max_open_per_client=3)
+    for i in range(10):
+        book.commit("a", book.settle("a", [middle(f"a{i}", [1.0])]))
+    assert list(book.by_client["a"]) == ["a7", "a8", "a9"] and len(book.sums) == 3
+    for i in range(3):
+        book.commit(f"c{i}", book.settle(f"c{i}", [middle("x", [1.0])]))
+    assert len(book.sums) == 5 and ("a", "a7") not in book.sums
+    assert sum(len(v) for v in book.by_client.values()) == 5
