@@ -105,9 +105,25 @@ def make_env(env_spec: Any, env_config: dict | None = None,
     return env
 
 
+def missing_module_error(env_spec: str, exc: BaseException) -> EnvError | None:
+    """The one line for an env whose code imports a module that is not installed (the
+    import path's own module, or one it imports); None for other errors."""
+    cause = exc if isinstance(exc, ModuleNotFoundError) else exc.__cause__
+    name = getattr(cause, "name", None)
+    if not isinstance(cause, ModuleNotFoundError) or not name:
+        return None
+    top = name.partition(".")[0]
+    return EnvError(f"env {env_spec!r} needs the module {name!r}, which is not installed here: "
+                    f"install the package that provides it (often pip install {top}), or, for "
+                    "your own code, run from its folder or add it to PYTHONPATH")
+
+
 def _make_from_path(env_spec: str, env_config: dict) -> gym.Env:
     module_name, _, attr = env_spec.partition(":")
-    module = import_module(module_name, "env", env_spec)
+    try:
+        module = import_module(module_name, "env", env_spec)
+    except ValueError as exc:
+        raise (missing_module_error(env_spec, exc) or exc) from None
     creator = getattr(module, attr, None)
     if callable(creator):
         return creator(env_config)
@@ -139,7 +155,7 @@ def _gym_make(env_id: str, env_config: dict, registry: dict[str, str]) -> gym.En
             raise EnvError(f"env {env_id!r} is a MuJoCo env: it needs the {missing} package: "
                            f"{MUJOCO_HINT}") from None
         if isinstance(exc, ImportError):
-            raise
+            raise (missing_module_error(env_id, exc) or exc) from None
         hint = EXTRA_HINT if "box2d" in str(exc).lower() else str(exc)
         raise EnvError(f"env {env_id!r} needs a package that is not installed: {hint}") from None
     except gym.error.Error as exc:

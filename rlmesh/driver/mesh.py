@@ -90,6 +90,11 @@ def _known_env(env: Any) -> bool:
     return isinstance(env, str) and (env in gym.registry or env in env_registry())
 
 
+class SampleTimeout(RuntimeError):
+    """No env runner delivered a fragment within ``sample_timeout_s`` (a hung env); the CLI
+    prints it as one line."""
+
+
 class Totals:
     """Counters summed over processes that restart: each reports its own count since it
     started, which begins again at 0 after a restart; the totals only ever grow."""
@@ -138,6 +143,7 @@ class Mesh:
         self.restarts = 0
         self._gone: set[str] = set()  # given up on
         self._down: set[str] = set()  # died or hung, being restarted
+        self._unavailable: dict[str, Exception] = {}  # why each runner last missed a round
         # Sampling rounds a runner missed (down, or died mid-call) since the driver last
         # asked: the shortfall the others made up for.
         self.fragments_missed = 0
@@ -234,9 +240,12 @@ class Mesh:
         cfg = self.config
         n = max(1, cfg.num_learners)
         threads = cfg.num_cpus_per_learner if isinstance(cfg.num_cpus_per_learner, (int, float)) else 1
+        # The code add_policy messages may name there: what the runners may run (import_path).
+        code = startup_code({"config": cfg.to_dict(), "policies": policy_specs})
         self.learners = list(await asyncio.gather(*(
             self.job.spawn(LEARNER, config=cfg.to_dict(), config_cls=class_path(type(cfg)),
                            policy_specs=policy_specs, rank=rank, world_size=n,
+                           code_roots=code["_code_roots"], main_script=code["_main_script"],
                            name=f"learner-{rank}", role="Learner",
                            in_process=cfg.num_learners == 0,
                            restart=RestartPolicy(max_restarts=0),
@@ -332,7 +341,7 @@ class Mesh:
                 timeout = self.config.sample_timeout_s
                 deadline = deadline or (time.monotonic() + (timeout or 3600))
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"no env runner delivered a fragment for {timeout} s")
+                    raise SampleTimeout(self._sample_timeout_message(timeout))
                 await asyncio.sleep(0.2)
                 continue
             deadline = None
@@ -350,9 +359,19 @@ class Mesh:
             fragment = await runner.call("sample", timeout=self.config.sample_timeout_s, **ask)
         except ActorUnavailable as exc:
             self.runner_unavailable(runner.name, exc, "sampling with the others")
+            self._unavailable[runner.name] = exc
             return None
         self.env_errors(runner.name, fragment)
         return fragment
+
+    def _sample_timeout_message(self, timeout: float | None) -> str:
+        """One line for ``SampleTimeout``: which runners, which env, and the setting."""
+        late = [n for n, e in self._unavailable.items() if "did not answer" in str(e)]
+        who = ", ".join(late or sorted(self._unavailable) or self.runner_names())
+        env = self.config.env if isinstance(self.config.env, str) else type(self.config.env).__name__
+        return (f"no env runner delivered a fragment for {timeout} s ({who}, env {env!r}): an "
+                f"env's reset() or step() hangs, or takes longer than sample_timeout_s "
+                f"({timeout}); fix the env, or raise sample_timeout_s for a slow one")
 
     def env_errors(self, runner: str, fragment: dict[str, Any]) -> None:
         """Count a runner's env errors; the first one's traceback shown once, here."""

@@ -378,7 +378,10 @@ class EnvSampler:
         try:
             self._obs[b] = obs
         except (ValueError, TypeError):
-            raise ObservationError(describe_mismatch(self.observation_space, obs)) from None
+            raise ObservationError(
+                f"env {b}: {describe_mismatch(self.observation_space, obs)}; make "
+                "the env return what its observation_space declares (or declare what it "
+                "returns)") from None
 
     def _clip_reward(self, reward: float) -> float:
         if self.clip_rewards is True:
