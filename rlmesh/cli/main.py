@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import sys
 from typing import Callable, NamedTuple, Sequence
 
 
@@ -84,7 +85,13 @@ def main(argv: Sequence[str] | None = None, commands: dict[str, Command] = COMMA
         parser.print_help()
         return 2
     module, _, function = commands[args.command].run.partition(":")
-    return int(getattr(importlib.import_module(module), function)(args) or 0)
+    from rlmesh.runtime.run_dir import UnsafeRunsRoot  # after parsing: --help imports nothing
+
+    try:
+        return int(getattr(importlib.import_module(module), function)(args) or 0)
+    except UnsafeRunsRoot as e:  # before any process of the run was started
+        print(f"rlmesh {args.command}: error: {e}", file=sys.stderr)
+        return 2
 
 
 def console(commands: dict[str, Command] = COMMANDS) -> None:

@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import secrets
+import stat
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -23,6 +24,42 @@ ENV_RUN_DIR = "RLMESH_RUN_DIR"
 def runs_root() -> Path:
     """Where run directories live; short, because ipc socket paths must stay < 108 bytes."""
     return Path(os.environ.get("RLMESH_RUNS_ROOT", f"/tmp/rlmesh-{os.getuid()}"))
+
+
+class UnsafeRunsRoot(PermissionError):
+    """The runs root, or a folder above it, is one another user could change: they could
+    move a live job's directory away and put their own sockets in its place."""
+
+
+def check_runs_root(root: Path) -> Path:
+    """``root``, made (mode 0700) if missing, once it and every folder above it are safe:
+    owned by this user or root, and not writable by others unless sticky (as /tmp). The
+    root itself must be this user's. Symlinks on the way count as the folders they are in,
+    and their targets are checked too; else ``UnsafeRunsRoot``, saying what to do."""
+    root = Path(os.path.abspath(root))
+    root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    uid = os.getuid()
+    for path in _chain(root) + _chain(root.resolve()):
+        st = os.lstat(path)
+        mine = path in (root, root.resolve())
+        if st.st_uid != uid and (mine or st.st_uid != 0):
+            raise UnsafeRunsRoot(
+                f"the runs root {root} is not safe: {path} belongs to uid {st.st_uid}, not to "
+                f"you (uid {uid}), so that user could move a running job's sockets; remove it, "
+                "or set RLMESH_RUNS_ROOT to a folder of your own")
+        writable = st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+        if not stat.S_ISLNK(st.st_mode) and writable and not st.st_mode & stat.S_ISVTX:
+            raise UnsafeRunsRoot(
+                f"the runs root {root} is not safe: {path} is writable by other users (mode "
+                f"{stat.S_IMODE(st.st_mode):o}) and not sticky, so they could move a running "
+                f"job's sockets; chmod go-w {path}, or set RLMESH_RUNS_ROOT to a folder of "
+                "your own")
+    return root
+
+
+def _chain(path: Path) -> list[Path]:
+    """``path`` and the folders above it, up to /."""
+    return [path, *path.parents]
 
 
 def new_job_id() -> str:
@@ -59,7 +96,7 @@ class RunDir:
 
     @classmethod
     def create(cls, job_id: str | None = None, root: Path | None = None) -> "RunDir":
-        path = (root or runs_root()) / (job_id or new_job_id())
+        path = check_runs_root(root or runs_root()) / (job_id or new_job_id())
         for sub in ("procs", "names", "logs", "sock", "stacks"):
             (path / sub).mkdir(parents=True, exist_ok=True)
         os.chmod(path, 0o700)
