@@ -277,6 +277,7 @@ def main(args: argparse.Namespace) -> int:
         print(f"rlmesh rollout: {checkpoint} in {env_id}")
         from rlmesh.env.multi_agent_env import is_multi_agent
         from rlmesh.offline.writer import EpisodeWriter
+        from rlmesh.rl.spaces import ObservationError
 
         writer = EpisodeWriter(args.out) if args.out else None
         try:
@@ -288,6 +289,11 @@ def main(args: argparse.Namespace) -> int:
                              returns, writer=writer)
         except KeyboardInterrupt:
             code = 130
+        except ObservationError as e:  # another env than the policy's (--env, an edited config)
+            print(f"rlmesh rollout: error: {env_id} gives observations the checkpoint's policy "
+                  f"does not take ({e}); roll it out in an env with the observations it was trained on "
+                  f"(the checkpoint's config names {_config_value(algo, 'env')})", file=sys.stderr)
+            return 2
         env.close()
         if args.video:
             print(f"videos: {os.path.abspath(args.video)}")

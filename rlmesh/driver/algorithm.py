@@ -30,6 +30,7 @@ from rlmesh.driver.iteration_result import (  # noqa: F401  (public here too)
 from rlmesh.driver.learner_group import LearnerGroup
 from rlmesh.driver.mesh import Mesh, check_lambdas_can_go
 from rlmesh.callbacks import load_callbacks
+from rlmesh.config.batch_memory import check_batch_memory
 from rlmesh.config.base import AlgorithmConfig
 from rlmesh.driver.inference import env_action
 from rlmesh.envs import EnvContext, as_space, env_registry, spaces_of
@@ -104,6 +105,7 @@ class Algorithm:
         # Loaded before any process starts: a callbacks class with a misspelled hook fails here.
         self.callbacks = load_callbacks(config.callbacks_class)
         check_learner_gpus(config.num_learners, config.num_gpus_per_learner, config.fake_gpus)
+        check_batch_memory(config, self.obs_space, self.action_space)
         self.mesh = self.mesh_class(config, self.policy_specs)
         # The runner processes start (imports, envs) while this thread builds the learner.
         runners = self.mesh.start_runners()

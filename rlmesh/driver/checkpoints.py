@@ -171,9 +171,61 @@ def read(path: Path, trust_code: bool = False, trusted: Iterable[str] = ()
     except Exception as exc:  # truncated (a save cut short, a full disk) or not torch's
         raise CheckpointError(f"{path} is damaged: its {STATE} cannot be read "
                               f"({_first_line(exc)})") from None
-    if meta["format_version"] == 1:  # one policy's state, before states were keyed
+    if meta["format_version"] == 1 and isinstance(state, dict):  # one policy, before keying
         state = {"policies": {"default_policy": state}, "num_updates": state.get("num_updates", 0)}
+    check_state(path, state)
     return meta, state
+
+
+def check_state(path: Path, state: Any) -> None:
+    """CheckpointError unless ``state`` holds a state per policy, and every floating-point
+    tensor of a policy's ``model`` is finite: weights saved from a run that diverged would
+    load silently and act (or train) on NaN."""
+    policies = state.get("policies") if isinstance(state, dict) else None
+    if not isinstance(policies, dict) or not policies:
+        raise CheckpointError(f"{path} is damaged: its {STATE} holds no policy states (no "
+                              "'policies' map); load another checkpoint of the run")
+    for pid, policy_state in policies.items():
+        if not isinstance(policy_state, dict):
+            raise CheckpointError(f"{path} is damaged: the state of policy {pid!r} in its "
+                                  f"{STATE} is a {type(policy_state).__name__}, not a map")
+        for name, tensor in _weights(policy_state):
+            if not bool(torch.isfinite(tensor).all()):
+                kind = "nan" if bool(torch.isnan(tensor).any()) else "inf"
+                raise CheckpointError(
+                    f"{path}: policy {pid!r} has non-finite weights ({kind} in {name!r}): it "
+                    "was saved from a run that diverged; load an earlier checkpoint")
+
+
+def _weights(policy_state: dict[str, Any]) -> Iterable[tuple[str, torch.Tensor]]:
+    """The floating-point weights of a policy's state: a TorchPolicy's ``model`` state_dict,
+    or the ``weights`` of another Policy (tensors or arrays)."""
+    for key in ("model", "weights"):
+        weights = policy_state.get(key)
+        for name, value in (weights.items() if isinstance(weights, dict) else ()):
+            if hasattr(value, "dtype") and not torch.is_tensor(value):
+                try:
+                    value = torch.as_tensor(value)
+                except (TypeError, RuntimeError):  # an object array: not weights
+                    continue
+            if torch.is_tensor(value) and value.is_floating_point():
+                yield str(name), value
+
+
+def load_policy(path: Path, policy: Any, state: dict[str, Any], policy_id: str,
+                algorithm: Any) -> None:
+    """``policy.set_state`` from a checkpoint's state, or a CheckpointError saying that the
+    checkpoint does not fit (a key missing, other layer sizes: another algorithm or env)."""
+    try:
+        policy.set_state(state["policies"][policy_id])
+    except (KeyError, RuntimeError, ValueError, TypeError) as exc:
+        text = str(exc.args[0] if exc.args else exc)
+        if isinstance(exc, KeyError):
+            text = f"its state lacks {exc.args[0]!r}" if exc.args else "a key is missing"
+        lines = [line.strip() for line in text.splitlines() if line.strip()]
+        raise CheckpointError(
+            f"{path}: policy {policy_id!r} of this {algorithm} checkpoint does not fit the "
+            f"policy it builds: {' '.join(lines[:2])[:300]}") from None
 
 
 def check_handed(path: Path, meta: dict[str, Any]) -> None:

@@ -31,7 +31,12 @@ class InferencePolicy:
         """Code the checkpoint names outside rlmesh needs ``trust_code`` (``--trust-code``)."""
         meta, state = checkpoints.read(Path(path), trust_code)
         algo_cls = checkpoints.algorithm_class(meta["algorithm"])
-        config = algo_cls.config_class.from_dict(meta["config"])
+        try:
+            config = algo_cls.config_class.from_dict(meta["config"])
+        except ValueError as exc:  # ConfigError: another algorithm's config, an edited one
+            raise checkpoints.CheckpointError(
+                f"{path}: its config is not a valid {meta['algorithm']} config "
+                f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
         specs = meta.get("policies")
         if specs is None:  # format version 1: the algorithm's default policy on the env's spaces
             obs_space, action_space = spaces_of(meta["config"]["env"], config.env_config,
@@ -46,7 +51,7 @@ class InferencePolicy:
             raise checkpoints.CheckpointError(f"{path} has no policy {policy_id!r} (it has "
                                               f"{sorted(specs)})")
         policy = build_policy_from_data(specs[policy_id], config, runner=False)
-        policy.set_state(state["policies"][policy_id])
+        checkpoints.load_policy(Path(path), policy, state, policy_id, meta["algorithm"])
         obs_filter = make_filter(config.observation_filter, policy.observation_space)
         obs_filter.set_state(meta.get("filters", {}).get(policy_id))
         return cls(config, policy, obs_filter)
