@@ -1,5 +1,7 @@
 # rlmesh: the commands a newcomer types, and the ones CI runs (.ci/run).
-#   make install      .venv with torch (CPU build where there is no GPU) and rlmesh editable
+#   make demo         .venv with torch (CPU build where there is no GPU) and rlmesh's core
+#                     dependencies only, then PPO on CartPole (install-core)
+#   make install      the same plus every extra and the test tools (what make test uses)
 #   make test         unit + conformance + integration + cluster tests
 #   make conformance  RLlib's tuned examples to their own stop (a benchmark, not CI)
 #   make wheel-check  build the wheel, install it in a fresh venv, import it from outside the repo
@@ -13,7 +15,7 @@ PIP := $(PYTHON) -m pip
 # Test folders that exist: git keeps no empty folder, and pytest stops on a missing path.
 TEST_DIRS := $(wildcard tests/unit tests/conformance tests/integration tests/cluster)
 
-.PHONY: venv install test test-unit bench conformance demo runtime-demo wheel-check gpu-check clean
+.PHONY: venv install install-core test test-unit bench conformance demo runtime-demo wheel-check gpu-check clean
 
 # $(call make-venv,DIR): reuse a torch the base python already has (--system-site-packages),
 # so no second copy is downloaded; else a plain venv.
@@ -33,9 +35,16 @@ $(PYTHON):
 
 # pip is not upgraded on purpose: the index may be unreachable offline. The stamp lives in
 # the venv, so a new venv, or a change to the dependencies, installs again.
-install: $(VENV)/.installed
-$(VENV)/.installed: $(PYTHON) pyproject.toml deploy/ensure_torch.py
+# install-core: torch and rlmesh's own dependencies, what `make demo` needs. install: that plus
+# every extra and the test tools, what `make test` needs.
+install-core: $(VENV)/.installed-core
+$(VENV)/.installed-core: $(PYTHON) pyproject.toml deploy/ensure_torch.py
 	$(PYTHON) deploy/ensure_torch.py
+	$(PIP) install -e .
+	touch $@
+
+install: $(VENV)/.installed
+$(VENV)/.installed: $(VENV)/.installed-core
 	$(PIP) install -e '.[test]'
 	touch $@
 
@@ -65,11 +74,11 @@ gpu-check:
 
 # The main job: PPO learns CartPole-v1 with 2 env-runner processes (the tuned example
 # shipped in rlmesh/tuned_examples), results under ~/rlmesh_results.
-demo: install
+demo: install-core
 	$(VENV)/bin/rlmesh train -f cartpole-ppo.yaml --checkpoint-at-end
 
 # The runtime alone: actor processes streaming arrays, one killed and restarted.
-runtime-demo: install
+runtime-demo: install-core
 	$(VENV)/bin/rlmesh demo
 
 # The wheel must work on its own: installed in a fresh venv and imported from outside
