@@ -25,6 +25,9 @@ from rlmesh.wire import messages as M
 from rlmesh.wire.sockets import SpinWait, configure
 
 _call_ids = itertools.count(1)
+# A simulator embedding the client never loads torch: weights come as numpy arrays, and a
+# tensor in a reply is refused rather than imported for.
+REPLY_LIMITS = codec.Limits(tensors=False)
 
 
 class PolicyServerError(RuntimeError):
@@ -185,7 +188,8 @@ class PolicyClient:
                         raise PolicyServerUnavailable(
                             f"no reply from the policy server at {self.address} within "
                             f"{self.timeout:g} s (is it running, and is this the right address?)")
-                    reply = M.validate(codec.decode(self._sock.recv_multipart(copy=False)))
+                    reply = M.validate(codec.decode(self._sock.recv_multipart(copy=False),
+                                                    REPLY_LIMITS))
                     if reply.get("id") in self._waiting:  # else: late, its call timed out
                         self._replies[reply["id"]] = reply
                 return self._replies.pop(call_id)

@@ -46,6 +46,10 @@ MAX_BUFFERED_FRAGMENTS = 16  # received steps kept: this many fragments' worth, 
 # Client calls are small maps around arrays: a header past this is an attack (16 MB of empty
 # maps took 1.2 GB and 1.5 s to decode), while chunks' large columns travel as frames.
 MAX_HEADER_BYTES = 1 << 20
+# Lists and maps, and their elements, in one client call (codec.Limits.max_objects): a
+# report_chunks call of 100 chunks holds ~2,000, an observation sent as nested lists (an
+# 84x84x4 image) ~30,000; 1 MiB of empty maps would be a million dicts (~70 MB).
+MAX_HEADER_OBJECTS = 1 << 18
 
 
 def public_address(base: str, worker_index: int) -> str:
@@ -152,8 +156,11 @@ class PolicyServerRunner(VersionedPolicies, Actor):
     async def on_start(self) -> None:
         cfg = self.config
         max_bytes = int(cfg.policy_server_max_message_mb * (1 << 20))
+        # Clients send numpy arrays: a tensor-typed one is refused, never a reason to
+        # import torch here (57 -> 240 MB for the server's life, from five messages).
         limits = codec.Limits(max_message_bytes=max_bytes,
-                              max_header_bytes=min(max_bytes, MAX_HEADER_BYTES))
+                              max_header_bytes=min(max_bytes, MAX_HEADER_BYTES),
+                              max_objects=MAX_HEADER_OBJECTS, tensors=False)
         self._server = ActorServer(PolicyService(self), f"policy_service-{self.worker_index}",
                                    limits=limits, max_connections=cfg.policy_server_max_connections)
         configure = None

@@ -59,6 +59,7 @@ def _torch_dtype(name: str) -> Any:
 DEFAULT_INLINE_THRESHOLD = 64 * 1024
 MAX_TUPLE_DEPTH = 64
 DEFAULT_MAX_MESSAGE_BYTES = 1 << 30
+DEFAULT_MAX_OBJECTS = 1 << 21
 
 
 class EncodeError(TypeError):
@@ -76,6 +77,13 @@ class Limits:
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES  # header plus all buffers
     max_frames: int = 4096
     max_header_bytes: int = 16 << 20
+    # Containers and their elements in a header (a list of n counts n + 1): bytes alone do
+    # not bound memory, one byte of msgpack is an empty map of 64 bytes, and two 16 MB
+    # headers of them took an env runner to 1.47 GB. See DEFAULT_MAX_OBJECTS.
+    max_objects: int = DEFAULT_MAX_OBJECTS
+    # Whether tensor-typed arrays are rebuilt as torch tensors. False: refused, and torch
+    # is never imported for them (five such messages grew a policy server by 183 MB).
+    tensors: bool = True
 
     @classmethod
     def with_max(cls, max_message_bytes: int) -> "Limits":
@@ -207,17 +215,18 @@ def decode(frames: Sequence[Any], limits: Limits = Limits()) -> Any:
     if header.nbytes > limits.max_header_bytes:
         raise DecodeError(f"header of {header.nbytes} bytes exceeds {limits.max_header_bytes}")
     hook = _ExtHook(buffers, limits)
-    value = _unpack(header, hook, limits)
+    value = _unpack(header, hook, limits, hook.count)
     if hook.unused:
         raise DecodeError(f"{hook.unused} buffer frame(s) not referenced by the header")
     return value
 
 
 class _ExtHook:
-    """msgpack's ext_hook for one message: rebuilds arrays, tensors and tuples, and checks
-    that each buffer frame is referenced exactly once."""
+    """msgpack's ext_hook for one message: rebuilds arrays, tensors and tuples, checks
+    that each buffer frame is referenced exactly once, and counts the header's objects
+    (``count``, msgpack's hook for every list and map it builds)."""
 
-    __slots__ = ("buffers", "limits", "used", "unused", "depth")
+    __slots__ = ("buffers", "limits", "used", "unused", "depth", "objects")
 
     def __init__(self, buffers: list[memoryview], limits: Limits) -> None:
         self.buffers = buffers
@@ -225,6 +234,14 @@ class _ExtHook:
         self.used: list[bool] | None = None  # made on the first out-of-band array
         self.unused = len(buffers)
         self.depth = 0
+        self.objects = limits.max_objects  # left to build
+
+    def count(self, container: Any) -> Any:
+        self.objects -= len(container) + 1
+        if self.objects < 0:
+            raise DecodeError(f"header holds more than {self.limits.max_objects} objects "
+                              f"(lists and maps, and their elements)")
+        return container
 
     def __call__(self, code: int, data: bytes) -> Any:
         if code == _EXT_TUPLE:
@@ -233,10 +250,13 @@ class _ExtHook:
                 raise DecodeError(f"tuples nested deeper than {MAX_TUPLE_DEPTH} levels")
             self.depth += 1
             try:
-                return tuple(_unpack(data, self, self.limits))
+                return tuple(_unpack(data, self, self.limits, self.count))
             finally:
                 self.depth -= 1
-        meta = _unpack(data, None, self.limits)
+        if code in (_EXT_TENSOR, _EXT_TENSOR_INLINE) and not self.limits.tensors:
+            raise DecodeError("a torch tensor was sent, and this process takes numpy arrays "
+                              "only: send np.asarray(tensor)")
+        meta = _unpack(data, None, self.limits, self.count)
         if not isinstance(meta, list) or len(meta) != 3:
             raise DecodeError(f"malformed array descriptor (ext {code})")
         if code in (_EXT_ARRAY, _EXT_TENSOR):
@@ -280,14 +300,18 @@ def _as_buffer(frame: Any) -> memoryview:
     return view.toreadonly()
 
 
-def _unpack(data: Any, ext_hook: Any, limits: Limits) -> Any:
+def _unpack(data: Any, ext_hook: Any, limits: Limits, count: Any) -> Any:
     n = limits.max_header_bytes
+    # msgpack allocates a list (or map) of the length its header states before reading
+    # any element: the length is bounded by the objects allowed, not only by the bytes.
+    m = min(n, limits.max_objects)
     try:
         return msgpack.unpackb(
             data, raw=False, use_list=True, strict_map_key=False,
             ext_hook=ext_hook if ext_hook is not None else msgpack.ExtType,
+            object_hook=count, list_hook=count,
             max_str_len=n, max_bin_len=n,
-            max_array_len=n, max_map_len=n // 2, max_ext_len=n,
+            max_array_len=m, max_map_len=m // 2, max_ext_len=n,
         )
     except DecodeError:
         raise

@@ -122,6 +122,32 @@ class SpinWait:
                 return False
 
 
+def fd_limit() -> int | None:
+    """This process's soft limit on open file descriptors (None where there is none)."""
+    try:
+        import resource
+    except ImportError:  # not on POSIX
+        return None
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return None if soft == resource.RLIM_INFINITY else soft
+
+
+def raise_fd_limit(wanted: int) -> None:
+    """Raise the soft file-descriptor limit towards ``wanted`` (as far as the hard limit
+    lets an unprivileged process): a server's connections each hold one."""
+    try:
+        import resource
+    except ImportError:
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (ValueError, OSError):
+            pass  # a container may forbid it: limit() then lowers the cap instead
+
+
 def _nbytes(frame: Any) -> int:
     return frame.nbytes if isinstance(frame, memoryview) else len(frame)
 
@@ -256,35 +282,56 @@ class AsyncSocket:
 
 
 class ConnectionGuard:
-    """At most ``cap`` connections to a bound socket. Past it, the oldest connection that
-    never delivered a valid message (``seen``) is shut down, else the newest: 1,078 idle
-    TCP connections otherwise locked an authorised client out. A connection must finish
-    its handshake (CURVE included) within ``handshake_s``.
+    """At most ``cap`` connections to a bound socket, and never more than this process's
+    file descriptors allow (``fd_reserve`` kept for everything else): at the soft limit
+    libzmq cannot accept, and a new client got no answer at all (963 of 2,000 connections
+    answered). Past the cap one connection is shut down, in this order:
 
+    1. the oldest that never delivered a valid message (``seen``) and is older than
+       ``grace_s``: idle, half-open or keyless connections;
+    2. the valid connection silent the longest: a new client may always take a slot
+       from a client that is idle (its ZeroMQ socket reconnects when it has a message);
+    3. the oldest connection still in its grace period (a flood of new connections).
+
+    A connection must finish its handshake (CURVE included) within ``handshake_s``.
     Connections are known by their file descriptor, from the socket's monitor events, and
     cut with ``shutdown(2)``, after which libzmq closes them itself.
     """
 
     EVENTS = zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_CLOSED
 
-    def __init__(self, sock: zmq.Socket, cap: int, handshake_s: float = 10.0) -> None:
+    def __init__(self, sock: zmq.Socket, cap: int, handshake_s: float = 10.0,
+                 grace_s: float = 2.0, fd_reserve: int = 128) -> None:
         if cap < 1:
             raise ValueError(f"a connection cap must be at least 1, got {cap!r}")
         self.cap = cap
         self.sock = sock
-        self.open: dict[int, None] = {}  # file descriptors, oldest first
-        self.active: set[int] = set()
+        self.grace_s = grace_s
+        self.fd_reserve = fd_reserve
+        self.open: dict[int, float] = {}  # file descriptor -> accepted at, oldest first
+        self.active: dict[int, None] = {}  # valid ones, the least recently valid first
         self.shed = 0
+        raise_fd_limit(cap + fd_reserve)
         sock.setsockopt(zmq.HANDSHAKE_IVL, int(handshake_s * 1000))
         self._monitor = AsyncSocket(sock.get_monitor_socket(self.EVENTS), self._on_event,
                                     zero_copy=False)
 
+    def limit(self) -> int:
+        """The cap, lowered to what the soft file-descriptor limit leaves."""
+        soft = fd_limit()
+        return self.cap if soft is None else max(1, min(self.cap, soft - self.fd_reserve))
+
     def seen(self, frame: Any) -> None:
         """The connection ``frame`` came in on delivered a valid message."""
         try:
-            self.active.add(frame.get(zmq.SRCFD))
+            fd = frame.get(zmq.SRCFD)
         except (AttributeError, zmq.ZMQError):
-            pass  # not a zmq.Frame (inproc copies), or no descriptor
+            return  # not a zmq.Frame (inproc copies), or no descriptor
+        active = self.active
+        if fd in active:
+            del active[fd]  # to the end: the most recently valid
+        if fd in self.open:
+            active[fd] = None
 
     def _on_event(self, frames: list[Any]) -> None:
         from zmq.utils.monitor import parse_monitor_message
@@ -292,17 +339,30 @@ class ConnectionGuard:
         event = parse_monitor_message([bytes(getattr(f, "buffer", f)) for f in frames])
         fd = event["value"]
         if event["event"] == zmq.EVENT_ACCEPTED:
-            self.open[fd] = None
-            if len(self.open) > self.cap:
-                self._shed()
+            self.open.pop(fd, None)  # a reused descriptor is a new connection
+            self.active.pop(fd, None)
+            self.open[fd] = time.monotonic()
+            limit = self.limit()
+            while len(self.open) > limit:
+                self._shed(self._victim())
         else:
             self.open.pop(fd, None)
-            self.active.discard(fd)
+            self.active.pop(fd, None)
 
-    def _shed(self) -> None:
-        fd = next((f for f in self.open if f not in self.active), next(reversed(self.open)))
+    def _victim(self) -> int:
+        settled = time.monotonic() - self.grace_s
+        for fd, accepted in self.open.items():  # oldest first
+            if accepted > settled:
+                break
+            if fd not in self.active:
+                return fd
+        if self.active:
+            return next(iter(self.active))
+        return next(iter(self.open))
+
+    def _shed(self, fd: int) -> None:
         del self.open[fd]
-        self.active.discard(fd)
+        self.active.pop(fd, None)
         self.shed += 1
         try:
             with socket.socket(fileno=os.dup(fd)) as conn:
@@ -310,7 +370,7 @@ class ConnectionGuard:
         except OSError:
             pass  # already gone
         log_limited(log, "socket", "%d connections: closed one (cap %d)", len(self.open) + 1,
-                    self.cap)
+                    self.limit())
 
     def close(self) -> None:
         try:

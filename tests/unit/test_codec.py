@@ -551,3 +551,41 @@ def test_fuzz_mutated_valid_messages(frames, data):
             frames.insert(i, bytes(frame))
         frames[i] = bytes(frame)
     _decode_or_decode_error(frames)
+
+
+def test_tensor_frames_are_refused_without_importing_torch_where_not_taken():
+    """A process that declared no tensors (the policy server, clients) refuses them before
+    torch is imported: five such messages loaded torch into a server for its life."""
+    script = (
+        "import sys, msgpack\n"
+        "from rlmesh.wire import codec\n"
+        "meta = msgpack.packb(['float32', [4], bytes(16)])\n"
+        "header = msgpack.packb({'x': msgpack.ExtType(4, meta)})\n"
+        "try:\n"
+        "    codec.decode([header], codec.Limits(tensors=False))\n"
+        "except codec.DecodeError as exc:\n"
+        "    print(exc)\n"
+        "print('torch' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         check=True).stdout.splitlines()
+    assert out == ["a torch tensor was sent, and this process takes numpy arrays only: "
+                   "send np.asarray(tensor)", "False"]
+
+
+def test_headers_are_bounded_in_objects_not_only_bytes():
+    limits = codec.Limits(max_objects=1000)
+    # a list of 999 elements is 1,000 objects; maps count their entries
+    assert len(codec.decode([msgpack.packb([0] * 999)], limits)) == 999
+    with pytest.raises(codec.DecodeError, match="more than 1000 objects"):
+        codec.decode([msgpack.packb([{}] * 600)], limits)
+    # a length msgpack would allocate before reading any element is refused at once
+    with pytest.raises(codec.DecodeError, match="exceeds max_array_len"):
+        codec.decode([b"\xdd" + (1 << 24).to_bytes(4, "big")], limits)
+    # objects inside tuples and array descriptors count too
+    with pytest.raises(codec.DecodeError, match="objects"):
+        codec.decode(codec.encode(tuple([0] * 600) + (np.zeros(3),) * 200), limits)
+    # a message as large as real ones is far inside the default
+    weights = {f"layer{i}.weight": np.zeros((64, 64), np.float32) for i in range(200)}
+    episodes = [{"return": 1.0, "length": 5, "custom_metrics": {}} for _ in range(10_000)]
+    assert len(codec.decode(codec.encode({"w": weights, "episodes": episodes}))["episodes"]) \
+        == 10_000
