@@ -110,7 +110,7 @@ def resolve_function(fn: Any, what: str, main_script: str | None = None) -> Any:
     the script the run was started from (``main_script`` in a process of its own)."""
     if fn is None or callable(fn):
         return fn
-    from rlmesh.runtime.import_path import MAIN, _main_module, import_object
+    from rlmesh.runtime.import_path import MAIN, import_object, script_module
 
     module, _, name = fn.partition(":")
     if module in (MAIN, "__main__"):
@@ -120,7 +120,7 @@ def resolve_function(fn: Any, what: str, main_script: str | None = None) -> Any:
 
             main = getattr(sys.modules.get("__main__"), "__file__", None)
             main_script = os.path.abspath(main) if main else None
-        return getattr(_main_module(what, fn, main_script), name)
+        return getattr(script_module(what, fn, main_script), name)
     return import_object(fn, what)
 
 

@@ -10,18 +10,22 @@ from typing import Any
 
 from rlmesh.env.multi_agent_env import ALL, MultiAgentEnv
 from rlmesh.extras import require
+from rlmesh.runtime.import_path import user_module
 
 
 def _module(name: str) -> Any:
     """A PettingZoo env module by name: 'classic.rps_v2', 'pettingzoo.classic.rps_v2', or an
-    import path of one's own ('my_pkg.my_env')."""
+    import path of one's own ('my_pkg.my_env'). PettingZoo's own families come first, found
+    on disk before anything is imported (``user_module``: the same rule the trust check of
+    checkpoints applies, so that a module it lets through is the one imported here)."""
     require("pettingzoo", "multiagent", f"the PettingZoo env {name!r}")
-    for candidate in (name, f"pettingzoo.{name}"):
-        try:
-            return importlib.import_module(candidate)
-        except ModuleNotFoundError as e:
-            if e.name is None or not candidate.startswith(e.name):
-                raise
+    own = user_module("pettingzoo", name) is None
+    candidate = name if not own or name.startswith("pettingzoo.") else f"pettingzoo.{name}"
+    try:
+        return importlib.import_module(candidate)
+    except ModuleNotFoundError as e:
+        if e.name is None or not candidate.startswith(e.name):
+            raise
     raise ValueError(f"no PettingZoo env {name!r}: give its module, as 'classic.rps_v2' or "
                      "'pettingzoo.butterfly.pistonball_v6'")
 

@@ -35,8 +35,8 @@ from rlmesh.roles.policy_changes import MultiAgentPolicies
 from rlmesh.roles.multi_agent_sampler import bind_policies, sampler_for
 from rlmesh.roles.runner_policy import VersionedPolicies, make_runner_policies
 from rlmesh.runtime import Actor, ActorUnavailable, RemoteError, current_job
-from rlmesh.runtime.protocol import Protocol
-from rlmesh.runtime.import_path import code_names, import_object, is_file, resolve_sent
+from rlmesh.runtime.protocol import Data, Protocol
+from rlmesh.runtime.import_path import SentCode, import_object, named_roots
 
 log = logging.getLogger(__name__)
 
@@ -108,10 +108,9 @@ class EnvRunner(MultiAgentPolicies, VersionedPolicies, Actor):
                  param_server: str | None = "param_server") -> None:
         # Where functions named by messages may come from (import_path.startup_code): the
         # packages this runner was started with, never a file or a package a message picks.
-        self._code_roots = set(config.get("_code_roots") or ()) | {
-            v.partition(":")[0].partition(".")[0] for _, v in code_names(config)
-            if not is_file(v.partition(":")[0])}
         self._main_script = config.get("_main_script")
+        self._sent_code = SentCode(set(config.get("_code_roots") or ()) | named_roots(config),
+                                   self._main_script)
         cfg, specs, registry = runner_config(config)
         self.config = cfg
         self.worker_index = worker_index
@@ -380,26 +379,30 @@ class EnvRunner(MultiAgentPolicies, VersionedPolicies, Actor):
         return {"observation_space": space_to_data(self.sampler.observation_space),
                 "action_space": space_to_data(self.sampler.action_space)}
 
-    def apply(self, fn_path: str, *args: Any, **kwargs: Any) -> Any:
+    def apply(self, fn_path: str, *args: Data, **kwargs: Data) -> Any:
         """``fn(self, *args, **kwargs)``, ``fn`` named by its import path (RLlib's
-        ``foreach_env_runner``); the result must be plain data."""
-        fn = resolve_sent(fn_path, "foreach_env_runner function", self._code_roots,
-                          self._main_script)
-        return fn(self, *args, **kwargs)
+        ``foreach_env_runner``): a function of the user's code this runner was started with
+        (``SentCode``: never a file, never rlmesh's own, public names only); the arguments
+        and the result are plain data."""
+        return self._sent_code.resolve(fn_path, "foreach_env_runner function")(self, *args, **kwargs)
 
-    def foreach_env(self, fn_path: str, *args: Any) -> list[Any]:
+    def foreach_env(self, fn_path: str, *args: Data) -> list[Any]:
         """``fn(env.unwrapped, *args)`` for each env, ``fn`` named by its import path
-        ``"pkg.module:func"``: a lambda cannot cross processes (nothing is pickled), so
-        define the function at module level. Results must be plain data."""
-        fn = resolve_sent(fn_path, "foreach_env function", self._code_roots, self._main_script)
+        ``"pkg.module:func"`` (as ``apply``'s): a lambda cannot cross processes (nothing is
+        pickled), so define the function at module level. Results must be plain data."""
+        fn = self._sent_code.resolve(fn_path, "foreach_env function")
         return [fn(env.unwrapped, *args) for env in self.envs]
 
-    def call_env_method(self, name: str, *args: Any, **kwargs: Any) -> list[Any]:
+    def call_env_method(self, name: str, *args: Data, **kwargs: Data) -> list[Any]:
         """``env.unwrapped.<name>(*args, **kwargs)`` for each env (curriculum: ``set_phase``);
-        a public method only (no ``__class__``, ``_private``)."""
+        a public method only (no ``__class__``, ``_private``, no attribute that is not a
+        method of the env)."""
         if not name.isidentifier() or name.startswith("_"):
             raise PermissionError(f"env method {name!r}: only public methods can be called")
-        return [getattr(env.unwrapped, name)(*args, **kwargs) for env in self.envs]
+        methods = [getattr(env.unwrapped, name, None) for env in self.envs]
+        if not all(inspect.ismethod(m) for m in methods):
+            raise PermissionError(f"env method {name!r}: the env has no such method")
+        return [method(*args, **kwargs) for method in methods]
 
     def metrics(self) -> dict[str, Any]:
         """Counters since the runner started."""

@@ -16,10 +16,12 @@ from rlmesh.config.multi_agent import trainable
 from rlmesh.policy.device_check import learner_scope
 from rlmesh.policy.policy_spec import build_policy_from_data
 from rlmesh.policy.torch_policy import TorchPolicy
+from rlmesh.roles.policy_changes import checked_policy_id, checked_settings, checked_spec, take_settings
 from rlmesh.rl.finite import NonFiniteError, describe, first_nonfinite_column
 
 if TYPE_CHECKING:
     from rlmesh.config.base import AlgorithmConfig
+    from rlmesh.runtime.import_path import SentCode
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +34,11 @@ class Learner:
     """``{policy_id: Policy}`` built from the specs' plain data (``PolicySpec.to_data``)."""
 
     def __init__(self, config: AlgorithmConfig, policy_specs: dict[str, dict[str, Any]],
-                 device: str = "cpu") -> None:
+                 device: str = "cpu", trust: SentCode | None = None) -> None:
         self.config = config
+        # The code a message adding a policy may name (None: only this process calls).
+        self.trust = trust
+        self.main_script = None if trust is None else trust.main_script
         self.device = torch.device(device)
         # torch's default of a thread per core made an update of a small MLP 5-30x slower
         # on 2 cores (OpenMP threads spinning against the env runners and the event loop);
@@ -136,7 +141,11 @@ class Learner:
 
     def add_policy(self, policy_id: str, spec: dict[str, Any], settings: dict[str, Any]) -> None:
         """Build policy ``policy_id`` from its spec data and take the new multi_agent
-        ``settings`` (policies_to_train); data-parallel ranks each build it alike."""
+        ``settings`` (policies_to_train); data-parallel ranks each build it alike. Checked
+        first (roles/policy_changes.py; the code under ``trust``): a refusal changes nothing."""
+        checked_policy_id(policy_id, self.policies, exists=False)
+        checked_spec(spec, self.config, self.trust)
+        new = checked_settings(self.config, settings, self.trust, self.main_script)
         extra = {"device": str(self.device)} if _is_torch_policy(spec) else {}
         policy = build_policy_from_data(spec, self.config, runner=False, **extra)
         if isinstance(policy, TorchPolicy):
@@ -147,17 +156,17 @@ class Learner:
         self.policies[policy_id] = policy
         self.removed.discard(policy_id)
         self.num_nonfinite_batches_skipped[policy_id] = 0
-        self.set_multi_agent(settings)
+        take_settings(self.config, new)
 
     def remove_policy(self, policy_id: str, settings: dict[str, Any]) -> None:
-        self.policies.pop(policy_id, None)
+        """Drop policy ``policy_id`` (one this learner has) and take ``settings``; checked
+        first, as ``add_policy``'s."""
+        checked_policy_id(policy_id, self.policies, exists=True)
+        new = checked_settings(self.config, settings, self.trust, self.main_script)
+        self.policies.pop(policy_id)
         self.removed.add(policy_id)  # its fragments still in flight (IMPALA) are dropped
         self.num_nonfinite_batches_skipped.pop(policy_id, None)
-        self.set_multi_agent(settings)
-
-    def set_multi_agent(self, settings: dict[str, Any]) -> None:
-        for key, value in settings.items():
-            setattr(self.config, key, value)
+        take_settings(self.config, new)
 
     def set_data_parallel(self, dp: Any) -> None:
         self._dp = dp

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 import numpy as np
 
-from rlmesh.runtime.import_path import import_object
+from rlmesh.runtime.import_path import SentCode, import_object, named_roots
 from rlmesh.rl.columns import DEFAULT_POLICY_ID
 from rlmesh.roles.learner import Learner
 from rlmesh.roles.learner_input import BatchBuilder, BatchQueue, LearnerInput
@@ -66,14 +66,20 @@ class LearnerActor(Actor):
 
     def __init__(self, config: dict[str, Any], config_cls: str, policy_specs: dict[str, Any],
                  rank: int = 0, world_size: int = 1, dp_address: str = "",
-                 param_server: str = "param_server") -> None:
+                 param_server: str = "param_server", code_roots: list[str] | None = None,
+                 main_script: str | None = None) -> None:
         from concurrent.futures import ThreadPoolExecutor
 
         from rlmesh.policy.device import learner_device
 
         cfg = self.config = import_object(config_cls, "config class").from_dict(config)
         device = learner_device(cfg.num_gpus_per_learner, rank, cfg.fake_gpus)
-        self.learner = Learner(cfg, policy_specs, str(device))
+        # What code ``add_policy`` messages may name: what this learner was started with
+        # (its config and specs, and the driver's ``startup_code``), never a file but the script.
+        trust = SentCode({*(code_roots or ()), *named_roots({"config": config,
+                                                             "policies": policy_specs})},
+                         main_script)
+        self.learner = Learner(cfg, policy_specs, str(device), trust)
         self.rank, self.world_size, self.dp_address = rank, world_size, dp_address
         # The asynchronous pipeline's input (IMPALA's settings): made by start_async.
         self.queue: BatchQueue | None = None
@@ -124,7 +130,7 @@ class LearnerActor(Actor):
     # --- synchronous algorithms ---
 
     async def update(self, batches: dict[str, Any], timesteps: int,
-                     **kwargs: Any) -> dict[str, dict[str, float]]:
+                     **kwargs: int | None) -> dict[str, dict[str, float]]:
         """One update of each policy from its batch (``{policy_id: time-major batch}``);
         statistics by policy id. Data-parallel peers must be called with their shards at the
         same time (and the same ``num_minibatches``)."""

@@ -7,6 +7,8 @@ threat model: docs/security.md). Every import path of rlmesh goes through here."
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import inspect
 import os
 import re
 import runpy
@@ -122,7 +124,7 @@ def instantiate(cls_path: str, main_path: str, kwargs: dict[str, Any]) -> "Actor
 
     module_name, _, qualname = cls_path.partition(":")
     if module_name in ("__main__", MAIN) and main_path:
-        module = _main_module("actor class", cls_path, main_path)
+        module = script_module("actor class", cls_path, main_path)
     else:
         module = importlib.import_module(module_name)
     cls = _attribute(module, module_name, qualname, "actor class", cls_path)
@@ -134,18 +136,58 @@ def instantiate(cls_path: str, main_path: str, kwargs: dict[str, Any]) -> "Actor
 
 # --- names in plain data, and functions named by messages ---
 
-def code_names(data: Any, where: str = "") -> Iterator[tuple[str, str]]:
+#: rlmesh functions that import a module named by a plain string of their arguments (not an
+#: import path): the function's path -> (the config key of its arguments, the key that
+#: names the module, the library whose own modules that key names first). The trust check
+#: must see those strings too: ``{"env": "rlmesh.env.pettingzoo:make", "env_config":
+#: {"name": "evilpkg"}}`` imports ``evilpkg``.
+MODULE_ARGUMENTS = {"rlmesh.env.pettingzoo:make": ("env_config", "name", "pettingzoo")}
+
+
+def code_names(data: Any, where: str = "", env: Any = None) -> Iterator[tuple[str, str]]:
     """``(where, value)`` for each string in ``data`` that names code: an import path or a
-    file, and any ``env`` with a colon (gymnasium's "module:EnvId" imports the module)."""
+    file, any ``env`` with a colon (gymnasium's "module:EnvId" imports the module), and a
+    module an env factory imports by name (``MODULE_ARGUMENTS``; the value is the module)."""
     if isinstance(data, dict):
+        env = data.get("env", env)
         for key, value in data.items():
-            yield from code_names(value, f"{where}.{key}" if where else str(key))
+            yield from code_names(value, f"{where}.{key}" if where else str(key), env)
+        yield from _named_modules(data, where, env)
     elif isinstance(data, (list, tuple)):
         for i, value in enumerate(data):
-            yield from code_names(value, f"{where}[{i}]")
+            yield from code_names(value, f"{where}[{i}]", env)
     elif isinstance(data, str) and ":" in data and (
             _CODE.match(data) or where.rpartition(".")[2] == "env"):
         yield where, data
+
+
+def _named_modules(data: dict[str, Any], where: str, env: Any) -> Iterator[tuple[str, str]]:
+    """The user's module that ``env`` (an entry of MODULE_ARGUMENTS) would import, named in
+    ``data``'s arguments of it."""
+    entry = MODULE_ARGUMENTS.get(env) if isinstance(env, str) else None
+    if entry is None or not isinstance(data.get(entry[0]), dict):
+        return
+    arguments, key, library = entry
+    name = data[arguments].get(key)
+    if isinstance(name, str) and user_module(library, name) is not None:
+        yield f"{where}.{arguments}.{key}" if where else f"{arguments}.{key}", name
+
+
+def user_module(library: str, name: str) -> str | None:
+    """The module of the user's that a name of ``library``'s envs means, or None where the
+    name is the library's own: a registered id (``"classic/rps-v2"``), ``"library.x"``, or a
+    module the installed library ships (``"classic.rps_v2"`` for ``library.classic.rps_v2``:
+    found on disk, nothing imported). The library's own win: a package of the user's (or
+    anyone's) named ``classic`` never stands in for it."""
+    if "/" in name or name.startswith(f"{library}.") or not name:
+        return None
+    spec = importlib.util.find_spec(library) if library not in sys.modules else \
+        getattr(sys.modules[library], "__spec__", None)
+    top = name.partition(".")[0]
+    for folder in (spec.submodule_search_locations or ()) if spec is not None else ():
+        if os.path.isdir(os.path.join(folder, top)) or os.path.isfile(os.path.join(folder, f"{top}.py")):
+            return None
+    return name
 
 
 def is_file(module: str) -> bool:
@@ -159,8 +201,7 @@ def startup_code(config: dict[str, Any]) -> dict[str, Any]:
     user's modules the driver has imported (not the standard library's or installed ones),
     and ``_main_script``, the script the driver runs (functions in it are sent as
     ``__mp_main__:name``)."""
-    roots = {value.partition(":")[0].partition(".")[0] for _, value in code_names(config)
-             if not is_file(value.partition(":")[0])}
+    roots = set(named_roots(config))
     installed = tuple({*(sysconfig.get_path(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")),
                        site.getusersitepackages()})
     for name, module in list(sys.modules.items()):
@@ -174,32 +215,112 @@ def startup_code(config: dict[str, Any]) -> dict[str, Any]:
     return {"_code_roots": sorted(roots), "_main_script": script}
 
 
+def named_roots(data: Any) -> set[str]:
+    """The top-level packages of the code ``data`` names by module (files left out)."""
+    return {value.partition(":")[0].partition(".")[0] for _, value in code_names(data)
+            if not is_file(value.partition(":")[0])}
+
+
+# --- code named by a message: the trust rule ---
+
+class SentCode:
+    """What code a message may name in this process (docs/security.md, "Messages"): a
+    module of a package the process was started with (``roots``: what its start-up config
+    names, and the user's modules the driver had imported), or the run's script
+    (``main_script``, as ``__mp_main__`` or by its file); public at every dotted step.
+    Functions a message asks to run (``foreach_env``) are never rlmesh's own: its
+    internals are not served that way. Classes a policy spec names may be rlmesh's (a
+    policy spec of the default policy names ``rlmesh.policy.torch_policy:TorchPolicy``).
+    Everything is checked before anything is imported."""
+
+    def __init__(self, roots: Collection[str], main_script: str | None) -> None:
+        self.roots = frozenset(roots)
+        self.main_script = main_script
+
+    def check(self, path: str, what: str, *, rlmesh: bool = False) -> None:
+        """PermissionError (or ValueError for a malformed path) unless a message may name
+        ``path``; imports nothing."""
+        if not isinstance(path, str):
+            raise ValueError(f"{what} must be an import path 'package.module:name', got "
+                             f"{type(path).__name__}")
+        if is_token(path):
+            return  # a lambda this process was handed at start (handed.py), or nothing
+        module_name, sep, qualname = path.partition(":")
+        if not sep or not module_name or not qualname:
+            raise ValueError(f"{what} {path!r} must look like 'package.module:name'")
+        self._public(qualname.split("."), what, path)
+        if module_name in (MAIN, "__main__"):
+            return
+        if is_file(module_name):
+            if self._is_script(module_name):
+                return
+            raise PermissionError(
+                f"{what} {path!r} names a file; a message never makes a process run a file. "
+                f"Name the function by module path, or a function of the run's script as "
+                f"'{MAIN}:name'")
+        self.check_module(module_name, what, path, rlmesh=rlmesh)
+
+    def check_module(self, module_name: str, what: str, path: str = "", *,
+                     rlmesh: bool = False) -> None:
+        """PermissionError unless a message may make this process import ``module_name``."""
+        path = path or module_name
+        self._public(module_name.split("."), what, path)
+        top = module_name.partition(".")[0]
+        if top == "rlmesh":
+            if rlmesh:
+                return
+            raise PermissionError(f"{what} {path!r}: rlmesh's own functions are not run by "
+                                  "message; name a function of your own")
+        if top not in self.roots:
+            raise PermissionError(
+                f"{what} {path!r}: package {top!r} is not one this process was started with "
+                f"({', '.join(sorted(self.roots - {'rlmesh'})) or 'none'}); a message cannot "
+                "bring in new code: import the module in the driver before building the "
+                "algorithm, or name it in the config")
+
+    @staticmethod
+    def _public(steps: list[str], what: str, path: str) -> None:
+        for step in steps:
+            if not step.isidentifier() or step.startswith("_"):
+                raise PermissionError(f"{what} {path!r}: {step!r} is not a public name; a "
+                                      "message may name public functions and classes only")
+
+    def check_data(self, data: Any, what: str) -> None:
+        """``check`` for every name of code in plain data (a policy spec, settings)."""
+        for where, value in code_names(data):
+            if ":" in value:
+                self.check(value, f"{what} {where}", rlmesh=True)
+            else:  # a module an env factory imports by name (MODULE_ARGUMENTS)
+                self.check_module(value, f"{what} {where}")
+
+    def resolve(self, path: str, what: str) -> Any:
+        """The function ``path`` names, once ``check`` passed: a plain function defined in
+        the module the path names (not one it imported from elsewhere: ``pkg.mod:os.system``
+        is refused)."""
+        self.check(path, what)
+        if is_token(path):
+            return resolve(path, what)
+        module_name, _, qualname = path.partition(":")
+        if module_name in (MAIN, "__main__") or is_file(module_name):
+            module = script_module(what, path, self.main_script)
+        else:
+            module = importlib.import_module(module_name)
+        fn = _attribute(module, module_name, qualname, what, path)
+        if not inspect.isfunction(fn) or fn.__module__ != module.__name__:
+            raise PermissionError(f"{what} {path!r} is not a function defined in "
+                                  f"{module_name}; a message may name such functions only")
+        return fn
+
+    def _is_script(self, file: str) -> bool:
+        return self.main_script is not None and os.path.abspath(file) == self.main_script
+
+
 def resolve_sent(path: str, what: str, roots: Collection[str], main_script: str | None) -> Any:
-    """The function ``path`` names in a message: ``pkg.module:name`` within the packages this
-    process was started with (``roots``), or ``__mp_main__:name`` in the script the run was
-    started from. A file path, or a package outside ``roots``, is refused: a message must not
-    make a process run code of the sender's choosing."""
-    module_name, sep, qualname = path.partition(":")
-    if not sep or not module_name or not qualname:
-        raise ValueError(f"{what} {path!r} must look like 'package.module:name'")
-    if is_file(module_name):
-        raise PermissionError(
-            f"{what} {path!r} names a file; a message never makes a process run a file. Name "
-            f"the function by module path, or a function of the run's script as '{MAIN}:name'")
-    if module_name in ("__main__", MAIN):
-        module = _main_module(what, path, main_script)
-    elif module_name.partition(".")[0] in roots:
-        module = importlib.import_module(module_name)
-    else:
-        raise PermissionError(
-            f"{what} {path!r}: package {module_name.partition('.')[0]!r} is not one this "
-            f"process was started with ({', '.join(sorted(roots)) or 'none'}); a message "
-            "cannot bring in new code: import the module in the driver before building "
-            "the algorithm, or name it in the config")
-    return _attribute(module, module_name, qualname, what, path)
+    """The function ``path`` names in a message (``SentCode.resolve``)."""
+    return SentCode(roots, main_script).resolve(path, what)
 
 
-def _main_module(what: str, path: str, main_script: str | None) -> Any:
+def script_module(what: str, path: str, main_script: str | None) -> Any:
     """The run's script as ``__mp_main__``: the one the process runs already, or the one it
     was told at start-up (run now, once, as multiprocessing's spawn does)."""
     if main_script is None:

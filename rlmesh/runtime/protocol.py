@@ -12,6 +12,8 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
+import numpy as np
+
 CALL, TELL, STREAM, TEST_HOOK = "call", "tell", "stream", "test hook"
 ENV_TEST_HOOKS = "RLMESH_TEST_HOOKS"  # "1": test hooks are served (the test suite sets it)
 _LIFECYCLE = frozenset({"on_start", "on_stop"})
@@ -93,6 +95,16 @@ def public_methods(cls: type, stop: type = object) -> dict[str, Callable[..., An
 
 # --- typed arguments ---
 
+class Data:
+    """The annotation of an argument that is plain data and nothing more, as the codec
+    delivers it: None, bool, numbers, str, bytes, lists, tuples, dicts and numpy arrays
+    (no tensors). For arguments passed on to user code (``foreach_env(fn, *args: Data)``),
+    which a served call must still declare (tests/unit/test_served_surface.py)."""
+
+    TYPES: tuple[type, ...] = (type(None), bool, int, float, str, bytes, list, tuple, dict,
+                               np.ndarray, np.generic)
+
+
 Check = tuple[type, ...] | None  # the types a value may have; None: anything
 
 
@@ -101,6 +113,8 @@ def accepted_types(annotation: Any) -> Check:
     may come as an int, a list as a tuple. None where the annotation does not constrain."""
     if annotation is inspect.Parameter.empty or annotation is Any or annotation is object:
         return None
+    if annotation is Data:
+        return Data.TYPES
     if annotation is None or annotation is type(None):
         return (type(None),)
     origin = typing.get_origin(annotation)
@@ -164,6 +178,8 @@ class Entry:
     positional: list[tuple[str, Check]] = field(default_factory=list)
     keyword: dict[str, Check] = field(default_factory=dict)
     reply: str = "Any"
+    var_positional: Check = None  # what ``*args`` must be (None: no check, or none taken)
+    var_keyword: Check = None  # ... and ``**kwargs``
 
     @classmethod
     def of(cls, name: str, kinds: tuple[str, ...], fn: Callable[..., Any],
@@ -181,6 +197,10 @@ class Entry:
                 entry.positional.append((p.name, check))
             if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
                 entry.keyword[p.name] = check
+            if p.kind == p.VAR_POSITIONAL:
+                entry.var_positional = check
+            if p.kind == p.VAR_KEYWORD:
+                entry.var_keyword = check
         entry.reply = annotation_text(sig.return_annotation)
         return entry
 
@@ -200,13 +220,12 @@ class Entry:
         Arity (missing, unknown or extra arguments) is the signature's to refuse."""
         positional = self.positional
         for i, value in enumerate(args):
-            if i >= len(positional):
-                break
-            name, check = positional[i]
+            name, check = positional[i] if i < len(positional) else (f"*args[{i - len(positional)}]",
+                                                                       self.var_positional)
             if check is not None and not isinstance(value, check):
                 return self._wrong(name, check, value)
         for name, value in kwargs.items():
-            check = self.keyword.get(name)
+            check = self.keyword[name] if name in self.keyword else self.var_keyword
             if check is not None and not isinstance(value, check):
                 return self._wrong(name, check, value)
         return None

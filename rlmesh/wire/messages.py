@@ -11,7 +11,9 @@ from typing import Any
 # Version 2: every actor serves only the calls its class declares (rlmesh.runtime.protocol),
 # so the role tables (docs/architecture.md, "Protocol") are part of this version: a change to
 # one bumps it. HELLO_OK names the calls the actor serves.
-PROTOCOL_VERSION = 3
+# Version 4 (issue 36): plain-data arguments typed (Data), learners told the code they may
+# import for add_policy.
+PROTOCOL_VERSION = 4
 
 # --- data plane: handle <-> actor (DEALER -> ROUTER) ---
 HELLO = "hello"  # handle -> actor at connect; reply HELLO_OK (or ERROR on version mismatch)

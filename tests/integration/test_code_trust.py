@@ -14,13 +14,15 @@ from pathlib import Path
 
 import msgpack
 import pytest
+import zmq
 
 from rlmesh.algorithms import Algorithm, PPOConfig
 from rlmesh.driver.checkpoints import META, CheckpointError
 from rlmesh.runtime import RemoteError
+from rlmesh.wire import codec, messages as M
 
 REPO = Path(__file__).resolve().parents[2]
-pytestmark = [pytest.mark.timeout(180), pytest.mark.usefixtures("no_children_left")]
+pytestmark = [pytest.mark.timeout(240), pytest.mark.usefixtures("no_children_left")]
 
 
 def rlmesh(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -172,3 +174,131 @@ def test_a_scripts_own_functions_reach_the_runners(tmp_path):
     run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
                          timeout=150, cwd=tmp_path)
     assert run.returncode == 0 and "sizes [4]" in run.stdout, run.stdout + run.stderr
+
+
+# --- issue 36: what a message to a running job's runner or learner can make it do ---
+
+def raw_call(address: str, method: str, *args) -> dict:
+    """``method(*args)`` sent to an actor's socket by a bare zmq client, as any process of
+    the user could; the reply message."""
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.linger = 0
+    sock.connect(address)
+    try:
+        sock.send_multipart(codec.encode(M.make(M.CALL, id=1, m=method, a=list(args), k={})))
+        assert sock.poll(60_000), f"no reply to {method}"
+        return M.validate(codec.decode(sock.recv_multipart()))
+    finally:
+        sock.close()
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory):
+    """A PPO job with a runner and a learner in processes of their own, which could import
+    ``h_a_other_pkg`` (on their path; importing it writes ``job.other_marker``) but were
+    not started with it."""
+    extra = tmp_path_factory.mktemp("path")
+    marker = extra / "imported"
+    (extra / "h_a_other_pkg.py").write_text(
+        f"from pathlib import Path\nPath({str(marker)!r}).write_text('imported')\n"
+        "from rlmesh.policy.torch_policy import TorchPolicy as Policy\n")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PYTHONPATH", f"{REPO}:{extra}")
+        config = (PPOConfig().environment("CartPole-v1").env_runners(num_env_runners=1)
+                  .learners(num_learners=1)
+                  .training(train_batch_size=200, minibatch_size=100, num_epochs=1))
+        with config.build() as algo:
+            algo.train()
+            algo.other_marker = marker
+            yield algo
+
+
+def spec_naming(algo, **classes) -> dict:
+    """The default policy's spec data with ``classes`` (policy_class=..., runner_class=...)."""
+    return {**algo.policy_specs["default_policy"], **classes}
+
+
+# (test id, actor, call, its arguments given the evil script's path and the job, the words
+# of the refusal). Each would have run the script (or broken training) at 410f52a.
+ATTACKS = [
+    ("runner_apply_private_rlmesh_function", "runner", "apply",
+     lambda f, algo: ["rlmesh.runtime.import_path:_main_module", "x", str(f)], "not a public name"),
+    ("runner_apply_public_rlmesh_function", "runner", "apply",
+     lambda f, algo: ["rlmesh.runtime.import_path:script_module", "x", str(f)],
+     "rlmesh's own functions are not run by message"),
+    ("runner_foreach_env_private_rlmesh_function", "runner", "foreach_env",
+     lambda f, algo: ["rlmesh.runtime.import_path:_main_module", "x", str(f)], "not a public name"),
+    ("learner_add_policy_naming_a_file", "learner", "add_policy",
+     lambda f, algo: ["evil", spec_naming(algo, policy_class=f"{f}:Algo"), {}], "names a file"),
+    ("runner_add_policy_naming_a_file", "runner", "add_policy",
+     lambda f, algo: ["evil", spec_naming(algo, runner_class=f"{f}:Algo"), {}], "names a file"),
+    ("runner_settings_naming_a_file", "runner", "add_policy",
+     lambda f, algo: ["p2", spec_naming(algo), {"policy_mapping_fn": f"{f}:make_env"}],
+     "names a file"),
+    ("learner_remove_unknown_policy_with_junk_settings", "learner", "remove_policy",
+     lambda f, algo: ["nope", {"lr": "junk", "gamma": None}], "no policy 'nope'"),
+    ("learner_remove_policy_with_junk_settings", "learner", "remove_policy",
+     lambda f, algo: ["default_policy", {"lr": "junk", "gamma": None}],
+     "'lr' cannot be changed by a message"),
+]
+
+
+@pytest.mark.parametrize("attack", ATTACKS, ids=[a[0] for a in ATTACKS])
+def test_a_message_runs_no_file_sets_no_setting_and_the_job_trains_on(job, tmp_path, attack):
+    _, role, call, arguments, words = attack
+    script, marker = evil_file(tmp_path)
+    actor = job.mesh.runners[0] if role == "runner" else job.mesh.learners[0]
+    pid = raw_call(actor.address, "pid")["r"]
+    reply = raw_call(actor.address, call, *arguments(script, job))
+    assert not marker.exists(), "the marker file was written: the message ran the script"
+    assert reply["t"] == M.ERROR, f"{call} was accepted: {reply}"
+    assert words in reply["msg"], reply["msg"]
+    assert "\n" not in reply["msg"]
+    assert raw_call(actor.address, "pid")["r"] == pid  # the same process, still serving
+    result = job.train()  # training goes on with the settings and policies it had
+    assert result["num_healthy_env_runners"] == 1 and sorted(job.policy_specs) == ["default_policy"]
+    assert job.config.lr == PPOConfig().lr
+
+
+def test_a_learner_refuses_a_policy_class_outside_what_it_was_started_with(job):
+    reply = raw_call(job.mesh.learners[0].address, "add_policy", "p2",
+                     spec_naming(job, policy_class="h_a_other_pkg:Policy"), {})
+    assert not job.other_marker.exists(), "the marker file was written: the module was imported"
+    assert reply["t"] == M.ERROR and "not one this process was started with" in reply["msg"]
+
+
+@pytest.fixture(scope="module")
+def pettingzoo_checkpoint(tmp_path_factory) -> Path:
+    """A PPO checkpoint of PettingZoo's rock-paper-scissors, named by its module."""
+    pytest.importorskip("pettingzoo")
+    config = (PPOConfig().environment("rlmesh.env.pettingzoo:make",
+                                      env_config={"name": "classic.rps_v2", "max_cycles": 5})
+              .multi_agent(policies={"p"})  # every agent acts with the only policy
+              .env_runners(num_env_runners=0)
+              .training(train_batch_size=100, minibatch_size=50, num_epochs=1))
+    with config.build() as algo:
+        algo.train()
+        return Path(algo.save(tmp_path_factory.mktemp("pz") / "checkpoint_000001"))
+
+
+def test_a_checkpoint_naming_a_module_by_env_config_needs_trust_code(pettingzoo_checkpoint,
+                                                                    tmp_path):
+    marker = tmp_path / "imported"
+    (tmp_path / "h_a_evil_pz.py").write_text(textwrap.dedent(f"""
+        from pathlib import Path
+        Path({str(marker)!r}).write_text("imported")
+        from pettingzoo.classic.rps_v2 import env, parallel_env
+    """))
+    env = {**os.environ, "PYTHONPATH": f"{REPO}:{tmp_path}"}
+    # PettingZoo's own env module loads as rlmesh's code does: no flag.
+    assert rlmesh("rollout", str(pettingzoo_checkpoint), "--episodes", "1",
+                  env=env).returncode == 0
+    bad = edited(pettingzoo_checkpoint, tmp_path, config__env_config__name="h_a_evil_pz")
+    one_line_error(rlmesh("rollout", str(bad), "--episodes", "1", env=env), "--trust-code",
+                   "env_config.name", "h_a_evil_pz")
+    with pytest.raises(CheckpointError, match="trust_code=True"):
+        Algorithm.from_checkpoint(bad)
+    assert not marker.exists(), "the marker file was written: the checkpoint's module was imported"
+    run = rlmesh("rollout", str(bad), "--episodes", "1", "--trust-code", env=env)
+    assert run.returncode == 0, run.stderr
+    assert marker.exists()  # trusted: imported, and the env it made ran
