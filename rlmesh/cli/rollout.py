@@ -291,8 +291,8 @@ def main(args: argparse.Namespace) -> int:
             code = 130
         except ObservationError as e:  # another env than the policy's (--env, an edited config)
             print(f"rlmesh rollout: error: {env_id} gives observations the checkpoint's policy "
-                  f"does not take ({e}); roll it out in an env with the observations it was trained on "
-                  f"(the checkpoint's config names {_config_value(algo, 'env')})", file=sys.stderr)
+                  f"does not take ({e}); roll it out in an env with the observations it was "
+                  f"trained on (the checkpoint's config names {_config_value(algo, 'env')})", file=sys.stderr)
             return 2
         env.close()
         if args.video:

@@ -260,7 +260,7 @@ def run_spec(spec: TrainSpec, resume: bool = False, trust_code: bool = False) ->
     except KeyboardInterrupt:  # started processes follow us out through their lifelines
         print("rlmesh train: interrupted while starting", file=sys.stderr)
         return EXIT_SIGINT
-    from rlmesh.driver.checkpoints import CheckpointError  # torch: after the start
+    from rlmesh.driver.checkpoints import CheckpointError, remove_stale_under  # torch: now
     from rlmesh.results import ResultLogger, default_experiment_name, make_trial_dir
 
     try:
@@ -272,6 +272,8 @@ def run_spec(spec: TrainSpec, resume: bool = False, trust_code: bool = False) ->
             experiment = spec.experiment or default_experiment_name(spec.run, spec.env)
             trial_dir, trial_id = make_trial_dir(spec.local_dir, experiment, spec.run, spec.env)
         algo.logdir = str(trial_dir)  # evaluation videos go to its videos/
+        # Saves of earlier runs killed mid-write left temp folders in their own trials.
+        remove_stale_under(trial_dir.parent.parent, depth=2)
         logger = ResultLogger(trial_dir, config_dict, resume=resume,
                               video_frames=bool(config_dict.get("evaluation_video_to_tensorboard")))
         log_file = attach_log_file(trial_dir / LOG_FILE, level)

@@ -429,10 +429,11 @@ class Algorithm:
 
     def save(self, checkpoint_dir: str | Path | None = None) -> str:
         """Write a checkpoint (atomically) and return its directory."""
-        if checkpoint_dir is None:
-            checkpoint_dir = Path.home() / "rlmesh_results" / "checkpoints" / (
-                f"{type(self).__name__}_{time.strftime('%Y-%m-%d_%H-%M-%S')}"
-                f"/checkpoint_{self.iteration:06d}")
+        if checkpoint_dir is None:  # a folder per run: clean what killed runs left in theirs
+            root = Path.home() / "rlmesh_results" / "checkpoints"
+            checkpoints.remove_stale_under(root, depth=1)
+            checkpoint_dir = root / (f"{type(self).__name__}_{time.strftime('%Y-%m-%d_%H-%M-%S')}"
+                                     f"/checkpoint_{self.iteration:06d}")
         with self._learner_calls():
             state = self.learner_group.get_state()
         self.last_checkpoint = checkpoints.write(Path(checkpoint_dir), self, state)

@@ -92,9 +92,13 @@ def remove_stale(folder: Path) -> list[Path]:
     progress and stay. An ``.old`` whose ``NAME`` is missing (killed between the two
     renames) is the only copy of that checkpoint: it is put back. The directories removed."""
     removed = []
-    for entry in sorted(folder.iterdir()):
+    try:
+        entries = sorted(folder.iterdir())
+    except OSError:  # gone, or not ours to read: nothing of ours to clean there
+        return removed
+    for entry in entries:
         match = _TEMP_NAME.match(entry.name)
-        if not match or not entry.is_dir() or _alive(int(match.group(3))):
+        if not match or not entry.is_dir() or _writing(int(match.group(3)), entry):
             continue
         name, kind = match.group(1), match.group(2)
         if kind == "old" and not (folder / name).exists():
@@ -105,16 +109,38 @@ def remove_stale(folder: Path) -> list[Path]:
     return removed
 
 
-def _alive(pid: int) -> bool:
+def remove_stale_under(root: Path, depth: int) -> list[Path]:
+    """``remove_stale`` in ``root`` and its folders down to ``depth`` levels (a results
+    root: experiments, then trials). A new run writes into a new trial folder, so the temp
+    directories a killed run left in its own were never cleaned before (9 after 12 kills)."""
+    removed = remove_stale(root)
+    if depth > 0:
+        try:
+            folders = [e for e in root.iterdir() if e.is_dir() and not e.name.startswith(".")]
+        except OSError:
+            return removed
+        for folder in folders:
+            removed += remove_stale_under(folder, depth - 1)
+    return removed
+
+
+def _writing(pid: int, temp: Path) -> bool:
+    """Whether process ``pid`` may still be writing ``temp``: it runs, is not a zombie (a
+    killed child its parent has not reaped yet), and started before ``temp`` was last
+    changed (else the pid was reused by a process that never wrote it)."""
     if pid == os.getpid():
         return True
+    import psutil
+
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        process = psutil.Process(pid)
+        if process.status() == psutil.STATUS_ZOMBIE:
+            return False
+        return process.create_time() <= temp.stat().st_mtime + 1.0
+    except psutil.NoSuchProcess:
         return False
-    except PermissionError:  # someone else's process
+    except (psutil.AccessDenied, OSError):  # someone else's process, or temp just went
         return True
-    return True
 
 
 def _write_into(tmp: Path, algo: RunView, learner_state: dict[str, Any]) -> None:

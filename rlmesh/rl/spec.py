@@ -102,7 +102,8 @@ def check_model_config(model_config: dict) -> dict:
     framestack = config["framestack"]
     if not isinstance(framestack, bool) and not _is_size(framestack):
         raise ValueError(f"model framestack must be True, False or an int >= 1, got {framestack!r}")
-    if isinstance(config["log_std_init"], bool) or not isinstance(config["log_std_init"], (int, float)):
+    log_std_init = config["log_std_init"]
+    if isinstance(log_std_init, bool) or not isinstance(log_std_init, (int, float)):
         raise ValueError(f"model log_std_init must be a number, got {config['log_std_init']!r}")
     if not isinstance(config["custom_model_config"], dict):
         raise ValueError(f"model custom_model_config must be a dict, got "

@@ -219,6 +219,7 @@ def resume_into(algo, spec: TrainSpec, trust_code: bool = False) -> tuple[Path, 
 
 def find_resume_point(spec: TrainSpec) -> tuple[Path, list[str]]:
     """The trial folder to go on in and its checkpoints, newest first; UsageError if none."""
+    from rlmesh.driver.checkpoints import remove_stale
     from rlmesh.results import DEFAULT_LOCAL_DIR, safe_name
 
     root = Path(os.path.expanduser(str(spec.local_dir or DEFAULT_LOCAL_DIR)))
@@ -230,6 +231,7 @@ def find_resume_point(spec: TrainSpec) -> tuple[Path, list[str]]:
                              key=lambda d: d.stat().st_mtime)
     trials = [t for e in experiments[-1:] for t in e.glob(f"{prefix}*") if t.is_dir()]
     for trial in sorted(trials, key=lambda d: d.stat().st_mtime, reverse=True):
+        remove_stale(trial)  # first: a save killed between its renames put back, temps gone
         checkpoints = sorted((c for c in trial.glob("checkpoint_*") if c.is_dir()), reverse=True)
         if checkpoints:
             return trial, [str(c) for c in checkpoints]

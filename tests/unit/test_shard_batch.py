@@ -25,7 +25,8 @@ def _batch(t: int, b: int, seed: int = 0) -> dict[str, np.ndarray]:
     terminateds = rng.random((t, b)) < 0.1
     truncateds = (rng.random((t, b)) < 0.1) & ~terminateds
     trunc_index = np.argwhere(truncateds).astype(np.int64)
-    return {"obs": obs, "actions": rng.integers(0, 2, (t, b)), "rewards": rng.normal(size=(t, b)).astype(np.float32),
+    return {"obs": obs, "actions": rng.integers(0, 2, (t, b)),
+            "rewards": rng.normal(size=(t, b)).astype(np.float32),
             "terminateds": terminateds, "truncateds": truncateds, "mask": np.ones((t, b), bool),
             "action_logp": np.zeros((t, b), np.float32),
             "action_dist_inputs": np.zeros((t, b, 2), np.float32),
