@@ -23,7 +23,10 @@ from .diagnostics import Diagnostics
 
 log = logging.getLogger(__name__)
 
-CONTROL_LIMITS = codec.Limits.with_max(1 << 20)
+# Control requests (heartbeats, stacks, stop) are a few small maps: 1 MiB of empty maps
+# would still be a million dicts, so objects are bounded too; no tensor is ever one.
+CONTROL_LIMITS = codec.Limits(max_message_bytes=1 << 20, max_header_bytes=1 << 20,
+                              max_objects=1 << 16, tensors=False)
 
 
 class ControlThread(threading.Thread):
