@@ -195,6 +195,10 @@ class Learner:
                 "num_updates": self.num_updates}
 
     def set_state(self, state: dict[str, Any]) -> None:
+        """Each policy's state from ``get_state``'s form; every policy id is checked to be
+        one of this learner's first, so that a state naming another changes none."""
+        for pid in state["policies"]:
+            self.policy(pid)
         for pid, s in state["policies"].items():
             self.policy(pid).set_state(s)
         self.num_updates = int(state.get("num_updates", 0))
