@@ -144,7 +144,7 @@ class Learner:
         ``settings`` (policies_to_train); data-parallel ranks each build it alike. Checked
         first (roles/policy_changes.py; the code under ``trust``): a refusal changes nothing."""
         checked_policy_id(policy_id, self.policies, exists=False)
-        checked_spec(spec, self.config, self.trust)
+        checked_spec(spec, self.config, self.trust, "policy_class")
         new = checked_settings(self.config, settings, self.trust, self.main_script)
         extra = {"device": str(self.device)} if _is_torch_policy(spec) else {}
         policy = build_policy_from_data(spec, self.config, runner=False, **extra)

@@ -33,10 +33,13 @@ def checked_policy_id(policy_id: Any, policies: dict[str, Any], *, exists: bool)
     return policy_id
 
 
-def checked_spec(spec: dict[str, Any], config: AlgorithmConfig, trust: SentCode | None) -> None:
+def checked_spec(spec: dict[str, Any], config: AlgorithmConfig, trust: SentCode | None,
+                 builds: str) -> None:
     """A policy spec sent in a message (``PolicySpec.to_data``): its keys, its code under
-    the trust rule (``trust``; None: the caller is this process), its classes policies, and
-    its config overrides valid settings. Imports only what the trust rule lets through."""
+    the trust rule (``trust``; None: the caller is this process), the class this process
+    builds (``builds``: "runner_class" on a runner, "policy_class" on a learner; the other
+    is not imported, so that a numpy runner never loads torch) a policy, and its config
+    overrides valid settings. Imports only what the trust rule lets through."""
     from rlmesh.policy.policy import Policy
     from rlmesh.runtime.import_path import import_object
 
@@ -51,10 +54,9 @@ def checked_spec(spec: dict[str, Any], config: AlgorithmConfig, trust: SentCode 
         raise ValueError(f"policy spec: config must be a dict, got {type(overrides).__name__}")
     if trust is not None:
         trust.check_data(spec, "policy spec")
-    for key in ("policy_class", "runner_class"):
-        cls = import_object(spec[key], f"policy spec {key}")
-        if not (isinstance(cls, type) and issubclass(cls, Policy)):
-            raise ValueError(f"policy spec: {key} {spec[key]!r} is not a Policy subclass")
+    cls = import_object(spec[builds], f"policy spec {builds}")
+    if not (isinstance(cls, type) and issubclass(cls, Policy)):
+        raise ValueError(f"policy spec: {builds} {spec[builds]!r} is not a Policy subclass")
     if overrides:
         merged = config.copy().update_from_dict(overrides)
         merged.validate()
@@ -143,7 +145,7 @@ class MultiAgentPolicies:
         """A new policy (weights follow from the param server), then ``settings``; all
         checked first, nothing changed on a refusal."""
         checked_policy_id(policy_id, self.policies, exists=False)
-        checked_spec(spec, self.config, self._sent_code)
+        checked_spec(spec, self.config, self._sent_code, "runner_class")
         new = checked_settings(self.config, settings, self._sent_code, self._main_script)
         policy = build_policy_from_data(spec, self.config, runner=True)
         self.policies[policy_id] = policy

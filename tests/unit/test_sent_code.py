@@ -123,10 +123,13 @@ def test_a_policy_id_and_a_spec_are_checked(config):
     spec = {"policy_class": "rlmesh.policy.torch_policy:TorchPolicy",
             "runner_class": "rlmesh.policy.numpy_mlp:NumpyMLPPolicy",
             "observation_space": None, "action_space": None, "config": {}}
-    checked_spec(spec, config, TRUST)
+    checked_spec(spec, config, TRUST, "policy_class")
     with pytest.raises(ValueError, match="not a Policy subclass"):
-        checked_spec({**spec, "policy_class": "tests.unit.test_sent_code:public_fn"}, config, TRUST)
+        checked_spec({**spec, "policy_class": "tests.unit.test_sent_code:public_fn"}, config,
+                     TRUST, "policy_class")
     with pytest.raises(ValueError, match="unknown key 'evil'"):
-        checked_spec({**spec, "evil": 1}, config, TRUST)
+        checked_spec({**spec, "evil": 1}, config, TRUST, "runner_class")
     with pytest.raises(ConfigError, match="lr"):
-        checked_spec({**spec, "config": {"lr": "junk"}}, config, TRUST)
+        checked_spec({**spec, "config": {"lr": "junk"}}, config, TRUST, "runner_class")
+    with pytest.raises(PermissionError, match="names a file"):  # checked though not built here
+        checked_spec({**spec, "policy_class": "/x/evil.py:P"}, config, TRUST, "runner_class")
