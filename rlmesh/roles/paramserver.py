@@ -68,10 +68,12 @@ class ParamServer(Actor):
 
     def _store(self, version: int, weights: dict[str, dict[str, Any]]) -> None:
         """Keep ``{policy_id: weights}`` as ``version`` (no announcement)."""
-        for pid in weights:
+        for pid, w in weights.items():
             current = self._weights.get(pid, (0, None))[0]
             if version <= current:
                 raise ValueError(f"weights version {version} of {pid!r} is not newer than {current}")
+            if pid in self._weights:
+                _check_like(pid, w, self._weights[pid][1])
         # Arrays decoded from the wire are views of the receive buffer: keeping them keeps
         # that buffer, which is what we want (one message's memory, no copy).
         for pid, w in weights.items():
@@ -189,3 +191,23 @@ class ParamServer(Actor):
                 "failed_pushes": self.failed_pushes, "subscribers": sorted(self._subscribers),
                 "pushes_in_flight": sum(sub.busy for sub in self._subscribers.values()),
                 "versions": {pid: v for pid, (v, _) in self._weights.items()}}
+
+
+def _check_like(pid: str, weights: Any, held: dict[str, Any]) -> None:
+    """ValueError unless ``weights`` has the names, shapes and dtypes of the weights held
+    for ``pid``: a policy's model keeps its shape while the run lasts (one removed and added
+    again starts afresh), so weights that differ would only fail in every runner they reach."""
+    if not isinstance(weights, dict) or set(weights) != set(held):
+        names = sorted(weights) if isinstance(weights, dict) else type(weights).__name__
+        raise ValueError(f"weights of {pid!r}: expected the arrays {sorted(held)}, got {names}")
+    for name, old in held.items():
+        new = weights[name]
+        if getattr(new, "shape", None) != getattr(old, "shape", None) or \
+                getattr(new, "dtype", None) != getattr(old, "dtype", None):
+            raise ValueError(f"weights of {pid!r}: {name!r} is {_describe(new)}, not "
+                             f"{_describe(old)} as before")
+
+
+def _describe(value: Any) -> str:
+    shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
+    return f"{dtype}{list(shape)}" if shape is not None else type(value).__name__
