@@ -219,13 +219,17 @@ class Entry:
         """Why an argument does not fit its declared type, naming it; None when all fit.
         Arity (missing, unknown or extra arguments) is the signature's to refuse."""
         positional = self.positional
-        for i, value in enumerate(args):
-            name, check = positional[i] if i < len(positional) else (f"*args[{i - len(positional)}]",
-                                                                       self.var_positional)
+        for (name, check), value in zip(positional, args):
             if check is not None and not isinstance(value, check):
                 return self._wrong(name, check, value)
+        extra = self.var_positional
+        if extra is not None and len(args) > len(positional):
+            for i, value in enumerate(args[len(positional):]):
+                if not isinstance(value, extra):
+                    return self._wrong(f"*args[{i}]", extra, value)
+        keyword = self.keyword
         for name, value in kwargs.items():
-            check = self.keyword[name] if name in self.keyword else self.var_keyword
+            check = keyword[name] if name in keyword else self.var_keyword
             if check is not None and not isinstance(value, check):
                 return self._wrong(name, check, value)
         return None
