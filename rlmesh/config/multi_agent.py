@@ -135,11 +135,12 @@ def mapping_function(config: Any, policy_ids: Any, main_script: str | None = Non
     return lambda agent_id, episode=None, **kw: only
 
 
-def trainable(config: Any, policy_id: str) -> bool:
-    """Whether ``policy_id`` is in ``policies_to_train``."""
+def trainable(config: Any, policy_id: str, main_script: str | None = None) -> bool:
+    """Whether ``policy_id`` is in ``policies_to_train`` (a function of the run's script
+    found in ``main_script`` in a process of its own, as ``resolve_function``)."""
     spec = config.policies_to_train
     if spec is None:
         return True
     if isinstance(spec, (list, tuple, set)):
         return policy_id in spec
-    return bool(resolve_function(spec, "policies_to_train")(policy_id, None))
+    return bool(resolve_function(spec, "policies_to_train", main_script)(policy_id, None))

@@ -68,7 +68,7 @@ class Learner:
         two frames below this one."""
         out = {}
         for pid, batch in batches.items():
-            if not trainable(self.config, pid) or pid in self.removed:
+            if not trainable(self.config, pid, self.main_script) or pid in self.removed:
                 continue  # acts, never learns (policies_to_train); or sampled before removal
             policy = self.policy(pid)
             if not self._finite_batch(pid, batch):

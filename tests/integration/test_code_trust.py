@@ -302,3 +302,32 @@ def test_a_checkpoint_naming_a_module_by_env_config_needs_trust_code(pettingzoo_
     run = rlmesh("rollout", str(bad), "--episodes", "1", "--trust-code", env=env)
     assert run.returncode == 0, run.stderr
     assert marker.exists()  # trusted: imported, and the env it made ran
+
+
+def test_a_scripts_own_policies_to_train_reaches_a_learner_process(tmp_path):
+    """The learner is told the run's script, as runners are: a function of it named by
+    ``policies_to_train`` is found there (it raised AttributeError in the learner before)."""
+    script = tmp_path / "user_script.py"
+    script.write_text(textwrap.dedent("""
+        from rlmesh.algorithms import PPOConfig
+        from tests.integration.multi_agent_envs import EarlyLeaver
+
+        def train_only(pid, batch=None):
+            return pid == "a"
+
+        def mapping(agent_id, episode=None, **kwargs):
+            return "a" if agent_id == "stayer" else "b"
+
+        if __name__ == "__main__":
+            config = (PPOConfig().environment(EarlyLeaver).env_runners(num_env_runners=1)
+                      .learners(num_learners=1)
+                      .multi_agent(policies={"a", "b"}, policy_mapping_fn=mapping,
+                                   policies_to_train=train_only)
+                      .training(train_batch_size=200, minibatch_size=100, num_epochs=1))
+            with config.build() as algo:
+                info = algo.train()["info"]["learner"]
+                print("trained", sorted(p for p, stats in info.items() if stats))
+    """))
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         timeout=150, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert run.returncode == 0 and "trained ['a']" in run.stdout, run.stdout + run.stderr
