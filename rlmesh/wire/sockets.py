@@ -285,13 +285,17 @@ class ConnectionGuard:
     """At most ``cap`` connections to a bound socket, and never more than this process's
     file descriptors allow (``fd_reserve`` kept for everything else): at the soft limit
     libzmq cannot accept, and a new client got no answer at all (963 of 2,000 connections
-    answered). Past the cap one connection is shut down, in this order:
+    answered).
 
-    1. the oldest that never delivered a valid message (``seen``) and is older than
-       ``grace_s``: idle, half-open or keyless connections;
-    2. the valid connection silent the longest: a new client may always take a slot
-       from a client that is idle (its ZeroMQ socket reconnects when it has a message);
-    3. the oldest connection still in its grace period (a flood of new connections).
+    A new connection is on probation until it delivers a valid message (``seen``) and
+    may use ``slack`` places past the cap meanwhile; when it does, and the cap is passed,
+    the connection valid the least recently (never itself) is shut down: a new client can
+    always take a slot from the others. Probation lasts ``grace_s``; past the cap plus the
+    slack, the oldest connection still on probation after it goes, else the newest one.
+    A client that was shut down reconnects (ZeroMQ does) and must prove itself again, so
+    idle clients that reconnect never push out one that talks. (Shutting a valid client
+    at every accept let 24 idle clients that reconnect after each shed push out the one
+    client playing.)
 
     A connection must finish its handshake (CURVE included) within ``handshake_s``.
     Connections are known by their file descriptor, from the socket's monitor events, and
@@ -301,13 +305,14 @@ class ConnectionGuard:
     EVENTS = zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_CLOSED
 
     def __init__(self, sock: zmq.Socket, cap: int, handshake_s: float = 10.0,
-                 grace_s: float = 2.0, fd_reserve: int = 128) -> None:
+                 grace_s: float = 2.0, fd_reserve: int = 128, slack: int = 8) -> None:
         if cap < 1:
             raise ValueError(f"a connection cap must be at least 1, got {cap!r}")
         self.cap = cap
         self.sock = sock
         self.grace_s = grace_s
         self.fd_reserve = fd_reserve
+        self.slack = min(slack, fd_reserve // 2)  # so slack never reaches the fd limit
         self.open: dict[int, float] = {}  # file descriptor -> accepted at, oldest first
         self.active: dict[int, None] = {}  # valid ones, the least recently valid first
         self.shed = 0
@@ -317,9 +322,16 @@ class ConnectionGuard:
                                     zero_copy=False)
 
     def limit(self) -> int:
-        """The cap, lowered to what the soft file-descriptor limit leaves."""
+        """The cap on connections past probation, lowered to what the soft file-descriptor
+        limit leaves with the slack."""
+        return max(1, self._open_limit() - self.slack)
+
+    def _open_limit(self) -> int:
+        """The cap on all connections, probation included: the cap plus the slack, never
+        past what the soft file-descriptor limit leaves."""
         soft = fd_limit()
-        return self.cap if soft is None else max(1, min(self.cap, soft - self.fd_reserve))
+        ceiling = self.cap + self.slack
+        return ceiling if soft is None else max(2, min(ceiling, soft - self.fd_reserve))
 
     def seen(self, frame: Any) -> None:
         """The connection ``frame`` came in on delivered a valid message."""
@@ -328,10 +340,15 @@ class ConnectionGuard:
         except (AttributeError, zmq.ZMQError):
             return  # not a zmq.Frame (inproc copies), or no descriptor
         active = self.active
-        if fd in active:
+        proven = fd in active
+        if proven:
             del active[fd]  # to the end: the most recently valid
         if fd in self.open:
             active[fd] = None
+            if not proven:  # off probation: its place comes from the others
+                limit = self.limit()
+                while len(self.open) > limit and (victim := self._expired(fd)) is not None:
+                    self._shed(victim)
 
     def _on_event(self, frames: list[Any]) -> None:
         from zmq.utils.monitor import parse_monitor_message
@@ -342,23 +359,36 @@ class ConnectionGuard:
             self.open.pop(fd, None)  # a reused descriptor is a new connection
             self.active.pop(fd, None)
             self.open[fd] = time.monotonic()
-            limit = self.limit()
+            limit = self._open_limit()
             while len(self.open) > limit:
-                self._shed(self._victim())
+                self._shed(self._on_probation())
         else:
             self.open.pop(fd, None)
             self.active.pop(fd, None)
 
-    def _victim(self) -> int:
+    def _expired(self, keep: int) -> int | None:
+        """The connection to shut for one that was just seen (``keep``): the oldest whose
+        probation ran out, else the least recently valid; None if only ``keep`` is left."""
+        expired = self._probation_over()
+        return expired if expired is not None else next(
+            (fd for fd in self.active if fd != keep), None)
+
+    def _on_probation(self) -> int:
+        """The connection to shut when new ones fill the slack: the oldest whose probation
+        ran out, else the newest (a flood; shut at its accept, before its handshake, so a
+        client's first message waits in its socket for the reconnect, not lost)."""
+        expired = self._probation_over()
+        return expired if expired is not None else next(reversed(self.open))
+
+    def _probation_over(self) -> int | None:
+        """The oldest connection that sent nothing valid within ``grace_s``, if any."""
         settled = time.monotonic() - self.grace_s
         for fd, accepted in self.open.items():  # oldest first
             if accepted > settled:
-                break
+                return None
             if fd not in self.active:
                 return fd
-        if self.active:
-            return next(iter(self.active))
-        return next(iter(self.open))
+        return None
 
     def _shed(self, fd: int) -> None:
         del self.open[fd]
