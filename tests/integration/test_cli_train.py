@@ -47,6 +47,22 @@ def test_train_learns_writes_results_and_rollout_replays(tmp_path):
     assert len(returns) == 3 and min(returns) > 50, replay.stdout
 
 
+def _signal_when(proc: subprocess.Popen, ready, signum: int) -> str:
+    """Send ``signum`` to ``proc`` once ``ready()`` (polled, 120 s at most); its output."""
+    try:
+        deadline = time.monotonic() + 120
+        while not ready():
+            assert time.monotonic() < deadline, "not ready within 120 s"
+            assert proc.poll() is None, proc.communicate()[0]
+            time.sleep(0.2)
+        proc.send_signal(signum)
+        return proc.communicate(timeout=60)[0]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 def _block_ctrl_c() -> None:
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
 
@@ -62,21 +78,12 @@ def test_ctrl_c_stops_cleanly_with_a_final_checkpoint(tmp_path, parent_blocks_si
          "--config", '{"train_batch_size": 500, "minibatch_size": 100, "num_epochs": 2}'],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         preexec_fn=_block_ctrl_c if parent_blocks_signals else None)
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            files = list(local.glob("*/*/result.json"))
-            if files and len(files[0].read_text().splitlines()) >= 2:
-                break
-            time.sleep(0.2)
-        else:
-            raise AssertionError("no results within 120 s")
-        proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+
+    def two_results() -> bool:
+        files = list(local.glob("*/*/result.json"))
+        return bool(files) and len(files[0].read_text().splitlines()) >= 2
+
+    out = _signal_when(proc, two_results, signal.SIGINT)
     assert proc.returncode == 130, out
     trial = _trial_dir(local)
     assert list(trial.glob("checkpoint_*/rlmesh_checkpoint.msgpack")), out
@@ -126,18 +133,14 @@ def test_sigterm_ends_a_run_whose_iteration_never_ends(tmp_path):
                                  "num_env_runners": 1, "train_batch_size": 400,
                                  "minibatch_size": 100})],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        deadline = time.monotonic() + 120
-        while not list(local.glob("*/*/params.json")) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        time.sleep(3)  # sampling, with every step skipped
-        assert proc.poll() is None, proc.communicate()[0]
-        proc.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+
+    def sampling_a_while() -> bool:  # every step skipped, the iteration going on
+        if not list(local.glob("*/*/params.json")):
+            return False
+        time.sleep(3)
+        return True
+
+    out = _signal_when(proc, sampling_a_while, signal.SIGTERM)
     assert proc.returncode == 143, out
     assert "did not end within 2 s of SIGTERM; iteration 1 was cut short" in out, out
     assert "Traceback" not in out, out
