@@ -59,7 +59,7 @@ class QModel(nn.Module):
         trunk = list(config["fcnet_hiddens"]) + list(config["post_fcnet_hiddens"])
         # torch's default initialisation, as stable-baselines3's QNetwork: with the
         # actor-critic MLP's orthogonal one (gain sqrt 2) the tuned CartPole example learned
-        # slower and fell back (docs/benchmarks.md, issue 18).
+        # slower and fell back (docs/benchmark_log.md, issue 18).
         self.trunk, size = hidden_layers(self.encoder.out_size, trunk, config["fcnet_activation"])
         # Noisy: the branches and heads only, as RLlib's DQN (the trunk stays plain).
         self.a_branch, a_size = noisy_layers(size, list(hiddens), noisy, sigma0)

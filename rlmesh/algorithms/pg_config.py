@@ -34,7 +34,7 @@ class PGConfig(AlgorithmConfig, defaults=_PG_DEFAULTS):
         doc="Scale each train batch's discounted returns to zero mean and unit variance "
             "before they weight the log-probabilities: a baseline (the batch mean) that "
             "lowers the gradient's variance. RLlib's PG does not; CartPole learns "
-            "without it (docs/benchmarks.md, 'PG, A2C, A3C learning').")
+            "without it (docs/benchmark_log.md, 'PG, A2C, A3C learning').")
 
     def _cross_checks(self) -> list[str]:
         problems = super()._cross_checks()

@@ -2,7 +2,7 @@
 the shared ones. The names are RLlib's, so tuned RLlib configs carry over; the defaults are
 not: RLlib's learn small problems slowly (lr 5e-5, 30 epochs), so rlmesh's were measured
 across CartPole, Pendulum, Acrobot and LunarLander (``tests/benchmarks/bench_defaults.py``,
-docs/benchmarks.md "Untuned PPO"). ``PPOConfig.rllib_defaults()`` gives RLlib's values."""
+docs/benchmark_log.md "Untuned PPO"). ``PPOConfig.rllib_defaults()`` gives RLlib's values."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from rlmesh.config.entropy import EntropySchedule
 from rlmesh.rl.spec import MODEL_DEFAULTS
 
 # PPO's values for settings AlgorithmConfig declares. Why each differs from RLlib's (in the
-# comment: RLlib's value), from the measurements in docs/benchmarks.md "Untuned PPO":
+# comment: RLlib's value), from the measurements in docs/benchmark_log.md "Untuned PPO":
 _PPO_DEFAULTS = {
     # 6e-4 (5e-5): twice SB3's and CleanRL's 3e-4, measured against it on seeds 0-2:
     # CartPole to 475 in 61k steps on every seed (3e-4: 70-86k), LunarLander to 200 in

@@ -3,7 +3,7 @@
 A runner whose model is the default MLP acts with this instead of torch: the same
 forward pass and the same action distributions, reading the weights the learner's
 ``ActorCriticMLP`` publishes. Its process never imports torch, which costs 1.4 s and about
-150 MB of private memory per process here (docs/benchmarks.md), and a forward pass over a
+150 MB of private memory per process here (docs/benchmark_log.md), and a forward pass over a
 few envs is a few small matrix products, where numpy's overhead per call is lower than
 torch's. Custom models need torch in the runner (``rlmesh.policy.torch_policy.TorchPolicy``);
 ``rlmesh.policy.numpy_mlp.NumpyMLPPolicy`` puts this class behind the policy contract.

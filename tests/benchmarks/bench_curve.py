@@ -247,7 +247,7 @@ def bench_rtt(sizes: Sizes, tmp: Path) -> list[Row]:
 
 
 def print_markdown(rows: list[Row]) -> None:
-    """The rows as docs/benchmarks.md's CURVE table has them: plain, CURVE, the ratio."""
+    """The rows as docs/benchmark_log.md's CURVE table has them: plain, CURVE, the ratio."""
     from .run import _fmt
 
     print("| benchmark | metric | plain tcp | tcp + CURVE | CURVE/plain |")

@@ -1,4 +1,4 @@
-"""Run the benchmarks and print a table, plus a markdown block for docs/benchmarks.md.
+"""Run the benchmarks and print a table, plus a markdown block for docs/benchmark_log.md.
 
 ``python -m tests.benchmarks.run [--quick] [--only NAME[,NAME]] [--json FILE] [--seeds S ...]``
 Figures are measured, never asserted: a missed goal is reported, not failed.
@@ -227,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     load = (load_before, _load())
     print(f"\nall ({sum(timings.values()):.1f} s; load average after: {load[1]})")
     print(text_table(rows))
-    print("\n<!-- paste into docs/benchmarks.md -->")
+    print("\n<!-- paste into docs/benchmark_log.md -->")
     print(markdown_table(rows, info, date, args.quick, load))
     if args.json:
         Path(args.json).write_text(json.dumps({

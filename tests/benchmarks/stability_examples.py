@@ -1,5 +1,5 @@
 """The tuned examples bench_stability measures: per example its threshold, the metric it is
-read from, what it needs to reach it (docs/benchmarks.md), and the goal for that threshold."""
+read from, what it needs to reach it (docs/benchmark_log.md), and the goal for that threshold."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ GOAL = 0.9  # the issue's bar: the minimum over seeds >= 0.9x the threshold
 class Example:
     file: str
     threshold: float  # the example's own return stop
-    # What it needs to reach the threshold: the slowest seed measured (docs/benchmarks.md,
+    # What it needs to reach the threshold: the slowest seed measured (docs/benchmark_log.md,
     # section `source`), rounded up, in `unit`. None: it never reached it, nothing to hold.
     needs: int | None
     source: str

@@ -115,7 +115,7 @@ def test_torch_policy_greedy_actions_use_the_mean_weights():
 def test_q_network_keeps_torchs_default_initialisation():
     # SB3's QNetwork (and CleanRL's DQN) keep nn.Linear's default: weights within
     # 1/sqrt(fan_in). The actor-critic MLP's orthogonal gain-sqrt(2) init learned the tuned
-    # CartPole example slower and unstably (docs/benchmarks.md, issue 18).
+    # CartPole example slower and unstably (docs/benchmark_log.md, issue 18).
     torch.manual_seed(0)
     model = QModel(OBS, ACT.n, {"fcnet_hiddens": [256, 256]}, [], False)
     for layer in (model.trunk[0], model.trunk[2], model.a_head):
