@@ -6,6 +6,7 @@
 #   make conformance  RLlib's tuned examples to their own stop (a benchmark, not CI)
 #   make wheel-check  build the wheel, install it in a fresh venv, import it from outside the repo
 #   make gpu-check    every algorithm with a CUDA learner, and what a device can break (tests/gpu)
+#   make docs         the docs site (mkdocs.yml) built with --strict into site/
 
 PY ?= python3
 VENV ?= .venv
@@ -15,7 +16,7 @@ PIP := $(PYTHON) -m pip
 # Test folders that exist: git keeps no empty folder, and pytest stops on a missing path.
 TEST_DIRS := $(wildcard tests/unit tests/conformance tests/integration tests/cluster)
 
-.PHONY: venv install install-core test test-unit bench conformance demo runtime-demo wheel-check gpu-check clean
+.PHONY: venv install install-core test test-unit bench conformance demo runtime-demo wheel-check gpu-check docs clean
 
 # $(call make-venv,DIR): reuse a torch the base python already has (--system-site-packages),
 # so no second copy is downloaded; else a plain venv.
@@ -93,6 +94,17 @@ wheel-check: venv
 	cd / && $(abspath $(WHEEL_VENV))/bin/python $(CURDIR)/deploy/check_wheel.py $(CURDIR) $(CURDIR)/dist/rlmesh-*.whl
 	cd / && $(abspath $(WHEEL_VENV))/bin/rlmesh --help
 	@echo "wheel-check: OK"
+
+# The docs site: README and docs/ as pages, the API reference from the docstrings (mkdocstrings),
+# search. --strict: a broken link or anchor, a page left out of the nav, or an API entry naming
+# a missing object fails the build. The docs extra comes after install-core, so torch is
+# already in place (a CPU build where there is no GPU). NO_MKDOCS_2_WARNING: material 9.x
+# prints a banner about its successor on every build.
+docs: $(VENV)/.installed-docs
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
+$(VENV)/.installed-docs: $(VENV)/.installed-core
+	$(PIP) install -e '.[docs]'
+	touch $@
 
 # Keeps $(VENV); `rm -rf $(VENV)` for a fresh one.
 clean:
