@@ -83,6 +83,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from rlmesh.tune.cli import add_sweep_arguments  # the standard library only
 
     add_sweep_arguments(p)
+    from rlmesh.tune import trackers  # the standard library only
+
+    trackers.add_arguments(p)
     p.add_argument("--defaults", choices=("auto", "rlmesh", "rllib"), default="auto",
                    help="values of the keys a -f file leaves out: 'rllib' RLlib's (its old "
                         "or new API stack's, as the file reads), 'rlmesh' rlmesh's; 'auto' "
@@ -158,8 +161,14 @@ def spec_from(args: argparse.Namespace, name: str | None, exp: dict, where: str)
     freq = args.checkpoint_freq if args.checkpoint_freq is not None else exp.get("checkpoint_freq", 0)
     if not isinstance(freq, int) or freq < 0:
         raise UsageError(f"checkpoint frequency must be an integer >= 0, got {freq!r}")
+    from rlmesh.tune.trackers import TrackerError, from_file_and_flags
+
+    try:
+        trackers = from_file_and_flags(exp, args, where)
+    except TrackerError as e:
+        raise UsageError(str(e)) from None
     return TrainSpec(
-        run=run, env=env, config=config, stop=stop,
+        run=run, env=env, config=config, stop=stop, trackers=trackers,
         experiment=args.experiment_name or name,
         local_dir=args.local_dir or exp.get("local_dir") or exp.get("storage_path"),
         checkpoint_freq=freq,
@@ -231,11 +240,15 @@ def run_spec(spec: TrainSpec, resume: bool = False, trust_code: bool = False) ->
     ``rlmesh launch``'s job on the head); the exit code."""
     from rlmesh.config.base import ConfigError
 
+    from rlmesh.extras import MissingExtra
+    from rlmesh.tune.trackers import require_packages
+
     try:
         config = make_config(spec)
         config_dict = config.to_dict()
         check_evaluation_stop(spec.stop, config)
-    except (UsageError, ConfigError) as e:
+        require_packages(spec.trackers)
+    except (UsageError, ConfigError, MissingExtra) as e:
         return _fail(e)
     level = str(spec.config.get("log_level", "WARNING")).upper()
     logging.basicConfig(level={"WARN": "WARNING"}.get(level, level), format=LOG_FORMAT)
@@ -276,6 +289,11 @@ def run_spec(spec: TrainSpec, resume: bool = False, trust_code: bool = False) ->
         remove_stale_under(trial_dir.parent.parent, depth=2)
         logger = ResultLogger(trial_dir, config_dict, resume=resume,
                               video_frames=bool(config_dict.get("evaluation_video_to_tensorboard")))
+        if spec.trackers:
+            from rlmesh.tune.trackers import TrackedLogger
+
+            logger = TrackedLogger(logger, spec.trackers, trial_dir.name,
+                                   trial_dir.parent.name, config_dict, trial_dir)
         log_file = attach_log_file(trial_dir / LOG_FILE, level)
     except (UsageError, CheckpointError) as e:
         algo.stop()

@@ -51,7 +51,8 @@ def run(run_or_experiment: Any, *, config: dict | None = None, stop: dict | None
         resume: bool = False, seed: int | None = None, grace_period: int = 1,
         reduction_factor: int = 3, max_t: int | None = None, nodes: list | None = None,
         verbose: int = 1, print_every_s: float = 15.0,
-        cluster_file: str | None = None, join_cluster: str | None = None) -> ExperimentAnalysis:
+        cluster_file: str | None = None, join_cluster: str | None = None,
+        callbacks: Any = None) -> ExperimentAnalysis:
     """Run a sweep of ``run_or_experiment`` (an algorithm name such as "PPO", or a function
     ``fn(config)`` calling rlmesh.tune.report) over ``config``'s search spaces.
 
@@ -65,6 +66,9 @@ def run(run_or_experiment: Any, *, config: dict | None = None, stop: dict | None
     driver runs here, on the head, and its actors on the nodes the scheduler gave it, joined
     to them by ``join_cluster``, the import path of the launcher's ``fn(cluster, trial_id)
     -> session`` (tune sits below the launcher and names it only by that path).
+    ``callbacks``: experiment trackers, ``[WandbLoggerCallback(project=...)]`` or
+    ``{"mlflow": {"tracking_uri": ...}}`` (rlmesh/tune/trackers.py), one tracker run per
+    trial grouped by the experiment; algorithm trials only.
     """
     from rlmesh.tune.controller import Sweep
     from rlmesh.tune.pbt import PopulationBasedTraining
@@ -72,6 +76,10 @@ def run(run_or_experiment: Any, *, config: dict | None = None, stop: dict | None
     from rlmesh.tune.table import TrialTable
 
     run_name, fn = _trainable(run_or_experiment)
+    from rlmesh.tune.trackers import normalize, require_packages
+
+    trackers = normalize(callbacks, "callbacks")
+    require_packages(trackers)
     if cluster_file is not None and fn is not None:
         raise ValueError("a function trainable runs on a thread of the sweep; on a cluster "
                          "only algorithm trials run (give an algorithm name)")
@@ -106,7 +114,7 @@ def run(run_or_experiment: Any, *, config: dict | None = None, stop: dict | None
                   search, pbt, metric, mode, table, nodes or local_nodes(),
                   max_concurrent_trials, checkpoint_freq,
                   meta={"run": run_name, "experiment": experiment}, cluster_file=cluster_file,
-                  join_cluster=join_cluster)
+                  join_cluster=join_cluster, trackers=trackers)
     finished = sweep.run()
     analysis = ExperimentAnalysis(sweep.trials, metric, mode, exp_dir, interrupted=not finished)
     (exp_dir / "summary.txt").write_text(analysis.summary() + "\n")
@@ -244,6 +252,7 @@ class RunConfig:
     stop: dict | None = None
     checkpoint_freq: int = 0
     verbose: int = 1
+    callbacks: list | None = None  # experiment trackers (WandbLoggerCallback, ...)
 
 
 @dataclass
@@ -264,4 +273,4 @@ class Tuner:
                    max_concurrent_trials=tc.max_concurrent_trials, seed=tc.seed,
                    resources_per_trial=self.resources_per_trial, name=rc.name,
                    storage_path=rc.storage_path, checkpoint_freq=rc.checkpoint_freq,
-                   resume=resume, verbose=rc.verbose)
+                   resume=resume, verbose=rc.verbose, callbacks=rc.callbacks)

@@ -40,6 +40,7 @@ def is_sweep(spec, exp: dict, args) -> bool:
 
 def run_sweeps(specs: list, args) -> int:
     """Each experiment of the file as a sweep, one after another; the exit code."""
+    from rlmesh.extras import MissingExtra
     from rlmesh.tune.api import run
     from rlmesh.tune.spaces import SpaceError
 
@@ -52,8 +53,9 @@ def run_sweeps(specs: list, args) -> int:
                 scheduler=None if args.scheduler in (None, "fifo") else args.scheduler,
                 max_concurrent_trials=args.max_concurrent_trials, name=spec.experiment,
                 local_dir=spec.local_dir, checkpoint_freq=spec.checkpoint_freq,
-                resume=args.resume, grace_period=args.grace_period)
-        except (SpaceError, ValueError, FileExistsError, FileNotFoundError, RuntimeError) as e:
+                resume=args.resume, grace_period=args.grace_period, callbacks=spec.trackers)
+        except (SpaceError, ValueError, FileExistsError, FileNotFoundError, RuntimeError,
+                MissingExtra) as e:
             print(f"rlmesh train: error: {e}", file=sys.stderr)
             return 2
         if analysis.interrupted:

@@ -24,8 +24,10 @@ class Sweep:
     def __init__(self, experiment_dir: Path, trials: list, total: int, make_trial, request,
                  trainable, search, pbt, metric: str, mode: str, table, nodes,
                  max_concurrent: int | None = None, checkpoint_freq: int = 0, meta=None,
-                 cluster_file: str | None = None, join_cluster: str | None = None):
+                 cluster_file: str | None = None, join_cluster: str | None = None,
+                 trackers: dict | None = None):
         self.dir = experiment_dir
+        self.trackers = trackers or {}  # {"wandb"|"mlflow": options}: each trial logs to them
         self.trials = trials
         self.total = total
         self.make_trial = make_trial  # index -> a new Trial (Optuna asks when a slot is free)
@@ -196,7 +198,8 @@ class Sweep:
         if self.trainable is None:
             cluster = None if self.cluster_file is None else {
                 "file": self.cluster_file, "used": others, "join": self.join_cluster}
-            runner = ProcessTrial(trial, self.events, self.checkpoint_freq, cluster)
+            runner = ProcessTrial(trial, self.events, self.checkpoint_freq, cluster,
+                                  self.trackers, self.meta.get("experiment"))
         else:
             if self._pool is None:
                 from concurrent.futures import ThreadPoolExecutor

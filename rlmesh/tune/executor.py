@@ -27,7 +27,8 @@ class ProcessTrial:
     """An algorithm trial: ``python -m rlmesh.tune.worker`` in a session of its own."""
 
     def __init__(self, trial, events: queue.Queue, checkpoint_freq: int = 0,
-                 cluster: dict | None = None):
+                 cluster: dict | None = None, trackers: dict | None = None,
+                 experiment: str | None = None):
         self.trial = trial
         self.events = events
         trial_dir = Path(trial.dir)
@@ -35,7 +36,8 @@ class ProcessTrial:
         spec = {"run": trial.run, "config": trial.config, "stop": trial.stop,
                 "trial_dir": trial.dir, "trial_id": trial.trial_id,
                 "restore": trial.restore_from, "checkpoint_freq": checkpoint_freq,
-                "cluster": cluster, "env_registry": env_registry()}
+                "cluster": cluster, "env_registry": env_registry(),
+                "trackers": trackers or {}, "experiment": experiment}
         spec_path = trial_dir / "trial_spec.json"
         spec_path.write_text(json.dumps(spec))
         from rlmesh.runtime.process import ONE_THREAD_PER_LIBRARY

@@ -30,6 +30,8 @@ class TrainSpec:
     checkpoint_at_end: bool = False
     # Seconds a signalled run waits for its iteration to end before cutting it short.
     stop_grace_s: float = 30.0
+    # Experiment trackers, {"wandb"|"mlflow": options} (rlmesh/tune/trackers.py).
+    trackers: dict = dataclasses.field(default_factory=dict)
 
 
 def deep_merge(base: dict, override: dict) -> dict:

@@ -272,6 +272,7 @@ def _train_loop(algo, spec: TrainSpec, trial_dir: Path, trial_id: str, reporter,
                             or decision.get("save"):
                         last_checkpoint, saved_at = _save(algo, trial_dir, iteration), iteration
                         reporter.message(f"checkpoint: {last_checkpoint}")
+                        _tracked(logger, last_checkpoint, iteration)
                         if control is not None:
                             control.saved(iteration, last_checkpoint)
                     why = decision.get("stop") or stopper.met(
@@ -285,6 +286,7 @@ def _train_loop(algo, spec: TrainSpec, trial_dir: Path, trial_id: str, reporter,
             if cut_short is None and spec.checkpoint_at_end and iteration \
                     and saved_at != iteration:
                 last_checkpoint = _save(algo, trial_dir, iteration)
+                _tracked(logger, last_checkpoint, iteration)
                 if control is not None:
                     control.saved(iteration, last_checkpoint)
     finally:
@@ -303,6 +305,12 @@ def _train_loop(algo, spec: TrainSpec, trial_dir: Path, trial_id: str, reporter,
     if signals.signum:
         return EXIT_SIGINT if signals.signum == signal.SIGINT else EXIT_SIGTERM
     return 0
+
+
+def _tracked(logger, checkpoint: str, iteration: int) -> None:
+    """Hand a checkpoint to the experiment trackers, where the logger has them."""
+    if hasattr(logger, "checkpoint"):
+        logger.checkpoint(checkpoint, iteration)
 
 
 def _tune_fields(trial_id: str) -> dict:

@@ -108,6 +108,12 @@ def main(spec_path: str, parent_pid: int) -> int:
         print(f"restored from {data['restore']}")
     algo.logdir = str(trial_dir)  # evaluation videos go to its videos/
     logger = ResultLogger(trial_dir, config.to_dict(), resume=bool(data.get("restore")))
+    if data.get("trackers"):  # one tracker run per trial, grouped by the experiment
+        from rlmesh.tune.trackers import TrackedLogger
+
+        logger = TrackedLogger(logger, data["trackers"], trial_dir.name,
+                               data.get("experiment") or trial_dir.parent.name,
+                               config.to_dict(), trial_dir)
     control = PipeControl(out, sys.stdin)
     try:
         return experiments._train_loop(algo, spec, trial_dir, data["trial_id"], _Quiet(),

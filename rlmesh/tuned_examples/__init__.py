@@ -21,9 +21,10 @@ if TYPE_CHECKING:
     from importlib.resources.abc import Traversable
 
 SUFFIXES = (".yaml", ".yml", ".toml", ".json")
-# Keys of one experiment, as in RLlib's tuned examples (storage_path: Tune's newer local_dir).
+# Keys of one experiment, as in RLlib's tuned examples (storage_path: Tune's newer local_dir;
+# trackers, or Tune's callbacks by RLlib's class names: rlmesh/tune/trackers.py).
 EXPERIMENT_KEYS = ("run", "env", "config", "stop", "checkpoint_freq", "checkpoint_at_end",
-                   "local_dir", "storage_path", "num_samples")
+                   "local_dir", "storage_path", "num_samples", "trackers", "callbacks")
 
 
 class ExperimentFileError(ValueError):
