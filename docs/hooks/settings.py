@@ -7,6 +7,8 @@ which mkdocstrings does not read; this page is made from the same fields_table()
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 
 from mkdocs.structure.files import File
 
@@ -63,5 +65,9 @@ def settings_page() -> str:
 
 
 def on_files(files, config):
+    # The checkout being documented, not whichever rlmesh the venv has installed.
+    root = str(Path(config["config_file_path"]).parent)
+    if root not in sys.path:
+        sys.path.insert(0, root)
     files.append(File.generated(config, "api/settings.md", content=settings_page()))
     return files
