@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 import struct
 import sys
@@ -99,6 +100,8 @@ def test_wandb_offline_logs_results_config_and_checkpoint(tmp_path, monkeypatch)
 
 def _mlflow_run(uri: str, experiment: str):
     from mlflow.tracking import MlflowClient
+
+    os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")  # as the tracker does
 
     client = MlflowClient(tracking_uri=uri)
     exp = client.get_experiment_by_name(experiment)
