@@ -168,3 +168,27 @@ def test_a_missing_package_names_the_extra(monkeypatch):
     with pytest.raises(MissingExtra) as e:
         require_packages({"mlflow": {}})
     assert str(e.value) == "MLflow tracking needs the mlflow package: pip install 'rlmesh[mlflow]'"
+
+
+def test_evaluation_videos_reach_both_trackers(tmp_path, monkeypatch):
+    import imageio.v2 as imageio
+    import numpy as np
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    video = tmp_path / "episode.mp4"
+    with imageio.get_writer(video, fps=10) as writer:
+        for i in range(10):
+            writer.append_data(np.full((64, 64, 3), 20 * i, np.uint8))
+    uri = f"file://{tmp_path}/mlruns"
+    with TrackedLogger(ResultLogger(tmp_path / "trial", {}, tensorboard=False),
+                       {"wandb": {"project": "p"}, "mlflow": {"tracking_uri": uri}}, "t", "e",
+                       {}, tmp_path / "trial") as logger:
+        logger.log({"training_iteration": 1,
+                    "evaluation": {"episode_reward_mean": 5.0, "videos": [str(video)]}})
+    (entry,) = read_wandb_run(tmp_path / "trial")["history"]
+    assert entry["evaluation/video/_type"] == "video-file"
+    assert any((tmp_path / "trial" / "wandb").rglob(Path(entry["evaluation/video/path"]).name))
+    client, run = _mlflow_run(uri, "e")
+    assert [a.path for a in client.list_artifacts(run.info.run_id, "videos")] == \
+        ["videos/episode.mp4"]
