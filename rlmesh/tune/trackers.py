@@ -118,24 +118,24 @@ class TrackedLogger:
         self._queue: queue.Queue = queue.Queue()
         self._thread = threading.Thread(target=self._work, name="rlmesh.trackers", daemon=True)
         self._thread.start()
-        self._call("start")
+        self._enqueue("start")
 
     def log(self, result: dict) -> None:
         self.logger.log(result)
         step = int(result.get("training_iteration") or 0)
-        self._call("log", result, step)
+        self._enqueue("log", result, step)
         evaluation = result.get("evaluation")
         if isinstance(evaluation, dict):
             for path in evaluation.get("videos") or ():
-                self._call("video", str(path), step)
+                self._enqueue("video", str(path), step)
 
     def checkpoint(self, path: str, iteration: int) -> None:
-        self._call("checkpoint", str(path), iteration)
+        self._enqueue("checkpoint", str(path), iteration)
 
     def close(self) -> None:
         self.logger.close()
         if self._thread.is_alive():
-            self._call("finish")
+            self._enqueue("finish")
             self._queue.put(None)
             self._thread.join(CLOSE_TIMEOUT_S)
             if self._thread.is_alive():
@@ -146,7 +146,7 @@ class TrackedLogger:
         """Return once every call queued so far has been made (or has failed)."""
         self._queue.join()
 
-    def _call(self, method: str, *args) -> None:
+    def _enqueue(self, method: str, *args) -> None:
         self._queue.put((method, args))
 
     def _work(self) -> None:
