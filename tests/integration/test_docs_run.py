@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -72,8 +73,21 @@ def run_block(block: Block, tmp_path: Path) -> subprocess.CompletedProcess:
         cmd = [sys.executable, str(script)]
     else:
         cmd = ["bash", "-e", "-c", block.code]
-    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=BLOCK_TIMEOUT_S)
+    # A session of its own: a bash block's rlmesh is a grandchild, and a block that runs past
+    # its time goes with its whole group (killing bash alone left the rlmesh it started).
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=BLOCK_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
 BLOCKS = all_blocks()
