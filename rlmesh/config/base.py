@@ -378,6 +378,7 @@ class AlgorithmConfig(SamplingSettings, EvaluationSettings, MultiAgentSettings, 
             problems.append(f"rollout_fragment_length: 'auto' needs a train batch of at least "
                             f"one step per env ({envs}), got {self.total_train_batch_size}")
         problems += self._policy_server_checks()
+        problems += self._sequence_checks()
         problems += self._offline_checks()
         problems += self._evaluation_checks()
         try:  # the config crosses process boundaries as plain data, never pickled

@@ -197,6 +197,27 @@ class SamplingSettings:
         """Set the env_runners group (see ``fields_table("env_runners")``)."""
         return self._set("env_runners", kwargs)
 
+    def _sequence_checks(self) -> list[str]:
+        """Cross checks of ``model.use_lstm`` against sampling (called from
+        AlgorithmConfig._cross_checks): learners cut sequences from each fragment, so a
+        ``max_seq_len`` longer than the fragment its runners send can never be reached."""
+        model = self.model if isinstance(self.model, dict) else {}
+        if not model.get("use_lstm") or self.batch_mode == "complete_episodes":
+            return []
+        if self.policy_server_address is not None or self.input_ != "sampler":
+            return []  # clients' chunks or recorded episodes: no fragment length here
+        max_seq_len = model.get("max_seq_len", 20)
+        fragment = (self.rollout_fragment_length if self.rollout_fragment_length != "auto"
+                    else self.get_rollout_fragment_length(self.num_env_runners or 1))
+        if isinstance(max_seq_len, int) and isinstance(fragment, int) and max_seq_len > fragment:
+            where = ("" if self.rollout_fragment_length != "auto" else
+                     f" ('auto': train_batch_size {self.total_train_batch_size} over "
+                     f"{max(1, self.num_env_runners) * self.num_envs_per_env_runner} envs)")
+            return [f"model.max_seq_len: {max_seq_len} is longer than rollout_fragment_length "
+                    f"{fragment}{where}, the most steps a sequence can hold; set max_seq_len "
+                    f"<= {fragment} or a longer fragment"]
+        return []
+
     def _policy_server_checks(self) -> list[str]:
         """Cross checks of these groups (called from AlgorithmConfig._cross_checks): a policy
         server's timeouts and spaces, and spaces given as data."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 
 from rlmesh.rl.columns import Columns
@@ -145,7 +146,23 @@ def num_steps(train: dict[str, Any]) -> int:
     return len(next(iter(train.values())))
 
 
-def sequences_per_minibatch(minibatch_size: int, seq_len: int) -> int:
-    """Sequences in a minibatch of about ``minibatch_size`` env steps (at least one)."""
-    return max(1, minibatch_size // max(seq_len, 1))
+def sequence_minibatches(lengths: np.ndarray, minibatch_size: int,
+                         rng: np.random.Generator | None,
+                         num_minibatches: int | None = None) -> list[np.ndarray]:
+    """One epoch's minibatches of whole sequences, as index arrays: the sequences shuffled
+    (``rng``; None keeps their order), then cut where the running count of real steps
+    crosses a multiple of the batch's steps over the number of minibatches. That number is
+    ``num_minibatches`` where given (data-parallel ranks), else the real steps over
+    ``minibatch_size``, rounded, at least one: so ``minibatch_size`` counts env steps, as
+    it does without an LSTM, not padded rows (counting ``max_seq_len`` per sequence made
+    three uneven minibatches of a batch meant to be one, the last of a few steps)."""
+    order = np.arange(len(lengths)) if rng is None else rng.permutation(len(lengths))
+    steps = np.cumsum(np.asarray(lengths)[order])
+    total = int(steps[-1]) if len(steps) else 0
+    parts = num_minibatches or max(1, round(total / max(minibatch_size, 1)))
+    parts = max(1, min(parts, len(order)))
+    # Sequence i goes to the part its midpoint falls in: parts of near-equal steps.
+    middle = steps - np.asarray(lengths)[order] / 2
+    which = np.minimum((middle * parts / max(total, 1)).astype(np.int64), parts - 1)
+    return [part for part in (order[which == k] for k in range(parts)) if len(part)]
 

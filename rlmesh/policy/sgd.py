@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from rlmesh.policy.learner_stats import mean_stats
-from rlmesh.policy.recurrent import SEQ_MASK, num_steps, sequences_per_minibatch
+from rlmesh.policy.recurrent import SEQ_MASK, sequence_minibatches
 from rlmesh.rl.batch import minibatches, to_tensors
 from rlmesh.rl.columns import SampleBatch
 
@@ -99,10 +99,13 @@ class MinibatchSGD:
         n = int(train["mask"].sum()) if whole else len(next(iter(train.values())))
         wanted = minibatch_size or cfg.minibatch_size
         size = min(wanted or n, max(n, 1))
-        if SEQ_MASK in train and wanted:  # n sequences: minibatches of whole ones
-            size = min(sequences_per_minibatch(wanted, train[SEQ_MASK].shape[1]), max(n, 1))
+        sequences = SEQ_MASK in train and not whole
+        lengths = train[SEQ_MASK].sum(1).cpu().numpy() if sequences else None
+        self.env_steps = int(lengths.sum()) if sequences else n
+        if sequences:  # n sequences: minibatches of whole ones, of about `wanted` steps each
+            parts = num_minibatches or max(1, round(self.env_steps / (wanted or self.env_steps)))
+            size = max(1, -(-n // max(parts, 1)))
         self.train, self.chunk = (None if whole else train), size
-        self.env_steps = num_steps(train) if SEQ_MASK in train else n
         # Only shuffling draws from it (seeding from the OS costs ~35 us an update here).
         rng = (np.random.default_rng(None if cfg.seed is None else cfg.seed + policy.num_updates)
                if cfg.shuffle_batch_per_epoch and not whole else None)
@@ -111,7 +114,9 @@ class MinibatchSGD:
             if not cut:
                 yield train
                 continue
-            for idx in minibatches(n, size, rng, num_minibatches):
+            parts = (sequence_minibatches(lengths, wanted or self.env_steps, rng, num_minibatches)
+                     if sequences else minibatches(n, size, rng, num_minibatches))
+            for idx in parts:
                 index = torch.as_tensor(idx, device=policy.device)
                 yield SampleBatch({k: v[index] for k, v in train.items()})
 

@@ -22,8 +22,11 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
 class NumpyLSTMPolicy(NumpyPolicy):
     """``step(obs, state, prev_actions, prev_rewards) -> (actions, logp, dist_inputs,
     state_out)`` for ``RecurrentActorCritic`` on a flat observation with Discrete or 1-D Box
-    actions. Reads ``trunk.*``, ``lstm.*``, ``pi_head.*`` (and ``log_std``) of its weights;
-    the state is ``[h, c]``, each ``[N, lstm_cell_size]``."""
+    actions. Reads ``trunk.*``, ``lstm.*``, ``pi_head.*`` (and ``log_std``) of its weights,
+    and ``vf_trunk.*``, ``vf_lstm.*`` where the critic has its own (``vf_share_layers``
+    False): the state is ``[h, c]``, or ``[h, c, h_vf, c_vf]`` with the critic's, each
+    ``[N, lstm_cell_size]``; the critic's LSTM is stepped only for its state, which the
+    learner's sequences start from."""
 
     def __init__(self, obs_space: gym.Space, action_space: gym.Space, model_config: dict,
                  explore: bool = True, seed: int | None = None) -> None:
@@ -33,6 +36,7 @@ class NumpyLSTMPolicy(NumpyPolicy):
         self.cell_size = int(config["lstm_cell_size"])
         self.use_prev_action = bool(config["lstm_use_prev_action"])
         self.use_prev_reward = bool(config["lstm_use_prev_reward"])
+        self.separate_critic = not config["vf_share_layers"]
         discrete = isinstance(action_space, gym.spaces.Discrete)
         self._action_one_hot = np.eye(int(action_space.n), dtype=np.float32) if discrete else None
         self.prev_action_shape = () if discrete else tuple(action_space.shape)
@@ -43,7 +47,8 @@ class NumpyLSTMPolicy(NumpyPolicy):
                          seed)
 
     def get_initial_state(self) -> list[np.ndarray]:
-        return [np.zeros(self.cell_size, np.float32), np.zeros(self.cell_size, np.float32)]
+        return [np.zeros(self.cell_size, np.float32)
+                for _ in range(4 if self.separate_critic else 2)]
 
     def _initial_weights(self, hiddens: list[int]) -> dict[str, np.ndarray]:
         w: dict[str, np.ndarray] = {}
@@ -51,55 +56,68 @@ class NumpyLSTMPolicy(NumpyPolicy):
         if self.free_log_std:
             outputs //= 2
             w["log_std"] = np.zeros(outputs, np.float32)
-        for i, width in enumerate(hiddens):
-            w[f"trunk.{2 * i}.weight"] = orthogonal(self.rng, width, size, math.sqrt(2))
-            w[f"trunk.{2 * i}.bias"] = np.zeros(width, np.float32)
-            size = width
-        size += self._prev_action_size * self.use_prev_action + int(self.use_prev_reward)
-        w["lstm.weight_ih_l0"] = orthogonal(self.rng, 4 * cell, size, 1.0)
-        w["lstm.weight_hh_l0"] = orthogonal(self.rng, 4 * cell, cell, 1.0)
-        w["lstm.bias_ih_l0"] = np.zeros(4 * cell, np.float32)
-        w["lstm.bias_hh_l0"] = np.zeros(4 * cell, np.float32)
+        for prefix in ("", "vf_") if self.separate_critic else ("",):
+            width_in = size
+            for i, width in enumerate(hiddens):
+                w[f"{prefix}trunk.{2 * i}.weight"] = orthogonal(self.rng, width, width_in,
+                                                                math.sqrt(2))
+                w[f"{prefix}trunk.{2 * i}.bias"] = np.zeros(width, np.float32)
+                width_in = width
+            width_in += self._prev_action_size * self.use_prev_action + int(self.use_prev_reward)
+            w[f"{prefix}lstm.weight_ih_l0"] = orthogonal(self.rng, 4 * cell, width_in, 1.0)
+            w[f"{prefix}lstm.weight_hh_l0"] = orthogonal(self.rng, 4 * cell, cell, 1.0)
+            w[f"{prefix}lstm.bias_ih_l0"] = np.zeros(4 * cell, np.float32)
+            w[f"{prefix}lstm.bias_hh_l0"] = np.zeros(4 * cell, np.float32)
         w["pi_head.weight"] = orthogonal(self.rng, outputs, cell, 0.01)
         w["pi_head.bias"] = np.zeros(outputs, np.float32)
         return w
 
     def _load(self) -> None:
+        self._branches = [self._branch(p) for p in (("", "vf_") if self.separate_critic else ("",))]
+        w = self.weights
+        self._head = (np.ascontiguousarray(w["pi_head.weight"].T), w["pi_head.bias"])
+
+    def _branch(self, prefix: str) -> tuple[list[tuple[np.ndarray, np.ndarray]], np.ndarray,
+                                           np.ndarray, np.ndarray]:
+        """The dense layers and LSTM weights (input, hidden, summed biases) under ``prefix``."""
         w = self.weights
         trunk = sorted(int(k.split(".")[1]) for k in w
-                       if k.startswith("trunk.") and k.endswith(".weight"))
-        self._layers = [(np.ascontiguousarray(w[f"trunk.{i}.weight"].T), w[f"trunk.{i}.bias"])
-                        for i in trunk]
-        self._w_ih = np.ascontiguousarray(w["lstm.weight_ih_l0"].T)
-        self._w_hh = np.ascontiguousarray(w["lstm.weight_hh_l0"].T)
-        self._bias = w["lstm.bias_ih_l0"] + w["lstm.bias_hh_l0"]
-        self._head = (np.ascontiguousarray(w["pi_head.weight"].T), w["pi_head.bias"])
+                       if k.startswith(f"{prefix}trunk.") and k.endswith(".weight"))
+        layers = [(np.ascontiguousarray(w[f"{prefix}trunk.{i}.weight"].T),
+                   w[f"{prefix}trunk.{i}.bias"]) for i in trunk]
+        return (layers, np.ascontiguousarray(w[f"{prefix}lstm.weight_ih_l0"].T),
+                np.ascontiguousarray(w[f"{prefix}lstm.weight_hh_l0"].T),
+                w[f"{prefix}lstm.bias_ih_l0"] + w[f"{prefix}lstm.bias_hh_l0"])
 
     def recurrent_inputs(self, obs: np.ndarray, state: list[np.ndarray],
                          prev_actions: Any = None, prev_rewards: Any = None
                          ) -> tuple[np.ndarray, list[np.ndarray]]:
         """Distribution inputs ``[N, num_inputs]`` of one step from ``state`` and the
         state after it (torch's LSTM cell: gates i, f, g, o)."""
-        x = self._preprocess(obs)
-        for weight, bias in self._layers:
-            x = self.activation(x @ weight + bias)
-        n = len(x)
-        parts = [x]
+        encoded = self._preprocess(obs)
+        n = len(encoded)
+        extra = []
         if self.use_prev_action:
-            parts.append(self._encode_actions(prev_actions, n))
+            extra.append(self._encode_actions(prev_actions, n))
         if self.use_prev_reward:
             rewards = np.zeros(n, np.float32) if prev_rewards is None else prev_rewards
-            parts.append(np.asarray(rewards, np.float32).reshape(n, 1))
-        x = np.concatenate(parts, -1) if len(parts) > 1 else x
-        h, c = (np.asarray(s, np.float32).reshape(n, self.cell_size) for s in state)
-        gates = x @ self._w_ih + h @ self._w_hh + self._bias
-        i, f, g, o = np.split(gates, 4, axis=-1)
-        c = _sigmoid(f) * c + _sigmoid(i) * np.tanh(g)
-        h = _sigmoid(o) * np.tanh(c)
-        out = h @ self._head[0] + self._head[1]
+            extra.append(np.asarray(rewards, np.float32).reshape(n, 1))
+        state_out: list[np.ndarray] = []
+        for k, (layers, w_ih, w_hh, bias) in enumerate(self._branches):
+            x = encoded
+            for weight, b in layers:
+                x = self.activation(x @ weight + b)
+            x = np.concatenate([x, *extra], -1) if extra else x
+            h, c = (np.asarray(s, np.float32).reshape(n, self.cell_size)
+                    for s in state[2 * k:2 * k + 2])
+            i, f, g, o = np.split(x @ w_ih + h @ w_hh + bias, 4, axis=-1)
+            c = _sigmoid(f) * c + _sigmoid(i) * np.tanh(g)
+            h = _sigmoid(o) * np.tanh(c)
+            state_out += [h.astype(np.float32), c.astype(np.float32)]
+        out = state_out[0] @ self._head[0] + self._head[1]
         if self.free_log_std:
             out = np.concatenate([out, np.broadcast_to(self.weights["log_std"], out.shape)], -1)
-        return out.astype(np.float32, copy=False), [h.astype(np.float32), c.astype(np.float32)]
+        return out.astype(np.float32, copy=False), state_out
 
     def _encode_actions(self, actions: Any, n: int) -> np.ndarray:
         if actions is None:
@@ -111,7 +129,7 @@ class NumpyLSTMPolicy(NumpyPolicy):
     def dist_inputs(self, obs: np.ndarray) -> np.ndarray:
         """One step from the initial state (as the torch model's ``forward``)."""
         zeros = np.zeros((len(obs), self.cell_size), np.float32)
-        return self.recurrent_inputs(obs, [zeros, zeros])[0]
+        return self.recurrent_inputs(obs, [zeros] * len(self.get_initial_state()))[0]
 
     def step(self, obs: np.ndarray, state: list[np.ndarray], prev_actions: Any = None,
              prev_rewards: Any = None, explore: bool | None = None

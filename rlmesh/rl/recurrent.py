@@ -70,6 +70,13 @@ class RecurrentActorCritic(nn.Module):
         inputs = (features + (self.prev_action_encoder.out_size if self.use_prev_action else 0)
                   + int(self.use_prev_reward))
         self.lstm = nn.LSTM(inputs, self.cell_size, batch_first=True)
+        # vf_share_layers False (the default): the value function has a trunk and an LSTM of
+        # its own, as sb3-contrib's RecurrentPPO (enable_critic_lstm) and RLlib's separate
+        # critic encoder; its state rides along in the model's state (entries 2 and 3).
+        self.separate_critic = not bool(config["vf_share_layers"])
+        if self.separate_critic:
+            self.vf_trunk, _ = mlp(self.encoder.out_size, hiddens, config["fcnet_activation"])
+            self.vf_lstm = nn.LSTM(inputs, self.cell_size, batch_first=True)
         self.free_log_std = bool(config["free_log_std"])
         if self.free_log_std:
             if not isinstance(action_space, gym.spaces.Box) or num_outputs % 2:
@@ -80,26 +87,43 @@ class RecurrentActorCritic(nn.Module):
         self.vf_head = layer_init(nn.Linear(self.cell_size, 1), gain=1.0)
 
     def get_initial_state(self) -> list[np.ndarray]:
-        return [np.zeros(self.cell_size, np.float32), np.zeros(self.cell_size, np.float32)]
+        return [np.zeros(self.cell_size, np.float32)
+                for _ in range(4 if self.separate_critic else 2)]
 
     def forward_seq(self, obs: torch.Tensor, state: list[torch.Tensor],
                     prev_actions: torch.Tensor | None = None,
                     prev_rewards: torch.Tensor | None = None
                     ) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
         s, length = obs.shape[:2]
-        x = self.trunk(self.encoder(obs.flatten(0, 1))).reshape(s, length, -1)
-        parts = [x]
+        encoded = self.encoder(obs.flatten(0, 1))
+        extra = []
         if self.use_prev_action:
-            parts.append(self._prev_actions(prev_actions, s, length, x))
+            extra.append(self._prev_actions(prev_actions, s, length, encoded))
         if self.use_prev_reward:
-            rewards = x.new_zeros(s, length) if prev_rewards is None else prev_rewards
-            parts.append(rewards.to(x.dtype).reshape(s, length, 1))
-        h, c = (st.to(x.dtype).unsqueeze(0).contiguous() for st in state)
-        out, (h, c) = self.lstm(torch.cat(parts, -1) if len(parts) > 1 else x, (h, c))
+            rewards = encoded.new_zeros(s, length) if prev_rewards is None else prev_rewards
+            extra.append(rewards.to(encoded.dtype).reshape(s, length, 1))
+        out, state_out = self._run_lstm(self.trunk, self.lstm, encoded, extra, state[:2], s, length)
         dist_inputs = self.pi_head(out)
         if self.free_log_std:
             dist_inputs = torch.cat([dist_inputs, self.log_std.expand_as(dist_inputs)], dim=-1)
-        return self.mask_logits(dist_inputs, obs), self.vf_head(out).squeeze(-1), [h[0], c[0]]
+        if self.separate_critic:
+            vf_out, vf_state = self._run_lstm(self.vf_trunk, self.vf_lstm, encoded, extra,
+                                              state[2:], s, length)
+            state_out += vf_state
+        else:
+            vf_out = out
+        return self.mask_logits(dist_inputs, obs), self.vf_head(vf_out).squeeze(-1), state_out
+
+    @staticmethod
+    def _run_lstm(trunk: nn.Module, lstm: nn.LSTM, encoded: torch.Tensor,
+                  extra: list[torch.Tensor], state: list[torch.Tensor], s: int, length: int
+                  ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        x = trunk(encoded).reshape(s, length, -1)
+        if extra:
+            x = torch.cat([x, *(e.to(x.dtype) for e in extra)], -1)
+        h, c = (st.to(x.dtype).unsqueeze(0).contiguous() for st in state)
+        out, (h, c) = lstm(x, (h, c))
+        return out, [h[0], c[0]]
 
     def _prev_actions(self, prev: torch.Tensor | None, s: int, length: int,
                       like: torch.Tensor) -> torch.Tensor:
@@ -118,7 +142,8 @@ class RecurrentActorCritic(nn.Module):
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         n = obs.shape[0]
         zeros = torch.zeros((n, self.cell_size), dtype=torch.float32, device=obs.device)
-        dist_inputs, values, _ = self.forward_seq(obs.unsqueeze(1), [zeros, zeros])
+        dist_inputs, values, _ = self.forward_seq(obs.unsqueeze(1),
+                                                  [zeros] * len(self.get_initial_state()))
         return dist_inputs[:, 0], values[:, 0]
 
 

@@ -19,6 +19,7 @@ BOX_OBS = gym.spaces.Box(-1.0, 1.0, (3, 2), dtype=np.float32)
     (gym.spaces.Discrete(4), gym.spaces.Box(-1.0, 1.0, (2,), np.float32), {}),
     (BOX_OBS, gym.spaces.Box(-1.0, 1.0, (2,), np.float32),
      {"lstm_use_prev_action": True, "free_log_std": True, "fcnet_hiddens": [8, 8]}),
+    (BOX_OBS, gym.spaces.Discrete(3), {"vf_share_layers": True}),  # one LSTM: state [h, c]
 ])
 def test_steps_equal_the_torch_models(obs_space, action_space, extra):
     config = {"use_lstm": True, "lstm_cell_size": 6, "fcnet_hiddens": [16], **extra}

@@ -17,7 +17,8 @@ from rlmesh.algorithms.a2c import A2CTorchPolicy
 from rlmesh.algorithms.appo import APPOTorchPolicy
 from rlmesh.algorithms.impala import ImpalaTorchPolicy
 from rlmesh.algorithms.ppo import PPOTorchPolicy
-from rlmesh.policy.recurrent import SEQ_MASK, sequence_index, time_major_outputs
+from rlmesh.policy.recurrent import (SEQ_MASK, sequence_index, sequence_minibatches,
+                                     time_major_outputs)
 from rlmesh.rl.batch import to_tensors
 from rlmesh.rl.columns import merge_fragments
 from rlmesh.rl.sequences import chop_into_sequences, from_sequences, sequence_spans, to_sequences
@@ -68,7 +69,8 @@ def recurrent_config(cls, **model):
 
 
 def sample_batch(policy, steps=13, envs=3):
-    sampler = EnvSampler(lambda i: RepeatFirstEnv({"length": 5}), envs, policy, seeds=[1, 2, 3])
+    sampler = EnvSampler(lambda i: RepeatFirstEnv({"length": 5}), envs, policy,
+                         seeds=list(range(1, envs + 1)))
     fragment = sampler.sample(steps)
     return to_tensors(merge_fragments([fragment]))
 
@@ -89,8 +91,9 @@ def test_learner_outputs_over_sequences_equal_the_runner_steps(prev):
     # sequence cut mid-episode carries on exactly.
     assert sequence_index(batch, 3).num_sequences > 13 * 3 // 3
     # After the last row: the next observation from the state after that row.
+    states = [batch[f"state_out_{i}"][-1] for i in range(len(policy.get_initial_state()))]
     _, last_values = policy.model.forward_seq(
-        batch["next_obs"][:, None], [batch["state_out_0"][-1], batch["state_out_1"][-1]],
+        batch["next_obs"][:, None], states,
         batch["actions"][-1][:, None] if prev else None,
         batch["rewards"][-1][:, None] if prev else None)[:2]
     torch.testing.assert_close(bootstrap[-1], last_values[:, 0])
@@ -127,3 +130,31 @@ def test_diagnostics_after_the_update_cut_sequences_into_chunks_without_changing
         torch.testing.assert_close(parts[1], whole[1])
     rows = whole[2]
     assert len(whole[0]) == len(rows["actions"]) == int(train[SEQ_MASK].sum())
+
+
+def test_minibatches_of_sequences_count_real_steps_not_padded_rows():
+    """minibatch_size counts env steps as it does without an LSTM: a batch of 256 steps in
+    sequences of 1-32 steps is one minibatch at minibatch_size 256 (padded rows counted, it
+    was three, the last of a few steps), and four of about 64 steps at 64."""
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(1, 33, size=64)
+    total = int(lengths.sum())
+    for size, parts in ((total, 1), (10 * total, 1), (total // 4, 4), (total // 8, 8)):
+        batches = sequence_minibatches(lengths, size, np.random.default_rng(1))
+        assert len(batches) == parts
+        assert sorted(np.concatenate(batches).tolist()) == list(range(len(lengths)))
+        steps = [int(lengths[b].sum()) for b in batches]
+        assert max(abs(s - total / parts) for s in steps) <= lengths.max(), steps
+    assert len(sequence_minibatches(lengths, 64, None, num_minibatches=3)) == 3
+    assert [b.tolist() for b in sequence_minibatches(lengths, total, None)] == [
+        list(range(len(lengths)))]  # no rng: the batch's order
+
+
+def test_a_recurrent_update_takes_one_step_per_minibatch_of_real_steps():
+    torch.manual_seed(0)
+    config = recurrent_config(PPOConfig).training(num_epochs=3)
+    policy = PPOTorchPolicy(RepeatFirstEnv().observation_space, gym.spaces.Discrete(4), config)
+    batch = {k: v.numpy() for k, v in sample_batch(policy, steps=12, envs=4).items()}
+    for minibatch_size, steps_per_epoch in ((48, 1), (24, 2), (12, 4)):
+        stats = policy.update(batch, timesteps=0, minibatch_size=minibatch_size)
+        assert stats["num_grad_updates"] == 3 * steps_per_epoch, (minibatch_size, stats)

@@ -226,7 +226,7 @@ def test_use_lstm_encodes_a_dict_observation_with_an_image_and_carries_its_state
     state = [torch.as_tensor(np.stack([s, s])) for s in model.get_initial_state()]
     dist_inputs, values, state_out = model.forward_seq(obs, state, prev_actions, prev_rewards)
     assert dist_inputs.shape == (2, 5, 3) and values.shape == (2, 5)
-    assert [tuple(s.shape) for s in state_out] == [(2, 8), (2, 8)]
+    assert [tuple(s.shape) for s in state_out] == [(2, 8)] * 4  # the critic's LSTM: 2 and 3
     # One step at a time from the state each step handed on: the same outputs and state.
     step_state = state
     for t in range(5):
