@@ -128,7 +128,7 @@ bench-peers: $(PEERS_VENV)/.installed $(RLLIB_VENV)/.installed $(SF_VENV)/.insta
 $(PEERS_VENV)/.installed: deploy/ensure_torch.py
 	$(PY) -m venv $(PEERS_VENV)
 	$(PEERS_VENV)/bin/python deploy/ensure_torch.py
-	$(PEERS_VENV)/bin/pip install stable-baselines3 gymnasium box2d pygame 'mujoco>=3.1,<4' imageio packaging  # box2d, pygame: LunarLander; mujoco, imageio, packaging: the MuJoCo v5 envs (gymnasium[mujoco]'s list)
+	$(PEERS_VENV)/bin/pip install stable-baselines3 sb3-contrib gymnasium box2d pygame 'mujoco>=3.1,<4' imageio packaging  # box2d, pygame: LunarLander; mujoco, imageio, packaging: the MuJoCo v5 envs (gymnasium[mujoco]'s list)
 	touch $@
 $(RLLIB_VENV)/.installed: deploy/ensure_torch.py
 	$(PY) -m venv $(RLLIB_VENV)

@@ -139,13 +139,6 @@ def standardized_steps(x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
     return torch.where(valid, (x - real.mean()) / (real.std() + 1e-8), torch.zeros_like(x))
 
 
-def num_steps(train: dict[str, Any]) -> int:
-    """Env steps in train samples: a sequence batch's real steps, else its rows."""
-    if SEQ_MASK in train:
-        return int(train[SEQ_MASK].sum())
-    return len(next(iter(train.values())))
-
-
 def sequence_minibatches(lengths: np.ndarray, minibatch_size: int,
                          rng: np.random.Generator | None,
                          num_minibatches: int | None = None) -> list[np.ndarray]:

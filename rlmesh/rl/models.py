@@ -162,9 +162,8 @@ def build_model(obs_space: gym.Space, action_space: gym.Space, model_config: dic
     config = check_model_config(model_config)
     _, num_outputs = distribution_for(action_space, bool(config["squash_actions"]))
     if config["use_lstm"]:
-        from rlmesh.rl.recurrent import RecurrentActorCritic, check_recurrent_config
+        from rlmesh.rl.recurrent import RecurrentActorCritic
 
-        check_recurrent_config(config, config["custom_model"])
         model = RecurrentActorCritic(obs_space, action_space, num_outputs, config)
         name = "RecurrentActorCritic"
     elif config["custom_model"] is None:

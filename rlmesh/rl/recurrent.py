@@ -6,7 +6,6 @@ sequences (``rl/sequences.py``).
 
 from __future__ import annotations
 
-from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -146,12 +145,3 @@ class RecurrentActorCritic(nn.Module):
                                                   [zeros] * len(self.get_initial_state()))
         return dist_inputs[:, 0], values[:, 0]
 
-
-def check_recurrent_config(config: dict, custom: Any) -> None:
-    """``use_lstm`` wraps the default model only; a custom model brings its own state."""
-    if custom is not None:
-        raise ValueError("use_lstm wraps the default model; a custom_model keeps its own "
-                         "recurrent state (drop use_lstm or the custom_model)")
-    if int(config["max_seq_len"]) < 1 or int(config["lstm_cell_size"]) < 1:
-        raise ValueError(f"max_seq_len and lstm_cell_size must be at least 1, got "
-                         f"{config['max_seq_len']} and {config['lstm_cell_size']}")

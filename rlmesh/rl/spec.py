@@ -69,9 +69,22 @@ ACTION_MASK = "action_mask"
 CUSTOM_MODELS: dict[str, str] = {}
 
 
+#: RLlib model keys rlmesh has no counterpart for, and what to do instead.
+RLLIB_MODEL_HINTS: dict[str, str] = {
+    "use_attention": "rlmesh has no attention net; use_lstm gives the model memory "
+                     "(docs/observations_and_memory.md)",
+    "lstm_use_prev_action_reward": "RLlib's old name: set lstm_use_prev_action and "
+                                   "lstm_use_prev_reward",
+    "_time_major": "remove it: learners lay sequences out themselves",
+}
+
+
 def check_model_config(model_config: dict) -> dict:
     """``model_config`` over the defaults; an unknown key is an error naming the closest."""
     for key in model_config:
+        if key in RLLIB_MODEL_HINTS or key.startswith("attention_"):
+            hint = RLLIB_MODEL_HINTS.get(key, RLLIB_MODEL_HINTS["use_attention"])
+            raise ValueError(f"key {key!r} is RLlib's, not rlmesh's: {hint}")
         if key not in MODEL_DEFAULTS:
             close = difflib.get_close_matches(key, MODEL_DEFAULTS, n=1)
             hint = f"did you mean {close[0]!r}?" if close else f"valid keys: {sorted(MODEL_DEFAULTS)}"
@@ -99,6 +112,10 @@ def check_model_config(model_config: dict) -> dict:
     for key in ("lstm_cell_size", "max_seq_len"):
         if not _is_size(config[key]):
             raise ValueError(f"model {key} must be an int >= 1, got {config[key]!r}")
+    if config["use_lstm"] and config["custom_model"] is not None:
+        raise ValueError(f"use_lstm wraps the default model, and custom_model "
+                         f"{config['custom_model']!r} replaces it: drop use_lstm, or the "
+                         f"custom_model (which keeps its own recurrent state, docs/models.md)")
     framestack = config["framestack"]
     if not isinstance(framestack, bool) and not _is_size(framestack):
         raise ValueError(f"model framestack must be True, False or an int >= 1, got {framestack!r}")

@@ -81,8 +81,15 @@ def versions() -> dict[str, str]:
     import stable_baselines3
     import torch
 
-    return {"stable_baselines3": stable_baselines3.__version__, "torch": torch.__version__,
-            "gymnasium": gymnasium.__version__}
+    out = {"stable_baselines3": stable_baselines3.__version__, "torch": torch.__version__,
+           "gymnasium": gymnasium.__version__}
+    try:  # peer_sb3_recurrent's RecurrentPPO
+        import sb3_contrib
+
+        out["sb3_contrib"] = sb3_contrib.__version__
+    except ImportError:
+        pass
+    return out
 
 
 def learn_and_report(model: Any, seed: int, threshold: float, timesteps: int,

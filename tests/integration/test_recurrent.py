@@ -5,7 +5,13 @@ compute_single_action."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
+import pytest
 
 from rlmesh.algorithms import PPOConfig
 from tests.integration.envs_for_tests import RepeatFirstEnv
@@ -78,3 +84,43 @@ def test_rollout_of_a_recurrent_checkpoint_carries_the_state(tmp_path):
     run_episodes(policy, RepeatFirstEnv({"num_symbols": SYMBOLS}), None, 40, False, 0, returns,
                  out=lambda line: None)
     assert np.mean(returns) >= 0.8, returns
+
+
+RLMESH = [sys.executable, "-m", "rlmesh.cli.main"]
+
+
+def rlmesh_train(local_dir: Path, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    return subprocess.run([*RLMESH, "train", *args, "--local-dir", str(local_dir)],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.timeout(300)
+def test_the_tuned_example_learns_cartpole_without_velocities(tmp_path):
+    """stateless-cartpole-ppo.yaml as a user runs it, on rlmesh.env.stateless's
+    StatelessCartPole (positions only): a low bar in a short run, where the MLP's memoryless
+    policy cannot tell which way the pole is falling (the tuned run reaches 475:
+    docs/observations_and_memory.md)."""
+    run = rlmesh_train(tmp_path, "-f", "stateless-cartpole-ppo.yaml", "--seed", "0", "--stop",
+                       json.dumps({"episode_reward_mean": 150, "timesteps_total": 60_000}))
+    assert run.returncode == 0, run.stdout + run.stderr
+    (result_file,) = tmp_path.glob("*/*/result.json")
+    rows = [json.loads(line) for line in result_file.read_text().splitlines()]
+    assert rows[-1]["episode_reward_mean"] >= 150, [r["episode_reward_mean"] for r in rows]
+    config = json.loads(next(tmp_path.glob("*/*/params.json")).read_text())
+    assert config["model"]["use_lstm"] and config["env"] == "rlmesh.env.stateless:StatelessCartPole"
+
+
+@pytest.mark.parametrize("config,words", [
+    ({"rollout_fragment_length": 16, "model": {"use_lstm": True, "max_seq_len": 32}},
+     "max_seq_len: 32 is longer than rollout_fragment_length 16"),
+    ({"model": {"use_lstm": True, "custom_model": "torch.nn:Linear"}},
+     "use_lstm wraps the default model, and custom_model 'torch.nn:Linear' replaces it"),
+    ({"model": {"use_attention": True}}, "'use_attention' is RLlib's, not rlmesh's"),
+])
+def test_an_lstm_setting_that_cannot_work_is_one_line_naming_both(tmp_path, config, words):
+    run = rlmesh_train(tmp_path, "--run", "PPO", "--env", "rlmesh.env.stateless:StatelessCartPole",
+                       "--config", json.dumps(config), timeout=60)
+    assert run.returncode == 2, run.stdout + run.stderr
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and words in lines[0], run.stderr
+    assert not list(tmp_path.glob("*/*/result.json"))  # nothing started

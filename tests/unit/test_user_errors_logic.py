@@ -27,6 +27,11 @@ CARTPOLE = (gym.spaces.Box(-1, 1, (4,), np.float32), gym.spaces.Discrete(2))
     ({"framestack": -2}, "framestack must be True, False or an int"),
     ({"log_std_init": "0"}, "log_std_init must be a number"),
     ({"fcnet_hidden": [64]}, "did you mean 'fcnet_hiddens'"),
+    ({"use_lstm": True, "custom_model": "pkg.mod:Net"}, "use_lstm wraps the default model, "
+     "and custom_model 'pkg.mod:Net' replaces it"),
+    ({"use_attention": True}, "'use_attention' is RLlib's.*use_lstm gives the model memory"),
+    ({"attention_dim": 64}, "'attention_dim' is RLlib's.*use_lstm"),
+    ({"lstm_use_prev_action_reward": True}, "set lstm_use_prev_action and lstm_use_prev_reward"),
 ])
 def test_model_config_values_of_the_wrong_type_are_named(model, words):
     with pytest.raises(ValueError, match=words):
@@ -77,3 +82,23 @@ def test_a_learner_state_that_cannot_be_loaded_is_a_checkpoint_error(state, word
 def test_a_finite_learner_state_passes():
     check_state("ckpt", _state(w=torch.ones(3), steps=torch.tensor([7])))
     check_state("ckpt", {"policies": {"p": {"weights": {"w": np.ones(2, np.float32)}}}})
+
+
+@pytest.mark.parametrize("sampling,words", [
+    ({"rollout_fragment_length": 16}, r"max_seq_len: 32 is longer than rollout_fragment_length 16,"),
+    ({"num_envs_per_env_runner": 64}, r"rollout_fragment_length 16 \('auto': train_batch_size "
+                                      r"2048 over 128 envs\)"),
+])
+def test_a_sequence_longer_than_the_fragment_is_refused_naming_both(sampling, words):
+    from rlmesh.algorithms import PPOConfig
+    from rlmesh.config import ConfigError
+
+    config = (PPOConfig().environment("CartPole-v1").env_runners(**sampling)
+              .training(train_batch_size=2048, model={"use_lstm": True, "max_seq_len": 32}))
+    with pytest.raises(ConfigError, match=words):
+        config.validate()
+    # Sequences as long as the fragment, whole episodes, or no LSTM: accepted.
+    config.training(model={"use_lstm": True, "max_seq_len": 16}).validate()
+    config.training(model={"use_lstm": False, "max_seq_len": 32}).validate()
+    config.training(model={"use_lstm": True, "max_seq_len": 32}).env_runners(
+        batch_mode="complete_episodes").validate()
