@@ -143,8 +143,8 @@ def sequence_minibatches(lengths: np.ndarray, minibatch_size: int,
                          rng: np.random.Generator | None,
                          num_minibatches: int | None = None) -> list[np.ndarray]:
     """One epoch's minibatches of whole sequences, as index arrays: the sequences shuffled
-    (``rng``; None keeps their order), then cut where the running count of real steps
-    crosses a multiple of the batch's steps over the number of minibatches. That number is
+    (``rng``; None keeps their order), each then put in the part of the running count of
+    real steps where its middle step falls, so parts hold near-equal steps. Their number is
     ``num_minibatches`` where given (data-parallel ranks), else the real steps over
     ``minibatch_size``, rounded, at least one: so ``minibatch_size`` counts env steps, as
     it does without an LSTM, not padded rows (counting ``max_seq_len`` per sequence made
@@ -154,7 +154,6 @@ def sequence_minibatches(lengths: np.ndarray, minibatch_size: int,
     total = int(steps[-1]) if len(steps) else 0
     parts = num_minibatches or max(1, round(total / max(minibatch_size, 1)))
     parts = max(1, min(parts, len(order)))
-    # Sequence i goes to the part its midpoint falls in: parts of near-equal steps.
     middle = steps - np.asarray(lengths)[order] / 2
     which = np.minimum((middle * parts / max(total, 1)).astype(np.int64), parts - 1)
     return [part for part in (order[which == k] for k in range(parts)) if len(part)]

@@ -45,8 +45,13 @@ def run_rlmesh(example: str, seed: int, config: str | None, tmp: Path) -> dict[s
 
 def run_sb3(python: Path, env: str, seed: int, budget: int) -> dict[str, Any]:
     """SB3's PPO to the same threshold within the same budget, and the process's wall time."""
-    cmd = [str(python), str(HERE / "peer_sb3.py"), "--env", env, "--seed", str(seed),
-           "--timesteps", str(budget)]
+    return run_peer([str(python), str(HERE / "peer_sb3.py"), "--env", env, "--seed", str(seed),
+                     "--timesteps", str(budget)])
+
+
+def run_peer(cmd: list[str]) -> dict[str, Any]:
+    """A peer script's JSON line as a row (steps, means, seconds, version), and the wall time
+    of its process (bench_recurrent runs RecurrentPPO's script with it too)."""
     # One torch thread, as rlmesh's learner has: on this loaded 2-core VM SB3's default of
     # two OpenMP threads spinning against other processes made a rollout 8x slower.
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -58,7 +63,7 @@ def run_sb3(python: Path, env: str, seed: int, budget: int) -> dict[str, Any]:
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     return {"steps": out["timesteps"], "mean": out["episode_reward_mean"],
             "best": out["best_mean"], "train_s": out["learn_s"], "wall_s": wall,
-            "version": out["stable_baselines3"]}
+            "version": out.get("sb3_contrib", out["stable_baselines3"])}
 
 
 def row(side: str, seed: int, r: dict[str, Any], threshold: float) -> str:

@@ -21,12 +21,10 @@ import os
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-from . import children
-from .bench_ppo_envs import PEER_PYTHON, row, run_rlmesh
+from .bench_ppo_envs import PEER_PYTHON, row, run_peer, run_rlmesh
 from .bench_stability import run_train
 
 HERE = Path(__file__).resolve().parent
@@ -41,21 +39,10 @@ DEFAULTS_ARGS = ["--run", "PPO", "--env", "rlmesh.env.stateless:StatelessCartPol
                  "--config", json.dumps({"model": {"use_lstm": True}})]
 
 
-def run_peer(python: Path, env: str, seed: int) -> dict[str, Any]:
+def run_recurrent_ppo(python: Path, env: str, seed: int) -> dict[str, Any]:
     """RecurrentPPO with rl-zoo's settings and budget, and the process's wall time."""
-    cmd = [str(python), str(HERE / "peer_sb3_recurrent.py"), "--env", env, "--seed", str(seed)]
-    # One torch thread, as rlmesh's learner has (bench_ppo_envs: two spinning OpenMP
-    # threads made SB3 8x slower on this loaded 2-core VM).
-    start = time.perf_counter()
-    proc = children.run(cmd, capture_output=True, text=True,
-                        env={**os.environ, "OMP_NUM_THREADS": "1"})
-    wall = time.perf_counter() - start
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-2000:]}")
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
-    return {"steps": out["timesteps"], "mean": out["episode_reward_mean"],
-            "best": out["best_mean"], "train_s": out["learn_s"], "wall_s": wall,
-            "version": out.get("sb3_contrib", out["stable_baselines3"])}
+    return run_peer([str(python), str(HERE / "peer_sb3_recurrent.py"), "--env", env,
+                     "--seed", str(seed)])
 
 
 def run_defaults(seed: int, budget: int, tmp: Path) -> dict[str, Any]:
@@ -108,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
             for seed in args.seeds:
                 ours.append(run_rlmesh(example, seed, None, Path(tmp)))
                 print(row(f"rlmesh {example}", seed, ours[-1], threshold), flush=True)
-                theirs.append(run_peer(args.peer_python, env, seed))
+                theirs.append(run_recurrent_ppo(args.peer_python, env, seed))
                 print(row(f"RecurrentPPO {theirs[-1]['version']} rl-zoo", seed, theirs[-1],
                           threshold), flush=True)
             summary.append(f"{example}: {ratios(ours, theirs, threshold, budget)}")
