@@ -9,6 +9,7 @@ those (and may write its ``update`` out, as PPO's does, with the same loop).
 from __future__ import annotations
 
 import contextlib
+import logging
 from typing import Any
 
 import gymnasium as gym
@@ -28,6 +29,8 @@ from rlmesh.rl.finite import NonFiniteError
 from rlmesh.rl.models import build_model
 from rlmesh.rl.optim import Adam
 from rlmesh.rl.spec import numpy_fast_path
+
+logger = logging.getLogger("rlmesh.policy")
 
 Tensors = dict[str, torch.Tensor]
 _FULL_PRECISION = contextlib.nullcontext()  # reusable: no autocast
@@ -393,7 +396,13 @@ class TorchPolicy(Policy):
 
     def set_state(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
-        self.for_learning().optimizer.load_state_dict(state["optimizer"])
+        if getattr(self.model, "optimizer_state_obsolete", False):
+            # Weights of an older layout, laid out anew (rl/recurrent.py): the saved moments
+            # belong to other parameters.
+            logger.warning("this checkpoint's weights are of an older model layout; they "
+                           "load, and the optimizer starts afresh")
+        else:
+            self.for_learning().optimizer.load_state_dict(state["optimizer"])
         self.state = dict(state["state"])
         self.num_updates = state["num_updates"]
         self.num_env_steps_trained = state["num_env_steps_trained"]

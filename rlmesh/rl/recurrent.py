@@ -49,6 +49,7 @@ class RecurrentActorCritic(nn.Module):
     """
 
     is_recurrent = True
+    optimizer_state_obsolete = False  # set when older weights were laid out anew on load
 
     def __init__(self, obs_space: gym.Space, action_space: gym.Space, num_outputs: int,
                  model_config: dict) -> None:
@@ -76,6 +77,7 @@ class RecurrentActorCritic(nn.Module):
         if self.separate_critic:
             self.vf_trunk, _ = mlp(self.encoder.out_size, hiddens, config["fcnet_activation"])
             self.vf_lstm = nn.LSTM(inputs, self.cell_size, batch_first=True)
+            self.register_load_state_dict_pre_hook(_critic_from_shared)
         self.free_log_std = bool(config["free_log_std"])
         if self.free_log_std:
             if not isinstance(action_space, gym.spaces.Box) or num_outputs % 2:
@@ -145,3 +147,15 @@ class RecurrentActorCritic(nn.Module):
                                                   [zeros] * len(self.get_initial_state()))
         return dist_inputs[:, 0], values[:, 0]
 
+
+
+def _critic_from_shared(module: nn.Module, state_dict: dict, prefix: str, *args: object) -> None:
+    """Weights saved when one LSTM fed both heads (before the critic had its own) load into
+    a model with a separate critic as copies of the shared trunk and LSTM: the same values
+    and actions, each branch free to move apart from there."""
+    if any(k.startswith(f"{prefix}vf_lstm.") for k in state_dict):
+        return
+    module.optimizer_state_obsolete = True  # TorchPolicy.set_state: Adam's moments restart
+    for name in ("trunk.", "lstm."):
+        for key in [k for k in state_dict if k.startswith(prefix + name)]:
+            state_dict[prefix + "vf_" + key[len(prefix):]] = state_dict[key].clone()

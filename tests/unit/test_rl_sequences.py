@@ -158,3 +158,31 @@ def test_a_recurrent_update_takes_one_step_per_minibatch_of_real_steps():
     for minibatch_size, steps_per_epoch in ((48, 1), (24, 2), (12, 4)):
         stats = policy.update(batch, timesteps=0, minibatch_size=minibatch_size)
         assert stats["num_grad_updates"] == 3 * steps_per_epoch, (minibatch_size, stats)
+
+
+def test_weights_of_the_shared_lstm_load_into_a_model_with_the_critics_own():
+    """A checkpoint from before the critic had its own LSTM: its trunk and LSTM are copied
+    into the critic's, so the values and actions are the same, and the policy knows the
+    saved optimizer moments no longer fit."""
+    from rlmesh.rl import build_model
+
+    space, actions = RepeatFirstEnv().observation_space, gym.spaces.Discrete(4)
+    config = {"fcnet_hiddens": [16], "use_lstm": True, "lstm_cell_size": 8}
+    torch.manual_seed(0)
+    shared = build_model(space, actions, {**config, "vf_share_layers": True})
+    with torch.no_grad():
+        for p in shared.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    own = build_model(space, actions, config)
+    own.load_state_dict(shared.state_dict())
+    assert own.optimizer_state_obsolete and not shared.optimizer_state_obsolete
+    obs = torch.as_tensor(np.stack([space.sample() for _ in range(6)])).reshape(2, 3, -1)
+    zeros = torch.zeros(2, 8)
+    d_shared, v_shared, _ = shared.forward_seq(obs, [zeros] * 2)
+    d_own, v_own, state = own.forward_seq(obs, [zeros] * 4)
+    torch.testing.assert_close(d_own, d_shared)
+    torch.testing.assert_close(v_own, v_shared)
+    assert len(state) == 4
+    fresh = build_model(space, actions, config)
+    fresh.load_state_dict(own.state_dict())  # today's layout: loaded as saved
+    assert not fresh.optimizer_state_obsolete
