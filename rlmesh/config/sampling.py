@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from rlmesh.config.settings import _UNSET, setting
+from rlmesh.rl.spec import MODEL_DEFAULTS
 
 
 @dataclass(kw_only=True)
@@ -206,7 +207,9 @@ class SamplingSettings:
             return []
         if self.policy_server_address is not None or self.input_ != "sampler":
             return []  # clients' chunks or recorded episodes: no fragment length here
-        max_seq_len = model.get("max_seq_len", 20)
+        max_seq_len = model.get("max_seq_len", MODEL_DEFAULTS["max_seq_len"])
+        if max_seq_len == MODEL_DEFAULTS["max_seq_len"]:
+            return []  # the default on short fragments (A2C's 16, A3C's 10): cut at the fragment
         fragment = (self.rollout_fragment_length if self.rollout_fragment_length != "auto"
                     else self.get_rollout_fragment_length(self.num_env_runners or 1))
         if isinstance(max_seq_len, int) and isinstance(fragment, int) and max_seq_len > fragment:

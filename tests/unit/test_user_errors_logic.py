@@ -102,3 +102,7 @@ def test_a_sequence_longer_than_the_fragment_is_refused_naming_both(sampling, wo
     config.training(model={"use_lstm": False, "max_seq_len": 32}).validate()
     config.training(model={"use_lstm": True, "max_seq_len": 32}).env_runners(
         batch_mode="complete_episodes").validate()
+    # The default length on a shorter fragment (A2C's 16 steps): sequences end with it.
+    config.training(model={"use_lstm": True, "max_seq_len": 20}).env_runners(
+        batch_mode="truncate_episodes",
+        **sampling).validate()
