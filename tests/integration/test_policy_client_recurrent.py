@@ -154,7 +154,7 @@ def a_chunk(n=3, **columns):
              "rewards": np.zeros(n, np.float32), "next_obs": np.zeros(SYMBOLS + 1, np.float32),
              "terminated": True, "truncated": False, "episode": {"return": 0.0, "length": n},
              "episode_id": "sim-1", "prev_actions": np.zeros(n, np.int64), "prev_rewards": np.zeros(n, np.float32)}
-    for i in range(2):
+    for i in range(4):  # the policy's (h, c), then the critic's
         chunk[f"state_in_{i}"] = chunk[f"state_out_{i}"] = np.zeros((n, CELL), np.float32)
     chunk.update(columns)
     return {k: v for k, v in chunk.items() if v is not None}
