@@ -111,7 +111,8 @@ clean:
 	rm -rf build dist *.egg-info .pytest_cache .hypothesis
 	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
 
-# The peers of the PPO benchmarks: stable-baselines3 (tests/benchmarks/peer_sb3.py) and
+# The peers of the PPO benchmarks: stable-baselines3 (tests/benchmarks/peer_sb3.py; with
+# sb3-contrib, RecurrentPPO for bench_recurrent: peer_sb3_recurrent.py) and
 # RLlib (tests/benchmarks/peer_rllib.py), each in a venv of its own, so neither shapes
 # rlmesh's dependencies nor the other's (ray pins its own). ensure_torch first: left to
 # itself, pip would pull a CUDA torch of several GB. Without them, `make bench` still runs;
