@@ -6,7 +6,6 @@ sequences (``rl/sequences.py``).
 
 from __future__ import annotations
 
-
 import gymnasium as gym
 import numpy as np
 import torch
@@ -103,7 +102,8 @@ class RecurrentActorCritic(nn.Module):
         if self.use_prev_reward:
             rewards = encoded.new_zeros(s, length) if prev_rewards is None else prev_rewards
             extra.append(rewards.to(encoded.dtype).reshape(s, length, 1))
-        out, state_out = self._run_lstm(self.trunk, self.lstm, encoded, extra, state[:2], s, length)
+        out, state_out = self._run_lstm(self.trunk, self.lstm, encoded, extra, state[:2],
+                                        s, length)
         dist_inputs = self.pi_head(out)
         if self.free_log_std:
             dist_inputs = torch.cat([dist_inputs, self.log_std.expand_as(dist_inputs)], dim=-1)
@@ -146,7 +146,6 @@ class RecurrentActorCritic(nn.Module):
         dist_inputs, values, _ = self.forward_seq(obs.unsqueeze(1),
                                                   [zeros] * len(self.get_initial_state()))
         return dist_inputs[:, 0], values[:, 0]
-
 
 
 def _critic_from_shared(module: nn.Module, state_dict: dict, prefix: str, *args: object) -> None:

@@ -69,8 +69,9 @@ def ratios(ours: list[dict], theirs: list[dict], threshold: float, budget: int) 
     if not steps:
         return "rlmesh reached the threshold on no seed"
     sign = "<=" if bounds else ""
+    step_ratio, wall_ratio = statistics.median(steps), statistics.median(walls)
     return (f"median rlmesh/RecurrentPPO over {len(steps)} seed(s) rlmesh solved: env steps "
-            f"{sign}{statistics.median(steps):.2f}x, s process {sign}{statistics.median(walls):.2f}x"
+            f"{sign}{step_ratio:.2f}x, s process {sign}{wall_ratio:.2f}x"
             f" (RecurrentPPO reached {threshold:g} within its {budget:,} steps on "
             f"{sum(b['mean'] >= threshold for b in theirs)} of {len(theirs)} seeds)")
 
