@@ -114,9 +114,9 @@ class MinibatchSGD:
             if not cut:
                 yield train
                 continue
-            parts = (sequence_minibatches(lengths, wanted or self.env_steps, rng, num_minibatches)
-                     if sequences else minibatches(n, size, rng, num_minibatches))
-            for idx in parts:
+            cuts = (sequence_minibatches(lengths, wanted or self.env_steps, rng, parts)
+                    if sequences else minibatches(n, size, rng, num_minibatches))
+            for idx in cuts:
                 index = torch.as_tensor(idx, device=policy.device)
                 yield SampleBatch({k: v[index] for k, v in train.items()})
 

@@ -36,7 +36,8 @@ class NumpyLSTMPolicy(NumpyPolicy):
         self.cell_size = int(config["lstm_cell_size"])
         self.use_prev_action = bool(config["lstm_use_prev_action"])
         self.use_prev_reward = bool(config["lstm_use_prev_reward"])
-        self.separate_critic = not config["vf_share_layers"]
+        # The weights' prefixes: the policy's trunk and LSTM, and the critic's own if it has them.
+        self.prefixes = ("",) if config["vf_share_layers"] else ("", "vf_")
         discrete = isinstance(action_space, gym.spaces.Discrete)
         self._action_one_hot = np.eye(int(action_space.n), dtype=np.float32) if discrete else None
         self.prev_action_shape = () if discrete else tuple(action_space.shape)
@@ -48,7 +49,7 @@ class NumpyLSTMPolicy(NumpyPolicy):
 
     def get_initial_state(self) -> list[np.ndarray]:
         return [np.zeros(self.cell_size, np.float32)
-                for _ in range(4 if self.separate_critic else 2)]
+                for _ in range(2 * len(self.prefixes))]
 
     def _initial_weights(self, hiddens: list[int]) -> dict[str, np.ndarray]:
         w: dict[str, np.ndarray] = {}
@@ -56,7 +57,7 @@ class NumpyLSTMPolicy(NumpyPolicy):
         if self.free_log_std:
             outputs //= 2
             w["log_std"] = np.zeros(outputs, np.float32)
-        for prefix in ("", "vf_") if self.separate_critic else ("",):
+        for prefix in self.prefixes:
             width_in = size
             for i, width in enumerate(hiddens):
                 w[f"{prefix}trunk.{2 * i}.weight"] = orthogonal(self.rng, width, width_in,
@@ -73,7 +74,7 @@ class NumpyLSTMPolicy(NumpyPolicy):
         return w
 
     def _load(self) -> None:
-        self._branches = [self._branch(p) for p in (("", "vf_") if self.separate_critic else ("",))]
+        self._branches = [self._branch(p) for p in self.prefixes]
         w = self.weights
         self._head = (np.ascontiguousarray(w["pi_head.weight"].T), w["pi_head.bias"])
 

@@ -35,8 +35,12 @@ EXAMPLES: dict[str, tuple[str, float, int]] = {
 
 def run_rlmesh(example: str, seed: int, config: str | None, tmp: Path) -> dict[str, Any]:
     """``rlmesh train -f example --seed seed`` to its own stop: steps, returns, seconds."""
-    rows, wall = run_train(["-f", example, "--seed", str(seed)],
-                           tmp / f"{Path(example).stem}-{seed}", config)
+    return run_row(*run_train(["-f", example, "--seed", str(seed)],
+                              tmp / f"{Path(example).stem}-{seed}", config))
+
+
+def run_row(rows: list[dict[str, Any]], wall: float) -> dict[str, Any]:
+    """A run's result rows as one row of the table: steps, returns, seconds."""
     last = rows[-1]
     return {"steps": last["timesteps_total"], "mean": last["episode_reward_mean"],
             "best": max(r["episode_reward_mean"] for r in rows),

@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from .bench_ppo_envs import PEER_PYTHON, row, run_peer, run_rlmesh
+from .bench_ppo_envs import PEER_PYTHON, row, run_peer, run_rlmesh, run_row
 from .bench_stability import run_train
 
 HERE = Path(__file__).resolve().parent
@@ -47,12 +47,8 @@ def run_recurrent_ppo(python: Path, env: str, seed: int) -> dict[str, Any]:
 
 def run_defaults(seed: int, budget: int, tmp: Path) -> dict[str, Any]:
     stop = json.dumps({"episode_reward_mean": EXAMPLES["cartpole"][1], "timesteps_total": budget})
-    rows, wall = run_train([*DEFAULTS_ARGS, "--stop", stop, "--seed", str(seed)],
-                           tmp / f"defaults-{seed}")
-    last = rows[-1]
-    return {"steps": last["timesteps_total"], "mean": last["episode_reward_mean"],
-            "best": max(r["episode_reward_mean"] for r in rows),
-            "train_s": last["time_total_s"], "wall_s": wall}
+    return run_row(*run_train([*DEFAULTS_ARGS, "--stop", stop, "--seed", str(seed)],
+                              tmp / f"defaults-{seed}"))
 
 
 def ratios(ours: list[dict], theirs: list[dict], threshold: float, budget: int) -> str:
