@@ -94,6 +94,12 @@ def rlmesh_train(local_dir: Path, *args: str, timeout: float = 240) -> subproces
                           capture_output=True, text=True, timeout=timeout)
 
 
+def result_rows(local_dir: Path) -> list[dict]:
+    """The rows of the one run's result.json under ``local_dir``."""
+    (result_file,) = local_dir.glob("*/*/result.json")
+    return [json.loads(line) for line in result_file.read_text().splitlines()]
+
+
 @pytest.mark.timeout(300)
 def test_the_tuned_example_learns_cartpole_without_velocities(tmp_path):
     """stateless-cartpole-ppo.yaml as a user runs it, on rlmesh.env.stateless's
@@ -103,8 +109,7 @@ def test_the_tuned_example_learns_cartpole_without_velocities(tmp_path):
     run = rlmesh_train(tmp_path, "-f", "stateless-cartpole-ppo.yaml", "--seed", "0", "--stop",
                        json.dumps({"episode_reward_mean": 150, "timesteps_total": 60_000}))
     assert run.returncode == 0, run.stdout + run.stderr
-    (result_file,) = tmp_path.glob("*/*/result.json")
-    rows = [json.loads(line) for line in result_file.read_text().splitlines()]
+    rows = result_rows(tmp_path)
     assert rows[-1]["episode_reward_mean"] >= 150, [r["episode_reward_mean"] for r in rows]
     config = json.loads(next(tmp_path.glob("*/*/params.json")).read_text())
     assert config["model"]["use_lstm"] and config["env"] == "rlmesh.env.stateless:StatelessCartPole"
@@ -119,8 +124,7 @@ def test_the_appo_example_trains_on_pendulum_without_velocity(tmp_path):
     run = rlmesh_train(tmp_path, "-f", "stateless-pendulum-appo.yaml", "--seed", "0",
                        "--stop", json.dumps({"training_iteration": 2}))
     assert run.returncode == 0, run.stdout + run.stderr
-    (result_file,) = tmp_path.glob("*/*/result.json")
-    rows = [json.loads(line) for line in result_file.read_text().splitlines()]
+    rows = result_rows(tmp_path)
     stats = rows[-1]["info"]["learner"]["default_policy"]
     assert np.isfinite(stats["total_loss"]) and stats["vf_explained_var"] > 0.2, stats
     assert rows[-1]["num_nonfinite_updates_skipped"] == 0
