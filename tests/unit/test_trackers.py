@@ -9,6 +9,7 @@ import os
 import shutil
 import struct
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -22,31 +23,22 @@ from rlmesh.tune.trackers import TrackedLogger, TrackerError, normalize, require
 CONFIG = {"lr": 0.001, "model": {"fcnet_hiddens": [8, 8]}, "env": "CartPole-v1"}
 
 
-def read_wandb_run(root: Path) -> dict:
+def read_wandb_run(root: Path, timeout: float = 30.0) -> dict:
     """What a W&B offline run under ``root`` logged: {"config", "history", "artifacts",
     "group", "name"}. The run-*.wandb file is a LevelDB-style log (32 KiB blocks of records
     with a 7-byte header: crc, length, type) of wandb's protobuf Records, after a 7-byte
-    file header; wandb 0.2x writes no wandb-summary.json in offline mode."""
-    from wandb.proto import wandb_internal_pb2 as pb
-
-    data = next(root.rglob("offline-run-*/run-*.wandb")).read_bytes()
-    pos, records, chunk = 7, [], b""
-    while pos + 7 <= len(data):
-        if 32768 - pos % 32768 < 7:  # a block's tail too short for a header is padding
-            pos += 32768 - pos % 32768
-            continue
-        _, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
-        if kind == 0 and length == 0:
+    file header; wandb 0.2x writes no wandb-summary.json in offline mode. wandb-core writes
+    the file after ``run.finish()`` has returned (under load the file still held only its
+    header then), so this reads it until the run's last record, its exit, is there."""
+    deadline = time.monotonic() + timeout
+    while True:
+        records = _wandb_records(next(root.rglob("offline-run-*/run-*.wandb")).read_bytes())
+        if any(r.WhichOneof("record_type") == "exit" for r in records):
             break
-        chunk += data[pos + 7:pos + 7 + length]
-        pos += 7 + length
-        if kind in (1, 4):  # FULL or LAST: a whole record
-            records.append(chunk)
-            chunk = b""
+        assert time.monotonic() < deadline, f"no exit record in the W&B run file in {timeout} s"
+        time.sleep(0.1)
     out = {"config": {}, "history": [], "artifacts": [], "group": None, "name": None}
-    for raw in records:
-        record = pb.Record()
-        record.ParseFromString(raw)
+    for record in records:
         kind = record.WhichOneof("record_type")
         if kind == "run":
             out["group"], out["name"] = record.run.run_group, record.run.display_name
@@ -59,6 +51,28 @@ def read_wandb_run(root: Path) -> dict:
             out["artifacts"].append((record.artifact.type,
                                      [e.path for e in record.artifact.manifest.contents]))
     return out
+
+
+def _wandb_records(data: bytes) -> list:
+    """The whole protobuf Records of a run file's bytes (a record cut short is left out)."""
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    pos, records, chunk = 7, [], b""
+    while pos + 7 <= len(data):
+        if 32768 - pos % 32768 < 7:  # a block's tail too short for a header is padding
+            pos += 32768 - pos % 32768
+            continue
+        _, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        if (kind == 0 and length == 0) or pos + 7 + length > len(data):
+            break  # the end, or a record still being written
+        chunk += data[pos + 7:pos + 7 + length]
+        pos += 7 + length
+        if kind in (1, 4):  # FULL or LAST: a whole record
+            record = pb.Record()
+            record.ParseFromString(chunk)
+            records.append(record)
+            chunk = b""
+    return records
 
 
 def _results(n: int = 3):
