@@ -51,8 +51,9 @@ $(VENV)/.installed: $(VENV)/.installed-core
 
 # RLMESH_CHECK_DEVICES: every CPU learner the tests start runs under torch's 'meta' default
 # device, so a tensor made without device= fails here as it would on a GPU (CI has none).
+# tests/run_tests.py runs pytest and, if it dies by a signal, ends with the test and stack.
 test: install
-	RLMESH_CHECK_DEVICES=1 $(PYTHON) -m pytest -q --durations=20 $(TEST_DIRS)
+	RLMESH_CHECK_DEVICES=1 $(PYTHON) -m tests.run_tests -q --durations=20 $(TEST_DIRS)
 
 test-unit: install
 	$(PYTHON) -m pytest -q tests/unit
