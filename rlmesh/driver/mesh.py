@@ -314,8 +314,10 @@ class Mesh:
     def sample(self, target_steps: int) -> list[dict[str, Any]]:
         """Fragments from every healthy runner, round after round, until ``target_steps``
         env steps. A runner being restarted is left out (RLlib's semantics: the others fill
-        the iteration); the rounds it missed are counted in ``fragments_missed``."""
-        return self.run(self._sample(target_steps))
+        the iteration); the rounds it missed are counted in ``fragments_missed``. Each
+        runner acts with the newest published weights: one whose push has not arrived yet
+        (it travels apart from the sample call, on the param server's socket) asks for them."""
+        return self.run(self._sample(target_steps, weights_up_to=self.version))
 
     def sample_ahead(self, target_steps: int) -> concurrent.futures.Future[list[dict[str, Any]]]:
         """``sample``, started now and not waited for, by runners that keep the weights

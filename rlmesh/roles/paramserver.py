@@ -8,7 +8,9 @@ runner, and a runner still taking one is later sent only the newest version, nev
 How often versions come is the publisher's choice (``broadcast_interval``: a learner
 publishes every N updates). The version before the newest is kept too: a batch sampled ahead
 (``sample_async``) acts with weights no newer than the driver's version when it started, and
-asks for them (``get_weights(..., up_to)``) when a newer push overtook them.
+asks for them (``get_weights(..., up_to)``) when a newer push overtook them. A synchronous
+sample names the newest version the same way, so a runner whose push is still waiting
+behind the one before (one in flight per runner) asks for it rather than act with older.
 """
 
 from __future__ import annotations
@@ -58,9 +60,9 @@ class ParamServer(Actor):
     async def set_weights(self, version: int, weights: dict[str, dict[str, Any]]) -> None:
         """Publish ``{policy_id: weights}`` as ``version``, which must be newer than each
         policy's current one, and announce it to every subscriber that holds an older one.
-        Returns once the pushes have left (not once they are taken): a call the publisher
-        sends a runner after this one reaches it after the push, when both go through one
-        connection (the driver's, whose param server shares its handles)."""
+        Returns once the pushes that could start have left (not once they are taken): a
+        runner still answering the push before waits for the next one until it has, so a
+        sample call can reach it first (the sample names the version it must act with)."""
         self._store(version, weights)
         started = [self._kick(name) for name in list(self._subscribers)]
         if any(started):

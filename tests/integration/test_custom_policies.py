@@ -97,6 +97,26 @@ def test_extra_outputs_arrive_and_weights_reach_the_runners_both_ways():
                         {"worker_index": 2, "num_updates": [100.0]}]
 
 
+def test_a_runner_whose_push_waits_behind_the_last_one_acts_with_the_newest_weights():
+    """One push in flight per runner: a runner that has not answered the last push is
+    sent the next one only after it has, so the sample call can reach it first. The call
+    names the version published last, and the runner asks for it (CI once saw half a
+    batch act with the weights from before ``set_weights``)."""
+    config = (PPOConfig().environment("CartPole-v1")
+              .env_runners(num_env_runners=2, num_envs_per_env_runner=2)
+              .training(train_batch_size=400)
+              .rl_module(policy_class="examples.custom_policy:MyExtraOutputsPolicy"))
+    with config.build() as algo:
+        algo.train()
+        server = algo.mesh.job.local_actor(algo.mesh.param_server.name)
+        first = sorted(server._subscribers)[0]
+        server._subscribers[first].busy = True  # as if its last push were unanswered
+        algo.set_weights({"default_policy": {"num_updates": np.array([100.0], np.float32)}})
+        stats = learner_stats(algo.train())
+        assert stats["some_value_mean"] == 100.0 and stats["acted_with_newest_weights"] == 1.0
+        server._subscribers[first].busy = False
+
+
 def test_foreach_env_runner_and_foreach_env_take_module_level_functions():
     from tests.integration.policies_for_tests import env_id, runner_weights
 
