@@ -1,7 +1,8 @@
 """``make test``'s runner: pytest in a child process, its output passed through as it comes,
 and, when pytest dies by a signal (a C library's abort(), a segfault), a short report at
 the very end: the signal, the test that was running, the lines printed just before the
-crash (a C library's assertion message goes there) and the crashing thread's stack.
+crash (a C library's own message is among them unless pytest's capture of the test held
+it) and the crashing thread's stack.
 
 A CI log shows its last lines only, and pytest's faulthandler dump of every thread and
 extension module fills them: an abort in CI once showed neither the test nor the cause.
@@ -20,7 +21,9 @@ from pathlib import Path
 
 #: Where the test running is named (by this module's hook, loaded in pytest with -p).
 TRAIL_ENV = "RLMESH_TEST_TRAIL"
-FATAL = b"Fatal Python error"
+FATAL = "Fatal Python error"
+#: The output kept for the report: its end, where faulthandler's dump is.
+KEEP_BYTES = 4 << 20
 #: Frames of pytest's own machinery, left out of the report's stack.
 PLUMBING = ("/_pytest/", "/pluggy/", "<frozen runpy>")
 
@@ -41,7 +44,7 @@ def crash_report(output: bytes, sig: int, test: str) -> str:
     lines = [f"==== pytest died by {name} ({sig}) ====",
              f"test running: {test or '(none started yet)'}"]
     text = output.decode("utf-8", "replace").splitlines()
-    at = next((i for i, line in enumerate(text) if FATAL.decode() in line), None)
+    at = next((i for i, line in enumerate(text) if FATAL in line), None)
     if at is None:
         lines.append("(no 'Fatal Python error' dump in the output)")
         return "\n".join(lines)
@@ -86,8 +89,8 @@ def main(argv: list[str]) -> int:
     # Ctrl-C reaches pytest itself (same process group): it reports and exits, then so do we.
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "tests.run_tests", *argv], env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "tests.run_tests", *argv],
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 preexec_fn=die_with(os.getpid(), signal.SIGTERM))
         assert proc.stdout is not None
         out = sys.stdout.buffer
@@ -95,6 +98,8 @@ def main(argv: list[str]) -> int:
             out.write(chunk)
             out.flush()
             captured += chunk
+            if len(captured) > 2 * KEEP_BYTES:
+                del captured[:-KEEP_BYTES]
         rc = proc.wait()
         if rc < 0:
             test = trail.read_text().strip() if trail.exists() else ""
