@@ -6,8 +6,10 @@ from __future__ import annotations
 import math
 import os
 import signal
+import threading
 
 import numpy as np
+import psutil
 import pytest
 
 from rlmesh.algorithms import Algorithm, ConfigError, PPOConfig
@@ -106,10 +108,6 @@ def test_runs_built_and_stopped_in_one_process_leave_no_descriptors_or_threads()
     """A user's loop (a sweep's trials on threads, a notebook) builds run after run: each
     run's event loop is closed at stop, with its descriptors (a stopped uvloop left open
     kept five: epoll, io_uring, eventfd, two pipes), and its thread ends."""
-    import threading
-
-    import psutil
-
     me = psutil.Process()
     config = cartpole_config().env_runners(num_env_runners=1, num_envs_per_env_runner=1) \
         .training(train_batch_size=64, minibatch_size=32, num_epochs=1)
