@@ -1,5 +1,6 @@
 """PolicyClient: a simulator with its own main loop reports experience to rlmesh and asks
-it for actions (RLlib's PolicyClient, over ZeroMQ and msgpack instead of HTTP and pickle).
+it for actions (RLlib's PolicyClient: over ZeroMQ and msgpack for a tcp:// or ipc:// address,
+over HTTP with msgpack bodies for http:// or https://; nothing pickled).
 
 Remote inference needs only pyzmq, msgpack and numpy: every call is a request to the
 policy server. Local inference keeps a numpy copy of the policy (the default MLP, or its
@@ -19,7 +20,8 @@ import numpy as np
 import zmq
 
 from rlmesh.client.episodes import Episodes, as_batch, check_reward
-from rlmesh.client.keys import curve_client_options, default_keys_dir
+from rlmesh.client.http import HTTP_API_VERSION, HTTPTransport
+from rlmesh.client.keys import curve_client_options, default_keys_dir, read_http_token
 from rlmesh.wire import codec
 from rlmesh.wire import messages as M
 from rlmesh.wire.sockets import SpinWait, configure
@@ -43,7 +45,8 @@ class PolicyServerUnavailable(ConnectionError):
 
 
 class PolicyClient:
-    """``PolicyClient("tcp://127.0.0.1:9900", inference_mode="remote")``.
+    """``PolicyClient("tcp://127.0.0.1:9900", inference_mode="remote")``, or
+    ``PolicyClient("http://localhost:9900")`` for a server on http:// (RLlib's spelling).
 
     Thread-safe: calls from several threads are serialised on the one connection (and,
     with local inference, on the one policy and episode book).
@@ -58,12 +61,19 @@ class PolicyClient:
     polling spares it the wake-up from sleep, at the price of a busy core while it waits,
     and pays where the simulator has a core to itself (on 2 cores shared with the server
     it did not). It spins only while replies come within the budget (``SpinWait``).
+
+    Over http:// or https://, ``token`` is the server's bearer token for this client
+    (``read_http_token(DIR, "sim1")``; default: the ``client`` token of
+    ``default_keys_dir()``, none with ``insecure_plaintext``), and ``tls_cafile`` the
+    certificate (or its CA) an https:// server presents, where the system's CAs do not
+    vouch for it. Each call is one request on a kept-alive connection.
     """
 
     def __init__(self, address: str, inference_mode: str = "remote", update_interval: float = 10.0,
                  timeout: float = 30.0, curve_server_key: bytes | str | None = None,
                  curve_keypair: tuple[bytes | str, bytes | str] | None = None,
-                 spin_wait_us: float = 0.0, insecure_plaintext: bool = False) -> None:
+                 spin_wait_us: float = 0.0, insecure_plaintext: bool = False,
+                 token: str | None = None, tls_cafile: str | None = None) -> None:
         if inference_mode not in ("remote", "local"):
             raise ValueError(f"inference_mode must be 'remote' or 'local', got {inference_mode!r}")
         if not spin_wait_us >= 0:
@@ -74,6 +84,35 @@ class PolicyClient:
         self._lock = threading.RLock()
         self._waiting: set[int] = set()  # calls sent whose replies are still wanted
         self._replies: dict[int, dict[str, Any]] = {}  # replies received, not yet collected
+        self._http: HTTPTransport | None = None
+        self._closed = False
+        if address.startswith(("http://", "https://")):
+            if token is None and not insecure_plaintext:
+                try:
+                    token = read_http_token(default_keys_dir(), "client")
+                except ValueError as exc:
+                    raise ValueError(f"{exc}; or pass token=..., or insecure_plaintext=True "
+                                     f"for a server started with "
+                                     f"policy_server_insecure_plaintext") from None
+            self._http = HTTPTransport(address, token, self.timeout, tls_cafile,
+                                       PolicyServerUnavailable, REPLY_LIMITS)
+            try:
+                self.server_info = self._call("server_info")
+                if self.server_info.get("http_api") != HTTP_API_VERSION:
+                    raise M.VersionMismatch(self.server_info.get("http_api"), HTTP_API_VERSION)
+            except BaseException:
+                self._http.close()
+                raise
+        else:
+            self._connect(address, curve_server_key, curve_keypair, insecure_plaintext)
+        self._local: _LocalInference | None = None
+        if inference_mode == "local":
+            self._local = _LocalInference(self, self.server_info)
+
+    def _connect(self, address: str, curve_server_key: bytes | str | None,
+                 curve_keypair: tuple[bytes | str, bytes | str] | None,
+                 insecure_plaintext: bool) -> None:
+        """The ZeroMQ connection (CURVE on tcp://), checked with HELLO and server_info."""
         self._ctx = zmq.Context.instance()
         self._sock = configure(self._ctx.socket(zmq.DEALER))
         if curve_server_key is None and address.startswith("tcp://") and not insecure_plaintext:
@@ -89,16 +128,12 @@ class PolicyClient:
             self._sock.curve_serverkey = _key(curve_server_key)
             self._sock.curve_publickey, self._sock.curve_secretkey = map(_key, curve_keypair)
         self._sock.connect(address)
-        self._closed = False
         try:
             self._result(self._request(M.make(M.HELLO, id=next(_call_ids))))
             self.server_info = self._call("server_info")
         except BaseException:
             self._sock.close(0)
             raise
-        self._local: _LocalInference | None = None
-        if inference_mode == "local":
-            self._local = _LocalInference(self, self.server_info)
 
     # --- RLlib's PolicyClient API ---
 
@@ -147,7 +182,10 @@ class PolicyClient:
         finally:
             with self._lock:
                 self._closed = True
-                self._sock.close(0)
+                if self._http is not None:
+                    self._http.close()
+                else:
+                    self._sock.close(0)
 
     def __enter__(self) -> "PolicyClient":
         return self
@@ -163,6 +201,12 @@ class PolicyClient:
     def _send_call(self, method: str, args: tuple[Any, ...]) -> int:
         """Send a call without waiting; its reply is collected by ``_request(id)``."""
         msg = M.make(M.CALL, id=next(_call_ids), m=method, a=list(args), k={})
+        if self._http is not None:  # answered now: the reply waits for ``_request``
+            with self._lock:
+                if self._closed:
+                    raise RuntimeError("PolicyClient is closed")
+                self._replies[msg["id"]] = self._http.call(msg["id"], method, args)
+                return msg["id"]
         frames = codec.encode(msg)
         with self._lock:
             if self._closed:

@@ -1,19 +1,23 @@
-"""CURVE keys for policy servers on tcp://: one server key pair and one per client.
+"""Credentials of policy servers: CURVE keys for tcp:// (one server key pair and one per
+client) and bearer tokens for http:// and https:// (one per client).
 
 Layout of the directory (zmq.auth certificate files; the folders 0700, every file 0600)::
 
     server.key, server.key_secret      the server's key pair (give server.key to clients)
     clients/<name>.key                 public keys of the clients the server admits
     client_secrets/<name>.key_secret   each client's key pair (give it to that client only)
+    tokens/<name>.token                HTTP bearer tokens the server admits (give each to its client)
 
-A tcp:// policy server given no keys makes (or reuses) them in ``default_keys_dir()``, and
-a ``PolicyClient`` given none takes its ``client`` pair from there: the same user on the same
-machine connects with no setup, anyone else needs the files.
+A policy server given none makes (or reuses) them in ``default_keys_dir()``, and a
+``PolicyClient`` given none takes its ``client`` pair or token from there: the same user on
+the same machine connects with no setup, anyone else needs the files.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
+import secrets
 import shutil
 from pathlib import Path
 from typing import Any
@@ -71,4 +75,49 @@ def client_names(clients_dir: str | os.PathLike[str]) -> dict[bytes, str]:
     for path in sorted(Path(clients_dir).glob("*.key")):
         public, _ = zmq.auth.load_certificate(str(path))
         names[public] = path.stem
+    return names
+
+
+def make_http_token(directory: str | os.PathLike[str], name: str = "client") -> str:
+    """The bearer token of client ``name`` in ``directory/tokens/<name>.token``, made (32
+    random bytes, url-safe) if missing; the folders 0700, the file 0600."""
+    if not name or not all(c.isalnum() or c in "-_." for c in name) or name.startswith("."):
+        raise ValueError(f"a token's name is a file name of letters, digits, '-', '_' and "
+                         f"'.', got {name!r}")
+    folder = Path(directory) / "tokens"
+    for path in (Path(directory), folder):
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(path, 0o700)
+    path = folder / f"{name}.token"
+    if not path.exists():
+        # Created 0600 before the token is written: no window where it is readable.
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_urlsafe(32) + "\n")
+    os.chmod(path, 0o600)
+    return read_http_token(directory, name)
+
+
+def read_http_token(directory: str | os.PathLike[str], name: str = "client") -> str:
+    """``PolicyClient("http://...", token=read_http_token(keys_dir, "sim1"))``."""
+    path = Path(directory) / "tokens" / f"{name}.token"
+    try:
+        token = path.read_text().strip()
+    except OSError as exc:
+        raise ValueError(f"cannot read the policy server token {path} ({exc.strerror}); make "
+                         f"it with rlmesh.client.make_http_token, or copy it from the server's "
+                         f"machine") from None
+    if not token:
+        raise ValueError(f"the policy server token {path} is empty")
+    return token
+
+
+def token_names(directory: str | os.PathLike[str]) -> dict[bytes, str]:
+    """The admitted tokens' SHA-256 digests by the name of their file: a server looks up
+    the digest of what a request presents, never compares the secret itself."""
+    names = {}
+    for path in sorted((Path(directory) / "tokens").glob("*.token")):
+        token = path.read_text().strip()
+        if token:
+            names[hashlib.sha256(token.encode()).digest()] = path.stem
     return names

@@ -110,7 +110,8 @@ class SamplingSettings:
         doc="Take experience from PolicyClients (rlmesh.client) embedded in external "
             "simulators instead of stepping envs (RLlib's PolicyServerInput): runners listen "
             "here, e.g. 'tcp://127.0.0.1:9900', or '9900' for that (runner i > 1 on the port "
-            "+ i - 1). Needs "
+            "+ i - 1); 'http://127.0.0.1:9900' (or https://) serves the same calls as HTTP "
+            "with JSON or msgpack bodies (docs/api/client.md). Needs "
             "observation_space and action_space; env may be None.")
     policy_server_idle_timeout_s: float = setting(
         10.0, "env_runners", gt=0,
@@ -125,6 +126,19 @@ class SamplingSettings:
         doc="A directory of CURVE keys (rlmesh.client.make_curve_keys): with it, a policy "
             "server on tcp:// encrypts and accepts only clients whose public key file is in "
             "its clients/ folder.")
+    policy_server_http_tokens: str | None = setting(
+        None, "env_runners",
+        doc="A directory of bearer tokens (rlmesh.client.make_http_token): with it, a policy "
+            "server on http:// or https:// answers only requests whose 'Authorization: Bearer' "
+            "is a token file in its tokens/ folder. Without it: the tokens in "
+            "~/.rlmesh/policy_server_keys/tokens (a 'client' token made if missing).")
+    policy_server_tls_certfile: str | None = setting(
+        None, "env_runners",
+        doc="A PEM certificate (chain) for a policy server on https://, with "
+            "policy_server_tls_keyfile; an https:// address needs both.")
+    policy_server_tls_keyfile: str | None = setting(
+        None, "env_runners",
+        doc="The PEM private key of policy_server_tls_certfile.")
     policy_server_spin_wait_us: float = setting(
         300.0, "env_runners", ge=0,
         doc="After answering, a policy server polls this many microseconds for the next "
@@ -134,7 +148,8 @@ class SamplingSettings:
             "its cores with CPU-bound simulators).")
     policy_server_insecure_plaintext: bool = setting(
         False, "env_runners",
-        doc="Let a policy server on tcp:// run without CURVE: any process that reaches the "
+        doc="Let a policy server on tcp:// run without CURVE, or one on http:// without a "
+            "bearer token (and bind http:// off loopback): any process that reaches the "
             "port may then report experience. Without it, a tcp:// server uses "
             "policy_server_curve_keys, or makes keys in ~/.rlmesh/policy_server_keys (see "
             "docs/security.md).")

@@ -10,6 +10,7 @@ records the steps; local inference receives chunks the clients recorded themselv
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import re
@@ -19,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from rlmesh.client.episodes import Episodes, as_batch, fragment_from_chunks
+from rlmesh.client.http import HTTP_API_VERSION
 from rlmesh.client.keys import client_names, default_keys_dir, make_curve_keys
 from rlmesh.envs import actions_for_env, as_space, space_to_data, spaces_of
 from rlmesh.rl.columns import (DEFAULT_POLICY_ID, ColumnSpec, Columns, action_dist_columns,
@@ -33,6 +35,7 @@ from rlmesh.roles.policy_checks import (ClientDataError, ClientLimits, Rejection
                                         check_obs, check_reward, check_summary, counted,
                                         field_of)
 from rlmesh.roles.policy_memory import check_memory_columns, memory_options, recurrent_columns
+from rlmesh.roles.policy_http import HTTPFront, serve_http
 from rlmesh.roles.policy_server_agents import ServedAgents
 from rlmesh.runtime import Actor, current_job
 from rlmesh.runtime.actor import ActorServer, caller_id
@@ -60,7 +63,7 @@ def public_address(base: str, worker_index: int) -> str:
     offset = max(worker_index, 1) - 1
     if offset == 0:
         return base
-    match = re.fullmatch(r"(tcp://.+):(\d+)", base)
+    match = re.fullmatch(r"((?:tcp|https?)://.+):(\d+)", base)
     if match:
         return f"{match.group(1)}:{int(match.group(2)) + offset}"
     return f"{base}.{offset}"
@@ -135,6 +138,7 @@ class PolicyServerRunner(VersionedPolicies, Actor):
         self._inbox: dict[str, Any] = {}
         self._new_data = asyncio.Event()
         self._server: ActorServer | None = None
+        self._http: HTTPFront | None = None  # with an http:// or https:// address
         self._auth: Any = None  # the CURVE authenticator thread, with policy_server_curve_keys
         self.address = public_address(cfg.policy_server_address, worker_index)
         self._stats = {"num_fragments": 0, "num_weight_updates": 0, "idle_fragments": 0,
@@ -161,6 +165,12 @@ class PolicyServerRunner(VersionedPolicies, Actor):
         limits = codec.Limits(max_message_bytes=max_bytes,
                               max_header_bytes=min(max_bytes, MAX_HEADER_BYTES),
                               max_objects=MAX_HEADER_OBJECTS, tensors=False)
+        if self.address.startswith(("http://", "https://")):  # a body is one msgpack frame
+            self._http = await serve_http(PolicyService(self), cfg, self.address,
+                                          dataclasses.replace(limits, max_header_bytes=max_bytes))
+            self.address = self._http.address
+            log.info("policy server %d listening on %s", self.worker_index, self.address)
+            return
         self._server = ActorServer(PolicyService(self), f"policy_service-{self.worker_index}",
                                    limits=limits, max_connections=cfg.policy_server_max_connections)
         configure = None
@@ -181,6 +191,8 @@ class PolicyServerRunner(VersionedPolicies, Actor):
     async def on_stop(self) -> None:
         if self._server is not None:
             self._server.close()
+        if self._http is not None:
+            self._http.close()
         if self._auth is not None:
             self._auth.stop()
 
@@ -273,7 +285,8 @@ class PolicyServerRunner(VersionedPolicies, Actor):
         return {**counters, **self._stats, "worker_index": self.worker_index,
                 "policy_version": self.version, "open_episodes": sum(len(e.open) for e in self._all_episodes()),
                 "address": self.address, "client_rejections": self.rejections.snapshot(),
-                **(self._server.spin_counts() if self._server is not None else {})}
+                **(self._server.spin_counts() if self._server is not None else {}),
+                **(self._http.counts() if self._http is not None else {})}
 
     def pid(self) -> int:
         return os.getpid()
@@ -304,9 +317,14 @@ class PolicyService(Actor):
 
     def __init__(self, runner: PolicyServerRunner) -> None:
         self._r = runner
+        self.http_caller: str | None = None  # the HTTP front's client, during its calls
+
+    def _caller(self) -> str:
+        """The calling client: its token's or CURVE key's name, else its connection."""
+        return self.http_caller or caller_id()
 
     def _refused(self, method: str, exc: Exception) -> None:
-        self._r.rejections.count(caller_id(), field_of(exc, method))
+        self._r.rejections.count(self._caller(), field_of(exc, method))
         self._r._stats["client_errors"] += 1
 
     def server_info(self) -> dict[str, Any]:
@@ -317,7 +335,8 @@ class PolicyService(Actor):
                 "normalize_actions": r.config.normalize_actions and not r.squash,
                 "training": r.training, "policy_version": r.version,
                 "observation_filter": r.config.observation_filter,
-                "policies": None if r.multi is None else sorted(r.policies)}
+                "policies": None if r.multi is None else sorted(r.policies),
+                "http_api": HTTP_API_VERSION}
 
     @counted
     def start_episode(self, episode_id: str | None = None, training_enabled: bool = True) -> str:
@@ -327,7 +346,7 @@ class PolicyService(Actor):
         r._expire()
         if r.multi is not None:
             return r.multi.start(episode_id)
-        return r.episodes.start(episode_id, bool(training_enabled) and r.training, caller_id())
+        return r.episodes.start(episode_id, bool(training_enabled) and r.training, self._caller())
 
     @counted
     def start_agent(self, episode_id: str, agent_id: Any, training_enabled: bool = True) -> str:
@@ -338,7 +357,7 @@ class PolicyService(Actor):
             raise ClientDataError("agent_id", "this policy server serves one policy; start "
                                   "the agent's episode with start_episode")
         return r.multi.start_agent(episode_id, agent_id,
-                                   bool(training_enabled) and r.training, caller_id())
+                                   bool(training_enabled) and r.training, self._caller())
 
     @counted
     def get_action(self, episode_id: str, observation: Any) -> Any:
@@ -414,8 +433,8 @@ class PolicyService(Actor):
         checked = [_check_chunk(r, c) for c in chunks]
         if r.training:
             # Returns and lengths from the steps sent, never from the client's claim.
-            sums = r.reported.settle(caller_id(), checked)
-            r.reported.commit(caller_id(), sums)
+            sums = r.reported.settle(self._caller(), checked)
+            r.reported.commit(self._caller(), sums)
             r._received_chunks(checked)
         return sum(len(c["rewards"]) for c in checked)
 
