@@ -13,12 +13,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("checkpoint", metavar="CHECKPOINT",
                    help="a checkpoint folder, or a trial folder (its newest checkpoint is used)")
     p.add_argument("--address", default="tcp://127.0.0.1:9900",
-                   help="where clients connect (default tcp://127.0.0.1:9900)")
+                   help="where clients connect (default tcp://127.0.0.1:9900); "
+                        "http://127.0.0.1:9900 serves the HTTP API (JSON or msgpack bodies, "
+                        "bearer tokens), https:// with --tls-cert and --tls-key")
     p.add_argument("--curve-keys", metavar="DIR",
                    help="CURVE keys made by rlmesh.client.make_curve_keys (a tcp address "
                         "without them uses ~/.rlmesh/policy_server_keys, made if missing)")
+    p.add_argument("--http-tokens", metavar="DIR",
+                   help="bearer tokens made by rlmesh.client.make_http_token (an http(s) "
+                        "address without them uses ~/.rlmesh/policy_server_keys/tokens, a "
+                        "'client' token made if missing)")
+    p.add_argument("--tls-cert", metavar="PEM", help="the certificate of an https address")
+    p.add_argument("--tls-key", metavar="PEM", help="the private key of --tls-cert")
     p.add_argument("--insecure-plaintext", action="store_true",
-                   help="serve a tcp address without CURVE: anyone reaching it may connect")
+                   help="serve a tcp address without CURVE, or an http one without tokens: "
+                        "anyone reaching it may connect")
     p.add_argument("--explore", action="store_true",
                    help="sample actions from the policy's distribution (default: its likeliest)")
     p.add_argument("--trust-code", action="store_true",
@@ -29,7 +38,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 async def serve(checkpoint: str, address: str, curve_keys: str | None, explore: bool,
                 ready: "asyncio.Event | None" = None, insecure_plaintext: bool = False,
-                trust_code: bool = False) -> None:
+                trust_code: bool = False, http: dict[str, str | None] | None = None) -> None:
+    """``http``: ``policy_server_http_tokens`` and ``policy_server_tls_*`` settings."""
     from rlmesh.driver import checkpoints
     from rlmesh.cli.rollout import resolve_checkpoint
     from rlmesh.envs import env_registry
@@ -40,7 +50,7 @@ async def serve(checkpoint: str, address: str, curve_keys: str | None, explore: 
     meta, state = checkpoints.read(path, trust_code)
     config = {**meta["config"], "policy_server_address": address, "explore": explore,
               "policy_server_curve_keys": curve_keys, "_env_registry": env_registry(),
-              "policy_server_insecure_plaintext": insecure_plaintext}
+              "policy_server_insecure_plaintext": insecure_plaintext, **(http or {})}
     if meta.get("policies"):  # format 2: the checkpoint's own policy class and spaces
         config["_policy_specs"] = {DEFAULT_POLICY_ID: meta["policies"][DEFAULT_POLICY_ID]}
     weights = {k: v.detach().cpu().numpy()
@@ -68,7 +78,10 @@ def main(args: argparse.Namespace) -> int:
     try:
         uvloop.run(serve(args.checkpoint, args.address, args.curve_keys, args.explore,
                          insecure_plaintext=args.insecure_plaintext,
-                         trust_code=args.trust_code))
+                         trust_code=args.trust_code,
+                         http={"policy_server_http_tokens": args.http_tokens,
+                               "policy_server_tls_certfile": args.tls_cert,
+                               "policy_server_tls_keyfile": args.tls_key}))
     except (FileNotFoundError, ValueError) as exc:
         print(f"rlmesh serve: {exc}", file=sys.stderr)
         return 2

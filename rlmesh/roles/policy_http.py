@@ -36,7 +36,7 @@ HEAD_TIMEOUT_S = 30.0
 BODY_TIMEOUT_S = 30.0  # for the whole body (16 MiB at 0.5 MB/s)
 WRITE_TIMEOUT_S = 30.0  # a client that does not read its reply
 MAX_ERROR_CHARS = 500
-STATUS_OF = {"UnknownCall": 404, "BadRequest": 400, "UnknownEpisode": 404}
+STATUS_OF = {"UnknownCall": 404, "BadRequest": 400}
 
 
 class HTTPError(Exception):
@@ -175,8 +175,8 @@ def refusal(exc: Exception) -> HTTPError:
         return exc
     if isinstance(exc, CallError):
         return HTTPError(STATUS_OF.get(exc.etype, 400), exc.etype, str(exc))
-    if isinstance(exc, KeyError):  # an unknown episode id
-        return HTTPError(404, "UnknownEpisode", str(exc.args[0]) if exc.args else "unknown")
+    if isinstance(exc, KeyError):  # an unknown episode id (etype as the ZeroMQ path's)
+        return HTTPError(404, "KeyError", str(exc.args[0]) if exc.args else "unknown key")
     if isinstance(exc, (ClientDataError, ValueError, TypeError)):
         return HTTPError(400, type(exc).__name__, str(exc))
     return HTTPError(500, type(exc).__name__, f"the server failed on this call: {exc}")
