@@ -21,7 +21,7 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
-from rlmesh.driver import checkpoints, policies
+from rlmesh.driver import acting, checkpoints, export, policies
 from rlmesh.driver.env_runner_group import EnvRunnerGroup, synchronous_parallel_sample
 from rlmesh.driver.evaluation import EvaluationGroup
 from rlmesh.driver.iteration_result import (  # noqa: F401  (public here too)
@@ -411,19 +411,57 @@ class Algorithm:
         self._publish(list(weights))
 
     def compute_single_action(self, observation: Any, state: list[Any] | None = None,
-                              explore: bool = False, policy_id: str = DEFAULT_POLICY_ID,
-                              prev_action: Any = None, prev_reward: Any = None) -> Any:
+                              explore: bool | None = False, policy_id: str = DEFAULT_POLICY_ID,
+                              prev_action: Any = None, prev_reward: Any = None,
+                              full_fetch: bool = False) -> Any:
         """The action for one observation, from the newest weights (driver-side copy), as
-        the env takes it; with ``state`` (a recurrent policy) ``(action, state_out, extra)``
-        (start an episode from ``get_policy().get_initial_state()``; ``prev_action`` and
-        ``prev_reward`` for a model that reads them)."""
+        the env takes it; with ``state`` (a recurrent policy) or ``full_fetch`` (RLlib's)
+        ``(action, state_out, extra)`` (start an episode from
+        ``get_policy().get_initial_state()``; ``prev_action`` and ``prev_reward`` for a model
+        that reads them). A recurrent policy without ``state`` warns once
+        (``acting.warn_without_state`` says why it does not refuse)."""
         policy = self.get_policy(policy_id)
+        if state is None and policy.is_recurrent():
+            acting.warn_without_state(self, policy_id, stacklevel=2)
         # Nested (Tuple/Dict) observations go as they are: MeanStdFilter takes Box ones only.
         obs = self.obs_filter(observation, update=False)
         action, state_out, extra = policy.compute_single_action(
             obs, state, prev_action, prev_reward, explore=explore)
         action = env_action(self.config, policy.action_space, action)
-        return (action, state_out, extra) if state is not None else action
+        return (action, state_out, extra) if state is not None or full_fetch else action
+
+    def compute_action(self, observation: Any, state: list[Any] | None = None,
+                       prev_action: Any = None, prev_reward: Any = None,
+                       policy_id: str = DEFAULT_POLICY_ID, full_fetch: bool = False,
+                       explore: bool | None = None) -> Any:
+        """RLlib's Trainer-era name and argument order for ``compute_single_action``;
+        ``explore`` None follows the config's ``explore``, as the Trainer's did."""
+        return self.compute_single_action(observation, state, explore, policy_id, prev_action,
+                                          prev_reward, full_fetch)
+
+    def compute_actions(self, observations: dict[Any, Any], state: dict[Any, Any] | None = None,
+                        prev_action: dict[Any, Any] | None = None,
+                        prev_reward: dict[Any, Any] | None = None,
+                        policy_id: str = DEFAULT_POLICY_ID, full_fetch: bool = False,
+                        explore: bool | None = None) -> Any:
+        """RLlib's old API: ``{key: obs}`` -> ``{key: action}`` (``acting.compute_actions``)."""
+        return acting.compute_actions(self, observations, state, prev_action, prev_reward,
+                                      policy_id, full_fetch, explore)
+
+    def export_policy_model(self, export_dir: str | Path, policy_id: str = DEFAULT_POLICY_ID,
+                            onnx: int | None = None) -> str:
+        """RLlib's name for ``get_policy(policy_id).export_model(export_dir, onnx)``
+        (docs/export.md); returns the model file's path."""
+        return export.export_policy_model(self, self.get_policy(policy_id), export_dir,
+                                          policy_id, onnx)
+
+    def export_policy_checkpoint(self, export_dir: str | Path,
+                                 policy_id: str = DEFAULT_POLICY_ID) -> str:
+        """A checkpoint of policy ``policy_id`` alone (``export.export_policy_checkpoint``:
+        ``InferencePolicy.from_checkpoint(dir)`` and ``rlmesh rollout`` load it)."""
+        with self._learner_calls():
+            state = self.learner_group.get_state()
+        return export.export_policy_checkpoint(self, state, export_dir, policy_id)
 
     # --- checkpoints ---
 

@@ -60,7 +60,10 @@ class UntrustedCode(CheckpointError):
     """A checkpoint that names code loading would run without ``trust_code`` (or a file)."""
 
 
-def write(path: Path, algo: RunView, learner_state: dict[str, Any]) -> str:
+def write(path: Path, algo: RunView, learner_state: dict[str, Any],
+          policy_ids: list[str] | None = None) -> str:
+    """Write the checkpoint of ``algo`` at ``path``; ``policy_ids``: of those policies only
+    (a policy checkpoint, ``export_policy_checkpoint``), their states in ``learner_state``."""
     path = path.expanduser().resolve()
     path.parent.mkdir(parents=True, exist_ok=True)
     remove_stale(path.parent)
@@ -68,7 +71,7 @@ def write(path: Path, algo: RunView, learner_state: dict[str, Any]) -> str:
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     try:
-        _write_into(tmp, algo, learner_state)
+        _write_into(tmp, algo, learner_state, policy_ids)
     except BaseException as exc:  # a full disk: leave no half-written checkpoint taking space
         shutil.rmtree(tmp, ignore_errors=True)
         if isinstance(exc, OSError) and exc.errno and exc.filename is None:  # at close(): say where
@@ -143,13 +146,16 @@ def _writing(pid: int, temp: Path) -> bool:
         return True
 
 
-def _write_into(tmp: Path, algo: RunView, learner_state: dict[str, Any]) -> None:
+def _write_into(tmp: Path, algo: RunView, learner_state: dict[str, Any],
+                policy_ids: list[str] | None = None) -> None:
     obs_filter = getattr(algo, "obs_filter", None)
+    specs = {pid: spec for pid, spec in algo.policy_specs.items()
+             if policy_ids is None or pid in policy_ids}
     meta = {
         "format": FORMAT, "format_version": FORMAT_VERSION,
         "algorithm": algorithm_name(algo),
         "config": algo.config.to_dict(),
-        "policies": _plain(algo.policy_specs),
+        "policies": _plain(specs),
         "counters": {"training_iteration": algo.iteration, "timesteps_total": algo.timesteps_total,
                      "episodes_total": algo.episodes_total, "time_total_s": algo.time_total_s,
                      "num_env_steps_trained": algo.num_env_steps_trained},
