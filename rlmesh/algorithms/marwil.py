@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from rlmesh.driver.algorithm import Algorithm
+from rlmesh.driver.trainer_args import trainer_config
 from rlmesh.driver.env_runner_group import synchronous_parallel_sample
 from rlmesh.algorithms.marwil_config import MARWILConfig
 from rlmesh.offline.estimators import estimate
@@ -110,9 +111,9 @@ class MARWIL(Algorithm):
     config_class = MARWILConfig
     default_policy_class = MARWILTorchPolicy
 
-    def __init__(self, config: MARWILConfig | dict[str, Any]) -> None:
-        if isinstance(config, dict):
-            config = self.config_class.from_dict(config)
+    def __init__(self, config: MARWILConfig | dict[str, Any] | None = None, env: Any = None,
+                 logger_creator: Any = None) -> None:
+        config = trainer_config(self.config_class, config, env, logger_creator)  # RLlib's forms
         config.validate()
         # The data is read and checked against the spaces before any process starts. With
         # env runners, each reads its shard of the files (offline/sharded.py) and serves

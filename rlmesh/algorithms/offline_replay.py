@@ -19,6 +19,7 @@ from rlmesh.algorithms.off_policy import OffPolicy
 from rlmesh.algorithms.offline_replay_config import OfflineReplayConfig
 from rlmesh.config.base import ConfigError
 from rlmesh.driver.algorithm import Algorithm
+from rlmesh.driver.trainer_args import trainer_config
 from rlmesh.envs import as_space
 from rlmesh.offline.estimators import estimate
 from rlmesh.offline.reader import DatasetError, OfflineDataset, open_input, resolve_files
@@ -72,9 +73,9 @@ class OfflineReplay(Algorithm):
     config: OfflineReplayConfig
     supports_multi_agent = False  # one dataset, one policy
 
-    def __init__(self, config: OfflineReplayConfig | dict[str, Any]) -> None:
-        if isinstance(config, dict):
-            config = self.config_class.from_dict(config)
+    def __init__(self, config: OfflineReplayConfig | dict[str, Any] | None = None, env: Any = None,
+                 logger_creator: Any = None) -> None:
+        config = trainer_config(self.config_class, config, env, logger_creator)  # RLlib's forms
         config.validate()
         resolve_files(config.input_)  # a path with no data: one line before any env is made
         super().__init__(config)

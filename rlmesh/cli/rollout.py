@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -17,6 +18,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("checkpoint", metavar="CHECKPOINT",
                    help="a checkpoint folder, or a trial folder (its newest checkpoint is used)")
     p.add_argument("--env", metavar="ID", help="env to run in (default: the checkpoint's env)")
+    p.add_argument("--run", metavar="ALGO",
+                   help="the algorithm the checkpoint was trained with (RLlib's flag; the "
+                        "checkpoint names it, so it is only checked against that)")
     length = p.add_mutually_exclusive_group()
     length.add_argument("--steps", type=int, metavar="N", help="run N env steps in all")
     length.add_argument("--episodes", type=int, metavar="N",
@@ -42,12 +46,48 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def resolve_checkpoint(path: str) -> Path:
-    """``path`` itself, or the newest ``checkpoint_*`` folder in it (a trial folder)."""
+    """``path`` itself, or the newest ``checkpoint_*`` folder in it (a trial folder). RLlib's
+    spellings are taken too: a file inside a checkpoint (``checkpoint_1/checkpoint-1``) means
+    its folder, and ``checkpoint_1`` rlmesh's ``checkpoint_000001``."""
     p = Path(os.path.expanduser(path))
+    if not p.exists() and re.fullmatch(r"checkpoint-\d+", p.name):
+        p = p.parent  # RLlib's state file, which rlmesh's checkpoints do not have
+    numbered = re.fullmatch(r"checkpoint_(\d+)", p.name)
+    if not p.exists() and numbered:
+        p = p.with_name(f"checkpoint_{int(numbered[1]):06d}")
     if not p.exists():
         raise FileNotFoundError(f"no such checkpoint: {path}")
+    if p.is_file():
+        p = p.parent
     found = sorted(c for c in p.glob("checkpoint_*") if c.is_dir())
     return found[-1] if found else p
+
+
+def check_run(run: str | None, checkpoint: Path) -> str | None:
+    """What is wrong with ``--run`` for ``checkpoint`` (one line), or None: the checkpoint
+    names its algorithm, so --run only has to agree with it (a registry name in any case, or
+    the import path a checkpoint of a user's algorithm names)."""
+    if run is None:
+        return None
+    from rlmesh.driver.checkpoints import META
+    from rlmesh.driver.registry import ALGORITHMS, UnknownAlgorithm, get_config_class
+
+    try:
+        import msgpack
+
+        saved = msgpack.unpackb((checkpoint / META).read_bytes(), raw=False)["algorithm"]
+    except Exception:  # not a checkpoint, or damaged: loading it says so in its own words
+        return None
+    if ":" not in run:
+        try:
+            get_config_class(run)
+        except UnknownAlgorithm as e:
+            return f"--run: {e}"
+        run = {n.lower(): n for n in ALGORITHMS}[run.lower()]
+    if run == saved:
+        return None
+    return (f"--run {run}, but {checkpoint} is a {saved} checkpoint; give --run {saved}, or "
+            "leave --run out (the checkpoint names its algorithm)")
 
 
 def make_env(env, env_config: dict, **kwargs):
@@ -235,6 +275,10 @@ def main(args: argparse.Namespace) -> int:
         checkpoint = resolve_checkpoint(args.checkpoint)
     except FileNotFoundError as e:
         print(f"rlmesh rollout: error: {e}", file=sys.stderr)
+        return 2
+    wrong_run = check_run(getattr(args, "run", None), checkpoint)
+    if wrong_run:
+        print(f"rlmesh rollout: error: {wrong_run}", file=sys.stderr)
         return 2
     try:  # before the policy is loaded: a missing display or package says so at once
         check_shown(args.render, args.video)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable, NamedTuple
 
-from rlmesh.config.rllib_keys import NO_EFFECT, REFUSED
+from rlmesh.config.rllib_keys import NO_EFFECT, REFUSED, SEED_ERA_NO_EFFECT
 
 logger = logging.getLogger("rlmesh.config")
 
@@ -332,7 +332,25 @@ def _ignore_failures(value, d, cls):
     return {}, None
 
 
+def _monitor(value, d, cls):
+    """Ray 0.x's ``monitor``: gym's Monitor wrote episode videos to the result dir. rlmesh
+    records evaluation episodes (record_env), so true turns on a one-episode evaluation each
+    iteration unless the dict schedules evaluations itself."""
+    if not value:
+        return {}, "no effect in rlmesh: monitor=false (videos are off unless record_env is set)"
+    out = {"record_env": True if value is True else value}
+    if not d.get("evaluation_interval"):
+        out.update(evaluation_interval=1, evaluation_duration=1,
+                   evaluation_duration_unit="episodes")
+    return out, ("monitor: true -> record_env: true: rlmesh records evaluation episodes, not "
+                 "training ones, into the trial's videos/ folder"
+                 + ("" if d.get("evaluation_interval") else
+                    " (one evaluation episode every iteration: evaluation_interval 1)"))
+
+
 TRANSLATIONS: dict[str, Callable] = {
+    "monitor": _monitor,
+    "sample_batch_size": _renamed("rollout_fragment_length"),
     "framework": _framework,
     "num_gpus": _num_gpus,
     "num_accs": _num_accs,
@@ -386,7 +404,7 @@ def translate(cls, values: dict) -> Translated:
     """``values`` (keys of one config dict or one builder call) with RLlib's keys turned into
     rlmesh's; Refused for a key rlmesh cannot honour. Keys of ``cls`` itself, and unknown
     keys, pass unchanged (resolution reports the unknown ones with a "did you mean")."""
-    settings, derived, notes, idle = {}, {}, [], []
+    settings, derived, notes, idle, seed_era = {}, {}, [], [], []
     own = _own_spellings(cls)
     for key, value in values.items():
         if key in TRANSLATIONS and (key not in own or key in _ALWAYS):
@@ -411,6 +429,8 @@ def translate(cls, values: dict) -> Translated:
         elif key in NO_EFFECT:
             if value not in (None, False, {}, []):
                 idle.append(key)
+        elif key in SEED_ERA_NO_EFFECT:  # said even at their defaults (issue 47)
+            seed_era.append(f"{key} ({SEED_ERA_NO_EFFECT[key]})")
         elif key in REFUSED:
             default, advice = REFUSED[key]
             if value != default and value is not None:  # None: RLlib's "not set"
@@ -419,6 +439,8 @@ def translate(cls, values: dict) -> Translated:
             settings[key] = value
     if idle:
         notes.append(f"no effect in rlmesh: {', '.join(idle)} (docs/rllib.md says why)")
+    if seed_era:
+        notes.append(f"no effect in rlmesh: {'; '.join(seed_era)}")
     if "evaluation_config" in settings and isinstance(settings["evaluation_config"], dict):
         inner = translate(cls, settings["evaluation_config"])
         settings["evaluation_config"] = {**inner.settings, **inner.derived}
@@ -482,7 +504,8 @@ def rllib_keys_in(cls, config: dict) -> list[str]:
     own = _own_spellings(cls)
     return [k for k in config
             if k == "framework" or (k in own and k not in current)
-            or (k not in own and (k in TRANSLATIONS or k in NO_EFFECT or k in REFUSED))]
+            or (k not in own and (k in TRANSLATIONS or k in NO_EFFECT or k in REFUSED
+                                  or k in SEED_ERA_NO_EFFECT))]
 
 
 def defaults_for(cls, stack: str = "old") -> dict:

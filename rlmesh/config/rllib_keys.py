@@ -215,3 +215,42 @@ REFUSED: dict[str, tuple[Any, str]] = {
     "_env_runners_only": (False, "remove the key"),
     "_skip_learners": (False, "remove the key"),
 }
+
+
+# --- keys of RLlib's Trainer era (Ray 0.7-0.8's COMMON_CONFIG) with no effect here at any
+# value, said even at their defaults: an RLlib script of that era sets them all ---
+
+SEED_ERA_NO_EFFECT: dict[str, str] = {
+    "use_eager": "TensorFlow's eager mode; rlmesh's torch is always eager",
+    "no_eager_on_workers": "TensorFlow's eager mode; rlmesh's torch is always eager",
+    "memory": "Ray's memory reservation; rlmesh schedules CPUs and GPUs only",
+    "object_store_memory": "Ray's object store; rlmesh has none",
+    "memory_per_worker": "Ray's memory reservation; rlmesh schedules CPUs and GPUs only",
+    "object_store_memory_per_worker": "Ray's object store; rlmesh has none",
+}
+
+
+# --- the Trainer era's names of rlmesh's settings: the keys of rlmesh.agents' DEFAULT_CONFIG
+# (each is accepted back as an alias or a translation) ---
+
+TRAINER_ERA_NAMES: dict[str, str] = {
+    "num_env_runners": "num_workers",
+    "num_envs_per_env_runner": "num_envs_per_worker",
+    "num_cpus_per_env_runner": "num_cpus_per_worker",
+    "num_gpus_per_env_runner": "num_gpus_per_worker",
+    "num_cpus_for_main_process": "num_cpus_for_driver",
+    "num_gpus_per_learner": "num_gpus",
+    "num_epochs": "num_sgd_iter",
+    "minibatch_size": "sgd_minibatch_size",
+    "min_time_s_per_iteration": "min_time_s_per_reporting",
+    "min_sample_timesteps_per_iteration": "min_sample_timesteps_per_reporting",
+    "min_train_timesteps_per_iteration": "min_train_timesteps_per_reporting",
+    "metrics_num_episodes_for_smoothing": "metrics_smoothing_episodes",
+    "evaluation_num_env_runners": "evaluation_num_workers",
+    "restart_failed_env_runners": "recreate_failed_workers",
+    "callbacks_class": "callbacks",
+    "num_steps_sampled_before_learning_starts": "learning_starts",
+    "q_model_config": "Q_model",
+    "policy_model_config": "policy_model",
+    "optimization_config": "optimization",
+}

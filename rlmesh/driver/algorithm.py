@@ -29,6 +29,7 @@ from rlmesh.driver.iteration_result import (  # noqa: F401  (public here too)
 )
 from rlmesh.driver.learner_group import LearnerGroup
 from rlmesh.driver.mesh import Mesh, check_lambdas_can_go
+from rlmesh.driver.trainer_args import trainer_config
 from rlmesh.callbacks import load_callbacks
 from rlmesh.config.batch_memory import check_batch_memory
 from rlmesh.config.base import AlgorithmConfig
@@ -72,9 +73,11 @@ class Algorithm:
     #: otherwise training_iteration() repeats it until that time has passed.
     times_its_own_iteration: bool = False
 
-    def __init__(self, config: AlgorithmConfig | dict[str, Any]) -> None:
-        if isinstance(config, dict):
-            config = self.config_class.from_dict(config)
+    def __init__(self, config: AlgorithmConfig | dict[str, Any] | None = None, env: Any = None,
+                 logger_creator: Any = None) -> None:
+        """``config``: a config object, or a dict of keys; ``env`` (RLlib's Trainer-era
+        ``PPOTrainer(config=..., env=...)``) replaces the config's env (trainer_args.py)."""
+        config = trainer_config(self.config_class, config, env, logger_creator)
         config.validate()
         check_lambdas_can_go(config)
         self.config = config

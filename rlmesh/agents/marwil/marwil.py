@@ -1,0 +1,4 @@
+# RLlib's ray.rllib.agents.marwil.marwil: its names and docstring come from the table in _exports.py.
+from rlmesh.agents._exports import exports
+
+__doc__, __getattr__, __all__ = exports(__name__)
