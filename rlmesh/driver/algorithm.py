@@ -137,6 +137,11 @@ class Algorithm:
             raise
 
     @classmethod
+    def with_updates(cls, **overrides: Any) -> type[Algorithm]:
+        """RLlib's ``with_updates`` (``rlmesh.algorithms.algorithm_template.with_updates``)."""
+        return import_object("rlmesh.algorithms.algorithm_template:with_updates")(cls, **overrides)
+
+    @classmethod
     def get_default_policy_class(cls, config: AlgorithmConfig) -> type[Policy] | str:
         if cls.default_policy_class is None:
             raise TypeError(f"{cls.__name__} names no default_policy_class; set it, or "

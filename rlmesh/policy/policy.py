@@ -152,6 +152,14 @@ class Policy:
         raise PolicyError(f"{type(self).__name__} has no torch model to export; "
                           "export_model is for TorchPolicy subclasses")
 
+    @classmethod
+    def with_updates(cls, **overrides: Any) -> type:
+        """RLlib's ``with_updates``: a subclass with some functions replaced (by path: the
+        template is a higher layer, ``rlmesh.policy.policy_template.with_updates``)."""
+        from rlmesh.runtime.import_path import import_object
+
+        return import_object("rlmesh.policy.policy_template:with_updates")(cls, **overrides)
+
     # --- where it runs ---
 
     @classmethod

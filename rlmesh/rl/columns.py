@@ -227,6 +227,8 @@ class SampleBatch(dict):
     column it lacks is a ``MissingColumn`` error that lists the columns it has."""
 
     def __missing__(self, key: str) -> Any:
+        if key in _DERIVED and all(k in self for k in _DERIVED[key][0]):
+            return _DERIVED[key][1](self)  # RLlib's column, read off rlmesh's
         raise MissingColumn(f"the batch has no column {key!r} (it has {sorted(self)}); a "
                             "policy adds columns by returning them from compute_actions or "
                             "postprocess_trajectory")
@@ -248,6 +250,16 @@ class SampleBatch(dict):
             return SampleBatch()
         keys = [k for k in batches[0] if all(k in b for b in batches)]
         return SampleBatch({k: np.concatenate([np.asarray(b[k]) for b in batches]) for k in keys})
+
+
+#: RLlib's columns a SampleBatch derives when asked (``rlmesh.policy.sample_batch``): "dones"
+#: from the two done flags, per-step "new_obs" from a trajectory's obs and its next_obs.
+_DERIVED: dict[str, tuple[tuple[str, ...], Callable[[SampleBatch], np.ndarray]]] = {
+    "dones": ((Columns.TERMINATEDS, Columns.TRUNCATEDS),
+              lambda b: np.asarray(b[Columns.TERMINATEDS]) | np.asarray(b[Columns.TRUNCATEDS])),
+    "new_obs": ((Columns.OBS, Columns.NEXT_OBS), lambda b: np.concatenate(
+        [np.asarray(b[Columns.OBS])[1:], np.asarray(b[Columns.NEXT_OBS])[None]])),
+}
 
 
 def trajectories(batch: dict[str, Any]) -> list[SampleBatch]:

@@ -17,6 +17,7 @@ from rlmesh.callbacks import Callbacks, Episode
 from rlmesh.envs import actions_for_env
 from rlmesh.policy.policy import Policy
 from rlmesh.rl.columns import ColumnSpec, Columns, env_columns, optional_columns, space_layout
+from rlmesh.roles.runner_policy import actions_caller
 from rlmesh.rl.filters import NoFilter, ReturnNormalizer
 from rlmesh.rl.spaces import ObservationError, describe_mismatch, is_nested, to_column
 from rlmesh.rl.finite import FLOAT32_MAX, NonFiniteError, describe
@@ -148,6 +149,7 @@ class EnvSampler:
         """The columns and per-env state ``policy`` needs: its declared columns, its
         recurrent state (``get_initial_state``), previous actions and rewards if declared."""
         self._bound = policy
+        self._compute = actions_caller(policy)  # by the signature its author wrote
         n = len(self.slots)
         wanted = dict(policy.view_requirements)
         optional = optional_columns(self.action_space)
@@ -234,7 +236,7 @@ class EnvSampler:
         if self._per_env_inputs:  # recurrent state, previous actions/rewards, counters
             actions, extras = self._act_with_inputs(t, idx, obs, buf, explore)
         else:  # the common case: nothing but the observations, one call, no per-row extras
-            actions, _, extras = self.policy.compute_actions(obs, explore=explore)
+            actions, _, extras = self._compute(obs, None, None, None, explore)
         cols["actions"][t, idx] = actions
         for key, values in extras.items():
             col = cols.get(key)
@@ -280,7 +282,7 @@ class EnvSampler:
         cols = buf.cols
         states = [s[idx] for s in self._states]
         prev = {k: v[idx] for k, v in self._prev_values.items()}
-        actions, state_outs, extras = self.policy.compute_actions(
+        actions, state_outs, extras = self._compute(
             obs, states or None, prev.get(Columns.PREV_ACTIONS), prev.get(Columns.PREV_REWARDS),
             explore=explore)
         if states:

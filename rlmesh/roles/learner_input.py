@@ -88,7 +88,8 @@ class BatchBuilder:
             raise ValueError("no obs column of shape [T, B, ...]")
         layout = {}
         for key, col in cols.items():
-            if (not isinstance(col, np.ndarray) or col.dtype.kind not in "biuf"
+            # "O": a policy's extra outputs of other plain data (strings), one per step.
+            if (not isinstance(col, np.ndarray) or col.dtype.kind not in "biufO"
                     or col.shape[:2] != obs.shape[:2]):
                 raise ValueError(f"column {key!r} is not numbers of shape {obs.shape[:2]} + ...")
             layout[key] = (col.dtype, col.shape[2:])

@@ -1,18 +1,21 @@
 """The policies an env runner or policy server acts with, by policy id, and how they stay
 current: built from the specs' plain data (the class a policy names for runners: the numpy
 fast path for the default model, so the process never imports torch), and their weights,
-which the param server pushes and a runner takes at its next fragment boundary."""
+which the param server pushes and a runner takes at its next fragment boundary; and how a
+runner calls a policy's ``compute_actions``: by the signature its author wrote."""
 
 from __future__ import annotations
 
+import inspect
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
 from rlmesh.policy.policy import Policy
 from rlmesh.policy.policy_spec import build_policy_from_data
 from rlmesh.rl.columns import DEFAULT_POLICY_ID
+from rlmesh.wire.codec import EncodeError, encode
 
 if TYPE_CHECKING:
     from rlmesh.config.base import AlgorithmConfig
@@ -124,3 +127,83 @@ class VersionedPolicies:
         """The weights policy ``policy_id`` acts with here (the default model's: only the
         policy trunk and head)."""
         return self.policies[policy_id].get_weights()
+
+
+#: ``caller(obs, state_batches, prev_action_batch, prev_reward_batch, explore)``.
+ActionsCaller = Callable[[Any, Any, Any, Any, Any], tuple[Any, list[Any], dict[str, Any]]]
+
+
+def actions_caller(policy: Policy) -> ActionsCaller:
+    """How a runner calls ``policy.compute_actions``: positionally up to what its signature
+    takes (RLlib's ``compute_actions(self, obs_batch, state_batches, prev_action_batch=None,
+    ...)`` has no default for ``state_batches``), ``explore`` where it takes it. rlmesh's own
+    policies are called directly; a user's has its extra outputs checked: numbers pass, other
+    values that cross the wire (strings, lists, dicts) become one object per row, anything
+    else is refused in one line naming the key."""
+    method = policy.compute_actions
+    own = type(policy).compute_actions.__module__.startswith(("rlmesh.policy.", "rlmesh.algorithms."))
+    if own and type(policy).compute_actions.__module__ != "rlmesh.policy.template_calls":
+        return lambda obs, s, pa, pr, explore: method(obs, s, pa, pr, explore=explore)
+    params = list(inspect.signature(method).parameters.values())
+    if any(p.kind is p.VAR_POSITIONAL for p in params):
+        positional = 4
+    else:
+        positional = sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
+    takes_explore = any(p.name == "explore" or p.kind is p.VAR_KEYWORD for p in params)
+    name = f"{type(policy).__name__}.compute_actions"
+    torch_policy = _is_torch_policy(policy)
+    seen: set[str] = set()
+
+    def call(obs: Any, states: Any, prev_actions: Any, prev_rewards: Any, explore: Any) -> Any:
+        args = (obs, states, prev_actions, prev_rewards)
+        if positional < 4 and any(a is not None for a in args[positional:]):
+            raise TypeError(f"{name} takes {positional} inputs; this policy declares recurrent "
+                            "state or previous actions/rewards: take state_batches, "
+                            "prev_action_batch, prev_reward_batch")
+        out = method(*args[:positional], **({"explore": explore} if takes_explore else {}))
+        actions, state_outs, extras = out
+        return actions, state_outs, _checked_extras(extras, seen, name, torch_policy, len(obs))
+
+    return call
+
+
+def _is_torch_policy(policy: Policy) -> bool:
+    module = sys.modules.get("rlmesh.policy.torch_policy")
+    return module is not None and isinstance(policy, module.TorchPolicy)
+
+
+def _checked_extras(extras: dict[str, Any], seen: set[str], name: str, torch_policy: bool,
+                    n: int) -> dict[str, Any]:
+    """Extra outputs as sample columns: numeric arrays as they are; strings and other plain
+    data as object arrays of one entry per row (checked to cross the wire on first sight)."""
+    out = {}
+    for key, values in (extras or {}).items():
+        arr = values if isinstance(values, np.ndarray) else np.asarray(values)
+        if arr.dtype.kind in "biuf":
+            out[key] = arr
+            continue
+        if torch_policy:
+            raise TypeError(f"{name}: extra output {key!r} holds {arr.dtype} values; a "
+                            "TorchPolicy learns from tensors, so return numbers (or subclass "
+                            "Policy, whose learn_on_batch takes any plain data)")
+        rows = list(values)
+        if len(rows) != n:
+            raise ValueError(f"{name}: extra output {key!r} has {len(rows)} entries for {n} "
+                             "observations; return one per observation")
+        if key not in seen:
+            try:
+                encode([_plain(r) for r in rows])
+            except EncodeError as exc:
+                raise TypeError(f"{name}: extra output {key!r} cannot reach the learner: "
+                                f"{exc}") from None
+            seen.add(key)
+        column = np.empty(n, dtype=object)
+        for i, r in enumerate(rows):
+            column[i] = _plain(r)
+        out[key] = column
+    return out
+
+
+def _plain(value: Any) -> Any:
+    """numpy's scalars as Python's (a string column's entries are numpy str_)."""
+    return value.item() if isinstance(value, np.generic) else value

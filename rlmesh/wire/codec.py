@@ -23,9 +23,11 @@ _EXT_ARRAY_INLINE = 2  # numpy array, payload inline
 _EXT_TENSOR = 3  # torch tensor, payload in a separate frame
 _EXT_TENSOR_INLINE = 4  # torch tensor, payload inline
 _EXT_TUPLE = 5  # a tuple (msgpack alone would turn it into a list)
+_EXT_OBJECTS = 6  # an object array: [shape, its entries as msgpack values] (a policy's strings)
 
-# Every numeric dtype and bool, by numpy's byte-order-explicit name. Anything else
-# (object, str, structured, datetime) is refused rather than pickled.
+# Every numeric dtype and bool, by numpy's byte-order-explicit name. Anything else (str,
+# structured, datetime) is refused rather than pickled; an object array travels as its
+# entries, each of which must be plain data itself (_EXT_OBJECTS).
 ALLOWED_DTYPES = frozenset(
     np.dtype(n).str
     for n in (
@@ -128,6 +130,9 @@ class _Encoder:
         return [header, *buffers]
 
     def default(self, value: Any) -> Any:
+        if isinstance(value, np.ndarray) and value.dtype == object:
+            return msgpack.ExtType(_EXT_OBJECTS, _pack([list(value.shape), list(value.reshape(-1))],
+                                                       self.default))
         if isinstance(value, np.ndarray):
             return _encode_array(value, self.buffers, self.inline_threshold, self.meta.pack)
         if isinstance(value, tuple):
@@ -250,15 +255,16 @@ class _ExtHook:
         return container
 
     def __call__(self, code: int, data: bytes) -> Any:
-        if code == _EXT_TUPLE:
+        if code in (_EXT_TUPLE, _EXT_OBJECTS):
             # Each level re-enters the unpacker: bound it before the C stack is.
             if self.depth >= MAX_TUPLE_DEPTH:
                 raise DecodeError(f"tuples nested deeper than {MAX_TUPLE_DEPTH} levels")
             self.depth += 1
             try:
-                return tuple(_unpack(data, self, self.limits, self.counter))
+                value = _unpack(data, self, self.limits, self.counter)
             finally:
                 self.depth -= 1
+            return tuple(value) if code == _EXT_TUPLE else _build_objects(value)
         if code in (_EXT_TENSOR, _EXT_TENSOR_INLINE) and not self.limits.tensors:
             raise DecodeError("a torch tensor was sent, and this process takes numpy arrays "
                               "only: send np.asarray(tensor)")
@@ -345,6 +351,20 @@ def _build_array(dtype: Any, shape: Any, payload: Any) -> np.ndarray:
             f"frame has {len(payload)}"
         )
     return np.frombuffer(payload, dtype=dt, count=count).reshape(shape_t)
+
+
+def _build_objects(value: Any) -> np.ndarray:
+    """An object array from ``[shape, entries]`` (entries set one by one: numpy would read
+    a list entry as another dimension)."""
+    if not (isinstance(value, list) and len(value) == 2 and isinstance(value[1], list)):
+        raise DecodeError("malformed object array")
+    shape = _check_shape(value[0])
+    if math.prod(shape) != len(value[1]):
+        raise DecodeError(f"object array of shape {shape} has {len(value[1])} entries")
+    out = np.empty(len(value[1]), dtype=object)
+    for i, entry in enumerate(value[1]):
+        out[i] = entry
+    return out.reshape(shape)
 
 
 def _build_tensor(dtype: Any, shape: Any, payload: Any) -> Any:
