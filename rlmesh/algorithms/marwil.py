@@ -145,7 +145,7 @@ class MARWIL(Algorithm):
         for f in per_policy(fragments):
             by_policy.setdefault(f.get("policy_id", DEFAULT_POLICY_ID), []).append(f)
         with self.timer("learn_time_s"):
-            stats = self.learner_group.update(
+            stats = self.learner_group.update_from_batch(
                 merge_by_policy([f for fs in by_policy.values() for f in common_columns(fs)]),
                 timesteps=self.timesteps_sampled)
         if sampled:

@@ -221,7 +221,8 @@ class OffPolicy(Algorithm):
             samples, batches = self.replay_sample(k_steps)
             if batches:
                 with self.timer("learn_time_s"):
-                    stats = self.learner_group.update(batches, timesteps=self.timesteps_sampled)
+                    stats = self.learner_group.update_from_batch(
+                        batches, timesteps=self.timesteps_sampled)
                 self.update_priorities(samples, stats)
                 trained += sum(int(s.get("num_env_steps_trained", 0)) for s in stats.values())
                 self.env_runners.sync_weights()

@@ -130,7 +130,8 @@ class OfflineReplay(Algorithm):
         self.env_runners.record([{"env_steps": k_steps * cfg.train_batch_size, "episodes": []}])
         samples, batches = self.replay_sample(k_steps)
         with self.timer("learn_time_s"):
-            stats = self.learner_group.update(batches, timesteps=self.timesteps_sampled)
+            stats = self.learner_group.update_from_batch(batches,
+                                                         timesteps=self.timesteps_sampled)
         self.update_priorities(samples, stats)
         self.env_runners.sync_weights()  # the param server: driver copies, remote learners
         return stats

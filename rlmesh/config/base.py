@@ -69,6 +69,13 @@ class AlgorithmConfig(SamplingSettings, EvaluationSettings, MultiAgentSettings, 
     shuffle_batch_per_epoch: bool = setting(
         False, "training",
         doc="Shuffle the train batch before cutting each epoch's minibatches.")
+    learner_class: str | type | None = setting(
+        None, "training", aliases=("_learner_class",),
+        doc="A subclass of rlmesh.core.learner.Learner (or its import path "
+            "'pkg.module:MyLearner') that every learner is built as: its overridden hooks "
+            "(compute_loss_for_module, compute_gradients, apply_gradients, "
+            "_preprocess_train_data) run in the policies' updates. None: rlmesh's Learner. "
+            "See docs/learner.md.")
     model: dict = setting(
         MODEL_DEFAULTS, "training", merge=True,
         doc="Network settings in RLlib's names (fcnet_hiddens, fcnet_activation, conv_filters, "

@@ -286,8 +286,8 @@ class Algorithm:
         if not any(f["env_steps"] for f in fragments):
             return {}  # policy-server clients sent nothing in time: an idle iteration
         with self.timer("learn_time_s"):
-            stats = self.learner_group.update(merge_by_policy(fragments),
-                                              timesteps=self.timesteps_sampled)
+            stats = self.learner_group.update_from_batch(merge_by_policy(fragments),
+                                                         timesteps=self.timesteps_sampled)
         self.env_runners.sync_weights(sorted(stats) or None)  # untrained ones stay as they are
         return stats
 

@@ -1,17 +1,19 @@
 """The driver's view of the learners (RLlib's LearnerGroup): one ``Learner`` in the driver
 (``num_learners=0``) or learner actors, data-parallel when several, for synchronous and
-asynchronous algorithms alike. Batches and weights are keyed by policy id."""
+asynchronous algorithms alike. Batches and weights are keyed by policy id; RLlib's
+``update_from_batch`` / ``update_from_episodes`` are the public update calls (docs/learner.md)."""
 
 from __future__ import annotations
 
 import math
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from rlmesh.rl.columns import merge_by_policy, shard_batch
-from rlmesh.roles.learner import Learner
+from rlmesh.rl.columns import shard_batch
+from rlmesh.roles.learner import BOTH, Learner, deprecated_update, learner_class_of
+from rlmesh.roles.train_data import episode_batches, policy_batches, shard_episodes
 
 if TYPE_CHECKING:
     from rlmesh.config.base import AlgorithmConfig
@@ -26,14 +28,14 @@ class LearnerGroup:
         self.policy_specs = policy_specs
         self.mesh = mesh
         self.local: Learner | None = None
+        learner_class = learner_class_of(config)  # a bad learner_class: one line, here
         if config.num_learners == 0 and not mesh.asynchronous:
             from rlmesh.policy.device import learner_device
 
             # As a learner process would choose: no quiet fall-back to the CPU.
             device = learner_device(config.num_gpus_per_learner, 0, config.fake_gpus)
-            self.local = Learner(config, policy_specs, str(device))
-        self._pending: list[Future] = []
-        self._executor: ThreadPoolExecutor | None = None  # async updates of the local learner
+            self.local = learner_class(config, policy_specs, str(device))
+        self._pending: list[Future] = []  # the learner actors' asynchronous updates
 
     def start(self) -> None:
         if self.local is None:
@@ -42,66 +44,87 @@ class LearnerGroup:
     # --- updates ---
 
     @property
-    def update(self) -> Callable[..., dict[str, dict[str, float]]]:
-        """``update(batches, timesteps=, num_epochs=, minibatch_size=)``: one update of each
-        policy from its batch (``{policy_id: time-major batch}``), statistics by policy id.
-        With the learner in the driver this is that learner's own ``update_from_batch``
-        (no frame of the group's between an algorithm's training_step and the policy's
-        update); with learner actors, the remote update (data-parallel when several)."""
-        if self.local is not None and not self._pending:
-            return self.local.update_from_batch
-        return self._update_everywhere
+    def update_from_batch(self) -> Callable[..., Any]:
+        """``update_from_batch(batch, *, timesteps=0, async_update=False,
+        minibatch_size=None, num_iters=None)``: one update of each policy from its batch;
+        statistics by policy id. ``batch``: ``{policy_id: batch}``, a MultiAgentBatch, or one
+        policy's columns (single-agent: ``default_policy``). ``num_iters`` passes (default
+        the config's ``num_epochs``; ``num_epochs=`` is accepted too) of ``minibatch_size``
+        minibatches (default the config's). ``async_update=True`` returns at once: a list
+        of the statistics of the updates finished since the last call.
 
-    def _update_everywhere(self, batches: dict[str, dict[str, Any]], timesteps: int = 0,
-                           **kwargs: Any) -> dict[str, dict[str, float]]:
-        if self.local is not None:  # after asynchronous updates: in order, on their thread
-            return self.update_from_batch(batches, timesteps=timesteps, num_iters=kwargs.get(
-                "num_epochs"), minibatch_size=kwargs.get("minibatch_size"))
-        return self._update_remote(batches, timesteps, kwargs).result()
-
-    def update_from_episodes(self, fragments: list[dict[str, Any]], **kwargs: Any
-                             ) -> dict[str, dict[str, float]]:
-        """Update from fragments as env runners ship them (merged per policy first)."""
-        return self.update_from_batch(merge_by_policy(fragments), **kwargs)
-
-    def update_from_batch(self, batch: dict[str, dict[str, Any]], *, timesteps: int = 0,
-                          minibatch_size: int | None = None, num_iters: int | None = None,
-                          async_update: bool = False) -> Any:
-        """One update of each policy from its batch (``{policy_id: time-major batch}``):
-        ``num_iters`` epochs (default ``num_epochs``) of ``minibatch_size`` minibatches
-        (default the config's). Statistics by policy id; with ``async_update`` the update
-        runs on while this returns the statistics of those finished since the last call
-        (a list, maybe empty)."""
-        kwargs = {"num_epochs": num_iters, "minibatch_size": minibatch_size}
+        With the learner in the driver this is that learner's own ``update_from_batch`` (no
+        frame of the group's between an algorithm's training_step and the policy's update);
+        with learner actors, the remote update (data-parallel when several)."""
         if self.local is not None:
-            if not async_update and not self._pending:
-                return self.local.update_from_batch(batch, timesteps, **kwargs)
-            # One update at a time on the one model: a thread of its own, in order.
-            if self._executor is None:
-                self._executor = ThreadPoolExecutor(1, thread_name_prefix="rlmesh.local-learner")
-            future = self._executor.submit(self.local.update_from_batch, batch, timesteps, **kwargs)
-            if not async_update:
-                return future.result()
-            self._pending.append(future)
-            return self._finished()
-        future = self._update_remote(batch, timesteps, kwargs)
+            return self.local.update_from_batch
+        return self._remote_update_from_batch
+
+    def update_from_episodes(self, episodes: Any, *, timesteps: Any = 0,
+                             async_update: bool = False, minibatch_size: int | None = None,
+                             num_iters: int | None = None, num_epochs: int | None = None,
+                             batch: Any = None) -> Any:
+        """One update from ``episodes``: env runners' fragments (``synchronous_parallel_sample``)
+        or finished episodes (``{column: per-step array}``), turned into each policy's batch on
+        the learner, after its ``_preprocess_train_data`` and ``_postprocess_episodes``. The
+        other arguments are ``update_from_batch``'s."""
+        if self.local is not None:
+            return self.local.update_from_episodes(
+                episodes, timesteps, async_update=async_update, minibatch_size=minibatch_size,
+                num_iters=num_iters, num_epochs=num_epochs, batch=batch)
+        if batch is not None:
+            raise ValueError(f"update_from_episodes got batch=: {BOTH}")
+        options = {"num_epochs": _epochs(num_iters, num_epochs), "minibatch_size": minibatch_size}
+        n = self.mesh.num_learners
+        if n == 1:  # the learner turns them into batches itself
+            future = _then(self.mesh.update_learners([(None, timesteps, episodes)], options),
+                           lambda results: results[0])
+        else:  # each rank its shard of every policy's batch, as fragments
+            batches = policy_batches(episode_batches(episodes), self.policy_specs)
+            per_rank = shard_episodes(batches, n)
+            options = self._same_steps(options, per_rank)
+            future = _then(self.mesh.update_learners(
+                [(None, timesteps, eps) for eps in per_rank], options), _rank_stats)
+        return self._started(future, async_update)
+
+    def update(self, batch: Any = None, timesteps: Any = 0, *, episodes: Any = None,
+               **kwargs: Any) -> Any:
+        """RLlib's soft-deprecated ``update``: ``update_from_batch(batch)`` or
+        ``update_from_episodes(episodes)`` (said once per process); ``num_epochs`` is
+        ``num_iters``."""
+        deprecated_update("LearnerGroup")
+        if (batch is None) == (episodes is None):
+            raise ValueError(f"update() takes one of batch= and episodes=: {BOTH}")
+        if episodes is not None:
+            return self.update_from_episodes(episodes, timesteps=timesteps, **kwargs)
+        return self.update_from_batch(batch, timesteps=timesteps, **kwargs)
+
+    def _remote_update_from_batch(self, batch: Any, timesteps: Any = 0, *,
+                                  async_update: bool = False, minibatch_size: int | None = None,
+                                  num_iters: int | None = None, num_epochs: int | None = None,
+                                  episodes: Any = None) -> Any:
+        if episodes is not None:
+            raise ValueError(f"update_from_batch got episodes=: {BOTH}")
+        batches = policy_batches(batch, self.policy_specs)
+        options = {"num_epochs": _epochs(num_iters, num_epochs), "minibatch_size": minibatch_size}
+        return self._started(self._update_remote(batches, timesteps, options), async_update)
+
+    def _started(self, future: Future[Any], async_update: bool) -> Any:
+        """A synchronous update's statistics; or, with ``async_update``, those of the
+        updates finished since the last call (the learner actors run them in order)."""
         if not async_update:
             return future.result()
         self._pending.append(future)
-        return self._finished()
-
-    def stop(self) -> None:
-        """Let the local learner's updates in flight finish (the actors stop with the job)."""
-        if self._executor is not None:
-            self._executor.shutdown(wait=True)
-            self._executor = None
-
-    def _finished(self) -> list[dict[str, dict[str, float]]]:
         done = [f for f in self._pending if f.done()]
         self._pending = [f for f in self._pending if not f.done()]
         return [f.result() for f in done]
 
-    def _update_remote(self, batch: dict[str, dict[str, Any]], timesteps: int,
+    def stop(self) -> None:
+        """Let the local learner's updates in flight finish (the actors stop with the job)."""
+        if self.local is not None:
+            self.local.stop()
+
+    def _update_remote(self, batch: dict[str, dict[str, Any]], timesteps: Any,
                        kwargs: dict[str, Any]) -> Future[dict[str, dict[str, float]]]:
         """The update on the learner actors, started; the future of its statistics."""
         n = self.mesh.num_learners
@@ -111,14 +134,20 @@ class LearnerGroup:
         # Data-parallel: each rank a shard of every policy's batch, and every rank the same
         # number of minibatches, so their gradient all-reduces pair up.
         shards = {pid: shard_batch(b, n) for pid, b in batch.items()}
-        size = kwargs.get("minibatch_size") or self.config.minibatch_size
         per_rank = [{pid: s[r] for pid, s in shards.items()} for r in range(n)]
-        if size:
-            most = max(int(np.asarray(s["mask"]).sum()) for s in
-                       (x for shard in shards.values() for x in shard))
-            kwargs = {**kwargs, "num_minibatches": max(1, math.ceil(most / size))}
+        kwargs = self._same_steps(kwargs, [list(b.values()) for b in per_rank])
         future = self.mesh.update_learners([(b, timesteps) for b in per_rank], kwargs)
         return _then(future, _rank_stats)
+
+    def _same_steps(self, kwargs: dict[str, Any], per_rank: list[list[dict[str, Any]]]
+                    ) -> dict[str, Any]:
+        """``kwargs`` with ``num_minibatches`` set so that every rank steps as often as the
+        one with the most samples would."""
+        size = kwargs.get("minibatch_size") or self.config.minibatch_size
+        if not size:
+            return kwargs
+        most = max(int(np.asarray(b["mask"]).sum()) for shard in per_rank for b in shard)
+        return {**kwargs, "num_minibatches": max(1, math.ceil(most / size))}
 
     def apply_gradients(self, gradients: dict[str, dict[str, Any]], *, timesteps: int = 0) -> None:
         """One optimizer step of each policy with the gradients given for it
@@ -191,3 +220,8 @@ def _then(future: Future[Any], fn: Callable[[Any], Any]) -> Future[Any]:
 
     future.add_done_callback(done)
     return out
+
+
+def _epochs(num_iters: int | None, num_epochs: int | None) -> int | None:
+    """RLlib's ``num_iters``, or its newer name (and rlmesh's) ``num_epochs``."""
+    return num_iters if num_iters is not None else num_epochs

@@ -46,6 +46,7 @@ class Learning(Protocol):
     num_env_steps_trained: int
     num_nonfinite_updates_skipped: int
     after_train_step: Callable[..., Any] | None
+    gradient_step: Callable[..., bool] | None  # step() hands its gradient step to it, if set
 
     def for_learning(self) -> Learning: ...
 
@@ -131,6 +132,9 @@ class MinibatchSGD:
     def step(self, loss: torch.Tensor, stats: dict[str, Any]) -> bool:
         """One gradient step on ``loss``; False where it was not applied (a non-finite loss
         or gradient, ``on_nonfinite`` "skip")."""
+        hook = getattr(self.policy, "gradient_step", None)
+        if hook is not None:  # a Learner subclass's compute/apply_gradients (roles/learner_hooks.py)
+            return hook(self, loss, stats)
         self.policy.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         return self.apply(stats, loss)

@@ -70,6 +70,8 @@ class TorchPolicy(Policy):
         self.num_env_steps_trained = 0
         self.num_nonfinite_updates_skipped = 0  # minibatch steps never applied: NaN/inf loss or gradient
         self.data_parallel: Any = None  # a DataParallel when learners train together
+        # A user's Learner with its own compute/apply_gradients steps here (MinibatchSGD.step).
+        self.gradient_step: Any = None
         # Read once: a config lookup per gradient step cost ~3 us (see precision()).
         self.bf16 = getattr(config, "torch_autocast", None) == "bf16"
         after = getattr(config, "after_train_step", None)

@@ -1,11 +1,13 @@
-"""The learner: the policies one learner process (or the driver) trains, by policy id, on its
-device. Each policy does its own update (``Policy.update``); the learner routes batches to
-them, hands out their weights and state, and joins them to data-parallel peers.
+"""The learner (RLlib's ``Learner``, public as ``rlmesh.core.learner.Learner``): the policies
+one learner process (or the driver) trains, by policy id, on its device. Each policy does its
+own update (``Policy.update``); the learner routes batches to them, runs the hooks a user's
+subclass overrides (learner_hooks.py), hands out weights and state, joins data-parallel peers.
 """
 
 from __future__ import annotations
 
 import logging
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -16,7 +18,9 @@ from rlmesh.config.multi_agent import trainable
 from rlmesh.policy.device_check import learner_scope
 from rlmesh.policy.policy_spec import build_policy_from_data
 from rlmesh.policy.torch_policy import TorchPolicy
+from rlmesh.roles.learner_hooks import LearnerHooks, install_hooks
 from rlmesh.roles.policy_changes import checked_policy_id, checked_settings, checked_spec, take_settings
+from rlmesh.roles.train_data import episode_batches, policy_batches
 from rlmesh.rl.finite import NonFiniteError, describe, first_nonfinite_column
 
 if TYPE_CHECKING:
@@ -25,13 +29,20 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+BOTH = ("pass either a batch (update_from_batch(batch)) or episodes "
+        "(update_from_episodes(episodes)), not both")
+
 
 class LearnerOutOfMemory(RuntimeError):
     """The device ran out of memory in an update; the message names the sizes to lower."""
 
 
-class Learner:
-    """``{policy_id: Policy}`` built from the specs' plain data (``PolicySpec.to_data``)."""
+class Learner(LearnerHooks):
+    """``{policy_id: Policy}`` built from the specs' plain data (``PolicySpec.to_data``),
+    trained by ``update_from_batch`` / ``update_from_episodes``. Subclass it (config key
+    ``learner_class``) to override RLlib's hooks: ``compute_loss_for_module``,
+    ``compute_gradients``, ``apply_gradients``, ``_preprocess_train_data``,
+    ``_postprocess_episodes``, ``build`` (learner_hooks.py; docs/learner.md)."""
 
     def __init__(self, config: AlgorithmConfig, policy_specs: dict[str, dict[str, Any]],
                  device: str = "cpu", trust: SentCode | None = None) -> None:
@@ -46,26 +57,58 @@ class Learner:
         threads = config.num_cpus_per_learner
         torch.set_num_threads(1 if threads == "auto" else max(1, int(threads)))
         self.policies: dict[str, Any] = {}
+        self._init_hooks()
         for pid, spec in policy_specs.items():
-            extra = {"device": str(self.device)} if _is_torch_policy(spec) else {}  # theirs only
-            policy = build_policy_from_data(spec, config, runner=False, **extra)
-            if isinstance(policy, TorchPolicy):
-                policy.for_learning()
-            self.policies[pid] = policy
+            self.policies[pid] = self._built(pid, spec)
         self.callbacks = load_callbacks(config.callbacks_class)
         self.num_updates = 0
         self.num_nonfinite_batches_skipped = {pid: 0 for pid in self.policies}
         self._data_parallel = False
         self._dp: Any = None
         self.removed: set[str] = set()  # policies removed while training
+        # Updates asked for with async_update: run in order on one thread of their own.
+        self._executor: ThreadPoolExecutor | None = None
+        self._pending: list[Future] = []
+        self.build()
 
-    def update_from_batch(self, batches: dict[str, dict[str, Any]], timesteps: int = 0,
-                          **kwargs: Any) -> dict[str, dict[str, float]]:
-        """One update of each policy that has a batch; statistics by policy id. ``kwargs``
-        (``num_epochs``, ``minibatch_size``, ``num_minibatches``) go to torch policies.
+    def _built(self, pid: str, spec: dict[str, Any]) -> Any:
+        extra = {"device": str(self.device)} if _is_torch_policy(spec) else {}  # theirs only
+        policy = build_policy_from_data(spec, self.config, runner=False, **extra)
+        if isinstance(policy, TorchPolicy):
+            policy.for_learning()
+            install_hooks(self, pid, policy)
+        return policy
+
+    # --- updates (RLlib's names) ---
+
+    def update_from_batch(self, batch: Any, timesteps: Any = 0, *,
+                          minibatch_size: int | None = None, num_iters: int | None = None,
+                          async_update: bool = False, num_epochs: int | None = None,
+                          num_minibatches: int | None = None, episodes: Any = None,
+                          _queued: bool = False) -> Any:
+        """One update of each policy that has a batch; statistics by policy id. ``batch``:
+        ``{policy_id: batch}``, a MultiAgentBatch, or one policy's columns (single-agent:
+        ``default_policy``); time-major as runners ship, or flat samples. ``num_iters``
+        (RLlib's; ``num_epochs`` its newer name) passes of ``minibatch_size`` minibatches
+        override the config's for this call. ``async_update``: queued on a thread, and the
+        statistics of the updates finished since the last call come back (a list).
+
         The policy's ``update`` is called right here (the checks, callbacks and error
         translation around it are plain calls and ``with`` blocks): an algorithm's loss is
         two frames below this one."""
+        if episodes is not None:
+            raise ValueError(f"update_from_batch got episodes=: {BOTH}")
+        epochs = num_iters if num_iters is not None else num_epochs
+        kwargs = {"num_epochs": epochs, "minibatch_size": minibatch_size,
+                  "num_minibatches": num_minibatches}
+        if (async_update or self._pending) and not _queued:
+            return self._queue(async_update, self.update_from_batch, batch, timesteps, **kwargs)
+        if isinstance(batch, _Prepared):  # from update_from_episodes: preprocessed there
+            batches = batch
+        else:
+            batches = policy_batches(batch, self.policies, self.removed)
+            batches, _ = self._preprocess_train_data(batch=batches, episodes=None)
+        timesteps = _env_steps(timesteps)
         out = {}
         for pid, batch in batches.items():
             if not trainable(self.config, pid, self.main_script) or pid in self.removed:
@@ -90,6 +133,62 @@ class Learner:
         log.debug("update %d of %s", self.num_updates, ", ".join(
             f"{pid} ({s.get('num_env_steps_trained', '?')} samples)" for pid, s in out.items()))
         return out
+
+    def update_from_episodes(self, episodes: Any, timesteps: Any = 0, *,
+                             minibatch_size: int | None = None, num_iters: int | None = None,
+                             async_update: bool = False, batch: Any = None,
+                             _queued: bool = False, **kwargs: Any) -> Any:
+        """One update from episodes: env runners' fragments, or finished episodes
+        (``{column: per-step array}``; train_data.py). They go through
+        ``_preprocess_train_data(batch=None, episodes=...)`` and ``_postprocess_episodes``,
+        then become each policy's time-major batch, here on the learner. The other
+        arguments are ``update_from_batch``'s."""
+        if batch is not None:
+            raise ValueError(f"update_from_episodes got batch=: {BOTH}")
+        kwargs.update(minibatch_size=minibatch_size, num_iters=num_iters)
+        if (async_update or self._pending) and not _queued:
+            return self._queue(async_update, self.update_from_episodes, episodes, timesteps,
+                               **kwargs)
+        batch, episodes = self._preprocess_train_data(batch=None, episodes=episodes)
+        if batch is None:
+            batch = episode_batches(self._postprocess_episodes(episodes))
+        batches = _Prepared(policy_batches(batch, self.policies, self.removed))
+        return self.update_from_batch(batches, timesteps, _queued=True, **kwargs)
+
+    def update(self, batch: Any = None, timesteps: Any = 0, *, episodes: Any = None,
+               **kwargs: Any) -> Any:
+        """RLlib's soft-deprecated ``update``: ``update_from_batch(batch)`` or
+        ``update_from_episodes(episodes)`` (said once per process)."""
+        deprecated_update("Learner")
+        if (batch is None) == (episodes is None):
+            raise ValueError(f"update() takes one of batch= and episodes=: {BOTH}")
+        if episodes is not None:
+            return self.update_from_episodes(episodes, timesteps, **kwargs)
+        return self.update_from_batch(batch, timesteps, **kwargs)
+
+    def _queue(self, async_update: bool, call: Any, *args: Any, **kwargs: Any) -> Any:
+        """``call`` on the update thread, after the updates queued before it: its statistics
+        (waited for), or with ``async_update`` those of the updates finished meanwhile."""
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix="rlmesh.local-learner")
+        future = self._executor.submit(call, *args, _queued=True, **kwargs)
+        if not async_update:
+            return future.result()
+        self._pending.append(future)
+        return self.finished_updates()
+
+    def finished_updates(self) -> list[dict[str, dict[str, float]]]:
+        """The statistics of the asynchronous updates finished since the last call, in the
+        order they were asked for (an update's error is raised here)."""
+        done = [f for f in self._pending if f.done()]
+        self._pending = [f for f in self._pending if not f.done()]
+        return [f.result() for f in done]
+
+    def stop(self) -> None:
+        """Let the updates in flight finish."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
 
     def _out_of_memory(self, pid: str, batch: dict[str, Any], kwargs: dict[str, Any],
                        error: BaseException) -> str:
@@ -117,19 +216,6 @@ class Learner:
                 "on_nonfinite='skip' to drop such batches and count them")
         return False
 
-    def apply_gradients(self, gradients: dict[str, dict[str, Any]], timesteps: int) -> None:
-        """One optimizer step of each policy with the gradients given for it (computed
-        elsewhere: ``TorchPolicy.compute_gradients`` on an env runner)."""
-        for pid, grads in gradients.items():
-            policy = self.policy(pid)
-            if not isinstance(policy, TorchPolicy):
-                raise TypeError(f"policy {pid!r} ({type(policy).__name__}) has no "
-                                "apply_gradients; gradients are for TorchPolicy subclasses")
-            policy.global_timestep = timesteps
-            with learner_scope(self.device, self.num_updates):
-                policy.apply_gradients(grads)
-        self.num_updates += 1
-
     def policy(self, policy_id: str) -> Any:
         try:
             return self.policies[policy_id]
@@ -146,13 +232,10 @@ class Learner:
         checked_policy_id(policy_id, self.policies, exists=False)
         checked_spec(spec, self.config, self.trust, "policy_class")
         new = checked_settings(self.config, settings, self.trust, self.main_script)
-        extra = {"device": str(self.device)} if _is_torch_policy(spec) else {}
-        policy = build_policy_from_data(spec, self.config, runner=False, **extra)
-        if isinstance(policy, TorchPolicy):
-            policy.for_learning()
-            if self._dp is not None:
-                self._dp.broadcast_module(policy.model)
-                policy.data_parallel = self._dp
+        policy = self._built(policy_id, spec)
+        if isinstance(policy, TorchPolicy) and self._dp is not None:
+            self._dp.broadcast_module(policy.model)
+            policy.data_parallel = self._dp
         self.policies[policy_id] = policy
         self.removed.discard(policy_id)
         self.num_nonfinite_batches_skipped[policy_id] = 0
@@ -209,3 +292,41 @@ def _is_torch_policy(spec: dict[str, Any]) -> bool:
 
     cls = import_object(spec["policy_class"], "policy class")
     return isinstance(cls, type) and issubclass(cls, TorchPolicy)
+
+
+class _Prepared(dict):
+    """Batches by policy id that ``update_from_episodes`` made (and preprocessed) already."""
+
+
+def _env_steps(timesteps: Any) -> int:
+    """Env steps sampled so far: a count, or RLlib's newer ``{"num_env_steps_sampled_lifetime": n}``."""
+    if isinstance(timesteps, dict):
+        return int(timesteps.get("num_env_steps_sampled_lifetime", 0))
+    return int(timesteps or 0)
+
+
+_warned: set[str] = set()
+
+
+def deprecated_update(who: str) -> None:
+    """RLlib's soft deprecation of ``update()``: one warning per process."""
+    if who not in _warned:
+        _warned.add(who)
+        log.warning("%s.update() is deprecated (as in RLlib): call update_from_batch(batch) "
+                    "or update_from_episodes(episodes)", who)
+
+
+def learner_class_of(config: AlgorithmConfig) -> type[Learner]:
+    """The learner class ``config.learner_class`` names (a class or its import path; RLlib's
+    ``_learner_class`` too), checked to be a ``Learner``; ``Learner`` where none is named."""
+    from rlmesh.runtime.import_path import import_object
+
+    named = getattr(config, "learner_class", None)
+    if named is None:
+        return Learner
+    cls = import_object(named, "learner_class") if isinstance(named, str) else named
+    if not (isinstance(cls, type) and issubclass(cls, Learner)):
+        raise TypeError(f"learner_class {getattr(cls, '__name__', cls)!r} is not a Learner; "
+                        "subclass rlmesh.core.learner.Learner (class MyLearner(Learner)) and "
+                        "override its hooks, e.g. compute_loss_for_module (docs/learner.md)")
+    return cls

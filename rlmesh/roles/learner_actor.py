@@ -24,7 +24,7 @@ import numpy as np
 
 from rlmesh.runtime.import_path import SentCode, import_object, named_roots
 from rlmesh.rl.columns import DEFAULT_POLICY_ID
-from rlmesh.roles.learner import Learner
+from rlmesh.roles.learner import learner_class_of
 from rlmesh.roles.learner_input import BatchBuilder, BatchQueue, LearnerInput
 from rlmesh.roles.replay_input import InputClosed, ReplayFeeder, ReplayInput
 from rlmesh.runtime import Actor
@@ -79,7 +79,8 @@ class LearnerActor(Actor):
         trust = SentCode({*(code_roots or ()), *named_roots({"config": config,
                                                              "policies": policy_specs})},
                          main_script)
-        self.learner = Learner(cfg, policy_specs, str(device), trust)
+        # RLlib's learner_class: a user's Learner subclass, named by import path.
+        self.learner = learner_class_of(cfg)(cfg, policy_specs, str(device), trust)
         self.rank, self.world_size, self.dp_address = rank, world_size, dp_address
         # The asynchronous pipeline's input (IMPALA's settings): made by start_async.
         self.queue: BatchQueue | None = None
@@ -129,21 +130,27 @@ class LearnerActor(Actor):
 
     # --- synchronous algorithms ---
 
-    async def update(self, batches: dict[str, Any], timesteps: int,
+    async def update(self, batches: dict[str, Any] | None, timesteps: int,
+                     episodes: list[dict[str, Any]] | None = None,
                      **kwargs: int | None) -> dict[str, dict[str, float]]:
-        """One update of each policy from its batch (``{policy_id: time-major batch}``);
+        """One update of each policy from its batch (``{policy_id: time-major batch}``), or
+        from ``episodes`` (``Learner.update_from_episodes``: fragments or finished episodes);
         statistics by policy id. Data-parallel peers must be called with their shards at the
         same time (and the same ``num_minibatches``)."""
         return await self._loop.run_in_executor(self._executor, self._update_now, batches,
-                                                timesteps, kwargs)
+                                                timesteps, episodes, kwargs)
 
-    def _update_now(self, batches: dict[str, Any], timesteps: int,
+    def _update_now(self, batches: dict[str, Any] | None, timesteps: int,
+                    episodes: list[dict[str, Any]] | None,
                     kwargs: dict[str, Any]) -> dict[str, dict[str, float]]:
         if not self._joined:
             self._join_group()
             self._joined = True
         with self._lock, self._logged("update"):
-            stats = self.learner.update_from_batch(batches, timesteps, **kwargs)
+            if episodes is not None:
+                stats = self.learner.update_from_episodes(episodes, timesteps, **kwargs)
+            else:
+                stats = self.learner.update_from_batch(batches, timesteps, **kwargs)
         if self.world_size > 1:
             self._digests.append((self.learner.num_updates, self._digest()))
         return stats

@@ -1,0 +1,1 @@
+"""RLlib's ``ray.rllib.core`` names on rlmesh's classes (``rlmesh.core.learner``)."""
