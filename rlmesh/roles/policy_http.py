@@ -70,7 +70,8 @@ def parse_head(head: bytes) -> Request:
         raise HTTPError(400, "BadRequest", f"malformed request line {lines[0]!r:.80}", True)
     method, target, version = parts
     if version not in ("HTTP/1.1", "HTTP/1.0"):
-        raise HTTPError(505, "BadRequest", f"{version} is not served: speak HTTP/1.1", True)
+        raise HTTPError(400, "BadRequest", f"{version!r:.20} is not served: speak HTTP/1.1",
+                        True)
     request = Request(method.upper(), target.split("?", 1)[0], version)
     for line in lines[1:]:
         if not line:
