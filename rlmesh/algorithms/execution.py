@@ -60,8 +60,8 @@ def train_one_step(workers: PlanWorkers, fragments: list[dict[str, Any]]) -> dic
     if not any(f["env_steps"] for f in fragments):
         return {}
     with algo.timer("learn_time_s"):
-        stats = algo.learner_group.update(merge_by_policy(fragments),
-                                          timesteps=algo.timesteps_sampled)
+        stats = algo.learner_group.update_from_batch(merge_by_policy(fragments),
+                                                     timesteps=algo.timesteps_sampled)
     algo.env_runners.sync_weights(sorted(stats) or None)
     return stats
 

@@ -138,7 +138,10 @@ class Algorithm:
 
     @classmethod
     def with_updates(cls, **overrides: Any) -> type[Algorithm]:
-        """RLlib's ``with_updates`` (``rlmesh.algorithms.algorithm_template.with_updates``)."""
+        """RLlib's ``with_updates`` (``rlmesh.algorithms.algorithm_template.with_updates``;
+        by path: the template is a higher layer)."""
+        from rlmesh.runtime.import_path import import_object
+
         return import_object("rlmesh.algorithms.algorithm_template:with_updates")(cls, **overrides)
 
     @classmethod

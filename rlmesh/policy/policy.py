@@ -12,6 +12,7 @@ itself by import path (``runner_class``), never pickled; torch is not imported h
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import gymnasium as gym
@@ -174,7 +175,15 @@ def class_path(cls: type) -> str:
     """The import path other processes load ``cls`` by (a script's classes by its file)."""
     from rlmesh.runtime.import_path import path_of
 
-    return path_of(cls, "policy class")
+    path = path_of(cls, "policy class")
+    # A class made by a template under one name and assigned to another (RLlib's
+    # ``CustomPolicy = PPOTorchPolicy.with_updates(name="MyPPO", ...)``): named by the latter.
+    module = sys.modules.get(cls.__module__)
+    if module is not None and getattr(module, cls.__qualname__, None) is not cls:
+        alias = next((k for k, v in vars(module).items() if v is cls), None)
+        if alias is not None:
+            return f"{path.rpartition(':')[0]}:{alias}"
+    return path
 
 
 def check_policy_class(cls: Any, where: str) -> type[Policy]:
