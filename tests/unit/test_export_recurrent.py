@@ -6,6 +6,7 @@ carried from its own outputs; from a state other than the initial one too."""
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 from typing import Any, Callable
 
@@ -33,7 +34,9 @@ Run = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
 
 
 def torchscript_runner(path: Path, meta: dict) -> Run:
-    model = torch.jit.load(str(path))
+    with warnings.catch_warnings():  # torch's notice that TorchScript is deprecated
+        warnings.simplefilter("ignore", DeprecationWarning)
+        model = torch.jit.load(str(path))
 
     def run(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         out = model(*(torch.from_numpy(feeds[name]) for name in meta["inputs"]))
