@@ -12,6 +12,8 @@ _LAZY = {
     "init": "rlmesh.ray_compat",
     "shutdown": "rlmesh.ray_compat",
     "is_initialized": "rlmesh.ray_compat",
+    "get": "rlmesh.ray_compat",
+    "remote": "rlmesh.ray_compat",
 }
 
 

@@ -8,10 +8,12 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import json
 import os
 import re
 import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,7 +25,7 @@ from rlmesh.runtime.actor import public_methods
 from rlmesh.runtime.job import Job, current_job
 from rlmesh.runtime.run_dir import ENV_RUN_DIR, RunDir
 
-__all__ = ["get_actor", "NamedActorHandle", "ActorNotFound", "RemoteError", "ActorUnavailable",
+__all__ = ["get_actor", "register_actor", "NamedActorHandle", "ActorMethod", "ActorNotFound", "RemoteError", "ActorUnavailable",
            "NamedActorSpec", "parse_named_actors", "start_named_actors"]
 
 HOST = "rlmesh.named_actors:NamedActorHost"
@@ -72,6 +74,7 @@ def _spec(name: Any, entry: Any) -> NamedActorSpec:
     if _ROLE_NAME.match(name):
         raise ConfigError(f"{where}: {name!r} is the name of one of the run's own processes; "
                          "pick another")
+    entry = getattr(entry, "__rlmesh_class__", entry)  # @rlmesh.remote's wrapper: the class
     if isinstance(entry, (str, type)):
         entry = {"class": entry}
     if not isinstance(entry, dict):
@@ -81,7 +84,7 @@ def _spec(name: Any, entry: Any) -> NamedActorSpec:
     if unknown or "class" not in entry:
         raise ConfigError(f"{where}: " + (f"unknown keys {unknown}" if unknown else "no 'class'")
                          + f"; the keys are {SPEC_KEYS}")
-    cls = entry["class"]
+    cls = getattr(entry["class"], "__rlmesh_class__", entry["class"])
     if isinstance(cls, str) and ":" not in cls:
         raise ConfigError(f"{where}: class {cls!r} must look like 'package.module:Class'")
     path = cls if isinstance(cls, str) else path_of(cls, f"{where} class")
@@ -126,6 +129,7 @@ class NamedActorHost(Actor):
     def __new__(cls, target: str, kwargs: dict[str, Any]) -> Actor:  # type: ignore[misc]
         # The runtime spawns actors by class; this one picks the class it becomes.
         user_cls = import_object(target, "named actor class")
+        user_cls = getattr(user_cls, "__rlmesh_class__", user_cls)  # decorated @rlmesh.remote
         if not isinstance(user_cls, type):
             raise TypeError(f"named actor class {target!r} is a {type(user_cls).__name__}, "
                             "not a class")
@@ -193,14 +197,16 @@ def _forwarder(user_cls: type, name: str, fn: Any) -> Any:
 # --- reaching one ---
 
 class NamedActorHandle:
-    """A synchronous handle to a named actor: ``h.call("increment", 1)`` waits for the
-    result (RemoteError if the method raised or is not served; ActorUnavailable after
-    ``timeout`` seconds, 60 by default); ``h.tell("increment", 1)`` sends without waiting.
-    Safe from any thread; calls from one process are serialised."""
+    """A synchronous handle to a named actor: ``h.call("increment", 1)`` (or ``h.increment(1)``)
+    waits for the result (RemoteError if the method raised or is not served;
+    ActorUnavailable after ``timeout`` seconds, 60 by default); ``h.tell("increment", 1)``
+    sends without waiting; ``h.increment.remote(1)`` is Ray's form, a Future that
+    ``rlmesh.get`` waits on. Safe from any thread; calls from one process are serialised."""
 
     def __init__(self, handle: ActorHandle) -> None:
         self._handle = handle
         self.name = handle.name
+        self._sender: ThreadPoolExecutor | None = None  # Ray-style .remote() calls, in order
 
     def call(self, method: str, *args: Any, timeout: float | None = None, **kwargs: Any) -> Any:
         """Call ``method`` with plain data or arrays and return its result."""
@@ -210,8 +216,56 @@ class NamedActorHandle:
         """Send a call without waiting; a failure is logged by the actor, not raised here."""
         self._handle.tell_sync(method, *args, **kwargs)
 
+    def __getattr__(self, method: str) -> "ActorMethod":
+        # The actor's methods as attributes, as on a Ray actor handle; `call`, `tell` and
+        # `name` are the handle's own (an actor method of that name: h.call("call", ...)).
+        if method.startswith("_"):
+            raise AttributeError(method)
+        return ActorMethod(self, method)
+
+    def _submit(self, method: str, args: tuple, kwargs: dict) -> Future:
+        with _lock:
+            if self._sender is None:
+                self._sender = ThreadPoolExecutor(1, thread_name_prefix=f"actor-{self.name}")
+        return self._sender.submit(self.call, method, *args, **kwargs)
+
     def __repr__(self) -> str:
         return f"NamedActorHandle({self.name!r})"
+
+
+class ActorMethod:
+    """``h.inc`` of a NamedActorHandle: ``h.inc(1)`` calls and waits (``h.call("inc", 1)``);
+    ``h.inc.remote(1)`` sends the call at once, in order with this process's other
+    ``.remote`` calls to the actor, and returns a ``concurrent.futures.Future`` of its result
+    (``rlmesh.get(future)``, Ray's ``ray.get``)."""
+
+    def __init__(self, handle: NamedActorHandle, method: str) -> None:
+        self._handle, self._method = handle, method
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._handle.call(self._method, *args, **kwargs)
+
+    def remote(self, *args: Any, **kwargs: Any) -> Future:
+        return self._handle._submit(self._method, args, kwargs)
+
+    def __repr__(self) -> str:
+        return f"ActorMethod({self._handle.name!r}, {self._method!r})"
+
+
+def register_actor(name: str, handle: Any) -> None:
+    """Ray's ``named_actors.register_actor(name, handle)``: ``handle`` (from ``get_actor``)
+    reachable under ``name`` too, in this run. rlmesh starts named actors with the run (the
+    ``named_actors`` setting), so there is no other handle to register."""
+    if not isinstance(handle, NamedActorHandle):
+        raise TypeError(f"register_actor({name!r}, ...): rlmesh starts named actors with the "
+                        f"run: config.callbacks(named_actors={{{name!r}: YourClass}}), then "
+                        f"get_actor({name!r}) reaches it (docs/named_actors.md)")
+    _spec(name, {"class": "rlmesh.named_actors:NamedActorHost"})  # the name's rules
+    if name == handle.name:
+        return
+    run_dir = _run_dir()
+    owner = json.loads((run_dir.path / "names" / f"{handle.name}.json").read_text())["pid"]
+    run_dir.register_name(name, handle._handle.address, owner)
 
 
 _handles: dict[tuple[str, str], NamedActorHandle] = {}
@@ -259,4 +313,7 @@ def _forget(run_dir: str) -> None:
     """Close this process's handles into a run that is shutting down."""
     with _lock:
         for key in [k for k in _handles if k[0] == run_dir]:
-            _handles.pop(key)._handle.close()
+            handle = _handles.pop(key)
+            handle._handle.close()
+            if handle._sender is not None:
+                handle._sender.shutdown(wait=False, cancel_futures=True)

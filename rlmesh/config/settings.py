@@ -116,6 +116,7 @@ def _describe(hint) -> str:
 def _jsonable(value):
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
+    value = getattr(value, "__rlmesh_class__", value)  # @rlmesh.remote's wrapper: its class
     if isinstance(value, dict):
         return {str(k): _jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

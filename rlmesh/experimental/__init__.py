@@ -1,0 +1,1 @@
+"""Ray's ``ray.experimental`` as RLlib's docs used it: ``named_actors``."""
