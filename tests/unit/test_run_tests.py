@@ -27,8 +27,12 @@ def test_aborts():
 
 def run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     (tmp_path / "test_cases.py").write_text(TESTS)
+    # The inner run's rootdir is its own folder, wherever the clone and the temporary
+    # folders are: without an ini file beside the test, pytest derived it from the common
+    # ancestor of the paths, and a clone under /tmp named the test by a longer path.
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
     return subprocess.run([sys.executable, "-m", "tests.run_tests", "-q", "-p", "no:cacheprovider",
-                           str(tmp_path / "test_cases.py"), *args],
+                           "--rootdir", str(tmp_path), str(tmp_path / "test_cases.py"), *args],
                           cwd=REPO, capture_output=True, text=True, timeout=120)
 
 
