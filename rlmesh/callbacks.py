@@ -1,16 +1,20 @@
 """User hooks on episode and training events (RLlib's callback names), the ``Episode`` view
-they receive, and the aggregation of their custom metrics. A callbacks class crosses
-processes as its import path and is built in each env runner."""
+they receive, and the aggregation of their custom metrics and histograms. A callbacks class
+(or RLlib's older dict of functions) crosses processes as import paths, built in each runner."""
 
 from __future__ import annotations
 
 import logging
 import math
-from typing import Any
+from typing import Any, Callable
 
 from rlmesh.runtime.import_path import import_object
 
 log = logging.getLogger(__name__)
+
+
+#: The agent id RLlib gives the one agent of a single-agent env.
+SINGLE_AGENT_ID = "agent0"
 
 
 class Episode:
@@ -18,11 +22,17 @@ class Episode:
 
     ``user_data`` is free for the callbacks' own state between steps; ``custom_metrics``
     (name -> number) is reported with the episode when it ends and averaged per training
-    iteration (``<name>_mean``, ``_min``, ``_max``).
+    iteration (``<name>_mean``, ``_min``, ``_max``); ``hist_data`` (name -> list of numbers)
+    goes into the result's ``hist_stats`` as RLlib's does, the lists of the episodes in the
+    smoothing window joined. ``last_observation_for()`` and the other ``last_*_for`` are
+    RLlib's accessors (the observation as the env returned it, before any filter).
     """
 
     __slots__ = ("env_index", "episode_id", "length", "total_reward", "last_observation",
-                 "last_reward", "last_info", "user_data", "custom_metrics")
+                 "last_reward", "last_info", "last_action", "user_data", "custom_metrics",
+                 "hist_data")
+    #: Whether observations and infos are dicts by agent id (MultiAgentEpisode).
+    per_agent = False
 
     def __init__(self, env_index: int, episode_id: int, observation: Any = None,
                  info: dict | None = None) -> None:
@@ -33,18 +43,50 @@ class Episode:
         self.last_observation = observation
         self.last_reward: float | None = None
         self.last_info: dict = info or {}
+        self.last_action: Any = None
         self.user_data: dict[str, Any] = {}
         self.custom_metrics: dict[str, float] = {}
+        self.hist_data: dict[str, list[float]] = {}
 
-    def record_step(self, observation: Any, reward: float, info: dict) -> None:
+    def record_step(self, observation: Any, reward: float, info: dict,
+                    action: Any = None) -> None:
         self.length += 1
         self.total_reward += reward
         self.last_observation, self.last_reward, self.last_info = observation, reward, info
+        self.last_action = action
+
+    # RLlib's per-agent accessors; a single-agent episode has the one agent "agent0".
+    def last_observation_for(self, agent_id: Any = SINGLE_AGENT_ID) -> Any:
+        return self._for(self.last_observation, agent_id, "observation")
+
+    def last_info_for(self, agent_id: Any = SINGLE_AGENT_ID) -> Any:
+        return self._for(self.last_info, agent_id, "info")
+
+    def last_reward_for(self, agent_id: Any = SINGLE_AGENT_ID) -> float | None:
+        return self._for(self.last_reward, agent_id, "reward")
+
+    def last_action_for(self, agent_id: Any = SINGLE_AGENT_ID) -> Any:
+        return self._for(self.last_action, agent_id, "action")
+
+    def _for(self, value: Any, agent_id: Any, what: str) -> Any:
+        if self.per_agent:
+            if not isinstance(value, dict):
+                raise KeyError(f"a multi-agent episode keeps no last {what} per agent "
+                               f"(only observations and infos); sum rewards in "
+                               "episode.user_data from on_episode_step instead")
+            return value.get(agent_id)
+        if agent_id not in (SINGLE_AGENT_ID, None):
+            raise KeyError(f"agent {agent_id!r}: a single-agent episode has one agent, "
+                           f"{SINGLE_AGENT_ID!r} (call last_{what}_for() without an id)")
+        return value
 
     def summary(self) -> dict[str, Any]:
         """What the fragment carries for a finished episode (plain data)."""
-        return {"return": float(self.total_reward), "length": int(self.length),
-                "custom_metrics": _numbers(self.custom_metrics)}
+        out = {"return": float(self.total_reward), "length": int(self.length),
+               "custom_metrics": _numbers(self.custom_metrics)}
+        if self.hist_data:
+            out["hist_data"] = _number_lists(self.hist_data)
+        return out
 
 
 def _numbers(metrics: dict[str, Any]) -> dict[str, float]:
@@ -54,6 +96,16 @@ def _numbers(metrics: dict[str, Any]) -> dict[str, float]:
             out[str(name)] = float(value)
         except (TypeError, ValueError):
             log.warning("custom metric %r is %r, not a number: dropped", name, value)
+    return out
+
+
+def _number_lists(hist: dict[str, Any]) -> dict[str, list[float]]:
+    out = {}
+    for name, values in hist.items():
+        try:
+            out[str(name)] = [float(v) for v in values]
+        except (TypeError, ValueError):
+            log.warning("hist_data %r is %r, not a list of numbers: dropped", name, values)
     return out
 
 
@@ -152,16 +204,103 @@ def check_hooks(cls: type) -> None:
 DefaultCallbacks = Callbacks  # RLlib's older name
 
 
-def load_callbacks(callbacks: str | type | None) -> Callbacks | None:
-    """An instance of the callbacks class named by ``callbacks``, or None."""
+def load_callbacks(callbacks: str | type | dict | None) -> Callbacks | None:
+    """An instance of the callbacks class named by ``callbacks`` (RLlib's older dict of
+    functions: a ``FunctionCallbacks``), or None."""
     if callbacks is None:
         return None
+    if isinstance(callbacks, dict):
+        return FunctionCallbacks.from_dict(callbacks)
     cls = import_object(callbacks, "callbacks class") if isinstance(callbacks, str) else callbacks
     if not (isinstance(cls, type) and issubclass(cls, Callbacks)):
         raise TypeError(f"callbacks {callbacks!r} is {cls!r}, not a subclass of "
                         "rlmesh.callbacks.Callbacks")
     check_hooks(cls)
     return cls()
+
+
+#: The keys of RLlib's older ``"callbacks": {...}`` dict, each a function of one info dict.
+FUNCTION_HOOKS = ("on_episode_start", "on_episode_step", "on_episode_end", "on_sample_end",
+                  "on_postprocess_traj", "on_train_result")
+
+
+class FunctionCallbacks(Callbacks):
+    """RLlib's older callbacks, ``{"on_episode_start": fn, ...}``, each ``fn(info)`` taking
+    one dict, on today's hooks (today's spelling: a ``Callbacks`` subclass). The info keys:
+
+    - on_episode_start / on_episode_end: ``env`` (the env as the user built it), ``episode``,
+      ``policy`` (the runner's policies by id); on_episode_step: ``env``, ``episode``;
+    - on_sample_end: ``worker`` (the env runner), ``samples`` (the fragment);
+    - on_postprocess_traj: ``post_batch`` (the fragment's time-major columns, changeable in
+      place), ``pre_batch`` ``(policy, post_batch)``, ``policy_id``, ``worker``; it runs
+      once per fragment, not per episode and agent as RLlib's did;
+    - on_train_result, in the driver: ``trainer`` (the algorithm), ``result``.
+
+    The functions cross processes as their import paths (a lambda or a local function, as
+    runtime/handed.py hands it to this machine's processes)."""
+
+    def __init__(self, functions: dict[str, Callable[[dict], Any]]) -> None:
+        self.functions = functions
+
+    @classmethod
+    def from_dict(cls, callbacks: dict[str, Any]) -> FunctionCallbacks | None:
+        """The functions of ``callbacks`` (import paths resolved; None values skipped, as
+        RLlib's defaults have them); None if there is none. ConfigError for a key that is
+        not a hook and for a value that is not a function."""
+        from rlmesh.config.settings import ConfigError
+
+        functions = {}
+        for key, value in callbacks.items():
+            if key not in FUNCTION_HOOKS:
+                raise ConfigError(f"callbacks: {key!r} is not a callback of the dict form; its "
+                                  f"keys are {', '.join(FUNCTION_HOOKS)} (or name a "
+                                  "rlmesh.callbacks.Callbacks subclass for the other hooks)")
+            if value is None:
+                continue
+            fn = import_object(value, f"callbacks {key}") if isinstance(value, str) else value
+            if not callable(fn):
+                raise ConfigError(f"callbacks: {key} is {value!r}, not a function of one info "
+                                  "dict (def f(info): ...)")
+            functions[key] = fn
+        return cls(functions) if functions else None
+
+    def _call(self, hook: str, **info: Any) -> None:
+        fn = self.functions.get(hook)
+        if fn is not None:
+            fn(info)
+
+    def on_episode_start(self, *, episode: Episode, env_runner: Any, env_index: int,
+                         **kwargs: Any) -> None:
+        self._call("on_episode_start", env=_user_env(env_runner, env_index), episode=episode,
+                   policy=getattr(env_runner, "policies", {}))
+
+    def on_episode_step(self, *, episode: Episode, env_runner: Any, env_index: int,
+                        **kwargs: Any) -> None:
+        self._call("on_episode_step", env=_user_env(env_runner, env_index), episode=episode)
+
+    def on_episode_end(self, *, episode: Episode, env_runner: Any, env_index: int,
+                       **kwargs: Any) -> None:
+        self._call("on_episode_end", env=_user_env(env_runner, env_index), episode=episode,
+                   policy=getattr(env_runner, "policies", {}))
+
+    def on_sample_end(self, *, env_runner: Any, samples: dict, **kwargs: Any) -> None:
+        self._call("on_sample_end", worker=env_runner, samples=samples)
+
+    def on_postprocess_trajectory(self, *, env_runner: Any, policy_id: str, policies: dict,
+                                  postprocessed_batch: dict, **kwargs: Any) -> None:
+        self._call("on_postprocess_traj", post_batch=postprocessed_batch,
+                   pre_batch=(policies.get(policy_id), postprocessed_batch),
+                   policy_id=policy_id, worker=env_runner)
+
+    def on_train_result(self, *, algorithm: Any, result: dict, **kwargs: Any) -> None:
+        self._call("on_train_result", trainer=algorithm, result=result)
+
+
+def _user_env(env_runner: Any, index: int) -> Any:
+    """Env ``index`` of the runner as the user's creator built it (rlmesh's wrappers off)."""
+    user_envs = getattr(env_runner, "user_envs", None)
+    envs = user_envs if user_envs is not None else getattr(env_runner, "envs", [])
+    return envs[index] if index < len(envs) else None
 
 
 def summarize_custom_metrics(metrics: list[dict[str, float]]) -> dict[str, float]:
@@ -178,4 +317,16 @@ def summarize_custom_metrics(metrics: list[dict[str, float]]) -> dict[str, float
         out[f"{name}_mean"] = sum(finite) / len(finite)
         out[f"{name}_min"] = min(finite)
         out[f"{name}_max"] = max(finite)
+    return out
+
+
+def summarize_hist_data(episodes: Any) -> dict[str, list[float]]:
+    """RLlib's ``hist_stats``: ``episode_reward`` and ``episode_lengths`` of ``episodes``
+    (the smoothing window) and each name of their ``hist_data``, the lists joined."""
+    out: dict[str, list[float]] = {"episode_reward": [], "episode_lengths": []}
+    for e in episodes:
+        out["episode_reward"].append(float(e["return"]))
+        out["episode_lengths"].append(int(e["length"]))
+        for name, values in (e.get("hist_data") or {}).items():
+            out.setdefault(name, []).extend(values)
     return out

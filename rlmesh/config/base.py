@@ -143,10 +143,12 @@ class AlgorithmConfig(SamplingSettings, EvaluationSettings, MultiAgentSettings, 
             "configs naming it load).")
 
     # --- callbacks ---
-    callbacks_class: str | type | None = setting(
+    callbacks_class: str | type | dict | None = setting(
         None, "callbacks", aliases=("callbacks",),
         doc="Class (or import path 'pkg.module:Class') whose hooks run on episode, sample "
-            "and training events; None: no callbacks.")
+            "and training events; or RLlib's older dict of functions of one info dict, "
+            "{'on_episode_end': fn, ...} (rlmesh.callbacks.FunctionCallbacks); None: no "
+            "callbacks.")
     named_actors: dict = setting(
         {}, "callbacks",
         doc="Actors the run starts, each in a process of its own that stops with the run, "

@@ -28,6 +28,7 @@ from rlmesh.driver.iteration_result import (  # noqa: F401  (public here too)
     ENTROPY_COLLAPSE, client_rejections, iteration_result,
 )
 from rlmesh.driver.learner_group import LearnerGroup
+from rlmesh.driver.worker_set import WorkerSet
 from rlmesh.driver.mesh import Mesh, check_lambdas_can_go
 from rlmesh.driver.trainer_args import trainer_config
 from rlmesh.callbacks import load_callbacks
@@ -379,6 +380,20 @@ class Algorithm:
                 elapsed: float, sample_time: float, learn_time: float) -> dict[str, Any]:
         """The iteration's result in RLlib's keys (see ``iteration_result``)."""
         return iteration_result(self, fragments, steps, stats, elapsed, sample_time, learn_time)
+
+    @property
+    def env_runner_group(self) -> EnvRunnerGroup:
+        """RLlib's name of ``env_runners``."""
+        return self.env_runners
+
+    @property
+    def workers(self) -> WorkerSet:
+        """RLlib's Trainer-era ``trainer.workers`` (driver/worker_set.py)."""
+        return WorkerSet(self)
+
+    @property
+    def __name__(self) -> str:  # RLlib's callbacks print info["trainer"].__name__
+        return type(self).__name__
 
     # --- policy access ---
 

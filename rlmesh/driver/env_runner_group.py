@@ -1,7 +1,8 @@
 """The driver's view of the env runners (RLlib's EnvRunnerGroup): sample from all of them,
-push the learners' weights to them, reach every runner or env with a module-level function
-(sent by import path: nothing is pickled), or start calls on them and collect the results
-as they come (``foreach_env_runner_async``). What they sampled is counted here for results."""
+push the learners' weights to them, reach every runner or env with a function (by import
+path; a lambda or local function on this machine through the spawn channel, never a
+socket), or start calls on them and collect the results as they come
+(``foreach_env_runner_async``). What they sampled is counted here for results."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ import concurrent.futures
 import logging
 from typing import TYPE_CHECKING, Any, Callable
 
-from rlmesh.runtime import ActorUnavailable
+from rlmesh.runtime import ActorUnavailable, handed
 from rlmesh.runtime.import_path import MAIN, path_of
+from rlmesh.runtime.job import jobs_are_local
 
 if TYPE_CHECKING:
     from rlmesh.driver.run_view import RunView
@@ -20,13 +22,20 @@ log = logging.getLogger(__name__)
 
 
 def function_path(fn: Callable[..., Any], what: str) -> str:
-    """The import path of a module-level function, or a one-line error for a lambda or a
-    nested function: functions cross processes by name, never pickled."""
+    """The import path of a module-level function; for a lambda or a nested function (a
+    closure over the caller's variables included) the token this machine's runners are
+    handed it by, on the pipe each was started with (runtime/handed.py), sent before this
+    returns. On a launched cluster such a function is a one-line error: nodes import code
+    by path, nothing is pickled across machines."""
     name = getattr(fn, "__qualname__", repr(fn))
-    if "<" in name:  # <lambda>, <locals>: nothing another process could import
-        raise ValueError(f"{what} {name} cannot reach the env runners: rlmesh pickles nothing "
-                         "and sends a function by its import path, so define it at module "
-                         "level (def my_fn(env_runner): ...) and pass that")
+    if handed.needs_handing(fn):
+        if not jobs_are_local():
+            raise ValueError(f"{what} {name} cannot reach the env runners of a launched "
+                             "cluster: their nodes import a function by its path, so define "
+                             "it at module level (def my_fn(env_runner): ...) and pass that")
+        token = handed.token_for(fn)
+        handed.hand_new()
+        return token
     if getattr(fn, "__module__", None) in ("__main__", MAIN):  # the script runners know by name
         return f"{MAIN}:{name}"
     return path_of(fn, what)
@@ -172,12 +181,14 @@ class EnvRunnerGroup:
         return self._call(*runner_call(fn), *args, **kwargs)
 
     def foreach_env(self, fn: str | Callable[..., Any], *args: Any) -> list[Any]:
-        """``fn(env, *args)`` on every env of every runner: ``fn`` a module-level function
-        (or its import path) or the name of a method of the env (``"set_phase"`` calls
-        ``env.unwrapped.set_phase(*args)``)."""
+        """``fn(env, *args)`` on every env of every runner, the env as the user built it
+        (their wrappers included): ``fn`` a function (see ``function_path``), its import
+        path, or the name of a method of the env (``"set_phase"``, looked up on the
+        outermost wrapper that has it: ``EnvRunner.call_env_method``)."""
         if callable(fn):
             fn = function_path(fn, "foreach_env function")
-        per_runner = self._call("foreach_env" if ":" in fn else "call_env_method", fn, *args)
+        named = ":" in fn or handed.is_token(fn)
+        per_runner = self._call("foreach_env" if named else "call_env_method", fn, *args)
         return [r for runner in per_runner for r in runner]
 
     def _call(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
@@ -222,10 +233,10 @@ class EnvRunnerGroup:
 
 def runner_call(fn: str | Callable[..., Any]) -> tuple[str, ...]:
     """The EnvRunner method (and its leading argument) that runs ``fn`` on a runner:
-    ``apply`` with the import path of a function, else the method ``fn`` names."""
+    ``apply`` with the import path (or token) of a function, else the method ``fn`` names."""
     if callable(fn):
         return ("apply", function_path(fn, "foreach_env_runner function"))
-    return ("apply", fn) if ":" in fn else (fn,)
+    return ("apply", fn) if ":" in fn or handed.is_token(fn) else (fn,)
 
 
 def worker_index_of(runner_name: str) -> int:

@@ -11,7 +11,7 @@ import gymnasium as gym
 import numpy as np
 
 from rlmesh.driver import policies
-from rlmesh.callbacks import summarize_custom_metrics
+from rlmesh.callbacks import summarize_custom_metrics, summarize_hist_data
 from rlmesh.envs import space_from_data
 from rlmesh.results import new_stack_group
 
@@ -62,6 +62,7 @@ def iteration_result(algo: RunView, fragments: list[dict[str, Any]], steps: int,
         "num_fragments_missed_this_iter": algo.mesh.pop_fragments_missed(),
         "num_env_errors": algo.mesh.totals["num_env_errors"],
         "custom_metrics": summarize_custom_metrics([e.get("custom_metrics", {}) for e in new]),
+        "hist_stats": summarize_hist_data(algo.episode_window),  # RLlib's, over the window
         "num_nonfinite_steps_skipped": algo.num_nonfinite_steps_skipped,
         **_nonfinite_learner_counts(algo, learner_info),
         "info": {"learner": learner_info, "inference": dict(algo.mesh.inference)},

@@ -14,7 +14,7 @@ import itertools
 import logging
 import os
 import time
-from typing import Any
+from typing import Any, Callable
 
 import gymnasium as gym
 import numpy as np
@@ -100,7 +100,7 @@ class EnvRunner(MultiAgentPolicies, VersionedPolicies, Actor):
                "take_weights", "get_weights", "add_policy", "remove_policy", "start_streaming",
                "reset_streams", "pop_sampled", "get_filter_updates", "set_filter_state",
                "get_filter_state", "get_spaces", "apply", "foreach_env", "call_env_method",
-               "metrics", "offline_stats"),
+               "metrics", "offline_stats", "refresh_weights"),
         test_hooks=("pid",),
     )
 
@@ -119,11 +119,14 @@ class EnvRunner(MultiAgentPolicies, VersionedPolicies, Actor):
                  else [cfg.seed + SEED_STRIDE * worker_index + i for i in range(n)])
 
         self.callbacks = load_callbacks(cfg.callbacks_class)
+        # Each env as the user's creator (or gym.make) built it, before rlmesh's wrappers
+        # (horizon, the model's): what foreach_env and the callbacks' info["env"] hand out.
+        self._user_envs: dict[int, gym.Env] = {}
 
         def create(i: int) -> gym.Env:
             context = EnvContext(cfg.env_config, worker_index, i, cfg.num_env_runners)
-            env = make_env(cfg.env, context, registry, model=cfg.model,
-                           preprocessor_pref=cfg.preprocessor_pref)
+            env = self._user_envs[i] = make_env(cfg.env, context, registry, model=cfg.model,
+                                                preprocessor_pref=cfg.preprocessor_pref)
             if cfg.horizon is not None:  # RLlib's old horizon: a time limit of its own
                 if is_multi_agent(env):
                     raise ValueError("horizon: a MultiAgentEnv ends its own episodes; set "
@@ -208,6 +211,40 @@ class EnvRunner(MultiAgentPolicies, VersionedPolicies, Actor):
     @property
     def envs(self) -> list[gym.Env]:
         return self.sampler.envs
+
+    @property
+    def user_envs(self) -> list[gym.Env]:
+        """Each env as the user built it (a gym.Wrapper of theirs included, rlmesh's own
+        wrappers left out); the Atari vector env's games as the sampler holds them."""
+        if len(self._user_envs) < len(self.envs):
+            return self.envs
+        return [self._user_envs[i] for i in range(len(self.envs))]
+
+    # RLlib's RolloutWorker names, for functions given to algo.workers.foreach_worker
+    @property
+    def policy_map(self) -> dict[str, Any]:
+        return self.policies
+
+    def get_policy(self, policy_id: str = DEFAULT_POLICY_ID) -> Any:
+        """This runner's copy of policy ``policy_id`` (foreach_worker refreshes its weights
+        from the param server before the function runs)."""
+        try:
+            return self.policies[policy_id]
+        except KeyError:
+            raise KeyError(f"no policy {policy_id!r}; this runner has {sorted(self.policies)}") from None
+
+    async def refresh_weights(self) -> int:
+        """Load the param server's newest weights now, not at the next fragment: a
+        function given to ``foreach_worker`` after train() sees the weights train() made,
+        as RLlib's synced workers do. The version held afterwards."""
+        if self._ps_name is None:
+            return self.version
+        if self._ps is None:
+            await self._refresh_weights()
+        else:
+            self._keep(await self._ps.call("get_weights", self._wanted_versions()))
+            self._take_pushed()
+        return self.version
 
     def _busy(self) -> dict[str, Any]:
         """What the loop is in, for the heartbeat (read from the control thread)."""
@@ -386,20 +423,25 @@ class EnvRunner(MultiAgentPolicies, VersionedPolicies, Actor):
         and the result are plain data."""
         return self._sent_code.resolve(fn_path, "foreach_env_runner function")(self, *args, **kwargs)
 
-    def foreach_env(self, fn_path: str, *args: Data) -> list[Any]:
-        """``fn(env.unwrapped, *args)`` for each env, ``fn`` named by its import path
-        ``"pkg.module:func"`` (as ``apply``'s): a lambda cannot cross processes (nothing is
-        pickled), so define the function at module level. Results must be plain data."""
-        fn = self._sent_code.resolve(fn_path, "foreach_env function")
-        return [fn(env.unwrapped, *args) for env in self.envs]
+    def foreach_env(self, fn_path: str | Callable[..., Any], *args: Data) -> list[Any]:
+        """``fn(env, *args)`` for each env as the user built it (``user_envs``: their
+        wrappers included), ``fn`` named by its import path ``"pkg.module:func"`` (as
+        ``apply``'s: a lambda of this machine's driver comes as the token of the spawn
+        channel it was given on), or, called in this process (a function given to
+        ``foreach_worker``), the function itself. Results of a served call are plain data."""
+        fn = fn_path if callable(fn_path) else self._sent_code.resolve(fn_path,
+                                                                        "foreach_env function")
+        return [fn(env, *args) for env in self.user_envs]
 
     def call_env_method(self, name: str, *args: Data, **kwargs: Data) -> list[Any]:
-        """``env.unwrapped.<name>(*args, **kwargs)`` for each env (curriculum: ``set_phase``);
-        a public method only (no ``__class__``, ``_private``, no attribute that is not a
-        method of the env)."""
+        """``<name>(*args, **kwargs)`` on each env as the user built it, found on the
+        outermost wrapper that has it, else on the env inside (gymnasium's
+        ``get_wrapper_attr``: a method of the base env under gym.make's wrappers is found
+        as before); a public method only (no ``__class__``, ``_private``, no attribute that
+        is not a method)."""
         if not name.isidentifier() or name.startswith("_"):
             raise PermissionError(f"env method {name!r}: only public methods can be called")
-        methods = [getattr(env.unwrapped, name, None) for env in self.envs]
+        methods = [_env_method(env, name) for env in self.user_envs]
         if not all(inspect.ismethod(m) for m in methods):
             raise PermissionError(f"env method {name!r}: the env has no such method")
         return [method(*args, **kwargs) for method in methods]
@@ -432,3 +474,11 @@ class EnvRunner(MultiAgentPolicies, VersionedPolicies, Actor):
                 env.close()
             except Exception:
                 log.warning("env raised in close()", exc_info=True)
+
+
+def _env_method(env: Any, name: str) -> Any:
+    """``env``'s attribute ``name``, or that of the first env inside its wrappers that has it."""
+    try:
+        return env.get_wrapper_attr(name) if isinstance(env, gym.Wrapper) else getattr(env, name)
+    except AttributeError:
+        return None

@@ -333,7 +333,7 @@ class EnvSampler:
         cols["mask"][t, b] = True
         if Columns.PREV_REWARDS in self._prev_values:
             self._prev_values[Columns.PREV_REWARDS][b] = reward
-        slot.episode.record_step(raw, reward, info)
+        slot.episode.record_step(raw, reward, info, action)
         if (self._float_obs and type(self.obs_filter) is not NoFilter
                 and not np.isfinite(np.asarray(obs, self._obs.dtype)).all()):
             # Checked before the filter sees it: one NaN would spoil its statistics for good.

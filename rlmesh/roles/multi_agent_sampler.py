@@ -33,6 +33,7 @@ class MultiAgentEpisode(Episode):
     each agent's return and policy; the object ``policy_mapping_fn`` receives."""
 
     __slots__ = ("agent_rewards", "policy_for")
+    per_agent = True  # last_observation_for(agent_id) looks the agent up
 
     def __init__(self, env_index: int, episode_id: int, observation: Any = None,
                  info: dict | None = None) -> None:

@@ -1,6 +1,7 @@
 """Entry point of an actor process: ``python -m rlmesh.runtime.bootstrap SPEC LIFELINE_FD PPID``
 (or ``--wait LIFELINE_FD PPID [MODULE...]``: imports first, the spec from stdin).
-Either way stdin, a pipe from the parent, ends with the objects it hands over (handed.py).
+Either way stdin, a pipe from the parent, brings the objects it hands over (handed.py), in a
+first frame and, while the process lives, in frames for objects made later.
 
 Ties the process's life to its parent, builds the actor from its spec, serves it, and
 registers it in the run directory once it is ready.
@@ -67,6 +68,7 @@ async def serve(spec_path: Path, lifeline_fd: int) -> None:
         if path not in sys.path:
             sys.path.insert(0, path)
     handed.load()  # after sys.path: a handed closure may name the user's modules
+    handed.listen(sys.stdin.buffer.raw)  # objects the parent makes later (foreach_worker's)
     mode = scheme_of(spec.address)
     job = Job(mode, name=spec.name, role=spec.role, run_dir=RunDir(spec_path.parent.parent),
               max_message_bytes=spec.max_message_bytes, lifeline_fd=lifeline_fd)
@@ -103,11 +105,12 @@ def wait_for_spec(parent_pid: int, preload: list[str]) -> str:
     die_with_parent(parent_pid)
     for module in preload:
         importlib.import_module(module)
-    parts = sys.stdin.buffer.read().split(b"\n", 2)
-    if len(parts) < 3:  # discarded unused
+    stdin = sys.stdin.buffer.raw  # unbuffered: the listener thread reads on from here
+    spec_line, log_line = stdin.readline(), stdin.readline()
+    if not log_line.endswith(b"\n"):  # discarded unused: end of file
         os._exit(0)
-    spec_path, log_path = parts[0].decode(), parts[1].decode()
-    handed.receive(parts[2])
+    spec_path, log_path = spec_line.decode().rstrip("\n"), log_line.decode().rstrip("\n")
+    handed.receive(handed.read_frame(stdin) or b"")  # written with the two lines
     log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     os.dup2(log, 1)
     os.dup2(log, 2)
@@ -127,7 +130,7 @@ def main() -> None:
         die_with_parent(parent_pid)
         from . import handed
 
-        handed.receive(sys.stdin.buffer.read())  # the parent writes it, then closes the pipe
+        handed.receive(handed.read_frame(sys.stdin.buffer.raw) or b"")  # the first frame
     faulthandler.enable()  # a crash in C (SIGSEGV, ...) leaves its stacks in the log
     keep_receive_buffers()
     from rlmesh.runtime.logtail import ChildFormatter

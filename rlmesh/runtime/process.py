@@ -4,7 +4,7 @@ A child is a fresh interpreter (spawn, never fork: CUDA stays safe) in its own s
 holding the read end of a lifeline pipe and a parent-death signal, so it cannot outlive
 its parent. Its output goes to a log file whose last lines are reported when it dies.
 Its stdin is a pipe from the parent alone: the spawn channel that hands it the objects
-without an import path (handed.py), after which the parent closes it.
+without an import path (handed.py), kept open for those made later, closed at its end.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any, Callable
 import msgpack
 
 from ..wire import codec
-from .handed import payload
+from .handed import Channel, open_channel
 from .run_dir import ENV_RUN_DIR, ProcessRecord, RunDir
 
 
@@ -133,24 +133,19 @@ async def wait_for_exit(poll: Callable[[], int | None], timeout: float,
     return True
 
 
-def feed(stdin: Any, data: bytes) -> None:
-    """Write ``data`` to a child's stdin and close it; what the pipe cannot hold at once
-    (64 KiB) is written by a thread, so the parent never waits on a child's start-up."""
+def feed(channel: Channel, data: bytes) -> None:
+    """Write ``data``, a child's first bytes, on its channel (left open); what the pipe
+    cannot hold at once (64 KiB) is written by a thread, so the parent never waits on a
+    child's start-up. The channel's lock is held from here, so later frames follow it."""
+    channel.lock.acquire()
     if len(data) <= 65536:
-        stdin.write(data)
-        stdin.close()
+        if not channel.write(data, locked=True):
+            raise BrokenPipeError("the child's stdin is closed")
         return
-
-    def write() -> None:
-        try:
-            stdin.write(data)
-            stdin.close()
-        except OSError:  # the child died before it read: its exit is reported
-            pass
-
     import threading
 
-    threading.Thread(target=write, name="spawn-channel", daemon=True).start()
+    threading.Thread(target=channel.write, args=(data, True), name="spawn-channel",
+                     daemon=True).start()
 
 
 def child_env(extra: dict[str, str]) -> dict[str, str]:
@@ -176,14 +171,17 @@ class WarmProcess:
         finally:
             os.close(read_fd)
 
-    def hand_over(self, spec_path: Path, log_path: Path) -> bool:
-        """Make it the actor of ``spec_path``; False if it has died (an import failed)."""
+    def hand_over(self, spec_path: Path, log_path: Path) -> Channel | None:
+        """Make it the actor of ``spec_path``: its channel, or None if it has died (an
+        import failed)."""
         assert self.popen.stdin is not None
+        channel, first = open_channel(self.popen.stdin)
         try:
-            feed(self.popen.stdin, f"{spec_path}\n{log_path}\n".encode() + payload())
+            feed(channel, f"{spec_path}\n{log_path}\n".encode() + first)
         except OSError:  # BrokenPipeError
-            return False
-        return True
+            channel.close()
+            return None
+        return channel
 
     def discard(self) -> None:
         """End it unused: end of file on its stdin, its lifeline closed."""
@@ -238,6 +236,7 @@ class ChildProcess:
         self.popen: subprocess.Popen[bytes] | None = None
         self._lifeline_w: int | None = None
         self.record: ProcessRecord | None = None
+        self.channel: Channel | None = None  # its stdin, for objects made later
 
     @property
     def pid(self) -> int:
@@ -245,13 +244,16 @@ class ChildProcess:
         return self.popen.pid
 
     def start(self) -> None:
+        if self.channel is not None:  # a restart: the old pipe's reader is gone
+            self.channel.close()
         spec_path = self.run_dir.path / "procs" / f".{self.spec.name}.spec"
         spec_path.write_bytes(self.spec.to_bytes())
         env = child_env(self.spec.env)
         warm = _take_warm(env)
-        if warm is not None and warm.hand_over(spec_path, self.log_path):
+        channel = warm.hand_over(spec_path, self.log_path) if warm is not None else None
+        if channel is not None:
             # Already past its imports: it becomes this actor.
-            self.popen, self._lifeline_w = warm.popen, warm.lifeline_w
+            self.popen, self._lifeline_w, self.channel = warm.popen, warm.lifeline_w, channel
             return
         if warm is not None:
             warm.discard()
@@ -269,8 +271,9 @@ class ChildProcess:
             os.close(read_fd)
             log.close()
         assert self.popen.stdin is not None
+        self.channel, first = open_channel(self.popen.stdin)
         try:
-            feed(self.popen.stdin, payload())
+            feed(self.channel, first)
         except OSError:  # it died at once: wait_ready reports how
             pass
 
@@ -338,6 +341,9 @@ class ChildProcess:
                 pass
 
     def cleanup(self) -> None:
+        if self.channel is not None:
+            self.channel.close()
+            self.channel = None
         if self._lifeline_w is not None:
             os.close(self._lifeline_w)
             self._lifeline_w = None

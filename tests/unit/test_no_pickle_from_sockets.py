@@ -38,12 +38,15 @@ def test_the_spawn_channel_loader_is_the_only_unpickling():
              for n, line in enumerate(p.read_text().splitlines(), 1) if UNPICKLING.search(line)}
     assert not found, "unpickling outside the spawn-channel loader:\n" + "\n".join(sorted(found))
     loader = (ROOT / LOADER).read_text()
-    assert loader.count("cloudpickle.loads(") == 1  # in load(), of what receive() kept
+    assert loader.count("cloudpickle.loads(") == 1  # in _unpickle: what receive() kept, or
+    # what the listener read on stdin later (load() and _listen() are its only callers)
+    assert loader.count("_unpickle(") == 3, "_unpickle has callers other than load and _listen"
 
 
 def test_what_the_loader_unpickles_comes_from_stdin_only():
     """``handed.receive`` (the bytes _load unpickles) is called by the two entry points a
-    parent starts with a pipe on stdin, with those bytes, and by nothing else."""
+    parent starts with a pipe on stdin, with those bytes, and by nothing else; the later
+    frames (``handed.listen``) are read from bootstrap's stdin alone."""
     callers = {}
     for p in _sources():
         for line in p.read_text().splitlines():
@@ -54,7 +57,11 @@ def test_what_the_loader_unpickles_comes_from_stdin_only():
         for line in lines:
             assert "stdin" in line or "parts[2]" in line, line
     bootstrap = (ROOT / "rlmesh/runtime/bootstrap.py").read_text()
-    assert "parts = sys.stdin.buffer.read().split(" in bootstrap
+    assert "stdin.readline()" in bootstrap  # the warm interpreter's spec and log paths
+    listeners = {f"{_rel(p)}: {line.strip()}" for p in _sources()
+                 for line in p.read_text().splitlines() if "handed.listen(" in line}
+    assert listeners == {"rlmesh/runtime/bootstrap.py: handed.listen(sys.stdin.buffer.raw)  "
+                         "# objects the parent makes later (foreach_worker's)"}, listeners
 
 
 def test_code_that_reads_sockets_never_reaches_the_loader():
