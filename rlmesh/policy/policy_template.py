@@ -107,13 +107,14 @@ def with_updates(cls: type, **overrides: Any) -> type:
     other ``Policy`` subclass takes ``name`` and ``mixins`` only."""
     name = overrides.pop("name", cls.__name__)
     mixins = overrides.pop("mixins", None)
+    base = overrides.pop("base", None)
     module = _caller_module()
     own = cls.__dict__.get("_template")
     if own is not None:  # template-built: rebuilt from its functions
         fns = {k: v for k, v in own.items() if v is not None}
-        fns.update(check_functions(overrides, f"{cls.__name__}.with_updates"))
-        fns = {k: v for k, v in fns.items() if v is not None and k != "gradients_fn"}
-        return build_policy(name, base=overrides.get("base", cls._template_base),
+        fns.update({k: v for k, v in check_functions(overrides, f"{cls.__name__}.with_updates")
+                    .items() if v is not None})
+        return build_policy(name, base=base or cls._template_base,
                             mixins=cls._template_mixins if mixins is None else mixins,
                             _module=module, **fns)
     if isinstance(cls, type) and issubclass(cls, TorchPolicy):

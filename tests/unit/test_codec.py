@@ -326,7 +326,7 @@ class Sneaky:
     (lambda: 0, "function"),
     (np.dtype("f4"), "Float32DType"),
     (1 + 2j, "complex"),
-    (np.array([1, "a"], dtype=object), "object"),
+    (np.array([1, object()], dtype=object), "object"),  # an entry that is not plain data
     (np.array(["ab"]), "<U2"),
     (np.array([b"ab"]), "S2"),
     (np.zeros(2, dtype=[("a", "i4")]), "('a', '<i4')"),
