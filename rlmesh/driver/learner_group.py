@@ -13,7 +13,7 @@ import numpy as np
 
 from rlmesh.rl.columns import shard_batch
 from rlmesh.roles.learner import BOTH, Learner, deprecated_update, learner_class_of
-from rlmesh.roles.train_data import episode_batches, policy_batches, shard_episodes
+from rlmesh.roles.train_data import checked_episodes, episode_batches, policy_batches, shard_episodes
 
 if TYPE_CHECKING:
     from rlmesh.config.base import AlgorithmConfig
@@ -75,6 +75,7 @@ class LearnerGroup:
         if batch is not None:
             raise ValueError(f"update_from_episodes got batch=: {BOTH}")
         options = {"num_epochs": _epochs(num_iters, num_epochs), "minibatch_size": minibatch_size}
+        episodes = checked_episodes(episodes)
         n = self.mesh.num_learners
         if n == 1:  # the learner turns them into batches itself
             future = _then(self.mesh.update_learners([(None, timesteps, episodes)], options),
@@ -105,7 +106,8 @@ class LearnerGroup:
                                   episodes: Any = None) -> Any:
         if episodes is not None:
             raise ValueError(f"update_from_batch got episodes=: {BOTH}")
-        batches = policy_batches(batch, self.policy_specs)
+        # Plain dicts cross the wire (a SampleBatch is one, by another name).
+        batches = {pid: dict(b) for pid, b in policy_batches(batch, self.policy_specs).items()}
         options = {"num_epochs": _epochs(num_iters, num_epochs), "minibatch_size": minibatch_size}
         return self._started(self._update_remote(batches, timesteps, options), async_update)
 

@@ -53,9 +53,14 @@ def time_major(batch: Mapping[str, Any]) -> Mapping[str, Any]:
     column ``[N, 1]`` whose episodes follow each other, a change of ``eps_id`` without a done
     cut as a truncation, bootstrapping from ``new_obs`` (or ``next_obs``) where given."""
     rewards = batch.get(Columns.REWARDS)
-    if Columns.MASK in batch or rewards is None or np.ndim(rewards) != 1:
+    if rewards is None or np.ndim(rewards) != 1:
         return batch
     n = len(rewards)
+    if Columns.MASK in batch:  # flat samples with a mask: its valid rows only
+        keep = np.asarray(batch[Columns.MASK], bool)
+        batch = {k: np.asarray(v)[keep] for k, v in batch.items()
+                 if k != Columns.MASK and _numeric_rows(v, n)}
+        n = int(keep.sum())
     done = {k: np.asarray(batch.get(k, np.zeros(n, bool)), bool)
             for k in (Columns.TERMINATEDS, Columns.TRUNCATEDS)}
     if Columns.EPS_ID in batch:
@@ -65,7 +70,8 @@ def time_major(batch: Mapping[str, Any]) -> Mapping[str, Any]:
     obs = _float32(np.asarray(batch[Columns.OBS]))
     after = batch.get(NEW_OBS, batch.get(Columns.NEXT_OBS))
     # Without the observation after each step, the nearest known one stands in for it.
-    after = _float32(np.asarray(after)) if after is not None else obs[np.minimum(np.arange(n) + 1, n - 1)]
+    after = (_float32(np.asarray(after)) if after is not None and _numeric_rows(after, n)
+             else obs[np.minimum(np.arange(n) + 1, n - 1)])
     out = {k: _float32(np.asarray(v))[:, None] for k, v in batch.items()
            if k not in (NEW_OBS, Columns.NEXT_OBS, *done) and _numeric_rows(v, n)}
     out.update({k: v[:, None] for k, v in done.items()})
@@ -86,8 +92,7 @@ def episode_batches(episodes: Any) -> dict[str, dict[str, np.ndarray]]:
         raise TypeError(f"update_from_episodes: episodes is {type(episodes).__name__}"
                         f"{'' if episodes else ' (empty)'}; pass a non-empty list of fragments "
                         "(synchronous_parallel_sample's) or of episodes ({column: array})")
-    fragments = [e for e in episodes if isinstance(e, Mapping) and
-                 (Columns.MASK in e or "policy_batches" in e)]
+    fragments = [e for e in episodes if _is_fragment(e)]
     if fragments and len(fragments) != len(episodes):
         raise ValueError("update_from_episodes: a list of fragments or a list of episodes, "
                          "not both")
@@ -100,10 +105,23 @@ def episode_batches(episodes: Any) -> dict[str, dict[str, np.ndarray]]:
         grouped.setdefault(DEFAULT_POLICY_ID if pid is None else str(pid[0]), []).append(episode)
     out = {}
     for pid, group in grouped.items():
-        shared = set.intersection(*(set(e) for e in group)) - {NEW_OBS}
+        shared = set.intersection(*(set(e) for e in group)) - {NEW_OBS, Columns.MASK}
         keys = [*EPISODE_COLUMNS, *sorted(shared - set(EPISODE_COLUMNS))]
         out[pid] = batch_from_episodes(group, keys)
     return out
+
+
+def checked_episodes(episodes: Any) -> list[dict[str, Any]]:
+    """``episodes`` as a list of plain dicts (what crosses to a learner process), or the
+    TypeError ``episode_batches`` would raise."""
+    if isinstance(episodes, Mapping) or not isinstance(episodes, (list, tuple)) or not episodes:
+        episode_batches(episodes)  # raises, naming what to pass
+    return [dict(e) if isinstance(e, Mapping) else e for e in episodes]
+
+
+def _is_fragment(e: Any) -> bool:
+    """A runner's fragment: time-major columns (a 2-D mask), or a multi-agent one."""
+    return isinstance(e, Mapping) and ("policy_batches" in e or np.ndim(e.get(Columns.MASK)) == 2)
 
 
 def _episode(e: Any, i: int) -> dict[str, np.ndarray]:

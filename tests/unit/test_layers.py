@@ -21,7 +21,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("launcher", ("rlmesh.launcher",)),
     ("cli", ("rlmesh.cli",)),
     ("tune", ("rlmesh.tune",)),
-    ("algorithms", ("rlmesh.algorithms", "rlmesh.tuned_examples")),
+    ("algorithms", ("rlmesh.algorithms", "rlmesh.tuned_examples", "rlmesh.core")),
     ("driver", ("rlmesh.driver", "rlmesh.results")),
     ("roles", ("rlmesh.roles", "rlmesh.named_actors")),
     ("config", ("rlmesh.config", "rlmesh.callbacks", "rlmesh.client", "rlmesh.offline")),
