@@ -284,7 +284,7 @@ class EnvSampler:
         prev = {k: v[idx] for k, v in self._prev_values.items()}
         actions, state_outs, extras = self._compute(
             obs, states or None, prev.get(Columns.PREV_ACTIONS), prev.get(Columns.PREV_REWARDS),
-            explore=explore)
+            explore)
         if states:
             self._record_states(buf, t, idx, states, state_outs)
         for key, values in prev.items():
