@@ -10,6 +10,7 @@ import http
 import ipaddress
 import json
 import logging
+import math
 import ssl
 from collections import Counter
 from dataclasses import dataclass, field
@@ -162,12 +163,28 @@ def _plain(value: Any) -> Any:
     raise TypeError(f"cannot send a {type(value).__name__}")
 
 
+def _strict_json(value: Any) -> Any:
+    """``value`` with NaN and infinities as the strings "NaN", "Infinity", "-Infinity"
+    (which JavaScript's Number() and Python's float() read): JSON has no such numbers, and
+    a space's unbounded Box written as Python's bare Infinity breaks strict parsers."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value).replace("inf", "Infinity").replace(
+            "nan", "NaN")
+    if isinstance(value, dict):
+        return {k: _strict_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_strict_json(v) for v in value]
+    if isinstance(value, (np.ndarray, np.generic)):
+        return _strict_json(_plain(value))
+    return value
+
+
 def encode_reply(value: Any, ctype: str) -> bytes:
     if ctype == RLMESH_MSGPACK:
         return bytes(codec.encode(value, inline_threshold=1 << 62)[0])
     if ctype == MSGPACK:
         return msgpack.packb(value, default=_plain, use_bin_type=True)
-    return json.dumps(value, default=_plain).encode()
+    return json.dumps(_strict_json(value), allow_nan=False).encode()
 
 
 def refusal(exc: Exception) -> HTTPError:

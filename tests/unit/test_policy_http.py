@@ -74,6 +74,11 @@ def test_replies_follow_accept_then_the_request_and_errors_are_one_line():
     assert reply_type(Request("POST", "/", "HTTP/1.1"), "application/json") == "application/json"
     value = {"action": np.array([0.5, -1.0], np.float32), "n": np.int64(3)}
     assert json.loads(encode_reply(value, "application/json")) == {"action": [0.5, -1.0], "n": 3}
+    # Strict JSON: an unbounded Box's bounds as strings any parser reads.
+    box = {"low": np.array([-np.inf, 0.0]), "high": [np.inf, float("nan")]}
+    strict = encode_reply(box, "application/json").decode()
+    assert json.loads(strict, parse_constant=lambda c: pytest.fail(f"bare {c}")) == {
+        "low": ["-Infinity", 0.0], "high": ["Infinity", "NaN"]}
     assert msgpack.unpackb(encode_reply(value, "application/msgpack"))["action"] == [0.5, -1.0]
     assert codec.decode([encode_reply(value, RLMESH_MSGPACK)])["action"].dtype == np.float32
     out = error_response(HTTPError(400, "ClientDataError", "observation:\nbad\n shape"), False)
