@@ -166,8 +166,12 @@ class MinibatchSGD:
         policy.num_updates += 1
         policy.num_env_steps_trained += self.env_steps
         policy.after_update(result)
-        if policy.after_train_step is not None:
-            policy.after_train_step(policy, result)
+        if policy.after_train_step is not None and callable(
+                policy.after_train_step(policy, result)):  # RLlib's factory form, unrunnable here
+            raise TypeError("after_train_step returned a function: RLlib's form "
+                            "after_train_step(workers, config) -> fn(fetches) cannot run in "
+                            "rlmesh, which calls after_train_step(policy, stats) in the learner "
+                            "after every update; write it so")
         result.update(**self.rates, num_grad_updates=len(self.steps),
                       num_env_steps_trained=self.env_steps, **policy.state)
         return result

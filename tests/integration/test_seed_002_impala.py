@@ -6,6 +6,7 @@ DEFAULT_CONFIG-with-changes, env=...)`` trains an iteration on CartPole."""
 from __future__ import annotations
 
 import logging
+import os
 
 import pytest
 import torch
@@ -74,13 +75,30 @@ def test_num_gpus_1_refuses_in_one_line_on_a_cpu_machine():
     assert "\n" not in str(e.value)
 
 
-def test_impala_trainer_trains_an_iteration_with_rmsprop_and_the_vtrace_keys():
+def record_update(policy, stats) -> None:
+    """after_train_step as rlmesh calls it: in the learner process, after each update."""
+    with open(os.environ["SEED_002_UPDATES"], "a") as f:
+        f.write(f"{policy.num_updates}\n")
+
+
+def rllib_after_train_step(workers, config):
+    """RLlib's form: a factory of the function applied to the learner's fetches."""
+    return lambda fetches: None
+
+
+def _small(**changes) -> dict:
     config = DEFAULT_CONFIG.copy()
     config.update(num_workers=1, rollout_fragment_length=20, train_batch_size=40,
-                  min_time_s_per_reporting=0, opt_type="rmsprop", decay=0.9, momentum=0.1,
-                  epsilon=0.05, vtrace_clip_rho_threshold=0.8, vtrace_clip_pg_rho_threshold=0.9,
-                  vtrace_drop_last_ts=True, learner_queue_size=4,
-                  max_sample_requests_in_flight_per_worker=1)
+                  min_time_s_per_reporting=0, **changes)
+    return config
+
+
+def test_impala_trainer_trains_an_iteration_with_rmsprop_and_the_vtrace_keys(tmp_path, monkeypatch):
+    monkeypatch.setenv("SEED_002_UPDATES", str(tmp_path / "updates"))  # the learner inherits it
+    config = _small(opt_type="rmsprop", decay=0.9, momentum=0.1, epsilon=0.05,
+                    vtrace_clip_rho_threshold=0.8, vtrace_clip_pg_rho_threshold=0.9,
+                    vtrace_drop_last_ts=True, learner_queue_size=4,
+                    max_sample_requests_in_flight_per_worker=1, after_train_step=record_update)
     trainer = ImpalaTrainer(config=config, env="CartPole-v0")
     try:
         result = trainer.train()
@@ -89,9 +107,21 @@ def test_impala_trainer_trains_an_iteration_with_rmsprop_and_the_vtrace_keys():
         (group,) = state["optimizer"]["param_groups"]
         assert (group["alpha"], group["eps"], group["momentum"]) == (0.9, 0.05, 0.1)
         assert "square_avg" in state["optimizer"]["state"][0]  # RMSProp's, not Adam's
-        learner_config = trainer.learner_group.local.policies["default_policy"].config
-        assert (learner_config.vtrace_clip_rho_threshold,
-                learner_config.vtrace_clip_pg_rho_threshold,
-                learner_config.vtrace_drop_last_ts) == (0.8, 0.9, True)
+        assert (trainer.config.vtrace_clip_rho_threshold, trainer.config.vtrace_clip_pg_rho_threshold,
+                trainer.config.vtrace_drop_last_ts, trainer.config.learner_queue_size) == (
+                    0.8, 0.9, True, 4)
+        calls = (tmp_path / "updates").read_text().split()
+        assert calls and calls == [str(n) for n in range(1, len(calls) + 1)]  # once per update
+    finally:
+        trainer.stop()
+
+
+def test_rllibs_after_train_step_factory_is_refused_in_one_line():
+    trainer = ImpalaTrainer(config=_small(after_train_step=rllib_after_train_step),
+                            env="CartPole-v0")
+    try:
+        with pytest.raises(Exception, match="after_train_step returned a function") as e:
+            trainer.train()
+        assert "after_train_step(policy, stats)" in str(e.value).splitlines()[0]
     finally:
         trainer.stop()

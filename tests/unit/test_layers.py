@@ -21,7 +21,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("launcher", ("rlmesh.launcher",)),
     ("cli", ("rlmesh.cli",)),
     ("tune", ("rlmesh.tune",)),
-    ("algorithms", ("rlmesh.algorithms", "rlmesh.tuned_examples", "rlmesh.core")),
+    ("algorithms", ("rlmesh.algorithms", "rlmesh.tuned_examples", "rlmesh.core", "rlmesh.agents",
+                    "rlmesh.experimental")),
     ("driver", ("rlmesh.driver", "rlmesh.results")),
     ("roles", ("rlmesh.roles", "rlmesh.named_actors")),
     ("config", ("rlmesh.config", "rlmesh.callbacks", "rlmesh.client", "rlmesh.offline")),
@@ -30,7 +31,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("rl", ("rlmesh.rl",)),
     ("runtime", ("rlmesh.runtime", "rlmesh.placement")),
     ("wire", ("rlmesh.wire",)),
-    ("base", ("rlmesh.extras", "rlmesh.quick_exit")),
+    ("base", ("rlmesh.extras", "rlmesh.quick_exit", "rlmesh.ray_compat")),
 ]
 
 
