@@ -4,7 +4,8 @@ an ``Algorithm``)."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import sys
+from typing import Any
 
 from rlmesh.algorithms.algorithm_template import build_algorithm
 from rlmesh.driver.algorithm import Algorithm
@@ -43,6 +44,7 @@ def build_trainer(name: str, **kwargs: Any) -> type[Algorithm]:
 
     cls = type(name, (*mixins, built), {"__init__": __init__, "__module__": module})
     cls.__qualname__ = name
+    setattr(sys.modules[module], name, cls)  # in place of the inner class bound there
     return cls
 
 

@@ -12,7 +12,7 @@ from rlmesh.algorithms.execution import plan_step
 from rlmesh.config.base import AlgorithmConfig
 from rlmesh.driver.algorithm import Algorithm
 from rlmesh.driver.trainer_args import trainer_config
-from rlmesh.policy.policy_template import _caller_module, template_defaults
+from rlmesh.policy.policy_template import _caller_module, bind_in_module, template_defaults
 
 #: What build_algorithm and with_updates take besides ``name``.
 TEMPLATE_ARGS = ("default_config", "default_policy", "training_step", "execution_plan",
@@ -63,7 +63,7 @@ def build_algorithm(name: str, *, default_config: type[AlgorithmConfig] | dict |
             lambda cls, config: get_policy_class(config) or Algorithm.get_default_policy_class.__func__(cls, config))
     cls = type(name, (base,), body)
     cls.__qualname__ = name
-    return cls
+    return bind_in_module(cls)
 
 
 def with_updates(cls: type[Algorithm], **overrides: Any) -> type[Algorithm]:

@@ -71,7 +71,7 @@ def build_policy(name: str, loss_fn: Callable[..., Any] | None = None, *,
     body.update(_methods(fns, base))
     cls = type(name, (*(mixins or ()), base), body)
     cls.__qualname__ = name
-    return cls
+    return bind_in_module(cls)
 
 
 def check_functions(functions: dict[str, Any], where: str) -> dict[str, Any]:
@@ -90,6 +90,17 @@ def check_functions(functions: dict[str, Any], where: str) -> dict[str, Any]:
     fns = {k: functions.get(k) for k in TEMPLATE_FUNCTIONS}
     fns["extra_grad_process_fn"] = fns.pop("gradients_fn") or fns["extra_grad_process_fn"]
     return fns
+
+
+def bind_in_module(cls: type) -> type:
+    """``cls`` bound in its module under its name too, where that name is free: RLlib's
+    docs assign a built class to another name (``MyTrainer = build_trainer(name=
+    "MyCustomTrainer")``), and other processes, checkpoints and Tune import it by
+    ``module:name``. Running the module again (a child process) binds it again."""
+    module = sys.modules.get(cls.__module__)
+    if module is not None and not hasattr(module, cls.__qualname__):
+        setattr(module, cls.__qualname__, cls)
+    return cls
 
 
 def template_defaults(policy_cls: Any) -> dict[str, Any]:
@@ -127,7 +138,7 @@ def with_updates(cls: type, **overrides: Any) -> type:
                         "and mixins: override its methods in a subclass instead")
     new = type(name, (*(mixins or ()), cls), {"__module__": module})
     new.__qualname__ = name
-    return new
+    return bind_in_module(new)
 
 
 def _overridden(base: type) -> set[str]:
