@@ -25,7 +25,8 @@ from rlmesh.runtime.actor import public_methods
 from rlmesh.runtime.job import Job, current_job
 from rlmesh.runtime.run_dir import ENV_RUN_DIR, RunDir
 
-__all__ = ["get_actor", "register_actor", "NamedActorHandle", "ActorMethod", "ActorNotFound", "RemoteError", "ActorUnavailable",
+__all__ = ["get_actor", "register_actor", "NamedActorHandle", "ActorMethod", "ActorNotFound",
+           "RemoteError", "ActorUnavailable",
            "NamedActorSpec", "parse_named_actors", "start_named_actors"]
 
 HOST = "rlmesh.named_actors:NamedActorHost"

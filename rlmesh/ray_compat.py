@@ -18,7 +18,8 @@ INIT_KEYWORDS = frozenset({
     "redis_address", "redis_password", "redis_max_memory", "num_redis_shards", "node_ip_address",
     "driver_object_store_memory", "huge_pages", "include_webui", "webui_host", "plasma_directory",
     "temp_dir", "load_code_from_local", "use_pickle", "lru_evict", "_temp_dir", "_system_config",
-    "_memory", "_redis_password", "_plasma_directory", "_node_ip_address", "_driver_object_store_memory",
+    "_memory", "_redis_password", "_plasma_directory", "_node_ip_address",
+    "_driver_object_store_memory",
     "_enable_object_reconstruction", "_lru_evict", "_metrics_export_port", "_tracing_startup_hook",
     "_node_name", "_load_code_from_local", "_java_worker_options", "_skip_env_hook",
 })

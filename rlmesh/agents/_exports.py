@@ -38,6 +38,13 @@ TRAINERS: dict[str, str] = {
 }
 
 _CONFIG_PREFIX = {"SimpleQ": "SIMPLE_Q"}  # else the registry name in capitals
+
+# Where DEFAULT_CONFIG keeps rlmesh's value over the one RLlib's Trainer gave: said in the
+# module's docstring.
+_GPU_NOTE = ("its num_gpus is 0, where RLlib's asked for 1 GPU: the copy a script edits then "
+             "trains on any machine; set num_gpus 1 on a GPU machine (on one without CUDA it "
+             "refuses in one line, as RLlib did, unless _fake_gpus is set)")
+NOTES = {"IMPALA": _GPU_NOTE, "APEX": _GPU_NOTE}
 _DEFAULTS: dict[str, dict] = {}  # one DEFAULT_CONFIG per algorithm and process, as RLlib's
 
 
@@ -86,6 +93,7 @@ def _doc(module: str, runs: tuple[str, ...]) -> str:
                      f"itself; today's spelling: {config_cls.__name__}().environment(env)"
                      f".build().")
     lines.append("- DEFAULT_CONFIG: a plain dict of the defaults, in the Trainer era's key names.")
+    lines += [f"- {TRAINERS[run]}'s config: {NOTES[run]}." for run in runs if run in NOTES]
     return "\n".join(lines)
 
 

@@ -80,7 +80,8 @@ def test_a_global_counter_through_experimental_named_actors(trainer):
     result = trainer.train()
     counter = named_actors.get_actor("global_counter")
     deadline = time.monotonic() + 10  # the runners' increments are sent, not awaited
-    while rlmesh.get(counter.get.remote()) < result["episodes_total"] and time.monotonic() < deadline:
+    while (rlmesh.get(counter.get.remote()) < result["episodes_total"]
+           and time.monotonic() < deadline):
         time.sleep(0.05)
     assert rlmesh.get(counter.get.remote()) >= result["episodes_total"] > 0
     before = counter.get()  # the attribute call docs/named_actors.md shows: waits for it

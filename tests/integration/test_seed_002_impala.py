@@ -107,9 +107,9 @@ def test_impala_trainer_trains_an_iteration_with_rmsprop_and_the_vtrace_keys(tmp
         (group,) = state["optimizer"]["param_groups"]
         assert (group["alpha"], group["eps"], group["momentum"]) == (0.9, 0.05, 0.1)
         assert "square_avg" in state["optimizer"]["state"][0]  # RMSProp's, not Adam's
-        assert (trainer.config.vtrace_clip_rho_threshold, trainer.config.vtrace_clip_pg_rho_threshold,
-                trainer.config.vtrace_drop_last_ts, trainer.config.learner_queue_size) == (
-                    0.8, 0.9, True, 4)
+        cfg = trainer.config  # what the learner process was given
+        assert (cfg.vtrace_clip_rho_threshold, cfg.vtrace_clip_pg_rho_threshold,
+                cfg.vtrace_drop_last_ts, cfg.learner_queue_size) == (0.8, 0.9, True, 4)
         calls = (tmp_path / "updates").read_text().split()
         assert calls and calls == [str(n) for n in range(1, len(calls) + 1)]  # once per update
     finally:

@@ -53,8 +53,9 @@ def test_monitor_false_is_said_and_true_records_evaluation_episodes(said):
 
 
 def test_sample_batch_size_is_rollout_fragment_length():
-    assert PPOConfig.from_dict({"sample_batch_size": 50}).rollout_fragment_length == 50
-    assert PPOConfig.from_dict({"sample_batch_size": 50}).train_batch_size == PPOConfig().train_batch_size
+    config = PPOConfig.from_dict({"sample_batch_size": 50})
+    assert config.rollout_fragment_length == 50
+    assert config.train_batch_size == PPOConfig().train_batch_size
 
 
 def test_memory_at_another_value_still_loads_and_says_it_has_no_effect(said):
@@ -83,7 +84,8 @@ def test_every_module_names_its_trainers_and_configs():
         assert mod.DEFAULT_CONFIG is _exports.default_config(runs[0])  # one per algorithm
     from rlmesh.agents import dqn, ddpg, marwil, ppo
 
-    assert dqn.SIMPLE_Q_DEFAULT_CONFIG["num_workers"] == get_config_class("SimpleQ").rllib_defaults().num_env_runners
+    simple_q = get_config_class("SimpleQ").rllib_defaults()
+    assert dqn.SIMPLE_Q_DEFAULT_CONFIG["num_workers"] == simple_q.num_env_runners
     assert ddpg.TD3_DEFAULT_CONFIG is _exports.default_config("TD3")
     assert marwil.BC_DEFAULT_CONFIG is _exports.default_config("BC")
     with pytest.raises(AttributeError, match="PPOTrainer"):
@@ -166,7 +168,8 @@ def test_rollout_takes_rllibs_checkpoint_spellings(tmp_path):
     ckpt.mkdir(parents=True)
     (ckpt / "rlmesh_checkpoint.msgpack").write_bytes(b"")
     for spelling in ("checkpoint_000001", "checkpoint_1", "checkpoint_1/checkpoint-1",
-                     "checkpoint_000001/checkpoint-1", "checkpoint_000001/rlmesh_checkpoint.msgpack"):
+                     "checkpoint_000001/checkpoint-1",
+                     "checkpoint_000001/rlmesh_checkpoint.msgpack"):
         assert resolve_checkpoint(str(tmp_path / "trial" / spelling)) == ckpt, spelling
     assert resolve_checkpoint(str(tmp_path / "trial")) == ckpt
     with pytest.raises(FileNotFoundError):
