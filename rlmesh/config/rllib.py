@@ -340,8 +340,9 @@ def _monitor(value, d, cls):
         return {}, "no effect in rlmesh: monitor=false (videos are off unless record_env is set)"
     out = {"record_env": True if value is True else value}
     if not d.get("evaluation_interval"):
-        out.update(evaluation_interval=1, evaluation_duration=1,
-                   evaluation_duration_unit="episodes")
+        out["evaluation_interval"] = 1
+        if not {"evaluation_duration", "evaluation_num_episodes"} & set(d):
+            out.update(evaluation_duration=1, evaluation_duration_unit="episodes")
     return out, ("monitor: true -> record_env: true: rlmesh records evaluation episodes, not "
                  "training ones, into the trial's videos/ folder"
                  + ("" if d.get("evaluation_interval") else

@@ -50,6 +50,8 @@ def test_monitor_false_is_said_and_true_records_evaluation_episodes(said):
     assert "record_env: true" in said()[1]
     mine = PPOConfig.from_dict({"monitor": True, "evaluation_interval": 5})
     assert (mine.record_env, mine.evaluation_interval) == (True, 5)
+    longer = PPOConfig.from_dict({"monitor": True, "evaluation_num_episodes": 3})
+    assert (longer.evaluation_interval, longer.evaluation_duration) == (1, 3)
 
 
 def test_sample_batch_size_is_rollout_fragment_length():
