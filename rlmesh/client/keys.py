@@ -6,7 +6,7 @@ Layout of the directory (zmq.auth certificate files; the folders 0700, every fil
     server.key, server.key_secret      the server's key pair (give server.key to clients)
     clients/<name>.key                 public keys of the clients the server admits
     client_secrets/<name>.key_secret   each client's key pair (give it to that client only)
-    tokens/<name>.token                HTTP bearer tokens the server admits (give each to its client)
+    tokens/<name>.token                HTTP bearer tokens the server admits (each to its client)
 
 A policy server given none makes (or reuses) them in ``default_keys_dir()``, and a
 ``PolicyClient`` given none takes its ``client`` pair or token from there: the same user on

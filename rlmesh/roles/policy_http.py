@@ -95,7 +95,7 @@ def body_length(request: Request, max_body: int) -> int:
         raise HTTPError(411, "BadRequest", "send the body with a Content-Length (chunked "
                                            "transfer encoding is not taken)", True)
     text = request.headers.get("content-length", "0")
-    if not text.isdigit() or len(text) > 18:
+    if not (text.isascii() and text.isdigit()) or len(text) > 18:  # not "²"
         raise HTTPError(400, "BadRequest", f"Content-Length must be a number of bytes, got "
                                            f"{text!r:.40}", True)
     if int(text) > max_body:
@@ -349,6 +349,11 @@ class HTTPFront:
             out = await self._serve(reader, writer, request, peer)
         except HTTPError as err:
             return await self._refuse(writer, err, request is None or not request.keep_alive)
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.TimeoutError):
+            raise  # the client went away or stalled: nothing to answer
+        except Exception as exc:  # a bug of ours: this request fails, the server serves on
+            log.exception("policy server: an HTTP request failed")
+            return await self._refuse(writer, HTTPError(500, type(exc).__name__, str(exc)), True)
         await self._send(writer, out)
         return request.keep_alive
 

@@ -68,7 +68,8 @@ def check_answers(raw: bytes, statuses: list[int]) -> None:
         lines = head.decode("latin-1").split("\r\n")
         assert lines[0].startswith("HTTP/1.1 "), raw[:200]
         status = int(lines[0].split(" ")[1])
-        length = next(int(h.split(":")[1]) for h in lines[1:] if h.lower().startswith("content-length"))
+        length = next(int(h.split(":")[1]) for h in lines[1:]
+                      if h.lower().startswith("content-length"))
         body, raw = rest[:length], rest[length:]
         assert status == 200 or 400 <= status < 500, (status, body)
         if status != 200:

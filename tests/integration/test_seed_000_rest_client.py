@@ -5,10 +5,14 @@ server serves on; ``PolicyClient("http://localhost:PORT")`` as RLlib users write
 
 from __future__ import annotations
 
+import argparse
 import http.client
 import json
+import os
+import signal
 import ssl
 import subprocess
+import sys
 import threading
 import urllib.error
 import urllib.request
@@ -21,6 +25,7 @@ import pytest
 import uvloop
 
 from rlmesh.algorithms.ppo import PPOConfig
+from rlmesh.cli.serve import add_arguments, main as serve_main
 from rlmesh.client import PolicyServerError, make_http_token, read_http_token
 from rlmesh.client.keys import default_keys_dir
 from rlmesh.runtime import Job
@@ -219,7 +224,8 @@ def test_bad_requests_get_a_4xx_of_one_line_and_the_server_serves_on(algo, case)
     # The next request, on a new connection, is served.
     good = PlainSimulator(algo.address, token)
     episode_id = good.post("start_episode")["episode_id"]
-    assert good.post("get_action", episode_id=episode_id, observation=[0, 0, 0, 0])["action"] in (0, 1)
+    action = good.post("get_action", episode_id=episode_id, observation=[0, 0, 0, 0])["action"]
+    assert action in (0, 1)
 
 
 def test_an_rllib_users_policy_client_on_http_localhost(algo, monkeypatch):
@@ -274,3 +280,35 @@ def test_https_with_a_token_and_plain_http_refused_off_loopback(tmp_path):
     with pytest.raises(Exception, match="plain http off loopback"):
         with http_runner("http://10.255.255.1:0"):
             pass
+
+
+def test_rlmesh_serve_a_checkpoint_over_http(algo, tmp_path, capsys):
+    checkpoint = algo.save(tmp_path / "ckpt")
+    observations = [[0.01 * i, 0.0, 0.02, 0.0] for i in range(5)]
+    expected = [algo.compute_single_action(np.array(o, np.float32), explore=False)
+                for o in observations]
+    proc = subprocess.Popen([sys.executable, "-m", "rlmesh.cli.main", "serve", checkpoint,
+                             "--address", "http://127.0.0.1:0", "--http-tokens", str(algo.keys)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("serving "), line + proc.stderr.read()
+        sim = PlainSimulator(line.split(" on ")[1].split()[0], read_http_token(algo.keys, "sim2"))
+        episode_id = sim.post("start_episode")["episode_id"]
+        got = [sim.post("get_action", episode_id=episode_id, observation=o)["action"]
+               for o in observations]
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(15) == 0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert got == expected  # the checkpoint's policy, its likeliest actions
+    # Plain http off loopback: one line, exit 2 (the command's main, in this process).
+    args = argparse.ArgumentParser()
+    add_arguments(args)
+    assert serve_main(args.parse_args([checkpoint, "--address", "http://0.0.0.0:9900"])) == 2
+    err = capsys.readouterr().err
+    assert "rlmesh serve: " in err and "plain http off loopback" in err, err
+    assert len(err.strip().splitlines()) == 1, err

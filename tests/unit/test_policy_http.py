@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from rlmesh.client.http import RLMESH_MSGPACK
-from rlmesh.roles.policy_http import (HTTPError, Request, bind_address, decode_body,
-                                      encode_reply, error_response, parse_head, reply_type)
+from rlmesh.roles.policy_http import (HTTPError, Request, bind_address, body_length,
+                                      decode_body, encode_reply, error_response, parse_head,
+                                      reply_type)
 from rlmesh.wire import codec
 
 LIMITS = codec.Limits(max_message_bytes=1 << 20, max_header_bytes=1 << 20, max_objects=1000,
@@ -49,8 +50,23 @@ def test_a_head_is_parsed_and_a_malformed_one_refused():
         assert exc.value.code == 400 and exc.value.close
 
 
+def test_a_body_length_is_ascii_digits_within_the_limit():
+    def length(value):
+        return body_length(Request("POST", "/x", "HTTP/1.1", {"content-length": value}), 100)
+
+    assert length("100") == 100
+    for value, code in [("\u00b2", 400), ("-1", 400), ("1e3", 400), ("101", 413)]:
+        with pytest.raises(HTTPError) as exc:
+            length(value)
+        assert exc.value.code == code and exc.value.close
+    with pytest.raises(HTTPError, match="chunked") as exc:
+        body_length(Request("POST", "/x", "HTTP/1.1", {"transfer-encoding": "chunked"}), 100)
+    assert exc.value.code == 411
+
+
 def test_bodies_by_name_or_in_order_and_bounded():
-    assert decode_body("application/json", b'{"episode_id": "e"}', LIMITS) == ([], {"episode_id": "e"})
+    assert decode_body("application/json", b'{"episode_id": "e"}', LIMITS) == (
+        [], {"episode_id": "e"})
     assert decode_body("application/json", b'["e", [1, 2]]', LIMITS) == (["e", [1, 2]], {})
     assert decode_body("application/msgpack", msgpack.packb({"a": 1}), LIMITS) == ([], {"a": 1})
     # rlmesh's array extension: an observation as raw float32 bytes.
