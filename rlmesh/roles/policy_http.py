@@ -258,8 +258,8 @@ class HTTPFront:
     """Serves ``service``'s declared calls as ``POST /<call>`` (and ``GET /server_info``).
 
     ``tokens``: SHA-256 digest of each admitted bearer token -> the client's name (None:
-    no token asked, the client named by its address). ``caller``: a callable given the
-    client's name for the duration of each call (the service's rejection counts and
+    no token asked, the client named by its address). ``set_caller``: given the client's
+    name for the duration of each call, and None after it (the service's rejection counts and
     per-client caps use it)."""
 
     def __init__(self, service: Any, set_caller: Callable[[str | None], None], *,
@@ -309,14 +309,13 @@ class HTTPFront:
     async def _connection(self, reader: asyncio.StreamReader,
                           writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername") or ("?", 0)
-        if not self._admit(writer):
-            self.stats["connections_refused"] += 1
-            err = HTTPError(503, "Busy", f"the server holds {self.max_connections} busy "
-                                        f"connections (policy_server_max_connections); retry")
-            await self._send(writer, error_response(err, True))
-            writer.close()
-            return
         try:
+            if not self._admit(writer):
+                self.stats["connections_refused"] += 1
+                err = HTTPError(503, "Busy", f"the server holds {self.max_connections} busy "
+                                            f"connections (policy_server_max_connections); retry")
+                await self._send(writer, error_response(err, True))
+                return
             while await self._one_request(reader, writer, f"http-{peer[0]}:{peer[1]}"):
                 pass
         except (ConnectionError, asyncio.IncompleteReadError, asyncio.TimeoutError, ssl.SSLError):
@@ -328,7 +327,8 @@ class HTTPFront:
     async def _one_request(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                            peer: str) -> bool:
         """Serve one request; whether the connection stays open for the next."""
-        self.idle[writer] = True
+        self.idle.pop(writer, None)
+        self.idle[writer] = True  # idle again, and now the most recently active
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEAD_TIMEOUT_S)
         except asyncio.IncompleteReadError:
@@ -340,7 +340,6 @@ class HTTPFront:
         except asyncio.TimeoutError:
             return False  # an idle keep-alive, or a head sent too slowly
         if writer in self.idle:  # busy: not to be shed while its request is served
-            self.idle.pop(writer)
             self.idle[writer] = False
         self.stats["requests"] += 1
         request: Request | None = None
