@@ -1,5 +1,5 @@
 """The HTTP front's decisions without sockets: where it may bind, how a head and a body are
-read, what a reply looks like in each encoding (roles/policy_http.py)."""
+read, what a reply looks like in each encoding (roles/policy_http_wire.py)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from rlmesh.client.http import RLMESH_MSGPACK
-from rlmesh.roles.policy_http import (HTTPError, Request, bind_address, body_length,
-                                      decode_body, encode_reply, error_response, parse_head,
-                                      reply_type)
+from rlmesh.roles.policy_http_wire import (HTTPError, Request, bind_address, body_length,
+                                           decode_body, encode_reply, error_response,
+                                           parse_head, reply_type)
 from rlmesh.wire import codec
 
 LIMITS = codec.Limits(max_message_bytes=1 << 20, max_header_bytes=1 << 20, max_objects=1000,
