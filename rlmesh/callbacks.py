@@ -264,36 +264,36 @@ class FunctionCallbacks(Callbacks):
             functions[key] = fn
         return cls(functions) if functions else None
 
-    def _call(self, hook: str, **info: Any) -> None:
+    def _invoke(self, hook: str, **info: Any) -> None:
         fn = self.functions.get(hook)
         if fn is not None:
             fn(info)
 
     def on_episode_start(self, *, episode: Episode, env_runner: Any, env_index: int,
                          **kwargs: Any) -> None:
-        self._call("on_episode_start", env=_user_env(env_runner, env_index), episode=episode,
+        self._invoke("on_episode_start", env=_user_env(env_runner, env_index), episode=episode,
                    policy=getattr(env_runner, "policies", {}))
 
     def on_episode_step(self, *, episode: Episode, env_runner: Any, env_index: int,
                         **kwargs: Any) -> None:
-        self._call("on_episode_step", env=_user_env(env_runner, env_index), episode=episode)
+        self._invoke("on_episode_step", env=_user_env(env_runner, env_index), episode=episode)
 
     def on_episode_end(self, *, episode: Episode, env_runner: Any, env_index: int,
                        **kwargs: Any) -> None:
-        self._call("on_episode_end", env=_user_env(env_runner, env_index), episode=episode,
+        self._invoke("on_episode_end", env=_user_env(env_runner, env_index), episode=episode,
                    policy=getattr(env_runner, "policies", {}))
 
     def on_sample_end(self, *, env_runner: Any, samples: dict, **kwargs: Any) -> None:
-        self._call("on_sample_end", worker=env_runner, samples=samples)
+        self._invoke("on_sample_end", worker=env_runner, samples=samples)
 
     def on_postprocess_trajectory(self, *, env_runner: Any, policy_id: str, policies: dict,
                                   postprocessed_batch: dict, **kwargs: Any) -> None:
-        self._call("on_postprocess_traj", post_batch=postprocessed_batch,
+        self._invoke("on_postprocess_traj", post_batch=postprocessed_batch,
                    pre_batch=(policies.get(policy_id), postprocessed_batch),
                    policy_id=policy_id, worker=env_runner)
 
     def on_train_result(self, *, algorithm: Any, result: dict, **kwargs: Any) -> None:
-        self._call("on_train_result", trainer=algorithm, result=result)
+        self._invoke("on_train_result", trainer=algorithm, result=result)
 
 
 def _user_env(env_runner: Any, index: int) -> Any:

@@ -21,7 +21,7 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
-from rlmesh.driver import acting, checkpoints, export, policies
+from rlmesh.driver import acting, checkpoints, export, live_runs, policies
 from rlmesh.driver.env_runner_group import EnvRunnerGroup, synchronous_parallel_sample
 from rlmesh.driver.evaluation import EvaluationGroup
 from rlmesh.driver.iteration_result import (  # noqa: F401  (public here too)
@@ -111,6 +111,7 @@ class Algorithm:
         check_learner_gpus(config.num_learners, config.num_gpus_per_learner, config.fake_gpus)
         check_batch_memory(config, self.obs_space, self.action_space)
         self.mesh = self.mesh_class(config, self.policy_specs)
+        live_runs.built(self)  # a tune trial stops what its function left running
         # The runner processes start (imports, envs) while this thread builds the learner.
         runners = self.mesh.start_runners()
         try:

@@ -231,7 +231,8 @@ class EnvRunner(MultiAgentPolicies, VersionedPolicies, Actor):
         try:
             return self.policies[policy_id]
         except KeyError:
-            raise KeyError(f"no policy {policy_id!r}; this runner has {sorted(self.policies)}") from None
+            raise KeyError(f"no policy {policy_id!r}; this runner has "
+                           f"{sorted(self.policies)}") from None
 
     async def refresh_weights(self) -> int:
         """Load the param server's newest weights now, not at the next fragment: a

@@ -12,7 +12,8 @@ from rlmesh.tune.spaces import (choice, grid_search, loguniform, quniform, randi
 _LAZY = {"report": "rlmesh.tune.executor", "get_checkpoint": "rlmesh.tune.executor",
          "get_trial_dir": "rlmesh.tune.executor", "run": "rlmesh.tune.api", "Tuner": "rlmesh.tune.api", "TuneConfig": "rlmesh.tune.api",
          "RunConfig": "rlmesh.tune.api", "ExperimentAnalysis": "rlmesh.tune.analysis",
-         "PopulationBasedTraining": "rlmesh.tune.pbt"}
+         "PopulationBasedTraining": "rlmesh.tune.pbt", "TuneError": "rlmesh.tune.legacy",
+         "function": "rlmesh.tune.legacy"}
 
 __all__ = ["choice", "grid_search", "loguniform", "quniform", "randint", "sample_from", "uniform",
            *_LAZY]

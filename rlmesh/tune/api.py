@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from rlmesh.results import DEFAULT_LOCAL_DIR, safe_name
 from rlmesh.tune.analysis import ExperimentAnalysis
-from rlmesh.tune.trial import DONE, PENDING, RUNNING, Trial, param_tag, read_state
+from rlmesh.tune.trial import DONE, ERROR, PENDING, RUNNING, Trial, param_tag, read_state
 
 DEFAULT_METRIC = "episode_reward_mean"
 
@@ -52,9 +52,18 @@ def run(run_or_experiment: Any, *, config: dict | None = None, stop: dict | None
         reduction_factor: int = 3, max_t: int | None = None, nodes: list | None = None,
         verbose: int = 1, print_every_s: float = 15.0,
         cluster_file: str | None = None, join_cluster: str | None = None,
-        callbacks: Any = None) -> ExperimentAnalysis:
+        callbacks: Any = None, raise_on_failed_trial: bool = True) -> ExperimentAnalysis:
     """Run a sweep of ``run_or_experiment`` (an algorithm name such as "PPO", or a function
-    ``fn(config)`` calling rlmesh.tune.report) over ``config``'s search spaces.
+    ``fn(config)`` calling rlmesh.tune.report, or Tune's older ``fn(config, reporter)``
+    calling ``reporter(**metrics)``) over ``config``'s search spaces.
+
+    ``raise_on_failed_trial`` (Ray Tune's): a run any of whose trials failed raises
+    ``TuneError`` naming them, once every trial ended (False: the analysis is returned).
+    ``resources_per_trial``: ``{"cpu": 1, "gpu": 0, "extra_cpu": 2}`` (or the scheduler's
+    ``CPU``/``GPU``), each value a number or a function of the trial's spec
+    (``lambda spec: spec.config.num_workers``); for an algorithm it replaces the config's
+    own request. A class or function in an algorithm's config (the env class, callbacks)
+    travels by its import path (a lambda: handed to this machine's processes).
 
     ``scheduler``: None, "asha" or "median" (Optuna's pruners), or a PopulationBasedTraining.
     ``max_t``: the iteration at which a pruned sweep's trials stop, TERMINATED (Ray's ASHA
@@ -85,6 +94,7 @@ def run(run_or_experiment: Any, *, config: dict | None = None, stop: dict | None
                          "only algorithm trials run (give an algorithm name)")
     metric = metric or (scheduler.metric if isinstance(scheduler, PopulationBasedTraining)
                         and scheduler.metric else DEFAULT_METRIC)
+    env_name = _env_name(config)
     config, stop = _config_and_stop(run_name, fn, config, stop)
     pbt = scheduler if isinstance(scheduler, PopulationBasedTraining) else None
     if pbt is not None:
@@ -93,7 +103,7 @@ def run(run_or_experiment: Any, *, config: dict | None = None, stop: dict | None
     search = Search(config, num_samples, search_alg, None if pbt else scheduler, metric, mode,
                     seed, grace_period, reduction_factor, max_t)
     short = safe_name(run_name.rsplit(":", 1)[-1])
-    prefix = short + (f"_{safe_name(config['env'])}" if config.get("env") else "")
+    prefix = short + (f"_{safe_name(env_name)}" if env_name else "")
     root = Path(os.path.expanduser(str(storage_path or local_dir or DEFAULT_LOCAL_DIR)))
     experiment = name or _default_experiment(root, prefix, resume)
     exp_dir = root / safe_name(experiment)
@@ -119,7 +129,18 @@ def run(run_or_experiment: Any, *, config: dict | None = None, stop: dict | None
     analysis = ExperimentAnalysis(sweep.trials, metric, mode, exp_dir, interrupted=not finished)
     (exp_dir / "summary.txt").write_text(analysis.summary() + "\n")
     table.message("\n".join(analysis.best_lines()))
+    failed = [t for t in sweep.trials if t.status == ERROR]
+    if failed and raise_on_failed_trial and finished:
+        from rlmesh.tune.legacy import failed_trials_error
+
+        raise failed_trials_error(failed, analysis)
     return analysis
+
+
+def _env_name(config: Any) -> str | None:
+    """The env's name for the experiment's folder: a class or function by its name."""
+    env = config.get("env") if isinstance(config, dict) else getattr(config, "env", None)
+    return getattr(env, "__name__", None) or (str(env) if env else None)
 
 
 def _max_t(max_t: int | None, stop: dict) -> int | None:
@@ -157,8 +178,26 @@ def _config_and_stop(run_name: str, fn, config: dict | None, stop: dict | None):
         return config, flatten(stop or {})
     from rlmesh.tune.experiment import DEFAULT_STOP, canonical_keys, config_class, parse_stop
 
-    config = canonical_keys(config_class(run_name), config)
+    config = _plain_code(canonical_keys(config_class(run_name), config))
     return config, (parse_stop(stop, "stop") if stop else dict(DEFAULT_STOP))
+
+
+def _plain_code(value: Any) -> Any:
+    """``value`` with each class or function in it (an env class, RLlib's callbacks dict of
+    functions) as its import path, or the token a lambda is handed to this machine's
+    processes by (runtime/handed.py): an algorithm trial's config crosses to its process,
+    and into params.json, as plain data. Search spaces stay as they are."""
+    import types
+
+    from rlmesh.config.base import _jsonable
+
+    if isinstance(value, dict):
+        return {k: _plain_code(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_plain_code(v) for v in value)
+    if isinstance(value, (type, types.FunctionType)):
+        return _jsonable(value)
+    return value
 
 
 def _config_object_dict(cfg) -> dict:
@@ -203,10 +242,11 @@ def _requester(run_name: str, fn, resources_per_trial: dict | None, on_cluster: 
     driver's bundles are left out, as the launch's session leaves them: the head runs it."""
     def request(trial: Trial):
         from rlmesh.runtime.resources import Bundle, PlacementGroup
+        from rlmesh.tune.legacy import trial_resources
 
         if resources_per_trial is not None or fn is not None:
-            return [PlacementGroup((Bundle(resources_per_trial or {"CPU": 1}, "trial"),),
-                                   "PACK", trial.trial_id)]
+            asked = trial_resources(resources_per_trial or {"CPU": 1}, trial)
+            return [PlacementGroup((Bundle(asked, "trial"),), "PACK", trial.trial_id)]
         from rlmesh.tune.experiment import config_class
 
         cfg = config_class(run_name).from_dict(copy.deepcopy(trial.config))
@@ -273,4 +313,5 @@ class Tuner:
                    max_concurrent_trials=tc.max_concurrent_trials, seed=tc.seed,
                    resources_per_trial=self.resources_per_trial, name=rc.name,
                    storage_path=rc.storage_path, checkpoint_freq=rc.checkpoint_freq,
-                   resume=resume, verbose=rc.verbose, callbacks=rc.callbacks)
+                   resume=resume, verbose=rc.verbose, callbacks=rc.callbacks,
+                   raise_on_failed_trial=False)  # Ray's fit() returns errors, not raises

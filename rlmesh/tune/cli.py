@@ -42,6 +42,7 @@ def run_sweeps(specs: list, args) -> int:
     """Each experiment of the file as a sweep, one after another; the exit code."""
     from rlmesh.extras import MissingExtra
     from rlmesh.tune.api import run
+    from rlmesh.tune.legacy import TuneError
     from rlmesh.tune.spaces import SpaceError
 
     for spec, exp in specs:
@@ -54,6 +55,9 @@ def run_sweeps(specs: list, args) -> int:
                 max_concurrent_trials=args.max_concurrent_trials, name=spec.experiment,
                 local_dir=spec.local_dir, checkpoint_freq=spec.checkpoint_freq,
                 resume=args.resume, grace_period=args.grace_period, callbacks=spec.trackers)
+        except TuneError as e:  # the trials failed: their logs say why
+            print(f"rlmesh train: {e}", file=sys.stderr)
+            return 1
         except (SpaceError, ValueError, FileExistsError, FileNotFoundError, RuntimeError,
                 MissingExtra) as e:
             print(f"rlmesh train: error: {e}", file=sys.stderr)

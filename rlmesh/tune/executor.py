@@ -134,7 +134,9 @@ def get_trial_dir() -> str | None:
 
 
 class FunctionTrial:
-    """A function trainable ``fn(config)`` calling report(), on a thread of the sweep."""
+    """A function trainable ``fn(config)`` calling report() (or Tune's older ``fn(config,
+    reporter)``, calling ``reporter(**metrics)``), on a thread of the sweep. Algorithms it
+    built and left running are stopped when it ends (driver/live_runs.py)."""
 
     def __init__(self, trial, events: queue.Queue, fn: Callable, pool=None):
         self.trial = trial
@@ -184,8 +186,15 @@ class FunctionTrial:
     def _run(self) -> None:
         _session.value = self
         code, error = 0, ""
+        from rlmesh.driver.live_runs import stopped_at_exit
+        from rlmesh.tune.legacy import Reporter, takes_reporter
+
         try:
-            self.fn(dict(self.trial.config))
+            with stopped_at_exit():
+                if takes_reporter(self.fn):
+                    self.fn(dict(self.trial.config), Reporter(lambda m: self.report(m, None)))
+                else:
+                    self.fn(dict(self.trial.config))
         except StopTrial:
             pass
         except Exception as e:  # the trial fails; the sweep goes on
