@@ -5,7 +5,6 @@ builders, from_dict/to_dict, validate() and fields_table(), so nothing is writte
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -259,8 +258,9 @@ class AlgorithmConfig(SamplingSettings, EvaluationSettings, MultiAgentSettings, 
         path = getattr(type(self), "algorithm_path", None)
         if path is None:
             raise ConfigError(f"{type(self).__name__} names no algorithm to build")
-        module, _, name = path.partition(":")
-        return getattr(importlib.import_module(module), name)(self)
+        from rlmesh.runtime.import_path import import_object  # a script's class by its file
+
+        return import_object(path, "algorithm")(self)
 
     # RLlib's other builders: old names of the groups above, and its stack switches
     def rollouts(self, **kwargs):

@@ -43,6 +43,7 @@ from rlmesh.rl.columns import DEFAULT_POLICY_ID, merge_by_policy
 from rlmesh.rl.filters import make_filter
 from rlmesh.config.learner_gpus import check_learner_gpus
 from rlmesh.runtime import ActorUnavailable, RemoteError
+from rlmesh.runtime.import_path import stop_if_importing_script
 from rlmesh.runtime.logtail import LogTail, level_number
 
 log = logging.getLogger(__name__)
@@ -78,6 +79,7 @@ class Algorithm:
                  logger_creator: Any = None) -> None:
         """``config``: a config object, or a dict of keys; ``env`` (RLlib's Trainer-era
         ``PPOTrainer(config=..., env=...)``) replaces the config's env (trainer_args.py)."""
+        stop_if_importing_script(f"{type(self).__name__}(...)")  # a runner importing the script
         config = trainer_config(self.config_class, config, env, logger_creator)
         config.validate()
         check_lambdas_can_go(config)

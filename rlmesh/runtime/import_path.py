@@ -11,7 +11,6 @@ import importlib.util
 import inspect
 import os
 import re
-import runpy
 import site
 import sys
 import sysconfig
@@ -81,14 +80,53 @@ def _attribute(module: Any, module_name: str, qualname: str, what: str, path: st
     return obj
 
 
+class ScriptImportStop(BaseException):
+    """Raised by a run started at the top level of the driver's script while another
+    process imports that script for its classes and functions (``stop_if_importing_script``):
+    the import ends there, keeping the names defined above that line. A BaseException, so
+    the user's ``except Exception`` does not swallow it."""
+
+
+#: The script being imported as __mp_main__ in this process, while it runs.
+_importing_script: str | None = None
+
+
+def stop_if_importing_script(what: str) -> None:
+    """Stop the import of the driver's script at ``what`` (a run it starts at top level).
+
+    RLlib's docs write scripts without an ``if __name__ == "__main__":`` guard (Ray sends
+    __main__'s classes by value); rlmesh's processes import the script for them, as
+    multiprocessing's spawn does, and would start the run again in every runner. Everything
+    the script defines above its first run is there; what it defines below is not."""
+    if _importing_script is not None:
+        raise ScriptImportStop(f"{what} at the top level of {_importing_script}")
+
+
 def run_script(file: str) -> Any:
     """The script ``file`` as the module ``__mp_main__`` (run once, its ``if __name__ ==
-    "__main__":`` block skipped), as multiprocessing's spawn finds the parent's script."""
+    "__main__":`` block skipped), as multiprocessing's spawn finds the parent's script; a
+    run the script starts at its top level ends the import there (ScriptImportStop)."""
+    global _importing_script
     main = sys.modules.get(MAIN)
     if main is None or getattr(main, "__file__", None) != file:
         main = type(sys)(MAIN)
-        main.__dict__.update(runpy.run_path(file, run_name=MAIN))
+        main.__dict__.update(__file__=file, __name__=MAIN, __package__=None, __spec__=None,
+                             __builtins__=__builtins__)
         sys.modules[MAIN] = main
+        with open(file, "rb") as source:
+            code = compile(source.read(), file, "exec")
+        _importing_script = file
+        try:
+            exec(code, main.__dict__)
+        except ScriptImportStop as stop:
+            print(f"rlmesh: imported {os.path.basename(file)} for its definitions up to the "
+                  f"run it starts ({stop}); the run is not repeated in this process",
+                  file=sys.stderr)
+        except BaseException:
+            sys.modules.pop(MAIN, None)
+            raise
+        finally:
+            _importing_script = None
     return main
 
 

@@ -38,8 +38,10 @@ def _trainable(run: Any) -> tuple[str, Callable | None]:
         obj = getattr(importlib.import_module(module), name)
         if callable(obj) and not inspect.isclass(obj):
             return run, obj
-    if inspect.isclass(run):
-        return f"{run.__module__}:{run.__qualname__}", None
+    if inspect.isclass(run):  # a class of the script by its file (runtime/import_path.py)
+        from rlmesh.policy.policy import class_path
+
+        return class_path(run), None
     return str(run), None
 
 
@@ -79,8 +81,11 @@ def run(run_or_experiment: Any, *, config: dict | None = None, stop: dict | None
     ``{"mlflow": {"tracking_uri": ...}}`` (rlmesh/tune/trackers.py), one tracker run per
     trial grouped by the experiment; algorithm trials only.
     """
+    from rlmesh.runtime.import_path import stop_if_importing_script
     from rlmesh.tune.controller import Sweep
     from rlmesh.tune.pbt import PopulationBasedTraining
+
+    stop_if_importing_script("tune.run(...)")  # a trial's process importing the script
     from rlmesh.tune.search import Search
     from rlmesh.tune.table import TrialTable
 
