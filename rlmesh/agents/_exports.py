@@ -119,3 +119,15 @@ def exports(module: str) -> tuple[str, Callable[[str], Any], list[str]]:
         return value
 
     return _doc(rel, runs), __getattr__, sorted(names)
+
+
+def tf_policy_module(module: str, torch_names: dict[str, str]) -> Callable[[str], Any]:
+    """A ``__getattr__`` for a Trainer-era TensorFlow policy module (``ppo_tf_policy``): each
+    name is refused in one line naming its torch class (``{TF name: torch import path}``)."""
+    def refuse(name: str) -> Any:
+        if name not in torch_names:
+            raise AttributeError(f"module {module!r} has no attribute {name!r}")
+        raise ImportError(f"{name}: rlmesh has no TensorFlow; use {torch_names[name]} (the same "
+                          "policy in torch)")
+
+    return refuse
