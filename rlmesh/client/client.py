@@ -205,7 +205,7 @@ class PolicyClient:
             with self._lock:
                 if self._closed:
                     raise RuntimeError("PolicyClient is closed")
-                self._replies[msg["id"]] = self._http.call(msg["id"], method, args)
+                self._replies[msg["id"]] = self._http.call(method, args, msg["id"])
                 return msg["id"]
         frames = codec.encode(msg)
         with self._lock:

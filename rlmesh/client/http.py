@@ -69,7 +69,7 @@ class HTTPTransport:
             self._conn.close()
             self._conn = None
 
-    def call(self, call_id: int, method: str, args: tuple[Any, ...]) -> dict[str, Any]:
+    def call(self, method: str, args: tuple[Any, ...], call_id: int) -> dict[str, Any]:
         body = bytes(codec.encode(list(args), inline_threshold=1 << 62)[0])
         while True:
             conn, new = self._connection()

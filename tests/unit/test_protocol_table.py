@@ -39,8 +39,11 @@ NOT_HANDLES = ("study",)
 # The calling forms themselves (a stream's items name the call the stream was opened for).
 MACHINERY = ("rlmesh/runtime/", "rlmesh/wire/")
 # Call names that come from the user at run time, refused by the runner if not declared:
-# foreach_env_runner("metrics") / foreach_env_runner_async(fn), RLlib's foreach_worker.
-USER_NAMED = {"rlmesh/driver/env_runner_group.py": "method"}
+# foreach_env_runner("metrics") / foreach_env_runner_async(fn), RLlib's foreach_worker; a
+# named actor's methods (the user's class); the path of an HTTP request to the policy server
+# (checked against the server's table when it arrives).
+USER_NAMED = {"rlmesh/driver/env_runner_group.py": "method", "rlmesh/named_actors.py": "self._method",
+              "rlmesh/roles/policy_http.py": "call"}
 _SITES = {"call": CALL, "call_sync": CALL, "tell": TELL, "tell_sync": TELL, "stream": STREAM}
 
 
