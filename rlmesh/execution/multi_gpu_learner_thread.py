@@ -1,0 +1,9 @@
+"""RLlib's ``ray.rllib.execution.multi_gpu_learner_thread``: refused by name (see ``rlmesh.execution``)."""
+
+from typing import NoReturn
+
+from rlmesh.execution import refuse
+
+
+def __getattr__(name: str) -> NoReturn:
+    refuse(name, __name__)
