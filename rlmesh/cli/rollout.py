@@ -9,6 +9,7 @@ import math
 import os
 import re
 import sys
+from typing import Any
 from pathlib import Path
 
 DEFAULT_EPISODES = 10
@@ -204,19 +205,24 @@ def run_multi_agent_episodes(algo, env, steps: int | None, episodes: int | None,
 
     obs, _ = env.reset(seed=seed)
     episode, taken = MultiAgentEpisode(0, 0), 0
+    # Each agent of a recurrent policy carries its own state (and previous action and
+    # reward) through the episode, as the runners do.
+    states: dict[Any, list] = {}
+    prevs: dict[Any, dict[str, Any]] = {}
     while (steps is None or taken < steps) and (episodes is None or len(returns) < episodes):
         for aid in obs:
             if aid not in episode.policy_for:
                 episode.policy_for[aid] = map_agent(algo.mapping_fn, aid, episode, algo.policies)
-        if writer is None:
-            actions = {aid: algo.compute_single_action(o, explore=explore,
-                                                       policy_id=episode.policy_for[aid])
-                       for aid, o in obs.items()}
-        else:  # each agent's step as a runner records it
-            steps_of = {aid: algo.policies[episode.policy_for[aid]].compute_step(o, None, explore)
-                        for aid, o in obs.items()}
-            actions = {aid: step[2] for aid, step in steps_of.items()}
+                states[aid] = list(algo.get_policy(episode.policy_for[aid]).get_initial_state())
+        steps_of = {aid: algo.policies[episode.policy_for[aid]].compute_step(
+            o, states[aid] or None, explore, **(prevs.get(aid, {}) if states[aid] else {}))
+            for aid, o in obs.items()}
+        actions = {aid: step[2] for aid, step in steps_of.items()}
+        for aid, step in steps_of.items():
+            states[aid] = step[3] if states[aid] else states[aid]
         obs, rewards, terms, truncs, _ = env.step(actions)
+        prevs.update({aid: {"prev_action": steps_of[aid][1], "prev_reward": float(rewards.get(aid, 0.0))}
+                      for aid in steps_of})
         for aid, r in rewards.items():
             episode.agent_rewards[aid] = episode.agent_rewards.get(aid, 0.0) + float(r)
         episode.length, taken = episode.length + 1, taken + 1
@@ -235,6 +241,7 @@ def run_multi_agent_episodes(algo, env, steps: int | None, episodes: int | None,
             if writer is not None:
                 writer.end_episode(episode.length)
             episode = MultiAgentEpisode(0, len(returns))
+            states, prevs = {}, {}
             obs, _ = env.reset()
     if writer is not None:  # an episode cut by --steps: as cut short
         writer.end_episode(episode.length)

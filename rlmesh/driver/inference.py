@@ -10,6 +10,7 @@ import numpy as np
 
 from rlmesh.config.base import AlgorithmConfig
 from rlmesh.driver import checkpoints
+from rlmesh.driver.acting import warn_without_state
 from rlmesh.envs import actions_for_env, env_registry, spaces_of
 from rlmesh.policy.policy_spec import PolicySpec, build_policy_from_data
 from rlmesh.rl.columns import DEFAULT_POLICY_ID
@@ -60,7 +61,10 @@ class InferencePolicy:
                               explore: bool = False, prev_action: Any = None,
                               prev_reward: Any = None) -> Any:
         """As ``Algorithm.compute_single_action``: the action, or with ``state`` (a
-        recurrent policy) ``(action, state_out, extra)``."""
+        recurrent policy) ``(action, state_out, extra)``; a recurrent policy asked without
+        ``state`` warns once (``acting.warn_without_state``)."""
+        if state is None and self.policy.is_recurrent():
+            warn_without_state(self, DEFAULT_POLICY_ID, stacklevel=2)
         _, _, action, state_out, extra = self.compute_step(observation, state, explore,
                                                            prev_action, prev_reward)
         return (action, state_out, extra) if state is not None else action
