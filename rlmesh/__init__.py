@@ -13,7 +13,8 @@ _LAZY = {
     "shutdown": "rlmesh.ray_compat",
     "is_initialized": "rlmesh.ray_compat",
     "get": "rlmesh.ray_compat",
-    "remote": "rlmesh.ray_compat",
+    "remote": "rlmesh.driver.remote_actors",  # @rlmesh.remote; Counter.remote() starts one
+    "kill": "rlmesh.driver.remote_actors",
 }
 
 

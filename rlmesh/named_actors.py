@@ -1,7 +1,8 @@
 """Named actors from a user's script (RLlib's named Ray actors: a global counter, a
 curriculum server): the classes a run starts from its ``named_actors`` setting, each in a
-process of its own, and ``get_actor(name)``, the synchronous handle that reaches one from the
-driver, from envs and callbacks in the env runners, and from other actors."""
+process of its own, the names of actors the driver started itself (``register_actor``, passed
+to every run built afterwards), and ``get_actor(name)``, the synchronous handle that reaches
+one from the driver, from envs and callbacks in the env runners, and from other actors."""
 
 from __future__ import annotations
 
@@ -22,12 +23,12 @@ from rlmesh.config.settings import ConfigError
 from rlmesh.runtime.import_path import import_object, path_of
 from rlmesh.runtime import Actor, ActorHandle, ActorUnavailable, RemoteError, RestartPolicy
 from rlmesh.runtime.actor import public_methods
-from rlmesh.runtime.job import Job, current_job
+from rlmesh.runtime.job import Job, current_job, jobs_are_local
 from rlmesh.runtime.run_dir import ENV_RUN_DIR, RunDir
 
 __all__ = ["get_actor", "register_actor", "NamedActorHandle", "ActorMethod", "ActorNotFound",
            "RemoteError", "ActorUnavailable",
-           "NamedActorSpec", "parse_named_actors", "start_named_actors"]
+           "NamedActorSpec", "parse_named_actors", "start_named_actors", "spawn_named"]
 
 HOST = "rlmesh.named_actors:NamedActorHost"
 SPEC_KEYS = ("class", "kwargs", "max_restarts")
@@ -98,24 +99,53 @@ def _spec(name: Any, entry: Any) -> NamedActorSpec:
     return NamedActorSpec(name, path, dict(kwargs), restarts)
 
 
+def spawn_named(job: Job, spec: NamedActorSpec, role: str = "") -> Any:
+    """Start one named actor in ``job`` (the coroutine of ``job.spawn``), registered there
+    under ``spec.name``: the run's own and those the driver starts (``Counter.remote()``)."""
+    return job.spawn(HOST, target=spec.cls, kwargs=spec.kwargs, name=spec.name,
+                     role=role or spec.cls.rpartition(":")[2],
+                     restart=RestartPolicy(max_restarts=spec.max_restarts))
+
+
 async def start_named_actors(job: Job, setting: Any) -> list[ActorHandle]:
-    """Start the actors ``setting`` names in ``job`` (supervised like the run's roles, they
-    stop with it) and register their names; what did not start is one error."""
+    """Register in ``job`` the names of the actors the driver started and registered
+    (``register_actor``), then start the actors ``setting`` names (supervised like the run's
+    roles, they stop with it) and register theirs; what did not start is one error."""
     specs = parse_named_actors(setting)
+    _pass_driver_actors(job, specs)
     if not specs:
         return []
     job.on_shutdown.append(functools.partial(_forget, str(job.run_dir.path)))
     # Every start is waited for, even after one failed, so that none is left half-started
     # when the job shuts down.
-    got = await asyncio.gather(*(
-        job.spawn(HOST, target=s.cls, kwargs=s.kwargs, name=s.name, role=s.cls.rpartition(":")[2],
-                  restart=RestartPolicy(max_restarts=s.max_restarts))
-        for s in specs), return_exceptions=True)
+    got = await asyncio.gather(*(spawn_named(job, s) for s in specs), return_exceptions=True)
     for spec, result in zip(specs, got):
         if isinstance(result, BaseException):
             raise RuntimeError(f"named actor {spec.name!r} ({spec.cls}) did not start: "
                                f"{result}") from result
     return list(got)  # type: ignore[arg-type]
+
+
+def _pass_driver_actors(job: Job, specs: list[NamedActorSpec]) -> None:
+    """The driver's registered actors, by name in ``job``'s run directory, where its
+    processes look names up as they do the run's own; refused in one line where the run's
+    processes could not reach them (a launched cluster's nodes: the actors listen on this
+    machine's ipc sockets)."""
+    with _lock:
+        names = dict(_driver_names)
+    if not names:
+        return
+    listed = ", ".join(sorted(names))
+    if not jobs_are_local():
+        raise ConfigError(f"named actors {listed} were started in the driver (X.remote()), "
+                          "which a launched cluster's nodes cannot reach; start them with the "
+                          "run instead: config.callbacks(named_actors={name: Class})")
+    taken = sorted(set(names) & {s.name for s in specs})
+    if taken:
+        raise ConfigError(f"named_actors: {', '.join(taken)} is already an actor the driver "
+                          "registered (register_actor); pick another name")
+    for name, handle in names.items():
+        job.run_dir.register_name(name, handle._handle.address, os.getpid())
 
 
 # --- the actor process ---
@@ -204,22 +234,28 @@ class NamedActorHandle:
     sends without waiting; ``h.increment.remote(1)`` is Ray's form, a Future that
     ``rlmesh.get`` waits on. Safe from any thread; calls from one process are serialised."""
 
-    def __init__(self, handle: ActorHandle) -> None:
+    def __init__(self, handle: ActorHandle, driver_started: bool = False) -> None:
         self._handle = handle
         self.name = handle.name
+        # Started by this driver (Counter.remote()), not by a run: register_actor passes
+        # its names to later runs, rlmesh.kill stops it.
+        self.driver_started = driver_started
         self._sender: ThreadPoolExecutor | None = None  # Ray-style .remote() calls, in order
 
     def call(self, method: str, *args: Any, timeout: float | None = None, **kwargs: Any) -> Any:
         """Call ``method`` with plain data or arrays and return its result."""
+        self._handle._check_alive()  # stopped by rlmesh.kill: say so now, not after timeout
         return self._handle.call_sync(method, *args, timeout=timeout, **kwargs)
 
     def tell(self, method: str, *args: Any, **kwargs: Any) -> None:
         """Send a call without waiting; a failure is logged by the actor, not raised here."""
+        self._handle._check_alive()
         self._handle.tell_sync(method, *args, **kwargs)
 
     def __getattr__(self, method: str) -> "ActorMethod":
-        # The actor's methods as attributes, as on a Ray actor handle; `call`, `tell` and
-        # `name` are the handle's own (an actor method of that name: h.call("call", ...)).
+        # The actor's methods as attributes, as on a Ray actor handle; `call`, `tell`, `name`
+        # and `driver_started` are the handle's own (an actor method of that name:
+        # h.call("call", ...)).
         if method.startswith("_"):
             raise AttributeError(method)
         return ActorMethod(self, method)
@@ -254,14 +290,24 @@ class ActorMethod:
 
 
 def register_actor(name: str, handle: Any) -> None:
-    """Ray's ``named_actors.register_actor(name, handle)``: ``handle`` (from ``get_actor``)
-    reachable under ``name`` too, in this run. rlmesh starts named actors with the run (the
-    ``named_actors`` setting), so there is no other handle to register."""
+    """Ray's ``named_actors.register_actor(name, handle)``. A handle ``Counter.remote()``
+    returned: ``get_actor(name)`` reaches the actor from this driver and from the processes
+    of every algorithm built here afterwards. A run's handle (from ``get_actor``): a second
+    name of that actor in this run."""
     if not isinstance(handle, NamedActorHandle):
-        raise TypeError(f"register_actor({name!r}, ...): rlmesh starts named actors with the "
-                        f"run: config.callbacks(named_actors={{{name!r}: YourClass}}), then "
-                        f"get_actor({name!r}) reaches it (docs/named_actors.md)")
+        raise TypeError(f"register_actor({name!r}, ...) takes the handle YourClass.remote() "
+                        f"returns (or get_actor's), got {type(handle).__name__}; or start "
+                        f"the actor with the run: config.callbacks(named_actors={{{name!r}: "
+                        "YourClass}) (docs/named_actors.md)")
     _spec(name, {"class": "rlmesh.named_actors:NamedActorHost"})  # the name's rules
+    if handle.driver_started:
+        with _lock:
+            other = _driver_names.get(name)
+            if other is not None and other is not handle:
+                raise ValueError(f"register_actor({name!r}, ...): that name is {other.name}'s; "
+                                 "pick another, or rlmesh.kill the other actor first")
+            _driver_names[name] = handle
+        return
     if name == handle.name:
         return
     run_dir = _run_dir()
@@ -270,13 +316,23 @@ def register_actor(name: str, handle: Any) -> None:
 
 
 _handles: dict[tuple[str, str], NamedActorHandle] = {}
+_driver_names: dict[str, NamedActorHandle] = {}  # register_actor's names of driver-started actors
 _lock = threading.Lock()
 
 
 def get_actor(name: str, timeout: float = 10.0) -> NamedActorHandle:
     """The actor named ``name`` in this process's run: from the driver script (while the
     algorithm runs), from env code and callbacks in env runners, from other actors. Waits up
-    to ``timeout`` seconds for the name to be registered; one handle per process and name."""
+    to ``timeout`` seconds for the name to be registered; one handle per process and name.
+    A name this driver registered (``register_actor``) is found at once, run or none."""
+    with _lock:
+        if name in _driver_names:
+            return _driver_names[name]
+        registered = sorted(_driver_names)
+    if current_job() is None and not os.environ.get(ENV_RUN_DIR) and registered:
+        raise ActorNotFound(f"no actor named {name!r} (registered: {', '.join(registered)}); "
+                            "register one with named_actors.register_actor(name, "
+                            "YourClass.remote())")
     run_dir = _run_dir()
     key = (str(run_dir.path), name)
     with _lock:
@@ -291,9 +347,11 @@ def _run_dir() -> RunDir:
         return job.run_dir
     path = os.environ.get(ENV_RUN_DIR)
     if not path:
-        raise RuntimeError("rlmesh.get_actor: no run in this process: call it while an "
-                           "algorithm runs (after build(), before stop()), or from code the "
-                           "run's processes run (envs, callbacks, actors)")
+        raise RuntimeError("rlmesh.get_actor: no run in this process and no actor registered "
+                           "in this driver: call it while an algorithm runs (after build(), "
+                           "before stop()), or from code the run's processes run (envs, "
+                           "callbacks, actors), or register one first with "
+                           "named_actors.register_actor(name, YourClass.remote())")
     return RunDir(Path(path))
 
 
@@ -305,9 +363,22 @@ def _lookup(run_dir: RunDir, name: str, timeout: float) -> str:
                            if not _ROLE_NAME.match(p.stem))
             raise ActorNotFound(f"no actor named {name!r} in run {run_dir.job_id} (named "
                                 f"actors: {', '.join(known) or 'none'}); start one with the "
-                                "named_actors setting")
+                                "named_actors setting, or register_actor(name, "
+                                "YourClass.remote()) in the driver before building the run")
         time.sleep(0.05)
     return address
+
+
+def forget_driver_actor(handle: NamedActorHandle) -> None:
+    """``handle``'s names unregistered in this driver and its connection closed (the actor
+    was stopped: rlmesh.kill, or the driver's exit)."""
+    with _lock:
+        for name in [n for n, h in _driver_names.items() if h is handle]:
+            del _driver_names[name]
+    handle._handle.mark_dead("stopped (rlmesh.kill)", permanent=True)
+    handle._handle.close()
+    if handle._sender is not None:
+        handle._sender.shutdown(wait=False, cancel_futures=True)
 
 
 def _forget(run_dir: str) -> None:

@@ -1,6 +1,7 @@
 """Ray's calls as RLlib scripts make them: ``ray.init()`` and ``ray.shutdown()`` (rlmesh needs
 no cluster runtime: each Algorithm starts and stops its own processes, so both do nothing and
-say so once), ``ray.get`` of a named actor's ``.remote()`` call, and ``@ray.remote``."""
+say so once) and ``ray.get`` of an actor's ``.remote()`` call. ``@ray.remote``,
+``Counter.remote()`` and ``ray.kill`` are rlmesh.driver.remote_actors'."""
 
 from __future__ import annotations
 
@@ -78,37 +79,3 @@ def get(refs: Any, *, timeout: float | None = None) -> Any:
         return [r.result(timeout) for r in refs]
     raise TypeError(f"rlmesh.get takes what a named actor's method.remote(...) returns (or a "
                     f"list of them), got {type(refs).__name__}")
-
-
-class RemoteClass:
-    """What ``@rlmesh.remote`` makes of a class: the class itself for the ``named_actors``
-    setting (``__rlmesh_class__``), with Ray's ``.remote()`` refused in one line, since rlmesh
-    starts named actors with the run."""
-
-    def __init__(self, cls: type) -> None:
-        self.__rlmesh_class__ = cls
-        self.__name__, self.__qualname__ = cls.__name__, cls.__qualname__
-        self.__module__, self.__doc__ = cls.__module__, cls.__doc__
-
-    def remote(self, *args: Any, **kwargs: Any) -> Any:
-        name = self.__name__
-        raise TypeError(f"{name}.remote(): rlmesh starts a named actor with the run: "
-                        f"config.callbacks(named_actors={{'my_name': {name}}}) (its arguments "
-                        f"as {{'class': {name}, 'kwargs': {{...}}}}), then "
-                        f"get_actor('my_name') reaches it (docs/named_actors.md)")
-
-    def options(self, **kwargs: Any) -> "RemoteClass":
-        return self  # .options(name=...).remote() is refused by remote() in the same words
-
-
-def remote(*args: Any, **kwargs: Any) -> Any:
-    """Ray's ``@ray.remote`` on a class (with or without options): a RemoteClass, which the
-    ``named_actors`` setting takes. rlmesh has no remote functions (tasks): refused."""
-    if len(args) == 1 and not kwargs and callable(args[0]):
-        target = args[0]
-        if not isinstance(target, type):
-            raise TypeError(f"@rlmesh.remote on function {target.__name__!r}: rlmesh has no "
-                            "remote tasks; call it directly, or make it a method of a class "
-                            "started as a named actor (docs/named_actors.md)")
-        return RemoteClass(target)
-    return remote  # @remote(num_cpus=1): Ray's resource options place nothing here

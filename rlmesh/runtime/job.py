@@ -110,7 +110,9 @@ class Job:
 
     # --- lifecycle ---
 
-    async def start(self) -> "Job":
+    async def start(self, current: bool = True) -> "Job":
+        """Start the control plane and supervision; ``current=False`` keeps it out of
+        ``current_job()`` (a driver's own actors, Ray's ``Counter.remote()``, are no run)."""
         global _current
         loop = asyncio.get_running_loop()
         self.diagnostics.monitor.start(loop)
@@ -123,7 +125,8 @@ class Job:
                                       self._lifeline_fd, self._ping_timeout)
         self._control.start()
         self.supervisor.start()
-        _current = self
+        if current:
+            _current = self
         self.started = True
         if self.role == "driver":
             self.register_self()
