@@ -28,7 +28,8 @@ from rlmesh.runtime.run_dir import ENV_RUN_DIR, RunDir
 
 __all__ = ["get_actor", "register_actor", "NamedActorHandle", "ActorMethod", "ActorNotFound",
            "RemoteError", "ActorUnavailable",
-           "NamedActorSpec", "parse_named_actors", "start_named_actors", "spawn_named"]
+           "NamedActorSpec", "parse_named_actors", "start_named_actors", "spawn_named",
+           "start_driver_actor"]
 
 HOST = "rlmesh.named_actors:NamedActorHost"
 SPEC_KEYS = ("class", "kwargs", "max_restarts")
@@ -68,8 +69,8 @@ def parse_named_actors(value: Any) -> list[NamedActorSpec]:
     return [_spec(name, entry) for name, entry in value.items()]
 
 
-def _spec(name: Any, entry: Any) -> NamedActorSpec:
-    where = f"named_actors[{name!r}]"
+def _spec(name: Any, entry: Any, where: str = "") -> NamedActorSpec:
+    where = where or f"named_actors[{name!r}]"
     if not isinstance(name, str) or not _NAME.match(name):
         raise ConfigError(f"{where}: a name is letters, digits, '_', '.' or '-', starting with "
                          "a letter (at most 64)")
@@ -105,6 +106,13 @@ def spawn_named(job: Job, spec: NamedActorSpec, role: str = "") -> Any:
     return job.spawn(HOST, target=spec.cls, kwargs=spec.kwargs, name=spec.name,
                      role=role or spec.cls.rpartition(":")[2],
                      restart=RestartPolicy(max_restarts=spec.max_restarts))
+
+
+async def start_driver_actor(job: Job, spec: NamedActorSpec, role: str) -> "NamedActorHandle":
+    """Start an actor the driver asked for itself (``Counter.remote()``, rlmesh.driver.
+    remote_actors) in ``job``: its synchronous handle, for any thread of the driver."""
+    started = await spawn_named(job, spec, role)
+    return NamedActorHandle(ActorHandle(started.address, spec.name), driver_started=True)
 
 
 async def start_named_actors(job: Job, setting: Any) -> list[ActorHandle]:
@@ -299,7 +307,7 @@ def register_actor(name: str, handle: Any) -> None:
                         f"returns (or get_actor's), got {type(handle).__name__}; or start "
                         f"the actor with the run: config.callbacks(named_actors={{{name!r}: "
                         "YourClass}) (docs/named_actors.md)")
-    _spec(name, {"class": "rlmesh.named_actors:NamedActorHost"})  # the name's rules
+    _spec(name, {"class": HOST}, f"register_actor({name!r}, ...)")  # the name's rules
     if handle.driver_started:
         with _lock:
             other = _driver_names.get(name)

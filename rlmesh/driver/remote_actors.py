@@ -13,8 +13,7 @@ from typing import Any
 
 from rlmesh.driver.loop import LoopThread
 from rlmesh.named_actors import (NamedActorHandle, NamedActorSpec, forget_driver_actor,
-                                 register_actor, spawn_named)
-from rlmesh.runtime import ActorHandle
+                                 register_actor, start_driver_actor)
 from rlmesh.runtime.import_path import path_of, stop_if_importing_script
 from rlmesh.runtime.job import Job
 
@@ -96,13 +95,16 @@ def start_actor(cls: type, args: tuple, kwargs: dict[str, Any], name: str | None
     with _lock:
         loop, job = _driver_job()
         try:
-            address = loop.run(spawn_named(job, spec, cls.__name__), START_TIMEOUT_S).address
+            handle = loop.run(start_driver_actor(job, spec, cls.__name__), START_TIMEOUT_S)
         finally:
             _end_if_idle()
-        handle = NamedActorHandle(ActorHandle(address, spec.name), driver_started=True)
         _started.append(handle)
     if name is not None:
-        register_actor(name, handle)
+        try:
+            register_actor(name, handle)
+        except BaseException:  # a name refused: no actor left running unnamed
+            kill(handle)
+            raise
     return handle
 
 

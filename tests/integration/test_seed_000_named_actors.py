@@ -202,3 +202,6 @@ def test_runs_get_the_names_a_cluster_refuses_them_and_bad_calls_are_one_line():
         with pytest.raises(TypeError, match=message) as raised:
             call()
         assert "\n" not in str(raised.value)
+    with pytest.raises(ConfigError, match=r"^register_actor\('env_runner-1', ...\): 'env_runner-1' "
+                                          "is the name of one of the run's own processes"):
+        Tally.options(name="env_runner-1").remote()  # the actor it started is stopped again
