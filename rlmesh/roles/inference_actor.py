@@ -17,7 +17,7 @@ import numpy as np
 from rlmesh.policy.policy_spec import build_policy_from_data
 from rlmesh.rl.columns import DEFAULT_POLICY_ID
 from rlmesh.roles.env_runner import runner_config
-from rlmesh.roles.runner_policy import VersionedPolicies
+from rlmesh.roles.runner_policy import VersionedPolicies, call_actions
 from rlmesh.runtime import Actor
 from rlmesh.runtime.protocol import Protocol
 
@@ -97,7 +97,7 @@ class InferenceActor(VersionedPolicies, Actor):
             part = [(o, f) for o, e, f in queue if e is explore]
             try:
                 obs = np.concatenate([o for o, _ in part]) if len(part) > 1 else part[0][0]
-                actions, _, extras = self.policy.compute_actions(obs, explore=explore)
+                actions, _, extras = call_actions(self.policy, obs, explore=explore)
             except Exception as exc:  # every waiting runner hears of it
                 for _, fut in part:
                     if not fut.done():

@@ -17,6 +17,7 @@ from rlmesh.envs import actions_for_env
 from rlmesh.policy.policy import Policy
 from rlmesh.rl.columns import Columns, space_layout
 from rlmesh.rl.spaces import is_nested, to_column
+from rlmesh.roles.runner_policy import call_actions
 
 if TYPE_CHECKING:
     from rlmesh.config.base import AlgorithmConfig
@@ -200,7 +201,7 @@ class MultiAgentSampler:
         if initial:
             states = [np.stack([self.slots[b].states[aid][i] for b, aid in members])
                       for i in range(len(initial))]
-        acts, state_outs, extras = policy.compute_actions(obs, states, explore=explore)
+        acts, state_outs, extras = call_actions(policy, obs, states, explore=explore)
         env_acts = actions_for_env(acts, policy.action_space, self.normalize_actions,
                                    self.clip_actions)
         for k, (b, aid) in enumerate(members):
@@ -294,6 +295,8 @@ class MultiAgentSampler:
         cols: dict[str, np.ndarray] = {}
         for key, value in first.items():
             arr = np.asarray(value)
+            if arr.dtype.kind in "USO":  # a user policy's string extra output: one object a step
+                arr = np.asarray(value, dtype=object)
             if key == Columns.REWARDS:
                 arr = np.asarray(value, np.float32)
             cols[key] = np.zeros((T, B, *arr.shape), arr.dtype)

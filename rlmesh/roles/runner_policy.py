@@ -167,6 +167,16 @@ def actions_caller(policy: Policy) -> ActionsCaller:
     return call
 
 
+def call_actions(policy: Policy, obs: Any, states: Any = None, prev_actions: Any = None,
+                 prev_rewards: Any = None, explore: Any = None) -> tuple[Any, list[Any], dict[str, Any]]:
+    """``policy.compute_actions`` through its ``actions_caller``, made once per policy object
+    (the samplers that hold no caller of their own: vector, multi-agent, central inference)."""
+    caller = policy.__dict__.get("_rlmesh_actions_caller")
+    if caller is None:
+        caller = policy.__dict__["_rlmesh_actions_caller"] = actions_caller(policy)
+    return caller(obs, states, prev_actions, prev_rewards, explore)
+
+
 def _is_torch_policy(policy: Policy) -> bool:
     module = sys.modules.get("rlmesh.policy.torch_policy")
     return module is not None and isinstance(policy, module.TorchPolicy)

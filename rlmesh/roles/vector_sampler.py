@@ -16,6 +16,7 @@ from rlmesh.policy.policy import Policy
 from rlmesh.rl.columns import Columns, env_columns, optional_columns
 from rlmesh.rl.filters import NoFilter
 from rlmesh.roles.env_sampler import RESEED_STRIDE, FragmentBuffer
+from rlmesh.roles.runner_policy import call_actions
 
 #: ``act(obs, explore) -> (actions, extras, policy version or None)``, maybe a coroutine.
 Act = Callable[[np.ndarray, Any], Any]
@@ -171,7 +172,7 @@ class VectorEnvSampler:
             if version is not None:
                 self.versions_used.append(version)
         else:
-            actions, _, extras = self.policy.compute_actions(obs, explore=explore)
+            actions, _, extras = call_actions(self.policy, obs, explore=explore)
         cols[Columns.ACTIONS][t, sl] = actions
         for key, values in extras.items():
             if key in cols:

@@ -188,3 +188,25 @@ def plain_plan(workers, config):
 
 
 PlanPPO = PPO.with_updates(name="PlanPPO", execution_plan=plain_plan)
+
+
+# --- multi-agent: a heuristic policy beside a learned one (the page's rock-paper-scissors idea) ---
+
+
+class LeanHeuristic(Policy):
+    """Pushes the cart toward the side the pole leans to; learns nothing. Its compute_actions
+    takes no ``**kwargs`` (so no ``explore``) and gives a string extra output."""
+
+    def compute_actions(self, obs_batch, state_batches, prev_action_batch=None,
+                        prev_reward_batch=None, info_batch=None, episodes=None):
+        return ([int(obs[2] > 0) for obs in obs_batch], [],
+                {"side": ["right" if obs[2] > 0 else "left" for obs in obs_batch]})
+
+    def learn_on_batch(self, samples):
+        raise AssertionError("the heuristic is not in policies_to_train")
+
+    def get_weights(self):
+        return {}
+
+    def set_weights(self, weights):
+        pass

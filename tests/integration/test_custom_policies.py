@@ -124,10 +124,8 @@ def test_foreach_env_runner_and_foreach_env_take_module_level_functions():
     with RandomAlgo(config) as algo:
         assert [w["worker_index"] for w in algo.env_runners.foreach_env_runner(runner_weights)] == [1, 2]
         assert algo.env_runners.foreach_env(env_id, "!") == ["CartPole-v1!"] * 6
-        with pytest.raises(ValueError) as err:
-            algo.env_runners.foreach_env_runner(lambda runner: runner.worker_index)
-        message = str(err.value)
-        assert "\n" not in message and "pickles nothing" in message and "module level" in message
+        # lambdas reach this machine's runners too (the spawn channel, docs/security.md)
+        assert algo.env_runners.foreach_env_runner(lambda runner: runner.worker_index) == [1, 2]
 
 
 def test_get_policy_acts_and_exports_torchscript_that_plain_torch_runs(tmp_path):
