@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from rlmesh.algorithms.execution import plan_step
+from rlmesh.algorithms.execution import plan_iteration, plan_step, runners_act_as_learners
 from rlmesh.config.base import AlgorithmConfig
 from rlmesh.driver.algorithm import Algorithm
 from rlmesh.driver.trainer_args import trainer_config
@@ -31,7 +31,9 @@ def build_algorithm(name: str, *, default_config: type[AlgorithmConfig] | dict |
     when not given); ``default_policy``: its policy class (or import path);
     ``training_step(algo)``: its iteration (``base.training_step`` when None), or instead
     ``execution_plan(workers, config)``: an iterator whose items are the iterations'
-    statistics (``algorithms/execution.py``); ``validate_config(config)``: called on the
+    results (``StandardMetricsReporting``) or a step's learner statistics
+    (``algorithms/execution.py``), the runners acting with the policy class itself (a plan
+    may ask them for gradients); ``validate_config(config)``: called on the
     config before anything starts (raise to refuse it); ``get_policy_class(config)``: the
     policy class for a config (None: ``default_policy``)."""
     if training_step is not None and execution_plan is not None:
@@ -57,7 +59,11 @@ def build_algorithm(name: str, *, default_config: type[AlgorithmConfig] | dict |
     if training_step is not None:
         body["training_step"] = lambda self: training_step(self)
     if execution_plan is not None:
+        body["training_iteration"] = lambda self: plan_iteration(self, execution_plan)
         body["training_step"] = lambda self: plan_step(self, execution_plan)
+        # A plan may ask the runners for gradients (AsyncGradients): torch, not numpy, there.
+        body["_policy_specs"] = lambda self: runners_act_as_learners(
+            base._policy_specs(self))
     if get_policy_class is not None:
         body["get_default_policy_class"] = classmethod(
             lambda cls, config: get_policy_class(config) or Algorithm.get_default_policy_class.__func__(cls, config))

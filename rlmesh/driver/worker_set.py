@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable
 
+from rlmesh.config.multi_agent import trainable
 from rlmesh.driver.env_runner_group import function_path, worker_index_of
 from rlmesh.rl.columns import DEFAULT_POLICY_ID
 from rlmesh.runtime import RemoteError
@@ -50,6 +51,10 @@ class LocalWorker:
     def foreach_policy(self, fn: Callable[[Policy, str], Any]) -> list[Any]:
         return [fn(policy, pid) for pid, policy in self.policy_map.items()]
 
+    def foreach_trainable_policy(self, fn: Callable[[Policy, str], Any]) -> list[Any]:
+        """``fn(policy, policy_id)`` for each policy that learns (``policies_to_train``)."""
+        return [fn(self.get_policy(pid), pid) for pid in trainable_ids(self._algo)]
+
     def foreach_env(self, fn: Callable[[Any], Any]) -> list[Any]:
         """``fn(env)`` for the envs this process steps: those of the in-process runner
         (``num_env_runners=0``), else none."""
@@ -75,6 +80,10 @@ class WorkerSet:
 
     def local_worker(self) -> LocalWorker:
         return self._local
+
+    def trainable_policies(self) -> list[str]:
+        """The ids of the policies that learn (``policies_to_train``; all by default)."""
+        return trainable_ids(self._algo)
 
     def remote_workers(self) -> list[str]:
         """The env runners' actor names (RLlib gave actor handles; rlmesh's runners are
@@ -120,3 +129,8 @@ class WorkerSet:
                                   f"{exc.actor or 'an env runner'}: {exc.etype}: {first}",
                                   exc.remote_traceback) from None
         return local + remote
+
+
+def trainable_ids(algo: Any) -> list[str]:
+    """The policy ids of ``algo`` that ``policies_to_train`` lets learn."""
+    return [pid for pid in algo.policy_specs if trainable(algo.config, pid)]

@@ -2,7 +2,7 @@
 
 from typing import NoReturn
 
-from rlmesh.execution import refuse
+from rlmesh.execution._refuse import refuse
 
 
 def __getattr__(name: str) -> NoReturn:

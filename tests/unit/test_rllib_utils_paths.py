@@ -46,7 +46,7 @@ def test_deprecation_warning_warns_or_raises():
     ("rlmesh.execution.learner_thread", "LearnerThread"),
     ("rlmesh.execution.multi_gpu_learner_thread", "MultiGPULearnerThread"),
     ("rlmesh.execution.tree_agg", "gather_experiences_tree_aggregation"),
-    ("rlmesh.execution.rollout_ops", "ParallelRollouts"),
+    ("rlmesh.execution.replay_ops", "MixInReplay"),
     ("rlmesh.execution.concurrency_ops", "Concurrently"),
 ])
 def test_execution_operators_are_refused_in_one_line(module, name):

@@ -160,7 +160,7 @@ def test_tensorflow_names_are_one_line_naming_the_torch_spelling():
     with pytest.raises(TypeError, match="TensorFlow template keyword; .* use extra_action_out_fn"):
         build_torch_policy(name="P", loss_fn=pg_loss, extra_action_fetches_fn=lambda p: {})
     with pytest.raises(ImportError, match="write the iteration as training_step"):
-        from rlmesh.execution.rollout_ops import AsyncGradients  # noqa: F401
+        from rlmesh.execution.concurrency_ops import Concurrently  # noqa: F401
 
 
 def test_unknown_template_keywords_list_the_known_ones():
