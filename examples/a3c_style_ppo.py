@@ -1,6 +1,8 @@
 """PPO's loss trained the A3C way: a ``training_step()`` override, the successor of RLlib's
 execution plans, written with the public helpers of ``algo.env_runners`` and
-``algo.learner_group``.
+``algo.learner_group``. The same flow as RLlib's execution plan (``AsyncGradients`` ->
+``ApplyGradients(update_all=False)`` -> ``StandardMetricsReporting``, from
+``rlmesh.execution``) is ``PPO.with_updates(execution_plan=...)``: docs/policies.md.
 
 PPO's own step samples a train batch from every runner, updates on the learner and
 publishes the weights to all runners at once. Here instead each env runner samples a

@@ -63,7 +63,7 @@ def build_algorithm(name: str, *, default_config: type[AlgorithmConfig] | dict |
         body["training_step"] = lambda self: plan_step(self, execution_plan)
         # A plan may ask the runners for gradients (AsyncGradients): torch, not numpy, there.
         body["_policy_specs"] = lambda self: runners_act_as_learners(
-            base._policy_specs(self))
+            super(cls, self)._policy_specs())
     if get_policy_class is not None:
         body["get_default_policy_class"] = classmethod(
             lambda cls, config: get_policy_class(config) or Algorithm.get_default_policy_class.__func__(cls, config))

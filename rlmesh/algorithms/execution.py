@@ -37,9 +37,11 @@ class PlanContext:
             steps = s.get("num_env_steps_trained", env_steps or 0)
             self._trained[pid] = self._trained.get(pid, 0) + int(steps)
 
-    def take_trained(self) -> dict[str, dict[str, int]]:
-        """The env steps trained since the last call, as ``_iteration_done`` counts them."""
-        out = {pid: {"num_env_steps_trained": n} for pid, n in self._trained.items()}
+    def step_stats(self) -> dict[str, dict[str, Any]]:
+        """The newest learner statistics by policy id, each with the env steps trained
+        since the last call (what an iteration counts and reports)."""
+        out = {pid: {**s, "num_env_steps_trained": self._trained.get(pid, 0)}
+               for pid, s in self.learner_info.items()}
         self._trained = {}
         return out
 
@@ -146,26 +148,34 @@ def plan_step(algo: Any, plan: Callable[[Any, Any], Any]) -> dict[str, dict[str,
     return _checked_stats(plan, _next_item(algo, plan))
 
 
+class _PlanResult(Exception):
+    """A result the plan yielded, ending the iteration ``run_iteration`` was making."""
+
+    def __init__(self, result: Any) -> None:
+        super().__init__("an execution plan's result")
+        self.result = result
+
+
 def plan_iteration(algo: Any, plan: Callable[[Any, Any], Any]) -> dict[str, Any]:
     """One ``train()`` iteration of an algorithm built with ``execution_plan=plan``: the
     result the plan yields (``StandardMetricsReporting`` made it, advancing the iteration),
     or the result made around its items of learner statistics, pulled until
-    ``min_time_s_per_iteration`` has passed."""
-    start = algo._start_iteration()
-    with algo._learner_calls():
-        while True:
-            before = algo.iteration
-            item = _next_item(algo, plan)
-            if algo.iteration != before:  # a result: StandardMetricsReporting's
-                if not (isinstance(item, dict) and "training_iteration" in item):
-                    raise TypeError(f"execution_plan {_plan_name(plan)} turned the result "
-                                    f"StandardMetricsReporting made into "
-                                    f"{type(item).__name__}; yield the result dict (changed or "
-                                    "not)")
-                return item
-            stats = _checked_stats(plan, item)
-            if algo._iteration_done(start, stats):
-                return algo.iteration_result(start, stats)
+    ``min_time_s_per_iteration`` has passed (``algo.run_iteration``)."""
+    def step() -> dict[str, dict[str, Any]]:
+        before = algo.iteration
+        item = _next_item(algo, plan)
+        if algo.iteration != before:  # a whole iteration's result: StandardMetricsReporting's
+            raise _PlanResult(item)
+        return _checked_stats(plan, item)
+
+    try:
+        return algo.run_iteration(step)
+    except _PlanResult as made:
+        if not (isinstance(made.result, dict) and "training_iteration" in made.result):
+            raise TypeError(f"execution_plan {_plan_name(plan)} turned the result "
+                            f"StandardMetricsReporting made into {type(made.result).__name__}; "
+                            "yield the result dict (changed or not)") from None
+        return made.result
 
 
 # --- the two blocks of the smallest plan ---

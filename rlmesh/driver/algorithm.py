@@ -16,7 +16,7 @@ import time
 from collections import deque
 from pathlib import Path
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
@@ -248,10 +248,16 @@ class Algorithm:
         """One iteration without the evaluation (RLlib's name): ``training_step()``
         repeated until ``min_time_s_per_iteration`` has passed, then the result. train()
         runs the same loop inline; override this to run an iteration otherwise."""
+        return self.run_iteration(self.training_step)
+
+    def run_iteration(self, step: Callable[[], dict[str, dict[str, Any]] | None]) -> dict[str, Any]:
+        """One iteration of ``step()`` (a training step: its learner statistics by policy
+        id) repeated until ``min_time_s_per_iteration`` has passed, and its result; what
+        ``training_iteration`` runs with ``training_step`` (execution plans: their own)."""
         start = self._start_iteration()
         with self._learner_calls():
             while True:
-                stats = self.training_step() or {}
+                stats = step() or {}
                 if self._iteration_done(start, stats):
                     break
         return self.iteration_result(start, stats)

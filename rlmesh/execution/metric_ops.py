@@ -23,26 +23,33 @@ _warned: set[str] = set()
 def StandardMetricsReporting(train_op: Iterable[Any], workers: Any, config: Any) -> LocalIterator:
     """Endless: the result of each iteration (RLlib's keys: ``episode_reward_mean``,
     ``timesteps_total``, ``info/learner/<policy id>``, ...), made by the algorithm's own
-    ``iteration_result`` after pulling ``train_op`` until ``min_time_s_per_iteration`` has
-    passed (one item when it is 0). The learner statistics are those ``TrainOneStep`` /
-    ``AsyncGradients`` last recorded; the env steps and episodes those sampled meanwhile.
-    ``train()`` returns the result as the plan hands it on."""
+    ``run_iteration`` from pulls of ``train_op``, repeated until
+    ``min_time_s_per_iteration`` has passed (one pull when it is 0). The learner statistics
+    are those ``TrainOneStep`` / ``AsyncGradients`` last recorded; the env steps and
+    episodes those sampled meanwhile. ``train()`` returns the result as the plan hands it
+    on."""
     algo, context = plan_parts(workers, "StandardMetricsReporting")
+    items = iter(train_op)
+
+    def step() -> dict[str, dict[str, Any]]:
+        try:
+            next(items)
+        except StopIteration:
+            raise _TrainOpEnded from None
+        return context.step_stats()
 
     def results() -> Iterable[dict[str, Any]]:
-        items = iter(train_op)
         while True:
-            start = algo._start_iteration()
-            while True:
-                try:
-                    next(items)
-                except StopIteration:
-                    return
-                if algo._iteration_done(start, context.take_trained()):
-                    break
-            yield algo.iteration_result(start, dict(context.learner_info))
+            try:
+                yield algo.run_iteration(step)
+            except _TrainOpEnded:
+                return
 
     return LocalIterator(results(), "StandardMetricsReporting")
+
+
+class _TrainOpEnded(Exception):
+    """``train_op`` ran out: so do the results."""
 
 
 class UpdateKL:

@@ -77,8 +77,8 @@ def _as_they_come(algo: Any) -> Iterable[Fragments]:
         with algo.timer("sample_time_s"):
             runners.foreach_env_runner_async("sample")
             ready = runners.fetch_ready_async_reqs()
-        runners.record([f for _, f in ready])  # their episodes and env steps, for the result
         for _, fragment in ready:
+            runners.record([fragment])  # its episodes and env steps: this iteration's
             yield Fragments([fragment])
 
 
@@ -157,9 +157,10 @@ class StandardizeFields:
                                 f"{field!r} (it has {', '.join(columns)})")
         if field not in _said:
             _said.add(field)
-            log.warning("StandardizeFields([%r]): rlmesh computes %s on the learner from the "
-                        "time-major batch (PPO's learner standardizes its advantages there); "
-                        "the plan's batch, which has none yet, passes as it is", field, field)
+            log.warning("StandardizeFields([%r]): rlmesh computes %s on the learner, from the "
+                        "time-major batch (PPO's learner standardizes its advantages there; a "
+                        "template policy's postprocess_fn decides for its own): the plan's "
+                        "batch, which has none yet, passes on as it is", field, field)
 
 
 def _standardize(parts: list[dict[str, Any]], field: str) -> None:

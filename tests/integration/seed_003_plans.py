@@ -46,6 +46,17 @@ def gradients_plan(workers, config):
 AsyncGradientsPPO = PPOTrainer.with_updates(execution_plan=gradients_plan)
 
 
+def as_they_come_plan(workers, config):
+    """Each runner's fragment as it comes (mode="async"), joined into train batches."""
+    batches = ParallelRollouts(workers, mode="async").combine(
+        ConcatBatches(min_batch_size=config["train_batch_size"]))
+    steps = batches.for_each(TrainOneStep(workers, num_sgd_iter=2, sgd_minibatch_size=100))
+    return StandardMetricsReporting(steps, workers, config)
+
+
+AsTheyComePPO = PPOTrainer.with_updates(name="AsTheyComePPO", execution_plan=as_they_come_plan)
+
+
 def batches_only_plan(workers, config):
     """Forgets to train: its items are batches of experience, not results."""
     return ParallelRollouts(workers, mode="bulk_sync")

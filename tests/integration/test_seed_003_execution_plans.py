@@ -79,6 +79,19 @@ def test_a3c_style_plan_swapped_into_ppotrainer_applies_runner_gradients():
     assert any(not np.allclose(before[k], after[k]) for k in before)
 
 
+def test_async_rollouts_train_on_fragments_as_each_runner_delivers():
+    config = {"num_workers": 2, "rollout_fragment_length": 50, "train_batch_size": 200}
+    algo = plans.AsTheyComePPO(config=config, env="CartPole-v1")
+    try:
+        results = [algo.train() for _ in range(3)]
+    finally:
+        algo.stop()
+    assert [r["timesteps_total"] for r in results] == [200, 400, 600]
+    assert results[-1]["num_env_steps_trained"] == 600
+    # 2 passes of 2 minibatches of 100: TrainOneStep's arguments reached the learner.
+    assert results[-1]["info"]["learner"]["default_policy"]["num_grad_updates"] == 4
+
+
 def test_a_plan_whose_items_are_batches_is_one_line():
     algo = plans.BatchesOnlyTrainer(config={"num_workers": 0, "train_batch_size": 100,
                                             "rollout_fragment_length": 50,
