@@ -95,7 +95,7 @@ class PlanConfig:
         return key in PLAN_KEYS or key in self._config
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
+        if name.startswith("_"):  # its own _config, before it is set (copy, pickle)
             raise AttributeError(name)
         return getattr(self._config, name)
 
