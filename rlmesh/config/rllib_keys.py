@@ -17,7 +17,7 @@ NO_EFFECT: dict[str, str] = {
     "enable_rl_module_and_learner": "rlmesh always trains through its learner",
     "enable_env_runner_and_connector_v2": "rlmesh's env runners are its only sampler",
     "_enable_new_api_stack": "rlmesh has one API stack",
-    "_disable_execution_plan_api": "rlmesh has no execution plans",
+    "_disable_execution_plan_api": "rlmesh runs execution plans and training_step alike (docs/policies.md)",
     "_disable_preprocessor_api": "rlmesh flattens observations in its models",
     "_disable_action_flattening": "rlmesh's models take actions of any space",
     "_disable_initialize_loss_from_dummy_batch": "rlmesh builds losses on first use",
