@@ -27,6 +27,13 @@ MODULES: dict[str, tuple[str, ...]] = {
     "iql": ("IQL",), "iql.iql": ("IQL",),
 }
 
+# Other names a Trainer-era module held, by import path (RLlib's ppo.py defined the execution
+# plan's PPO operators).
+EXTRAS: dict[str, dict[str, str]] = {
+    "ppo.ppo": {"UpdateKL": "rlmesh.execution.metric_ops:UpdateKL",
+                "warn_about_bad_reward_scales": "rlmesh.execution.metric_ops:warn_about_bad_reward_scales"},
+}
+
 # Registry name -> RLlib's Trainer class name.
 TRAINERS: dict[str, str] = {
     "PPO": "PPOTrainer", "APPO": "APPOTrainer", "PG": "PGTrainer", "A2C": "A2CTrainer",
@@ -103,14 +110,19 @@ def exports(module: str) -> tuple[str, Callable[[str], Any], list[str]]:
     rel = module.removeprefix("rlmesh.agents.")
     runs = MODULES[rel]
     names = _names(runs)
+    names.update({name: ("path", path) for name, path in EXTRAS.get(rel, {}).items()})
 
     def __getattr__(name: str) -> Any:
         if name not in names:
             raise AttributeError(f"module {module!r} has no attribute {name!r} (it has "
                                  f"{', '.join(sorted(names))})")
         kind, run = names[name]
-        if kind == "config":
-            value: Any = default_config(run)
+        if kind == "path":
+            from rlmesh.runtime.import_path import import_object
+
+            value: Any = import_object(run, name)
+        elif kind == "config":
+            value = default_config(run)
         else:
             from rlmesh.driver.registry import get_algorithm_class
 

@@ -64,3 +64,11 @@ def test_tf_policy_modules_name_the_torch_class():
     from rlmesh.algorithms.ppo import PPOTorchPolicy as today
 
     assert PPOTorchPolicy is today
+
+
+def test_ppo_module_names_the_plan_operators_rllibs_ppo_defined():
+    from rlmesh.agents.ppo.ppo import UpdateKL, warn_about_bad_reward_scales
+    from rlmesh.execution import metric_ops
+
+    assert UpdateKL is metric_ops.UpdateKL
+    assert warn_about_bad_reward_scales is metric_ops.warn_about_bad_reward_scales
