@@ -40,11 +40,12 @@ def compute_advantages(rollout: Any, last_r: float, gamma: float = 0.9, lambda_:
                 f"compute_advantages(use_gae=True) needs the {Columns.VF_PREDS!r} column (it has "
                 f"{sorted(rollout)}): return it from extra_action_out_fn, "
                 "{SampleBatch.VF_PREDS: model.value_function()}, or pass use_gae=False")
-        values = torch.as_tensor(np.asarray(rollout[Columns.VF_PREDS], np.float32)).reshape(n, 1)
+        values = torch.as_tensor(np.asarray(rollout[Columns.VF_PREDS], np.float32),
+                                 device="cpu").reshape(n, 1)  # a trajectory's numpy columns
         bootstrap = torch.zeros_like(values)
         bootstrap[-1] = float(last_r)
         never = torch.zeros_like(values, dtype=torch.bool)
-        adv, targets = compute_gae(torch.as_tensor(rewards).reshape(n, 1), values, bootstrap,
+        adv, targets = compute_gae(torch.as_tensor(rewards, device="cpu").reshape(n, 1), values, bootstrap,
                                    never, never, gamma, lambda_)
         advantages, value_targets = adv.reshape(n).numpy(), targets.reshape(n).numpy()
     else:
@@ -61,7 +62,7 @@ def compute_advantages(rollout: Any, last_r: float, gamma: float = 0.9, lambda_:
 
 def discount_cumsum(x: np.ndarray, gamma: float) -> np.ndarray:
     """``y[t] = x[t] + gamma * y[t+1]`` (RLlib's ``discount_cumsum``), float32."""
-    x = torch.as_tensor(np.asarray(x, np.float32).copy())
+    x = torch.as_tensor(np.asarray(x, np.float32).copy(), device="cpu")
     return discounted_backward(x, torch.full_like(x, gamma)).numpy()
 
 
