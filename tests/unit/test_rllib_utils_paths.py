@@ -72,3 +72,13 @@ def test_ppo_module_names_the_plan_operators_rllibs_ppo_defined():
 
     assert UpdateKL is metric_ops.UpdateKL
     assert warn_about_bad_reward_scales is metric_ops.warn_about_bad_reward_scales
+
+
+def test_torch_utils_explained_variance_is_rlmeshs():
+    import torch
+
+    from rlmesh.utils.torch_utils import explained_variance
+
+    targets = torch.tensor([1.0, 2.0, 3.0, 4.0])
+    assert float(explained_variance(targets, targets)) == 1.0
+    assert float(explained_variance(targets, torch.zeros(4))) < 0.5
