@@ -92,10 +92,11 @@ def test_sockets_between_nodes_and_back_to_this_machine(netns_cluster):
 def test_the_repo_venv_python_runs_on_every_node(netns_cluster):
     import rlmesh
 
-    code = "import socket, rlmesh; print(rlmesh.__file__, socket.gethostname())"
+    # one a line: the clone's path may hold spaces
+    code = "import socket, rlmesh; print(rlmesh.__file__, socket.gethostname(), sep=chr(10))"
     for name, out in netns_cluster.ssh_each(f"{PYTHON} -c '{code}'").items():
         assert out.returncode == 0, out.stderr
-        assert out.stdout.split() == [rlmesh.__file__, netns_cluster.nodes[name].netns]
+        assert out.stdout.splitlines() == [rlmesh.__file__, netns_cluster.nodes[name].netns]
 
 
 def test_a_changed_host_key_is_refused(netns_cluster):
