@@ -92,8 +92,10 @@ wheel-check: venv
 	$(call make-venv,$(WHEEL_VENV))
 	$(WHEEL_VENV)/bin/python deploy/ensure_torch.py
 	$(WHEEL_VENV)/bin/python -m pip install dist/rlmesh-*.whl
-	cd / && $(abspath $(WHEEL_VENV))/bin/python $(CURDIR)/deploy/check_wheel.py $(CURDIR) $(CURDIR)/dist/rlmesh-*.whl
-	cd / && $(abspath $(WHEEL_VENV))/bin/rlmesh --help
+	@# quoted, and the venv's path from the shell: a clone's path may hold spaces (make's
+	@# abspath splits on them)
+	wv="$$(cd "$(WHEEL_VENV)" && pwd)" && cd / && "$$wv/bin/python" "$(CURDIR)/deploy/check_wheel.py" "$(CURDIR)" "$(CURDIR)"/dist/rlmesh-*.whl
+	wv="$$(cd "$(WHEEL_VENV)" && pwd)" && cd / && "$$wv/bin/rlmesh" --help
 	@echo "wheel-check: OK"
 
 # The docs site: README and docs/ as pages, the API reference from the docstrings (mkdocstrings),
