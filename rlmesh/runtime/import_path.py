@@ -11,11 +11,10 @@ import importlib.util
 import inspect
 import os
 import re
-import site
 import sys
-import sysconfig
 from typing import TYPE_CHECKING, Any, Collection, Iterator
 
+from .code_roots import user_roots
 from .handed import is_token, needs_handing, resolve, token_for
 
 if TYPE_CHECKING:
@@ -239,15 +238,7 @@ def startup_code(config: dict[str, Any]) -> dict[str, Any]:
     user's modules the driver has imported (not the standard library's or installed ones),
     and ``_main_script``, the script the driver runs (functions in it are sent as
     ``__mp_main__:name``)."""
-    roots = set(named_roots(config))
-    installed = tuple({*(sysconfig.get_path(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")),
-                       site.getusersitepackages()})
-    for name, module in list(sys.modules.items()):
-        top = name.partition(".")[0]
-        path = getattr(module, "__file__", None)
-        if (path and top not in sys.stdlib_module_names and not top.startswith("_")
-                and not os.path.abspath(path).startswith(installed)):
-            roots.add(top)
+    roots = named_roots(config) | user_roots()
     main = getattr(sys.modules.get("__main__"), "__file__", None)
     script = os.path.abspath(main) if main and main.endswith(".py") else None
     return {"_code_roots": sorted(roots), "_main_script": script}
