@@ -316,7 +316,8 @@ def main(args: argparse.Namespace) -> int:
                                  model=dict(_config_value(algo, "model") or {}),
                                  preprocessor_pref=_config_value(algo, "preprocessor_pref",
                                                                  "deepmind"))
-        except (RuntimeError, ImportError, ValueError) as e:  # no display, no imageio-ffmpeg
+        except (RuntimeError, ImportError, ValueError, TypeError) as e:  # no display, no
+            # imageio-ffmpeg; an env that made no gymnasium.Env (an edited, trusted checkpoint)
             print(f"rlmesh rollout: error: {e}", file=sys.stderr)
             return 2
         from rlmesh.preprocessing import wrap_for_model

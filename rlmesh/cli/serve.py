@@ -41,6 +41,7 @@ async def serve(checkpoint: str, address: str, curve_keys: str | None, explore: 
                 trust_code: bool = False, http: dict[str, str | None] | None = None) -> None:
     """``http``: ``policy_server_http_tokens`` and ``policy_server_tls_*`` settings."""
     from rlmesh.driver import checkpoints
+    from rlmesh.driver.checkpoint_kinds import check_kinds
     from rlmesh.cli.rollout import resolve_checkpoint
     from rlmesh.envs import env_registry
     from rlmesh.rl.columns import DEFAULT_POLICY_ID
@@ -48,6 +49,7 @@ async def serve(checkpoint: str, address: str, curve_keys: str | None, explore: 
 
     path = resolve_checkpoint(checkpoint)
     meta, state = checkpoints.read(path, trust_code)
+    check_kinds(path, meta)
     config = {**meta["config"], "policy_server_address": address, "explore": explore,
               "policy_server_curve_keys": curve_keys, "_env_registry": env_registry(),
               "policy_server_insecure_plaintext": insecure_plaintext, **(http or {})}

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from rlmesh.driver import acting, checkpoints, export, live_runs, policies
+from rlmesh.driver.checkpoint_kinds import check_kinds
 from rlmesh.driver.env_runner_group import EnvRunnerGroup, synchronous_parallel_sample
 from rlmesh.driver.evaluation import EvaluationGroup
 from rlmesh.driver.iteration_result import (  # noqa: F401  (public here too)
@@ -516,6 +517,7 @@ class Algorithm:
         """Load a checkpoint's learner state and counters. Code it names outside rlmesh and
         this run's own config needs ``trust_code`` (see ``checkpoints.check_code``)."""
         meta, state = checkpoints.read(Path(path), trust_code, trusted=checkpoints.code_of(self))
+        check_kinds(Path(path), meta)
         try:
             self.learner_group.set_state(state)
         except (RemoteError, RuntimeError, KeyError, ValueError, TypeError) as exc:
@@ -548,6 +550,7 @@ class Algorithm:
         outside rlmesh (its env, policy, model, callbacks) needs ``trust_code=True``: loading
         runs that code. A file path (``.py``) is never run."""
         meta, _ = checkpoints.read(Path(path), trust_code)
+        check_kinds(Path(path), meta)
         checkpoints.check_handed(Path(path), meta)
         algo_cls = checkpoints.algorithm_class(meta["algorithm"]) if cls is Algorithm else cls
         algo = algo_cls(algo_cls.config_class.from_dict(meta["config"]))

@@ -10,6 +10,7 @@ import numpy as np
 
 from rlmesh.config.base import AlgorithmConfig
 from rlmesh.driver import checkpoints
+from rlmesh.driver.checkpoint_kinds import check_kinds
 from rlmesh.driver.acting import warn_without_state
 from rlmesh.envs import actions_for_env, env_registry, spaces_of
 from rlmesh.policy.policy_spec import PolicySpec, build_policy_from_data
@@ -31,6 +32,7 @@ class InferencePolicy:
                         trust_code: bool = False) -> "InferencePolicy":
         """Code the checkpoint names outside rlmesh needs ``trust_code`` (``--trust-code``)."""
         meta, state = checkpoints.read(Path(path), trust_code)
+        check_kinds(Path(path), meta)
         algo_cls = checkpoints.algorithm_class(meta["algorithm"])
         try:
             config = algo_cls.config_class.from_dict(meta["config"])
