@@ -20,7 +20,7 @@ from typing import Any
 
 import psutil
 
-from ..runtime.diagnostics import BLOCKED_AFTER_S, DUMP_SIGNAL, TICK_S
+from ..runtime.diagnostics import BLOCKED_AFTER_S, DUMP_SIGNAL, TICK_S, stopped_state
 from ..runtime.run_dir import ProcessRecord, RunDir, all_run_dirs, runs_root
 
 UNRESPONSIVE = "control thread unresponsive (GIL held?)"
@@ -141,7 +141,10 @@ def fallback_dump(target: Target, reason: str = UNRESPONSIVE,
     out: dict[str, Any] = {"reason": reason, "faulthandler": None,
                            "faulthandler_file": str(target.dump_path), "py_spy": None, "notes": []}
     path, pid = target.dump_path, target.record.pid
-    if not path.exists():
+    stopped = stopped_state(pid)
+    if stopped is not None:  # it cannot handle the signal: nothing would be written
+        out["reason"] = stopped
+    elif not path.exists():
         # Without the file we cannot tell that the handler is installed, and SIGUSR2's
         # default action would kill the process.
         out["notes"].append(f"no faulthandler dump file at {path}; not signalling")

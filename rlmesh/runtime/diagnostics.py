@@ -155,6 +155,23 @@ class Diagnostics:
         return report
 
 
+def stopped_state(pid: int) -> str | None:
+    """How ``pid`` is stopped, in words, or None when it is not: a stopped process (state T)
+    runs no thread, so it neither answers nor dumps its stacks on DUMP_SIGNAL (the signal
+    waits, pending, for SIGCONT); its dump file stays empty."""
+    import psutil
+
+    try:
+        status = psutil.Process(pid).status()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return None
+    if status == psutil.STATUS_STOPPED:
+        return f"stopped (state T, SIGSTOP or Ctrl-Z): kill -CONT {pid} resumes it"
+    if status == psutil.STATUS_TRACING_STOP:
+        return "stopped by a tracer (state t: a debugger holds it)"
+    return None
+
+
 def install_fallback_dump(path: Path) -> Any:
     """Dump all threads to ``path`` on DUMP_SIGNAL, from C, even while the GIL is held."""
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -18,7 +18,7 @@ import zmq
 
 from ..wire import codec, messages as M
 from ..wire.sockets import AsyncSocket, configure, connect
-from .diagnostics import DUMP_SIGNAL
+from .diagnostics import DUMP_SIGNAL, stopped_state
 from .process import ChildProcess, tail
 
 log = logging.getLogger(__name__)
@@ -199,21 +199,25 @@ class Supervisor:
             return
         child = sup.child
         dump = child.run_dir.stack_dump_path(child.spec.name, child.pid)
-        before = dump.stat().st_size if dump.exists() else None
+        stopped = stopped_state(child.pid)  # it could not dump: the file would stay empty
+        before = dump.stat().st_size if dump.exists() and stopped is None else None
         if before is not None:  # without the handler, the signal would just kill it
             child.signal(DUMP_SIGNAL)
             await asyncio.sleep(0.5)
         child.kill()
-        detail = (f"actor {child.spec.name!r} sent no heartbeat for "
-                  f"{time.monotonic() - sup.watch.last_pong:.1f} s; killed")
+        silent = f"{time.monotonic() - sup.watch.last_pong:.1f} s"
+        detail = (f"actor {child.spec.name!r} (pid {child.pid}) is {stopped}, so it sent no "
+                  f"heartbeat for {silent} and cannot dump its stacks; killed" if stopped else
+                  f"actor {child.spec.name!r} sent no heartbeat for {silent}; killed")
         lines = []
         if before is not None and dump.exists():
             with open(dump, errors="replace") as fh:
                 fh.seek(before)
                 lines = fh.read().splitlines()
+        if lines:
             detail += f"; its stacks when it hung are in {dump}"
         sup.restarting = False
-        self._lost(sup, "hung", detail, child.poll(), lines)
+        self._lost(sup, "hung", detail, child.poll(), lines or None)
 
     def _lost(self, sup: Supervised, kind: str, detail: str, code: int | None,
               lines: list[str] | None = None) -> None:
