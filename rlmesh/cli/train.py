@@ -315,8 +315,11 @@ def run_spec(spec: TrainSpec, resume: bool = False, trust_code: bool = False) ->
     try:
         return _run_loop(algo, spec, trial_dir, trial_id, logger, log_file)
     except LearnerFailed as e:  # the learner died: the message names the checkpoint
-        print(f"rlmesh train: error: {e}\nits traceback: {e.log_path or trial_dir / LOG_FILE}",
-              file=sys.stderr)
+        # A learner process killed by a signal left no traceback anywhere: name the run's log.
+        where = (f"its traceback: {e.log_path}" if e.log_path else
+                 f"its traceback: {trial_dir / LOG_FILE}" if algo.config.num_learners == 0 else
+                 f"the run's log: {trial_dir / LOG_FILE}")
+        print(f"rlmesh train: error: {e}\n{where}", file=sys.stderr)
         return EXIT_FAILED
     except UsageError as e:  # a stop key that is not in the results
         return _fail(e)

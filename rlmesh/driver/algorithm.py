@@ -58,7 +58,7 @@ PEER_FAILURE_WAIT_S = 20.0
 class LearnerFailed(RuntimeError):
     """A learner died or its update loop raised: the run cannot go on. ``log_path``: the
     learner process's log, with the traceback (None for a learner in this process, whose
-    traceback went to this process's logging)."""
+    traceback went to this process's logging, and for one that wrote nothing: killed)."""
 
     def __init__(self, message: str, log_path: Path | None = None) -> None:
         super().__init__(message)
@@ -337,7 +337,8 @@ class Algorithm:
         if not name.startswith("learner-") or job is None or self.config.num_learners == 0:
             return None
         path = job.run_dir.log_path(name)
-        return path if path.is_file() else None
+        # A learner killed by a signal wrote no traceback: its log may be empty.
+        return path if path.is_file() and path.stat().st_size > 0 else None
 
     def _failure_message(self, exc: BaseException) -> str:
         """The cause in one line (the traceback is in the learner's log), and where to resume."""

@@ -116,6 +116,11 @@ def test_a_killed_ppo_learner_ends_the_run_naming_the_checkpoint(tmp_path, cli):
     assert code == 1, out
     assert_one_error_line(out, "the learner failed", "learner-0 died")
     assert "resume with `rlmesh train ... --resume`" in out and "checkpoint_0000" in out, out
+    # A SIGKILLed learner wrote no traceback: no line says it did, nor points to an empty log
+    # (issue 48: "its traceback: .../logs/learner-0.log", an empty file).
+    assert "its traceback: " not in out, out
+    (log,) = [s.split("the run's log: ", 1)[1] for s in out.splitlines() if "the run's log: " in s]
+    assert "learner-0 died" in Path(log).read_text()
 
 
 def test_a_learner_whose_update_raises_is_one_line_and_a_log_with_the_traceback(tmp_path, cli):
