@@ -38,6 +38,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rlmesh.result_rows import drop_rows_after
+
 DEFAULT_LOCAL_DIR = "~/rlmesh_results"
 DATE_FORMAT = "%Y-%m-%d_%H-%M-%S"  # Tune's
 TB_PREFIX = "ray/tune/"  # RLlib's tag prefix, so dashboards built for RLlib runs carry over
@@ -217,7 +219,11 @@ class ResultLogger:
     """
 
     def __init__(self, trial_dir: str | os.PathLike, config_dict: dict | None = None,
-                 tensorboard: bool = True, resume: bool = False, video_frames: bool = False):
+                 tensorboard: bool = True, resume: bool = False, video_frames: bool = False,
+                 resumed_at: int | None = None):
+        """``resume``: go on after the rows already written; ``resumed_at``, the iteration of
+        the checkpoint resumed from: the rows after it, which the run now does again, are
+        dropped first, so that each iteration has one row (as Tune's restored trials)."""
         self.trial_dir = Path(trial_dir)
         # Frames of the evaluation videos a result names, as TensorBoard images.
         self.video_frames = video_frames
@@ -228,6 +234,8 @@ class ResultLogger:
         if config_dict is not None:
             text = json.dumps(to_jsonable(config_dict), indent=2, sort_keys=True, allow_nan=False)
             self.params_path.write_text(text + "\n")
+        if resume and resumed_at is not None:
+            drop_rows_after(self.result_path, self.progress_path, resumed_at)
         self._json = open(self.result_path, "a", encoding="utf-8")
         self._csv_file = None
         self._columns: list[str] = []

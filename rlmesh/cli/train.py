@@ -288,6 +288,7 @@ def run_spec(spec: TrainSpec, resume: bool = False, trust_code: bool = False) ->
         # Saves of earlier runs killed mid-write left temp folders in their own trials.
         remove_stale_under(trial_dir.parent.parent, depth=2)
         logger = ResultLogger(trial_dir, config_dict, resume=resume,
+                              resumed_at=algo.iteration if resume else None,
                               video_frames=bool(config_dict.get("evaluation_video_to_tensorboard")))
         if spec.trackers:
             from rlmesh.tune.trackers import TrackedLogger

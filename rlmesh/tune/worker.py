@@ -107,7 +107,8 @@ def main(spec_path: str, parent_pid: int) -> int:
             raise
         print(f"restored from {data['restore']}")
     algo.logdir = str(trial_dir)  # evaluation videos go to its videos/
-    logger = ResultLogger(trial_dir, config.to_dict(), resume=bool(data.get("restore")))
+    logger = ResultLogger(trial_dir, config.to_dict(), resume=bool(data.get("restore")),
+                          resumed_at=algo.iteration if data.get("restore") else None)
     if data.get("trackers"):  # one tracker run per trial, grouped by the experiment
         from rlmesh.tune.trackers import TrackedLogger
 

@@ -5,6 +5,7 @@ line (or goes on, counted), never a raw traceback or a silent stall."""
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import signal
@@ -161,7 +162,11 @@ def test_resume_skips_a_truncated_newest_checkpoint_and_removes_stale_saves(tmp_
     assert f"resuming from {trial / 'checkpoint_000001'}" in out, out
     assert "Traceback" not in out, out
     results = [json.loads(s) for s in (trial / "result.json").read_text().splitlines()]
-    assert [r["training_iteration"] for r in results] == [1, 2, 2, 3]
+    # The rows past the checkpoint resumed from (iteration 2, redone) are replaced, not
+    # repeated (issue 48: result.json held the redone iteration twice), in both files.
+    assert [r["training_iteration"] for r in results] == [1, 2, 3]
+    with open(trial / "progress.csv", newline="") as f:
+        assert [int(r["training_iteration"]) for r in csv.DictReader(f)] == [1, 2, 3]
     assert not any(d.exists() for d in stale) and in_progress.exists()
 
 

@@ -23,7 +23,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("tune", ("rlmesh.tune",)),
     ("algorithms", ("rlmesh.algorithms", "rlmesh.tuned_examples", "rlmesh.core", "rlmesh.agents",
                     "rlmesh.experimental", "rlmesh.execution")),
-    ("driver", ("rlmesh.driver", "rlmesh.results")),
+    ("driver", ("rlmesh.driver", "rlmesh.results", "rlmesh.result_rows")),
     ("roles", ("rlmesh.roles", "rlmesh.named_actors")),
     ("config", ("rlmesh.config", "rlmesh.callbacks", "rlmesh.client", "rlmesh.offline",
                 "rlmesh.utils")),
