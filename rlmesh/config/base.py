@@ -186,6 +186,31 @@ class AlgorithmConfig(SamplingSettings, EvaluationSettings, MultiAgentSettings, 
     max_num_env_runner_restarts: int = setting(
         1000, "fault_tolerance", ge=0, aliases=("max_num_worker_restarts",),
         doc="Restarts allowed per env runner before it is given up.")
+    max_env_runner_crashes: int = setting(
+        5, "fault_tolerance", ge=0,
+        doc="An env runner whose process dies this many times within "
+            "env_runner_crash_window of its env steps (its env segfaults, aborts or exits; "
+            "or it is killed for a missed heartbeat or over max_runner_memory_mb) ends the "
+            "run in one line naming the env and the signal; its crash output stays in its "
+            "log. 0: no such limit (max_num_env_runner_restarts alone bounds restarts). An "
+            "env's Python exceptions have their own rule: 5 in a row end the run (EnvError).")
+    env_runner_crash_window: int = setting(
+        10_000, "fault_tolerance", ge=1,
+        doc="The env steps of one runner (over its restarts) within which "
+            "max_env_runner_crashes deaths end the run: an env crashing every 2,000 steps "
+            "or more often is broken; one crashing every 50,000 is restarted on.")
+    max_runner_memory_mb: float | None = setting(
+        None, "fault_tolerance", gt=0,
+        doc="Resident memory (MB) an env runner process may hold, the processes its envs "
+            "start included: at 80% a warning names the runner; at 100% the runner is killed "
+            "before it takes the machine's memory, and restarted, its death counting toward "
+            "max_env_runner_crashes (so an env that leaks fast ends the run in one line "
+            "naming the runner and its memory). None: no limit.")
+    stuck_learner_warn_s: float = setting(
+        10.0, "fault_tolerance", ge=0,
+        doc="A learner update running longer than max(this, 5 x the median of the "
+            "learner's recent updates) is reported once, naming the learner and the `rlmesh "
+            "stack` command that shows where it is stuck (the update goes on). 0: never.")
     on_nonfinite: Literal["raise", "skip"] = setting(
         "raise", "fault_tolerance",
         doc="A NaN or infinite observation or reward from an env, value in a train batch, "

@@ -74,6 +74,7 @@ class AsyncAlgorithm(Algorithm):
         try:
             if self.mesh.learner_failure is not None:
                 raise ActorUnavailable(self.mesh.learner_failure)
+            self.mesh.check_runners()  # an env that kept crashing its runner: EnvCrashed
             return call()
         except (ActorUnavailable, RemoteError) as exc:
             if self.mesh.learner_failure is None and not isinstance(exc, RemoteError):

@@ -201,6 +201,7 @@ class EnvRunnerGroup:
         """Start ``fn`` (as ``foreach_env_runner`` takes it) on every healthy runner that
         has no call in flight, without waiting; the number started.
         ``fetch_ready_async_reqs`` collects the results."""
+        self.mesh.check_runners()  # an env that kept crashing its runner: EnvCrashed
         method, *head = runner_call(fn)
         started = 0
         for name in self.mesh.healthy_runner_names():
@@ -216,6 +217,7 @@ class EnvRunnerGroup:
         that has finished, waiting up to ``timeout_seconds`` (None: as long as it takes)
         for the first. A call whose runner died (and is being restarted) is dropped with a
         warning; a call that raised raises here (``RemoteError``)."""
+        self.mesh.check_runners()
         return [(worker_index_of(name), reply)
                 for name, reply in self._in_flight.ready(timeout_seconds)]
 

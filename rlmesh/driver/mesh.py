@@ -25,6 +25,7 @@ from rlmesh.runtime.import_path import startup_code
 from rlmesh.config.base import AlgorithmConfig
 from rlmesh.driver.inference_choice import choose_inference
 from rlmesh.driver.loop import LoopThread
+from rlmesh.driver.runner_faults import EnvCrashed, crash_message, runner_restart_policy
 from rlmesh.config.settings import ConfigError
 from rlmesh.envs import env_registry
 from rlmesh.named_actors import start_named_actors
@@ -135,6 +136,7 @@ class Mesh:
         self.policy_specs = policy_specs
         self.learners: list[Any] = []
         self.learner_failure: str | None = None
+        self.runner_failure: str | None = None  # an env that kept crashing its runner
         self.failed_learner: str | None = None  # its actor name
         self.job: Job | None = None
         self.param_server: Any = None
@@ -201,8 +203,7 @@ class Mesh:
                          "_config_class": class_path(type(cfg)),
                          "_policy_specs": self.policy_specs}
         runner_config.update(startup_code(runner_config))
-        policy = RestartPolicy(max_restarts=cfg.max_num_env_runner_restarts
-                               if cfg.restart_failed_env_runners else 0)
+        policy = runner_restart_policy(cfg)
         await self._start_inference(runner_config, policy)
         # External simulators: runners that serve PolicyClients instead of stepping envs.
         runner_cls = self.runner_path if cfg.policy_server_address is None else POLICY_SERVER_RUNNER
@@ -266,6 +267,8 @@ class Mesh:
             self.totals.restarted(event.name)
         elif event.kind == "gave_up":
             self._gone.add(event.name)
+            if event.cause == "crashes" and "runner-" in event.name:
+                self.runner_failure = self.runner_failure or crash_message(self.config, event)
         if event.name.startswith("learner-") and event.kind in ("died", "hung"):
             self.learner_failure = f"{event.name} {event.kind}: {event.detail}"
             self.failed_learner = event.name
@@ -330,6 +333,7 @@ class Mesh:
         steps = 0
         deadline = None
         while steps < target_steps:
+            self.check_runners()
             if not self.num_live_runners():
                 raise RuntimeError("every env runner is gone (see the log for why); "
                                    "the run cannot sample")
@@ -378,6 +382,8 @@ class Mesh:
     def env_errors(self, runner: str, fragment: dict[str, Any]) -> None:
         """Count a runner's env errors; the first one's traceback shown once, here."""
         self.totals.add(runner, {"num_env_errors": fragment.pop("num_env_errors", 0)})
+        if self.job is not None:  # its env steps, toward env_runner_crash_window
+            self.job.supervisor.add_work(runner, int(fragment.get("env_steps", 0)))
         first = fragment.pop("env_error", None)
         if first is not None:
             log.warning("%s: %s(the env was recreated; the count of env errors is "
@@ -386,10 +392,17 @@ class Mesh:
     def runner_unavailable(self, name: str, exc: ActorUnavailable, going_on: str) -> None:
         """A call to env runner ``name`` found it gone: an error when failed runners are not
         restarted, else a warning (it comes back; the run goes on meanwhile)."""
+        self.check_runners()
         if not self.config.restart_failed_env_runners:
             raise RuntimeError(f"env runner {name} failed: {exc}") from None
-        log.warning("env runner %s unavailable (%s); %s", name, str(exc).splitlines()[0],
-                    going_on)
+        # A death the supervisor has said in its own line: not a second one.
+        log.log(logging.DEBUG if name in self._down else logging.WARNING,
+                "env runner %s unavailable (%s); %s", name, str(exc).splitlines()[0], going_on)
+
+    def check_runners(self) -> None:
+        """EnvCrashed once an env has taken its runner down too often (runner_faults.py)."""
+        if self.runner_failure is not None:
+            raise EnvCrashed(self.runner_failure)
 
     def healthy_runners(self) -> list[Any]:
         """The runners up now: neither given up on nor being restarted."""
@@ -500,8 +513,7 @@ class Mesh:
                 EVAL_RUNNER, config=runner_config, worker_index=0, param_server=None,
                 name="eval_runner-0", in_process=True)]
             return
-        policy = RestartPolicy(max_restarts=self.config.max_num_env_runner_restarts
-                               if self.config.restart_failed_env_runners else 0)
+        policy = runner_restart_policy(self.config)
         self.eval_runners = list(await asyncio.gather(*(
             self.job.spawn(EVAL_RUNNER, config=runner_config, worker_index=i, param_server=None,
                            name=f"eval_runner-{i}",

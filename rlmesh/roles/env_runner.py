@@ -248,9 +248,12 @@ class EnvRunner(MultiAgentPolicies, VersionedPolicies, Actor):
         return self.version
 
     def _busy(self) -> dict[str, Any]:
-        """What the loop is in, for the heartbeat (read from the control thread)."""
+        """What the loop is in, and the env steps sampled (the supervisor's measure of this
+        process's life: max_env_runner_crashes), for the heartbeat (read from the control
+        thread)."""
         b = self.sampler.stepping
-        return {"busy": f"env {b} step() of env runner {self.worker_index}"} if b >= 0 else {}
+        steps = {"env_steps": int(self.sampler.counters.get("num_env_steps_sampled", 0))}
+        return {"busy": f"env {b} step() of env runner {self.worker_index}", **steps} if b >= 0 else steps
 
     async def sample(self, explore: bool | None = None,
                      weights_up_to: int | None = None) -> dict[str, Any]:

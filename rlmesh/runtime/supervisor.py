@@ -1,7 +1,7 @@
-"""Watching child actors: exits, missed heartbeats, and when to restart.
+"""Watching child actors: exits, missed heartbeats, memory, slow work, and when to restart.
 
-``RestartPolicy`` and ``Watch`` hold the decisions (no processes involved); the
-``Supervisor`` task applies them to real children.
+``RestartPolicy``, ``Watch`` and child_limits.py hold the decisions (no processes involved);
+the ``Supervisor`` task applies them to real children.
 """
 
 from __future__ import annotations
@@ -14,10 +14,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
+import psutil
 import zmq
 
 from ..wire import codec, messages as M
 from ..wire.sockets import AsyncSocket, configure, connect
+from .child_limits import WARN_AT, DeathBudget, MemoryGauge, cause_of
 from .diagnostics import DUMP_SIGNAL, stopped_state
 from .process import ChildProcess, tail
 
@@ -36,6 +38,17 @@ class RestartPolicy:
     # backoff_s again (without it, seven failures spread over a day made every later one
     # stall sampling for backoff_max_s).
     healthy_after_s: float = 60.0
+    # Deaths (exits, and kills for a missed heartbeat or for memory) within ``crash_window``
+    # units of the child's work after which it is given up, restarts left or not (0: no
+    # such limit); its work is the field ``work_key`` of its status probes (and what its
+    # owner adds with ``Supervisor.add_work``).
+    max_crashes: int = 0
+    crash_window: int = 0
+    work_key: str = ""
+    # Resident memory (MB, its child processes included) at which it is killed, and so
+    # restarted as a dead child is (0: no limit); warned about at WARN_AT of it, once a life.
+    max_memory_mb: float = 0.0
+    memory_limit_name: str = "its memory limit"  # how messages name the limit
 
     def delay(self, restarts_so_far: int, failures_in_a_row: int | None = None) -> float | None:
         """Seconds to wait before the next restart, or None to give up. ``restarts_so_far``
@@ -53,7 +66,10 @@ class RestartPolicy:
 @dataclass
 class ActorEvent:
     """Something the supervisor saw: ``died``, ``hung``, ``blocked`` (loop stuck, process
-    answering), ``restarted`` or ``gave_up``."""
+    answering), ``slow`` (a unit of its work far longer than usual), ``memory`` (near its
+    limit), ``restarted`` or ``gave_up``. A death's ``cause`` is a word (``SIGSEGV``, ``exit
+    code 1``, ``heartbeat``, ``memory``); a ``gave_up``'s is ``crashes`` (too many deaths
+    within its work window) or ``restarts`` (none left)."""
 
     kind: str
     name: str
@@ -61,6 +77,8 @@ class ActorEvent:
     exit_code: int | None = None
     last_lines: list[str] = field(default_factory=list)
     time: float = field(default_factory=time.time)
+    cause: str = ""
+    facts: dict[str, Any] = field(default_factory=dict)  # numbers a listener words itself
 
 
 @dataclass
@@ -87,6 +105,12 @@ class Watch:
 _ping_ids = itertools.count(1)
 
 
+def _probe_sum(status: dict[str, Any], key: str) -> int:
+    """The numbers ``key`` holds in a status's probes, summed."""
+    values = [p.get(key) for p in (status.get("probes") or {}).values() if isinstance(p, dict)]
+    return sum(int(v) for v in values if isinstance(v, (int, float)))
+
+
 class Supervised:
     """A child under supervision: process, heartbeat socket, restart count."""
 
@@ -104,6 +128,12 @@ class Supervised:
         self.restarting = False
         self.blocked = False  # a blocked loop was reported for the current spell
         self.seen_ticking = False  # its loop was seen running free since it (re)started
+        self.budget = DeathBudget(policy.max_crashes, policy.crash_window)
+        self.causes: list[str] = []  # of its deaths, in order
+        self.gauge: MemoryGauge | None = None  # with max_memory_mb, for the current life
+        self.memory_warned = False  # this life
+        self.slow_reported: set[str] = set()  # units of work reported slow
+        self.dump_logged = False  # the last output of one death went to the log (detail)
 
     def connect_heartbeat(self, control_address: str) -> None:
         self.close_heartbeat()
@@ -112,6 +142,13 @@ class Supervised:
         self.ping_sock = AsyncSocket(sock, self._on_pong)
         self.watch.last_pong = time.monotonic()
         self.watch.status = {}  # a previous process's status says nothing of this one
+        self.gauge = None
+        if self.policy.max_memory_mb > 0 and getattr(self.child, "popen", None) is not None:
+            try:  # children on other nodes are not measured from here
+                self.gauge = MemoryGauge(self.child.pid)
+            except psutil.Error:  # dead already: the next poll sees it
+                pass
+        self.memory_warned = False
 
     def _on_pong(self, frames: list[Any]) -> None:
         try:
@@ -120,6 +157,8 @@ class Supervised:
             return
         if msg["t"] == M.PONG:
             self.watch.pong(time.monotonic(), msg["status"])
+            if self.policy.work_key:
+                self.budget.report(_probe_sum(msg["status"], self.policy.work_key))
 
     def ping(self, now: float) -> None:
         if self.ping_sock is not None:
@@ -147,6 +186,11 @@ class Supervisor:
         self._poll_s = poll_s
         self.confirm_s = confirm_s
         self._task: asyncio.Task[None] | None = None
+        # This process's own status (its diagnostics'), checked for slow work as a child's
+        # is: a learner in the driver process. Set by the job.
+        self.own_status: Callable[[], dict[str, Any]] | None = None
+        self._own_slow: set[str] = set()
+        self._own_checked = 0.0
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="rlmesh.supervisor")
@@ -157,11 +201,31 @@ class Supervisor:
         for sup in self.children.values():
             sup.close_heartbeat()
 
-    def emit(self, event: ActorEvent) -> None:
+    def add_work(self, name: str, amount: int) -> None:
+        """Work child ``name`` did, as its owner counted it (the env steps of the fragments a
+        runner delivered), for its ``crash_window``."""
+        sup = self.children.get(name)
+        if sup is not None:
+            sup.budget.add(amount)
+
+    def emit(self, event: ActorEvent, line: str | None = None) -> None:
+        """Record ``event``, tell the listeners, and log one line (``line``, default the
+        detail's first): a death's last output stays in the child's log file (once in this
+        process's log too, off the console: ``detail``), as 19 crash dumps in 100 s
+        buried the console."""
         self.events.append(event)
         del self.events[:-1000]
-        level = logging.INFO if event.kind == "restarted" else logging.WARNING
-        log.log(level, "%s %s: %s", event.name, event.kind, event.detail)
+        # A runner given up for its deaths: the line of its last death said so, and its owner
+        # says what that means for the run.
+        quiet = event.kind == "restarted" or (event.kind == "gave_up" and event.cause == "crashes")
+        level = logging.INFO if quiet else logging.WARNING
+        log.log(level, "%s %s: %s", event.name, event.kind, line or event.detail.splitlines()[0])
+        sup = self.children.get(event.name)
+        rest = event.detail.splitlines()[1:] or event.last_lines
+        if rest and sup is not None and not sup.dump_logged:
+            sup.dump_logged = True
+            log.log(level, "%s %s: %s\n%s", event.name, event.kind, event.detail.splitlines()[0],
+                    "\n".join(rest), extra={"detail": True})
         for fn in self.listeners:
             fn(event)
 
@@ -179,8 +243,14 @@ class Supervisor:
                     asyncio.get_running_loop().create_task(self._dump_and_kill(sup, now))
                 else:
                     self._check_blocked(sup)
+                    self._check_slow(sup.child.spec.name, sup.watch.status, sup.slow_reported)
+                    if sup.gauge is not None and now >= sup.gauge.next_at:
+                        self._check_memory(sup, now)
                     if sup.watch.due(now):
                         sup.ping(now)
+            if self.own_status is not None and now - self._own_checked >= 1.0:
+                self._own_checked = now
+                self._check_slow("", self.own_status(), self._own_slow)
             await asyncio.sleep(self._poll_s)
 
     async def _dump_and_kill(self, sup: Supervised, now: float) -> None:
@@ -220,7 +290,7 @@ class Supervisor:
         self._lost(sup, "hung", detail, child.poll(), lines or None)
 
     def _lost(self, sup: Supervised, kind: str, detail: str, code: int | None,
-              lines: list[str] | None = None) -> None:
+              lines: list[str] | None = None, cause: str = "") -> None:
         name = sup.child.spec.name
         sup.close_heartbeat()
         sup.child.signal_group(signal.SIGKILL)  # nothing of the dead actor's group stays behind
@@ -229,17 +299,85 @@ class Supervisor:
             sup.failures_in_a_row = 0
         delay = sup.policy.delay(sup.restarts, sup.failures_in_a_row)
         sup.failures_in_a_row += 1
-        self.emit(ActorEvent(kind, name, detail, code,
-                             tail(sup.child.log_path) if lines is None else lines))
-        sup.on_dead(detail.splitlines()[0], delay is None)
-        if delay is None:
+        cause = cause or ("heartbeat" if kind == "hung" else cause_of(code))
+        sup.causes.append(cause)
+        spent = sup.budget.died()  # not None: too many deaths within its work window
+        event = ActorEvent(kind, name, detail, code,
+                           tail(sup.child.log_path) if lines is None else lines, cause=cause)
+        self.emit(event, self._death_line(sup, detail, None if spent is not None else delay))
+        sup.on_dead(detail.splitlines()[0], delay is None or spent is not None)
+        if spent is not None or delay is None:
             del self.children[name]
-            self.emit(ActorEvent("gave_up", name,
-                                 f"not restarting {name!r}: {sup.restarts} restarts of "
-                                 f"{sup.policy.max_restarts} allowed", code))
+            self.emit(self._gave_up(sup, code, spent))
             return
         sup.restarting = True
         asyncio.get_running_loop().create_task(self._restart_later(sup, delay))
+
+    def _death_line(self, sup: Supervised, detail: str, delay: float | None) -> str:
+        """One short line for the console: how, what next, where its output is."""
+        policy = sup.policy
+        head = detail.splitlines()[0]
+        if "; last output, from" in head:  # describe_exit's: its cause is all the line needs
+            code = sup.child.poll()
+            head = f"killed by {sup.causes[-1]}" if code is not None and code < 0 else sup.causes[-1]
+        line = head + ("; not restarted" if delay is None else f"; restarting in {delay:g} s")
+        if policy.max_crashes:
+            line += (f" (death {min(len(sup.causes), policy.max_crashes)} of {policy.max_crashes}"
+                     f" allowed within {policy.crash_window:,} {policy.work_key or 'work'})")
+        return f"{line}; its output: {sup.child.log_path}"
+
+    def _gave_up(self, sup: Supervised, code: int | None, spent: int | None) -> ActorEvent:
+        name, policy = sup.child.spec.name, sup.policy
+        if spent is None:
+            return ActorEvent("gave_up", name, f"not restarting {name!r}: {sup.restarts} "
+                              f"restarts of {policy.max_restarts} allowed", code, cause="restarts")
+        causes = sup.causes[-policy.max_crashes:]
+        causes = sorted(set(causes), key=causes.index)
+        return ActorEvent("gave_up", name,
+                          f"{name} died {policy.max_crashes} times in {spent:,} "
+                          f"{policy.work_key or 'units of work'} ({', '.join(causes)}); not "
+                          f"restarting it (max {policy.max_crashes} within "
+                          f"{policy.crash_window:,})", code, cause="crashes",
+                          facts={"deaths": policy.max_crashes, "work": spent, "causes": causes,
+                                 "window": policy.crash_window, "log": str(sup.child.log_path)})
+
+    def _check_memory(self, sup: Supervised, now: float) -> None:
+        """Warn once a life at WARN_AT of its memory limit; at the limit, kill it: it is
+        restarted (and counted) as a child that died, before it takes the machine's memory."""
+        assert sup.gauge is not None
+        limit = sup.policy.max_memory_mb
+        mb = sup.gauge.rss_mb(now)
+        if mb is None:
+            return  # gone: the next poll sees its exit
+        sup.gauge.schedule(now, limit, self._poll_s)
+        name, what = sup.child.spec.name, sup.policy.memory_limit_name
+        if mb >= limit:
+            sup.child.kill()
+            self._lost(sup, "died", f"actor {name!r} held {mb:,.0f} MB (RSS, with its child "
+                       f"processes), over {what} ({limit:,.0f} MB); killed", sup.child.poll(),
+                       cause=f"memory: {mb:,.0f} MB of {limit:,.0f} MB")
+        elif mb >= WARN_AT * limit and not sup.memory_warned:
+            sup.memory_warned = True
+            self.emit(ActorEvent("memory", name, f"holds {mb:,.0f} MB (RSS, with its child "
+                                 f"processes): {mb / limit:.0%} of {what} ({limit:,.0f} MB); at "
+                                 "the limit it is killed and restarted"))
+
+    def _check_slow(self, name: str, status: dict[str, Any], reported: set[str]) -> None:
+        """A ``slow`` event once per unit of work (a WorkClock's probe) that has run past its
+        ``warn_after_s``, naming where to see why: ``rlmesh stack``, while it still runs."""
+        for key, p in (status.get("probes") or {}).items():
+            if not isinstance(p, dict) or "warn_after_s" not in p:
+                continue
+            unit = f"{key} {p.get('work')}"
+            if p.get("running_s", 0) <= p["warn_after_s"] or unit in reported:
+                continue
+            reported.intersection_update({u for u in reported if not u.startswith(f"{key} ")})
+            reported.add(unit)  # the units before it ended: forgotten
+            running, median = float(p["running_s"]), float(p.get("median_s") or 0.0)
+            ratio = f"{running / median:,.0f}x its median of {median:.2g} s" if median else "no median"
+            self.emit(ActorEvent("slow", name or key, (
+                f"{p.get('work')} has run {running:.1f} s ({ratio}): stuck? `rlmesh stack "
+                f"--pid {status.get('pid', '')}` shows where it is")))
 
     async def _restart_later(self, sup: Supervised, delay: float) -> None:
         await asyncio.sleep(delay)

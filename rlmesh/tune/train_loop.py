@@ -151,6 +151,7 @@ def policy_error_message(error: BaseException) -> str | None:
     """The one line to print for a policy error, raised here or in another process (then
     a RemoteError naming its type; its remote traceback is not shown); None for others."""
     from rlmesh.driver.mesh import SampleTimeout
+    from rlmesh.driver.runner_faults import EnvCrashed
     from rlmesh.policy.policy import POLICY_ERRORS, PolicyError
     from rlmesh.rl.columns import MissingColumn
     from rlmesh.rl.finite import NonFiniteError
@@ -160,7 +161,7 @@ def policy_error_message(error: BaseException) -> str | None:
 
     # An env that breaks its own space, or hangs, is the user's to fix: one line, no traceback.
     if isinstance(error, (PolicyError, MissingColumn, NonFiniteError, LearnerOutOfMemory,
-                          ObservationError, SampleTimeout)):
+                          ObservationError, SampleTimeout, EnvCrashed)):
         return f"{type(error).__name__}: {error}"
     if isinstance(error, RemoteError) and error.etype in (*POLICY_ERRORS, "ObservationError"):
         where = f" in {error.actor}" if error.actor else ""

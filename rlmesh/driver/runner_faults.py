@@ -1,0 +1,46 @@
+"""The env runners' deaths as the user sees them: the restart policy of a runner (restarts,
+deaths within a window of its env steps, memory limit: from the config), and the one line
+that ends a run whose env keeps taking its runner down (``EnvCrashed``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlmesh.config.base import AlgorithmConfig
+from rlmesh.runtime import RestartPolicy
+
+#: The field of an env runner's heartbeat probe that counts its env steps (env_runner.py).
+RUNNER_WORK = "env_steps"
+
+
+class EnvCrashed(RuntimeError):
+    """An env that took its runner's process down ``max_env_runner_crashes`` times within
+    ``env_runner_crash_window`` env steps (a segfault, an abort, ``max_runner_memory_mb``):
+    restarting it again would only crash again, so the run stops, in one line."""
+
+
+def runner_restart_policy(cfg: AlgorithmConfig) -> RestartPolicy:
+    """How an env runner (or evaluation runner) whose process died is started again."""
+    return RestartPolicy(
+        max_restarts=cfg.max_num_env_runner_restarts if cfg.restart_failed_env_runners else 0,
+        max_crashes=cfg.max_env_runner_crashes, crash_window=cfg.env_runner_crash_window,
+        work_key=RUNNER_WORK, max_memory_mb=float(cfg.max_runner_memory_mb or 0.0),
+        memory_limit_name="max_runner_memory_mb")
+
+
+def env_name(cfg: AlgorithmConfig) -> str:
+    env = cfg.env
+    return env if isinstance(env, str) else getattr(env, "__name__", type(env).__name__)
+
+
+def crash_message(cfg: AlgorithmConfig, event: Any) -> str:
+    """The line of a runner given up for its deaths (a ``gave_up`` event with cause
+    ``crashes``): the env, how often in how many steps, how it died, where its output is."""
+    facts = event.facts
+    memory = all(c.startswith("memory") for c in facts["causes"])
+    what = (f"env {env_name(cfg)!r}: its runner {event.name} went over max_runner_memory_mb"
+            if memory else f"env {env_name(cfg)!r} crashed its runner {event.name}")
+    return (f"{what} {facts['deaths']} times in {facts['work']:,} env steps "
+            f"({'; '.join(facts['causes'])}), so the run stops (max_env_runner_crashes="
+            f"{cfg.max_env_runner_crashes} within env_runner_crash_window="
+            f"{cfg.env_runner_crash_window:,}); its output: {facts['log']}")

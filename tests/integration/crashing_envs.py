@@ -1,0 +1,66 @@
+"""Envs that take their runner process down or swell it, for the supervision tests: one that
+kills its own process with a signal every K steps (a simulator's segfault), one that leaks
+memory as it steps (importable by path, so runner processes build them; no torch here, so a
+runner's memory is its own)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import gymnasium as gym
+import numpy as np
+
+
+class _Base(gym.Env):
+    observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, env_config=None) -> None:
+        self.config = dict(env_config or {})
+        self.t = 0  # steps of this episode
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(2, np.float32), {}
+
+    def _step(self):
+        self.t += 1
+        return np.zeros(2, np.float32), 1.0, self.t >= 20, False, {}
+
+
+class CrashEnv(_Base):
+    """Its process dies by ``env_config['signal']`` (default SIGSEGV) at its
+    ``env_config['every']``-th step (default 50): a C extension's segfault, every time."""
+
+    steps = 0  # in this process: a restarted runner counts from 0 again
+
+    def step(self, action):
+        CrashEnv.steps += 1
+        if CrashEnv.steps >= int(self.config.get("every", 50)):
+            os.kill(os.getpid(), getattr(signal, self.config.get("signal", "SIGSEGV")))
+        return self._step()
+
+
+class LeakEnv(_Base):
+    """Keeps ``env_config['mb_per_step']`` MB (default 2) more at every step, which takes
+    ``env_config['step_s']`` (default 0.01): a simulator that never frees its frames."""
+
+    kept: list = []
+
+    def step(self, action):
+        time.sleep(float(self.config.get("step_s", 0.01)))
+        LeakEnv.kept.append(np.ones(int(float(self.config.get("mb_per_step", 2)) * (1 << 20)),
+                                    np.uint8))
+        return self._step()
+
+
+def make_crash(env_config):
+    return CrashEnv(env_config)
+
+
+def make_leak(env_config):
+    return LeakEnv(env_config)
+
