@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import queue
 import threading
 import time
@@ -25,10 +26,18 @@ POLL_S = 0.5  # the update thread's longest wait before it looks at the stop fla
 #: milliseconds), else after a delay doubling up to the last (it is still warming up: not
 #: asked a thousand times a second).
 RETRY_S = (0.002, 0.05)
+#: Doublings that take the first delay past the last: the exponent stops there (2 ** n
+#: overflows a float past n ~1,024: a shard warming up for ~26 s used to raise).
+MAX_DOUBLINGS = math.ceil(math.log2(RETRY_S[1] / RETRY_S[0]))
 
 
 class InputClosed(Exception):
     """The learner is stopping: no more batches."""
+
+
+class ReplayFeedFailed(RuntimeError):
+    """Requesting or reading a shard's samples failed in the learner itself (not a shard
+    that died: that is retried): the update thread raises it, so the run ends with it."""
 
 
 @dataclass
@@ -71,7 +80,9 @@ class ReplayInput:
         self._steps_before = 0
         self._refusals = [0] * num_shards  # in a row, for the retry delay
         self._served = [False] * num_shards  # a batch since the shard (re)started
+        self.error: str | None = None  # set by ``fail``: ``next`` raises it
         self.counters = {"num_replay_batches": 0, "num_sample_refusals": 0,
+                         "max_sample_refusals_in_a_row": 0,
                          "num_sample_errors": 0, "num_priority_updates_sent": 0,
                          "num_stale_priority_updates_dropped": 0}
 
@@ -97,9 +108,18 @@ class ReplayInput:
     def _refused(self, shard: int) -> float:
         self.counters["num_sample_refusals"] += 1
         self._refusals[shard] += 1
+        self.counters["max_sample_refusals_in_a_row"] = max(
+            self.counters["max_sample_refusals_in_a_row"], self._refusals[shard])
         if self._served[shard]:
             return RETRY_S[0]
-        return min(RETRY_S[1], RETRY_S[0] * 2 ** (self._refusals[shard] - 1))
+        doublings = min(self._refusals[shard] - 1, MAX_DOUBLINGS)
+        return min(RETRY_S[1], RETRY_S[0] * 2.0 ** doublings)
+
+    def fail(self, why: str) -> None:
+        """The learner's side of the feed broke (``why``, one line): the update thread
+        raises ``ReplayFeedFailed`` at its next batch instead of waiting for ever."""
+        if self.error is None:
+            self.error = why
 
     def failed(self, shard: int) -> float:
         """A request that got no reply (the shard died or is restarting): the seconds to
@@ -145,6 +165,8 @@ class ReplayInput:
         sample as a ``[1, B]`` train batch of the default policy. Waits as long as the shards
         have nothing to give (before learning starts); InputClosed once stopped."""
         while True:
+            if self.error is not None:
+                raise ReplayFeedFailed(self.error)
             if self.stopped():
                 raise InputClosed
             got = self._take() if self.local is None else self._sample_local()
@@ -209,7 +231,8 @@ class ReplayFeeder:
         self._wake = asyncio.Event()
         self._loop = asyncio.get_running_loop()
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._main = self._loop.create_task(self._run())
+        self._main = self._loop.create_task(self._run(), name="the replay sample requests")
+        self._main.add_done_callback(self._check)
 
     def wake(self) -> None:
         """A credit came back (from any thread): send the requests it allows."""
@@ -218,14 +241,27 @@ class ReplayFeeder:
     async def _run(self) -> None:
         while True:
             for j in self.replay.requests():
-                self._spawn(self._sample(j))
+                self._spawn(self._sample(j), f"sampling {self.handles[j].name}")
             await self._wake.wait()
             self._wake.clear()
 
-    def _spawn(self, coro: Any) -> None:
-        task = self._loop.create_task(coro)
+    def _spawn(self, coro: Any, name: str) -> None:
+        task = self._loop.create_task(coro, name=name)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._check)
+
+    def _check(self, task: asyncio.Task[Any]) -> None:
+        """A task that raised: its credit is gone with it (the learner would wait for
+        batches for ever, as it did when the retry delay overflowed), so the feed fails,
+        logged with the traceback, and the update thread ends the run with the cause."""
+        if task.cancelled() or task.exception() is None:
+            return
+        exc = task.exception()
+        why = f"{task.get_name()} failed in the learner: {type(exc).__name__}: {exc}"
+        log.error("%s", why, exc_info=(type(exc), exc, exc.__traceback__),
+                  extra={"detail": True})  # the console: the driver's one line
+        self.replay.fail(why)
 
     async def _sample(self, j: int) -> None:
         handle = self.handles[j]
@@ -247,7 +283,7 @@ class ReplayFeeder:
     def send(self, priorities: Priorities) -> None:
         """Tell the shard the new priorities (on the loop; from the update thread through
         ``call_soon_threadsafe``)."""
-        self._spawn(self._tell(priorities))
+        self._spawn(self._tell(priorities), f"priorities to {self.handles[priorities.shard].name}")
 
     async def _tell(self, p: Priorities) -> None:
         handle = self.handles[p.shard]

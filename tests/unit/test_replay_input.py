@@ -177,3 +177,67 @@ def test_shards_hold_the_learner_to_training_intensity():
     assert not shard.learner_behind()  # never both: the runners may store on
     shard.store(fragments()[2])
     assert shard.sample(BATCH) is not None
+
+
+def test_a_shard_warming_up_for_ever_is_asked_again_at_the_longest_delay_not_an_error():
+    # 2,048 refusals in a row: a shard warming up for ~50 s at the longest delay. The
+    # doubling used to overflow a float past ~1,025 (OverflowError killed the request's
+    # task and its credit with it: the learner never trained).
+    empty = make_shard(0).core
+    replay, _ = replay_input(num_shards=1, credits=1)
+    (j,) = replay.requests()
+    delays = []
+    for _ in range(2048):
+        delays.append(replay.sampled(j, empty.sample(BATCH, 0.4)))
+        replay.credit_back(j)
+        assert replay.requests() == [j]
+    assert delays[-1] == max(delays) == 0.05 and delays == sorted(delays)
+    assert replay.counters["num_sample_refusals"] == 2048
+    assert replay.counters["max_sample_refusals_in_a_row"] == 2048
+    (full,) = filled_shards(1)
+    assert replay.sampled(j, full.sample(BATCH, 0.4)) is None  # warm: served, streak over
+    assert replay.counters["max_sample_refusals_in_a_row"] == 2048
+
+
+class _Handle:
+    """A shard's handle whose reply the learner cannot read (no incarnation)."""
+
+    name = "replay_shard-0"
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def call(self, method, *args, timeout=None):
+        self.calls += 1
+        return {"columns": {"batch_indexes": np.arange(2)}, "shard": 0}
+
+    def mark_dead(self, why):
+        pass
+
+
+def test_a_sample_request_that_fails_in_the_learner_ends_its_input_loudly(caplog):
+    # Its task used to die unseen ("Task exception was never retrieved") and its credit
+    # with it: the learner waited for batches for ever and the run trained nothing.
+    import asyncio
+
+    from rlmesh.roles.replay_input import ReplayFeeder
+
+    replay, _ = replay_input(num_shards=1, credits=1, stopped=lambda: True)
+    handle = _Handle()
+
+    async def feed():
+        feeder = ReplayFeeder(replay, [handle])
+        for _ in range(100):
+            await asyncio.sleep(0.01)
+            if handle.calls:
+                break
+        await asyncio.sleep(0.05)
+        feeder.stop()
+
+    with caplog.at_level("ERROR", logger="rlmesh.roles.replay_input"):
+        asyncio.run(feed())
+    assert handle.calls == 1
+    with pytest.raises(RuntimeError, match="replay_shard-0.*KeyError.*incarnation"):
+        replay.next(0, 1.0)  # the error before the stop flag: the run ends with its cause
+    assert any("replay_shard-0" in r.getMessage() and "Traceback" in (r.exc_text or "")
+               for r in caplog.records)
