@@ -143,6 +143,11 @@ class Apex(OffPolicy):
                 sum(s["num_stale_priority_updates"] for s in shards)
                 + sum(m["num_stale_priority_updates_dropped"] for m in learners)),
             "learner_queue_size": sum(m["learner_queue_size"] for m in learners),
+            # Sample requests the shards answered with nothing (warming up, or the learner
+            # ahead of training_intensity), and the longest run of them from one shard.
+            "num_sample_refusals": sum(m.get("num_sample_refusals", 0) for m in learners),
+            "max_sample_refusals_in_a_row": max(
+                m.get("max_sample_refusals_in_a_row", 0) for m in learners),
             "replay_shards": shards,
         }
 

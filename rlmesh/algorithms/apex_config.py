@@ -42,11 +42,31 @@ class ApexSettings(StreamingSettings):
             problems.append(f"num_replay_buffer_shards: runner i feeds shard i mod shards, so "
                             f"{self.num_replay_buffer_shards} shards for {self.num_env_runners} "
                             f"runners leaves some empty; use at most {most}")
+        problems += self._warm_up_problems()
         if self.num_learners > 1:
             problems.append("num_learners: APEX trains one learner (in the driver with 0, "
                             "in a process of its own with 1); data-parallel APEX learners "
                             "are not supported, set num_learners to 0 or 1")
         return problems
+
+    def _warm_up_problems(self) -> list[str]:
+        """A shard serves once it holds its share of the learning starts, which its share of
+        the capacity must hold: else it never serves and the learner never trains."""
+        from rlmesh.roles.replay_shard import shard_capacity, shard_learning_starts
+
+        capacity, shards = self.replay_settings()["capacity"], self.num_replay_buffer_shards
+        starts = self.num_steps_sampled_before_learning_starts
+        if not isinstance(capacity, int) or capacity < 1:
+            return []  # OffPolicyConfig says what is wrong with it
+        held, wanted = shard_capacity(capacity, shards), shard_learning_starts(starts, shards)
+        if held >= wanted:
+            return []
+        return [f"replay_buffer_config: capacity {capacity:,} over {shards} replay shard(s) "
+                f"holds {held:,} transitions per shard, fewer than the {wanted:,} each waits "
+                f"for before learning starts (num_steps_sampled_before_learning_starts="
+                f"{starts:,}): the learner would never train; raise capacity to at least "
+                f"{wanted * shards:,} or lower num_steps_sampled_before_learning_starts to "
+                f"at most {held * shards:,}"]
 
 
 # RLlib's ApexDQNConfig values for settings DQN declares (its CartPole example's scale:

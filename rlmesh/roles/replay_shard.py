@@ -39,6 +39,12 @@ def shard_capacity(capacity: int, num_shards: int) -> int:
     return max(1, int(capacity) // max(1, int(num_shards)))
 
 
+def shard_learning_starts(learning_starts: int, num_shards: int) -> int:
+    """Transitions one of ``num_shards`` shards holds before it serves the learner: its
+    share of ``num_steps_sampled_before_learning_starts``, rounded up."""
+    return max(1, -(-int(learning_starts) // max(1, int(num_shards))))
+
+
 class ShardBuffer:
     """Shard ``index`` of ``num_replay_buffer_shards``: a (prioritized) buffer of
     ``capacity / num_shards`` transitions and the n-step builder of the runners feeding it.
@@ -63,7 +69,8 @@ class ShardBuffer:
         self.nstep = NStepBuilder(cfg.n_step, cfg.gamma, runner_q=self.worker_side)
         self.index = index
         # Sampling waits for this shard's share of the steps before learning starts.
-        self.min_size = max(1, -(-cfg.num_steps_sampled_before_learning_starts // shards))
+        self.min_size = shard_learning_starts(cfg.num_steps_sampled_before_learning_starts,
+                                              shards)
         self.intensity = cfg.training_intensity
         # How far the runners may run ahead of the learner before add_fragment waits.
         self.slack = cfg.train_batch_size * cfg.replay_sample_requests_in_flight

@@ -13,7 +13,8 @@ from rlmesh.algorithms.apex_config import ApexDQNConfig
 from rlmesh.envs import space_to_data
 from rlmesh.policy.numpy_q import NumpyQPolicy, epsilon_at, per_worker_epsilon
 from rlmesh.policy.policy import class_path
-from rlmesh.roles.replay_shard import ReplayShard, shard_capacity
+from rlmesh.config.base import ConfigError
+from rlmesh.roles.replay_shard import ReplayShard, ShardBuffer, shard_capacity
 from tests.unit.test_replay import episode_streams, fragments_of
 
 OBS = gym.spaces.Box(-np.inf, np.inf, (1,), np.float32)
@@ -227,3 +228,27 @@ def test_runner_q_values_are_ignored_without_worker_side_prioritization():
     assert shard.stats()["num_runner_priorities"] == 0
     leaves = shard.core.buffer.tree.values[:len(shard.core.buffer)]
     assert np.allclose(leaves, 1.0)  # the highest priority so far: the initial one
+
+
+def test_a_capacity_that_cannot_hold_the_learning_starts_is_refused_in_one_line():
+    # Issue 48: capacity 20,000 over 2 shards holds 10,000 per shard, each waiting for
+    # 25,000 (the default 50,000 learning starts): the learner never trained, silently.
+    with pytest.raises(ConfigError) as e:
+        ApexDQNConfig().training(replay_buffer_config={"capacity": 20_000}).validate()
+    assert len(str(e.value).splitlines()) == 2  # "invalid config:", then its one line
+    assert ("capacity 20,000 over 2 replay shard(s) holds 10,000 transitions per shard, fewer "
+            "than the 25,000 each waits for") in str(e.value)
+    assert "capacity to at least 50,000" in str(e.value)
+    assert "num_steps_sampled_before_learning_starts to at most 20,000" in str(e.value)
+    with pytest.raises(ConfigError, match="capacity 999 over 1 replay shard.*1,000 each"):
+        ApexDQNConfig().training(num_replay_buffer_shards=1, replay_buffer_config={
+            "capacity": 999}, num_steps_sampled_before_learning_starts=1000).validate()
+    # The boundary is what a shard holds: exactly its share is accepted, and warms up.
+    ok = ApexDQNConfig().training(replay_buffer_config={"capacity": 50_000})
+    ok.validate()
+    shard = ShardBuffer(ok, OBS, ACT, 1)
+    assert shard.buffer.capacity == shard.min_size == 25_000
+    from rlmesh.algorithms.apex_config import ApexDDPGConfig
+
+    with pytest.raises(ConfigError, match="capacity 20,000 over 2"):
+        ApexDDPGConfig().training(replay_buffer_config={"capacity": 20_000}).validate()
