@@ -40,6 +40,9 @@ class LearnerGroup:
     def start(self) -> None:
         if self.local is None:
             self.mesh.start_learners(self.policy_specs)
+        elif self.mesh.job is not None:  # an update far longer than usual is reported
+            self.mesh.job.diagnostics.add_probe("learner (in the driver process)",
+                                                self.local.update_clock.probe)
 
     # --- updates ---
 

@@ -40,7 +40,8 @@ def crash_message(cfg: AlgorithmConfig, event: Any) -> str:
     memory = all(c.startswith("memory") for c in facts["causes"])
     what = (f"env {env_name(cfg)!r}: its runner {event.name} went over max_runner_memory_mb"
             if memory else f"env {env_name(cfg)!r} crashed its runner {event.name}")
-    return (f"{what} {facts['deaths']} times in {facts['work']:,} env steps "
+    times = "once" if facts["deaths"] == 1 else f"{facts['deaths']} times"
+    return (f"{what} {times} in {facts['work']:,} env steps "
             f"({'; '.join(facts['causes'])}), so the run stops (max_env_runner_crashes="
             f"{cfg.max_env_runner_crashes} within env_runner_crash_window="
             f"{cfg.env_runner_crash_window:,}); its output: {facts['log']}")

@@ -22,6 +22,7 @@ from rlmesh.roles.learner_hooks import LearnerHooks, install_hooks
 from rlmesh.roles.policy_changes import checked_policy_id, checked_settings, checked_spec, take_settings
 from rlmesh.roles.train_data import episode_batches, policy_batches
 from rlmesh.rl.finite import NonFiniteError, describe, first_nonfinite_column
+from rlmesh.runtime.work_clock import WorkClock
 
 if TYPE_CHECKING:
     from rlmesh.config.base import AlgorithmConfig
@@ -62,6 +63,9 @@ class Learner(LearnerHooks):
             self.policies[pid] = self._built(pid, spec)
         self.callbacks = load_callbacks(config.callbacks_class)
         self.num_updates = 0
+        # How long updates take, for the heartbeat: one far longer than usual is reported
+        # (stuck_learner_warn_s; the learner actor or LearnerGroup registers the probe).
+        self.update_clock = WorkClock("update", config.stuck_learner_warn_s)
         self.num_nonfinite_batches_skipped = {pid: 0 for pid in self.policies}
         self._data_parallel = False
         self._dp: Any = None
@@ -122,7 +126,8 @@ class Learner(LearnerHooks):
             if self.callbacks is not None:
                 self.callbacks.on_learn_on_batch(policy=policy, train_batch=batch, result=added)
             try:
-                with learner_scope(self.device, self.num_updates):
+                with (learner_scope(self.device, self.num_updates),
+                      self.update_clock(f"update {self.num_updates + 1} of policy {pid!r}")):
                     stats = policy.update(batch, timesteps, **extra)
             except NonFiniteError as e:
                 raise NonFiniteError(f"policy {pid!r}: {e}") from None

@@ -117,6 +117,8 @@ class LearnerActor(Actor):
     async def on_start(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._ps = await self.job.get_actor(self._ps_name) if self.rank == 0 else None
+        # An update far longer than usual is reported by the supervisor (stuck_learner_warn_s).
+        self.job.diagnostics.add_probe(f"learner-{self.rank}", self.learner.update_clock.probe)
         self._publisher = asyncio.ensure_future(self._publish_loop())
 
     async def on_stop(self) -> None:

@@ -46,14 +46,17 @@ class CrashEnv(_Base):
 
 class LeakEnv(_Base):
     """Keeps ``env_config['mb_per_step']`` MB (default 2) more at every step, which takes
-    ``env_config['step_s']`` (default 0.01): a simulator that never frees its frames."""
+    ``env_config['step_s']`` (default 0.01), up to ``env_config['max_mb']`` (default 400) in
+    all: a simulator that never frees its frames (bounded, so a run without a memory limit
+    cannot take the machine's)."""
 
     kept: list = []
 
     def step(self, action):
         time.sleep(float(self.config.get("step_s", 0.01)))
-        LeakEnv.kept.append(np.ones(int(float(self.config.get("mb_per_step", 2)) * (1 << 20)),
-                                    np.uint8))
+        mb = float(self.config.get("mb_per_step", 2))
+        if len(LeakEnv.kept) * mb < float(self.config.get("max_mb", 400)):
+            LeakEnv.kept.append(np.ones(int(mb * (1 << 20)), np.uint8))
         return self._step()
 
 

@@ -1,0 +1,71 @@
+"""The supervisor's decisions beyond restarts, without processes: deaths within a window of a
+child's work (DeathBudget), how a death is named (cause_of), and when a unit of work is slow
+(WorkClock)."""
+
+from __future__ import annotations
+
+import time
+
+from rlmesh.runtime.child_limits import DeathBudget, cause_of
+from rlmesh.runtime.work_clock import WorkClock
+
+
+def test_deaths_close_together_use_up_the_budget_and_the_work_between_them_is_named():
+    budget = DeathBudget(deaths=3, window=1000)
+    spent = []
+    for steps in (200, 300, 250):  # three lives, each ending in a death
+        budget.add(steps)
+        spent.append(budget.died())
+    assert spent == [None, None, 750]
+
+
+def test_deaths_spread_over_more_work_than_the_window_never_use_it_up():
+    budget = DeathBudget(deaths=3, window=1000)
+    for _ in range(20):  # a rare crash: restarted on, however often over a long run
+        budget.report(600)
+        assert budget.died() is None
+
+
+def test_a_life_counts_the_larger_of_what_the_child_reported_and_its_owner_counted():
+    budget = DeathBudget(deaths=2, window=10_000)
+    budget.report(40)
+    budget.add(500)  # the heartbeat's count was older than the fragments delivered
+    budget.died()
+    budget.report(900)
+    budget.add(100)  # the owner never got what the child sampled before it died
+    assert budget.died() == 1400
+
+
+def test_no_budget_never_gives_up():
+    budget = DeathBudget(deaths=0, window=10)
+    assert all(budget.died() is None for _ in range(50))
+
+
+def test_causes_are_the_signal_or_the_exit_code():
+    assert [cause_of(-11), cause_of(-6), cause_of(3), cause_of(None)] == [
+        "SIGSEGV", "SIGABRT", "exit code 3", "no exit code"]
+
+
+def test_a_unit_far_past_its_median_is_reported_with_its_limit():
+    clock = WorkClock("update", floor_s=0.05)
+    for _ in range(4):  # the first is warm-up; the others set the median
+        with clock:
+            time.sleep(0.02)
+    assert clock.probe() == {}  # nothing running
+    with clock("update 5 of policy 'p'"):
+        limit = clock.probe()["warn_after_s"]
+        assert 5 * 0.02 <= limit < 5 * 0.2  # 5 x the median, above the floor
+        probe = clock.probe()
+    assert probe["work"] == "update 5 of policy 'p'" and probe["running_s"] < limit
+
+
+def test_a_clock_without_a_floor_or_a_median_reports_nothing():
+    never = WorkClock("update", floor_s=0)
+    for _ in range(3):
+        with never:
+            pass
+    with never:
+        assert never.probe() == {}
+    fresh = WorkClock("update", floor_s=1.0)
+    with fresh:  # its first unit: no median yet
+        assert fresh.probe() == {}
