@@ -85,11 +85,12 @@ def main(argv: Sequence[str] | None = None, commands: dict[str, Command] = COMMA
         parser.print_help()
         return 2
     module, _, function = commands[args.command].run.partition(":")
-    from rlmesh.runtime.run_dir import UnsafeRunsRoot  # after parsing: --help imports nothing
+    from rlmesh.runtime.run_dir import BadKeepCount, UnsafeRunsRoot  # after parsing: --help
+    # imports nothing
 
     try:
         return int(getattr(importlib.import_module(module), function)(args) or 0)
-    except UnsafeRunsRoot as e:  # before any process of the run was started
+    except (UnsafeRunsRoot, BadKeepCount) as e:  # before any process of the run was started
         print(f"rlmesh {args.command}: error: {e}", file=sys.stderr)
         return 2
 

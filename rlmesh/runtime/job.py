@@ -26,7 +26,7 @@ from .control import ControlThread
 from .diagnostics import Diagnostics, install_fallback_dump, uninstall_fallback_dump
 from .handle import ActorHandle, ActorUnavailable
 from .process import ActorStartError, ChildProcess, ChildSpec
-from .run_dir import ENV_RUN_DIR, ProcessRecord, RunDir
+from .run_dir import ENV_RUN_DIR, ProcessRecord, RunDir, finish as finish_run_dir
 from .supervisor import RestartPolicy, Supervised, Supervisor, Watch
 
 log = logging.getLogger(__name__)
@@ -80,6 +80,7 @@ class Job:
         self.role = role
         if isinstance(run_dir, (str, Path)):
             run_dir = RunDir(Path(run_dir))
+        self._owns_run_dir = run_dir is None  # made here: removed at shutdown (run_dir.finish)
         self.run_dir = run_dir or RunDir.create(job_id)
         self.heartbeat_interval = heartbeat_interval
         self.heartbeat_timeout = heartbeat_timeout
@@ -176,6 +177,8 @@ class Job:
             self._control.close()
             self._control.join(2.0)
         self.run_dir.remove_process(self.name)
+        if self._owns_run_dir:
+            finish_run_dir(self.run_dir, (event.kind for event in self.supervisor.events))
         self.started = False
         if _current is self:
             _current = None

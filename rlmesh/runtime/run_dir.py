@@ -1,24 +1,44 @@
 """The per-job run directory: who runs where, named actors, logs, sockets, stack dumps.
 
-Layout of ``<root>/<job_id>/``: ``procs/<name>.json`` (one per live process),
-``names/<name>.json`` (named actors), ``logs/``, ``sock/`` (ipc endpoints), ``stacks/``.
+Layout of ``<root>/<job_id>/``: ``owner.json`` (the process that made it), ``procs/<name>.json``
+(one per live process), ``names/<name>.json`` (named actors), ``logs/``, ``sock/`` (ipc
+endpoints), ``stacks/``, ``kept`` (why it outlived its run).
+
+Its lifetime: a run that ends cleanly removes its own; one that leaves something to read (a
+log with output, a stack dump, a death its messages named) keeps it, and the next run on the
+machine removes dead runs' directories, keeping the newest ``RLMESH_KEEP_RUN_DIRS`` of those
+with something to read (42 piled up in an hour before).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import secrets
+import shutil
 import stat
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
 import psutil
 
 ENV_RUN_DIR = "RLMESH_RUN_DIR"
+OWNER = "owner.json"  # the process that made the directory: while it lives, nothing is swept
+ENV_KEEP = "RLMESH_KEEP_RUN_DIRS"
+#: Run directories of ended runs kept for a post-mortem when ENV_KEEP is not set.
+DEFAULT_KEEP = 10
+KEPT = "kept"  # why a directory outlived its run, written at its end
+#: A directory without an owner file (made by an older rlmesh, or being made now) counts as
+#: dead only once nothing wrote in it for this long.
+UNOWNED_GRACE_S = 300.0
+#: Supervisor events whose message names a file of the run directory (a log, a dump).
+NAMING_EVENTS = ("died", "hung", "gave_up")
+
+log = logging.getLogger(__name__)
 
 
 def runs_root() -> Path:
@@ -96,10 +116,16 @@ class RunDir:
 
     @classmethod
     def create(cls, job_id: str | None = None, root: Path | None = None) -> "RunDir":
-        path = check_runs_root(root or runs_root()) / (job_id or new_job_id())
+        """A new run directory under the runs root, whose dead runs' directories go first
+        (run_dir_sweep.sweep: kept ones only up to ``RLMESH_KEEP_RUN_DIRS``)."""
+        root = check_runs_root(root or runs_root())
+        sweep(root)
+        path = root / (job_id or new_job_id())
         for sub in ("procs", "names", "logs", "sock", "stacks"):
             (path / sub).mkdir(parents=True, exist_ok=True)
         os.chmod(path, 0o700)
+        me = psutil.Process()
+        _write_json_atomic(path / OWNER, {"pid": me.pid, "create_time": me.create_time()})
         return cls(path)
 
     def ipc_address(self, name: str, suffix: str) -> str:
@@ -159,6 +185,124 @@ def all_run_dirs(root: Path | None = None) -> list[RunDir]:
     if not root.is_dir():
         return []
     return [RunDir(p) for p in sorted(root.iterdir()) if (p / "procs").is_dir()]
+
+
+# --- lifetime ---
+
+
+
+class BadKeepCount(ValueError):
+    """``RLMESH_KEEP_RUN_DIRS`` is not a count (the CLI prints it in one line)."""
+
+
+def keep_count() -> int:
+    """``RLMESH_KEEP_RUN_DIRS``, checked: BadKeepCount, in one line, when it is no count."""
+    text = os.environ.get(ENV_KEEP, "").strip()
+    if not text:
+        return DEFAULT_KEEP
+    try:
+        count = int(text)
+    except ValueError:
+        count = -1
+    if count < 0:
+        raise BadKeepCount(f"{ENV_KEEP}={text!r} must be a whole number >= 0: how many run "
+                         f"directories of ended runs to keep for reading (default {DEFAULT_KEEP})")
+    return count
+
+
+def finish(run_dir: RunDir, event_kinds: Iterable[str]) -> None:
+    """At the end of the run that made ``run_dir``: remove it, unless it holds something a
+    user may be sent to read (then write why in ``kept``; ``sweep`` bounds how many stay)."""
+    named = sorted({k for k in event_kinds if k in NAMING_EVENTS})
+    reason = f"its supervisor reported {', '.join(named)}" if named else _output_in(run_dir.path)
+    try:
+        if reason:
+            (run_dir.path / KEPT).write_text(reason + "\n")
+        else:
+            shutil.rmtree(run_dir.path)
+    except OSError as exc:  # a run's end never fails over its scratch folder
+        log.debug("run directory %s: %s", run_dir.path, exc)
+
+
+def sweep(root: Path, keep: int | None = None) -> list[Path]:
+    """Remove the directories of dead runs under ``root``: those holding nothing to read,
+    and all but the newest ``keep`` (``keep_count()``) of the others. A directory whose
+    owner or any recorded process lives is never touched. The removed paths."""
+    keep = keep_count() if keep is None else keep
+    empty, kept = [], []
+    for path in _run_dirs(root):
+        if not _dead(path):
+            continue
+        (kept if (path / KEPT).exists() or _output_in(path) else empty).append(path)
+    kept.sort(key=_mtime, reverse=True)
+    removed = []
+    for path in empty + kept[keep:]:
+        try:
+            shutil.rmtree(path)
+            removed.append(path)
+        except OSError as exc:  # another run sweeping too, or a file of another user
+            log.debug("could not remove %s: %s", path, exc)
+    return removed
+
+
+def _run_dirs(root: Path) -> list[Path]:
+    try:
+        return [p for p in root.iterdir() if (p / "procs").is_dir() and not p.is_symlink()]
+    except OSError:
+        return []
+
+
+def _dead(path: Path) -> bool:
+    """Whether no process of the run lives: its owner (``owner.json``) and every process
+    record. Without an owner file, only after UNOWNED_GRACE_S without a write."""
+    owner = _read_owner(path / OWNER)
+    if owner is not None:
+        if _alive(owner.get("pid"), owner.get("create_time")):
+            return False
+    elif time.time() - _mtime(path) < UNOWNED_GRACE_S:
+        return False
+    for record in RunDir(path).processes():
+        if record.is_alive():
+            return False
+    return True
+
+
+def _alive(pid: object, create_time: object) -> bool:
+    if not isinstance(pid, int) or not isinstance(create_time, (int, float)):
+        return False
+    return ProcessRecord("", "", pid, float(create_time), "").is_alive()
+
+
+def _output_in(path: Path) -> str:
+    """What in a run directory is worth reading (a log that holds anything, a stack dump),
+    in words, or "" for nothing."""
+    for sub, what in (("logs", "a log"), ("stacks", "a stack dump")):
+        try:
+            for file in sorted((path / sub).iterdir()):
+                if file.is_file() and file.stat().st_size > 0:
+                    return f"{what} holds output: {file}"
+        except OSError:
+            continue
+    return ""
+
+
+def _mtime(path: Path) -> float:
+    """When the run last wrote in its directory (the newest of it and its folders)."""
+    times = []
+    for p in (path, path / "procs", path / "logs", path / "stacks"):
+        try:
+            times.append(p.stat().st_mtime)
+        except OSError:
+            continue
+    return max(times, default=0.0)
+
+
+def _read_owner(path: Path) -> dict | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def _write_json_atomic(path: Path, data: dict) -> None:
