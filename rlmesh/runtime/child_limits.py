@@ -7,6 +7,7 @@ from __future__ import annotations
 import signal
 import time
 from collections import deque
+from typing import Any
 
 import psutil
 
@@ -25,7 +26,9 @@ class DeathBudget:
 
     Work is what the child reports of its current life (a counter it restarts from 0) or
     what its owner counted for it, whichever is more: a heartbeat's report is up to a
-    second old, the owner's count misses what the child did but never delivered."""
+    second old, the owner's count misses what the child did but never delivered. A child
+    whose work is never counted (no probe reports it, its owner adds none: an ES runner) is
+    never given up by this rule: its deaths cannot be set against its work."""
 
     def __init__(self, deaths: int, window: int) -> None:
         self.deaths = deaths  # 0: no such limit
@@ -33,13 +36,14 @@ class DeathBudget:
         self.done = 0  # work of the lives that ended
         self.reported = 0  # the current life's own count, at its last heartbeat
         self.added = 0  # the owner's count of it
+        self.measured = False  # its work was ever counted
         self._starts: deque[int] = deque(maxlen=max(1, deaths))  # work when each life began
 
     def report(self, work: int) -> None:
-        self.reported = max(self.reported, int(work))
+        self.reported, self.measured = max(self.reported, int(work)), True
 
     def add(self, work: int) -> None:
-        self.added += int(work)
+        self.added, self.measured = self.added + int(work), True
 
     def died(self) -> int | None:
         """The current life ended in a death: the work of the last ``deaths`` lives when they
@@ -47,10 +51,21 @@ class DeathBudget:
         start, self.done = self.done, self.done + max(self.reported, self.added)
         self.reported = self.added = 0
         self._starts.append(start)
-        if not self.deaths or len(self._starts) < self.deaths:
+        if not self.deaths or not self.measured or len(self._starts) < self.deaths:
             return None
         spent = self.done - self._starts[0]
         return spent if spent <= self.window else None
+
+    def verdict(self, name: str, spent: int, causes: list[str],
+                work_key: str) -> tuple[str, dict[str, Any]]:
+        """The line, and its numbers, of child ``name`` given up after ``died`` said ``spent``;
+        ``causes``: how each of its deaths came (``cause_of``), in order."""
+        last = causes[-self.deaths:]
+        last = sorted(set(last), key=last.index)
+        unit = work_key or "units of work"
+        return (f"{name} died {self.deaths} times in {spent:,} {unit} ({', '.join(last)}); "
+                f"not restarting it (max {self.deaths} within {self.window:,})",
+                {"deaths": self.deaths, "work": spent, "causes": last, "window": self.window})
 
 
 def cause_of(code: int | None) -> str:

@@ -22,6 +22,7 @@ from ..wire.sockets import AsyncSocket, configure, connect
 from .child_limits import WARN_AT, DeathBudget, MemoryGauge, cause_of
 from .diagnostics import DUMP_SIGNAL, stopped_state
 from .process import ChildProcess, tail
+from .work_clock import slow_units
 
 log = logging.getLogger(__name__)
 
@@ -105,10 +106,11 @@ class Watch:
 _ping_ids = itertools.count(1)
 
 
-def _probe_sum(status: dict[str, Any], key: str) -> int:
-    """The numbers ``key`` holds in a status's probes, summed."""
+def _probe_sum(status: dict[str, Any], key: str) -> int | None:
+    """The numbers ``key`` holds in a status's probes, summed; None when none holds one."""
     values = [p.get(key) for p in (status.get("probes") or {}).values() if isinstance(p, dict)]
-    return sum(int(v) for v in values if isinstance(v, (int, float)))
+    numbers = [int(v) for v in values if isinstance(v, (int, float))]
+    return sum(numbers) if key and numbers else None
 
 
 class Supervised:
@@ -142,13 +144,12 @@ class Supervised:
         self.ping_sock = AsyncSocket(sock, self._on_pong)
         self.watch.last_pong = time.monotonic()
         self.watch.status = {}  # a previous process's status says nothing of this one
-        self.gauge = None
+        self.gauge, self.memory_warned = None, False
         if self.policy.max_memory_mb > 0 and getattr(self.child, "popen", None) is not None:
             try:  # children on other nodes are not measured from here
                 self.gauge = MemoryGauge(self.child.pid)
             except psutil.Error:  # dead already: the next poll sees it
                 pass
-        self.memory_warned = False
 
     def _on_pong(self, frames: list[Any]) -> None:
         try:
@@ -157,8 +158,9 @@ class Supervised:
             return
         if msg["t"] == M.PONG:
             self.watch.pong(time.monotonic(), msg["status"])
-            if self.policy.work_key:
-                self.budget.report(_probe_sum(msg["status"], self.policy.work_key))
+            work = _probe_sum(msg["status"], self.policy.work_key)
+            if work is not None:
+                self.budget.report(work)
 
     def ping(self, now: float) -> None:
         if self.ping_sock is not None:
@@ -215,8 +217,7 @@ class Supervisor:
         buried the console."""
         self.events.append(event)
         del self.events[:-1000]
-        # A runner given up for its deaths: the line of its last death said so, and its owner
-        # says what that means for the run.
+        # Given up for its deaths: its last death's line said so, its owner says what follows.
         quiet = event.kind == "restarted" or (event.kind == "gave_up" and event.cause == "crashes")
         level = logging.INFO if quiet else logging.WARNING
         log.log(level, "%s %s: %s", event.name, event.kind, line or event.detail.splitlines()[0])
@@ -331,15 +332,9 @@ class Supervisor:
         if spent is None:
             return ActorEvent("gave_up", name, f"not restarting {name!r}: {sup.restarts} "
                               f"restarts of {policy.max_restarts} allowed", code, cause="restarts")
-        causes = sup.causes[-policy.max_crashes:]
-        causes = sorted(set(causes), key=causes.index)
-        return ActorEvent("gave_up", name,
-                          f"{name} died {policy.max_crashes} times in {spent:,} "
-                          f"{policy.work_key or 'units of work'} ({', '.join(causes)}); not "
-                          f"restarting it (max {policy.max_crashes} within "
-                          f"{policy.crash_window:,})", code, cause="crashes",
-                          facts={"deaths": policy.max_crashes, "work": spent, "causes": causes,
-                                 "window": policy.crash_window, "log": str(sup.child.log_path)})
+        detail, facts = sup.budget.verdict(name, spent, sup.causes, policy.work_key)
+        return ActorEvent("gave_up", name, detail, code, cause="crashes",
+                          facts={**facts, "log": str(sup.child.log_path)})
 
     def _check_memory(self, sup: Supervised, now: float) -> None:
         """Warn once a life at WARN_AT of its memory limit; at the limit, kill it: it is
@@ -363,21 +358,9 @@ class Supervisor:
                                  "the limit it is killed and restarted"))
 
     def _check_slow(self, name: str, status: dict[str, Any], reported: set[str]) -> None:
-        """A ``slow`` event once per unit of work (a WorkClock's probe) that has run past its
-        ``warn_after_s``, naming where to see why: ``rlmesh stack``, while it still runs."""
-        for key, p in (status.get("probes") or {}).items():
-            if not isinstance(p, dict) or "warn_after_s" not in p:
-                continue
-            unit = f"{key} {p.get('work')}"
-            if p.get("running_s", 0) <= p["warn_after_s"] or unit in reported:
-                continue
-            reported.intersection_update({u for u in reported if not u.startswith(f"{key} ")})
-            reported.add(unit)  # the units before it ended: forgotten
-            running, median = float(p["running_s"]), float(p.get("median_s") or 0.0)
-            ratio = f"{running / median:,.0f}x its median of {median:.2g} s" if median else "no median"
-            self.emit(ActorEvent("slow", name or key, (
-                f"{p.get('work')} has run {running:.1f} s ({ratio}): stuck? `rlmesh stack "
-                f"--pid {status.get('pid', '')}` shows where it is")))
+        """A ``slow`` event once per unit of work past its limit (work_clock.py)."""
+        for key, detail in slow_units(status, reported):
+            self.emit(ActorEvent("slow", name or key, detail))
 
     async def _restart_later(self, sup: Supervised, delay: float) -> None:
         await asyncio.sleep(delay)

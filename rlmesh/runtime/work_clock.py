@@ -68,3 +68,24 @@ class WorkClock:
             return {}
         return {"work": unit, "running_s": time.monotonic() - started,
                 "warn_after_s": limit, "median_s": median}
+
+
+def slow_units(status: dict[str, Any], reported: set[str]) -> list[tuple[str, str]]:
+    """``(probe key, line)`` for each unit of work in a process's ``status`` (the probes of
+    its WorkClocks) that has run past its ``warn_after_s`` and is not in ``reported`` (where
+    it goes, the units before it of the same probe forgotten): the line names where to see
+    why, ``rlmesh stack``, while the unit still runs."""
+    out = []
+    for key, p in (status.get("probes") or {}).items():
+        if not isinstance(p, dict) or "warn_after_s" not in p:
+            continue
+        unit = f"{key} {p.get('work')}"
+        if p.get("running_s", 0) <= p["warn_after_s"] or unit in reported:
+            continue
+        reported.intersection_update({u for u in reported if not u.startswith(f"{key} ")})
+        reported.add(unit)
+        running, median = float(p["running_s"]), float(p.get("median_s") or 0.0)
+        ratio = f"{running / median:,.0f}x its median of {median:.2g} s" if median else "no median"
+        out.append((key, f"{p.get('work')} has run {running:.1f} s ({ratio}): stuck? `rlmesh "
+                         f"stack --pid {status.get('pid', '')}` shows where it is"))
+    return out

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 
 from rlmesh.runtime.child_limits import DeathBudget, cause_of
-from rlmesh.runtime.work_clock import WorkClock
+from rlmesh.runtime.work_clock import WorkClock, slow_units
 
 
 def test_deaths_close_together_use_up_the_budget_and_the_work_between_them_is_named():
@@ -38,7 +38,16 @@ def test_a_life_counts_the_larger_of_what_the_child_reported_and_its_owner_count
 
 def test_no_budget_never_gives_up():
     budget = DeathBudget(deaths=0, window=10)
+    budget.report(0)
     assert all(budget.died() is None for _ in range(50))
+
+
+def test_a_child_whose_work_is_never_counted_is_not_judged_by_it():
+    unmeasured = DeathBudget(deaths=2, window=10_000)  # no probe, no owner's count
+    assert all(unmeasured.died() is None for _ in range(10))
+    at_reset = DeathBudget(deaths=2, window=10_000)
+    at_reset.report(0)  # counted, and 0: an env that crashes in reset()
+    assert [at_reset.died(), at_reset.died()] == [None, 0]
 
 
 def test_causes_are_the_signal_or_the_exit_code():
@@ -69,3 +78,16 @@ def test_a_clock_without_a_floor_or_a_median_reports_nothing():
     fresh = WorkClock("update", floor_s=1.0)
     with fresh:  # its first unit: no median yet
         assert fresh.probe() == {}
+
+
+def test_a_slow_unit_is_reported_once_with_the_stack_command_for_its_process():
+    probe = {"work": "update 9 of policy 'p'", "running_s": 12.0, "warn_after_s": 10.0,
+             "median_s": 0.5}
+    status = {"pid": 4321, "probes": {"learner-0": probe, "handles": {"x": 1}}}
+    reported: set[str] = set()
+    ((key, line),) = slow_units(status, reported)
+    assert key == "learner-0"
+    assert line == ("update 9 of policy 'p' has run 12.0 s (24x its median of 0.5 s): stuck? "
+                    "`rlmesh stack --pid 4321` shows where it is")
+    assert slow_units(status, reported) == []  # once per unit
+    assert slow_units({"probes": {"learner-0": {**probe, "running_s": 9.0}}}, set()) == []
