@@ -29,6 +29,7 @@ from rlmesh.driver.iteration_result import (  # noqa: F401  (public here too)
     ENTROPY_COLLAPSE, client_rejections, iteration_result,
 )
 from rlmesh.driver.learner_group import LearnerGroup
+from rlmesh.driver.trained_nothing import TrainingWatch
 from rlmesh.driver.worker_set import WorkerSet
 from rlmesh.driver.mesh import Mesh, check_lambdas_can_go
 from rlmesh.driver.trainer_args import trainer_config
@@ -103,6 +104,7 @@ class Algorithm:
         self.obs_space, self.action_space = self._spaces(config)
         self.policy_specs = self._policy_specs()
         self.entropy_warned: set[str] = set()  # policies warned of (warn_entropy_collapse)
+        self.training_watch = TrainingWatch(self)  # a run whose learner never updates
         # The global observation filter: every runner's statistics merged (sync_filters).
         self.obs_filter = make_filter(config.observation_filter, self.obs_space)
         self.last_checkpoint: str | None = None
@@ -233,6 +235,7 @@ class Algorithm:
             result = self.iteration_result(start, stats)
         if evaluate_now:
             result["evaluation"] = evaluation.finish(parallel or evaluation.begin(self.iteration))
+        self.training_watch.observe(result)
         log.debug("iteration %d: %d env steps in %.2f s", self.iteration,
                   result.get("num_env_steps_sampled_this_iter", 0), result.get("time_this_iter_s", 0))
         if self.callbacks is not None:

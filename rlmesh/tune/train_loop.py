@@ -305,6 +305,9 @@ def _train_loop(algo, spec: TrainSpec, trial_dir: Path, trial_id: str, reporter,
           "last checkpoint: none (save with --checkpoint-freq N or --checkpoint-at-end)")
     if signals.signum:
         return EXIT_SIGINT if signals.signum == signal.SIGINT else EXIT_SIGTERM
+    if (untrained := getattr(getattr(algo, "training_watch", None), "reason", None)):
+        print(f"rlmesh train: error: {untrained}", file=sys.stderr)  # driver/trained_nothing.py
+        return EXIT_FAILED
     return 0
 
 
