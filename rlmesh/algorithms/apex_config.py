@@ -20,7 +20,9 @@ class ApexSettings(StreamingSettings):
         2, "training", ge=1, aliases=("num_replay_shards",),
         doc="Replay shard processes; each holds capacity / num_replay_buffer_shards "
             "transitions, takes the fragments of runners i mod shards and serves the "
-            "learner's samples. A shard that dies is restarted empty. 1: no process, the "
+            "learner's samples once it holds its share of "
+            "num_steps_sampled_before_learning_starts (a capacity too small for that is "
+            "refused at build). A shard that dies is restarted empty. 1: no process, the "
             "buffer lives in the driver's process (where a learner with num_learners=0 "
             "samples it without a socket).")
     replay_sample_requests_in_flight: int = setting(

@@ -40,6 +40,8 @@ Stop: training ends at the first criterion met, a result value >= its threshold
 
 Results: <local-dir>/<experiment>/<run>_<env>_<id>_00000_0_<date>/ with params.json,
 result.json, progress.csv, a TensorBoard file and checkpoint_<iteration>/ folders.
+A run whose learner never updated though the config says it should have by then exits 1
+with one line saying so (docs/tune.md, Failed trials).
 Ctrl-C stops after the current iteration (a second one quits at once, exit 130).
 --resume goes on from the newest checkpoint of the newest trial of this run and env in
 the experiment (--experiment-name, the file's name, or else the newest experiment of

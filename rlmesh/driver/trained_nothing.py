@@ -48,6 +48,19 @@ def expects_updates(algo: Any) -> bool:
     return to_train is None or (isinstance(to_train, (list, tuple, set)) and bool(to_train))
 
 
+#: Learner statistics that a batch the learner skipped (or never got) reports too.
+NOT_AN_UPDATE = {"num_nonfinite_batches_skipped", "num_nonfinite_updates_skipped",
+                 "num_env_steps_trained"}
+
+
+def learner_reported(result: dict[str, Any]) -> bool:
+    """Whether any policy's learner statistics in ``result`` come from an update (a policy
+    of the user's whose ``update`` reports no ``num_env_steps_trained`` still says its loss)."""
+    learner = (result.get("info") or {}).get("learner") or {}
+    return any(isinstance(stats, dict) and set(stats) - NOT_AN_UPDATE
+               for stats in learner.values())
+
+
 def trained_counter(result: dict[str, Any]) -> str:
     """The result's count of what the learner did: APEX's updates, else every family's
     ``num_env_steps_trained`` (a policy's update reports the samples it trained on)."""
@@ -71,6 +84,7 @@ class TrainingWatch:
         self.passed_at: tuple[int, float] | None = None  # (iteration, time_total_s) past due
         self.reason: str | None = None
         self.warned = False
+        self.updated = False  # learner statistics of an update seen
 
     def observe(self, result: dict[str, Any]) -> str | None:
         """The result of an iteration: the reason, once the run counts as having trained
@@ -78,7 +92,8 @@ class TrainingWatch:
         if not self.active:
             return None
         counter = trained_counter(result)
-        if int(result.get(counter) or 0) > 0:
+        self.updated = self.updated or learner_reported(result)
+        if int(result.get(counter) or 0) > 0 or self.updated:
             self.reason = None  # it trains (after a restore, too)
             return None
         sampled = int(result.get("num_env_steps_sampled", result.get("timesteps_total", 0)) or 0)

@@ -112,3 +112,14 @@ def test_algorithms_that_may_train_nothing_by_design_are_not_checked():
     assert frozen.active and "policies_to_train ['p1']" in frozen.hint
     said = [frozen.observe(r) for r in results(algorithm("PPO"), None)]
     assert "check that policies_to_train ['p1'] get agents (policy_mapping_fn)" in said[-1]
+
+
+def test_learner_statistics_of_an_update_count_as_training_and_skipped_batches_do_not():
+    algo = algorithm("PPO")
+    skipped = {"info": {"learner": {"default_policy": {"num_nonfinite_batches_skipped": 3}}}}
+    watch = TrainingWatch(algo)
+    assert [watch.observe({**r, **skipped}) for r in results(algo, None)][-1]
+    # A user's policy whose own update() reports its loss but no num_env_steps_trained.
+    said = {"info": {"learner": {"default_policy": {"loss": 0.3}}}}
+    watch = TrainingWatch(algo)
+    assert not any(watch.observe({**r, **said}) for r in results(algo, None))
