@@ -49,7 +49,7 @@ async def serve(checkpoint: str, address: str, curve_keys: str | None, explore: 
 
     path = resolve_checkpoint(checkpoint)
     meta, state = checkpoints.read(path, trust_code)
-    check_kinds(path, meta)
+    check_kinds(path, meta, ("policies",))
     config = {**meta["config"], "policy_server_address": address, "explore": explore,
               "policy_server_curve_keys": curve_keys, "_env_registry": env_registry(),
               "policy_server_insecure_plaintext": insecure_plaintext, **(http or {})}

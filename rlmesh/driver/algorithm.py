@@ -521,7 +521,6 @@ class Algorithm:
         """Load a checkpoint's learner state and counters. Code it names outside rlmesh and
         this run's own config needs ``trust_code`` (see ``checkpoints.check_code``)."""
         meta, state = checkpoints.read(Path(path), trust_code, trusted=checkpoints.code_of(self))
-        check_kinds(Path(path), meta)
         try:
             self.learner_group.set_state(state)
         except (RemoteError, RuntimeError, KeyError, ValueError, TypeError) as exc:

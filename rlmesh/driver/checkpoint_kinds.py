@@ -11,12 +11,17 @@ from typing import Any, Iterator
 from rlmesh.driver.checkpoints import CheckpointError
 
 
-def check_kinds(path: Path, meta: dict[str, Any]) -> None:
-    """CheckpointError in one line unless every class ``meta`` (``checkpoints.read``'s,
-    trust-checked) names imports and is a subclass of what its field needs."""
+#: What each way of loading a checkpoint builds from the classes it names.
+EVERY = ("algorithm", "policies", "callbacks")
+
+
+def check_kinds(path: Path, meta: dict[str, Any], fields: tuple[str, ...] = EVERY) -> None:
+    """CheckpointError in one line unless every class of ``fields`` that ``meta``
+    (``checkpoints.read``'s, trust-checked) names imports and is a subclass of what its
+    field needs. Only the fields the loader builds: a class it never uses is no error."""
     from rlmesh.runtime.import_path import import_object
 
-    for where, value, kind in _named_classes(meta):
+    for where, value, kind in _named_classes(meta, fields):
         try:
             obj = _algorithm(value) if where == "algorithm" else import_object(value, where)
         except (ValueError, ImportError, AttributeError) as exc:
@@ -38,19 +43,20 @@ def _extends(obj: Any, kind: tuple[str, str]) -> bool:
                                          for c in obj.__mro__)
 
 
-def _named_classes(meta: dict[str, Any]) -> Iterator[tuple[str, str, tuple[str, str]]]:
+def _named_classes(meta: dict[str, Any], fields: tuple[str, ...]
+                   ) -> Iterator[tuple[str, str, tuple[str, str]]]:
     """``(field, import path or registry name, (module, name) of the class it must extend)``."""
     from rlmesh.callbacks import Callbacks
     from rlmesh.policy.policy import Policy
 
-    if isinstance(meta.get("algorithm"), str):
+    if "algorithm" in fields and isinstance(meta.get("algorithm"), str):
         yield "algorithm", meta["algorithm"], ALGORITHM
-    policies = meta.get("policies")
+    policies = meta.get("policies") if "policies" in fields else None
     for pid, spec in (policies.items() if isinstance(policies, dict) else ()):
         for key in ("policy_class", "runner_class"):
             if isinstance(spec, dict) and isinstance(spec.get(key), str):
                 yield f"policy {pid!r} {key}", spec[key], _name(Policy)
-    config = meta.get("config")
+    config = meta.get("config") if "callbacks" in fields else None
     callbacks = config.get("callbacks_class") if isinstance(config, dict) else None
     if isinstance(callbacks, str):
         yield "callbacks_class", callbacks, _name(Callbacks)

@@ -32,7 +32,7 @@ class InferencePolicy:
                         trust_code: bool = False) -> "InferencePolicy":
         """Code the checkpoint names outside rlmesh needs ``trust_code`` (``--trust-code``)."""
         meta, state = checkpoints.read(Path(path), trust_code)
-        check_kinds(Path(path), meta)
+        check_kinds(Path(path), meta, ("algorithm", "policies"))
         algo_cls = checkpoints.algorithm_class(meta["algorithm"])
         try:
             config = algo_cls.config_class.from_dict(meta["config"])

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -107,8 +108,11 @@ def main(spec_path: str, parent_pid: int) -> int:
             raise
         print(f"restored from {data['restore']}")
     algo.logdir = str(trial_dir)  # evaluation videos go to its videos/
+    # A trial resumed from its own checkpoint does its later iterations again: their rows go.
+    # PBT's exploit (a donor's copy, "checkpoint_N_from_<trial>") keeps the trial's history.
+    own = bool(data.get("restore")) and re.fullmatch(r"checkpoint_\d+", Path(data["restore"]).name)
     logger = ResultLogger(trial_dir, config.to_dict(), resume=bool(data.get("restore")),
-                          resumed_at=algo.iteration if data.get("restore") else None)
+                          resumed_at=algo.iteration if own else None)
     if data.get("trackers"):  # one tracker run per trial, grouped by the experiment
         from rlmesh.tune.trackers import TrackedLogger
 
