@@ -7,10 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from rlmesh.config.base import AlgorithmConfig
+from rlmesh.roles.env_runner import RUNNER_WORK
 from rlmesh.runtime import RestartPolicy
-
-#: The field of an env runner's heartbeat probe that counts its env steps (env_runner.py).
-RUNNER_WORK = "env_steps"
 
 
 class EnvCrashed(RuntimeError):

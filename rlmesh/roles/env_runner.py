@@ -29,6 +29,7 @@ from rlmesh.rl.columns import DEFAULT_POLICY_ID
 from rlmesh.rl.filters import ReturnNormalizer, make_filter
 from rlmesh.rl.spec import numpy_fast_path
 from rlmesh.env.vector import double_buffered, vector_maker
+from rlmesh.runtime.work_counter import counter_path, shared_count
 from rlmesh.roles.env_sampler import SEED_STRIDE, EnvSampler
 from rlmesh.roles.vector_sampler import VectorEnvSampler
 from rlmesh.roles.policy_changes import MultiAgentPolicies
@@ -39,6 +40,10 @@ from rlmesh.runtime.protocol import Data, Protocol
 from rlmesh.runtime.import_path import SentCode, import_object, named_roots
 
 log = logging.getLogger(__name__)
+
+#: What an env runner reports of its work, in heartbeats and in its work counter: the env
+#: steps it took; its supervisor counts its crashes against them (max_env_runner_crashes).
+RUNNER_WORK = "env_steps"
 
 # A central inference actor's answer: a forward pass takes milliseconds, so no answer in
 # this long means it died (its restart takes a few seconds): the request is sent again.
@@ -169,6 +174,10 @@ class EnvRunner(MultiAgentPolicies, VersionedPolicies, Actor):
         job = current_job()
         if job is not None:  # a blocked env step shows in the heartbeat's status
             job.diagnostics.add_probe(f"env_runner-{worker_index}", self._busy)
+            if job.role != "driver" and hasattr(self.sampler, "steps_taken"):
+                # Its env steps where its supervisor reads them after a crash.
+                self.sampler.steps_taken = shared_count(counter_path(
+                    job.run_dir.path, job.name, RUNNER_WORK))
         if specs is None:
             specs = default_policy_specs(self.sampler.observation_space,
                                          self.sampler.action_space, cfg)
@@ -252,7 +261,9 @@ class EnvRunner(MultiAgentPolicies, VersionedPolicies, Actor):
         process's life: max_env_runner_crashes), for the heartbeat (read from the control
         thread)."""
         b = self.sampler.stepping
-        steps = {"env_steps": int(self.sampler.counters.get("num_env_steps_sampled", 0))}
+        taken = getattr(self.sampler, "steps_taken", None)  # EnvSampler's, mid-fragment too
+        steps = {RUNNER_WORK: int(self.sampler.counters.get("num_env_steps_sampled", 0)
+                                  if taken is None else taken[0])}
         return {"busy": f"env {b} step() of env runner {self.worker_index}", **steps} if b >= 0 else steps
 
     async def sample(self, explore: bool | None = None,

@@ -131,6 +131,10 @@ class EnvSampler:
         self.first_env_error: str | None = None
         self._first_traceback: str | None = None
         self.stepping = -1  # the env in step() now (-1: none), for heartbeats to report
+        # Env steps taken, fragment finished or not (a runner that crashes mid-fragment
+        # delivers none): what its supervisor counts its crashes against. An array, so that
+        # the runner can map it into a file that outlives a crash (runtime/work_counter.py).
+        self.steps_taken = np.zeros(1, np.int64)
         self._episode_ids = itertools.count()
         self._started = False
         self._next_obs: list[Any] = []
@@ -247,6 +251,7 @@ class EnvSampler:
         env_actions = actions_for_env(actions, self.action_space, self.normalize_actions,
                                       self.clip_actions)
         ended = set()
+        self.steps_taken[0] += len(active)  # before the steps: a crash in one is counted
         for k, b in enumerate(active):
             if not self._step_env(b, t, env_actions[k], buf):
                 ended.add(b)

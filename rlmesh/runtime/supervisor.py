@@ -23,6 +23,7 @@ from .child_limits import WARN_AT, DeathBudget, MemoryGauge, cause_of
 from .diagnostics import DUMP_SIGNAL, stopped_state
 from .process import ChildProcess, tail
 from .work_clock import slow_units
+from .work_counter import counter_path, take_count
 
 log = logging.getLogger(__name__)
 
@@ -302,6 +303,10 @@ class Supervisor:
         sup.failures_in_a_row += 1
         cause = cause or ("heartbeat" if kind == "hung" else cause_of(code))
         sup.causes.append(cause)
+        if sup.policy.work_key:  # what it counted up to its end, where its crash left it
+            work = take_count(counter_path(sup.child.run_dir.path, name, sup.policy.work_key))
+            if work is not None:
+                sup.budget.report(work)
         spent = sup.budget.died()  # not None: too many deaths within its work window
         event = ActorEvent(kind, name, detail, code,
                            tail(sup.child.log_path) if lines is None else lines, cause=cause)

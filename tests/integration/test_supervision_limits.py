@@ -24,8 +24,9 @@ def test_an_env_that_keeps_crashing_its_runner_ends_the_run_in_one_line(tmp_path
     code, out = cli(*train_args(tmp_path, env=env, stop=10_000, env_config={"every": 150},
                                 max_env_runner_crashes=2)).finish()
     assert code != 0, out
+    # Each life stepped its env 150 times; the crash of the 150th is counted too.
     line = assert_one_error_line(out, f"EnvCrashed: env '{env}' crashed its runner env_runner-1 "
-                                 "2 times in", "env steps (SIGSEGV)", "max_env_runner_crashes=2")
+                                 "2 times in 300 env steps (SIGSEGV)", "max_env_runner_crashes=2")
     # One short line a death on the console; the crash dump is in the runner's log only.
     deaths = [s for s in out.splitlines() if "env_runner-1 died: killed by SIGSEGV" in s]
     assert len(deaths) == 2 and "not restarted" in deaths[1], out

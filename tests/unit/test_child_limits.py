@@ -8,6 +8,7 @@ import time
 
 from rlmesh.runtime.child_limits import DeathBudget, cause_of
 from rlmesh.runtime.work_clock import WorkClock, slow_units
+from rlmesh.runtime.work_counter import counter_path, shared_count, take_count
 
 
 def test_deaths_close_together_use_up_the_budget_and_the_work_between_them_is_named():
@@ -91,3 +92,13 @@ def test_a_slow_unit_is_reported_once_with_the_stack_command_for_its_process():
                     "`rlmesh stack --pid 4321` shows where it is")
     assert slow_units(status, reported) == []  # once per unit
     assert slow_units({"probes": {"learner-0": {**probe, "running_s": 9.0}}}, set()) == []
+
+
+def test_a_shared_count_is_in_its_file_at_once_and_is_read_once(tmp_path):
+    path = counter_path(tmp_path, "env_runner-1", "env_steps")
+    path.parent.mkdir()
+    count = shared_count(path)
+    count[0] += 2300  # no flush, no close: a process killed now leaves this in the file
+    assert take_count(path) == 2300
+    assert take_count(path) is None  # removed: the next process's life starts from nothing
+    assert shared_count(path)[0] == 0
