@@ -87,7 +87,8 @@ class Job:
         self.limits = codec.Limits.with_max(max_message_bytes)
         self.diagnostics = Diagnostics(name, role)
         self.supervisor = Supervisor(self._restart)
-        self.supervisor.own_status = self.diagnostics.status  # slow work in this process too
+        if role == "driver":  # slow work in this process too (an actor's: its parent says)
+            self.supervisor.own_status = self.diagnostics.status
         self.handles: dict[str, ActorHandle] = {}
         self.host = host or os.environ.get(ENV_BIND_HOST, "127.0.0.1")
         # Other machines: node name -> a link that starts children there (make_child) and
