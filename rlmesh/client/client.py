@@ -30,6 +30,7 @@ _call_ids = itertools.count(1)
 # A simulator embedding the client never loads torch: weights come as numpy arrays, and a
 # tensor in a reply is refused rather than imported for.
 REPLY_LIMITS = codec.Limits(tensors=False)
+HELLO_RESEND_S = 0.5  # HELLO unanswered this long is sent again (PolicyClient._hello)
 
 
 class PolicyServerError(RuntimeError):
@@ -129,7 +130,7 @@ class PolicyClient:
             self._sock.curve_publickey, self._sock.curve_secretkey = map(_key, curve_keypair)
         self._sock.connect(address)
         try:
-            self._result(self._request(M.make(M.HELLO, id=next(_call_ids))))
+            self._result(self._hello())
             self.server_info = self._call("server_info")
         except BaseException:
             self._sock.close(0)
@@ -215,13 +216,41 @@ class PolicyClient:
             self._waiting.add(msg["id"])
         return msg["id"]
 
-    def _request(self, call_id: int | dict[str, Any]) -> dict[str, Any]:
-        """The reply to call ``call_id`` (sent by ``_send_call``), or send ``msg`` and wait."""
-        if isinstance(call_id, dict):  # a whole message (HELLO)
-            with self._lock:
-                self._sock.send_multipart(codec.encode(call_id), copy=False)
-                self._waiting.add(call_id["id"])
-            call_id = call_id["id"]
+    def _hello(self) -> dict[str, Any]:
+        """HELLO's reply, HELLO sent again every ``HELLO_RESEND_S`` until it comes: a busy
+        server may shed a new connection before reading it (it reconnects, but what was
+        sent on it is lost), and HELLO changes nothing, so sending it twice is harmless."""
+        hello = M.make(M.HELLO, id=next(_call_ids))
+        frames, deadline = codec.encode(hello), time.monotonic() + self.timeout
+        with self._lock:
+            self._waiting.add(hello["id"])
+            try:
+                while hello["id"] not in self._replies:
+                    try:  # no wait for room: a refused handshake leaves no pipe to queue in
+                        self._sock.send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
+                    except zmq.Again:
+                        pass
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise self._unavailable()
+                    if self._sock.poll(min(left, HELLO_RESEND_S) * 1000):
+                        self._receive()
+                return self._replies.pop(hello["id"])
+            finally:
+                self._waiting.discard(hello["id"])
+
+    def _unavailable(self) -> PolicyServerUnavailable:
+        return PolicyServerUnavailable(
+            f"no reply from the policy server at {self.address} within {self.timeout:g} s "
+            f"(is it running, and is this the right address?)")
+
+    def _receive(self) -> None:
+        reply = M.validate(codec.decode(self._sock.recv_multipart(copy=False), REPLY_LIMITS))
+        if reply.get("id") in self._waiting:  # else: late, its call timed out
+            self._replies[reply["id"]] = reply
+
+    def _request(self, call_id: int) -> dict[str, Any]:
+        """The reply to call ``call_id`` (sent by ``_send_call``)."""
         with self._lock:
             deadline = time.monotonic() + self.timeout
             try:
@@ -229,13 +258,8 @@ class PolicyClient:
                     left = deadline - time.monotonic()
                     if left <= 0 or not (self._spin.wait(self._sock)
                                          or self._sock.poll(left * 1000)):
-                        raise PolicyServerUnavailable(
-                            f"no reply from the policy server at {self.address} within "
-                            f"{self.timeout:g} s (is it running, and is this the right address?)")
-                    reply = M.validate(codec.decode(self._sock.recv_multipart(copy=False),
-                                                    REPLY_LIMITS))
-                    if reply.get("id") in self._waiting:  # else: late, its call timed out
-                        self._replies[reply["id"]] = reply
+                        raise self._unavailable()
+                    self._receive()
                 return self._replies.pop(call_id)
             finally:
                 self._waiting.discard(call_id)

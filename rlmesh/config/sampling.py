@@ -178,6 +178,12 @@ class SamplingSettings:
         1024, "env_runners", ge=1,
         doc="Connections a policy server keeps open; past it, the oldest that never sent "
             "a valid message is closed first, so idle connections cannot lock clients out.")
+    policy_server_max_connections_per_client: int | None = setting(
+        None, "env_runners", ge=1,
+        doc="Connections one client (its CURVE key's name) may hold at a policy server; "
+            "past it, that client's least recently active one is closed. None: no cap of "
+            "its own (past policy_server_max_connections, the client holding the most "
+            "loses one first either way).")
     observation_filter: Literal["NoFilter", "MeanStdFilter"] = setting(
         "NoFilter", "env_runners",
         doc="'MeanStdFilter': each observation normalised by the running mean and std of "

@@ -172,7 +172,9 @@ class PolicyServerRunner(VersionedPolicies, Actor):
             log.info("policy server %d listening on %s", self.worker_index, self.address)
             return
         self._server = ActorServer(PolicyService(self), f"policy_service-{self.worker_index}",
-                                   limits=limits, max_connections=cfg.policy_server_max_connections)
+                                   limits=limits, max_connections=cfg.policy_server_max_connections,
+                                   max_connections_per_client=cfg.policy_server_max_connections_per_client,
+                                   tracebacks=False)
         configure = None
         keys = cfg.policy_server_curve_keys
         # In a cluster, bind() makes every tcp socket a CURVE server with the cluster's keys.
@@ -286,6 +288,8 @@ class PolicyServerRunner(VersionedPolicies, Actor):
                 "policy_version": self.version, "open_episodes": sum(len(e.open) for e in self._all_episodes()),
                 "address": self.address, "client_rejections": self.rejections.snapshot(),
                 **(self._server.spin_counts() if self._server is not None else {}),
+                **({"connections": self._server.guard.counts()}
+                   if self._server is not None and self._server.guard is not None else {}),
                 **(self._http.counts() if self._http is not None else {})}
 
     def pid(self) -> int:

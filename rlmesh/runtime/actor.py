@@ -20,7 +20,8 @@ import zmq
 
 from ..wire import codec, messages as M
 from ..wire.logs import log_limited
-from ..wire.sockets import AsyncSocket, ConnectionGuard, bind, configure
+from ..wire.connections import ConnectionGuard
+from ..wire.sockets import AsyncSocket, bind, configure
 from .protocol import CallError, Entry, Protocol, Table
 
 # By its full name: "from . import protocol" names the package too, whose __init__ imports
@@ -29,6 +30,7 @@ import rlmesh.runtime.protocol as P
 
 log = logging.getLogger(__name__)
 
+MAX_ERROR_CHARS = 500  # an error reply's line to an untrusted caller (ActorServer.tracebacks)
 MAX_STREAM_BACKLOG = 1024  # items one channel may have waiting, whatever window a sender asks
 CREDIT_BATCH = 4  # a busy channel returns credit for this many small items in one message
 
@@ -121,9 +123,14 @@ class ActorServer:
     """Serves one actor's declared calls on a ROUTER socket."""
 
     def __init__(self, actor: Actor, name: str, *, limits: codec.Limits = codec.Limits(),
-                 ctx: zmq.Context | None = None, max_connections: int | None = None) -> None:
+                 ctx: zmq.Context | None = None, max_connections: int | None = None,
+                 max_connections_per_client: int | None = None, tracebacks: bool = True) -> None:
         self.actor = actor
+        # False for untrusted callers (the policy server's clients): an error reply is one
+        # line, the traceback goes to this process's log only.
+        self.tracebacks = tracebacks
         self.max_connections = max_connections
+        self.max_connections_per_client = max_connections_per_client
         self.guard: ConnectionGuard | None = None
         self.name = name
         self.limits = limits
@@ -185,7 +192,8 @@ class ActorServer:
         if configure_socket is not None:
             configure_socket(sock)
         if self.max_connections is not None:
-            self.guard = ConnectionGuard(sock, self.max_connections)
+            self.guard = ConnectionGuard(sock, self.max_connections,
+                                         per_client=self.max_connections_per_client)
         self.address = bind(sock, address)
         self._sock = AsyncSocket(sock, self._on_message,
                                  zero_copy=not self.address.startswith("inproc://"),
@@ -222,6 +230,10 @@ class ActorServer:
 
     def _error(self, identity: Any, call_id: int | None, etype: str, text: str,
                tb: str = "", **extra: Any) -> None:
+        if not self.tracebacks:
+            if tb:
+                log_limited(log, f"{self.name}:tb", "%s: a call failed: %s", self.name, tb)
+            text, tb = " ".join(text.split())[:MAX_ERROR_CHARS], ""
         self._reply(identity, M.make(M.ERROR, id=call_id, etype=etype, msg=text, tb=tb, **extra))
 
     def _on_message(self, frames: list[Any]) -> None:

@@ -166,3 +166,34 @@ def test_tcp_servers_require_curve_keys_by_default_and_plaintext_is_an_explicit_
         for path in [root, *root.rglob("*")]:
             mode = stat.S_IMODE(path.stat().st_mode)
             assert mode == (0o700 if path.is_dir() else 0o600), f"{path}: {oct(mode)}"
+
+
+def test_error_replies_carry_one_line_and_the_traceback_stays_in_the_servers_log(runs_root):
+    """(Issue 48, point 7.) A refused call's reply carried the server's traceback, ~1.3 KB
+    of its paths and source lines, to any client holding a key."""
+    import msgpack
+
+    from rlmesh.wire import codec
+    from rlmesh.wire import messages as M
+
+    from .test_wire_limits import curve_dealer, reply
+
+    with runner_process() as (run, runner, address):
+        sock = curve_dealer(address)
+        try:
+            for i, (method, args) in enumerate([("log_returns", ["no-such-episode", 1.0]),
+                                                ("log_returns", ["no-such-episode", "x"]),
+                                                ("report_chunks", [[chunk(rewards=np.nan)], 0])]):
+                sock.send_multipart(codec.encode(M.make(M.CALL, id=i + 1, m=method, a=args, k={})))
+                frames = sock.recv_multipart() if sock.poll(10_000) else None
+                assert frames is not None, f"{method}: no reply"
+                raw = msgpack.unpackb(frames[0], raw=False, strict_map_key=False)
+                got = codec.decode(frames)
+                assert got["t"] == M.ERROR and got["etype"], got
+                assert not got.get("tb"), f"{method}: a traceback went to the client"
+                assert "\n" not in got["msg"] and len(got["msg"]) <= 500, got["msg"]
+                assert sum(len(f) for f in frames) < 700, raw
+        finally:
+            sock.close()
+    logs = "".join(p.read_text() for p in runs_root.rglob("logs/*.log"))
+    assert "Traceback" in logs and "no-such-episode" in logs  # the details, for the operator
