@@ -31,9 +31,10 @@ def test_apex_trains_after_a_warm_up_longer_than_the_old_overflow_point():
         # credits), the run going on and the results saying nothing.
         while len(results) < 40:
             results.append(algo.train())
-            if results[-1]["num_learner_updates_total"] > 0 and len(results) >= 2 \
-                    and results[-1]["num_learner_updates"] > 0:
-                break
+            last = results[-1]
+            if last["num_learner_updates"] > 0 and all(
+                    s["num_samples"] > 0 for s in last["replay_shards"]):
+                break  # each shard warm (its runner took its share) and serving
     last = results[-1]
     # The learner trains on both shards, and goes on training ...
     assert last["num_learner_updates_total"] > 0 and last["num_learner_updates"] > 0, (
@@ -42,4 +43,5 @@ def test_apex_trains_after_a_warm_up_longer_than_the_old_overflow_point():
     assert last["max_sample_refusals_in_a_row"] > OLD_OVERFLOW, (
         "the warm-up was too short to test anything: "
         f"{last['max_sample_refusals_in_a_row']} refusals in a row")
+    assert len(last["replay_shards"]) == 2
     assert all(s["num_samples"] > 0 for s in last["replay_shards"])

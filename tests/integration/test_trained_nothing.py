@@ -41,7 +41,8 @@ def test_rlmesh_train_whose_learner_never_updates_exits_1_with_one_line(tmp_path
         "(num_steps_sampled_before_learning_starts 0 + train_batch_size 200); check that "
         "policies_to_train ['p1'] get agents (policy_mapping_fn), then the run's log for why"]
     # Said during the run too, once, when it first saw it (iteration 3: 600 env steps).
-    warnings = [line for line in out.splitlines() if "WARNING" in line and "trained nothing" in line]
+    warnings = [line for line in out.splitlines()
+                if "WARNING" in line and "trained nothing" in line]
     assert len(warnings) == 1 and "after 600 env steps sampled in 3 iterations" in warnings[0]
     # The results are all there: the run ran to its stop criterion.
     (result_file,) = tmp_path.glob("*/*/result.json")
