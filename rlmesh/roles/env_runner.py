@@ -264,7 +264,9 @@ class EnvRunner(MultiAgentPolicies, VersionedPolicies, Actor):
         taken = getattr(self.sampler, "steps_taken", None)  # EnvSampler's, mid-fragment too
         steps = {RUNNER_WORK: int(self.sampler.counters.get("num_env_steps_sampled", 0)
                                   if taken is None else taken[0])}
-        return {"busy": f"env {b} step() of env runner {self.worker_index}", **steps} if b >= 0 else steps
+        if b < 0:
+            return steps
+        return {"busy": f"env {b} step() of env runner {self.worker_index}", **steps}
 
     async def sample(self, explore: bool | None = None,
                      weights_up_to: int | None = None) -> dict[str, Any]:

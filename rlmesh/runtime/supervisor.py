@@ -325,7 +325,8 @@ class Supervisor:
         head = detail.splitlines()[0]
         if "; last output, from" in head:  # describe_exit's: its cause is all the line needs
             code = sup.child.poll()
-            head = f"killed by {sup.causes[-1]}" if code is not None and code < 0 else sup.causes[-1]
+            killed = code is not None and code < 0
+            head = f"killed by {sup.causes[-1]}" if killed else sup.causes[-1]
         line = head + ("; not restarted" if delay is None else f"; restarting in {delay:g} s")
         if policy.max_crashes:
             line += (f" (death {min(len(sup.causes), policy.max_crashes)} of {policy.max_crashes}"
