@@ -122,8 +122,9 @@ def test_a_learner_process_samples_two_shards_trains_and_checkpoints(tmp_path):
         path = algo.save(tmp_path / "ckpt")  # while the learner process trains on
     saved = checkpoints.read(Path(path))[1]["policies"]["default_policy"]["model"]
     # A run that does not train (its learning never starts) holds what was saved.
-    idle = cartpole_config(num_steps_sampled_before_learning_starts=10**6).learners(
-        num_learners=1)
+    # (A capacity that holds the learning starts: a smaller one is refused at build.)
+    idle = cartpole_config(num_steps_sampled_before_learning_starts=10**6,
+                           replay_buffer_config={"capacity": 10**6}).learners(num_learners=1)
     with idle.build() as again:
         again.restore(path)
         restored = again.get_weights()["default_policy"]
