@@ -10,6 +10,7 @@ import numpy as np
 
 from rlmesh.config.base import AlgorithmConfig
 from rlmesh.config.multi_agent import mapping_function, policies_as_data
+from rlmesh.config.settings import ConfigError
 from rlmesh.env.multi_agent_env import is_multi_agent
 from rlmesh.envs import EnvContext, env_registry, make_env
 from rlmesh.policy.policy_spec import PolicySpec
@@ -46,7 +47,7 @@ def multi_agent_specs(config: AlgorithmConfig, default_class: Any, env: Any) -> 
         spec = PolicySpec(data["policy_class"], data["observation_space"],
                           data["action_space"], data["config"])
         if (spec.observation_space or obs_space) is None or (spec.action_space or act_space) is None:
-            raise ValueError(f"policy {pid!r} has no spaces: no agent of the env maps to it "
+            raise ConfigError(f"policy {pid!r} has no spaces: no agent of the env maps to it "
                              "(possible_agents through policy_mapping_fn); give them in its "
                              "PolicySpec(observation_space=..., action_space=...)")
         out[pid] = spec.resolved(default_class, obs_space, act_space).to_data(config)
@@ -61,15 +62,15 @@ def specs_or_none(algo: RunView, default_class: Any) -> dict[str, dict[str, Any]
     try:
         if env is None or not is_multi_agent(env):
             if algo.config.is_multi_agent:
-                raise ValueError("multi_agent(policies=...) needs a MultiAgentEnv "
+                raise ConfigError("multi_agent(policies=...) needs a MultiAgentEnv "
                                  "(rlmesh.env.MultiAgentEnv, or a PettingZoo env through "
                                  "rlmesh.env.ParallelPettingZooEnv / PettingZooEnv)")
             return None
         if not getattr(type(algo), "supports_multi_agent", True):
-            raise ValueError(f"{type(algo).__name__} does not run multi-agent envs yet; PPO, "
+            raise ConfigError(f"{type(algo).__name__} does not run multi-agent envs yet; PPO, "
                              "IMPALA, APPO, PG, A2C and DQN do (docs/multi_agent.md)")
         if algo.config.observation_filter != "NoFilter":
-            raise ValueError("observation_filter: multi-agent runs take 'NoFilter' only")
+            raise ConfigError("observation_filter: multi-agent runs take 'NoFilter' only")
         return multi_agent_specs(algo.config, default_class, env)
     finally:
         if env is not None:
@@ -86,7 +87,7 @@ def server_specs(config: AlgorithmConfig, default_class: Any) -> dict[str, dict[
         spec = PolicySpec(data["policy_class"], data["observation_space"],
                           data["action_space"], data["config"])
         if (spec.observation_space or spaces[0]) is None or (spec.action_space or spaces[1]) is None:
-            raise ValueError(f"policy {pid!r} of a policy server has no spaces: give them in "
+            raise ConfigError(f"policy {pid!r} of a policy server has no spaces: give them in "
                              "its PolicySpec or in .environment(observation_space=..., "
                              "action_space=...)")
         out[pid] = spec.resolved(default_class, *spaces).to_data(config)

@@ -49,3 +49,18 @@ def test_rlmesh_train_whose_learner_never_updates_exits_1_with_one_line(tmp_path
     rows = [json.loads(line) for line in result_file.read_text().splitlines()]
     assert [r["training_iteration"] for r in rows] == [1, 2, 3, 4]
     assert all(r["num_env_steps_trained"] == 0 for r in rows)
+
+
+def test_a_policy_no_agent_maps_to_and_without_spaces_is_one_config_line(tmp_path):
+    """Its spaces come from the agents mapped to it; with none and none given there is no
+    policy to build: one line (it was a ValueError traceback)."""
+    config = {**CONFIG, "policies": {"p0": None, "p1": None}}
+    run = subprocess.run(
+        [sys.executable, "-m", "rlmesh.cli.main", "train", "--run", "PPO", "--env",
+         "examples.multi_agent_cartpole:make_env", "--local-dir", str(tmp_path),
+         "--config", json.dumps(config), "--stop", '{"training_iteration": 1}'],
+        capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert "Traceback" not in run.stderr
+    errors = [line for line in run.stderr.splitlines() if "error" in line]
+    assert len(errors) == 1 and "policy 'p1' has no spaces" in errors[0], run.stderr
