@@ -238,7 +238,7 @@ class Episodes:
     @staticmethod
     def summary(episode: _Episode) -> dict[str, Any]:
         return {"return": float(episode.total_reward), "length": int(episode.length),
-                "custom_metrics": {}, "episode_id": episode.episode_id}
+                "custom_metrics": {}, "episode_id": episode.episode_id, "client": episode.client}
 
     def _complete_current(self, episode: _Episode) -> None:
         if episode.current is None:

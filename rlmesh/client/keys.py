@@ -86,8 +86,10 @@ def make_curve_keys(directory: str | os.PathLike[str], clients: tuple[str, ...] 
             public, secret = zmq.auth.create_certificates(str(scratch), "server")
             _place(Path(secret), root / "server.key_secret")
             _place(Path(public), root / "server.key")
-    for path in root.rglob("*.key*"):
-        os.chmod(path, 0o600)
+        # Under the lock, and not into another process's scratch folder (gone any moment)
+        for folder in (root, root / "clients", root / "client_secrets"):
+            for path in folder.glob("*.key*"):
+                os.chmod(path, 0o600)
     return root
 
 

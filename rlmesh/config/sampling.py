@@ -178,6 +178,11 @@ class SamplingSettings:
         1024, "env_runners", ge=1,
         doc="Connections a policy server keeps open; past it, the oldest that never sent "
             "a valid message is closed first, so idle connections cannot lock clients out.")
+    policy_server_max_chunks_per_s: float | None = setting(
+        1000.0, "env_runners", gt=0,
+        doc="Chunks one local-inference client may report to a policy server per second "
+            "(up to a second's worth at once); a call past it is refused whole, naming "
+            "this setting. None: no limit.")
     policy_server_max_connections_per_client: int | None = setting(
         None, "env_runners", ge=1,
         doc="Connections one client (its CURVE key's name) may hold at a policy server; "

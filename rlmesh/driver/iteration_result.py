@@ -5,6 +5,7 @@ window, the run's counters, the learners' statistics by policy id, and what a re
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
@@ -69,6 +70,7 @@ def iteration_result(algo: RunView, fragments: list[dict[str, Any]], steps: int,
         **_policy_lag(fragments),
         **_multi_agent_results(algo, new, fragments),
         **client_rejections(fragments),
+        **_episodes_by_client(new),
     }
     # RLlib's new-stack names of the same values (results.py says why both)
     result["num_env_steps_sampled_lifetime"] = algo.timesteps_total
@@ -123,6 +125,13 @@ def _nonfinite_learner_counts(algo: RunView, learner_info: dict[str, dict[str, A
         now = sum(int(info.get(key, 0)) for info in learner_info.values())
         counts[key] = max(counts.get(key, 0), now)
     return dict(counts)
+
+
+def _episodes_by_client(new: list[dict[str, Any]]) -> dict[str, Any]:
+    """``{"episodes_by_client": {client: n}}``: this iteration's episodes by the policy
+    server client that played them (each client holds at most its share: policy_quotas)."""
+    counts = Counter(e["client"] for e in new if "client" in e)
+    return {"episodes_by_client": dict(counts)} if counts else {}
 
 
 def client_rejections(fragments: list[dict[str, Any]]) -> dict[str, Any]:

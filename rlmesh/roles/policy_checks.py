@@ -41,9 +41,11 @@ class ClientLimits:
                    cfg.policy_server_max_open_episodes)
 
 
-def finite_as(field: str, value: Any, dtype: np.dtype, bound: float | None = None) -> np.ndarray:
+def finite_as(field: str, value: Any, dtype: np.dtype, bound: float | None = None,
+              setting: str = "") -> np.ndarray:
     """``value`` converted to ``dtype``, refused if that makes NaN or inf (1e39 is finite as
-    float64 and inf as float32) or, with ``bound``, if any |x| exceeds it."""
+    float64 and inf as float32) or, with ``bound``, if any |x| exceeds it (``setting``: the
+    one that sets the bound, named in the refusal)."""
     arr = np.asarray(value)
     if arr.dtype.kind not in "biuf":
         raise ClientDataError(field, f"expected numbers, got {arr.dtype}")
@@ -54,7 +56,8 @@ def finite_as(field: str, value: Any, dtype: np.dtype, bound: float | None = Non
             raise ClientDataError(field, f"has NaN or infinite values (as {out.dtype})")
         if bound is not None and out.size and float(np.max(np.abs(out))) > bound:
             raise ClientDataError(field, f"has values beyond +-{bound:g} "
-                                         f"(largest {float(np.max(np.abs(out))):g})")
+                                         f"(largest {float(np.max(np.abs(out))):g})"
+                                         + (f"; the server's limit is {setting}" if setting else ""))
     return out
 
 
@@ -106,7 +109,8 @@ def check_chunk_columns(chunk: dict[str, np.ndarray], action_space: gym.Space,
     finite_as("action_logp", chunk["action_logp"], np.dtype(np.float32), MAX_ABS_DIST_VALUE)
     finite_as("action_dist_inputs", chunk["action_dist_inputs"], np.dtype(np.float32),
               MAX_ABS_DIST_VALUE)
-    finite_as("rewards", chunk["rewards"], np.dtype(np.float32), limits.max_abs_reward)
+    finite_as("rewards", chunk["rewards"], np.dtype(np.float32), limits.max_abs_reward,
+              "policy_server_max_abs_reward")
     if len(chunk["rewards"]) > limits.max_episode_steps:
         raise ClientDataError("rewards", f"{len(chunk['rewards'])} steps in one chunk, more than "
                                          f"an episode may have (policy_server_max_episode_steps)")
@@ -161,6 +165,8 @@ class ReportedEpisodes:
             pending[eid] = sums if claim is None else None  # an ended episode is forgotten
             if claim is not None:
                 chunk["episode"] = self._verified(claim, sums)
+                if chunk["episode"] is not None:
+                    chunk["episode"]["client"] = client
         return pending
 
     def _verified(self, claim: dict[str, Any], sums: list[float]) -> dict[str, Any] | None:

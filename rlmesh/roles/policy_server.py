@@ -36,6 +36,7 @@ from rlmesh.roles.policy_checks import (ClientDataError, ClientLimits, Rejection
                                         field_of)
 from rlmesh.roles.policy_memory import check_memory_columns, memory_options, recurrent_columns
 from rlmesh.roles.policy_http import HTTPFront, serve_http
+from rlmesh.roles.policy_quotas import ChunkRate, EpisodeShare
 from rlmesh.roles.policy_server_agents import ServedAgents
 from rlmesh.runtime import Actor, current_job
 from rlmesh.runtime.actor import ActorServer, caller_id
@@ -129,6 +130,9 @@ class PolicyServerRunner(VersionedPolicies, Actor):
         # episode of its own in its policy's Episodes, mapped once by policy_mapping_fn.
         self.multi = ServedAgents(self, cfg) if cfg.is_multi_agent else None
         self.rejections = Rejections()
+        self.chunk_rate = ChunkRate(cfg.policy_server_max_chunks_per_s)
+        self.share = EpisodeShare(cfg.metrics_num_episodes_for_smoothing,
+                                  cfg.policy_server_episode_timeout_s)
         self.reported = ReportedEpisodes(self.limits.max_open_episodes,
                                          self.limits.max_open_episodes_per_client)
         self.received: deque[dict[str, Any]] = deque()  # chunks from local-inference clients
@@ -233,6 +237,7 @@ class PolicyServerRunner(VersionedPolicies, Actor):
         fragment["worker_index"] = self.worker_index
         fragment["idle"] = fragment["env_steps"] == 0
         fragment["client_rejections"] = self.rejections.snapshot()
+        fragment["episodes"] = self.share.admit(fragment["episodes"])  # a fair mix of clients
         self._stats["num_fragments"] += 1
         self._stats["idle_fragments"] += int(fragment["idle"])
         return fragment
@@ -287,6 +292,7 @@ class PolicyServerRunner(VersionedPolicies, Actor):
         return {**counters, **self._stats, "worker_index": self.worker_index,
                 "policy_version": self.version, "open_episodes": sum(len(e.open) for e in self._all_episodes()),
                 "address": self.address, "client_rejections": self.rejections.snapshot(),
+                **self.share.counts(),
                 **(self._server.spin_counts() if self._server is not None else {}),
                 **({"connections": self._server.guard.counts()}
                    if self._server is not None and self._server.guard is not None else {}),
@@ -434,6 +440,7 @@ class PolicyService(Actor):
                                   "only: PolicyClient(address, inference_mode='remote')")
         if not isinstance(chunks, list):
             raise TypeError(f"chunks must be a list, got {type(chunks).__name__}")
+        r.chunk_rate.take(self._caller(), len(chunks))
         checked = [_check_chunk(r, c) for c in chunks]
         if r.training:
             # Returns and lengths from the steps sent, never from the client's claim.

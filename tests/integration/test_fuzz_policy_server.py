@@ -125,7 +125,10 @@ class Fuzzer(threading.Thread):
 
 def test_training_survives_10000_hostile_messages_to_the_policy_server_and_an_actor():
     make_curve_keys(default_keys_dir(), clients=("client", "fuzzer"))
-    config = server_config(num_env_runners=1, policy_server_idle_timeout_s=5.0)
+    # The fuzzer's verified junk episodes hold its share of the reported ones while it is
+    # active (policy_quotas.EpisodeShare): it counts as gone 5 s after its last episode.
+    config = server_config(num_env_runners=1, policy_server_idle_timeout_s=5.0,
+                           policy_server_episode_timeout_s=5.0)
     with config.build() as algo:
         address = algo.env_runners.foreach_env_runner("get_address")[0]
         runner = algo.mesh.runners[0]  # its socket address, for the fuzzer

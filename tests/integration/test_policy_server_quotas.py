@@ -6,16 +6,22 @@ policy server processes, real sockets on 127.0.0.1; behaviour is asserted, never
 from __future__ import annotations
 
 import resource
+from pathlib import Path
 
 import msgpack
 import pytest
 import zmq
 
-from rlmesh.client import PolicyClient, curve_client_options
+from rlmesh.algorithms import PPOConfig
+from rlmesh.client import PolicyClient, PolicyServerError, curve_client_options, make_curve_keys
 from rlmesh.client.keys import default_keys_dir
+from rlmesh.tuned_examples import load_experiment
 from rlmesh.wire import messages as M
 
 from .test_policy_client import play_episode, runner_process
+from .test_policy_server_attacks import chunk
+
+REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -64,3 +70,57 @@ def test_idle_authenticated_clients_leave_a_new_client_a_slot():
                 sock.close()
             for ctx in contexts:
                 ctx.term()
+
+
+def reported_episodes(run, runner) -> list[dict]:
+    """Every episode the server reports to the driver, from samples until one is idle."""
+    episodes = []
+    while True:
+        fragment = run(runner.call("sample"))
+        episodes += fragment["episodes"]
+        if fragment["idle"]:
+            return episodes
+
+
+def test_a_flooding_client_gets_its_share_of_the_reported_episodes_and_no_more(tmp_path):
+    """One keyed client pipelining fake 64-step episodes made every reported episode its
+    own (mean = min = max = 64.0); the real client's episodes vanished from the stats."""
+    keys = make_curve_keys(tmp_path / "keys", clients=("real", "flood"))
+    with runner_process(policy_server_curve_keys=str(keys),
+                        policy_server_idle_timeout_s=0.3) as (run, runner, address):
+        with PolicyClient(address, timeout=10, **curve_client_options(keys, "real")) as real, \
+                PolicyClient(address, timeout=10, **curve_client_options(keys, "flood")) as flood:
+            for seed in range(3):
+                assert play_episode(real, seed=seed)[1]
+            reported = reported_episodes(run, runner)
+            for call in range(8):  # 320 fake episodes, within the chunk rate, sampled as sent
+                fakes = [chunk(64, episode_id=f"f{call}-{i}") for i in range(40)]
+                assert flood._call("report_chunks", fakes, 0) == 64 * 40
+                reported += reported_episodes(run, runner)
+            window = reported[-100:]  # metrics_num_episodes_for_smoothing
+            assert sum(e["length"] != 64 for e in window) == 3  # the real client's
+            clients = [e["client"] for e in window]
+            assert clients.count("real") == 3 and clients.count("flood") <= 50  # equal shares
+            with pytest.raises(PolicyServerError, match="policy_server_max_chunks_per_s"):
+                flood._call("report_chunks", [chunk(2, episode_id=f"g{i}") for i in range(1001)], 0)
+        metrics = run(runner.call("metrics"))
+        assert metrics["episodes_reported"]["real"] == 3
+        assert metrics["episodes_over_share"]["flood"] > 0  # trained on, not reported
+        assert metrics["client_rejections"]["flood"] == {"chunks": 1}
+
+
+def test_one_huge_reward_cannot_end_the_shipped_server_example():
+    """A 1-step chunk with reward 1e6 (inside the default policy_server_max_abs_reward)
+    ended examples/cartpole_server.yaml at iteration 7: episode_reward_mean 10024.2 >= 450."""
+    _, experiment, _ = load_experiment(str(REPO / "examples" / "cartpole_server.yaml"))
+    config = {**experiment["config"], "policy_server_idle_timeout_s": 1.0}
+    settings = PPOConfig().update_from_dict(config)
+    with runner_process(**{k: getattr(settings, k) for k in config if k.startswith(
+            "policy_server") and k != "policy_server_address"}) as (run, runner, address):
+        with PolicyClient(address, timeout=10) as client:
+            with pytest.raises(PolicyServerError, match="policy_server_max_abs_reward"):
+                client._call("report_chunks", [chunk(2, rewards=1e6, episode={
+                    "return": 2e6, "length": 2})], 0)
+            assert play_episode(client)[1]
+        episodes = reported_episodes(run, runner)
+        assert episodes and max(e["return"] for e in episodes) <= 500

@@ -90,7 +90,7 @@ def test_reported_returns_are_the_sums_of_the_steps_sent_never_the_claim():
     book.commit("sim", book.settle("sim", [middle("b", [1.0] * 4)]))
     (last,) = chunks = [ended("b", [1.0, 1.0], 6.0, 6)]
     book.commit("sim", book.settle("sim", chunks))
-    assert last["episode"] == {"return": 6.0, "length": 6, "custom_metrics": {}}
+    assert last["episode"] == {"return": 6.0, "length": 6, "custom_metrics": {}, "client": "sim"}
 
 
 def test_a_claim_the_steps_contradict_is_refused_and_changes_nothing():
