@@ -13,8 +13,9 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from rlmesh.algorithms import Algorithm, PPOConfig
+from rlmesh.algorithms import Algorithm
 from rlmesh.driver.checkpoints import META, CheckpointError
+from tests.integration.trust_helpers import ppo_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.timeout(240), pytest.mark.usefixtures("no_children_left")]
@@ -22,11 +23,7 @@ pytestmark = [pytest.mark.timeout(240), pytest.mark.usefixtures("no_children_lef
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory) -> Path:
-    config = (PPOConfig().environment("CartPole-v1").env_runners(num_env_runners=0)
-              .training(train_batch_size=200, minibatch_size=100, num_epochs=1))
-    with config.build() as algo:
-        algo.train()
-        return Path(algo.save(tmp_path_factory.mktemp("ckpt") / "checkpoint_000001"))
+    return ppo_checkpoint(tmp_path_factory.mktemp("ckpt"))
 
 
 def edited(checkpoint: Path, tmp_path: Path, field: str, value: str) -> Path:

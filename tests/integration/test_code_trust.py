@@ -14,12 +14,12 @@ from pathlib import Path
 
 import msgpack
 import pytest
-import zmq
 
 from rlmesh.algorithms import Algorithm, PPOConfig
 from rlmesh.driver.checkpoints import META, CheckpointError
 from rlmesh.runtime import RemoteError
-from rlmesh.wire import codec, messages as M
+from rlmesh.wire import messages as M
+from tests.integration.trust_helpers import ppo_checkpoint, raw_call
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.timeout(240), pytest.mark.usefixtures("no_children_left")]
@@ -56,11 +56,7 @@ def evil_file(tmp_path: Path) -> tuple[Path, Path]:
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory) -> Path:
     """A CartPole PPO checkpoint after one iteration (sampled in the driver: quick)."""
-    config = (PPOConfig().environment("CartPole-v1").env_runners(num_env_runners=0)
-              .training(train_batch_size=200, minibatch_size=100, num_epochs=1))
-    with config.build() as algo:
-        algo.train()
-        return Path(algo.save(tmp_path_factory.mktemp("ckpt") / "checkpoint_000001"))
+    return ppo_checkpoint(tmp_path_factory.mktemp("ckpt"))
 
 
 def edited(checkpoint: Path, tmp_path: Path, **changes) -> Path:
@@ -178,20 +174,6 @@ def test_a_scripts_own_functions_reach_the_runners(tmp_path):
 
 
 # --- issue 36: what a message to a running job's runner or learner can make it do ---
-
-def raw_call(address: str, method: str, *args) -> dict:
-    """``method(*args)`` sent to an actor's socket by a bare zmq client, as any process of
-    the user could; the reply message."""
-    sock = zmq.Context.instance().socket(zmq.DEALER)
-    sock.linger = 0
-    sock.connect(address)
-    try:
-        sock.send_multipart(codec.encode(M.make(M.CALL, id=1, m=method, a=list(args), k={})))
-        assert sock.poll(60_000), f"no reply to {method}"
-        return M.validate(codec.decode(sock.recv_multipart()))
-    finally:
-        sock.close()
-
 
 @pytest.fixture(scope="module")
 def job(tmp_path_factory):
