@@ -9,26 +9,17 @@ import os
 import signal
 import time
 
-import gymnasium as gym
 import numpy as np
 
+from tests.integration import faulty_envs
 
-class _Base(gym.Env):
-    observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
-    action_space = gym.spaces.Discrete(2)
+
+class _Base(faulty_envs._Base):
+    """The recovery tests' 2-observation, 20-step env, keeping its env_config."""
 
     def __init__(self, env_config=None) -> None:
+        super().__init__(env_config)
         self.config = dict(env_config or {})
-        self.t = 0  # steps of this episode
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        self.t = 0
-        return np.zeros(2, np.float32), {}
-
-    def _step(self):
-        self.t += 1
-        return np.zeros(2, np.float32), 1.0, self.t >= 20, False, {}
 
 
 class CrashEnv(_Base):
