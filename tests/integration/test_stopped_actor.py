@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 import uvloop
@@ -17,15 +16,9 @@ import uvloop
 from rlmesh.runtime import Job, RestartPolicy
 
 from .stack_actors import Idle
+from .test_runtime import _wait_for
 
 pytestmark = pytest.mark.timeout(60)
-
-
-async def _wait_for(predicate, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.05)
 
 
 def test_the_supervisor_says_a_stopped_actor_is_stopped_and_names_no_empty_stack_file():
