@@ -43,7 +43,7 @@ class EpisodeShare:
     """Which ended episodes a policy server reports: of the last ``window`` it reported
     (``metrics_num_episodes_for_smoothing``, what the run's episode_reward_mean averages),
     each client holds at most an equal share among the clients that ended an episode in
-    the last ``active_s``. The rest still train; they are only left out of the statistics
+    the last ``active_s`` once the window is full (``_fits``). The rest still train; they are only left out of the statistics
     (``over_share``). A client that pipelined fake 64-step episodes at 2,600 chunks a second
     made every reported episode its own (mean = min = max = 64), and the real client's
     vanished; alone, a client has the whole window."""
@@ -83,14 +83,20 @@ class EpisodeShare:
         return out
 
     def _fits(self, client: str, share: float) -> bool:
-        """Whether ``client`` may add one: it holds at most its share once it is in (the
-        window's oldest then drops out), or the oldest it pushes out is of a client holding
-        its whole share (else a client gone quiet at the window's front would freeze the
-        others' statistics until it counts as inactive, or for good while it floods)."""
-        oldest = self.recent[0] if len(self.recent) >= self.window else None
-        if self.held[client] + 1 - (oldest == client) <= share:
+        """Whether ``client`` may add one. Shares bind only a full window: while it has
+        room, no one's episode gives way (a slow client ending one episode an iteration
+        left a fast one at its share of a window never full, its statistics frozen). Once
+        full, the oldest drops out: ``client`` may add one when that is its own (its hold
+        does not grow), when it then holds at most its share, or when the oldest is of a
+        client holding its whole share (else a client gone quiet at the window's front
+        would freeze the others' statistics until it counts as inactive). So a client
+        holding more than its share gives way first to every other client's new ones."""
+        if len(self.recent) < self.window:
             return True
-        return oldest not in (None, client) and self.held[oldest] >= share
+        oldest = self.recent[0]
+        if oldest == client or self.held[client] + 1 <= share:
+            return True
+        return self.held[oldest] >= share
 
     def counts(self) -> dict[str, dict[str, int]]:
         """Episodes reported and left out per client, so far (the clients named)."""

@@ -82,7 +82,7 @@ def reported_episodes(run, runner) -> list[dict]:
             return episodes
 
 
-def test_a_flooding_client_gets_its_share_of_the_reported_episodes_and_no_more(tmp_path):
+def test_a_flooding_client_cannot_push_the_real_clients_episodes_out_of_the_reported_ones(tmp_path):
     """One keyed client pipelining fake 64-step episodes made every reported episode its
     own (mean = min = max = 64.0); the real client's episodes vanished from the stats."""
     keys = make_curve_keys(tmp_path / "keys", clients=("real", "flood"))
@@ -100,12 +100,18 @@ def test_a_flooding_client_gets_its_share_of_the_reported_episodes_and_no_more(t
             window = reported[-100:]  # metrics_num_episodes_for_smoothing
             assert sum(e["length"] != 64 for e in window) == 3  # the real client's
             clients = [e["client"] for e in window]
-            assert clients.count("real") == 3 and clients.count("flood") <= 50  # equal shares
+            assert clients.count("real") == 3 and clients.count("flood") == 97  # free room
+            for seed in range(3, 5):  # real's new ones take its oldest's places, and then
+                assert play_episode(real, seed=seed)[1]  # flood's new ones cannot push
+            flood._call("report_chunks", [chunk(64, episode_id=f"h{i}") for i in range(40)], 0)
+            reported += reported_episodes(run, runner)  # real's out: flood is over its share
+            clients = [e["client"] for e in reported[-100:]]
+            assert clients.count("real") == 3 and clients[-2:] == ["real", "real"]
             with pytest.raises(PolicyServerError, match="policy_server_max_chunks_per_s"):
                 flood._call("report_chunks", [chunk(2, episode_id=f"g{i}") for i in range(1001)], 0)
         metrics = run(runner.call("metrics"))
-        assert metrics["episodes_reported"]["real"] == 3
-        assert metrics["episodes_over_share"]["flood"] > 0  # trained on, not reported
+        assert metrics["episodes_reported"]["real"] == 5
+        assert metrics["episodes_over_share"]["flood"] >= 40 + 320 - 97  # trained on, not reported
         assert metrics["client_rejections"]["flood"] == {"chunks": 1}
 
 
