@@ -31,6 +31,7 @@ from rlmesh.rl.spec import numpy_fast_path
 from rlmesh.env.vector import double_buffered, vector_maker
 from rlmesh.runtime.work_counter import counter_path, shared_count
 from rlmesh.roles.env_sampler import SEED_STRIDE, EnvSampler
+from rlmesh.roles.gradient_runner import GradientRunner  # A3C's call
 from rlmesh.roles.vector_sampler import VectorEnvSampler
 from rlmesh.roles.policy_changes import MultiAgentPolicies
 from rlmesh.roles.multi_agent_sampler import bind_policies, sampler_for
@@ -89,7 +90,7 @@ def default_policy_specs(obs_space: gym.Space, action_space: gym.Space, config: 
                                 "action_space": space_to_data(action_space), "config": {}}}
 
 
-class EnvRunner(MultiAgentPolicies, VersionedPolicies, Actor):
+class EnvRunner(MultiAgentPolicies, VersionedPolicies, GradientRunner, Actor):
     """Samples fragments with ``num_envs_per_env_runner`` envs (RLlib's EnvRunner).
 
     ``config`` is an algorithm config as a dict (``to_dict()``) with the driver's env
@@ -399,20 +400,6 @@ class EnvRunner(MultiAgentPolicies, VersionedPolicies, Actor):
                 log.warning("env runner %d: inference actor unavailable (%s); waiting for it",
                             self.worker_index, str(exc).splitlines()[0])
                 await asyncio.sleep(0.2)
-
-    # --- A3C: gradients computed here, on this runner's copy of the policy ---
-
-    async def sample_and_compute_gradients(self) -> dict[str, Any]:
-        """A fragment sampled with the current weights and the gradients of its loss on
-        this runner's (torch) policy; the episodes and env steps come along."""
-        from rlmesh.rl.columns import merge_fragments
-
-        await self._refresh_weights()
-        fragment = await self._sample_now()
-        grads, stats = self.policy.compute_gradients(merge_fragments([fragment]))
-        return {"gradients": grads, "stats": stats, "episodes": fragment["episodes"],
-                "env_steps": fragment["env_steps"], "policy_version": fragment["policy_version"],
-                "policy_id": self.policy_id}
 
     # --- observation filter: the driver merges every runner's new statistics (RLlib's
     # FilterManager.synchronize) ---
