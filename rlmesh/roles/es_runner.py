@@ -24,6 +24,7 @@ from rlmesh.rl.filters import make_filter
 from rlmesh.rl.noise_table import NoiseTable
 from rlmesh.roles.env_runner import runner_config
 from rlmesh.roles.env_sampler import SEED_STRIDE
+from rlmesh.roles.obs_filters import ObsFilterCalls
 from rlmesh.roles.runner_policy import VersionedPolicies, make_runner_policies
 from rlmesh.runtime import Actor
 from rlmesh.runtime.protocol import Protocol
@@ -104,7 +105,7 @@ class Evaluator:
                 "eval_lengths": np.array(eval_lengths, np.int32), "env_steps": steps}
 
 
-class ESRunner(VersionedPolicies, Actor):
+class ESRunner(ObsFilterCalls, VersionedPolicies, Actor):
     """Evaluates perturbations when the driver calls ``do_rollouts``; weights are pushed by
     the actor named ``param_server`` (taken at each call), the noise table from the node's file."""
 
@@ -142,17 +143,6 @@ class ESRunner(VersionedPolicies, Actor):
         self._stats["num_calls"] += 1
         self._stats["num_env_steps_sampled"] += out["env_steps"]
         return {**out, "policy_version": self.version, "worker_index": self.worker_index}
-
-    # --- observation filter: merged by the driver every iteration ---
-
-    def get_filter_updates(self) -> dict[str, Any] | None:
-        return self.obs_filter.flush()
-
-    def set_filter_state(self, state: dict[str, Any] | None) -> None:
-        self.obs_filter.set_state(state)
-
-    def get_filter_state(self) -> dict[str, Any] | None:
-        return self.obs_filter.get_state()
 
     def metrics(self) -> dict[str, Any]:
         return {**self._stats, "worker_index": self.worker_index, "policy_version": self.version}

@@ -2,8 +2,8 @@
 in external simulators instead of envs it steps (RLlib's PolicyServerInput).
 
 ``PolicyServerRunner`` is the runner the driver samples from, like ``EnvRunner``;
-``PolicyService`` is what clients may call, served by a second ActorServer of the same
-process on the configured public address. Remote inference computes actions here and
+``PolicyService`` (``policy_service.py``) is what clients may call, served by a second
+ActorServer of the same process on the configured public address. Remote inference computes actions here and
 records the steps; local inference receives chunks the clients recorded themselves.
 """
 
@@ -19,27 +19,24 @@ from typing import Any
 
 import numpy as np
 
-from rlmesh.client.episodes import Episodes, as_batch, fragment_from_chunks
-from rlmesh.client.http import HTTP_API_VERSION
+from rlmesh.client.episodes import Episodes, fragment_from_chunks
 from rlmesh.client.keys import client_names, default_keys_dir, make_curve_keys
-from rlmesh.envs import actions_for_env, as_space, space_to_data, spaces_of
+from rlmesh.envs import as_space, space_to_data, spaces_of
 from rlmesh.rl.columns import (DEFAULT_POLICY_ID, ColumnSpec, Columns, action_dist_columns,
-                               check_columns, space_layout)
+                               space_layout)
 from rlmesh.rl.filters import make_filter
-from rlmesh.rl.spec import check_action
 from rlmesh.roles.env_runner import default_policy_specs, runner_config
 from rlmesh.roles.env_sampler import SEED_STRIDE
+from rlmesh.roles.obs_filters import FILTER_CALLS, ObsFilterCalls
 from rlmesh.roles.runner_policy import VersionedPolicies, make_runner_policies
-from rlmesh.roles.policy_checks import (ClientDataError, ClientLimits, Rejections,
-                                        ReportedEpisodes, check_actions, check_chunk_columns,
-                                        check_obs, check_reward, check_summary, counted,
-                                        field_of)
-from rlmesh.roles.policy_memory import check_memory_columns, memory_options, recurrent_columns
+from rlmesh.roles.policy_checks import ClientLimits, ReportedEpisodes, Rejections
+from rlmesh.roles.policy_memory import memory_options, recurrent_columns
 from rlmesh.roles.policy_http import HTTPFront, serve_http
 from rlmesh.roles.policy_quotas import ChunkRate, EpisodeShare
 from rlmesh.roles.policy_server_agents import ServedAgents
+from rlmesh.roles.policy_service import PolicyService
 from rlmesh.runtime import Actor, current_job
-from rlmesh.runtime.actor import ActorServer, caller_id
+from rlmesh.runtime.actor import ActorServer
 from rlmesh.runtime.protocol import Protocol
 from rlmesh.wire import codec
 from rlmesh.wire.security import cluster_keys
@@ -70,7 +67,7 @@ def public_address(base: str, worker_index: int) -> str:
     return f"{base}.{offset}"
 
 
-class PolicyServerRunner(VersionedPolicies, Actor):
+class PolicyServerRunner(ObsFilterCalls, VersionedPolicies, Actor):
     """Fragments of client-reported experience, in the layout of ``EnvRunner.sample``.
 
     ``config`` as for ``EnvRunner``, with ``policy_server_address`` and the spaces set.
@@ -79,8 +76,7 @@ class PolicyServerRunner(VersionedPolicies, Actor):
 
     protocol = Protocol(
         calls=("sample", "set_weights", "take_weights", "get_weights", "get_address",
-               "get_spaces", "get_filter_updates", "set_filter_state", "get_filter_state", "foreach_env",
-               "call_env_method", "metrics"),
+               "get_spaces", *FILTER_CALLS, "foreach_env", "call_env_method", "metrics"),
         test_hooks=("pid",),
     )
 
@@ -265,15 +261,6 @@ class PolicyServerRunner(VersionedPolicies, Actor):
         return {"observation_space": space_to_data(self.observation_space),
                 "action_space": space_to_data(self.action_space)}
 
-    def get_filter_updates(self) -> dict[str, Any] | None:
-        return self.obs_filter.flush()
-
-    def set_filter_state(self, state: dict[str, Any] | None) -> None:
-        self.obs_filter.set_state(state)
-
-    def get_filter_state(self) -> dict[str, Any] | None:
-        return self.obs_filter.get_state()
-
     def get_address(self) -> str:
         """The address clients connect to (a tcp port 0 resolved)."""
         return self.address
@@ -314,175 +301,6 @@ class PolicyServerRunner(VersionedPolicies, Actor):
             self._stats["steps_dropped"] += len(dropped["rewards"])
         self._stats["chunks_received"] += len(chunks)
         self._new_data.set()
-
-
-class PolicyService(Actor):
-    """The calls a ``PolicyClient`` makes. Each checks what it is given; a bad call gets an
-    error reply and changes nothing, so the server and its other clients carry on."""
-
-    protocol = Protocol(
-        calls=("server_info", "start_episode", "start_agent", "get_action", "log_action",
-               "log_returns", "end_episode", "get_weights", "report_chunks"),
-    )
-
-    def __init__(self, runner: PolicyServerRunner) -> None:
-        self._r = runner
-        self.http_caller: str | None = None  # the HTTP front's client, during its calls
-
-    def _caller(self) -> str:
-        """The calling client: its token's or CURVE key's name, else its connection."""
-        return self.http_caller or caller_id()
-
-    def _refused(self, method: str, exc: Exception) -> None:
-        self._r.rejections.count(self._caller(), field_of(exc, method))
-        self._r._stats["client_errors"] += 1
-
-    def server_info(self) -> dict[str, Any]:
-        r = self._r
-        return {"observation_space": space_to_data(r.observation_space),
-                "action_space": space_to_data(r.action_space), "model": dict(r.config.model),
-                "explore": r.config.explore, "chunk_len": r.fragment_length,
-                "normalize_actions": r.config.normalize_actions and not r.squash,
-                "training": r.training, "policy_version": r.version,
-                "observation_filter": r.config.observation_filter,
-                "policies": None if r.multi is None else sorted(r.policies),
-                "http_api": HTTP_API_VERSION}
-
-    @counted
-    def start_episode(self, episode_id: str | None = None, training_enabled: bool = True) -> str:
-        r = self._r
-        # Silent clients' episodes go here too, not only when the driver samples: a server
-        # for inference only (rlmesh serve) never samples.
-        r._expire()
-        if r.multi is not None:
-            return r.multi.start(episode_id)
-        return r.episodes.start(episode_id, bool(training_enabled) and r.training, self._caller())
-
-    @counted
-    def start_agent(self, episode_id: str, agent_id: Any, training_enabled: bool = True) -> str:
-        """Agent ``agent_id`` joins multi-agent episode ``episode_id``: mapped to its policy
-        (``policy_mapping_fn``); returns the agent's own episode id for the calls below."""
-        r = self._r
-        if r.multi is None:
-            raise ClientDataError("agent_id", "this policy server serves one policy; start "
-                                  "the agent's episode with start_episode")
-        return r.multi.start_agent(episode_id, agent_id,
-                                   bool(training_enabled) and r.training, self._caller())
-
-    @counted
-    def get_action(self, episode_id: str, observation: Any) -> Any:
-        r = self._r
-        policy, episodes = r.route(episode_id)
-        inputs = episodes.step_inputs(episode_id)  # the episode's recurrent state, if any
-        obs = r.obs_filter(check_obs(policy.observation_space, observation), r.training)
-        actions, state_out, extras = policy.compute_actions(obs[None], *as_batch(inputs))
-        episodes.act(episode_id, obs, actions[0], extras[Columns.ACTION_LOGP][0],
-                       extras[Columns.ACTION_DIST_INPUTS][0], inputs,
-                       [np.asarray(s)[0] for s in state_out])
-        r._new_data.set()
-        action = actions_for_env(actions[0], policy.action_space,
-                                 r.config.normalize_actions and not r.squash)
-        if isinstance(action, (dict, tuple, list)):  # a Tuple/Dict space's, unpacked
-            return action
-        return int(action) if np.ndim(action) == 0 else action
-
-    @counted
-    def log_action(self, episode_id: str, observation: Any, action: Any) -> None:
-        r = self._r
-        policy, episodes = r.route(episode_id)
-        inputs = episodes.step_inputs(episode_id)
-        obs = r.obs_filter(check_obs(policy.observation_space, observation), r.training)
-        space = policy.action_space
-        try:
-            stored = check_action(space, action, space_layout(space).dtype)
-        except (TypeError, ValueError, OverflowError) as exc:
-            raise ClientDataError("action", str(exc)) from None
-        check_actions(space, stored[None])
-        if inputs:  # scored from the episode's state, which the logged action advances
-            scored = policy.score_actions(obs[None], stored[None], *as_batch(inputs))
-        else:
-            scored = policy.score_actions(obs[None], stored[None])
-        state_out = [scored[Columns.state_out(i)][0] for i in range(len(episodes.initial_state))]
-        episodes.act(episode_id, obs, stored, scored[Columns.ACTION_LOGP][0],
-                       scored[Columns.ACTION_DIST_INPUTS][0], inputs, state_out)
-        r._new_data.set()
-
-    @counted
-    def log_returns(self, episode_id: str, reward: Any, info: dict | None = None) -> None:
-        self._r.route(episode_id)[1].reward(episode_id, check_reward(reward, self._r.limits))
-
-    @counted
-    def end_episode(self, episode_id: str, observation: Any, truncated: bool = False) -> None:
-        r = self._r
-        policy, episodes = r.route(episode_id)
-        episodes.get(episode_id)
-        obs = r.obs_filter(check_obs(policy.observation_space, observation), r.training)
-        episodes.end(episode_id, obs, bool(truncated))
-        r._new_data.set()
-
-    def get_weights(self, have_version: int) -> list[Any] | None:
-        """``[version, weights, observation filter state]`` if newer than ``have_version``
-        (local inference)."""
-        r = self._r
-        if r.multi is not None:
-            raise ClientDataError("inference", "a multi-agent policy server infers remotely "
-                                  "only: PolicyClient(address, inference_mode='remote')")
-        if r.version <= have_version and have_version >= 0:
-            return None
-        return [r.version, r.policy.get_weights(), r.obs_filter.get_state()]
-
-    @counted
-    def report_chunks(self, chunks: list[dict[str, Any]], policy_version: int) -> int:
-        """Chunks a local-inference client recorded; returns how many steps were taken."""
-        r = self._r
-        if r.multi is not None:
-            raise ClientDataError("inference", "a multi-agent policy server infers remotely "
-                                  "only: PolicyClient(address, inference_mode='remote')")
-        if not isinstance(chunks, list):
-            raise TypeError(f"chunks must be a list, got {type(chunks).__name__}")
-        r.chunk_rate.take(self._caller(), len(chunks))
-        checked = [_check_chunk(r, c) for c in chunks]
-        if r.training:
-            # Returns and lengths from the steps sent, never from the client's claim.
-            sums = r.reported.settle(self._caller(), checked)
-            r.reported.commit(self._caller(), sums)
-            r._received_chunks(checked)
-        return sum(len(c["rewards"]) for c in checked)
-
-
-def _check_chunk(r: PolicyServerRunner, chunk: Any) -> dict[str, Any]:
-    """A client's chunk with every column the shape and dtype the learner expects, and
-    every value inside the spaces and the server's limits (``policy_checks``)."""
-    if not isinstance(chunk, dict):
-        raise ClientDataError("chunk", f"must be a dict, got {type(chunk).__name__}")
-    eid = chunk.get("episode_id")
-    if not isinstance(eid, str) or not 0 < len(eid) <= 256:
-        raise ClientDataError("episode_id", f"each chunk names its episode: a string of at "
-                                            f"most 256 characters, got {eid!r:.40}")
-    if "obs" not in chunk:  # an episode end whose steps all went out earlier
-        if np.size(chunk.get("rewards", [])):
-            raise ClientDataError("chunk", "a chunk with rewards must have obs, actions, ...")
-        return {"rewards": np.zeros(0, np.float32), "episode_id": eid,
-                "episode": check_summary(chunk.get("episode"), r.limits)}
-    missing = {"next_obs", "terminated", "truncated", "episode", "rewards"} - set(chunk)
-    if missing:
-        raise ClientDataError("chunk", f"lacks {sorted(missing)}")
-    try:
-        with np.errstate(over="ignore", invalid="ignore"):  # values turned inf: refused below
-            n = len(np.asarray(chunk["rewards"]))
-            specs = {k: v for k, v in r.chunk_specs().items() if k not in r.memory_specs}
-            out: dict[str, Any] = check_columns(chunk, specs, n, "chunk")
-            obs = r.chunk_specs()[Columns.OBS]
-            out["next_obs"] = check_columns({"next_obs": [chunk["next_obs"]]}, {"next_obs": obs},
-                                            1, "chunk")["next_obs"][0]
-    except (TypeError, ValueError, OverflowError) as exc:
-        raise ClientDataError("chunk", str(exc)) from None
-    out.update(check_memory_columns(chunk, r.memory_specs, r.action_space, r.limits, n))
-    check_chunk_columns(out, r.action_space, r.limits)
-    out["terminated"], out["truncated"] = bool(chunk["terminated"]), bool(chunk["truncated"])
-    out["episode"] = check_summary(chunk["episode"], r.limits)
-    out["episode_id"] = eid
-    return out
 
 
 def _curve(ctx: Any, keys_dir: str) -> tuple[Any, Any]:

@@ -16,12 +16,12 @@ from tests.unit.test_protocol_table import declared_roles, path
 # Arguments a role still takes untyped, and why (each one a debt, named here so it shows).
 UNTYPED = {
     # The policy service checks these itself against the spaces (roles/policy_checks.py).
-    ("rlmesh.roles.policy_server:PolicyService", "start_agent", "agent_id"): "policy_checks",
-    ("rlmesh.roles.policy_server:PolicyService", "get_action", "observation"): "policy_checks",
-    ("rlmesh.roles.policy_server:PolicyService", "log_action", "observation"): "policy_checks",
-    ("rlmesh.roles.policy_server:PolicyService", "log_action", "action"): "policy_checks",
-    ("rlmesh.roles.policy_server:PolicyService", "log_returns", "reward"): "policy_checks",
-    ("rlmesh.roles.policy_server:PolicyService", "end_episode", "observation"): "policy_checks",
+    ("rlmesh.roles.policy_service:PolicyService", "start_agent", "agent_id"): "policy_checks",
+    ("rlmesh.roles.policy_service:PolicyService", "get_action", "observation"): "policy_checks",
+    ("rlmesh.roles.policy_service:PolicyService", "log_action", "observation"): "policy_checks",
+    ("rlmesh.roles.policy_service:PolicyService", "log_action", "action"): "policy_checks",
+    ("rlmesh.roles.policy_service:PolicyService", "log_returns", "reward"): "policy_checks",
+    ("rlmesh.roles.policy_service:PolicyService", "end_episode", "observation"): "policy_checks",
     # Returns [] without looking at them: the envs live in the clients' simulators.
     ("rlmesh.roles.policy_server:PolicyServerRunner", "foreach_env", "args"): "unused",
     ("rlmesh.roles.policy_server:PolicyServerRunner", "call_env_method", "args"): "unused",
