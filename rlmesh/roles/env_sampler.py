@@ -1,13 +1,12 @@
 """The sampling logic of an env runner, as plain code tested without sockets: stepping a
-vector of envs with one batched ``compute_actions`` per row, resets and episodes, the
-fragment buffer laid out by the declared columns, recurrent state, env failures."""
+vector of envs with one batched ``compute_actions`` per row, resets and episodes, recurrent
+state, env failures (the envs' recovery: ``env_slots.py``; the rows: ``fragment_buffer.py``)."""
 
 from __future__ import annotations
 
 import itertools
 import logging
 import traceback
-from dataclasses import dataclass
 from typing import Any, Callable
 
 import gymnasium as gym
@@ -17,84 +16,16 @@ from rlmesh.callbacks import Callbacks, Episode
 from rlmesh.envs import actions_for_env
 from rlmesh.policy.policy import Policy
 from rlmesh.rl.columns import ColumnSpec, Columns, env_columns, optional_columns, space_layout
-from rlmesh.roles.runner_policy import actions_caller
 from rlmesh.rl.filters import NoFilter, ReturnNormalizer
-from rlmesh.rl.spaces import ObservationError, describe_mismatch, is_nested, to_column
 from rlmesh.rl.finite import FLOAT32_MAX, NonFiniteError, describe
+from rlmesh.rl.spaces import ObservationError, describe_mismatch, is_nested, to_column
+from rlmesh.roles.env_slots import MAX_STEP_ERRORS_IN_A_ROW, EnvError, EnvSlot
+# Runners and tests import the seed strides from here, with the sampler that uses them.
+from rlmesh.roles.env_slots import RESEED_STRIDE, SEED_STRIDE  # noqa: F401
+from rlmesh.roles.fragment_buffer import FragmentBuffer
+from rlmesh.roles.runner_policy import actions_caller
 
 log = logging.getLogger(__name__)
-
-SEED_STRIDE = 1000  # env i of runner w starts from seed + SEED_STRIDE * w + i
-RESEED_STRIDE = 7919  # a recreated env gets a new seed, so it does not replay its failure
-MAX_RESET_ATTEMPTS = 3  # recreate-and-reset tries in a row before the env counts as broken
-# Failed steps of one env, each followed by a recreation, with no good step between, before
-# the env counts as broken: recreating it again would only fail again, unseen.
-MAX_STEP_ERRORS_IN_A_ROW = 5
-
-
-class EnvError(RuntimeError):
-    """An env that fails however often it is recreated; the message's first line says
-    which and how often, the rest is the first traceback."""
-
-
-
-class FragmentBuffer:
-    """The ``[T, B, ...]`` columns of one fragment, a row added per step of the envs. A new
-    row is padding (zeros, mask False) until an env's step fills its entry. ``specs`` are
-    the declared columns (``rl/columns.py``); ``put`` adds an undeclared one (an extra
-    action output) on first sight and records it in ``specs`` for the next fragments."""
-
-    def __init__(self, num_rows: int, num_envs: int, specs: dict[str, ColumnSpec]) -> None:
-        self.specs = specs
-        self.obs_layout = specs[Columns.OBS]
-        self.num_envs = num_envs
-        self.cols = {k: self._column(max(1, num_rows), spec) for k, spec in specs.items()}
-        self.rows = 0
-        self.trunc: list[tuple[int, int, Any]] = []  # (t, b, final obs) of truncated steps
-
-    def _column(self, rows: int, spec: ColumnSpec) -> np.ndarray:
-        return np.zeros((rows, self.num_envs, *spec.shape), spec.dtype)
-
-    def put(self, key: str, t: int, idx: Any, values: Any) -> None:
-        col = self.cols.get(key)
-        if col is None:
-            spec = self.specs[key] = ColumnSpec.of(values)
-            col = self.cols[key] = self._column(len(self.cols[Columns.MASK]), spec)
-        col[t, idx] = values
-
-    def add_row(self) -> int:
-        capacity = len(self.cols[Columns.MASK])
-        if self.rows == capacity:  # complete_episodes runs past T: grow by doubling
-            self.cols = {k: np.concatenate([v, np.zeros_like(v)]) for k, v in self.cols.items()}
-        self.rows += 1
-        return self.rows - 1
-
-    def build(self, next_obs: list[Any]) -> dict[str, Any]:
-        """The fragment: columns cut to the rows used, ``next_obs``, and the final
-        observations of truncated steps before the last row (the last row's is next_obs)."""
-        T = self.rows
-        shape, dtype = self.obs_layout.shape, self.obs_layout.dtype
-        out: dict[str, Any] = {k: v[:T] for k, v in self.cols.items()}
-        out["next_obs"] = np.asarray(np.stack(next_obs), dtype=dtype)
-        trunc = [(t, b, o) for t, b, o in self.trunc if t < T - 1]
-        out["trunc_index"] = np.array([(t, b) for t, b, _ in trunc], dtype=np.int64).reshape(-1, 2)
-        out["trunc_obs"] = (np.asarray(np.stack([o for _, _, o in trunc]), dtype=dtype) if trunc
-                            else np.zeros((0, *shape), dtype))
-        return out
-
-
-@dataclass
-class _Slot:
-    """One env and where its current episode stands."""
-
-    env: gym.Env
-    seed: int | None  # for the next reset; used once
-    obs: Any = None  # what the next action is taken from
-    episode: Episode | None = None
-    start_row: int = 0  # row of the current fragment where the episode began
-    restarts: int = 0
-    errors_in_a_row: int = 0  # failed steps since its last good one
-
 
 class EnvSampler:
     """Steps ``num_envs`` envs in a Python loop with one batched policy call per step and
@@ -112,7 +43,7 @@ class EnvSampler:
         # observation comes from an env; fragments hold the filtered observations.
         self.obs_filter = obs_filter if obs_filter is not None else NoFilter()
         seeds = seeds or [None] * num_envs
-        self.slots = [_Slot(make_env(i), seeds[i]) for i in range(num_envs)]
+        self.slots = [EnvSlot(make_env(i), seeds[i]) for i in range(num_envs)]
         self.base_seeds = list(seeds)
         self.observation_space = self.slots[0].env.observation_space
         self.action_space = self.slots[0].env.action_space
@@ -412,20 +343,9 @@ class EnvSampler:
         buf.cols["mask"][self.slots[b].start_row:t + 1, b] = False
         if recreate:
             self.counters["env_errors"] += 1
-            self._recreate(b)
+            self.slots[b].recreate(self.make_env, b, self.base_seeds[b])
         self._reset(b, t + 1)
         self._next_obs[b] = self.slots[b].obs
-
-    def _recreate(self, b: int) -> None:
-        slot = self.slots[b]
-        try:
-            slot.env.close()
-        except Exception:
-            log.warning("env %d raised in close() after failing", b, exc_info=True)
-        slot.restarts += 1
-        slot.env = self.make_env(b)
-        base = self.base_seeds[b]
-        slot.seed = None if base is None else base + RESEED_STRIDE * slot.restarts
 
     def _reset(self, b: int, start_row: int) -> None:
         slot = self.slots[b]
@@ -433,19 +353,7 @@ class EnvSampler:
         if self.callbacks is not None:
             self.callbacks.on_episode_created(episode=episode, env_runner=self.env_runner,
                                               env_index=b)
-        for attempt in range(MAX_RESET_ATTEMPTS):
-            try:
-                obs, info = slot.env.reset(seed=slot.seed)
-                break
-            except Exception:
-                log.exception("env %d raised in reset() (attempt %d of %d); recreating it",
-                              b, attempt + 1, MAX_RESET_ATTEMPTS)
-                self.counters["env_errors"] += 1
-                self._recreate(b)
-        else:
-            raise RuntimeError(f"env {b} failed to reset {MAX_RESET_ATTEMPTS} times in a row, "
-                               "each time recreated; the log has the tracebacks")
-        slot.seed = None
+        obs, info = slot.reset_env(self.make_env, b, self.base_seeds[b], self.counters)
         if self.reward_normalizer is not None:  # a discarded episode's return ends too
             self.reward_normalizer.reset(b)
         episode.last_observation, episode.last_info = obs, info or {}

@@ -26,7 +26,7 @@ from rlmesh.rl.columns import (DEFAULT_POLICY_ID, ColumnSpec, Columns, action_di
                                space_layout)
 from rlmesh.rl.filters import make_filter
 from rlmesh.roles.env_runner import default_policy_specs, runner_config
-from rlmesh.roles.env_sampler import SEED_STRIDE
+from rlmesh.roles.env_slots import SEED_STRIDE
 from rlmesh.roles.obs_filters import FILTER_CALLS, ObsFilterCalls
 from rlmesh.roles.runner_policy import VersionedPolicies, make_runner_policies
 from rlmesh.roles.policy_checks import ClientLimits, ReportedEpisodes, Rejections

@@ -15,7 +15,8 @@ from rlmesh.callbacks import Callbacks, Episode
 from rlmesh.policy.policy import Policy
 from rlmesh.rl.columns import Columns, env_columns, optional_columns
 from rlmesh.rl.filters import NoFilter
-from rlmesh.roles.env_sampler import RESEED_STRIDE, FragmentBuffer
+from rlmesh.roles.env_slots import RESEED_STRIDE
+from rlmesh.roles.fragment_buffer import FragmentBuffer
 from rlmesh.roles.runner_policy import call_actions
 
 #: ``act(obs, explore) -> (actions, extras, policy version or None)``, maybe a coroutine.
