@@ -30,6 +30,7 @@ from rlmesh.algorithms.ddpg import DDPGTorchPolicy, check_box_actions
 from rlmesh.algorithms.dqn import DQNTorchPolicy, check_discrete
 from rlmesh.algorithms.off_policy import OffPolicy
 from rlmesh.driver.async_mesh import ApexMesh
+from rlmesh.driver.learner_failure import learner_calls
 from rlmesh.driver.mesh import Totals
 from rlmesh.config.base import ConfigError
 from rlmesh.envs import space_to_data
@@ -81,21 +82,18 @@ class Apex(OffPolicy):
         while the learner trains on; what happened, as one result (Algorithm.train adds
         the evaluation and calls on_train_result)."""
         start = time.perf_counter()
-        with self._learner_calls():
+        with learner_calls(self):
             sampled = self._wait_for_samples()
             learners = self.mesh.learner_metrics()
         shards = self.mesh.shard_stats()
-        elapsed = time.perf_counter() - start
-        steps = sum(int(s["env_steps"]) for s in sampled)
-        self.iteration += 1
-        self.time_total_s += elapsed
-        self.num_env_steps_trained += sum(m["num_env_steps_trained"] for m in learners)
         episodes = [{"episodes": s["episodes"],
                      "num_nonfinite_steps_skipped": s.get("num_nonfinite_steps_skipped", 0)}
                     for s in sampled]
-        busy_s = max(m["learner_busy_s"] for m in learners)
-        result = self._result(episodes, steps, learners[0]["stats"], elapsed, elapsed, busy_s)
-        result.update(self._replay_metrics(shards, learners, elapsed))
+        result = self._finish_iteration(
+            start, episodes, sum(int(s["env_steps"]) for s in sampled),
+            sum(m["num_env_steps_trained"] for m in learners), learners[0]["stats"],
+            learn_time=max(m["learner_busy_s"] for m in learners))
+        result.update(self._replay_metrics(shards, learners, result["time_this_iter_s"]))
         result.update(self._per_runner_returns(sampled))
         return result
 
@@ -108,9 +106,7 @@ class Apex(OffPolicy):
             if not self.mesh.num_live_runners():
                 raise RuntimeError("every env runner is gone (see the log for why)")
             got = self.mesh.pop_sampled()
-            new = sum(int(s["env_steps"]) for s in got)
-            self.timesteps_total += new
-            steps += new
+            steps += sum(int(s["env_steps"]) for s in got)
             sampled.extend(got)
             if steps >= self.config.min_sample_timesteps_per_iteration:
                 return sampled

@@ -9,23 +9,20 @@ runners sample the next batch during the update, with the weights of the update 
 surrogate still bounds the step from it.
 
 From ``Algorithm.train()`` to the loss, with the learner in the driver (``num_learners=0``):
-train -> PPO.training_step -> Learner.update_from_batch -> PPOTorchPolicy.update -> loss.
+train -> training_iteration -> run_iteration (``min_time_s_per_iteration``) ->
+PPO.training_step -> update_learners -> Learner.update_from_batch -> TorchPolicy.update
+(the one minibatch loop: ``prepare_batch``, then ``loss`` per minibatch) -> PPOTorchPolicy.loss.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 import torch
 
 from rlmesh.algorithms.advantages import gae_samples, standardized
 from rlmesh.algorithms.ppo_config import PPOConfig
 from rlmesh.driver.algorithm import Algorithm
-from rlmesh.driver.env_runner_group import synchronous_parallel_sample
 from rlmesh.policy.learner_stats import entropy_of, explained_variance
-from rlmesh.policy.sgd import MinibatchSGD
 from rlmesh.policy.torch_policy import TorchPolicy
-from rlmesh.rl.columns import merge_by_policy
 
 __all__ = ["PPO", "PPOConfig", "PPOTorchPolicy"]
 
@@ -39,39 +36,21 @@ class PPO(Algorithm):
     default_policy_class = "rlmesh.algorithms.ppo:PPOTorchPolicy"
 
     def training_step(self) -> dict[str, dict[str, float]]:
-        """Sample -> update (advantages, epochs of minibatches: ``PPOTorchPolicy.update``)
-        -> publish; learner statistics by policy id."""
-        with self.timer("sample_time_s"):
-            fragments = synchronous_parallel_sample(self.env_runners,
-                                                    max_env_steps=self.config.train_batch_size)
-        if not any(f["env_steps"] for f in fragments):
-            return {}  # policy-server clients sent nothing in time: an idle iteration
-        with self.timer("learn_time_s"):
-            stats = self.learner_group.update_from_batch(merge_by_policy(fragments),
-                                                         timesteps=self.timesteps_sampled)
-        self.env_runners.sync_weights(sorted(stats) or None)  # untrained ones stay as they are
-        return stats
+        """Sample ``train_batch_size`` env steps -> update the learners (each policy's
+        ``update``: ``prepare_batch`` and ``loss`` below) -> publish the new weights to the
+        runners; learner statistics by policy id. The steps are Algorithm's, named here."""
+        fragments = self.sample_train_batch()
+        stats = self.update_learners(fragments)
+        self.publish_trained(stats)
+        return stats or {}
 
 
 class PPOTorchPolicy(TorchPolicy):
-    """PPO's learner side: values and GAE over the time-major batch, the clipped surrogate,
-    the value loss, the entropy bonus and the adaptive KL penalty."""
-
-    def update(self, batch: dict[str, Any], timesteps: int, num_epochs: int | None = None,
-               minibatch_size: int | None = None, num_minibatches: int | None = None
-               ) -> dict[str, float]:
-        """One update from the time-major batch the runners sampled: values and GAE
-        advantages (``prepare_batch``), then ``num_epochs`` passes over shuffled minibatches
-        of ``minibatch_size``, one gradient step on the loss of each (``MinibatchSGD``: the
-        optimizer step, clipping, the lr schedule, statistics), then the diagnostics and
-        the KL coefficient (``update_stats``, ``after_update``)."""
-        sgd = MinibatchSGD(self, timesteps)
-        train = self.prepare_batch(sgd.on_device(batch))
-        for mb in sgd.minibatches(train, num_epochs, minibatch_size, num_minibatches):
-            with self.precision():
-                loss, stats = self.loss(mb)
-            sgd.step(loss, stats)
-        return sgd.finish()
+    """PPO's learner side. Its ``update`` is the one minibatch loop (``TorchPolicy.update``):
+    values and GAE advantages (``prepare_batch``), then ``num_epochs`` passes over shuffled
+    minibatches of ``minibatch_size``, one gradient step on each one's ``loss`` (the clipped
+    surrogate, the value loss, the entropy bonus, the adaptive KL penalty), then the
+    diagnostics and the KL coefficient (``update_stats``, ``after_update``)."""
 
     def prepare_batch(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """The flat train samples with values, GAE advantages (standardized) and value

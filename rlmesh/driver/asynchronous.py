@@ -10,7 +10,8 @@ from typing import Any, Callable, TypeVar
 
 import numpy as np
 
-from rlmesh.driver.algorithm import Algorithm, LearnerFailed  # noqa: F401 (its home was here)
+from rlmesh.driver.algorithm import Algorithm
+from rlmesh.driver.learner_failure import LearnerFailed, learner_failed
 from rlmesh.driver.async_mesh import AsyncMesh
 from rlmesh.runtime import ActorUnavailable, RemoteError
 
@@ -42,18 +43,12 @@ class AsyncAlgorithm(Algorithm):
         sampled = self._ask(self.mesh.pop_sampled)
         aggregators = self._ask(self.mesh.aggregator_stats)
         steps = sum(s["env_steps"] for s in sampled)
-        self.timesteps_total += steps
         trained = sum(m["num_env_steps_trained"] for m in learners)
-        self.num_env_steps_trained += trained
-        self.iteration += 1
-        elapsed = time.perf_counter() - start
-        self.time_total_s += elapsed
         episodes = [{"episodes": s["episodes"],
                      "num_nonfinite_steps_skipped": s.get("num_nonfinite_steps_skipped", 0),
                      **({"agent_steps": s["agent_steps"]} if "agent_steps" in s else {})}
                     for s in sampled]
-        stats = _mean_stats(learners)
-        result = self._result(episodes, steps, stats, elapsed, elapsed, elapsed)
+        result = self._finish_iteration(start, episodes, steps, trained, _mean_stats(learners))
         result.update(self._pipeline_metrics(learners, sampled, aggregators))
         return result
 
@@ -79,7 +74,7 @@ class AsyncAlgorithm(Algorithm):
         except (ActorUnavailable, RemoteError) as exc:
             if self.mesh.learner_failure is None and not isinstance(exc, RemoteError):
                 raise
-            raise self._learner_failed(exc) from None
+            raise learner_failed(self, exc) from None
 
     def _pipeline_metrics(self, learners: list[dict[str, Any]], sampled: list[dict[str, Any]],
                           aggregators: list[dict[str, Any]]) -> dict[str, Any]:

@@ -37,6 +37,7 @@ class RunView(Protocol):
     obs_filter: NoFilter  # NoFilter or MeanStdFilter
     callbacks: Any  # the user's callbacks object, or None
     logdir: str | None
+    last_checkpoint: str | None  # the newest save()'s folder (what a failure names)
     run_name: str
 
     def publish(self, policies: list[str] | None = None) -> int: ...

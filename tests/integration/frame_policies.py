@@ -18,11 +18,13 @@ STACK_FILE = "RLMESH_TEST_STACK_FILE"
 
 
 def record_stack() -> None:
-    """``[function, file name]`` of every frame, innermost (this loss) first, once."""
+    """``[function, file name, file path, first line]`` of every frame, innermost (this
+    loss) first, once."""
     path = Path(os.environ[STACK_FILE])
     if path.exists():
         return
-    frames = [[f.function, Path(f.filename).name] for f in inspect.stack(context=0)[1:]]
+    frames = [[f.function, Path(f.filename).name, f.filename, f.frame.f_code.co_firstlineno]
+              for f in inspect.stack(context=0)[1:]]
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(frames))
     tmp.replace(path)
