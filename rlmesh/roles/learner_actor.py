@@ -1,7 +1,9 @@
-"""The learner actor, one for every algorithm. Synchronous algorithms (PPO, A2C) call
-``update`` with a train batch; asynchronous ones (IMPALA, APPO) ``start_async`` it, and it
-takes streams of fragments or train batches, updates in one straight loop on a thread of its
-own and publishes weights to the param server every ``broadcast_interval`` updates.
+"""The learner actor, one for every algorithm, fed by one source (``learner_source.py``).
+Synchronous algorithms (PPO, A2C) call ``update`` with a train batch (the direct source);
+asynchronous ones ``start_async`` it (a stream of fragments or train batches: IMPALA, APPO)
+or ``start_replay`` it (replay shards: APEX), and it updates in one straight loop on a
+thread of its own over its source's batches, publishing weights to the param server every
+``broadcast_interval`` updates.
 
 The event loop only receives and queues; training runs on the learner's thread. With
 ``world_size`` > 1 the learners average gradients with torch.distributed and rank 0 publishes.
@@ -18,38 +20,32 @@ import threading
 import time
 import traceback
 from collections import deque
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import Any, Iterator
 
 import numpy as np
 
 from rlmesh.runtime.import_path import SentCode, import_object, named_roots
-from rlmesh.rl.columns import DEFAULT_POLICY_ID
 from rlmesh.roles.learner import learner_class_of
-from rlmesh.roles.learner_input import BatchBuilder, BatchQueue, LearnerInput
-from rlmesh.roles.replay_input import InputClosed, ReplayFeeder, ReplayInput
+# batch_size_per_learner: aggregator.py imports it from here.
+from rlmesh.roles.learner_input import StreamSource, batch_size_per_learner  # noqa: F401
+from rlmesh.roles.learner_report import Report
+from rlmesh.roles.learner_source import DirectSource, InputClosed, LearnerSource
+from rlmesh.roles.replay_input import ReplaySource
+from rlmesh.roles.weight_publisher import WeightPublisher
 from rlmesh.runtime import Actor
 from rlmesh.runtime.protocol import Protocol
 
-if TYPE_CHECKING:
-    from rlmesh.config.base import AlgorithmConfig
-
 log = logging.getLogger(__name__)
-
-POLL_S = 0.5  # the update thread's longest wait before it looks at the stop flag again
-
-
-def batch_size_per_learner(cfg: AlgorithmConfig) -> int:
-    if cfg.train_batch_size_per_learner is not None:
-        return cfg.train_batch_size_per_learner
-    return -(-cfg.train_batch_size // max(1, cfg.num_learners))
 
 
 class LearnerActor(Actor):
     """One learner (rank ``rank`` of ``world_size``) of the policies in ``policy_specs``.
 
     Synchronous: ``update(batches, timesteps)``. Asynchronous, after ``start_async``:
-    ``add_fragment`` (a stream from runners) joins fragments into train batches here;
-    ``add_batch`` (a stream from aggregators) takes batches they joined.
+    ``add_fragment`` (a stream from runners) joins fragments into train batches;
+    ``add_batch`` (a stream from aggregators) takes batches they joined. After
+    ``start_replay``: batches sampled from replay shards. The calls only one source serves
+    are declared here and written in that source's module (``_source_call``).
     """
 
     protocol = Protocol(
@@ -82,13 +78,9 @@ class LearnerActor(Actor):
         # RLlib's learner_class: a user's Learner subclass, named by import path.
         self.learner = learner_class_of(cfg)(cfg, policy_specs, str(device), trust)
         self.rank, self.world_size, self.dp_address = rank, world_size, dp_address
-        # The asynchronous pipeline's input (IMPALA's settings): made by start_async.
-        self.queue: BatchQueue | None = None
-        self.input: LearnerInput | None = None
-        self.builder: BatchBuilder | None = None
-        # APEX's input instead: batches sampled from replay shards (start_replay).
-        self.replay: ReplayInput | None = None
-        self._feeder: ReplayFeeder | None = None
+        # Where the batches come from: the driver's update calls until start_async or
+        # start_replay gives the learner a source that feeds its update loop.
+        self.source: LearnerSource = DirectSource()
         # How long a data-parallel collective waits for the other ranks.
         self._dp_timeout = float(getattr(cfg, "learner_queue_timeout", 300.0))
         self._ps_name = param_server
@@ -96,15 +88,8 @@ class LearnerActor(Actor):
         self._stop = threading.Event()
         self._error: str | None = None
         self.version = 0  # policy version: +1 per update and per set_weights/set_state
-        self._published = 0
-        self._num_published = 0  # weights this learner sent the param server
-        self._publish_error: str | None = None
-        self._outbox: tuple[int, dict[str, Any]] | None = None
-        self._outbox_ready = asyncio.Event()
-        self._sending = False  # a snapshot on its way to the param server
-        self._published_event = asyncio.Event()
-        self._received_steps = 0
-        self._report = _Report()
+        self.publisher = WeightPublisher(None, rank)  # its param server: on_start (rank 0)
+        self._report = Report()
         # Data-parallel learners: a digest of the weights after each recent update, so a
         # test can check that every rank holds the same weights at every version.
         self._digests: deque[tuple[int, str]] = deque(maxlen=512)
@@ -116,16 +101,16 @@ class LearnerActor(Actor):
 
     async def on_start(self) -> None:
         self._loop = asyncio.get_running_loop()
-        self._ps = await self.job.get_actor(self._ps_name) if self.rank == 0 else None
+        if self.rank == 0:
+            self.publisher.ps = await self.job.get_actor(self._ps_name)
         # An update far longer than usual is reported by the supervisor (stuck_learner_warn_s).
         self.job.diagnostics.add_probe(f"learner-{self.rank}", self.learner.update_clock.probe)
-        self._publisher = asyncio.ensure_future(self._publish_loop())
+        self._publishing = asyncio.ensure_future(self.publisher.run())
 
     async def on_stop(self) -> None:
         self._stop.set()
-        self._publisher.cancel()
-        if self._feeder is not None:
-            self._feeder.stop()
+        self._publishing.cancel()
+        self.source.stop()
         if self._thread is not None:
             await asyncio.get_running_loop().run_in_executor(None, self._thread.join, 5.0)
         self._executor.shutdown(wait=False, cancel_futures=True)
@@ -177,77 +162,52 @@ class LearnerActor(Actor):
                       _first_line(exc), traceback.format_exc().rstrip(), extra={"detail": True})
             raise
 
-    # --- asynchronous algorithms ---
+    # --- asynchronous algorithms: a source that feeds the update loop ---
 
     def start_async(self) -> None:
-        """Start the update loop over the batches that arrive (IMPALA, APPO)."""
+        """Start the update loop over the batches streamed in (IMPALA, APPO):
+        ``learner_input.StreamSource``."""
         if self._thread is None:
-            cfg = self.config
-            self.queue = BatchQueue(cfg.learner_queue_size)
-            self.input = LearnerInput(
-                self._take, buffer_size=cfg.minibatch_buffer_size, num_passes=cfg.num_epochs,
-                replay_proportion=cfg.replay_proportion, replay_slots=cfg.replay_buffer_num_slots,
-                max_policy_lag=cfg.max_policy_lag,
-                seed=None if cfg.seed is None else cfg.seed + 7 * self.rank)
-            self.builder = BatchBuilder(batch_size_per_learner(cfg))
-            self._thread = threading.Thread(target=self._run, name=f"rlmesh.learner-{self.rank}",
-                                            daemon=True)
-            self._thread.start()
+            self._start(StreamSource(self.config, self.rank, self.world_size, self._stop.is_set))
 
     async def start_replay(self, shards: list[str]) -> None:
         """Start the update loop over batches sampled from the replay shards named
-        ``shards`` (by index; APEX): ``replay_sample_requests_in_flight`` sample requests
-        kept outstanding per shard, each batch's TD errors sent back to its shard. The
-        only shard, served in this process (the driver's), is sampled directly."""
-        if self._thread is not None:
-            return
-        cfg = self.config
-        local = None
-        if len(shards) == 1:
-            with contextlib.suppress(KeyError, AttributeError):
-                local = self.job.local_actor(shards[0]).core
-        handles = [None] if local is not None else [await self.job.get_actor(n) for n in shards]
-        self.replay = ReplayInput(
-            len(shards), credits=cfg.replay_sample_requests_in_flight,
-            batch_size=batch_size_per_learner(cfg), beta=cfg.replay_beta,
-            prioritized=cfg.prioritized_replay, local=local, stopped=self._stop.is_set)
-        self._feeder = ReplayFeeder(self.replay, handles)
-        self.replay.on_credit = self._feeder.wake
-        self.input = self.replay  # type: ignore[assignment]  (LearnerInput's contract)
+        ``shards`` (APEX): ``replay_input.ReplaySource``."""
+        if self._thread is None:
+            self._start(await ReplaySource.open(self.job, self.config, shards,
+                                                self._stop.is_set))
+
+    def _start(self, source: LearnerSource) -> None:
+        self.source = source
         self._thread = threading.Thread(target=self._run, name=f"rlmesh.learner-{self.rank}",
                                         daemon=True)
         self._thread.start()
 
-    def replay_shard_restarted(self, index: int) -> None:
-        """The driver saw replay shard ``index`` restart: its former life's requests and
-        priorities are given up on."""
-        if self._feeder is not None:
-            self._feeder.restarted(index)
-
-    # --- input (event loop) ---
-
     async def add_fragment(self, fragment: dict[str, Any]) -> None:
-        """A runner's fragment; a train batch goes to the queue once enough have come."""
-        if self.builder is None:
-            raise RuntimeError("this learner takes fragments only after start_async()")
-        batch = self.builder.add(fragment)  # junk: a ValueError back to its sender, counted
-        self._received_steps += int(fragment["env_steps"])
-        if batch is not None:
-            await self.queue.put(batch)
+        """A runner's fragment (``StreamSource.add_fragment``)."""
+        await self._source_call("add_fragment", "start_async", fragment)
 
     async def add_batch(self, batch: dict[str, Any]) -> None:
-        """A train batch an aggregator joined (see ``BatchBuilder``)."""
-        if self.queue is None:
-            raise RuntimeError("this learner takes batches only after start_async()")
-        self._received_steps += int(batch["env_steps"])
-        await self.queue.put(batch)
+        """A train batch an aggregator joined (``StreamSource.add_batch``)."""
+        await self._source_call("add_batch", "start_async", batch)
 
-    # --- the update loop (its own thread) ---
+    def replay_shard_restarted(self, index: int) -> None:
+        """The driver saw replay shard ``index`` restart (``ReplaySource``'s call of this
+        name); before start_replay, there is nothing to give up on."""
+        self._source_call("replay_shard_restarted", None, index)
 
-    def _take(self, timeout: float) -> dict[str, Any]:
-        if self._stop.is_set():
-            raise _Stopped
-        return self.queue.get(min(timeout, POLL_S))
+    def _source_call(self, call: str, started_by: str | None, *args: Any) -> Any:
+        """``call`` served by the source's method of that name: a call only one source serves
+        is declared on this role but written with its source. A source without it refuses
+        it, naming the call that starts the one that has it (``started_by``; None: ignored,
+        as a tell about another source's peers)."""
+        method = getattr(self.source, call, None)
+        if method is not None:
+            return method(*args)
+        if started_by is not None:
+            raise RuntimeError(f"this learner ({self.source.name} input) serves {call} only "
+                               f"after {started_by}()")
+        return None
 
     def _run(self) -> None:
         try:
@@ -256,13 +216,12 @@ class LearnerActor(Actor):
                 self._joined = True
             while not self._stop.is_set():
                 waited = time.perf_counter()
-                # (APEX's config has no learner_queue_timeout: its input waits for the shards.)
-                batch, is_new = self.input.next(self.version, self._dp_timeout)
+                batch, is_new = self.source.next(self.version, self._dp_timeout)
                 started = time.perf_counter()
                 self._update(batch, is_new)
                 self._report.wait_s += started - waited
                 self._report.busy_s += time.perf_counter() - started
-        except (_Stopped, InputClosed):
+        except InputClosed:
             return
         except Exception as exc:
             if not self._stop.is_set():
@@ -271,6 +230,24 @@ class LearnerActor(Actor):
                 self._error = f"{type(exc).__name__}: {_first_line(exc)}"
                 log.error("learner %d stopped: %s\n%s", self.rank, self._error,
                           traceback.format_exc().rstrip(), extra={"detail": True})
+
+    def _update(self, batch: dict[str, Any], is_new: bool) -> None:
+        lag = self.version - np.asarray(batch["policy_versions"])
+        timesteps = self.source.timesteps()
+        with self._lock:
+            stats = self.learner.update_from_batch(batch["policies"], timesteps, num_epochs=1)
+            self.version += 1
+            # A snapshot only while none is waiting or on its way (it would wait behind
+            # it): copying the weights every update cost APEX's small DQN ~6% of its updates.
+            due = (self.rank == 0 and self.version % self.config.broadcast_interval == 0
+                   and self.publisher.idle)
+            snapshot = (self.version, self.learner.get_weights()) if due else None
+            if self.world_size > 1:
+                self._digests.append((self.learner.num_updates, self._digest()))
+        self.source.trained(batch, stats)  # (its own statistics out first: APEX's TD errors)
+        self._report.add(stats, lag, int(batch["env_steps"]) if is_new else 0)
+        if snapshot is not None:
+            self._loop.call_soon_threadsafe(self.publisher.offer, snapshot)
 
     # --- data-parallel rendezvous: rank 0 listens on its node, the driver tells every rank ---
 
@@ -307,61 +284,7 @@ class LearnerActor(Actor):
         with self._lock:
             self.learner.set_data_parallel(dp)
 
-    def _update(self, batch: dict[str, Any], is_new: bool) -> None:
-        lag = self.version - np.asarray(batch["policy_versions"])
-        # Env steps sampled, near enough: what the shards took in, or the fragments received.
-        timesteps = (self.replay.env_steps if self.replay is not None
-                     else self._received_steps * self.world_size)
-        with self._lock:
-            stats = self.learner.update_from_batch(batch["policies"], timesteps, num_epochs=1)
-            self.version += 1
-            # A snapshot only while none is waiting or on its way (it would wait behind
-            # it): copying the weights every update cost APEX's small DQN ~6% of its updates.
-            due = (self.rank == 0 and self.version % self.config.broadcast_interval == 0
-                   and self._outbox is None and not self._sending)
-            snapshot = (self.version, self.learner.get_weights()) if due else None
-            if self.world_size > 1:
-                self._digests.append((self.learner.num_updates, self._digest()))
-        if self.replay is not None:
-            self._replayed(batch, stats)
-        self._report.add(stats, lag, int(batch["env_steps"]) if is_new else 0)
-        if snapshot is not None:
-            self._loop.call_soon_threadsafe(self._offer, snapshot)
-
-    def _replayed(self, batch: dict[str, Any], stats: dict[str, dict[str, Any]]) -> None:
-        """A replay batch trained on: its TD errors to its shard, as the new priorities."""
-        td = stats.get(DEFAULT_POLICY_ID, {}).pop("td_error", None)
-        route = self.replay.trained(batch, td)
-        if route is not None:
-            self._loop.call_soon_threadsafe(self._feeder.send, route)
-
-    # --- publishing (event loop): one sender, so versions reach the param server in order ---
-
-    def _offer(self, snapshot: tuple[int, dict[str, Any]]) -> None:
-        if self._outbox is None or snapshot[0] > self._outbox[0]:
-            self._outbox = snapshot  # an older one not yet sent is superseded
-        self._outbox_ready.set()
-
-    async def _publish_loop(self) -> None:
-        while True:
-            await self._outbox_ready.wait()
-            self._outbox_ready.clear()
-            snapshot, self._outbox = self._outbox, None
-            if snapshot is None or snapshot[0] <= self._published:
-                continue
-            try:
-                self._sending = True
-                await self._ps.call("set_weights", *snapshot)
-                self._published = snapshot[0]
-                self._num_published += 1
-            except Exception as exc:
-                # Runners keep the weights they have; the next snapshot tries again.
-                log.warning("learner %d: publishing version %d failed: %s", self.rank,
-                            snapshot[0], exc)
-                self._publish_error = f"version {snapshot[0]}: {exc}"
-            finally:
-                self._sending = False
-            self._published_event.set()
+    # --- publishing: one sender (``weight_publisher.py``), so versions arrive in order ---
 
     async def publish(self, version: int | None = None,
                       policies: list[str] | None = None) -> int:
@@ -376,22 +299,13 @@ class LearnerActor(Actor):
         if version is not None:  # synchronous: no update loop publishes meanwhile
             with self._lock:
                 weights = self.learner.get_weights(policies)
-            await self._ps.call("set_weights", version, weights)
+            await self.publisher.send(version, weights)
             self.version = max(self.version, version)
-            self._published = max(self._published, version)
-            self._num_published += 1
             return version
         with self._lock:
             self.version += 1
             snapshot = (self.version, self.learner.get_weights())
-        self._offer(snapshot)
-        self._publish_error = None
-        while self._published < snapshot[0]:
-            self._published_event.clear()
-            await self._published_event.wait()
-            if self._publish_error is not None:
-                raise RuntimeError(f"the param server refused the weights ({self._publish_error})")
-        return snapshot[0]
+        return await self.publisher.publish(snapshot)
 
     # --- the driver's calls ---
 
@@ -399,16 +313,10 @@ class LearnerActor(Actor):
         """What happened since the last call; raises the update thread's error, if any."""
         if self._error is not None:
             raise LearnerStopped(f"learner {self.rank} stopped: {self._error}")
-        report, self._report = self._report, _Report()
-        if self.replay is not None:
-            pipeline = {**self.replay.counters, "learner_queue_size": self.replay.qsize(),
-                        "num_replay_env_steps": self.replay.env_steps}
-        else:
-            pipeline = ({**self.input.counters, **self.builder.counters,
-                         "learner_queue_size": self.queue.qsize(),
-                         "pending_env_steps": self.builder.pending_steps} if self.input else {})
-        return {**report.summary(), **pipeline, "rank": self.rank, "policy_version": self.version,
-                "num_weights_published": self._num_published}
+        report, self._report = self._report, Report()
+        return {**report.summary(), **self.source.metrics(), "rank": self.rank,
+                "policy_version": self.version,
+                "num_weights_published": self.publisher.num_published}
 
     def num_updates(self) -> int:
         if self._error is not None:
@@ -454,58 +362,6 @@ class LearnerActor(Actor):
         with self._lock:
             self.learner.set_state(state)
             self.version = max(self.version, int(state.get("policy_version", 0)))
-
-
-class _Stopped(Exception):
-    """The learner is stopping: the update loop ends."""
-
-
-#: Learner statistics that count since the learner started (not per update).
-COUNTS = ("num_nonfinite_updates_skipped", "num_nonfinite_batches_skipped")
-
-
-class _Report:
-    """Learner statistics summed between two reports."""
-
-    def __init__(self) -> None:
-        self.sums: dict[str, dict[str, float]] = {}  # by policy id
-        self.counts: dict[str, dict[str, int]] = {}  # by policy id: the latest COUNTS
-        self.updates = 0
-        self.env_steps = 0
-        self.trained = 0
-        self.lag_sum = 0.0
-        self.lag_count = 0
-        self.lag_max = 0
-        self.wait_s = 0.0  # the update thread waiting for a batch
-        self.busy_s = 0.0  # ... and updating
-
-    def add(self, stats: dict[str, dict[str, float]], lag: np.ndarray, new_steps: int) -> None:
-        for pid, policy_stats in stats.items():
-            sums = self.sums.setdefault(pid, {})
-            for k, v in policy_stats.items():
-                if k in COUNTS:  # counts since the learner started: as they stand, not averaged
-                    self.counts.setdefault(pid, {})[k] = int(v)
-                else:
-                    sums[k] = sums.get(k, 0.0) + float(v)
-            self.trained += int(policy_stats.get("num_env_steps_trained", 0))
-        self.updates += 1
-        self.env_steps += new_steps
-        self.lag_sum += float(lag.sum())
-        self.lag_count += lag.size
-        self.lag_max = max(self.lag_max, int(lag.max()) if lag.size else 0)
-
-    def summary(self) -> dict[str, Any]:
-        n = max(self.updates, 1)
-        stats = {pid: {**{k: v / n for k, v in sums.items() if k != "num_env_steps_trained"},
-                       **self.counts.get(pid, {})}
-                 for pid, sums in self.sums.items()}
-        return {"stats": stats, "num_updates": self.updates,
-                "num_env_steps_trained": self.trained, "num_new_env_steps_trained": self.env_steps,
-                "policy_lag_mean": self.lag_sum / self.lag_count if self.lag_count else 0.0,
-                "policy_lag_max": self.lag_max,
-                "learner_idle_fraction": (self.wait_s / (self.wait_s + self.busy_s)
-                                          if self.wait_s + self.busy_s else 0.0),
-                "learner_busy_s": self.busy_s}
 
 
 class LearnerStopped(RuntimeError):

@@ -1,7 +1,8 @@
 """What feeds an asynchronous learner: fragments joined into train batches, a bounded queue
 between the event loop and the update thread, replay mixing and the minibatch buffer.
 
-Plain code, no sockets: the aggregator and the learner actor put these together.
+Plain code, no sockets: the aggregator uses ``BatchBuilder``; ``StreamSource`` puts them
+together as the learner actor's stream source (``learner_source.py``: IMPALA, APPO).
 """
 
 from __future__ import annotations
@@ -10,13 +11,24 @@ import asyncio
 import logging
 import queue
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
 from rlmesh.rl.columns import DEFAULT_POLICY_ID, merge_by_policy, time_major_keys
+from rlmesh.roles.learner_source import POLL_S, InputClosed
+
+if TYPE_CHECKING:
+    from rlmesh.config.base import AlgorithmConfig
 
 log = logging.getLogger(__name__)
+
+
+def batch_size_per_learner(cfg: AlgorithmConfig) -> int:
+    """The env steps of one learner's train batch (its share of ``train_batch_size``)."""
+    if cfg.train_batch_size_per_learner is not None:
+        return cfg.train_batch_size_per_learner
+    return -(-cfg.train_batch_size // max(1, cfg.num_learners))
 
 
 class LearnerQueueTimeout(RuntimeError):
@@ -208,3 +220,65 @@ class LearnerInput:
                 self.counters["num_batches_dropped_stale"] += 1
                 continue
             return batch
+
+
+
+class StreamSource:
+    """A stream's batches (IMPALA, APPO; the learner's ``start_async``): runners' fragments
+    (``add_fragment``), joined here into train batches, or batches aggregators joined
+    (``add_batch``), queued for the update thread, which takes them through ``LearnerInput``
+    (minibatch buffer, replay mixing, stale batches dropped). Rank ``rank`` of ``world_size``
+    learners; ``stopped``: whether the learner is stopping."""
+
+    name = "stream"
+
+    def __init__(self, cfg: AlgorithmConfig, rank: int = 0, world_size: int = 1,
+                 stopped: Callable[[], bool] = lambda: False) -> None:
+        self.queue = BatchQueue(cfg.learner_queue_size)
+        self.input = LearnerInput(
+            self._take, buffer_size=cfg.minibatch_buffer_size, num_passes=cfg.num_epochs,
+            replay_proportion=cfg.replay_proportion, replay_slots=cfg.replay_buffer_num_slots,
+            max_policy_lag=cfg.max_policy_lag,
+            seed=None if cfg.seed is None else cfg.seed + 7 * rank)
+        self.builder = BatchBuilder(batch_size_per_learner(cfg))
+        self.world_size, self.stopped = world_size, stopped
+        self._received_steps = 0
+
+    # --- the event loop's side: the stream calls ---
+
+    async def add_fragment(self, fragment: dict[str, Any]) -> None:
+        """A runner's fragment; a train batch goes to the queue once enough have come."""
+        batch = self.builder.add(fragment)  # junk: a ValueError back to its sender, counted
+        self._received_steps += int(fragment["env_steps"])
+        if batch is not None:
+            await self.queue.put(batch)
+
+    async def add_batch(self, batch: dict[str, Any]) -> None:
+        """A train batch an aggregator joined (see ``BatchBuilder``)."""
+        self._received_steps += int(batch["env_steps"])
+        await self.queue.put(batch)
+
+    # --- the update thread's side ---
+
+    def _take(self, timeout: float) -> dict[str, Any]:
+        if self.stopped():
+            raise InputClosed
+        return self.queue.get(min(timeout, POLL_S))
+
+    def next(self, version: int, timeout: float) -> tuple[dict[str, Any], bool]:
+        return self.input.next(version, timeout)
+
+    def timesteps(self) -> int:
+        """The fragments' env steps received, times the ranks (each gets its share)."""
+        return self._received_steps * self.world_size
+
+    def trained(self, batch: dict[str, Any], stats: dict[str, dict[str, Any]]) -> None:
+        pass  # nothing goes back up a stream
+
+    def metrics(self) -> dict[str, Any]:
+        return {**self.input.counters, **self.builder.counters,
+                "learner_queue_size": self.queue.qsize(),
+                "pending_env_steps": self.builder.pending_steps}
+
+    def stop(self) -> None:
+        pass  # the update thread sees ``stopped`` within POLL_S

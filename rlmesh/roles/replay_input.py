@@ -1,26 +1,32 @@
 """What feeds a learner from replay shards (APEX): ``ReplayInput`` keeps sample requests in
 flight on each shard's credits, queues the batches that come back for the update thread and
 routes each batch's TD errors back to the shard it came from, as priorities; plain code,
-tested without sockets. ``ReplayFeeder`` is its socket shell on the learner's event loop."""
+tested without sockets. ``ReplayFeeder`` is its socket shell on the learner's event loop;
+``ReplaySource`` the two as the learner actor's replay source (``learner_source.py``)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import queue
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
 from rlmesh.rl.columns import DEFAULT_POLICY_ID
+from rlmesh.roles.learner_input import batch_size_per_learner
+from rlmesh.roles.learner_source import POLL_S, InputClosed
+
+if TYPE_CHECKING:
+    from rlmesh.config.base import AlgorithmConfig
 
 log = logging.getLogger(__name__)
 
-POLL_S = 0.5  # the update thread's longest wait before it looks at the stop flag again
 #: A shard that had nothing to give is asked again after the first delay when it served
 #: before (the learner is ahead of training_intensity: runners catch up within
 #: milliseconds), else after a delay doubling up to the last (it is still warming up: not
@@ -29,10 +35,6 @@ RETRY_S = (0.002, 0.05)
 #: Doublings that take the first delay past the last: the exponent stops there (2 ** n
 #: overflows a float past n ~1,024: a shard warming up for ~26 s used to raise).
 MAX_DOUBLINGS = math.ceil(math.log2(RETRY_S[1] / RETRY_S[0]))
-
-
-class InputClosed(Exception):
-    """The learner is stopping: no more batches."""
 
 
 class ReplayFeedFailed(RuntimeError):
@@ -304,3 +306,61 @@ class ReplayFeeder:
         self._main.cancel()
         for task in list(self._tasks):
             task.cancel()
+
+
+
+class ReplaySource:
+    """Batches sampled from replay shards (APEX; the learner's ``start_replay``): a
+    ``ReplayInput`` fed by its ``ReplayFeeder`` on the learner's event loop; each batch's TD
+    errors go back to its shard as the new priorities."""
+
+    name = "replay"
+
+    def __init__(self, replay: ReplayInput, feeder: ReplayFeeder) -> None:
+        self.replay, self.feeder = replay, feeder
+        self._loop = asyncio.get_running_loop()
+
+    @classmethod
+    async def open(cls, job: Any, cfg: AlgorithmConfig, shards: list[str],
+                   stopped: Callable[[], bool]) -> ReplaySource:
+        """The source over the shards named ``shards`` (by index): ``replay_sample_requests_
+        in_flight`` sample requests kept outstanding per shard. The only shard, served in
+        this process (the driver's), is sampled directly."""
+        local = None
+        if len(shards) == 1:
+            with contextlib.suppress(KeyError, AttributeError):
+                local = job.local_actor(shards[0]).core
+        handles = [None] if local is not None else [await job.get_actor(n) for n in shards]
+        replay = ReplayInput(
+            len(shards), credits=cfg.replay_sample_requests_in_flight,
+            batch_size=batch_size_per_learner(cfg), beta=cfg.replay_beta,
+            prioritized=cfg.prioritized_replay, local=local, stopped=stopped)
+        feeder = ReplayFeeder(replay, handles)
+        replay.on_credit = feeder.wake
+        return cls(replay, feeder)
+
+    def replay_shard_restarted(self, index: int) -> None:
+        """The learner's call of that name: shard ``index`` restarted, so its former life's
+        requests and priorities are given up on."""
+        self.feeder.restarted(index)
+
+    def next(self, version: int, timeout: float) -> tuple[dict[str, Any], bool]:
+        # (APEX's config has no learner_queue_timeout: the input waits for the shards.)
+        return self.replay.next(version, timeout)
+
+    def timesteps(self) -> int:
+        return self.replay.env_steps  # what the shards took in
+
+    def trained(self, batch: dict[str, Any], stats: dict[str, dict[str, Any]]) -> None:
+        """Its TD errors (out of the statistics) to its shard, as the new priorities."""
+        td = stats.get(DEFAULT_POLICY_ID, {}).pop("td_error", None)
+        route = self.replay.trained(batch, td)
+        if route is not None:
+            self._loop.call_soon_threadsafe(self.feeder.send, route)
+
+    def metrics(self) -> dict[str, Any]:
+        return {**self.replay.counters, "learner_queue_size": self.replay.qsize(),
+                "num_replay_env_steps": self.replay.env_steps}
+
+    def stop(self) -> None:
+        self.feeder.stop()
