@@ -1,7 +1,6 @@
-"""The processes of an ES or ARS run: the param server and ES runners (``ESRunner``) in
-place of env runners, spawned and placed by ``Mesh`` as env runners are; no learner
-process. ``rollouts`` keeps every healthy runner busy until an iteration has its episodes
-(a synchronous facade method, as the rest of the mesh's)."""
+"""The mesh of an ES or ARS run (the ES declaration of ``topologies.py``: the param server and
+ES runners in place of env runners; no learner process). ``rollouts`` keeps every healthy
+runner busy until an iteration has its episodes."""
 
 from __future__ import annotations
 
@@ -11,15 +10,14 @@ import time
 from typing import Any
 
 from rlmesh.driver.mesh import Mesh
+from rlmesh.driver.topologies import ES
 from rlmesh.runtime import ActorUnavailable
-
-ES_RUNNER = "rlmesh.roles.es_runner:ESRunner"
 
 
 class ESMesh(Mesh):
     """A synchronous mesh whose runners evaluate perturbations (``do_rollouts``)."""
 
-    runner_path = ES_RUNNER
+    topology = ES
 
     def rollouts(self, min_pairs: int, min_steps: int, chunks: int) -> list[dict[str, Any]]:
         """Replies of ``do_rollouts`` until they hold ``min_pairs`` mirrored pairs and
@@ -45,8 +43,8 @@ class ESMesh(Mesh):
                                               math.ceil(steps / share),
                                               timeout=self.config.sample_timeout_s)
                 except ActorUnavailable as exc:  # died mid-call: its episodes are lost
-                    self.fragments_missed += 1
-                    self.runner_unavailable(runner.name, exc, "the others evaluate its share")
+                    self.runner_pool.fragments_missed += 1
+                    self.runner_pool.unavailable(runner.name, exc, "the others evaluate its share")
                     return
                 got.append(reply)
                 have["pairs"] += len(reply["noise_indices"])
@@ -54,10 +52,10 @@ class ESMesh(Mesh):
 
         deadline = None
         while any(missing()):
-            if not self.num_live_runners():
+            if not self.runner_pool.num_live():
                 raise RuntimeError("every ES runner is gone (see the log for why); the run "
                                    "cannot evaluate perturbations")
-            runners = self.healthy_runners()
+            runners = self.runner_pool.healthy()
             if not runners:  # all restarting: wait for them, not for ever
                 timeout = self.config.sample_timeout_s or 3600
                 deadline = deadline or time.monotonic() + timeout

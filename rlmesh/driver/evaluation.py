@@ -15,11 +15,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from rlmesh.callbacks import summarize_custom_metrics
-from rlmesh.runtime.import_path import startup_code
 from rlmesh.config.base import AlgorithmConfig
-from rlmesh.envs import env_registry
-from rlmesh.policy.policy import class_path
 from rlmesh.results import new_stack_group
+from rlmesh.roles.specs import RunnerSpec
 
 if TYPE_CHECKING:
     from rlmesh.driver.run_view import RunView
@@ -27,10 +25,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def evaluation_runner_config(config: AlgorithmConfig,
-                             policy_specs: dict[str, Any]) -> dict[str, Any]:
-    """The evaluation runners' config as plain data: evaluation_config applied, explore off
-    by default, and the render mode their envs need to show or record episodes."""
+def evaluation_runner_spec(config: AlgorithmConfig, policy_specs: dict[str, Any]) -> RunnerSpec:
+    """The evaluation runners' spec: evaluation_config applied, explore off by default, and
+    the render mode their envs need to show or record episodes."""
     from rlmesh.config.settings import ConfigError
     from rlmesh.extras import MissingExtra
     from rlmesh.video import ffmpeg
@@ -47,10 +44,7 @@ def evaluation_runner_config(config: AlgorithmConfig,
                               "not set); record_env=True writes the episodes to mp4 instead")
         mode = "rgb_array" if cfg.record_env else "human"
         cfg.env_config = {**cfg.env_config, "render_mode": cfg.env_config.get("render_mode", mode)}
-    out = {**cfg.to_dict(), "_env_registry": env_registry(), "_config_class": class_path(type(cfg)),
-           "_policy_specs": policy_specs}
-    out.update(startup_code(out))
-    return out
+    return RunnerSpec.for_run(cfg, policy_specs)
 
 
 def has_display() -> bool:
@@ -81,10 +75,9 @@ class EvaluationGroup:
         return self._algo.config
 
     def start(self) -> None:
-        if not self.mesh.eval_runners:
-            self.mesh.start_eval_runners(
-                evaluation_runner_config(self.config, self._algo.policy_specs),
-                self.config.evaluation_num_env_runners)
+        if not self.mesh.handles("eval_runner"):
+            self.mesh.build("evaluation", eval_runner_spec=evaluation_runner_spec(
+                self.config, self._algo.policy_specs))
 
     def begin(self, iteration: int) -> PendingEvaluation:
         """Start an evaluation with the weights of now (callbacks' on_evaluate_start
@@ -98,12 +91,12 @@ class EvaluationGroup:
         self.start()
         record = self.config.get_evaluation_config_object().record_env
         video_dir = default_video_dir(algo) if record else None
-        names = [r.name for r in self.mesh.eval_runners]
+        names = self.mesh.names("eval_runner")
         stems = [video_stem(video_dir, iteration, int(name.rsplit("-", 1)[1]))
                  if video_dir else None for name in names]
         self._version += 1
         amounts = split(self.config.evaluation_duration, len(names))
-        return PendingEvaluation(iteration, self.mesh.evaluate(
+        return PendingEvaluation(iteration, self.mesh.eval_pool.evaluate(
             self._version, algo.get_weights(), algo.obs_filter.get_state(), amounts, stems))
 
     def finish(self, pending: PendingEvaluation) -> dict[str, Any]:

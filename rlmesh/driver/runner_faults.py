@@ -1,5 +1,5 @@
-"""The env runners' deaths as the user sees them: the restart policy of a runner (restarts,
-deaths within a window of its env steps, memory limit: from the config), and the one line
+"""Actors' deaths as the user sees them: the restart policy each role names (a runner's:
+restarts, deaths within a window of its env steps, memory limit: from the config), and the one line
 that ends a run whose env keeps taking its runner down (``EnvCrashed``)."""
 
 from __future__ import annotations
@@ -17,13 +17,25 @@ class EnvCrashed(RuntimeError):
     restarting it again would only crash again, so the run stops, in one line."""
 
 
-def runner_restart_policy(cfg: AlgorithmConfig) -> RestartPolicy:
-    """How an env runner (or evaluation runner) whose process died is started again."""
-    return RestartPolicy(
-        max_restarts=cfg.max_num_env_runner_restarts if cfg.restart_failed_env_runners else 0,
-        max_crashes=cfg.max_env_runner_crashes, crash_window=cfg.env_runner_crash_window,
-        work_key=RUNNER_WORK, max_memory_mb=float(cfg.max_runner_memory_mb or 0.0),
-        memory_limit_name="max_runner_memory_mb")
+def restart_policy(cfg: AlgorithmConfig, name: str = "runner") -> RestartPolicy:
+    """How an actor whose process died is started again, by the policy its role names
+    (``topology.RESTARTS``): "runner" (env and evaluation runners: restarts, deaths within
+    a window of its env steps, memory limit), "helper" (aggregators: restarted as runners
+    are), "shard" (replay shards: restarted empty, also when runners are not), "inference"
+    (the central inference actor: the runners wait for it, so it comes back), "never"
+    (learners: their optimizer state exists nowhere else)."""
+    restarts = cfg.max_num_env_runner_restarts if cfg.restart_failed_env_runners else 0
+    if name == "runner":
+        return RestartPolicy(
+            max_restarts=restarts, max_crashes=cfg.max_env_runner_crashes,
+            crash_window=cfg.env_runner_crash_window, work_key=RUNNER_WORK,
+            max_memory_mb=float(cfg.max_runner_memory_mb or 0.0),
+            memory_limit_name="max_runner_memory_mb")
+    counts = {"never": 0, "helper": restarts, "shard": cfg.max_num_env_runner_restarts,
+              "inference": max(restarts, 1000)}
+    if name not in counts:
+        raise ValueError(f"restart policy {name!r}: one of runner, {', '.join(counts)}")
+    return RestartPolicy(max_restarts=counts[name])
 
 
 def env_name(cfg: AlgorithmConfig) -> str:

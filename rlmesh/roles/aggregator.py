@@ -14,7 +14,7 @@ import logging
 import os
 from typing import Any
 
-from rlmesh.runtime.import_path import import_object
+from rlmesh.roles.specs import AggregatorSpec
 from rlmesh.roles.learner_actor import batch_size_per_learner
 from rlmesh.roles.learner_input import BatchBuilder
 from rlmesh.runtime import Actor, ActorUnavailable, RemoteError
@@ -31,11 +31,11 @@ class Aggregator(Actor):
 
     protocol = Protocol(streams=("add_fragment",), calls=("stats",), test_hooks=("pid",))
 
-    def __init__(self, config: dict[str, Any], config_cls: str, learners: list[str],
-                 index: int = 0) -> None:
-        cfg = import_object(config_cls, "config class").from_dict(config)
-        self.index = index
-        self.learner_names = list(learners)
+    def __init__(self, spec: dict[str, Any]) -> None:
+        own = AggregatorSpec.from_data(spec)
+        cfg = own.settings()
+        self.index = own.index
+        self.learner_names = list(own.learners)
         self.builder = BatchBuilder(batch_size_per_learner(cfg))
         self.ready: asyncio.Queue[dict[str, Any]] = asyncio.Queue(MAX_READY)
         self.counters = {"num_fragments": 0, "num_env_steps": 0, "num_batches": 0,

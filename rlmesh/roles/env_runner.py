@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import itertools
 import logging
 import os
 import time
@@ -26,19 +25,18 @@ from rlmesh.offline.sharded import ShardedInput
 from rlmesh.offline.writer import OutputWriter
 from rlmesh.preprocessing import wrap_for_model
 from rlmesh.rl.columns import DEFAULT_POLICY_ID
-from rlmesh.rl.filters import ReturnNormalizer, make_filter
 from rlmesh.rl.spec import numpy_fast_path
-from rlmesh.env.vector import double_buffered, vector_maker
 from rlmesh.runtime.work_counter import counter_path, shared_count
-from rlmesh.roles.env_sampler import SEED_STRIDE, EnvSampler
+from rlmesh.roles.env_sampler import SEED_STRIDE
 from rlmesh.roles.gradient_runner import GradientRunner  # A3C's call
-from rlmesh.roles.vector_sampler import VectorEnvSampler
 from rlmesh.roles.policy_changes import MultiAgentPolicies
-from rlmesh.roles.multi_agent_sampler import bind_policies, sampler_for
 from rlmesh.roles.runner_policy import VersionedPolicies, make_runner_policies
-from rlmesh.runtime import Actor, ActorUnavailable, RemoteError, current_job
+from rlmesh.roles.runner_sampler import bind, check_rewards, make_sampler
+from rlmesh.roles.runner_streams import FragmentStreams
+from rlmesh.roles.specs import RunnerSpec, runner_spec
+from rlmesh.runtime import Actor, ActorUnavailable, current_job
 from rlmesh.runtime.protocol import Data, Protocol
-from rlmesh.runtime.import_path import SentCode, import_object, named_roots
+from rlmesh.runtime.import_path import SentCode
 
 log = logging.getLogger(__name__)
 
@@ -51,25 +49,11 @@ RUNNER_WORK = "env_steps"
 INFERENCE_TIMEOUT_S = 10.0
 INFERENCE_WAIT_S = 120.0  # for its name to be registered at start
 
-def runner_config(config: dict[str, Any]) -> tuple[Any, dict[str, Any], dict[str, Any]]:
-    """What a runner is given, apart: the algorithm's config object (its class named by
-    ``"_config_class"``; the shared settings only when none is named), the policy specs'
-    plain data (``"_policy_specs"``; None: one default policy) and the env registry."""
-    from rlmesh.config.base import AlgorithmConfig
-
-    config = dict(config)
-    registry = config.pop("_env_registry", None) or {}
-    config.pop("_code_roots", None)
-    config.pop("_main_script", None)
-    config.pop("_inference_actor", None)
-    specs = config.pop("_policy_specs", None)
-    cls_path = config.pop("_config_class", None)
-    if cls_path is not None:
-        return import_object(cls_path, "config class").from_dict(config), specs, registry
-    known = {spelling for s in AlgorithmConfig.fields_table()
-             for spelling in (s.name, s.key, *s.aliases)}
-    return (AlgorithmConfig.from_dict({k: v for k, v in config.items() if k in known}), specs,
-            registry)
+def runner_config(config: dict[str, Any]) -> tuple[Any, dict[str, Any] | None, dict[str, Any]]:
+    """The config object, policy specs and env registry of what a runner was started with
+    (``specs.runner_spec``: a RunnerSpec's data, or a config dict with underscore extras)."""
+    spec = runner_spec(config)
+    return spec.settings(), spec.policy_specs, spec.env_registry
 
 
 def default_policy_specs(obs_space: gym.Space, action_space: gym.Space, config: Any
@@ -90,14 +74,14 @@ def default_policy_specs(obs_space: gym.Space, action_space: gym.Space, config: 
                                 "action_space": space_to_data(action_space), "config": {}}}
 
 
-class EnvRunner(MultiAgentPolicies, VersionedPolicies, GradientRunner, Actor):
+class EnvRunner(FragmentStreams, MultiAgentPolicies, VersionedPolicies, GradientRunner, Actor):
     """Samples fragments with ``num_envs_per_env_runner`` envs (RLlib's EnvRunner).
 
-    ``config`` is an algorithm config as a dict (``to_dict()``) with the driver's env
-    registry, config class and policy specs (see ``runner_config``); ``worker_index`` counts from 1 (0: the runner in
-    the driver). It subscribes to the actor named ``param_server``, which pushes newer
-    weights; each fragment starts with the newest pushed (``param_server=None``: weights
-    only by ``set_weights``).
+    ``spec`` (a ``RunnerSpec``'s data) holds the config as the user wrote it, the driver's
+    env registry, config class and policy specs; its ``worker_index`` counts from 1 (0: the
+    runner in the driver). It subscribes to the actor named by its ``param_server``, which
+    pushes newer weights; each fragment starts with the newest pushed (None: weights only
+    by ``set_weights``).
     """
 
     # The calls it serves (request and reply types: the methods' signatures below).
@@ -110,68 +94,27 @@ class EnvRunner(MultiAgentPolicies, VersionedPolicies, GradientRunner, Actor):
         test_hooks=("pid",),
     )
 
-    def __init__(self, config: dict[str, Any], worker_index: int = 1,
-                 param_server: str | None = "param_server") -> None:
+    def __init__(self, spec: dict[str, Any]) -> None:
+        spec = self.spec = RunnerSpec.from_data(spec)
         # Where functions named by messages may come from (import_path.startup_code): the
         # packages this runner was started with, never a file or a package a message picks.
-        self._main_script = config.get("_main_script")
-        self._sent_code = SentCode(set(config.get("_code_roots") or ()) | named_roots(config),
-                                   self._main_script)
-        cfg, specs, registry = runner_config(config)
-        self.config = cfg
-        self.worker_index = worker_index
-        n = cfg.num_envs_per_env_runner
-        seeds = ([None] * n if cfg.seed is None
-                 else [cfg.seed + SEED_STRIDE * worker_index + i for i in range(n)])
-
+        self._main_script = spec.main_script
+        self._sent_code = SentCode(spec.trusted_roots(), spec.main_script)
+        cfg = self.config = spec.settings()
+        self.worker_index = worker_index = spec.worker_index
         self.callbacks = load_callbacks(cfg.callbacks_class)
         # Each env as the user's creator (or gym.make) built it, before rlmesh's wrappers
         # (horizon, the model's): what foreach_env and the callbacks' info["env"] hand out.
         self._user_envs: dict[int, gym.Env] = {}
-
-        def create(i: int) -> gym.Env:
-            context = EnvContext(cfg.env_config, worker_index, i, cfg.num_env_runners)
-            env = self._user_envs[i] = make_env(cfg.env, context, registry, model=cfg.model,
-                                                preprocessor_pref=cfg.preprocessor_pref)
-            if cfg.horizon is not None:  # RLlib's old horizon: a time limit of its own
-                if is_multi_agent(env):
-                    raise ValueError("horizon: a MultiAgentEnv ends its own episodes; set "
-                                     "__all__ truncated in the env instead")
-                env = gym.wrappers.TimeLimit(env, max_episode_steps=cfg.horizon)
-            env = wrap_for_model(self.wrap_env(env, i), cfg.model)
-            if self.callbacks is not None:
-                self.callbacks.on_environment_created(env_runner=self, env=env, env_context=context)
-            return env
-
         # Central inference (inference_actor.py): the actor's name, set by the mesh.
-        self._inference_name = config.get("_inference_actor")
-        self._inference: Any = None
-        vector = vector_maker(cfg, registry) if self.use_vector_env else None
-        # Squashed actions are in the bounds already: stepped as drawn, never rescaled.
-        normalize = cfg.normalize_actions and not cfg.model.get("squash_actions", False)
-        if vector is not None:  # Atari in a C++ vector env (rlmesh/env/vector.py)
-            sampler_cls: type = VectorEnvSampler
-            self.sampler = VectorEnvSampler(
-                vector, n, splits=2 if double_buffered(cfg, True, bool(self._inference_name)) else 1,
-                seed=seeds[0], callbacks=self.callbacks, env_runner=self,
-                clip_rewards=cfg.clip_rewards,
-                act=self._central_act if self._inference_name else None)
-        else:
-            double_buffered(cfg, vector=False)  # True asked without a vector env: one line
-            create, sampler_cls = sampler_for(create)  # a MultiAgentEnv: multi_agent_sampler.py
-            self.sampler = sampler_cls(create, n, seeds=seeds, callbacks=self.callbacks,
-                                       env_runner=self, normalize_actions=normalize,
-                                       clip_actions=cfg.clip_actions,
-                                       clip_rewards=cfg.clip_rewards,
-                                       on_nonfinite=cfg.on_nonfinite)
-        if sampler_cls is EnvSampler:
-            self.sampler.obs_filter = make_filter(cfg.observation_filter,
-                                                  self.sampler.observation_space)
-            if cfg.normalize_rewards:
-                self.sampler.reward_normalizer = ReturnNormalizer(n, cfg.gamma)
-        elif cfg.normalize_rewards:
-            raise ValueError("normalize_rewards: only runners of gymnasium envs (one agent, "
-                             "not the Atari vector env) normalize rewards; use clip_rewards")
+        self._inference_name, self._inference = spec.inference_actor, None
+        seeds = ([None] * cfg.num_envs_per_env_runner if cfg.seed is None else
+                 [cfg.seed + SEED_STRIDE * worker_index + i
+                  for i in range(cfg.num_envs_per_env_runner)])
+        self.sampler_kind, self.sampler = make_sampler(
+            self, self._create_env, spec.env_registry, seeds, self.use_vector_env,
+            central=bool(self._inference_name))
+        check_rewards(self.sampler_kind, cfg)
         job = current_job()
         if job is not None:  # a blocked env step shows in the heartbeat's status
             job.diagnostics.add_probe(f"env_runner-{worker_index}", self._busy)
@@ -179,37 +122,52 @@ class EnvRunner(MultiAgentPolicies, VersionedPolicies, GradientRunner, Actor):
                 # Its env steps where its supervisor reads them after a crash.
                 self.sampler.steps_taken = shared_count(counter_path(
                     job.run_dir.path, job.name, RUNNER_WORK))
-        if specs is None:
-            specs = default_policy_specs(self.sampler.observation_space,
-                                         self.sampler.action_space, cfg)
-        self.policies = make_runner_policies(
-            specs, cfg, None if cfg.seed is None else cfg.seed + SEED_STRIDE * worker_index,
-            own_process=job is None or job.role != "driver")
-        for policy in self.policies.values():  # per-runner exploration (APEX)
-            policy.worker_index = worker_index
-        self.versions = {pid: -1 for pid in self.policies}  # no weights from the param server yet
-        self.policy_id = DEFAULT_POLICY_ID if DEFAULT_POLICY_ID in self.policies else next(iter(self.policies))
-        self.sampler.policy = self.policies[self.policy_id]
-        if sampler_cls not in (EnvSampler, VectorEnvSampler):
-            bind_policies(self.sampler, self.policies, cfg, self._main_script)
+        self._make_policies(spec.policy_specs, own_process=job is None or job.role != "driver")
         self.fragment_length = cfg.get_rollout_fragment_length(worker_index)
         self.complete_episodes = cfg.batch_mode == "complete_episodes"
-        self._ps_name = param_server
-        self._ps: Any = None
+        self._ps_name, self._ps = spec.param_server, None
         self._inbox: dict[str, Any] = {}
         self._stats = {"num_fragments": 0, "num_weight_updates": 0, "sample_time_s": 0.0,
                        "num_fragments_lost": 0, "num_weight_pushes": 0, "num_weight_pulls": 0,
                        "num_inference_retries": 0}
-        # Streaming (asynchronous algorithms): what was sampled since the driver last asked.
-        self._stream_task: asyncio.Task[None] | None = None
-        self._senders: list[Any] | None = None
-        self._sampled: dict[str, Any] = {"episodes": [], "env_steps": 0,
-                                         "num_nonfinite_steps_skipped": 0}
-        self._stream_error: str | None = None
+        self.init_streams()
         # ``output``: what this runner samples also goes to files of its own (docs/offline.md).
         self.output_writer = OutputWriter.from_config(cfg, worker_index)
         # ``input`` naming files (MARWIL, BC): this runner serves its shard (offline/sharded.py).
         self.offline_input = ShardedInput.from_config(cfg, worker_index, self)
+
+    def _create_env(self, i: int) -> gym.Env:
+        """Env ``i`` as the sampler steps it: the user's, with the horizon and the model's
+        wrappers (and a subclass's, ``wrap_env``)."""
+        cfg = self.config
+        context = EnvContext(cfg.env_config, self.worker_index, i, cfg.num_env_runners)
+        env = self._user_envs[i] = make_env(cfg.env, context, self.spec.env_registry,
+                                            model=cfg.model, preprocessor_pref=cfg.preprocessor_pref)
+        if cfg.horizon is not None:  # RLlib's old horizon: a time limit of its own
+            if is_multi_agent(env):
+                raise ValueError("horizon: a MultiAgentEnv ends its own episodes; set "
+                                 "__all__ truncated in the env instead")
+            env = gym.wrappers.TimeLimit(env, max_episode_steps=cfg.horizon)
+        env = wrap_for_model(self.wrap_env(env, i), cfg.model)
+        if self.callbacks is not None:
+            self.callbacks.on_environment_created(env_runner=self, env=env, env_context=context)
+        return env
+
+    def _make_policies(self, specs: dict[str, Any] | None, own_process: bool) -> None:
+        """This runner's copy of each policy (one default policy when ``specs`` is None)."""
+        cfg = self.config
+        if specs is None:
+            specs = default_policy_specs(self.sampler.observation_space,
+                                         self.sampler.action_space, cfg)
+        self.policies = make_runner_policies(
+            specs, cfg, None if cfg.seed is None else cfg.seed + SEED_STRIDE * self.worker_index,
+            own_process=own_process)
+        for policy in self.policies.values():  # per-runner exploration (APEX)
+            policy.worker_index = self.worker_index
+        self.versions = {pid: -1 for pid in self.policies}  # no weights from the param server yet
+        self.policy_id = DEFAULT_POLICY_ID if DEFAULT_POLICY_ID in self.policies else next(iter(self.policies))
+        self.sampler.policy = self.policies[self.policy_id]
+        bind(self.sampler_kind, self.sampler, self.policies, cfg, self._main_script)
 
     in_evaluation = False  # EvalRunner (roles/eval_runner.py) says True
     use_vector_env = True  # EvalRunner steps one env at a time, to cap and record episodes
@@ -308,72 +266,6 @@ class EnvRunner(MultiAgentPolicies, VersionedPolicies, GradientRunner, Actor):
         if self.output_writer is not None and read is None:  # what the callbacks left
             self.output_writer.write(fragment, getattr(self.sampler, "last_owners", None))
         return fragment
-
-    # --- streaming: sampling without being asked (IMPALA, APPO) ---
-
-    async def start_streaming(self, sinks: list[str], window: int) -> None:
-        """Sample on and on: fragments go round robin to the actors named ``sinks`` (their
-        ``add_fragment``), at most ``window`` in flight to each. Weights the param server
-        pushed are taken once a fragment is shipped: sampling never waits for them."""
-        self._sinks, self._window = list(sinks), window
-        if self._stream_task is None:
-            self._stream_task = asyncio.ensure_future(self._stream_loop())
-
-    def reset_streams(self, reason: str) -> None:
-        """A sink restarted: its in-flight fragments are lost, so start new streams."""
-        for sender in self._senders or ():
-            sender.abort(reason)
-
-    async def _stream_loop(self) -> None:
-        try:
-            await self._refresh_weights()  # subscribes: the first fragment has the current weights
-            for i in itertools.count():
-                if self._senders is None:
-                    handles = [await self.job.get_actor(n, timeout=60) for n in self._sinks]
-                    self._senders = [h.stream("add_fragment", self._window) for h in handles]
-                fragment = await self._sample_now()
-                self._sampled["episodes"].extend(fragment.pop("episodes"))
-                del fragment["num_env_errors"]  # pop_sampled reports the runner's count
-                if "env_error" in fragment:  # the first one, for the driver to show
-                    self._sampled["env_error"] = fragment.pop("env_error")
-                self._sampled["env_steps"] += fragment["env_steps"]
-                if "agent_steps" in fragment:  # multi-agent
-                    self._sampled["agent_steps"] = self._sampled.get("agent_steps", 0) + fragment["agent_steps"]
-                self._sampled["num_nonfinite_steps_skipped"] += fragment["num_nonfinite_steps_skipped"]
-                await self._ship(self._senders[i % len(self._senders)], fragment)
-                self._take_pushed()
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            log.exception("env runner %d stopped sampling", self.worker_index)
-            self._stream_error = f"{type(exc).__name__}: {exc}"
-            if self.job.role != "driver":  # a runner process of its own: the supervisor restarts it
-                os._exit(70)
-
-    async def _ship(self, sender: Any, fragment: dict[str, Any]) -> None:
-        try:
-            await sender.send(fragment)
-        except ActorUnavailable as exc:  # the sink restarted (or is gone): new streams
-            self._stats["num_fragments_lost"] += sender.in_flight + 1
-            log.warning("env runner %d: %s", self.worker_index, str(exc).splitlines()[0])
-            for s in self._senders or ():
-                s.close()
-            self._senders = None
-        except RemoteError as exc:  # the sink refused an earlier fragment; credit came back
-            self._stats["num_fragments_lost"] += 1
-            log.warning("env runner %d: a fragment was refused: %s", self.worker_index,
-                        str(exc).splitlines()[0])
-
-    def pop_sampled(self) -> dict[str, Any]:
-        """Episodes that ended and env steps sampled since the last call (streaming)."""
-        if self._stream_error is not None:
-            raise RuntimeError(f"env runner {self.worker_index} stopped sampling: "
-                               f"{self._stream_error}")
-        out, self._sampled = self._sampled, {"episodes": [], "env_steps": 0,
-                                             "num_nonfinite_steps_skipped": 0}
-        out["num_fragments_lost"] = self._stats["num_fragments_lost"]
-        out["num_env_errors"] = self.sampler.counters["env_errors"]
-        return out
 
     def compute_actions(self, obs: np.ndarray, explore: bool | None = None,
                         policy_id: str = DEFAULT_POLICY_ID) -> dict[str, np.ndarray]:

@@ -22,7 +22,7 @@ from rlmesh.envs import EnvContext, actions_for_env, make_env
 from rlmesh.rl.columns import DEFAULT_POLICY_ID
 from rlmesh.rl.filters import make_filter
 from rlmesh.rl.noise_table import NoiseTable
-from rlmesh.roles.env_runner import runner_config
+from rlmesh.roles.specs import RunnerSpec
 from rlmesh.roles.env_sampler import SEED_STRIDE
 from rlmesh.roles.obs_filters import ObsFilterCalls
 from rlmesh.roles.runner_policy import VersionedPolicies, make_runner_policies
@@ -115,9 +115,10 @@ class ESRunner(ObsFilterCalls, VersionedPolicies, Actor):
         test_hooks=("pid",),
     )
 
-    def __init__(self, config: dict[str, Any], worker_index: int = 1,
-                 param_server: str | None = "param_server") -> None:
-        cfg, specs, registry = runner_config(config)
+    def __init__(self, spec: dict[str, Any]) -> None:
+        own = RunnerSpec.from_data(spec)
+        cfg, specs, registry = own.settings(), own.policy_specs, own.env_registry
+        worker_index, param_server = own.worker_index, own.param_server
         self.config, self.worker_index = cfg, worker_index
         env = make_env(cfg.env, EnvContext(cfg.env_config, worker_index, 0, cfg.num_env_runners),
                        registry, model=cfg.model, preprocessor_pref=cfg.preprocessor_pref)

@@ -38,18 +38,17 @@ class FrozenFilter:
 
 
 class EvalRunner(EnvRunner):
-    """``config``: the evaluation config as a dict (overrides applied, see
+    """``spec``: a ``RunnerSpec`` of the evaluation config (overrides applied, see
     ``AlgorithmConfig.get_evaluation_config_object``); weights come by ``set_weights``."""
 
     protocol = EnvRunner.protocol.extend(calls=("evaluate",))
 
     in_evaluation = True
 
-    def __init__(self, config: dict[str, Any], worker_index: int = 1,
-                 param_server: str | None = None) -> None:
+    def __init__(self, spec: dict[str, Any]) -> None:
         self._recorder: Any = None
         self._caps: list[Any] = []
-        super().__init__(config, worker_index, param_server)
+        super().__init__(spec)
         if type(self.sampler.obs_filter) is not NoFilter:
             self.sampler.obs_filter = FrozenFilter(self.sampler.obs_filter)
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from rlmesh.policy.policy_spec import build_policy_from_data
 from rlmesh.rl.columns import DEFAULT_POLICY_ID
-from rlmesh.roles.env_runner import runner_config
+from rlmesh.roles.specs import RunnerSpec
 from rlmesh.roles.runner_policy import VersionedPolicies, call_actions
 from rlmesh.runtime import Actor
 from rlmesh.runtime.protocol import Protocol
@@ -45,9 +45,9 @@ class InferenceActor(VersionedPolicies, Actor):
 
     protocol = Protocol(calls=("compute_actions", "take_weights", "metrics"), test_hooks=("pid",))
 
-    def __init__(self, config: dict[str, Any], device: str = "auto",
-                 param_server: str | None = "param_server") -> None:
-        cfg, specs, _ = runner_config(config)
+    def __init__(self, spec: dict[str, Any], device: str = "auto") -> None:
+        run = RunnerSpec.from_data(spec)
+        cfg, specs, param_server = run.settings(), run.policy_specs, run.param_server
         self.config = cfg
         self.device = inference_device(device)
         if self.device == "cpu":
@@ -56,7 +56,7 @@ class InferenceActor(VersionedPolicies, Actor):
             torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "1"))))
         spec = (specs or {}).get(DEFAULT_POLICY_ID) or next(iter((specs or {}).values()), None)
         if spec is None:
-            raise ValueError("central inference needs the run's policy specs (_policy_specs)")
+            raise ValueError("central inference needs the run's policy specs (RunnerSpec.policy_specs)")
         # The learner's class: a torch policy that runs on the device (a runner class may
         # be the numpy fast path, which has no device).
         self.policies = {DEFAULT_POLICY_ID: build_policy_from_data(spec, cfg, runner=False,

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from rlmesh.envs import space_from_data
-from rlmesh.runtime.import_path import import_object
+from rlmesh.roles.specs import ShardSpec
 from rlmesh.rl.nstep import NStepBuilder
 from rlmesh.rl.replay import PrioritizedReplayBuffer, ReplayBuffer, transition_columns
 from rlmesh.runtime import Actor
@@ -188,11 +188,10 @@ class ReplayShard(Actor):
     protocol = Protocol(calls=("sample", "stats"), streams=("add_fragment",),
                         tells=("update_priorities",), test_hooks=("pid",))
 
-    def __init__(self, config: dict[str, Any], config_cls: str, obs_space: Any,
-                 action_space: Any, index: int = 0) -> None:
-        cfg = import_object(config_cls, "config class").from_dict(config)
-        self.core = ShardBuffer(cfg, space_from_data(obs_space), space_from_data(action_space),
-                                index)
+    def __init__(self, spec: dict[str, Any]) -> None:
+        own = ShardSpec.from_data(spec)
+        self.core = ShardBuffer(own.settings(), space_from_data(own.obs_space),
+                                space_from_data(own.action_space), own.index)
         # Set (and replaced) whenever a fragment is stored or a batch served: with
         # training_intensity the runners and the learner take turns, and each side waits
         # for the other's next step on it instead of polling (measured: polling every 2-5 ms

@@ -13,7 +13,9 @@ from typing import Any
 # one bumps it. HELLO_OK names the calls the actor serves.
 # Version 4 (issue 36): plain-data arguments typed (Data), learners told the code they may
 # import for add_policy.
-PROTOCOL_VERSION = 5
+# Version 6 (issue 49): roles are started with a typed spec (roles/specs.py) instead of
+# config dicts carrying underscore keys.
+PROTOCOL_VERSION = 6
 
 # --- data plane: handle <-> actor (DEALER -> ROUTER) ---
 HELLO = "hello"  # handle -> actor at connect; reply HELLO_OK (or ERROR on version mismatch)

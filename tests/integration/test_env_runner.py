@@ -21,6 +21,8 @@ from rlmesh.runtime import Job, RemoteError
 
 from .envs_for_tests import FragmentSink, HeldFragmentSink, make_count_env
 
+from rlmesh.roles.specs import RunnerSpec
+
 RUNNER = "rlmesh.roles.env_runner:EnvRunner"
 PARAM_SERVER = "rlmesh.roles.paramserver:ParamServer"
 SMALL_MODEL = {"fcnet_hiddens": [16]}
@@ -30,10 +32,11 @@ def run(coro):
     return uvloop.run(coro)
 
 
-async def spawn_runner(job, config, worker_index=1, **kwargs):
+async def spawn_runner(job, config, worker_index=1, param_server="param_server", **kwargs):
     config = {"model": SMALL_MODEL, "_env_registry": env_registry(), **config}
     config.update(startup_code(config))  # as the Mesh starts runners: the packages they may run
-    return await job.spawn(RUNNER, config=config, worker_index=worker_index, **kwargs)
+    spec = RunnerSpec.from_config_dict(config, worker_index=worker_index, param_server=param_server)
+    return await job.spawn(RUNNER, spec=spec.to_data(), **kwargs)
 
 
 def test_cartpole_fragments_seeds_stats_and_weights_from_the_param_server():

@@ -15,6 +15,8 @@ from rlmesh.runtime import Job
 from rlmesh.runtime.import_path import startup_code
 from rlmesh.wire import codec, messages as M
 
+from rlmesh.roles.specs import RunnerSpec
+
 RUNNER = "rlmesh.roles.env_runner:EnvRunner"
 
 
@@ -49,8 +51,8 @@ def test_a_raw_client_is_refused_by_name_and_the_runner_serves_on():
 
     async def main() -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, Any], dict, dict]:
         async with Job("ipc") as job:
-            runner = await job.spawn(RUNNER, config=_runner_config(), worker_index=1,
-                                     param_server=None, name="env_runner-1",
+            runner = await job.spawn(RUNNER, spec=RunnerSpec.from_config_dict(
+                _runner_config(), param_server=None).to_data(), name="env_runner-1",
                                      env={"RLMESH_TEST_HOOKS": "0"})
             ctx = zmq.asyncio.Context()
             sock = ctx.socket(zmq.DEALER)

@@ -18,6 +18,8 @@ from rlmesh.runtime.import_path import startup_code
 from rlmesh.envs import env_registry
 from rlmesh.runtime import Job
 
+from rlmesh.roles.specs import RunnerSpec
+
 RUNNER = "rlmesh.roles.env_runner:EnvRunner"
 PARAM_SERVER = "rlmesh.roles.paramserver:ParamServer"
 SMALL_MODEL = {"fcnet_hiddens": [16]}
@@ -41,8 +43,8 @@ def test_a_runner_takes_pushed_versions_without_ever_asking():
             # In this process, as the driver has it: its pushes share the caller's handle.
             await job.spawn(PARAM_SERVER, name="param_server", in_process=True)
             ps = job.local_actor("param_server")
-            runner = await job.spawn(RUNNER, config=_runner_config(), worker_index=1,
-                                     name="env_runner-1")
+            runner = await job.spawn(RUNNER, spec=RunnerSpec.from_config_dict(
+                _runner_config()).to_data(), name="env_runner-1")
             weights = {"default_policy": await runner.call("get_weights")}
             versions = [(await runner.call("sample"))["policy_version"]]
             for version in (1, 2, 3):
@@ -66,8 +68,8 @@ def test_a_runner_behind_is_sent_only_the_newest_version():
         async with Job("ipc") as job:
             await job.spawn(PARAM_SERVER, name="param_server", in_process=True)
             ps = job.local_actor("param_server")
-            runner = await job.spawn(RUNNER, config=_runner_config(), worker_index=1,
-                                     name="env_runner-1")
+            runner = await job.spawn(RUNNER, spec=RunnerSpec.from_config_dict(
+                _runner_config()).to_data(), name="env_runner-1")
             weights = {"default_policy": await runner.call("get_weights")}
             await runner.call("sample")  # subscribes
             # The runner's loop blocked for a while inside an env step: the push of version

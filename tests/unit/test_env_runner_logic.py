@@ -24,6 +24,7 @@ from rlmesh.policy.numpy_mlp import NumpyMLPPolicy
 from rlmesh.policy.policy import Policy
 from rlmesh.policy.torch_policy import TorchPolicy
 from rlmesh.rl.columns import action_dist_columns
+from rlmesh.roles.specs import RunnerSpec
 from rlmesh.roles.env_runner import EnvRunner, runner_config
 from rlmesh.roles.env_sampler import RESEED_STRIDE, EnvSampler
 from tests.integration import envs_for_tests
@@ -359,7 +360,7 @@ def test_runner_steps_squashed_actions_as_drawn_and_others_clipped_or_rescaled(s
     register_env("unit-recording-box", make_recording_box_env)
     config = PPOConfig().environment("unit-recording-box").env_runners(num_envs_per_env_runner=2)
     config = config.training(model={"fcnet_hiddens": [8], "squash_actions": squash}).debugging(seed=1)
-    runner = EnvRunner({**config.to_dict(), "_env_registry": env_registry()}, param_server=None)
+    runner = EnvRunner(RunnerSpec(config.to_dict(), env_registry=env_registry(), param_server=None).to_data())
     assert isinstance(runner.policy, NumpyMLPPolicy)
     weights = runner.get_weights()
     weights["pi_head.bias"] = np.array([0.5, 1.5], np.float32)  # wide: many draws beyond [-2, 2]

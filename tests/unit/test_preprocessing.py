@@ -13,6 +13,7 @@ import pytest
 from rlmesh.algorithms.ppo import PPOConfig
 from rlmesh.envs import env_registry, make_env
 from rlmesh.preprocessing import FrameStack, framestack_size, stacked_space
+from rlmesh.roles.specs import RunnerSpec
 from rlmesh.roles.env_runner import EnvRunner
 from tests.integration.envs_for_tests import CountEnv
 
@@ -44,7 +45,7 @@ def test_a_runner_samples_stacked_observations_the_policy_declares():
     config = (PPOConfig().environment("CartPole-v1")
               .env_runners(num_envs_per_env_runner=2, rollout_fragment_length=5)
               .training(model={"fcnet_hiddens": [8], "framestack": 3}).debugging(seed=0))
-    runner = EnvRunner({**config.to_dict(), "_env_registry": env_registry()}, param_server=None)
+    runner = EnvRunner(RunnerSpec(config.to_dict(), env_registry=env_registry(), param_server=None).to_data())
     fragment = asyncio.run(runner.sample())
     assert fragment["obs"].shape == (5, 2, 12) and fragment["next_obs"].shape == (2, 12)
     first = fragment["obs"][0, 0]
@@ -61,7 +62,7 @@ def test_atari_env_config_builds_and_steps_pong_through_an_env_runner():
     config = (PPOConfig().environment("ALE/Pong-v5", env_config={"atari": {"screen_size": 42}})
               .env_runners(num_envs_per_env_runner=2, rollout_fragment_length=8)
               .training(model={"fcnet_hiddens": [8]}).debugging(seed=0))
-    runner = EnvRunner({**config.to_dict(), "_env_registry": env_registry()}, param_server=None)
+    runner = EnvRunner(RunnerSpec(config.to_dict(), env_registry=env_registry(), param_server=None).to_data())
     fragment = asyncio.run(runner.sample())
     assert fragment["obs"].shape == (8, 2, 42, 42, 4) and fragment["obs"].dtype == np.uint8
     assert fragment["obs"][-1].any() and fragment["mask"].all()

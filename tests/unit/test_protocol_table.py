@@ -33,7 +33,7 @@ UNDECLARED = {
 # The table of each wire protocol version (a digest of the rendered role tables). A change to
 # a role's calls, kinds, requests or replies is a new protocol: bump PROTOCOL_VERSION.
 FINGERPRINTS = {2: "14f5ee7c6b1709c8", 3: "e107a26dc06f7250", 4: "b8313f061e0ae69a",
-                5: "da1b681346d14006"}
+                5: "da1b681346d14006", 6: "6a80e3f62936f1ed"}
 # Receivers whose ``tell`` is not an actor's (an optuna study, files).
 NOT_HANDLES = ("study",)
 # The calling forms themselves (a stream's items name the call the stream was opened for).
@@ -43,7 +43,9 @@ MACHINERY = ("rlmesh/runtime/", "rlmesh/wire/")
 # named actor's methods (the user's class); the path of an HTTP request to the policy server
 # (checked against the server's table when it arrives).
 USER_NAMED = {"rlmesh/driver/env_runner_group.py": "method", "rlmesh/named_actors.py": "self._method",
-              "rlmesh/roles/policy_http.py": "call"}
+              "rlmesh/roles/policy_http.py": "call",
+              # named by the topologies' declarations: tests/unit/test_topology.py checks them
+              "rlmesh/driver/mesh.py": "declared"}
 _SITES = {"call": CALL, "call_sync": CALL, "tell": TELL, "tell_sync": TELL, "stream": STREAM}
 
 

@@ -14,6 +14,7 @@ from rlmesh.envs import space_to_data
 from rlmesh.policy.numpy_q import NumpyQPolicy, epsilon_at, per_worker_epsilon
 from rlmesh.policy.policy import class_path
 from rlmesh.config.base import ConfigError
+from rlmesh.roles.specs import ShardSpec
 from rlmesh.roles.replay_shard import ReplayShard, ShardBuffer, shard_capacity
 from tests.unit.test_replay import episode_streams, fragments_of
 
@@ -70,8 +71,8 @@ def make_shard(index=0, **training) -> ReplayShard:
                         "num_steps_sampled_before_learning_starts": 100,
                         "replay_buffer_config": {"capacity": 1000}, **training})
            .debugging(seed=0))
-    return ReplayShard(cfg.to_dict(), class_path(type(cfg)), space_to_data(OBS),
-                       space_to_data(ACT), index)
+    return ReplayShard(ShardSpec(cfg.to_dict(), class_path(type(cfg)), space_to_data(OBS),
+                                 space_to_data(ACT), index).to_data())
 
 
 def fragments(seed=0, num_envs=2, length=400, cut=50):

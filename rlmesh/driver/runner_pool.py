@@ -1,0 +1,238 @@
+"""The env runners as the driver asks things of them: sample rounds, a call on each, weights
+past the param server, filter statistics, what streaming runners sampled, and which are up
+(the mesh's supervisor events say who is down or given up on)."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import time
+from typing import Any, Sequence
+
+from rlmesh.driver.on_loop import blocking
+from rlmesh.driver.runner_faults import EnvCrashed
+from rlmesh.runtime import ActorUnavailable
+
+log = logging.getLogger(__name__)
+
+
+class SampleTimeout(RuntimeError):
+    """No env runner delivered a fragment within ``sample_timeout_s`` (a hung env); the CLI
+    prints it as one line."""
+
+
+class RunnerPool:
+    """The runners of ``mesh`` (kind ``runner``); each public method is called from the
+    driver's thread."""
+
+    def __init__(self, mesh: Any, kind: str = "runner") -> None:
+        self.mesh, self.kind = mesh, kind
+        self.config = mesh.config
+        self.loop = mesh.loop_thread
+        # Sampling rounds a runner missed (down, or died mid-call) since the driver last
+        # asked: the shortfall the others made up for.
+        self.fragments_missed = 0
+        self._unavailable: dict[str, Exception] = {}  # why each runner last missed a round
+
+    @property
+    def handles(self) -> list[Any]:
+        return self.mesh.handles(self.kind)
+
+    # --- who is up ---
+
+    def healthy(self) -> list[Any]:
+        """The runners up now: neither given up on nor being restarted."""
+        return [r for r in self.handles if self.mesh.is_up(r.name)]
+
+    def healthy_names(self) -> list[str]:
+        return [r.name for r in self.healthy()]
+
+    def names(self) -> list[str]:
+        """Every runner's actor name (``env_runner-<worker index>``), in order."""
+        return [r.name for r in self.handles]
+
+    def num_live(self) -> int:
+        """Runners not given up on (those being restarted included)."""
+        return sum(not self.mesh.is_gone(r.name) for r in self.handles)
+
+    def num_healthy(self) -> int:
+        return len(self.healthy())
+
+    def pop_fragments_missed(self) -> int:
+        missed, self.fragments_missed = self.fragments_missed, 0
+        return missed
+
+    def check(self) -> None:
+        """EnvCrashed once an env has taken its runner down too often (runner_faults.py)."""
+        if self.mesh.runner_failure is not None:
+            raise EnvCrashed(self.mesh.runner_failure)
+
+    def unavailable(self, name: str, exc: ActorUnavailable, going_on: str) -> None:
+        """A call to env runner ``name`` found it gone: an error when failed runners are not
+        restarted, else a warning (it comes back; the run goes on meanwhile)."""
+        self.check()
+        if not self.config.restart_failed_env_runners:
+            raise RuntimeError(f"env runner {name} failed: {exc}") from None
+        # A death the supervisor has said in its own line: not a second one.
+        log.log(logging.DEBUG if self.mesh.is_down(name) else logging.WARNING,
+                "env runner %s unavailable (%s); %s", name, str(exc).splitlines()[0], going_on)
+
+    # --- sampling ---
+
+    def sample(self, target_steps: int) -> list[dict[str, Any]]:
+        """Fragments from every healthy runner, round after round, until ``target_steps``
+        env steps. A runner being restarted is left out (RLlib's semantics: the others fill
+        the iteration); the rounds it missed are counted in ``fragments_missed``. Each
+        runner acts with the newest published weights: one whose push has not arrived yet
+        (it travels apart from the sample call, on the param server's socket) asks for them."""
+        return self.loop.run(self._sample(target_steps, weights_up_to=self.mesh.version))
+
+    def sample_ahead(self, target_steps: int) -> concurrent.futures.Future[list[dict[str, Any]]]:
+        """``sample``, started now and not waited for, by runners that keep the weights
+        version they hold now (a batch sampled ahead, ``EnvRunnerGroup.sample``)."""
+        return self.loop.submit(self._sample(target_steps, weights_up_to=self.mesh.version))
+
+    async def _sample(self, target_steps: int,
+                      weights_up_to: int | None = None) -> list[dict[str, Any]]:
+        fragments: list[dict[str, Any]] = []
+        steps = 0
+        deadline = None
+        by = "agent_steps" if self.config.count_steps_by == "agent_steps" else "env_steps"
+        while steps < target_steps:
+            self.check()
+            if not self.num_live():
+                raise RuntimeError("every env runner is gone (see the log for why); "
+                                   "the run cannot sample")
+            got = await asyncio.gather(*(self._sample_one(r, weights_up_to)
+                                         for r in self.healthy()))
+            got = [f for f in got if f is not None]
+            if got:  # a round the others made: what the runners down or dying missed
+                self.fragments_missed += self.num_live() - len(got)
+            if not got:
+                # Runners are restarting: wait for them, but not for ever.
+                timeout = self.config.sample_timeout_s
+                deadline = deadline or (time.monotonic() + (timeout or 3600))
+                if time.monotonic() > deadline:
+                    raise SampleTimeout(self._sample_timeout_message(timeout))
+                await asyncio.sleep(0.2)
+                continue
+            deadline = None
+            fragments.extend(got)
+            steps += sum(f.get(by, f["env_steps"]) for f in got)
+            if all(f.get("idle") for f in got):
+                break  # policy servers whose clients sent nothing in time: an idle iteration
+        return fragments
+
+    async def _sample_one(self, runner: Any,
+                          weights_up_to: int | None = None) -> dict[str, Any] | None:
+        try:
+            ask = {} if weights_up_to is None else {"weights_up_to": weights_up_to}
+            fragment = await runner.call("sample", timeout=self.config.sample_timeout_s, **ask)
+        except ActorUnavailable as exc:
+            self.unavailable(runner.name, exc, "sampling with the others")
+            self._unavailable[runner.name] = exc
+            return None
+        self.env_errors(runner.name, fragment)
+        return fragment
+
+    def _sample_timeout_message(self, timeout: float | None) -> str:
+        """One line for ``SampleTimeout``: which runners, which env, and the setting."""
+        late = [n for n, e in self._unavailable.items() if "did not answer" in str(e)]
+        who = ", ".join(late or sorted(self._unavailable) or self.names())
+        env = self.config.env if isinstance(self.config.env, str) else type(self.config.env).__name__
+        return (f"no env runner delivered a fragment for {timeout} s ({who}, env {env!r}): an "
+                f"env's reset() or step() hangs, or takes longer than sample_timeout_s "
+                f"({timeout}); fix the env, or raise sample_timeout_s for a slow one")
+
+    def env_errors(self, runner: str, fragment: dict[str, Any]) -> None:
+        """Count a runner's env errors; the first one's traceback shown once, here."""
+        self.mesh.totals.add(runner, {"num_env_errors": fragment.pop("num_env_errors", 0)})
+        if self.mesh.job is not None:  # its env steps, toward env_runner_crash_window
+            self.mesh.job.supervisor.add_work(runner, int(fragment.get("env_steps", 0)))
+        first = fragment.pop("env_error", None)
+        if first is not None:
+            log.warning("%s: %s(the env was recreated; the count of env errors is "
+                        "num_env_errors in the results)", runner, first)
+
+    @blocking
+    async def pop_sampled(self) -> list[dict[str, Any]]:
+        """Episodes and env steps of every reachable streaming runner since the last call."""
+        runners = self.healthy()
+        got = await asyncio.gather(*(r.call("pop_sampled", timeout=10) for r in runners),
+                                   return_exceptions=True)
+        out = []
+        for runner, g in zip(runners, got):
+            if isinstance(g, ActorUnavailable):
+                continue  # restarting: its episodes come next time, or died with it
+            if isinstance(g, BaseException):
+                raise g
+            self.mesh.totals.add(runner.name, {"num_fragments_lost": g["num_fragments_lost"]})
+            self.env_errors(runner.name, g)
+            g["runner"] = runner.name
+            out.append(g)
+        return out
+
+    # --- calls on the runners ---
+
+    @blocking
+    async def foreach(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
+        """``method(*args, **kwargs)`` on every healthy runner; the replies in runner order."""
+        return list(await asyncio.gather(*(r.call(method, *args, **kwargs)
+                                           for r in self.healthy())))
+
+    def calls(self, name: str, calls: Sequence[tuple[str, tuple[Any, ...], dict[str, Any]]],
+              timeout: float | None = None) -> concurrent.futures.Future[Any]:
+        """Runner ``name``'s ``calls`` (``(method, args, kwargs)``), one after the other,
+        started now and not waited for; the future of the last one's reply. Cancelling it
+        cancels the call in flight."""
+        runner = next(r for r in self.handles if r.name == name)
+
+        async def in_turn() -> Any:
+            reply = None
+            for method, args, kwargs in calls:
+                reply = await runner.call(method, *args, timeout=timeout, **kwargs)
+            return reply
+
+        return self.loop.submit(in_turn())
+
+    @blocking
+    async def send_weights(self, names: list[str], version: int,
+                           weights: dict[str, dict[str, Any]]) -> None:
+        """``weights`` (by policy id) straight to the runners ``names`` under ``version``,
+        past the param server (A3C: the runner whose gradient was just applied). A runner
+        restarting takes the param server's weights when it is back."""
+        runners = [r for r in self.handles if r.name in names]
+        for outcome in await asyncio.gather(*(r.call("set_weights", version, w, pid)
+                                              for r in runners for pid, w in weights.items()),
+                                            return_exceptions=True):
+            if isinstance(outcome, ActorUnavailable) and self.config.restart_failed_env_runners:
+                log.warning("weights not sent: %s", str(outcome).splitlines()[0])
+            elif isinstance(outcome, BaseException):
+                raise outcome
+
+    @blocking
+    async def sync_filters(self, obs_filter: Any) -> None:
+        """Every runner's new observation statistics merged into ``obs_filter`` (the
+        driver's global one), which then goes back to every runner. A runner gone meanwhile
+        takes the global statistics at the next sync."""
+        runners = self.healthy()
+        updates = await self._on_each(runners, lambda r: r.call("get_filter_updates"),
+                                      "its statistics wait")
+        for update in updates:
+            obs_filter.merge_buffer(update)
+        state = obs_filter.get_state()
+        await self._on_each(runners, lambda r: r.call("set_filter_state", state),
+                            "it syncs when back")
+
+    async def _on_each(self, runners: list[Any], call: Any, going_on: str) -> list[Any]:
+        """``call(runner)`` on every runner at once; the replies of those that answered. A
+        runner gone meanwhile is left out (``unavailable``, ``going_on``); any other error
+        is raised."""
+        got = await asyncio.gather(*(call(r) for r in runners), return_exceptions=True)
+        for runner, outcome in zip(runners, got):
+            if isinstance(outcome, ActorUnavailable):
+                self.unavailable(runner.name, outcome, going_on)
+            elif isinstance(outcome, BaseException):
+                raise outcome
+        return [g for g in got if not isinstance(g, BaseException)]

@@ -1,0 +1,67 @@
+"""Which sampler an env runner steps its envs with, chosen by what its envs are (a small
+function of: the C++ vector env? a MultiAgentEnv?), and each kind's extras: the observation
+filter and reward normalizer of gymnasium envs, the policies of a multi-agent sampler."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from rlmesh.env.multi_agent_env import is_multi_agent
+from rlmesh.env.vector import double_buffered, vector_maker
+from rlmesh.rl.filters import ReturnNormalizer, make_filter
+from rlmesh.roles.env_sampler import EnvSampler
+from rlmesh.roles.multi_agent_sampler import MultiAgentSampler, bind_policies
+from rlmesh.roles.vector_sampler import VectorEnvSampler
+
+
+def sampler_kind(vector: bool, multi_agent: bool) -> str:
+    """"vector" (Atari in the C++ vector env), "multi_agent" (a MultiAgentEnv) or "env"
+    (gymnasium envs, one agent)."""
+    return "vector" if vector else "multi_agent" if multi_agent else "env"
+
+
+def make_sampler(runner: Any, create: Callable[[int], Any], registry: dict[str, str],
+                 seeds: list[int | None], vector_env: bool, central: bool) -> tuple[str, Any]:
+    """``(kind, sampler)`` of ``runner``'s ``num_envs_per_env_runner`` envs (``create(i)``
+    builds env i; ``vector_env``: the runner may step a C++ vector env; ``central``: its
+    actions come from the inference actor, ``runner._central_act``)."""
+    cfg = runner.config
+    n = cfg.num_envs_per_env_runner
+    vector = vector_maker(cfg, registry) if vector_env else None
+    if vector is not None:
+        return "vector", VectorEnvSampler(
+            vector, n, splits=2 if double_buffered(cfg, True, central) else 1, seed=seeds[0],
+            callbacks=runner.callbacks, env_runner=runner, clip_rewards=cfg.clip_rewards,
+            act=runner._central_act if central else None)
+    double_buffered(cfg, vector=False)  # True asked without a vector env: one line
+    first = [create(0)]  # built once to tell its kind, then handed out as env 0
+    kind = sampler_kind(False, is_multi_agent(first[0]))
+
+    def make(i: int) -> Any:
+        return first.pop() if i == 0 and first else create(i)
+
+    cls = MultiAgentSampler if kind == "multi_agent" else EnvSampler
+    # Squashed actions are in the bounds already: stepped as drawn, never rescaled.
+    sampler = cls(make, n, seeds=seeds, callbacks=runner.callbacks, env_runner=runner,
+                  normalize_actions=cfg.normalize_actions and not cfg.model.get("squash_actions", False),
+                  clip_actions=cfg.clip_actions, clip_rewards=cfg.clip_rewards,
+                  on_nonfinite=cfg.on_nonfinite)
+    if kind == "env":
+        sampler.obs_filter = make_filter(cfg.observation_filter, sampler.observation_space)
+        if cfg.normalize_rewards:
+            sampler.reward_normalizer = ReturnNormalizer(n, cfg.gamma)
+    return kind, sampler
+
+
+def check_rewards(kind: str, cfg: Any) -> None:
+    """``normalize_rewards`` only where it is implemented (gymnasium envs, one agent)."""
+    if kind != "env" and cfg.normalize_rewards:
+        raise ValueError("normalize_rewards: only runners of gymnasium envs (one agent, "
+                         "not the Atari vector env) normalize rewards; use clip_rewards")
+
+
+def bind(kind: str, sampler: Any, policies: dict[str, Any], cfg: Any,
+         main_script: str | None) -> None:
+    """The runner's policies into its sampler (a multi-agent one maps agents to them)."""
+    if kind == "multi_agent":
+        bind_policies(sampler, policies, cfg, main_script)
