@@ -5,7 +5,7 @@ filter, and exports. ``Algorithm`` inherits it; the driver's policy copies live 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -16,24 +16,10 @@ from rlmesh.policy.policy import Policy
 from rlmesh.policy.policy_spec import build_policy_from_data
 from rlmesh.rl.columns import DEFAULT_POLICY_ID
 
-if TYPE_CHECKING:
-    from rlmesh.config.base import AlgorithmConfig
-    from rlmesh.driver.env_runner_group import EnvRunnerGroup
-    from rlmesh.driver.learner_group import LearnerGroup
-    from rlmesh.driver.mesh import Mesh
-    from rlmesh.rl.filters import NoFilter
-
 
 class PolicyAccess:
-    """The policy calls of ``Algorithm`` (which sets the attributes named here)."""
-
-    config: AlgorithmConfig
-    mesh: Mesh
-    learner_group: LearnerGroup
-    env_runners: EnvRunnerGroup
-    policy_specs: dict[str, dict[str, Any]]
-    obs_filter: NoFilter
-    publish: Callable[[list[str] | None], int]  # Algorithm.publish
+    """The policy calls of ``Algorithm``, on the run's attributes it sets (``RunView``'s, and
+    ``env_runners``); its ``_policies`` come from ``_driver_policies``."""
 
     def _driver_policies(self) -> dict[str, Policy]:
         """The policies ``get_policy`` returns: the learner's own when it runs here, else

@@ -6,37 +6,16 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
 
 from rlmesh.driver import checkpoints
 from rlmesh.driver.learner_failure import learner_calls
 from rlmesh.rl.columns import DEFAULT_POLICY_ID
 from rlmesh.runtime import RemoteError
 
-if TYPE_CHECKING:
-    from rlmesh.config.base import AlgorithmConfig
-    from rlmesh.driver.env_runner_group import EnvRunnerGroup
-    from rlmesh.driver.learner_group import LearnerGroup
-    from rlmesh.driver.mesh import Mesh
-    from rlmesh.rl.filters import NoFilter
-
 
 class SaveRestore:
-    """The checkpoint calls of ``Algorithm`` (which sets the attributes named here)."""
-
-    config: AlgorithmConfig
-    mesh: Mesh
-    learner_group: LearnerGroup
-    env_runners: EnvRunnerGroup
-    obs_filter: NoFilter
-    callbacks: Any
-    last_checkpoint: str | None
-    iteration: int
-    timesteps_total: int
-    episodes_total: int
-    num_env_steps_trained: int
-    time_total_s: float
-    publish: Callable[[list[str] | None], int]  # Algorithm.publish
+    """The checkpoint calls of ``Algorithm``, on the run's attributes it sets (``RunView``'s,
+    and ``env_runners``)."""
 
     def save(self, checkpoint_dir: str | Path | None = None) -> str:
         """Write a checkpoint (atomically) and return its directory."""
