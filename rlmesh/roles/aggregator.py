@@ -15,8 +15,7 @@ import os
 from typing import Any
 
 from rlmesh.roles.specs import AggregatorSpec
-from rlmesh.roles.learner_actor import batch_size_per_learner
-from rlmesh.roles.learner_input import BatchBuilder
+from rlmesh.roles.learner_input import BatchBuilder, batch_size_per_learner
 from rlmesh.runtime import Actor, ActorUnavailable, RemoteError
 from rlmesh.runtime.protocol import Protocol
 

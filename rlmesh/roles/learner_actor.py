@@ -26,8 +26,7 @@ import numpy as np
 
 from rlmesh.runtime.import_path import SentCode, import_object, named_roots
 from rlmesh.roles.learner import learner_class_of
-# batch_size_per_learner: aggregator.py imports it from here.
-from rlmesh.roles.learner_input import StreamSource, batch_size_per_learner  # noqa: F401
+from rlmesh.roles.learner_input import StreamSource
 from rlmesh.roles.learner_report import Report
 from rlmesh.roles.learner_source import DirectSource, InputClosed, LearnerSource
 from rlmesh.roles.replay_input import ReplaySource
