@@ -183,7 +183,6 @@ class Algorithm(PolicyAccess, SaveRestore):
                                             preprocessor_pref=config.preprocessor_pref)
         return model_obs_space(obs_space, config.model), action_space  # framestack
 
-
     # --- training ---
 
     def train(self) -> dict[str, Any]:
