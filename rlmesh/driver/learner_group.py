@@ -177,7 +177,7 @@ class LearnerGroup:
     def get_weights(self, policy_ids: list[str] | None = None) -> dict[str, dict[str, np.ndarray]]:
         if self.local is not None:
             return self.local.get_weights(policy_ids)
-        return self.mesh.learner_pool.call("get_weights", policy_ids)
+        return self.mesh.learner_pool.on_rank0("get_weights", policy_ids)
 
     def set_weights(self, weights: dict[str, dict[str, Any]]) -> None:
         if self.local is not None:
@@ -188,7 +188,7 @@ class LearnerGroup:
     def get_state(self) -> dict[str, Any]:
         if self.local is not None:
             return self.local.get_state()
-        return self.mesh.learner_pool.call("get_state", timeout=120)
+        return self.mesh.learner_pool.on_rank0("get_state", timeout=120)
 
     def set_state(self, state: dict[str, Any]) -> None:
         if self.local is not None:

@@ -60,7 +60,7 @@ class CallerNames:
     # the learners
     publish = forward("learner_pool", "publish")
     foreach_learner = forward("learner_pool", "foreach")
-    call_learner = forward("learner_pool", "call")
+    call_learner = forward("learner_pool", "on_rank0")
     update_learners = forward("learner_pool", "update")
     learner_metrics = forward("learner_pool", "metrics")
     # evaluation, aggregators, shards
@@ -69,7 +69,7 @@ class CallerNames:
     shard_stats = forward("shard_pool", "stats")
 
     def num_updates(self) -> int:
-        return self.learner_pool.call("num_updates")
+        return self.learner_pool.on_rank0("num_updates")
 
     def shard_names(self) -> list[str]:
         return [s.name for s in self.shards]

@@ -50,7 +50,7 @@ class LearnerPool:
         return await self._on_each(method, [args] * len(self.handles), kwargs, timeout)
 
     @blocking
-    async def call(self, method: str, *args: Any, timeout: float | None = 60) -> Any:
+    async def on_rank0(self, method: str, *args: Any, timeout: float | None = 60) -> Any:
         """``method(*args)`` on learner 0 (every rank holds the same weights and state)."""
         return await self.handles[0].call(method, *args, timeout=timeout)
 

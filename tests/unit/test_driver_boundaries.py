@@ -14,7 +14,8 @@ ROOT = Path(__file__).resolve().parents[2] / "rlmesh"
 ALGORITHMS = sorted((ROOT / "algorithms").glob("*.py"))
 DRIVER = sorted((ROOT / "driver").glob("*.py"))
 #: The modules of the driver that own the event loop and every remote call.
-MESH_MODULES = {"mesh.py", "async_mesh.py", "es_mesh.py", "loop.py"}
+MESH_MODULES = {"mesh.py", "async_mesh.py", "es_mesh.py", "loop.py", "runner_pool.py", "pools.py",
+                "on_loop.py", "topologies.py", "mesh_names.py"}
 LOOP_MODULES = {"asyncio", "threading", "concurrent", "uvloop"}
 REMOTE_CALLS = {"call", "tell", "call_sync", "tell_sync", "stream"}
 HANDLE_NAMES = {"ActorHandle", "run_coroutine_threadsafe", "call_soon_threadsafe",
