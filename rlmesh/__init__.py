@@ -6,7 +6,7 @@ __version__ = "0.1.0"
 
 # name -> the module that defines it, imported when the name is first read.
 _LAZY = {
-    "register_env": "rlmesh.envs",
+    "register_env": "rlmesh.env.registry",
     "get_actor": "rlmesh.named_actors",
     # Ray's calls as RLlib scripts make them (rlmesh.init() is a no-op that says so).
     "init": "rlmesh.ray_compat",

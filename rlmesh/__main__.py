@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from rlmesh.cli import main as cli
-from rlmesh.launcher.cli import CLUSTER_COMMANDS
+from rlmesh.launcher.commands import CLUSTER_COMMANDS
 
 COMMANDS = {**cli.COMMANDS, **CLUSTER_COMMANDS}
 

@@ -33,7 +33,7 @@ from rlmesh.driver.async_mesh import ApexMesh
 from rlmesh.driver.learner_failure import learner_calls
 from rlmesh.driver.mesh import Totals
 from rlmesh.config.base import ConfigError
-from rlmesh.envs import space_to_data
+from rlmesh.env.registry import space_to_data
 from rlmesh.rl.replay import (ReplayMemoryError, SumTree, check_memory, columns_nbytes,
                               transition_columns)
 

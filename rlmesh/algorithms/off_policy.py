@@ -54,7 +54,7 @@ from rlmesh.driver.env_runner_group import synchronous_parallel_sample
 from rlmesh.algorithms.off_policy_config import OffPolicyConfig
 from rlmesh.config.base import ConfigError
 from rlmesh.config.multi_agent import trainable
-from rlmesh.envs import as_space
+from rlmesh.env.registry import as_space
 from rlmesh.policy.sgd import MinibatchSGD
 from rlmesh.policy.torch_policy import TorchPolicy, load_weights
 from rlmesh.rl.columns import DEFAULT_POLICY_ID

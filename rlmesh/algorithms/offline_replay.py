@@ -20,7 +20,7 @@ from rlmesh.algorithms.offline_replay_config import OfflineReplayConfig
 from rlmesh.config.base import ConfigError
 from rlmesh.driver.algorithm import Algorithm
 from rlmesh.driver.trainer_args import trainer_config
-from rlmesh.envs import as_space
+from rlmesh.env.registry import as_space
 from rlmesh.offline.estimators import estimate
 from rlmesh.offline.reader import DatasetError, OfflineDataset, open_input, resolve_files
 from rlmesh.offline.records import ACTION_PROB, NEW_OBS

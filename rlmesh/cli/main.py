@@ -40,7 +40,7 @@ class Command(NamedTuple):
 
 
 def _analyze_args(p: argparse.ArgumentParser) -> None:
-    importlib.import_module("rlmesh.tune.cli").add_analyze_arguments(p)
+    importlib.import_module("rlmesh.cli.sweep").add_analyze_arguments(p)
 
 
 def _arguments_of(module: str) -> Callable[[argparse.ArgumentParser], None]:
@@ -63,7 +63,7 @@ COMMANDS: dict[str, Command] = {
     "serve": Command("rlmesh.cli.serve:main",
                      "serve a checkpoint's policy to PolicyClients (inference only)",
                      _arguments_of("rlmesh.cli.serve")),
-    "analyze": Command("rlmesh.tune.cli:analyze_main",
+    "analyze": Command("rlmesh.cli.sweep:analyze_main",
                        "a sweep's trials ranked by a metric, and PNG learning curves",
                        _analyze_args),
 }

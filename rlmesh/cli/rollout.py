@@ -92,10 +92,10 @@ def check_run(run: str | None, checkpoint: Path) -> str | None:
 
 
 def make_env(env, env_config: dict, **kwargs):
-    """A local env: a gymnasium id, a name registered with rlmesh.envs.register_env, or a
+    """A local env: a gymnasium id, a name registered with rlmesh.env.registry.register_env, or a
     'pkg.mod:make_env' path, exactly as the env runners make theirs (``kwargs``: the
-    model and preprocessor_pref of rlmesh.envs.make_env)."""
-    from rlmesh.envs import make_env as _make
+    model and preprocessor_pref of rlmesh.env.registry.make_env)."""
+    from rlmesh.env.registry import make_env as _make
 
     return _make(env, env_config, **kwargs)
 
@@ -104,7 +104,7 @@ def check_shown(render: bool, video: str | None) -> None:
     """RuntimeError for --render without a display, MissingExtra for --video without
     imageio-ffmpeg."""
     if render:
-        from rlmesh.driver.evaluation import has_display
+        from rlmesh.driver.evaluation_group import has_display
 
         if not has_display():
             raise RuntimeError("--render needs a display ($DISPLAY or $WAYLAND_DISPLAY is not "
@@ -329,7 +329,7 @@ def main(args: argparse.Namespace) -> int:
         print(f"rlmesh rollout: {checkpoint} in {env_id}")
         from rlmesh.env.multi_agent_env import is_multi_agent
         from rlmesh.offline.writer import EpisodeWriter
-        from rlmesh.rl.spaces import ObservationError
+        from rlmesh.rl.nested_spaces import ObservationError
 
         writer = EpisodeWriter(args.out) if args.out else None
         try:

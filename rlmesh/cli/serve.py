@@ -43,7 +43,7 @@ async def serve(checkpoint: str, address: str, curve_keys: str | None, explore: 
     from rlmesh.driver import checkpoints
     from rlmesh.driver.checkpoint_kinds import check_kinds
     from rlmesh.cli.rollout import resolve_checkpoint
-    from rlmesh.envs import env_registry
+    from rlmesh.env.registry import env_registry
     from rlmesh.rl.columns import DEFAULT_POLICY_ID
     from rlmesh.runtime import Job
 

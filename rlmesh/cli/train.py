@@ -82,7 +82,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-level", type=str.upper, metavar="L",
                    choices=("DEBUG", "INFO", "WARN", "WARNING", "ERROR"),
                    help="sets log_level: DEBUG, INFO, WARN or ERROR")
-    from rlmesh.tune.cli import add_sweep_arguments  # the standard library only
+    from rlmesh.cli.sweep import add_sweep_arguments  # the standard library only
 
     add_sweep_arguments(p)
     from rlmesh.tune import trackers  # the standard library only
@@ -225,10 +225,10 @@ def main(args: argparse.Namespace) -> int:
             print(config_help(args.run or "PPO"))
             return 0
         specs = resolve_specs(args)
-        from rlmesh.tune.cli import is_sweep
+        from rlmesh.cli.sweep import is_sweep
 
         if len(specs) > 1 or any(is_sweep(spec, exp, args) for spec, exp in specs):
-            from rlmesh.tune.cli import run_sweeps
+            from rlmesh.cli.sweep import run_sweeps
 
             return run_sweeps(specs, args)
         spec = specs[0][0]
@@ -262,7 +262,7 @@ def run_spec(spec: TrainSpec, resume: bool = False, trust_code: bool = False) ->
         console = getattr(handler, "stream", None) in (sys.stderr, sys.stdout)
         if console and not any(isinstance(f, NoDetailFilter) for f in handler.filters):
             handler.addFilter(NoDetailFilter())
-    from rlmesh.envs import EnvError
+    from rlmesh.env.registry import EnvError
 
     try:
         algo = build_algorithm(config)

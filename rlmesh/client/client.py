@@ -277,7 +277,7 @@ class _LocalInference:
     """The client's own policy and episodes: actions computed here, chunks shipped."""
 
     def __init__(self, client: PolicyClient, info: dict[str, Any]) -> None:
-        from rlmesh.envs import actions_for_env, space_from_data
+        from rlmesh.env.registry import actions_for_env, space_from_data
         from rlmesh.rl.numpy_policy import NumpyPolicy
 
         self.client = client

@@ -76,7 +76,7 @@ def policies_as_data(policies: Any) -> dict[str, dict[str, Any]]:
     """``policies`` in any accepted form as ``{policy_id: {policy_class, observation_space,
     action_space, config}}``, classes and spaces as plain data (None: from the algorithm
     and the env)."""
-    from rlmesh.envs import as_space, space_to_data
+    from rlmesh.env.registry import as_space, space_to_data
     from rlmesh.policy.policy import class_path
     from rlmesh.policy.policy_spec import PolicySpec
 

@@ -49,7 +49,7 @@ class SamplingSettings:
         None, "environment",
         doc="The observation space, for runs without an env of their own (external "
             "simulators through policy_server_address): a gymnasium space, or its plain-data "
-            "form (rlmesh.envs.space_to_data). None: taken from the env.")
+            "form (rlmesh.env.registry.space_to_data). None: taken from the env.")
     action_space: Any = setting(
         None, "environment",
         doc="The action space, as observation_space.")
@@ -265,7 +265,7 @@ class SamplingSettings:
                                     f"spaces; set .environment({key}=...)")
                 continue
             try:
-                from rlmesh.envs import as_space
+                from rlmesh.env.registry import as_space
 
                 as_space(value)
             except (TypeError, ValueError, KeyError) as e:

@@ -124,7 +124,7 @@ def _jsonable(value):
     if hasattr(value, "tolist") and hasattr(value, "dtype"):  # numpy arrays and scalars
         return value.tolist()
     if type(value).__module__.startswith("gymnasium.spaces"):  # a space: its data form
-        from rlmesh.envs import space_to_data
+        from rlmesh.env.registry import space_to_data
 
         return _jsonable(space_to_data(value))
     if isinstance(value, type) or isinstance(value, types.FunctionType):

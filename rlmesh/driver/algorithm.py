@@ -26,7 +26,7 @@ import torch
 from rlmesh.driver import checkpoints, live_runs, policies
 from rlmesh.driver.checkpoint_kinds import check_kinds
 from rlmesh.driver.env_runner_group import EnvRunnerGroup, synchronous_parallel_sample
-from rlmesh.driver.evaluation import EvaluationGroup
+from rlmesh.driver.evaluation_group import EvaluationGroup
 from rlmesh.driver.iteration_result import (  # noqa: F401  (public here too)
     ENTROPY_COLLAPSE, client_rejections, iteration_result,
 )
@@ -41,7 +41,7 @@ from rlmesh.driver.trainer_args import trainer_config
 from rlmesh.callbacks import load_callbacks
 from rlmesh.config.batch_memory import check_batch_memory
 from rlmesh.config.base import AlgorithmConfig
-from rlmesh.envs import EnvContext, as_space, env_registry, spaces_of
+from rlmesh.env.registry import EnvContext, as_space, env_registry, spaces_of
 from rlmesh.policy.policy import Policy
 from rlmesh.preprocessing import model_obs_space
 from rlmesh.policy.policy_spec import PolicySpec

@@ -39,7 +39,7 @@ import msgpack
 import torch
 
 from rlmesh.runtime.import_path import code_names, is_file
-from rlmesh.envs import env_registry
+from rlmesh.env.registry import env_registry
 from rlmesh.runtime import handed
 
 if TYPE_CHECKING:

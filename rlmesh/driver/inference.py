@@ -12,11 +12,11 @@ from rlmesh.config.base import AlgorithmConfig
 from rlmesh.driver import checkpoints
 from rlmesh.driver.checkpoint_kinds import check_kinds
 from rlmesh.driver.acting import warn_without_state
-from rlmesh.envs import actions_for_env, env_registry, spaces_of
+from rlmesh.env.registry import actions_for_env, env_registry, spaces_of
 from rlmesh.policy.policy_spec import PolicySpec, build_policy_from_data
 from rlmesh.rl.columns import DEFAULT_POLICY_ID
 from rlmesh.rl.filters import NoFilter, make_filter
-from rlmesh.rl.spaces import to_column
+from rlmesh.rl.nested_spaces import to_column
 
 
 class InferencePolicy:

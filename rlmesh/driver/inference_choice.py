@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from rlmesh.envs import space_from_data
+from rlmesh.env.registry import space_from_data
 from rlmesh.rl.spec import image_shape
 
 log = logging.getLogger(__name__)
@@ -83,7 +83,7 @@ def _forward_ms_per_obs(spec: dict[str, Any], cfg: Any, obs_space: Any, batch: i
 
 def _env_ms_per_step(cfg: Any) -> float:
     """One env's step, from a copy made here and stepped with random actions."""
-    from rlmesh.envs import make_env
+    from rlmesh.env.registry import make_env
 
     env = make_env(cfg.env, cfg.env_config, model=cfg.model,
                    preprocessor_pref=cfg.preprocessor_pref)

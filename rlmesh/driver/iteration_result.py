@@ -13,7 +13,7 @@ import numpy as np
 
 from rlmesh.driver import policies
 from rlmesh.callbacks import summarize_custom_metrics, summarize_hist_data
-from rlmesh.envs import space_from_data
+from rlmesh.env.registry import space_from_data
 from rlmesh.results import new_stack_group
 
 if TYPE_CHECKING:

@@ -25,7 +25,7 @@ from rlmesh.driver.runner_faults import crash_message, restart_policy
 from rlmesh.driver.runner_pool import RunnerPool, SampleTimeout  # noqa: F401 (its home for callers)
 from rlmesh.driver.topologies import ENV_RUNNER, SYNC
 from rlmesh.driver.topology import Role, Topology
-from rlmesh.envs import env_registry
+from rlmesh.env.registry import env_registry
 from rlmesh.named_actors import start_named_actors
 from rlmesh.roles.inference_actor import INFERENCE_ACTOR
 from rlmesh.roles.specs import RunnerSpec

@@ -12,7 +12,7 @@ from rlmesh.config.base import AlgorithmConfig
 from rlmesh.config.multi_agent import mapping_function, policies_as_data
 from rlmesh.config.settings import ConfigError
 from rlmesh.env.multi_agent_env import is_multi_agent
-from rlmesh.envs import EnvContext, env_registry, make_env
+from rlmesh.env.registry import EnvContext, env_registry, make_env
 from rlmesh.policy.policy_spec import PolicySpec
 from rlmesh.rl.columns import DEFAULT_POLICY_ID
 from rlmesh.roles.multi_agent_sampler import MultiAgentEpisode, map_agent
@@ -134,7 +134,7 @@ def add_policy(algo: RunView, policy_id: str, policy_cls: Any = None, *,
     its state loaded (``policy_state``, e.g. ``get_policy("main").get_state()``); its spec
     as data (the algorithm keeps a driver copy and publishes its weights). Spaces default to
     those of the first policy."""
-    from rlmesh.envs import space_from_data
+    from rlmesh.env.registry import space_from_data
 
     if policy_id in algo.policy_specs:
         raise ValueError(f"policy {policy_id!r} exists already (policies: {sorted(algo.policy_specs)})")

@@ -35,7 +35,7 @@ def register_custom_model(name: str, model_class: Any) -> None:
 
 def __getattr__(name: str) -> Any:
     if name in ("build_model", "ActorCritic"):
-        from rlmesh.rl import models
+        from rlmesh.rl import default_model as models
 
         return getattr(models, name)
     raise AttributeError(f"module 'rlmesh.models' has no attribute {name!r}")

@@ -5,7 +5,7 @@ moves the bundles of dead nodes and leaves the rest where they are. Pure: no I/O
 same input gives the same output.
 
 This module keeps those two and the greedy strategies; Node, Placement and the free-unit
-bookkeeping are in placement/cluster.py, the exact fallbacks in placement/search.py,
+bookkeeping are in placement/cluster.py, the exact fallbacks in placement/exact_fallbacks.py,
 PlacementError and its wording in placement/errors.py.
 """
 
@@ -16,7 +16,7 @@ from typing import Collection, Iterable, Mapping, Sequence
 from rlmesh.placement.cluster import (Need, Node, Placement, _Cluster, _largest_first,
                                                _total)
 from rlmesh.placement.errors import PlacementError, _Explain
-from rlmesh.placement.search import _match, _search
+from rlmesh.placement.exact_fallbacks import _match, _search
 from rlmesh.runtime.resources import Bundle, PlacementGroup
 
 __all__ = ["Bundle", "Node", "Placement", "PlacementError", "PlacementGroup", "place", "replace"]

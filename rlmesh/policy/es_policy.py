@@ -14,7 +14,7 @@ import gymnasium as gym
 import numpy as np
 
 from rlmesh.policy.policy import Policy
-from rlmesh.rl.es import SGD, Adam, ars_gradient, es_gradient
+from rlmesh.rl.es_math import SGD, Adam, ars_gradient, es_gradient
 from rlmesh.rl.noise_table import NoiseTable
 from rlmesh.rl.numpy_policy import ACTIVATIONS
 from rlmesh.rl.spec import obs_size

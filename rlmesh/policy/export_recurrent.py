@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from rlmesh.rl.columns import Columns, optional_columns
-from rlmesh.rl.spaces import to_column
+from rlmesh.rl.nested_spaces import to_column
 
 
 @dataclass

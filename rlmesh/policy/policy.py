@@ -19,7 +19,7 @@ import gymnasium as gym
 import numpy as np
 
 from rlmesh.rl.columns import ColumnSpec, SampleBatch, postprocessed_samples
-from rlmesh.rl.spaces import from_column, to_column
+from rlmesh.rl.nested_spaces import from_column, to_column
 
 
 class PolicyError(TypeError):

@@ -7,7 +7,7 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlmesh.envs import as_space, space_from_data, space_to_data
+from rlmesh.env.registry import as_space, space_from_data, space_to_data
 from rlmesh.runtime.import_path import import_object
 from rlmesh.policy.policy import Policy, PolicyError, check_policy_class, class_path
 

@@ -26,7 +26,7 @@ from rlmesh.rl.columns import (ColumnSpec, Columns, SampleBatch, action_dist_col
                                optional_columns, postprocessed_samples, space_layout)
 from rlmesh.rl.distributions import distribution_for
 from rlmesh.rl.finite import NonFiniteError
-from rlmesh.rl.models import build_model
+from rlmesh.rl.default_model import build_model
 from rlmesh.rl.optim import Adam
 from rlmesh.rl.spec import numpy_fast_path
 
@@ -80,7 +80,7 @@ class TorchPolicy(Policy):
     # --- construction (override to change) ---
 
     def make_model(self) -> torch.nn.Module:
-        """The default actor-critic model, or ``model.custom_model`` (``rl/models.py``)."""
+        """The default actor-critic model, or ``model.custom_model`` (``rl/default_model.py``)."""
         return build_model(self.observation_space, self.action_space, self.config.model)
 
     def _recurrent_columns(self) -> dict[str, ColumnSpec]:
@@ -399,7 +399,7 @@ class TorchPolicy(Policy):
     def set_state(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
         if getattr(self.model, "optimizer_state_obsolete", False):
-            # Weights of an older layout, laid out anew (rl/recurrent.py): the saved moments
+            # Weights of an older layout, laid out anew (rl/lstm_model.py): the saved moments
             # belong to other parameters.
             logger.warning("this checkpoint's weights are of an older model layout; they "
                            "load, and the optimizer starts afresh")

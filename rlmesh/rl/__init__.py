@@ -16,7 +16,8 @@ _EXPORTS = {
     "MultiCategorical": "distributions", "Bernoulli": "distributions", "Joint": "distributions",
     "clip_actions": "spec", "distribution_for": "distributions",
     "compute_gae": "gae",  # vtrace: import rlmesh.rl.vtrace (its module has the name)
-    "ActorCriticMLP": "models", "build_model": "models", "preprocess_obs": "models",
+    "ActorCriticMLP": "default_model", "build_model": "default_model",
+    "preprocess_obs": "default_model",
     "MODEL_DEFAULTS": "spec", "NumpyPolicy": "numpy_policy",
 }
 

@@ -71,8 +71,8 @@ def space_layout(space: gym.Space) -> ColumnSpec:
     """How one observation or action of ``space`` is stored: int64 for Discrete and
     MultiDiscrete, int8 for MultiBinary, float32 for Box (uint8 Box observations, i.e.
     pixels, stay uint8); a Tuple or Dict as one uint8 record packing its leaves
-    (``rl/spaces.py``), so nested values travel as flat arrays."""
-    from rlmesh.rl.spaces import is_nested, leaf_layout, record_size
+    (``rl/nested_spaces.py``), so nested values travel as flat arrays."""
+    from rlmesh.rl.nested_spaces import is_nested, leaf_layout, record_size
 
     if is_nested(space):
         return ColumnSpec((record_size(space),), np.dtype(np.uint8))

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from rlmesh.rl.spaces import leaves
+from rlmesh.rl.nested_spaces import leaves
 from rlmesh.rl.spec import BERNOULLI, CATEGORICAL, GAUSSIAN, JOINT, MULTI_CATEGORICAL, action_dist
 from rlmesh.rl.spec import clip_actions  # noqa: F401 (re-exported)
 from rlmesh.rl.torch_spaces import pack_tensors, unpack_tensor
@@ -305,7 +305,7 @@ class Bernoulli(Distribution):
 
 class Joint(Distribution):
     """Tuple/Dict actions: one distribution per leaf over consecutive slices of the inputs;
-    actions are packed records (``rl/spaces.py``) ``[..., record_size]``; logp, entropy
+    actions are packed records (``rl/nested_spaces.py``) ``[..., record_size]``; logp, entropy
     and KL are the sums over the leaves (the leaves are independent given the inputs)."""
 
     leaves: list = []

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rlmesh.rl.spaces import Leaf, is_nested, leaf_layout, leaves
+from rlmesh.rl.nested_spaces import Leaf, is_nested, leaf_layout, leaves
 from rlmesh.rl.spec import ACTION_MASK, conv_filters, default_conv_filters, image_shape
 from rlmesh.rl.torch_spaces import unpack_tensor
 

@@ -1,4 +1,4 @@
-"""The recurrent default model (``use_lstm``, ``rl/recurrent.py``) on a flat observation, one
+"""The recurrent default model (``use_lstm``, ``rl/lstm_model.py``) on a flat observation, one
 step at a time in numpy: what a local-inference ``PolicyClient`` acts with, so a simulator
 embedding it needs no torch. Same weights (the learner's ``state_dict``), same LSTM cell.
 """

@@ -36,7 +36,7 @@ MODEL_DEFAULTS: dict = {
     # given to rlmesh.models.register_custom_model; the contract: docs/models.md.
     "custom_model": None,
     "custom_model_config": {},  # passed through, untouched, for a custom model's own use
-    # Recurrent default model (rl/recurrent.py): the encoder above -> fcnet_hiddens then
+    # Recurrent default model (rl/lstm_model.py): the encoder above -> fcnet_hiddens then
     # post_fcnet_hiddens -> LSTM -> heads, its state carried per env (docs/models.md).
     "use_lstm": False,
     "lstm_cell_size": 256,  # width of the LSTM's hidden and cell state
@@ -250,7 +250,7 @@ def action_dist(action_space: gym.Space, squash: bool = False) -> tuple[str, int
             )
         return SQUASHED, size
     if isinstance(action_space, (gym.spaces.Tuple, gym.spaces.Dict)):
-        from rlmesh.rl.spaces import leaves
+        from rlmesh.rl.nested_spaces import leaves
 
         try:
             return JOINT, sum(action_dist(leaf.space, squash)[1] for leaf in leaves(action_space))
@@ -277,7 +277,7 @@ def check_observation(space: gym.Space, observation: Any) -> np.ndarray:
     packed record for Tuple/Dict spaces), or one clear error naming the key, the expected
     and the received shape and dtype. Box bounds are not enforced (envs report values past
     them, e.g. at a failure); a Discrete observation must be one of its values."""
-    from rlmesh.rl.spaces import to_column
+    from rlmesh.rl.nested_spaces import to_column
 
     obs = to_column(space, observation)
     if isinstance(space, gym.spaces.Discrete) and not space.contains(obs):
@@ -288,7 +288,7 @@ def check_observation(space: gym.Space, observation: Any) -> np.ndarray:
 def check_action(space: gym.Space, action: Any, dtype: Any) -> np.ndarray:
     """An action a simulator chose itself (``log_action``) as stored (``dtype``), or a
     clear error when it is outside the action space."""
-    from rlmesh.rl.spaces import is_nested, to_column
+    from rlmesh.rl.nested_spaces import is_nested, to_column
 
     if is_nested(space):
         if not space.contains(action):

@@ -1,4 +1,4 @@
-"""Packed records of nested spaces (``rl/spaces.py``) as torch tensors: the leaves of a
+"""Packed records of nested spaces (``rl/nested_spaces.py``) as torch tensors: the leaves of a
 batch of records unpacked (one copy each), and packed back."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from rlmesh.rl.spaces import Leaf
+from rlmesh.rl.nested_spaces import Leaf
 
 _TORCH_DTYPES = {np.dtype(np.int64): torch.int64, np.dtype(np.uint8): torch.uint8,
                  np.dtype(np.float32): torch.float32, np.dtype(np.int8): torch.int8}

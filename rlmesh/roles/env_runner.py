@@ -20,7 +20,7 @@ import numpy as np
 
 from rlmesh.callbacks import load_callbacks
 from rlmesh.env.multi_agent_env import is_multi_agent
-from rlmesh.envs import EnvContext, make_env, space_to_data
+from rlmesh.env.registry import EnvContext, make_env, space_to_data
 from rlmesh.offline.sharded import ShardedInput
 from rlmesh.offline.writer import OutputWriter
 from rlmesh.preprocessing import wrap_for_model
@@ -308,7 +308,7 @@ class EnvRunner(FragmentStreams, MultiAgentPolicies, VersionedPolicies, Gradient
         return self.sampler.obs_filter.get_state()
 
     def get_spaces(self) -> dict[str, Any]:
-        """The spaces as plain data (``rlmesh.envs.space_from_data`` rebuilds them)."""
+        """The spaces as plain data (``rlmesh.env.registry.space_from_data`` rebuilds them)."""
         return {"observation_space": space_to_data(self.sampler.observation_space),
                 "action_space": space_to_data(self.sampler.action_space)}
 

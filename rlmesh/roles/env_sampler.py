@@ -13,12 +13,12 @@ import gymnasium as gym
 import numpy as np
 
 from rlmesh.callbacks import Callbacks, Episode
-from rlmesh.envs import actions_for_env
+from rlmesh.env.registry import actions_for_env
 from rlmesh.policy.policy import Policy
 from rlmesh.rl.columns import ColumnSpec, Columns, env_columns, optional_columns, space_layout
 from rlmesh.rl.filters import NoFilter, ReturnNormalizer
 from rlmesh.rl.finite import FLOAT32_MAX, NonFiniteError, describe
-from rlmesh.rl.spaces import ObservationError, describe_mismatch, is_nested, to_column
+from rlmesh.rl.nested_spaces import ObservationError, describe_mismatch, is_nested, to_column
 from rlmesh.roles.env_slots import MAX_STEP_ERRORS_IN_A_ROW, EnvError, EnvSlot
 # Runners and tests import the seed strides from here, with the sampler that uses them.
 from rlmesh.roles.env_slots import RESEED_STRIDE, SEED_STRIDE  # noqa: F401
@@ -73,7 +73,7 @@ class EnvSampler:
         # fragment row is then one copy, not a stack of per-env arrays (~7% of sampling).
         layout = space_layout(self.observation_space)
         self._obs = np.zeros((num_envs, *layout.shape), layout.dtype)
-        # Tuple/Dict observations are packed into one record per step (rl/spaces.py).
+        # Tuple/Dict observations are packed into one record per step (rl/nested_spaces.py).
         self._nested = is_nested(self.observation_space)
         self._float_obs = layout.dtype.kind == "f"  # integer observations cannot be NaN
         self._episodes: list[dict[str, Any]] = []

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import gymnasium as gym
 import numpy as np
 
-from rlmesh.envs import EnvContext, actions_for_env, make_env
+from rlmesh.env.registry import EnvContext, actions_for_env, make_env
 from rlmesh.rl.columns import DEFAULT_POLICY_ID
 from rlmesh.rl.filters import make_filter
 from rlmesh.rl.noise_table import NoiseTable

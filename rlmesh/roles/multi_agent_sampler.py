@@ -13,10 +13,10 @@ import numpy as np
 
 from rlmesh.callbacks import Callbacks, Episode
 from rlmesh.env.multi_agent_env import ALL
-from rlmesh.envs import actions_for_env
+from rlmesh.env.registry import actions_for_env
 from rlmesh.policy.policy import Policy
 from rlmesh.rl.columns import Columns, space_layout
-from rlmesh.rl.spaces import is_nested, to_column
+from rlmesh.rl.nested_spaces import is_nested, to_column
 from rlmesh.roles.runner_policy import call_actions
 
 if TYPE_CHECKING:

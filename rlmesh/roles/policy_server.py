@@ -21,7 +21,7 @@ import numpy as np
 
 from rlmesh.client.episodes import Episodes, fragment_from_chunks
 from rlmesh.client.keys import client_names, default_keys_dir, make_curve_keys
-from rlmesh.envs import as_space, space_to_data, spaces_of
+from rlmesh.env.registry import as_space, space_to_data, spaces_of
 from rlmesh.rl.columns import (DEFAULT_POLICY_ID, ColumnSpec, Columns, action_dist_columns,
                                space_layout)
 from rlmesh.rl.filters import make_filter

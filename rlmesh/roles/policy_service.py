@@ -10,7 +10,7 @@ import numpy as np
 
 from rlmesh.client.episodes import as_batch
 from rlmesh.client.http import HTTP_API_VERSION
-from rlmesh.envs import actions_for_env, space_to_data
+from rlmesh.env.registry import actions_for_env, space_to_data
 from rlmesh.rl.columns import Columns, check_columns, space_layout
 from rlmesh.rl.spec import check_action
 from rlmesh.roles.policy_checks import (ClientDataError, check_actions, check_chunk_columns,

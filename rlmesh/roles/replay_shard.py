@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from rlmesh.envs import space_from_data
+from rlmesh.env.registry import space_from_data
 from rlmesh.roles.specs import ShardSpec
 from rlmesh.rl.nstep import NStepBuilder
 from rlmesh.rl.replay import PrioritizedReplayBuffer, ReplayBuffer, transition_columns

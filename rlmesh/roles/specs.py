@@ -81,7 +81,7 @@ class RunnerSpec(Spec):
                 ) -> RunnerSpec:
         """The spec of a runner of the driver's run: its config, the env registry, and the
         code the driver may later name to it (``startup_code``)."""
-        from rlmesh.envs import env_registry
+        from rlmesh.env.registry import env_registry
 
         base = cls(**config_fields(cfg), policy_specs=policy_specs, env_registry=env_registry())
         code = startup_code(base.named_data())

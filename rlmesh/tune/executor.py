@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from rlmesh.envs import env_registry
+from rlmesh.env.registry import env_registry
 from rlmesh.runtime import handed
 
 

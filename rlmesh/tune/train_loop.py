@@ -155,7 +155,7 @@ def policy_error_message(error: BaseException) -> str | None:
     from rlmesh.policy.policy import POLICY_ERRORS, PolicyError
     from rlmesh.rl.columns import MissingColumn
     from rlmesh.rl.finite import NonFiniteError
-    from rlmesh.rl.spaces import ObservationError
+    from rlmesh.rl.nested_spaces import ObservationError
     from rlmesh.roles.learner import LearnerOutOfMemory
     from rlmesh.runtime import RemoteError
 

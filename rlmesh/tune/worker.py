@@ -59,7 +59,7 @@ def main(spec_path: str, parent_pid: int) -> int:
     data = json.loads(Path(spec_path).read_text())
     import base64
 
-    from rlmesh.envs import adopt_registry
+    from rlmesh.env.registry import adopt_registry
     from rlmesh.runtime import handed
 
     handed.receive(base64.b64decode(sys.stdin.readline()))  # the sweep's first line

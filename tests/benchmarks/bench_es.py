@@ -26,7 +26,7 @@ from pathlib import Path
 
 from rlmesh import tuned_examples
 from rlmesh.algorithms.es import CHUNKS, ESConfig
-from rlmesh.envs import make_env
+from rlmesh.env.registry import make_env
 from rlmesh.rl.filters import make_filter
 from rlmesh.rl.noise_table import NoiseTable
 from rlmesh.roles.es_runner import Evaluator

@@ -29,7 +29,7 @@ from torch import nn
 
 from rlmesh.algorithms.impala import ImpalaConfig, ImpalaTorchPolicy
 from rlmesh.algorithms.ppo import PPOConfig, PPOTorchPolicy
-from rlmesh.rl.models import build_model
+from rlmesh.rl.default_model import build_model
 from rlmesh.rl.vtrace import vtrace
 
 OBS = gym.spaces.Box(0, 255, (84, 84, 4), np.uint8)

@@ -83,7 +83,7 @@ class SingleProcessPPO:
         import torch
 
         from rlmesh.algorithms import PPOConfig
-        from rlmesh.rl.models import build_model
+        from rlmesh.rl.default_model import build_model
 
         torch.set_num_threads(1)
         torch.manual_seed(seed)

@@ -13,7 +13,7 @@ import pytest
 
 from rlmesh.algorithms import PPOConfig
 from rlmesh.env.multi_agent_env import MultiAgentEnv
-from rlmesh.envs import EnvContext, make_env, register_env
+from rlmesh.env.registry import EnvContext, make_env, register_env
 from tests.conformance import rllib_style_envs as envs
 
 RUNNERS, ENVS_PER_RUNNER = 2, 2

@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import rlmesh.envs
-from rlmesh.envs import make_env, mujoco_current_id
+import rlmesh.env.registry
+from rlmesh.env.registry import make_env, mujoco_current_id
 from rlmesh.tune.experiment import make_config
 from tests.conformance.files import FILES, specs_of, variants
 
@@ -59,8 +59,8 @@ def test_file_loads_and_makes_its_env(path):
 
 @needs_mujoco
 def test_an_old_mujoco_id_runs_as_v5_with_one_line(caplog, monkeypatch):
-    monkeypatch.setattr(rlmesh.envs, "_SAID", set())  # as in a fresh process
-    caplog.set_level(logging.WARNING, logger="rlmesh.envs")
+    monkeypatch.setattr(rlmesh.env.registry, "_SAID", set())  # as in a fresh process
+    caplog.set_level(logging.WARNING, logger="rlmesh.env.registry")
     envs = [make_env("Walker2d-v3") for _ in range(3)]  # a runner makes several copies
     assert {e.spec.id for e in envs} == {"Walker2d-v5"}
     lines = [r.getMessage() for r in caplog.records if "Walker2d-v3" in r.getMessage()]
@@ -113,7 +113,7 @@ WARNINGS_SCRIPT = """
 import logging
 import numpy as np
 import mujoco
-from rlmesh.envs import make_env
+from rlmesh.env.registry import make_env
 logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
 for env in [make_env("HalfCheetah-v5") for _ in range(2)]:
     env.reset(seed=0)
@@ -132,5 +132,5 @@ def test_mujoco_warnings_reach_the_log_once_and_no_file(tmp_path):
     assert not (tmp_path / "MUJOCO_LOG.TXT").exists()
     assert "settotalmass" not in out.stderr + out.stdout
     lines = [line for line in out.stderr.splitlines() if "MuJoCo" in line]
-    assert lines == ["rlmesh.envs: MuJoCo: Nan, Inf or huge value in QVEL at DOF 0. The "
+    assert lines == ["rlmesh.env.registry: MuJoCo: Nan, Inf or huge value in QVEL at DOF 0. The "
                      "simulation is unstable. Time = 0.0000."]

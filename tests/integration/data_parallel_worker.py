@@ -18,7 +18,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from rlmesh.rl.models import build_model
+from rlmesh.rl.default_model import build_model
 from rlmesh.rl.optim import Adam
 
 MODEL_CONFIG = {"fcnet_hiddens": [16, 16], "fcnet_activation": "tanh", "vf_share_layers": False}

@@ -13,9 +13,9 @@ import torch
 import uvloop
 
 from rlmesh.runtime.import_path import startup_code
-from rlmesh.envs import env_registry, register_env, space_from_data
+from rlmesh.env.registry import env_registry, register_env, space_from_data
 from rlmesh.rl.distributions import DiagGaussian
-from rlmesh.rl.models import build_model
+from rlmesh.rl.default_model import build_model
 from rlmesh.roles.env_runner import runner_config
 from rlmesh.runtime import Job, RemoteError
 

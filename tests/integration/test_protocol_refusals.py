@@ -10,7 +10,7 @@ import uvloop
 import zmq
 import zmq.asyncio
 
-from rlmesh.envs import env_registry
+from rlmesh.env.registry import env_registry
 from rlmesh.runtime import Job
 from rlmesh.runtime.import_path import startup_code
 from rlmesh.wire import codec, messages as M

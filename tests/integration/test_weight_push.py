@@ -15,7 +15,7 @@ import pytest
 import uvloop
 
 from rlmesh.runtime.import_path import startup_code
-from rlmesh.envs import env_registry
+from rlmesh.env.registry import env_registry
 from rlmesh.runtime import Job
 
 from rlmesh.roles.specs import RunnerSpec

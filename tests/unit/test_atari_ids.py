@@ -13,7 +13,7 @@ import pytest
 
 from rlmesh.algorithms import PPOConfig
 from rlmesh.config.settings import ConfigError
-from rlmesh.envs import EnvError, make_env
+from rlmesh.env.registry import EnvError, make_env
 
 pytest.importorskip("ale_py", reason="ale-py (the envs extra) is not installed")
 

@@ -1,6 +1,6 @@
 """The env runner's sampling logic without processes: fragment layout, resets and final
 observations, complete-episode padding, env failures, callbacks, seeding, actions; and the
-env registry and lookups of rlmesh.envs."""
+env registry and lookups of rlmesh.env.registry."""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ import torch
 
 from rlmesh.algorithms import PPOConfig
 from rlmesh.callbacks import Callbacks, load_callbacks, summarize_custom_metrics
-from rlmesh.envs import (EnvContext, EnvError, actions_for_env, env_registry, make_env, register_env,
-                         space_from_data, space_to_data, spaces_of)
+from rlmesh.env.registry import (EnvContext, EnvError, actions_for_env, env_registry, make_env,
+                                 register_env, space_from_data, space_to_data, spaces_of)
 from rlmesh.runtime.import_path import path_of
 from rlmesh.rl.distributions import DiagGaussian
-from rlmesh.rl.models import build_model
+from rlmesh.rl.default_model import build_model
 from rlmesh.config import AlgorithmConfig
 from rlmesh.policy.numpy_mlp import NumpyMLPPolicy
 from rlmesh.policy.policy import Policy
@@ -423,7 +423,7 @@ def test_runner_config_keeps_the_shared_settings_of_an_algorithm_config():
     assert cfg.get_rollout_fragment_length(1) == 2048 // (2 * 3) + 1
 
 
-# --- rlmesh.envs ---
+# --- rlmesh.env.registry ---
 
 def module_level_creator(env_config):
     return CountEnv(env_config)

@@ -13,7 +13,7 @@ from rlmesh.algorithms.es import join_rollouts
 from rlmesh.algorithms.es_config import ESConfig
 from rlmesh.config.base import ConfigError
 from rlmesh.policy.es_policy import ARSPolicy, ESPolicy
-from rlmesh.rl.es import Adam, ars_gradient, centered_ranks, es_gradient
+from rlmesh.rl.es_math import Adam, ars_gradient, centered_ranks, es_gradient
 from rlmesh.rl.noise_table import NoiseTable, make_noise
 
 

@@ -9,7 +9,7 @@ import math
 import pytest
 
 from rlmesh.algorithms import ConfigError, PPOConfig
-from rlmesh.driver.evaluation import split, summarize
+from rlmesh.driver.evaluation_group import split, summarize
 from rlmesh.callbacks import HOOKS, Callbacks, check_hooks
 from rlmesh.tune.train_loop import Stopper, UsageError, check_evaluation_stop
 from rlmesh.runtime.logtail import LogTail, RoleFilter

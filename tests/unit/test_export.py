@@ -17,7 +17,7 @@ from torch import nn
 
 from rlmesh.policy.export import export_model
 from rlmesh.rl.layers import Tanh
-from rlmesh.rl.models import build_model, preprocess_obs
+from rlmesh.rl.default_model import build_model, preprocess_obs
 
 CASES = {
     "box_obs_discrete_act": (gym.spaces.Box(-1.0, 1.0, (4,), np.float32), gym.spaces.Discrete(2)),

@@ -18,7 +18,7 @@ import torch
 from rlmesh.algorithms.ppo import PPOConfig, PPOTorchPolicy
 from rlmesh.env.stateless import StatelessCartPole, StatelessPendulum
 from rlmesh.policy.export import export_model
-from rlmesh.rl.models import build_model
+from rlmesh.rl.default_model import build_model
 
 onnxruntime = pytest.importorskip("onnxruntime")
 

@@ -159,7 +159,7 @@ def test_a_collapsed_discrete_policy_is_warned_about_once(caplog):
     import types
 
     from rlmesh.driver.iteration_result import warn_entropy_collapse as warn
-    from rlmesh.envs import space_to_data
+    from rlmesh.env.registry import space_to_data
 
     algo = types.SimpleNamespace(policy_specs={"default_policy": {
         "action_space": space_to_data(gym.spaces.Discrete(2))}}, entropy_warned=set(),

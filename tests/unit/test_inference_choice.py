@@ -8,7 +8,7 @@ import pytest
 
 from rlmesh.algorithms.ppo import PPOConfig
 from rlmesh.driver.inference_choice import FORWARD_SHARE, choose_inference
-from rlmesh.envs import spaces_of
+from rlmesh.env.registry import spaces_of
 from rlmesh.roles.env_runner import default_policy_specs
 
 

@@ -28,7 +28,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("config", ("rlmesh.config", "rlmesh.callbacks", "rlmesh.client", "rlmesh.offline",
                 "rlmesh.utils")),
     ("policy", ("rlmesh.policy", "rlmesh.models", "rlmesh.evaluation")),
-    ("envs", ("rlmesh.envs", "rlmesh.env", "rlmesh.preprocessing", "rlmesh.video")),
+    ("envs", ("rlmesh.env", "rlmesh.preprocessing", "rlmesh.video")),
     ("rl", ("rlmesh.rl",)),
     ("runtime", ("rlmesh.runtime", "rlmesh.placement")),
     ("wire", ("rlmesh.wire",)),
@@ -213,13 +213,13 @@ def test_the_cycle_finder_finds_a_cycle():
 def test_the_import_scan_sees_function_level_and_importlib_imports(tmp_path):
     source = tmp_path / "mod.py"
     source.write_text("from typing import TYPE_CHECKING\nimport importlib\n"
-                      "from . import spaces\n"
+                      "from . import nested_spaces\n"
                       "if TYPE_CHECKING:\n    from rlmesh.driver.algorithm import Algorithm\n"
                       "def f():\n    from rlmesh.wire import codec\n"
                       "def g():\n    return importlib.import_module('rlmesh.cli.train')\n"
                       # a path handed to another process, not an import:
                       "LATER = 'rlmesh.roles.env_runner:EnvRunner'\n")
-    runs = {"rlmesh.rl.spaces", "rlmesh.wire", "rlmesh.wire.codec", "rlmesh.cli.train"}
+    runs = {"rlmesh.rl.nested_spaces", "rlmesh.wire", "rlmesh.wire.codec", "rlmesh.cli.train"}
     assert set(_imported("rlmesh.rl.mod", source, type_only=False)) == runs
     assert set(_imported("rlmesh.rl.mod", source)) == runs | {"rlmesh.driver.algorithm"}
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from rlmesh.algorithms.ppo import PPOConfig
-from rlmesh.envs import env_registry, make_env
+from rlmesh.env.registry import env_registry, make_env
 from rlmesh.preprocessing import FrameStack, framestack_size, stacked_space
 from rlmesh.roles.specs import RunnerSpec
 from rlmesh.roles.env_runner import EnvRunner

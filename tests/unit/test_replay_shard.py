@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from rlmesh.algorithms.apex_config import ApexDQNConfig
-from rlmesh.envs import space_to_data
+from rlmesh.env.registry import space_to_data
 from rlmesh.policy.numpy_q import NumpyQPolicy, epsilon_at, per_worker_epsilon
 from rlmesh.policy.policy import class_path
 from rlmesh.config.base import ConfigError

@@ -14,8 +14,8 @@ from rlmesh.models import register_custom_model
 from rlmesh.rl.columns import space_layout
 from rlmesh.rl.distributions import (Bernoulli, Categorical, DiagGaussian, Joint, MultiCategorical,
                                      distribution_for)
-from rlmesh.rl.models import build_model, sample_obs_batch
-from rlmesh.rl.spaces import ObservationError, from_column, pack_list, to_column, unpack
+from rlmesh.rl.default_model import build_model, sample_obs_batch
+from rlmesh.rl.nested_spaces import ObservationError, from_column, pack_list, to_column, unpack
 from rlmesh.rl.spec import default_conv_filters, numpy_fast_path
 
 NESTED = gym.spaces.Dict({

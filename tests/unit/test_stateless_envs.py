@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from rlmesh.env.stateless import StatelessCartPole, StatelessPendulum
-from rlmesh.envs import make_env
+from rlmesh.env.registry import make_env
 
 
 @pytest.mark.parametrize("cls,env_id,kept", [(StatelessCartPole, "CartPole-v1", [0, 2]),

@@ -12,7 +12,7 @@ from rlmesh.algorithms.ppo_config import PPOConfig
 from rlmesh.config.batch_memory import check_batch_memory
 from rlmesh.config.settings import ConfigError
 from rlmesh.driver.checkpoints import CheckpointError, check_state
-from rlmesh.envs import EnvError, make_env, missing_module_error
+from rlmesh.env.registry import EnvError, make_env, missing_module_error
 from rlmesh.rl.spec import check_model_config
 
 CARTPOLE = (gym.spaces.Box(-1, 1, (4,), np.float32), gym.spaces.Discrete(2))

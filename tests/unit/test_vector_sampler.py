@@ -165,7 +165,7 @@ def test_envpool_backend_masks_its_reset_steps():
 def test_a_missing_ale_py_names_the_extra(monkeypatch):
     import sys
 
-    from rlmesh.envs import make_env
+    from rlmesh.env.registry import make_env
 
     monkeypatch.setitem(sys.modules, "ale_py", None)  # import ale_py raises ImportError
     monkeypatch.setitem(sys.modules, "ale_py.vector_env", None)

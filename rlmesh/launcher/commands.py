@@ -38,18 +38,18 @@ def _stack_arguments(p: argparse.ArgumentParser) -> None:
 # The rlmesh command's table (rlmesh/__main__.py) takes these over rlmesh/cli's: stack gains
 # a cluster file.
 CLUSTER_COMMANDS: dict[str, Command] = {
-    "stack": Command("rlmesh.launcher.cli:stack_main",
+    "stack": Command("rlmesh.launcher.commands:stack_main",
                      "threads, asyncio tasks and blocked loops of every rlmesh process here "
                      "(or on every node of a cluster)", _stack_arguments),
-    "launch": Command("rlmesh.launcher.cli:main", "run a cluster file's job: agents on its "
+    "launch": Command("rlmesh.launcher.commands:main", "run a cluster file's job: agents on its "
                       "nodes over SSH, the actors placed on them, logs home", _arguments("launch")),
-    "up": Command("rlmesh.launcher.cli:main", "start the cluster's node agents and hold them",
+    "up": Command("rlmesh.launcher.commands:main", "start the cluster's node agents and hold them",
                   _arguments("up")),
-    "down": Command("rlmesh.launcher.cli:main",
+    "down": Command("rlmesh.launcher.commands:main",
                     "stop the cluster's head and everything on its nodes", _arguments("down")),
-    "status": Command("rlmesh.launcher.cli:main",
+    "status": Command("rlmesh.launcher.commands:main",
                       "nodes, resources and processes of a running cluster", _arguments("status")),
-    "exec": Command("rlmesh.launcher.cli:main", "run a command on every node of the cluster",
+    "exec": Command("rlmesh.launcher.commands:main", "run a command on every node of the cluster",
                     _arguments("exec")),
 }
 

@@ -19,7 +19,7 @@ from rlmesh.runtime.import_path import import_module, import_object, path_of
 _REGISTRY: dict[str, str] = {}  # name -> "module:qualname" of its creator (or its token)
 EXTRA_HINT = "pip install 'rlmesh[envs]'"  # the extra with the envs beyond gymnasium's own
 MUJOCO_HINT = "pip install 'rlmesh[mujoco]'"
-logger = logging.getLogger("rlmesh.envs")
+logger = logging.getLogger("rlmesh.env.registry")
 
 
 class EnvError(ValueError):
@@ -312,9 +312,9 @@ def actions_for_env(actions: np.ndarray, action_space: gym.Space,
 
 def _nested_actions_for_env(records: np.ndarray, action_space: gym.Space,
                             normalize_actions: bool, clip: bool) -> Any:
-    """Packed Tuple/Dict actions (``rl/spaces.py``) as the env takes them: one nested
+    """Packed Tuple/Dict actions (``rl/nested_spaces.py``) as the env takes them: one nested
     structure, or a list of them for a batch; Box leaves rescaled or clipped."""
-    from rlmesh.rl.spaces import build, leaves
+    from rlmesh.rl.nested_spaces import build, leaves
 
     records = np.asarray(records)
     flat = records.reshape(-1, records.shape[-1])

@@ -17,7 +17,7 @@ from torch import nn
 from rlmesh.rl.distributions import distribution_for
 from rlmesh.rl.encoders import ObsEncoder
 from rlmesh.rl.layers import ACTIVATIONS, check_action_mask, layer_init, mlp
-from rlmesh.rl.spaces import build, is_nested, leaves, pack_list
+from rlmesh.rl.nested_spaces import build, is_nested, leaves, pack_list
 from rlmesh.rl.spec import MODEL_DEFAULTS, check_model_config, custom_model_path, obs_size
 from rlmesh.rl.torch_spaces import unpack_tensor
 
@@ -162,7 +162,7 @@ def build_model(obs_space: gym.Space, action_space: gym.Space, model_config: dic
     config = check_model_config(model_config)
     _, num_outputs = distribution_for(action_space, bool(config["squash_actions"]))
     if config["use_lstm"]:
-        from rlmesh.rl.recurrent import RecurrentActorCritic
+        from rlmesh.rl.lstm_model import RecurrentActorCritic
 
         model = RecurrentActorCritic(obs_space, action_space, num_outputs, config)
         name = "RecurrentActorCritic"

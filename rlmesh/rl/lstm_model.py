@@ -13,7 +13,7 @@ from torch import nn
 
 from rlmesh.rl.encoders import FlatEncoder, ObsEncoder
 from rlmesh.rl.layers import ACTIVATIONS, check_action_mask, layer_init, mlp
-from rlmesh.rl.spaces import is_nested, leaves
+from rlmesh.rl.nested_spaces import is_nested, leaves
 from rlmesh.rl.spec import MODEL_DEFAULTS
 from rlmesh.rl.torch_spaces import unpack_tensor
 
