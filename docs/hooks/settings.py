@@ -43,7 +43,7 @@ def _table(rows, values) -> list[str]:
 
 def settings_page() -> str:
     from rlmesh.config.base import GROUPS, AlgorithmConfig
-    from rlmesh.driver.registry import ALGORITHMS, get_config_class
+    from rlmesh.driver.algorithm_registry import ALGORITHMS, get_config_class
 
     base = AlgorithmConfig()
     base_rows = AlgorithmConfig.fields_table()

@@ -61,7 +61,7 @@ def default_config(run: str) -> dict[str, Any]:
     where it had one. It loads back as it is (``XTrainer(config=DEFAULT_CONFIG.copy())``)."""
     if run not in _DEFAULTS:
         from rlmesh.config.rllib_keys import TRAINER_ERA_NAMES
-        from rlmesh.driver.registry import get_config_class
+        from rlmesh.driver.algorithm_registry import get_config_class
 
         data = get_config_class(run).rllib_defaults("old").to_dict()
         _DEFAULTS[run] = {TRAINER_ERA_NAMES.get(k, k): v for k, v in data.items()}
@@ -90,7 +90,7 @@ def _names(runs: tuple[str, ...]) -> dict[str, tuple[str, str]]:
 
 
 def _doc(module: str, runs: tuple[str, ...]) -> str:
-    from rlmesh.driver.registry import get_config_class
+    from rlmesh.driver.algorithm_registry import get_config_class
 
     lines = [f"RLlib's ray.rllib.agents.{module}, on today's classes (made by "
              "rlmesh.agents._exports from its table):", ""]
@@ -124,7 +124,7 @@ def exports(module: str) -> tuple[str, Callable[[str], Any], list[str]]:
         elif kind == "config":
             value = default_config(run)
         else:
-            from rlmesh.driver.registry import get_algorithm_class
+            from rlmesh.driver.algorithm_registry import get_algorithm_class
 
             value = get_algorithm_class(run)
         setattr(sys.modules[module], name, value)  # read once, then a plain attribute

@@ -3,7 +3,7 @@
 from typing import Any
 
 from rlmesh.algorithms.ppo_config import PPOConfig
-from rlmesh.driver.registry import ALGORITHMS, get_algorithm_class, get_config_class
+from rlmesh.driver.algorithm_registry import ALGORITHMS, get_algorithm_class, get_config_class
 from rlmesh.config.base import AlgorithmConfig, ConfigError
 
 __all__ = ["ALGORITHMS", "Algorithm", "AlgorithmConfig", "ConfigError", "PPO", "PPOConfig",

@@ -52,7 +52,7 @@ def make_dataset(out_dir: str | Path, target_return: float, max_env_steps: int,
     dataset's statistics (``episode_returns``) with the run's, also written to
     ``out_dir/dataset_info.yaml``. ``config`` updates the experiment's config."""
     from rlmesh import tuned_examples
-    from rlmesh.driver.registry import get_config_class
+    from rlmesh.driver.algorithm_registry import get_config_class
 
     _, exp, _ = tuned_examples.load_experiment(experiment)
     out = Path(out_dir).expanduser()

@@ -71,7 +71,7 @@ def check_run(run: str | None, checkpoint: Path) -> str | None:
     if run is None:
         return None
     from rlmesh.driver.checkpoints import META
-    from rlmesh.driver.registry import ALGORITHMS, UnknownAlgorithm, get_config_class
+    from rlmesh.driver.algorithm_registry import ALGORITHMS, UnknownAlgorithm, get_config_class
 
     try:
         import msgpack

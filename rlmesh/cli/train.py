@@ -14,7 +14,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from rlmesh.driver.registry import ALGORITHMS
+from rlmesh.driver.algorithm_registry import ALGORITHMS
 from rlmesh.tune.experiment import (DEFAULT_STOP, TrainSpec, build_algorithm, canonical_keys,
                                     config_class, deep_merge, make_config, parse_stop)
 from rlmesh.tune.train_loop import (EXIT_FAILED, EXIT_SIGINT, EXIT_USAGE, WRITE_ERRNOS,

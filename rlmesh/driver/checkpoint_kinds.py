@@ -67,7 +67,7 @@ def _name(cls: type) -> tuple[str, str]:
 
 
 def _algorithm(name: str) -> Any:
-    from rlmesh.driver.registry import ALGORITHMS, get_algorithm_class
+    from rlmesh.driver.algorithm_registry import ALGORITHMS, get_algorithm_class
     from rlmesh.runtime.import_path import import_object
 
     return get_algorithm_class(name) if name in ALGORITHMS else import_object(name, "algorithm")

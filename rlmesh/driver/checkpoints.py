@@ -287,7 +287,7 @@ def _first_line(exc: BaseException) -> str:
 
 def algorithm_class(name: str) -> type:
     """The Algorithm class a checkpoint names (checked by ``check_code`` already)."""
-    from rlmesh.driver.registry import ALGORITHMS, get_algorithm_class
+    from rlmesh.driver.algorithm_registry import ALGORITHMS, get_algorithm_class
     from rlmesh.runtime.import_path import import_object
 
     return get_algorithm_class(name) if name in ALGORITHMS else import_object(name, "algorithm")
@@ -295,7 +295,7 @@ def algorithm_class(name: str) -> type:
 
 def algorithm_name(algo: RunView) -> str:
     """``algo``'s name in the registry, or the import path of its class if it has none."""
-    from rlmesh.driver.registry import registered_name
+    from rlmesh.driver.algorithm_registry import registered_name
 
     return registered_name(type(algo)) or f"{type(algo).__module__}:{type(algo).__qualname__}"
 
@@ -310,7 +310,7 @@ def check_code(path: Path, meta: dict[str, Any], trust_code: bool, trusted: set[
     """CheckpointError unless every piece of code ``meta`` names is rlmesh's own, is in
     ``trusted``, or ``trust_code`` is set; a file path (``.py``) is refused even then: a
     checkpoint never picks a file to run (only the script this process runs is found)."""
-    from rlmesh.driver.registry import ALGORITHMS
+    from rlmesh.driver.algorithm_registry import ALGORITHMS
 
     names = list(code_names({"config": meta.get("config"), "policies": meta.get("policies")}))
     algorithm = meta.get("algorithm")

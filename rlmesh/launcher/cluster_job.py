@@ -73,7 +73,7 @@ def _parse_job(value: Any, base: Path) -> JobConfig:
     if "args" in data:
         raise _Invalid("job.args", "args go with job.script; an experiment (run) takes none")
     if "run" not in data:
-        from rlmesh.driver.registry import ALGORITHMS
+        from rlmesh.driver.algorithm_registry import ALGORITHMS
 
         raise _Invalid("job.run", f"missing: give run (an algorithm: {', '.join(ALGORITHMS)}) "
                        "with env, config and stop, or script (a Python script run on the head)")
@@ -84,7 +84,7 @@ def _parse_experiment(data: dict[str, Any]) -> JobConfig:
     """An experiment, checked as ``rlmesh train`` will build it: so a typo in its config fails
     here, before any node is touched."""
     from rlmesh.config.settings import ConfigError
-    from rlmesh.driver.registry import ALGORITHMS
+    from rlmesh.driver.algorithm_registry import ALGORITHMS
     from rlmesh.tune.experiment import canonical_keys, config_class, parse_stop
     from rlmesh.tune.train_loop import UsageError
 

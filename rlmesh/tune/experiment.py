@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from rlmesh.driver.registry import UnknownAlgorithm, get_config_class
+from rlmesh.driver.algorithm_registry import UnknownAlgorithm, get_config_class
 
 DEFAULT_STOP = {"training_iteration": 100}
 

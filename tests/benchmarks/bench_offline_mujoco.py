@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rlmesh.driver.registry import get_config_class
+from rlmesh.driver.algorithm_registry import get_config_class
 from rlmesh.cli.make_dataset import episode_returns
 
 from .bench_mujoco import report

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from rlmesh.driver.registry import get_config_class
+from rlmesh.driver.algorithm_registry import get_config_class
 from rlmesh.config import rllib
 from rlmesh.config.base import ConfigError
 

@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from rlmesh.driver.registry import ALGORITHMS, get_config_class
+from rlmesh.driver.algorithm_registry import ALGORITHMS, get_config_class
 
 CARTPOLE, PENDULUM = "CartPole-v1", "Pendulum-v1"
 ITERATIONS = 3

@@ -17,7 +17,7 @@ import pytest
 
 from rlmesh.algorithms.apex import ApexDDPGConfig, ApexDQNConfig
 from rlmesh.driver import checkpoints
-from rlmesh.driver.registry import get_config_class
+from rlmesh.driver.algorithm_registry import get_config_class
 from rlmesh.config.base import ConfigError
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from rlmesh.algorithms import ConfigError, PPOConfig
-from rlmesh.driver.registry import get_config_class
+from rlmesh.driver.algorithm_registry import get_config_class
 
 ENDLESS = "tests.integration.envs_for_tests:make_count_env"  # no terminate_at: never ends
 

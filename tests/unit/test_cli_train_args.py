@@ -18,7 +18,7 @@ import pytest
 
 from rlmesh import tuned_examples
 from rlmesh.algorithms import PPOConfig
-from rlmesh.driver.registry import ALGORITHMS
+from rlmesh.driver.algorithm_registry import ALGORITHMS
 from rlmesh.config.base import ConfigError
 from rlmesh.cli import rollout, train
 from rlmesh.cli.main import main as cli_main
@@ -239,7 +239,7 @@ def test_packaged_tuned_example_found_by_bare_name(tmp_path, built, monkeypatch)
 
 @pytest.mark.parametrize("name", tuned_examples.names())
 def test_every_tuned_example_is_a_valid_config(name):
-    from rlmesh.driver.registry import ALGORITHMS
+    from rlmesh.driver.algorithm_registry import ALGORITHMS
     from rlmesh.tune.experiment import config_class
     from rlmesh.tune.train_loop import check_evaluation_stop
 

@@ -20,7 +20,7 @@ from rlmesh.algorithms.iql import IQLTorchPolicy, expectile_loss
 from rlmesh.algorithms.iql_config import IQLConfig
 from rlmesh.algorithms.offline_replay import check_action_range, dataset_transitions
 from rlmesh.config.base import ConfigError
-from rlmesh.driver.registry import get_config_class
+from rlmesh.driver.algorithm_registry import get_config_class
 from rlmesh.offline.convert import write
 from rlmesh.offline.reader import DatasetError, OfflineDataset, resolve_files
 from rlmesh.offline.records import episode_record
@@ -351,7 +351,7 @@ hopper_cql:
     (RLLIB_HOPPER_CQL, "input 'd4rl.hopper-medium-v0': D4RL datasets are not supported"),
 ])
 def test_rllibs_cql_tuned_examples_load_and_name_the_input_they_cannot_read(tmp_path, text, says):
-    from rlmesh.driver.registry import get_algorithm_class
+    from rlmesh.driver.algorithm_registry import get_algorithm_class
     from tests.conformance.files import specs_of, variants
 
     path = tmp_path / "rllib-cql.yaml"

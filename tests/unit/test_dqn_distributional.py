@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from rlmesh.algorithms.dqn import DQNConfig, DQNTorchPolicy, QModel
-from rlmesh.driver.registry import get_algorithm_class, get_config_class, registered_name
+from rlmesh.driver.algorithm_registry import get_algorithm_class, get_config_class, registered_name
 from rlmesh.config.base import ConfigError
 from rlmesh.policy.export import export_model
 from rlmesh.policy.numpy_q import NumpyQNet, NumpyQPolicy

@@ -174,7 +174,7 @@ def test_configs_refuse_learner_processes_and_more_used_than_evaluated_direction
 
 
 def test_es_and_ars_are_registered():
-    from rlmesh.driver.registry import get_algorithm_class
+    from rlmesh.driver.algorithm_registry import get_algorithm_class
 
     assert get_algorithm_class("ES").__name__ == "ES"
     assert get_algorithm_class("ars").__name__ == "ARS"

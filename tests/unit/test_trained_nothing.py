@@ -9,7 +9,7 @@ import logging
 
 import pytest
 
-from rlmesh.driver.registry import ALGORITHMS, get_config_class
+from rlmesh.driver.algorithm_registry import ALGORITHMS, get_config_class
 from rlmesh.driver.trained_nothing import ASYNC_GRACE_S, TrainingWatch, first_update_due
 from rlmesh.runtime.import_path import import_object
 

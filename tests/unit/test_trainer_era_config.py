@@ -19,7 +19,7 @@ from rlmesh.algorithms.ppo_config import PPOConfig
 from rlmesh.cli.rollout import check_run, resolve_checkpoint
 from rlmesh.config import rllib
 from rlmesh.config.base import ConfigError
-from rlmesh.driver.registry import get_algorithm_class, get_config_class
+from rlmesh.driver.algorithm_registry import get_algorithm_class, get_config_class
 from rlmesh.driver.trainer_args import trainer_config
 from rlmesh.tune.logger import pretty_print
 
