@@ -29,6 +29,7 @@ from rlmesh.rl.spec import numpy_fast_path
 from rlmesh.runtime.work_counter import counter_path, shared_count
 from rlmesh.roles.env_sampler import SEED_STRIDE
 from rlmesh.roles.gradient_runner import GradientRunner  # A3C's call
+from rlmesh.roles.obs_filters import FILTER_CALLS, ObsFilterCalls
 from rlmesh.roles.policy_changes import MultiAgentPolicies
 from rlmesh.roles.runner_policy import VersionedPolicies, make_runner_policies
 from rlmesh.roles.runner_sampler import bind, check_rewards, make_sampler
@@ -74,7 +75,8 @@ def default_policy_specs(obs_space: gym.Space, action_space: gym.Space, config: 
                                 "action_space": space_to_data(action_space), "config": {}}}
 
 
-class EnvRunner(FragmentStreams, MultiAgentPolicies, VersionedPolicies, GradientRunner, Actor):
+class EnvRunner(FragmentStreams, MultiAgentPolicies, VersionedPolicies, GradientRunner,
+                ObsFilterCalls, Actor):
     """Samples fragments with ``num_envs_per_env_runner`` envs (RLlib's EnvRunner).
 
     ``spec`` (a ``RunnerSpec``'s data) holds the config as the user wrote it, the driver's
@@ -88,8 +90,7 @@ class EnvRunner(FragmentStreams, MultiAgentPolicies, VersionedPolicies, Gradient
     protocol = Protocol(
         calls=("sample", "sample_and_compute_gradients", "compute_actions", "set_weights",
                "take_weights", "get_weights", "add_policy", "remove_policy", "start_streaming",
-               "reset_streams", "pop_sampled", "get_filter_updates", "set_filter_state",
-               "get_filter_state", "get_spaces", "apply", "foreach_env", "call_env_method",
+               "reset_streams", "pop_sampled", *FILTER_CALLS, "get_spaces", "apply", "foreach_env", "call_env_method",
                "metrics", "offline_stats", "refresh_weights"),
         test_hooks=("pid",),
     )
@@ -293,19 +294,10 @@ class EnvRunner(FragmentStreams, MultiAgentPolicies, VersionedPolicies, Gradient
                             self.worker_index, str(exc).splitlines()[0])
                 await asyncio.sleep(0.2)
 
-    # --- observation filter: the driver merges every runner's new statistics (RLlib's
-    # FilterManager.synchronize) ---
-
-    def get_filter_updates(self) -> dict[str, Any] | None:
-        """The filter statistics gathered since the last call (then forgotten here)."""
-        return self.sampler.obs_filter.flush()
-
-    def set_filter_state(self, state: dict[str, Any] | None) -> None:
-        """Take the driver's global filter statistics."""
-        self.sampler.obs_filter.set_state(state)
-
-    def get_filter_state(self) -> dict[str, Any] | None:
-        return self.sampler.obs_filter.get_state()
+    @property
+    def obs_filter(self) -> Any:
+        """The sampler's observation filter (ObsFilterCalls serves the driver's calls)."""
+        return self.sampler.obs_filter
 
     def get_spaces(self) -> dict[str, Any]:
         """The spaces as plain data (``rlmesh.env.registry.space_from_data`` rebuilds them)."""

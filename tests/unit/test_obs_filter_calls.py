@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from rlmesh.rl.filters import MeanStdFilter
+from rlmesh.roles.env_runner import EnvRunner
 from rlmesh.roles.es_runner import ESRunner
 from rlmesh.roles.obs_filters import FILTER_CALLS, ObsFilterCalls
 from rlmesh.roles.policy_server import PolicyServerRunner
@@ -58,7 +59,7 @@ def test_the_filter_is_read_at_each_call_not_captured():
     assert runner.get_filter_updates()["n"] == 3
 
 
-@pytest.mark.parametrize("role", [ESRunner, PolicyServerRunner])
+@pytest.mark.parametrize("role", [EnvRunner, ESRunner, PolicyServerRunner])
 def test_sampling_roles_serve_the_filter_calls_from_the_mixin(role):
     assert set(FILTER_CALLS) <= set(role.protocol.kinds())
     for name in FILTER_CALLS:
