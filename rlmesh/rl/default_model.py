@@ -16,7 +16,7 @@ from torch import nn
 
 from rlmesh.rl.distributions import distribution_for
 from rlmesh.rl.encoders import ObsEncoder
-from rlmesh.rl.layers import ACTIVATIONS, check_action_mask, layer_init, mlp
+from rlmesh.rl.layers import ACTIVATIONS, check_action_mask, free_log_std, layer_init, mlp
 from rlmesh.rl.nested_spaces import build, is_nested, leaves, pack_list
 from rlmesh.rl.spec import MODEL_DEFAULTS, check_model_config, custom_model_path, obs_size
 from rlmesh.rl.torch_spaces import unpack_tensor
@@ -60,12 +60,7 @@ class ActorCriticMLP(nn.Module):
         if self.masked:
             check_action_mask(self.encoder.mask_leaf, action_space, num_outputs)
 
-        self.free_log_std = bool(config["free_log_std"])
-        if self.free_log_std:
-            if not isinstance(action_space, gym.spaces.Box) or num_outputs % 2:
-                raise ValueError(f"free_log_std needs a Box action space (Gaussian), got {action_space}")
-            num_outputs //= 2
-            self.log_std = nn.Parameter(torch.full((num_outputs,), float(config["log_std_init"])))
+        num_outputs = free_log_std(self, config, action_space, num_outputs)
 
         self.pi_trunk, pi_out = mlp(in_size, hiddens, activation)
         self.vf_trunk = None

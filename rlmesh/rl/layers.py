@@ -100,3 +100,15 @@ def check_action_mask(leaf: Any, action_space: gym.Space, num_outputs: int) -> N
     if int(np.prod(leaf.shape)) != num_outputs:
         raise ValueError(f"observation {ACTION_MASK!r} has shape {leaf.shape}; the action space "
                          f"{action_space} needs one entry per action ({num_outputs})")
+
+
+def free_log_std(model: nn.Module, config: dict, action_space: gym.Space, num_outputs: int) -> int:
+    """RLlib's ``free_log_std``: the Gaussian's log std as a state-free parameter of
+    ``model`` (``model.log_std``) instead of half of the head's outputs; the head's size."""
+    model.free_log_std = bool(config["free_log_std"])
+    if not model.free_log_std:
+        return num_outputs
+    if not isinstance(action_space, gym.spaces.Box) or num_outputs % 2:
+        raise ValueError(f"free_log_std needs a Box action space (Gaussian), got {action_space}")
+    model.log_std = nn.Parameter(torch.full((num_outputs // 2,), float(config["log_std_init"])))
+    return num_outputs // 2

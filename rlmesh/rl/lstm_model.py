@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from rlmesh.rl.encoders import FlatEncoder, ObsEncoder
-from rlmesh.rl.layers import ACTIVATIONS, check_action_mask, layer_init, mlp
+from rlmesh.rl.layers import ACTIVATIONS, check_action_mask, free_log_std, layer_init, mlp
 from rlmesh.rl.nested_spaces import is_nested, leaves
 from rlmesh.rl.spec import MODEL_DEFAULTS
 from rlmesh.rl.torch_spaces import unpack_tensor
@@ -77,12 +77,7 @@ class RecurrentActorCritic(nn.Module):
             self.vf_trunk, _ = mlp(self.encoder.out_size, hiddens, config["fcnet_activation"])
             self.vf_lstm = nn.LSTM(inputs, self.cell_size, batch_first=True)
             self.register_load_state_dict_pre_hook(_critic_from_shared)
-        self.free_log_std = bool(config["free_log_std"])
-        if self.free_log_std:
-            if not isinstance(action_space, gym.spaces.Box) or num_outputs % 2:
-                raise ValueError(f"free_log_std needs a Box action space (Gaussian), got {action_space}")
-            num_outputs //= 2
-            self.log_std = nn.Parameter(torch.full((num_outputs,), float(config["log_std_init"])))
+        num_outputs = free_log_std(self, config, action_space, num_outputs)
         self.pi_head = layer_init(nn.Linear(self.cell_size, num_outputs), gain=0.01)
         self.vf_head = layer_init(nn.Linear(self.cell_size, 1), gain=1.0)
 
