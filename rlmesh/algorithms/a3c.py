@@ -88,7 +88,7 @@ class A3C(Algorithm):
         return self.mesh.next_version(), policy.get_weights()
 
     def _ask_idle_runners(self) -> None:
-        runners = self.mesh.healthy_runner_names()
+        runners = self.mesh.runners.healthy_names()
         if not runners:
             raise RuntimeError("every env runner is gone (see the log for why); A3C cannot "
                                "compute gradients")

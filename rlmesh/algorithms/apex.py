@@ -69,8 +69,11 @@ class Apex(OffPolicy):
         return super(OffPolicy, self)._policy_specs()
 
     def _on_started(self) -> None:
-        self.mesh.start_replay_learning(space_to_data(self.obs_space),
-                                        space_to_data(self.action_space))
+        # The replay shards (spaces as data), then the learners' update loops fed by them
+        # and the runners' streams into the shards.
+        self.mesh.build("replay", obs_space=space_to_data(self.obs_space),
+                        action_space=space_to_data(self.action_space))
+        self.mesh.connect()
         # One shard in the driver: OffPolicy checkpoints its buffer (store_buffer_in_checkpoints).
         self.replay = self.mesh.local_shard
         self._inserted = Totals()  # transitions added, summed over shard restarts
@@ -84,8 +87,8 @@ class Apex(OffPolicy):
         start = time.perf_counter()
         with learner_calls(self):
             sampled = self._wait_for_samples()
-            learners = self.mesh.learner_metrics()
-        shards = self.mesh.shard_stats()
+            learners = self.mesh.learners.metrics()
+        shards = self.mesh.shards.stats()
         episodes = [{"episodes": s["episodes"],
                      "num_nonfinite_steps_skipped": s.get("num_nonfinite_steps_skipped", 0)}
                     for s in sampled]
@@ -103,14 +106,14 @@ class Apex(OffPolicy):
         sampled: list[dict[str, Any]] = []
         steps = 0
         while True:
-            if not self.mesh.num_live_runners():
+            if not self.mesh.runners.num_live():
                 raise RuntimeError("every env runner is gone (see the log for why)")
-            got = self.mesh.pop_sampled()
+            got = self.mesh.runners.pop_sampled()
             steps += sum(int(s["env_steps"]) for s in got)
             sampled.extend(got)
             if steps >= self.config.min_sample_timesteps_per_iteration:
                 return sampled
-            self.mesh.num_updates()  # raises the learner's error (or death), if it stopped
+            self.mesh.learners.on_rank0("num_updates")  # raises the learner's error (or death), if it stopped
             time.sleep(POLL_S)
 
     def _replay_metrics(self, shards: list[dict[str, Any]], learners: list[dict[str, Any]],
@@ -132,7 +135,7 @@ class Apex(OffPolicy):
             "replay_buffer_num_transitions": sum(s["size"] for s in shards),
             "replay_buffer_size_bytes": sum(s["size_bytes"] for s in shards),
             "num_replay_shards_reporting": len(shards),
-            "num_replay_shard_restarts": self.mesh.shard_restarts,
+            "num_replay_shard_restarts": self.mesh.shards.restarts,
             # Dropped by the shards (sampled before they restarted) and by the learners
             # (told of the restart before sending them).
             "num_stale_priority_updates": (

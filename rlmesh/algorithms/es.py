@@ -53,7 +53,7 @@ class ES(Algorithm):
     def training_step(self) -> dict[str, dict[str, float]]:
         with self.timer("sample_time_s"):
             pairs, steps = self.batch_target()
-            batch = join_rollouts(self.mesh.rollouts(pairs, steps, CHUNKS))
+            batch = join_rollouts(self.mesh.runners.rollouts(pairs, steps, CHUNKS))
         # The results count every env step; their episodes are the evaluation episodes.
         self.env_runners.record([{"env_steps": batch["env_steps"], "episodes": batch["episodes"]}])
         with self.timer("learn_time_s"):

@@ -305,7 +305,7 @@ class Algorithm(PolicyAccess, SaveRestore):
         """Merge the runners' new observation statistics into the global filter and hand
         it back to them (RLlib does it after every training step)."""
         if self.config.observation_filter != "NoFilter":
-            self.mesh.sync_filters(self.obs_filter)
+            self.mesh.runners.sync_filters(self.obs_filter)
 
     @property
     def timesteps_sampled(self) -> int:

@@ -30,8 +30,8 @@ class AsyncAlgorithm(Algorithm):
     times_its_own_iteration = True
 
     def _on_started(self) -> None:
-        self.mesh.start_aggregators()
-        self.mesh.start_async()
+        self.mesh.build("aggregators")
+        self.mesh.connect()  # the learners' update loops, then the runners' streams
         self._updates_seen = 0
 
     def training_iteration(self) -> dict[str, Any]:
@@ -39,9 +39,9 @@ class AsyncAlgorithm(Algorithm):
         start = time.perf_counter()
         self._wait_for_update(start)
         self.sync_filters()
-        learners = self._ask(self.mesh.learner_metrics)
-        sampled = self._ask(self.mesh.pop_sampled)
-        aggregators = self._ask(self.mesh.aggregator_stats)
+        learners = self._ask(self.mesh.learners.metrics)
+        sampled = self._ask(self.mesh.runners.pop_sampled)
+        aggregators = self._ask(self.mesh.aggregators.stats)
         steps = sum(s["env_steps"] for s in sampled)
         trained = sum(m["num_env_steps_trained"] for m in learners)
         episodes = [{"episodes": s["episodes"],
@@ -56,7 +56,7 @@ class AsyncAlgorithm(Algorithm):
         cfg = self.config
         time.sleep(cfg.min_time_s_per_iteration or 0)
         while True:
-            updates = self._ask(self.mesh.num_updates)
+            updates = self._ask(self.mesh.learners.on_rank0, "num_updates")
             if updates > self._updates_seen:
                 self._updates_seen = updates
                 return
@@ -64,13 +64,14 @@ class AsyncAlgorithm(Algorithm):
                 raise LearnerFailed(f"no update in {cfg.learner_queue_timeout + 30:.0f} s")
             time.sleep(POLL_S)
 
-    def _ask(self, call: Callable[[], T]) -> T:
-        """``call()``, one of the mesh's; a learner's death or failure becomes LearnerFailed."""
+    def _ask(self, call: Callable[..., T], *args: Any) -> T:
+        """``call(*args)``, one of the mesh's pools'; a learner's death or failure becomes
+        LearnerFailed."""
         try:
             if self.mesh.learner_failure is not None:
                 raise ActorUnavailable(self.mesh.learner_failure)
-            self.mesh.check_runners()  # an env that kept crashing its runner: EnvCrashed
-            return call()
+            self.mesh.runners.check()  # an env that kept crashing its runner: EnvCrashed
+            return call(*args)
         except (ActorUnavailable, RemoteError) as exc:
             if self.mesh.learner_failure is None and not isinstance(exc, RemoteError):
                 raise
@@ -92,7 +93,7 @@ class AsyncAlgorithm(Algorithm):
             # Since the run started, over runner and aggregator restarts: never goes down.
             "num_fragments_lost": self.mesh.totals["num_fragments_lost"],
             "num_batches_lost": self.mesh.totals["num_batches_lost"],
-            "num_aggregator_restarts": self.mesh.aggregator_restarts,
+            "num_aggregator_restarts": self.mesh.aggregators.restarts,
             "aggregators": aggregators,
         }
 

@@ -60,7 +60,7 @@ class RunnerRequests:
               timeout: float | None = None) -> None:
         """``calls`` (``(method, args, kwargs)``) on ``runner`` one after the other; the
         last one's reply is what ``ready`` gives."""
-        self._in_flight[runner] = self.mesh.runner_pool.calls(runner, calls, timeout)
+        self._in_flight[runner] = self.mesh.runners.calls(runner, calls, timeout)
 
     def ready(self, timeout: float | None) -> list[tuple[str, Any]]:
         """``(runner, reply)`` of every request that has finished, waiting up to
@@ -80,7 +80,7 @@ class RunnerRequests:
             try:
                 out.append((name, future.result()))
             except ActorUnavailable as exc:
-                self.mesh.runner_pool.unavailable(name, exc, "its call is dropped")
+                self.mesh.runners.unavailable(name, exc, "its call is dropped")
                 self.dropped.append(name)
         return out
 
@@ -122,9 +122,9 @@ class EnvRunnerGroup:
         else:
             if ahead is not None:
                 ahead[1].cancel()
-            fragments = self.mesh.runner_pool.sample(max_env_steps)
+            fragments = self.mesh.runners.sample(max_env_steps)
         if self.config.sample_async:
-            self._ahead = (max_env_steps, self.mesh.runner_pool.sample_ahead(max_env_steps))
+            self._ahead = (max_env_steps, self.mesh.runners.sample_ahead(max_env_steps))
         self.record(fragments)
         return fragments
 
@@ -168,7 +168,7 @@ class EnvRunnerGroup:
             return self._algo.publish(policies)
         weights = self._algo.learner_group.get_weights(policies)
         version = self.mesh.next_version()
-        self.mesh.runner_pool.send_weights([self._runner(i) for i in to_worker_indices], version, weights)
+        self.mesh.runners.send_weights([self._runner(i) for i in to_worker_indices], version, weights)
         return version
 
     # --- reaching runners and envs ---
@@ -192,7 +192,7 @@ class EnvRunnerGroup:
         return [r for runner in per_runner for r in runner]
 
     def _call(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
-        return self.mesh.runner_pool.foreach(method, *args, **kwargs)
+        return self.mesh.runners.foreach(method, *args, **kwargs)
 
     # --- calls that run on while the driver goes on (A3C) ---
 
@@ -201,10 +201,10 @@ class EnvRunnerGroup:
         """Start ``fn`` (as ``foreach_env_runner`` takes it) on every healthy runner that
         has no call in flight, without waiting; the number started.
         ``fetch_ready_async_reqs`` collects the results."""
-        self.mesh.runner_pool.check()  # an env that kept crashing its runner: EnvCrashed
+        self.mesh.runners.check()  # an env that kept crashing its runner: EnvCrashed
         method, *head = runner_call(fn)
         started = 0
-        for name in self.mesh.runner_pool.healthy_names():
+        for name in self.mesh.runners.healthy_names():
             if name in self._in_flight:
                 continue
             self._in_flight.start(name, [(method, (*head, *args), kwargs)])
@@ -217,20 +217,20 @@ class EnvRunnerGroup:
         that has finished, waiting up to ``timeout_seconds`` (None: as long as it takes)
         for the first. A call whose runner died (and is being restarted) is dropped with a
         warning; a call that raised raises here (``RemoteError``)."""
-        self.mesh.runner_pool.check()
+        self.mesh.runners.check()
         return [(worker_index_of(name), reply)
                 for name, reply in self._in_flight.ready(timeout_seconds)]
 
     def _runner(self, worker_index: int) -> str:
         """The actor name of the runner with ``worker_index``."""
-        for name in self.mesh.runner_pool.names():
+        for name in self.mesh.runners.names():
             if worker_index_of(name) == worker_index:
                 return name
         raise KeyError(f"no env runner with worker_index {worker_index} (there are "
-                       f"{sorted(worker_index_of(n) for n in self.mesh.runner_pool.names())})")
+                       f"{sorted(worker_index_of(n) for n in self.mesh.runners.names())})")
 
     def num_healthy_env_runners(self) -> int:
-        return self.mesh.runner_pool.num_healthy()
+        return self.mesh.runners.num_healthy()
 
 
 def runner_call(fn: str | Callable[..., Any]) -> tuple[str, ...]:

@@ -1,6 +1,7 @@
 """The mesh of an ES or ARS run (the ES declaration of ``topologies.py``: the param server and
-ES runners in place of env runners; no learner process). ``rollouts`` keeps every healthy
-runner busy until an iteration has its episodes."""
+ES runners in place of env runners; no learner process), whose runner pool evaluates
+perturbations: ``rollouts`` keeps every healthy runner busy until an iteration has its
+episodes."""
 
 from __future__ import annotations
 
@@ -10,24 +11,22 @@ import time
 from typing import Any
 
 from rlmesh.driver.mesh import Mesh
+from rlmesh.driver.on_loop import blocking
+from rlmesh.driver.runner_pool import RunnerPool
 from rlmesh.driver.topologies import ES
 from rlmesh.runtime import ActorUnavailable
 
 
-class ESMesh(Mesh):
-    """A synchronous mesh whose runners evaluate perturbations (``do_rollouts``)."""
+class ESRunnerPool(RunnerPool):
+    """ES runners: the runner pool's calls, and ``do_rollouts`` over all of them."""
 
-    topology = ES
-
-    def rollouts(self, min_pairs: int, min_steps: int, chunks: int) -> list[dict[str, Any]]:
+    @blocking
+    async def rollouts(self, min_pairs: int, min_steps: int,
+                       chunks: int) -> list[dict[str, Any]]:
         """Replies of ``do_rollouts`` until they hold ``min_pairs`` mirrored pairs and
         ``min_steps`` env steps. Each runner is called again as soon as it answers, with
         about ``1 / chunks`` of its share of what is still missing, so a slow or dying
         runner holds up (or loses) little: the others evaluate its part."""
-        return self.run(self._rollouts(min_pairs, min_steps, chunks))
-
-    async def _rollouts(self, min_pairs: int, min_steps: int,
-                        chunks: int) -> list[dict[str, Any]]:
         got: list[dict[str, Any]] = []
         have = {"pairs": 0, "steps": 0}
 
@@ -43,8 +42,8 @@ class ESMesh(Mesh):
                                               math.ceil(steps / share),
                                               timeout=self.config.sample_timeout_s)
                 except ActorUnavailable as exc:  # died mid-call: its episodes are lost
-                    self.runner_pool.fragments_missed += 1
-                    self.runner_pool.unavailable(runner.name, exc, "the others evaluate its share")
+                    self.fragments_missed += 1
+                    self.unavailable(runner.name, exc, "the others evaluate its share")
                     return
                 got.append(reply)
                 have["pairs"] += len(reply["noise_indices"])
@@ -52,10 +51,10 @@ class ESMesh(Mesh):
 
         deadline = None
         while any(missing()):
-            if not self.runner_pool.num_live():
+            if not self.num_live():
                 raise RuntimeError("every ES runner is gone (see the log for why); the run "
                                    "cannot evaluate perturbations")
-            runners = self.runner_pool.healthy()
+            runners = self.healthy()
             if not runners:  # all restarting: wait for them, not for ever
                 timeout = self.config.sample_timeout_s or 3600
                 deadline = deadline or time.monotonic() + timeout
@@ -66,3 +65,10 @@ class ESMesh(Mesh):
             deadline = None
             await asyncio.gather(*(drive(r, len(runners)) for r in runners))
         return got
+
+
+class ESMesh(Mesh):
+    """A synchronous mesh whose runners evaluate perturbations (``mesh.runners.rollouts``)."""
+
+    topology = ES
+    runner_pool_class = ESRunnerPool

@@ -96,7 +96,7 @@ class EvaluationGroup:
                  if video_dir else None for name in names]
         self._version += 1
         amounts = split(self.config.evaluation_duration, len(names))
-        return PendingEvaluation(iteration, self.mesh.eval_pool.evaluate(
+        return PendingEvaluation(iteration, self.mesh.eval_runners.evaluate(
             self._version, algo.get_weights(), algo.obs_filter.get_state(), amounts, stems))
 
     def finish(self, pending: PendingEvaluation) -> dict[str, Any]:

@@ -57,10 +57,10 @@ def iteration_result(algo: RunView, fragments: list[dict[str, Any]], steps: int,
         "time_total_s": algo.time_total_s,
         "timers": {"sample_time_s": sample_time, "learn_time_s": learn_time},
         "training_iteration": algo.iteration,
-        "num_healthy_env_runners": algo.mesh.num_healthy_runners(),
-        "num_env_runner_restarts": algo.mesh.restarts,
+        "num_healthy_env_runners": algo.mesh.runners.num_healthy(),
+        "num_env_runner_restarts": algo.mesh.runners.restarts,
         # Sampling rounds runners missed (being restarted) that the others made up for.
-        "num_fragments_missed_this_iter": algo.mesh.pop_fragments_missed(),
+        "num_fragments_missed_this_iter": algo.mesh.runners.pop_fragments_missed(),
         "num_env_errors": algo.mesh.totals["num_env_errors"],
         "custom_metrics": summarize_custom_metrics([e.get("custom_metrics", {}) for e in new]),
         "hist_stats": summarize_hist_data(algo.episode_window),  # RLlib's, over the window

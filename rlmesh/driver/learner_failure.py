@@ -37,7 +37,7 @@ def learner_calls(algo: RunView) -> Iterator[None]:
     try:
         yield
     except (ActorUnavailable, RemoteError) as exc:
-        if algo.mesh.learner_failure is None and not _learner_raised(exc):
+        if algo.mesh.learner_failure is None and not _learner_raised(algo, exc):
             raise
         raise learner_failed(algo, exc) from None
 
@@ -62,7 +62,7 @@ def _learner_log(algo: RunView, exc: BaseException) -> Path | None:
     """The failed learner process's log file, where it has one."""
     name = algo.mesh.failed_learner or getattr(exc, "actor", "") or ""
     job = algo.mesh.job
-    if not name.startswith("learner-") or job is None or algo.config.num_learners == 0:
+    if algo.mesh.kind_of(name) != "learner" or job is None or algo.config.num_learners == 0:
         return None
     path = job.run_dir.log_path(name)
     # A learner killed by a signal wrote no traceback: its log may be empty.
@@ -83,10 +83,10 @@ def _failure_message(algo: RunView, exc: BaseException) -> str:
             f"exist nowhere else): {what}\n{where}")
 
 
-def _learner_raised(exc: BaseException) -> bool:
+def _learner_raised(algo: RunView, exc: BaseException) -> bool:
     """A learner process's update raised something other than a policy error (those are one
     line already, and the CLI prints them so)."""
-    return (isinstance(exc, RemoteError) and exc.actor.startswith("learner-")
+    return (isinstance(exc, RemoteError) and algo.mesh.kind_of(exc.actor) == "learner"
             and exc.etype not in POLICY_ERRORS)
 
 

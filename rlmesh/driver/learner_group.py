@@ -79,15 +79,15 @@ class LearnerGroup:
             raise ValueError(f"update_from_episodes got batch=: {BOTH}")
         options = {"num_epochs": _epochs(num_iters, num_epochs), "minibatch_size": minibatch_size}
         episodes = checked_episodes(episodes)
-        n = len(self.mesh.learner_pool)
+        n = len(self.mesh.learners)
         if n == 1:  # the learner turns them into batches itself
-            future = _then(self.mesh.learner_pool.update([(None, timesteps, episodes)], options),
+            future = _then(self.mesh.learners.update([(None, timesteps, episodes)], options),
                            lambda results: results[0])
         else:  # each rank its shard of every policy's batch, as fragments
             batches = policy_batches(episode_batches(episodes), self.policy_specs)
             per_rank = shard_episodes(batches, n)
             options = self._same_steps(options, per_rank)
-            future = _then(self.mesh.learner_pool.update(
+            future = _then(self.mesh.learners.update(
                 [(None, timesteps, eps) for eps in per_rank], options), _rank_stats)
         return self._started(future, async_update)
 
@@ -132,16 +132,16 @@ class LearnerGroup:
     def _update_remote(self, batch: dict[str, dict[str, Any]], timesteps: Any,
                        kwargs: dict[str, Any]) -> Future[dict[str, dict[str, float]]]:
         """The update on the learner actors, started; the future of its statistics."""
-        n = len(self.mesh.learner_pool)
+        n = len(self.mesh.learners)
         if n == 1:
-            return _then(self.mesh.learner_pool.update([(batch, timesteps)], kwargs),
+            return _then(self.mesh.learners.update([(batch, timesteps)], kwargs),
                          lambda results: results[0])
         # Data-parallel: each rank a shard of every policy's batch, and every rank the same
         # number of minibatches, so their gradient all-reduces pair up.
         shards = {pid: shard_batch(b, n) for pid, b in batch.items()}
         per_rank = [{pid: s[r] for pid, s in shards.items()} for r in range(n)]
         kwargs = self._same_steps(kwargs, [list(b.values()) for b in per_rank])
-        future = self.mesh.learner_pool.update([(b, timesteps) for b in per_rank], kwargs)
+        future = self.mesh.learners.update([(b, timesteps) for b in per_rank], kwargs)
         return _then(future, _rank_stats)
 
     def _same_steps(self, kwargs: dict[str, Any], per_rank: list[list[dict[str, Any]]]
@@ -162,7 +162,7 @@ class LearnerGroup:
         if self.local is not None:
             self.local.apply_gradients(gradients, timesteps)
         else:
-            self.mesh.learner_pool.foreach("apply_gradients", gradients, timesteps, timeout=None)
+            self.mesh.learners.foreach("apply_gradients", gradients, timesteps, timeout=None)
 
     # --- weights and state ---
 
@@ -171,36 +171,36 @@ class LearnerGroup:
         which pushes it to the runners; the version. Learner actors send theirs straight
         (rank 0): only the version comes back to the driver."""
         if self.local is not None:
-            return self.mesh.learner_pool.publish(self.local.get_weights(policy_ids))
-        return self.mesh.learner_pool.publish(policies=policy_ids)
+            return self.mesh.param_server.publish(self.local.get_weights(policy_ids))
+        return self.mesh.learners.publish(policy_ids)
 
     def get_weights(self, policy_ids: list[str] | None = None) -> dict[str, dict[str, np.ndarray]]:
         if self.local is not None:
             return self.local.get_weights(policy_ids)
-        return self.mesh.learner_pool.on_rank0("get_weights", policy_ids)
+        return self.mesh.learners.on_rank0("get_weights", policy_ids)
 
     def set_weights(self, weights: dict[str, dict[str, Any]]) -> None:
         if self.local is not None:
             self.local.set_weights(weights)
         else:
-            self.mesh.learner_pool.foreach("set_weights", weights)
+            self.mesh.learners.foreach("set_weights", weights)
 
     def get_state(self) -> dict[str, Any]:
         if self.local is not None:
             return self.local.get_state()
-        return self.mesh.learner_pool.on_rank0("get_state", timeout=120)
+        return self.mesh.learners.on_rank0("get_state", timeout=120)
 
     def set_state(self, state: dict[str, Any]) -> None:
         if self.local is not None:
             self.local.set_state(state)
         else:
-            self.mesh.learner_pool.foreach("set_state", state, timeout=120)
+            self.mesh.learners.foreach("set_state", state, timeout=120)
 
     def foreach_learner(self, method: str, *args: Any) -> list[Any]:
         """``method(*args)`` on every learner actor (the local learner's attribute)."""
         if self.local is not None:
             return [getattr(self.local, method)(*args)]
-        return self.mesh.learner_pool.foreach(method, *args)
+        return self.mesh.learners.foreach(method, *args)
 
 
 def _rank_stats(results: list[dict[str, dict[str, float]]]) -> dict[str, dict[str, float]]:

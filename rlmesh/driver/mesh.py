@@ -2,8 +2,9 @@
 how many, where, who streams to whom), supervise it (react to each process's death or restart
 by the role kind recorded when it was spawned) and own the event loop every remote call runs
 on (``driver/loop.py``). What the driver asks of each kind of actor is that kind's pool:
-``runner_pool`` (runner_pool.py), ``learner_pool``, ``eval_pool``, ``aggregator_pool``,
-``shard_pool`` (pools.py), called from the driver's thread.
+``mesh.runners`` (runner_pool.py), ``mesh.learners``, ``mesh.param_server``,
+``mesh.eval_runners``, ``mesh.aggregators``, ``mesh.shards`` (pools.py), called from the
+driver's thread; each is iterable over its actors' handles.
 """
 
 from __future__ import annotations
@@ -19,8 +20,7 @@ from rlmesh.config.base import AlgorithmConfig
 from rlmesh.config.settings import ConfigError
 from rlmesh.driver.inference_choice import choose_inference
 from rlmesh.driver.loop import LoopThread
-from rlmesh.driver.mesh_names import CallerNames
-from rlmesh.driver.pools import EvalPool, LearnerPool, StatsPool
+from rlmesh.driver.pools import EvalPool, LearnerPool, ParamServerPool, StatsPool
 from rlmesh.driver.runner_faults import crash_message, restart_policy
 from rlmesh.driver.runner_pool import RunnerPool, SampleTimeout  # noqa: F401 (its home for callers)
 from rlmesh.driver.topologies import ENV_RUNNER, SYNC
@@ -104,11 +104,12 @@ class Totals:
         return self.total.get(key, 0)
 
 
-class Mesh(CallerNames):
+class Mesh:
     """The processes of one run, built from ``topology``; its public methods are called from
     the driver's thread, never from the loop's."""
 
     topology: Topology = SYNC
+    runner_pool_class: type[RunnerPool] = RunnerPool  # ES runners' has rollouts (es_mesh.py)
     asynchronous = False  # learners that train on their own, fed by streams (AsyncMesh)
     #: One replay shard in the driver's process (APEX); False keeps it in a process of its
     #: own (the benchmark's reference: tests/benchmarks/bench_apex.py apex_local_shard).
@@ -141,12 +142,13 @@ class Mesh(CallerNames):
         self.inference: dict[str, Any] = {"mode": "runner"}  # where actions are computed
         self.local_shard: Any = None  # APEX's one shard in this process: its ShardBuffer
         self._runner_base: RunnerSpec | None = None
-        self.runner_pool = RunnerPool(self)
-        self.learner_pool = LearnerPool(self)
-        self.eval_pool = EvalPool(self)
-        self.aggregator_pool = StatsPool(self, "aggregator",
-                                         ("num_batches_lost", "num_fragments_lost"))
-        self.shard_pool = StatsPool(self, "replay_shard")
+        # What the driver asks of each kind of actor: its pool.
+        self.runners = self.runner_pool_class(self)
+        self.learners = LearnerPool(self)
+        self.param_server = ParamServerPool(self)
+        self.eval_runners = EvalPool(self)
+        self.aggregators = StatsPool(self, "aggregator", ("num_batches_lost", "num_fragments_lost"))
+        self.shards = StatsPool(self, "replay_shard")
 
     # --- the loop ---
 
@@ -164,8 +166,16 @@ class Mesh(CallerNames):
         """The actors of role ``kind`` ([] before they are built)."""
         return self._actors.get(kind, [])
 
+    def handle(self, kind: str) -> Any:
+        """The one actor of role ``kind`` (a single role: ``inference``), or None."""
+        return next(iter(self.handles(kind)), None)
+
     def names(self, kind: str) -> list[str]:
         return [h.name for h in self.handles(kind)]
+
+    def kind_of(self, name: str) -> str | None:
+        """The role kind actor ``name`` was spawned as (None: not one of this run's)."""
+        return self._kinds.get(name)
 
     def in_driver(self, name: str) -> bool:
         return name in self._in_driver
@@ -338,10 +348,3 @@ class Mesh(CallerNames):
         the newer of those and the param server's."""
         self.version += 1
         return self.version
-
-    def latest_weights(self, policy_id: str) -> tuple[int, dict[str, Any]] | None:
-        """The param server's newest ``(version, weights)`` of ``policy_id`` (None before
-        any), read in this process: no socket, no copy (the driver's own policy copies)."""
-        if self.job is None or self.param_server is None:
-            return None
-        return self.job.local_actor(self.param_server.name).latest(policy_id)

@@ -153,7 +153,7 @@ def add_policy(algo: RunView, policy_id: str, policy_cls: Any = None, *,
     if policy_state is not None:
         algo.learner_group.set_state({"policies": {policy_id: policy_state},
                                       "num_updates": _num_updates(algo)})
-    algo.mesh.foreach_runner("add_policy", policy_id, data, settings)
+    algo.mesh.runners.foreach("add_policy", policy_id, data, settings)
     return data
 
 
@@ -170,9 +170,9 @@ def remove_policy(algo: RunView, policy_id: str, *, policy_mapping_fn: Any = Non
     if isinstance(algo.config.policies_to_train, list):
         algo.config.policies_to_train = [p for p in algo.config.policies_to_train if p != policy_id]
     settings = _settings(algo.config, policy_mapping_fn, policies_to_train)
-    algo.mesh.foreach_runner("remove_policy", policy_id, settings)
+    algo.mesh.runners.foreach("remove_policy", policy_id, settings)
     algo.learner_group.foreach_learner("remove_policy", policy_id, settings)
-    algo.mesh.remove_policy_weights(policy_id)
+    algo.mesh.param_server.remove_policy(policy_id)
     del algo.policy_specs[policy_id]
 
 

@@ -38,7 +38,7 @@ class PolicyAccess:
         except KeyError:
             raise KeyError(f"no policy {policy_id!r}; this algorithm has {sorted(self._policies)}") from None
         if self.learner_group.local is None:  # a copy: the param server's newest, if newer
-            latest = self.mesh.latest_weights(policy_id)
+            latest = self.mesh.param_server.latest(policy_id)
             if latest is not None and latest[0] > self._copy_versions.get(policy_id, -1):
                 policy.set_weights(latest[1])
                 self._copy_versions[policy_id] = latest[0]

@@ -1,13 +1,15 @@
-"""The mesh's pools besides the runners': the learner actors (update, a call on each or on
-rank 0, weights published), the evaluation runners (evaluate) and the stream helpers
-(aggregators, replay shards: their counters). Each is called from the driver's thread."""
+"""The mesh's pools: ``Pool``, the actors of one role kind (iterable over their handles), and
+besides the runners' (runner_pool.py) the learner actors (update, a call on each or on rank
+0, weights published), the param server (weights the driver holds), the evaluation runners
+(evaluate) and the stream helpers (aggregators, replay shards: their counters). Each is
+called from the driver's thread."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from rlmesh.driver.on_loop import blocking, started
 from rlmesh.runtime import ActorUnavailable
@@ -18,19 +20,43 @@ log = logging.getLogger(__name__)
 EVAL_CALL_MARGIN_S = 30.0
 
 
-class LearnerPool:
-    """The learner actors (data-parallel ranks; none: the learner is in the driver)."""
+class Pool:
+    """The actors of role ``kind`` in ``mesh``'s run, in index order (none before they are
+    built): iterating, indexing and ``len`` see their handles."""
 
-    def __init__(self, mesh: Any) -> None:
+    kind = ""
+
+    def __init__(self, mesh: Any, kind: str | None = None) -> None:
         self.mesh, self.loop = mesh, mesh.loop_thread
+        self.kind = kind or self.kind
 
     @property
     def handles(self) -> list[Any]:
-        return self.mesh.handles("learner")
+        return self.mesh.handles(self.kind)
+
+    def names(self) -> list[str]:
+        """Each actor's name (``<stem>-<index>``), in index order."""
+        return self.mesh.names(self.kind)
+
+    @property
+    def restarts(self) -> int:
+        """Restarts of this kind's actors since the run started."""
+        return self.mesh.restarts_of[self.kind]
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.handles)
+
+    def __getitem__(self, index: int) -> Any:
+        return self.handles[index]
 
     def __len__(self) -> int:
-        """Learner actors started (data-parallel ranks); 0 before they are built."""
         return len(self.handles)
+
+
+class LearnerPool(Pool):
+    """The learner actors (data-parallel ranks; a learner in the driver is rank 0)."""
+
+    kind = "learner"
 
     async def _on_each(self, method: str, per_rank: Sequence[tuple[Any, ...]],
                        kwargs: dict[str, Any], timeout: float | None) -> list[Any]:
@@ -55,23 +81,15 @@ class LearnerPool:
         return await self.handles[0].call(method, *args, timeout=timeout)
 
     @blocking
-    async def publish(self, weights: dict[str, Any] | None = None,
-                      policies: list[str] | None = None) -> int:
-        """A new weights version to the param server, which pushes it to its subscribers;
-        the version. ``weights`` (``{policy_id: weights}``): a learner's in this process.
-        None: learner rank 0 sends its own (of ``policies``, default all) straight to the
-        param server, and only the version comes back here."""
+    async def publish(self, policies: list[str] | None = None) -> int:
+        """Learner rank 0 sends its weights (of ``policies``, default all) straight to the
+        param server, which pushes them to its subscribers; only the version comes back."""
         mesh = self.mesh
         if mesh.asynchronous:  # learners with versions of their own: rank 0's count
             mesh.version = await self.handles[0].call("publish")
             return mesh.version
         version = mesh.next_version()
-        if weights is None:
-            await self.handles[0].call("publish", version, policies, timeout=120)
-        else:
-            mesh.weights_bytes_published += sum(
-                int(getattr(a, "nbytes", 0)) for w in weights.values() for a in w.values())
-            await mesh.param_server.call("set_weights", version, weights)
+        await self.handles[0].call("publish", version, policies, timeout=120)
         return version
 
     @blocking
@@ -84,15 +102,40 @@ class LearnerPool:
         return got
 
 
-class EvalPool:
-    """The evaluation runners (kind ``eval_runner``), built on first use."""
+class ParamServerPool(Pool):
+    """The param server (one, in the driver's process): the weights the driver publishes
+    itself (a learner in this process), read back and forgotten here."""
 
-    def __init__(self, mesh: Any) -> None:
-        self.mesh, self.loop = mesh, mesh.loop_thread
+    kind = "param_server"
 
-    @property
-    def handles(self) -> list[Any]:
-        return self.mesh.handles("eval_runner")
+    @blocking
+    async def publish(self, weights: dict[str, dict[str, Any]]) -> int:
+        """``weights`` (``{policy_id: weights}``, a learner's in this process) under a new
+        version, which the param server pushes to its subscribers; the version."""
+        mesh = self.mesh
+        version = mesh.next_version()
+        mesh.weights_bytes_published += sum(
+            int(getattr(a, "nbytes", 0)) for w in weights.values() for a in w.values())
+        await self.handles[0].call("set_weights", version, weights)
+        return version
+
+    @blocking
+    async def remove_policy(self, policy_id: str) -> None:
+        """The param server forgets ``policy_id`` (a policy removed while training)."""
+        await self.handles[0].call("remove_policy", policy_id)
+
+    def latest(self, policy_id: str) -> tuple[int, dict[str, Any]] | None:
+        """The newest ``(version, weights)`` of ``policy_id`` (None before any), read in this
+        process: no socket, no copy (the driver's own policy copies)."""
+        if self.mesh.job is None or not self.handles:
+            return None
+        return self.mesh.job.local_actor(self.handles[0].name).latest(policy_id)
+
+
+class EvalPool(Pool):
+    """The evaluation runners, built on first use."""
+
+    kind = "eval_runner"
 
     @started
     async def evaluate(self, version: int, weights: dict[str, Any], filter_state: Any,
@@ -128,17 +171,18 @@ class EvalPool:
             return None
 
 
-class StatsPool:
+class StatsPool(Pool):
     """Actors of one kind that only report counters (aggregators, replay shards); the counters
     named in ``totals`` are summed over their restarts into the mesh's totals."""
 
     def __init__(self, mesh: Any, kind: str, totals: tuple[str, ...] = ()) -> None:
-        self.mesh, self.loop, self.kind, self.totals = mesh, mesh.loop_thread, kind, totals
+        super().__init__(mesh, kind)
+        self.totals = totals
 
     @blocking
     async def stats(self) -> list[dict[str, Any]]:
         """Each reachable actor's counters (a restarting one is left out)."""
-        handles = self.mesh.handles(self.kind)
+        handles = self.handles
         got = await asyncio.gather(*(a.call("stats", timeout=10) for a in handles),
                                    return_exceptions=True)
         for a, g in zip(handles, got):

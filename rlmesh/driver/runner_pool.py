@@ -11,6 +11,7 @@ import time
 from typing import Any, Sequence
 
 from rlmesh.driver.on_loop import blocking
+from rlmesh.driver.pools import Pool
 from rlmesh.driver.runner_faults import EnvCrashed
 from rlmesh.runtime import ActorUnavailable
 
@@ -22,22 +23,19 @@ class SampleTimeout(RuntimeError):
     prints it as one line."""
 
 
-class RunnerPool:
-    """The runners of ``mesh`` (kind ``runner``); each public method is called from the
-    driver's thread."""
+class RunnerPool(Pool):
+    """The runners of ``mesh`` (kind ``runner``, named ``env_runner-<worker index>``); each
+    public method is called from the driver's thread."""
 
-    def __init__(self, mesh: Any, kind: str = "runner") -> None:
-        self.mesh, self.kind = mesh, kind
+    kind = "runner"
+
+    def __init__(self, mesh: Any) -> None:
+        super().__init__(mesh)
         self.config = mesh.config
-        self.loop = mesh.loop_thread
         # Sampling rounds a runner missed (down, or died mid-call) since the driver last
         # asked: the shortfall the others made up for.
         self.fragments_missed = 0
         self._unavailable: dict[str, Exception] = {}  # why each runner last missed a round
-
-    @property
-    def handles(self) -> list[Any]:
-        return self.mesh.handles(self.kind)
 
     # --- who is up ---
 
@@ -47,10 +45,6 @@ class RunnerPool:
 
     def healthy_names(self) -> list[str]:
         return [r.name for r in self.healthy()]
-
-    def names(self) -> list[str]:
-        """Every runner's actor name (``env_runner-<worker index>``), in order."""
-        return [r.name for r in self.handles]
 
     def num_live(self) -> int:
         """Runners not given up on (those being restarted included)."""

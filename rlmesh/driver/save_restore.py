@@ -54,7 +54,7 @@ class SaveRestore:
         self.obs_filter.set_state(meta.get("filters", {}).get(DEFAULT_POLICY_ID))
         self.obs_filter.flush()  # the restored statistics are global already
         if self.config.observation_filter != "NoFilter":
-            self.mesh.foreach_runner("set_filter_state", self.obs_filter.get_state())
+            self.mesh.runners.foreach("set_filter_state", self.obs_filter.get_state())
         self.publish()
         if self.callbacks is not None:
             self.callbacks.on_checkpoint_loaded(algorithm=self)

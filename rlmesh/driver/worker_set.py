@@ -88,7 +88,7 @@ class WorkerSet:
     def remote_workers(self) -> list[str]:
         """The env runners' actor names (RLlib gave actor handles; rlmesh's runners are
         reached through ``foreach_worker``)."""
-        return self._algo.mesh.runner_names() if self._algo.config.num_env_runners else []
+        return self._algo.mesh.runners.names() if self._algo.config.num_env_runners else []
 
     def num_remote_workers(self) -> int:
         return len(self.remote_workers())
@@ -113,10 +113,10 @@ class WorkerSet:
             local = [fn(self._local, 0) if with_index else fn(self._local)]
         path = function_path(fn, "foreach_worker function")
         mesh = self._algo.mesh
-        futures = [mesh.runner_calls(name, [("refresh_weights", (), {}),
+        futures = [mesh.runners.calls(name, [("refresh_weights", (), {}),
                                             ("apply", (path, *([worker_index_of(name)]
                                                                if with_index else [])), {})])
-                   for name in mesh.healthy_runner_names()]
+                   for name in mesh.runners.healthy_names()]
         remote = []
         for future in futures:
             try:

@@ -74,7 +74,7 @@ def distributed(env: str, runners: int, episodes: int, repeats: int = 2) -> floa
         rates = []
         for i in range(repeats + 1):
             start = time.perf_counter()
-            got = algo.mesh.rollouts(episodes // 2, 0, CHUNKS)
+            got = algo.mesh.runners.rollouts(episodes // 2, 0, CHUNKS)
             seconds = time.perf_counter() - start
             n = 2 * sum(len(r["noise_indices"]) for r in got)
             if i:

@@ -63,7 +63,7 @@ def rlmesh_rates(steps: int, learner_threads: int | str = "auto") -> tuple[float
             result = algo.train()
         train_rate = (result["timesteps_total"] - start) / (time.perf_counter() - t0)
         t0 = time.perf_counter()
-        sampled = algo.mesh.sample(steps)
+        sampled = algo.mesh.runners.sample(steps)
         n = sum(int(f["env_steps"]) for f in sampled)
         sample_rate = n / (time.perf_counter() - t0)
         return train_rate, sample_rate, float(result["episode_reward_mean"])

@@ -137,7 +137,7 @@ def _tuned_model() -> dict[str, Any]:
 
 
 def serve_rlmesh(warmup: int, fragment: str) -> None:
-    """PPO's env runners, learning off: ``mesh.sample(n)`` as ``train()`` calls it."""
+    """PPO's env runners, learning off: ``mesh.runners.sample(n)`` as ``train()`` calls it."""
     from rlmesh.algorithms.ppo_config import PPOConfig
 
     length = fragment if fragment == "auto" else int(fragment)
@@ -149,7 +149,7 @@ def serve_rlmesh(warmup: int, fragment: str) -> None:
     try:
         def run(steps: int) -> tuple[int, float]:
             t0 = time.perf_counter()
-            fragments = algo.mesh.sample(steps)
+            fragments = algo.mesh.runners.sample(steps)
             return sum(f["env_steps"] for f in fragments), time.perf_counter() - t0
 
         _serve(run, warmup, str(config.get_rollout_fragment_length(1)))

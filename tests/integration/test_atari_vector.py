@@ -31,7 +31,7 @@ def test_ppo_trains_on_the_vector_env_with_runner_inference():
         results = [algo.train() for _ in range(2)]
         assert results[-1]["timesteps_total"] >= 256
         assert results[-1]["info"]["inference"]["mode"] == "runner"
-        fragment = algo.mesh.sample(64)[0]
+        fragment = algo.mesh.runners.sample(64)[0]
         assert fragment["obs"].dtype == np.uint8 and fragment["obs"].shape[2:] == (84, 84, 4)
         metrics = algo.env_runners.foreach_env_runner("metrics")
         assert all(m["num_env_steps_sampled"] > 0 for m in metrics)
@@ -51,7 +51,7 @@ def inference_pid(algo, old_pid: int | None = None) -> int:
     deadline = time.monotonic() + 30
     while True:
         try:
-            pid = algo.mesh.run(algo.mesh.inference_actor.call("pid", timeout=5))
+            pid = algo.mesh.run(algo.mesh.handle("inference").call("pid", timeout=5))
             if pid != old_pid:
                 return pid
         except Exception:
@@ -63,7 +63,7 @@ def inference_pid(algo, old_pid: int | None = None) -> int:
 def test_central_inference_survives_sigkill_and_a_hang_of_its_actor():
     with pong("central").build() as algo:
         algo.train()
-        before = algo.mesh.run(algo.mesh.inference_actor.call("metrics"))
+        before = algo.mesh.run(algo.mesh.handle("inference").call("metrics"))
         sizes = algo.env_runners.foreach_env_runner("apply", "tests.integration.test_atari_vector:groups")
         assert sizes == [[2, 2], [2, 2]]  # double buffered: two halves of 2 envs each
         assert before["num_obs"] > 0 and before["device"] == "cpu"
@@ -74,7 +74,7 @@ def test_central_inference_survives_sigkill_and_a_hang_of_its_actor():
         assert after["timesteps_total"] > steps
         restarted = inference_pid(algo, old_pid=pid)
         # A new process counts from zero: what it served came from runners that reached it.
-        metrics = algo.mesh.run(algo.mesh.inference_actor.call("metrics"))
+        metrics = algo.mesh.run(algo.mesh.handle("inference").call("metrics"))
         assert metrics["policy_version"] >= 1 and metrics["num_obs"] > 0
         # Whether a runner's request was in flight at the SIGKILL is chance (one sent while
         # the actor is down waits in the socket for the new one). A stopped actor takes

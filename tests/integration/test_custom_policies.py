@@ -108,7 +108,7 @@ def test_a_runner_whose_push_waits_behind_the_last_one_acts_with_the_newest_weig
               .rl_module(policy_class="examples.custom_policy:MyExtraOutputsPolicy"))
     with config.build() as algo:
         algo.train()
-        server = algo.mesh.job.local_actor(algo.mesh.param_server.name)
+        server = algo.mesh.job.local_actor(algo.mesh.param_server[0].name)
         first = sorted(server._subscribers)[0]
         server._subscribers[first].busy = True  # as if its last push were unanswered
         algo.set_weights({"default_policy": {"num_updates": np.array([100.0], np.float32)}})

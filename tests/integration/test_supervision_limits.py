@@ -67,7 +67,7 @@ def test_a_learner_update_far_longer_than_usual_is_named_with_rlmesh_stack(caplo
               .learners(num_learners=learners)
               .fault_tolerance(stuck_learner_warn_s=1))
     with caplog.at_level("WARNING"), config.build() as algo:
-        pid = algo.mesh.foreach_learner("pid")[0] if learners else os.getpid()
+        pid = algo.mesh.learners.foreach("pid")[0] if learners else os.getpid()
         for _ in range(5):
             algo.train()
     slow = [r.getMessage() for r in caplog.records if " slow: " in r.getMessage()]

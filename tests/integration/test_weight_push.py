@@ -92,7 +92,7 @@ def test_a_runner_behind_is_sent_only_the_newest_version():
 def _kill_and_wait_for_restart(algo) -> None:
     os.kill(algo.env_runners.foreach_env_runner("pid")[0], signal.SIGKILL)
     deadline = time.monotonic() + 60
-    while algo.mesh.restarts < 1 or algo.env_runners.num_healthy_env_runners() < 1:
+    while algo.mesh.runners.restarts < 1 or algo.env_runners.num_healthy_env_runners() < 1:
         assert time.monotonic() < deadline, "the killed runner never came back"
         time.sleep(0.1)
 

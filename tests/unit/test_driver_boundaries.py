@@ -15,7 +15,7 @@ ALGORITHMS = sorted((ROOT / "algorithms").glob("*.py"))
 DRIVER = sorted((ROOT / "driver").glob("*.py"))
 #: The modules of the driver that own the event loop and every remote call.
 MESH_MODULES = {"mesh.py", "async_mesh.py", "es_mesh.py", "loop.py", "runner_pool.py", "pools.py",
-                "on_loop.py", "topologies.py", "mesh_names.py"}
+                "on_loop.py", "topologies.py"}
 LOOP_MODULES = {"asyncio", "threading", "concurrent", "uvloop"}
 REMOTE_CALLS = {"call", "tell", "call_sync", "tell_sync", "stream"}
 HANDLE_NAMES = {"ActorHandle", "run_coroutine_threadsafe", "call_soon_threadsafe",
@@ -128,7 +128,7 @@ def test_the_checks_see_what_they_forbid() -> None:
                                                              "run_coroutine_threadsafe"}
     assert sorted(r.split(": ")[1] for r in private_reaches(bad)) == [
         "algo._loop", "self._loop", "self.mesh._down"]
-    good = ast.parse("import torch\nself._requests = {}\nself.mesh.sample(5)\n"
+    good = ast.parse("import torch\nself._requests = {}\nself.mesh.runners.sample(5)\n"
                      "cls._template\nx.__name__\nsuper()._checks()\ntype(self)._defaults\n"
                      "torch._foreach_norm(x)\n")
     assert not (loop_imports(good) + remote_calls(good) + handle_names(good)
