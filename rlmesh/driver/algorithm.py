@@ -118,7 +118,7 @@ class Algorithm(PolicyAccess, SaveRestore):
             if config.evaluation_interval:
                 self.eval_env_runner_group.start()
             self.learner_group.start()
-            self.publish()
+            self.learner_group.publish()
             self._on_started()
             if self.callbacks is not None:
                 self.callbacks.on_algorithm_init(algorithm=self)
@@ -325,12 +325,6 @@ class Algorithm(PolicyAccess, SaveRestore):
             yield
         finally:
             self._timers[name] = self._timers.get(name, 0.0) + time.perf_counter() - start
-
-    def publish(self, policies: list[str] | None = None) -> int:
-        """The learners' weights (of ``policies``, default all) to the param server, from
-        which the runners take them (the driver's copies when next used: ``get_policy``);
-        the new version."""
-        return self.learner_group.publish(policies)
 
     @property
     def env_runner_group(self) -> EnvRunnerGroup:

@@ -165,10 +165,11 @@ class EnvRunnerGroup:
         runner whose gradients were just applied), under a new version the param server
         does not hold, so the other runners act on with the weights they have."""
         if to_worker_indices is None:
-            return self._algo.publish(policies)
+            return self._algo.learner_group.publish(policies)
         weights = self._algo.learner_group.get_weights(policies)
         version = self.mesh.next_version()
-        self.mesh.runners.send_weights([self._runner(i) for i in to_worker_indices], version, weights)
+        names = [self._runner(i) for i in to_worker_indices]
+        self.mesh.runners.send_weights(names, version, weights)
         return version
 
     # --- reaching runners and envs ---

@@ -168,8 +168,9 @@ class LearnerGroup:
 
     def publish(self, policy_ids: list[str] | None = None) -> int:
         """A new version of the weights of ``policy_ids`` (default all) to the param server,
-        which pushes it to the runners; the version. Learner actors send theirs straight
-        (rank 0): only the version comes back to the driver."""
+        which pushes it to the runners (the driver's policy copies load it when next used:
+        ``get_policy``); the version. Learner actors send theirs straight (rank 0): only the
+        version comes back to the driver."""
         if self.local is not None:
             return self.mesh.param_server.publish(self.local.get_weights(policy_ids))
         return self.mesh.learners.publish(policy_ids)

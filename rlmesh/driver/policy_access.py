@@ -51,7 +51,7 @@ class PolicyAccess:
         data = policies.add_policy(self, policy_id, policy_cls, **kwargs)
         if self.learner_group.local is None:  # the driver's copy, at the weights published next
             self._policies[policy_id] = build_policy_from_data(data, self.config, runner=False)
-        self.publish([policy_id])
+        self.learner_group.publish([policy_id])
         return self.get_policy(policy_id)
 
     def remove_policy(self, policy_id: str, **kwargs: Any) -> None:
@@ -67,7 +67,7 @@ class PolicyAccess:
         """Load ``{policy_id: {name: array}}`` into the learners and publish it."""
         self.env_runners.drop_sample_ahead()
         self.learner_group.set_weights(weights)
-        self.publish(list(weights))
+        self.learner_group.publish(list(weights))
 
     def compute_single_action(self, observation: Any, state: list[Any] | None = None,
                               explore: bool | None = False, policy_id: str = DEFAULT_POLICY_ID,

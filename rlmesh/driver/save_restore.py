@@ -55,6 +55,6 @@ class SaveRestore:
         self.obs_filter.flush()  # the restored statistics are global already
         if self.config.observation_filter != "NoFilter":
             self.mesh.runners.foreach("set_filter_state", self.obs_filter.get_state())
-        self.publish()
+        self.learner_group.publish()
         if self.callbacks is not None:
             self.callbacks.on_checkpoint_loaded(algorithm=self)
