@@ -1,3 +1,3 @@
-"""rlmesh.driver: Algorithm, the mesh (the event loop and every remote call behind a
-synchronous facade), the runner and learner groups, checkpoints, evaluation, results and
-the registry of algorithm names."""
+"""rlmesh.driver: Algorithm, the mesh (the wiring, the event loop and a pool per role kind
+making every remote call), the runner and learner groups, checkpoints, evaluation,
+results and the registry of algorithm names."""

@@ -1,13 +1,13 @@
 """The driver of a training run: ``Algorithm`` with RLlib's train/save/restore/compute API.
 
 It holds the mesh (a Job with a param server, env runners and the learner group), whose
-synchronous facade makes every remote call on the event loop the mesh owns, on a thread of
-its own; the user's thread stays free for the learner's computation, so heartbeats and
-weight fetches are served during an update. ``train()`` is one ``training_iteration()``:
-``training_step()`` repeated for ``min_time_s_per_iteration``, then the result. A subclass
-overrides ``training_step`` with the named steps (``sample_train_batch``,
-``update_learners``, ``publish_trained``) or the public helpers they call
-(``synchronous_parallel_sample``, ``self.learner_group.update_from_batch``,
+pools (one per role kind) make every remote call on the event loop the mesh owns, on a
+thread of its own; the user's thread stays free for the learner's computation, so
+heartbeats and weight fetches are served during an update. ``train()`` is one
+``training_iteration()``: ``training_step()`` repeated for ``min_time_s_per_iteration``,
+then the result. A subclass overrides ``training_step`` with the named steps
+(``sample_train_batch``, ``update_learners``, ``publish_trained``) or the public helpers
+they call (``synchronous_parallel_sample``, ``self.learner_group.update_from_batch``,
 ``self.env_runners.sync_weights``). The policy calls live in policy_access.py, save and
 restore in save_restore.py, what a learner's failure becomes in learner_failure.py.
 """
