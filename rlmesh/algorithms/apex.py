@@ -69,11 +69,10 @@ class Apex(OffPolicy):
         return super(OffPolicy, self)._policy_specs()
 
     def _on_started(self) -> None:
-        # The replay shards (spaces as data), then the learners' update loops fed by them
-        # and the runners' streams into the shards.
+        # The replay shards (spaces as data); Algorithm then connects the learners' update
+        # loops fed by them and the runners' streams into the shards.
         self.mesh.build("replay", obs_space=space_to_data(self.obs_space),
                         action_space=space_to_data(self.action_space))
-        self.mesh.connect()
         # One shard in the driver: OffPolicy checkpoints its buffer (store_buffer_in_checkpoints).
         self.replay = self.mesh.local_shard
         self._inserted = Totals()  # transitions added, summed over shard restarts

@@ -120,6 +120,7 @@ class Algorithm(PolicyAccess, SaveRestore):
             self.learner_group.start()
             self.learner_group.publish()
             self._on_started()
+            self.mesh.connect()  # the roles' ready calls, then the declared streams
             if self.callbacks is not None:
                 self.callbacks.on_algorithm_init(algorithm=self)
         except BaseException:

@@ -30,8 +30,8 @@ class AsyncAlgorithm(Algorithm):
     times_its_own_iteration = True
 
     def _on_started(self) -> None:
-        self.mesh.build("aggregators")
-        self.mesh.connect()  # the learners' update loops, then the runners' streams
+        self.mesh.build("aggregators")  # Algorithm then connects: the learners' update
+        # loops (their ready call), then the runners' streams
         self._updates_seen = 0
 
     def training_iteration(self) -> dict[str, Any]:

@@ -282,7 +282,7 @@ class Mesh:
                                        for i, h in enumerate(self.handles(stream.src))))
 
     async def _open(self, stream: Any, index: int, src: Any) -> None:
-        window, declared = self.config.max_sample_requests_in_flight_per_worker, stream.via
+        window, declared = stream.window_in(self.config), stream.via
         await src.call(declared, stream.sinks(index, self.names(stream.dst)), window)
 
     def stop(self) -> None:
@@ -330,7 +330,7 @@ class Mesh:
                 index, declared = [h.name for h in srcs].index(name), stream.via
                 loop.create_task(self._tell(srcs[index], declared,
                                             stream.sinks(index, dsts),
-                                            self.config.max_sample_requests_in_flight_per_worker))
+                                            stream.window_in(self.config)))
             elif stream.dst == kind and not stream.via.startswith("pull:"):
                 for i, src in enumerate(srcs):
                     if stream.sinks(i, dsts) == [name]:

@@ -17,6 +17,7 @@ RESTARTS = ("never", "runner", "helper", "shard", "inference")
 # How a stream's sources spread over its sinks: source i to sink i mod n ("mod"), every
 # source to every sink in turn ("all").
 FANS = ("mod", "all")
+STREAM_WINDOW = 2  # a stream's window where neither it nor the config sets one
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,15 @@ class Stream:
     via: str = "start_streaming"
     when: Callable[[Any], bool] = lambda mesh: True
     on_src_restart: str | None = None
+    # Messages a source may have in flight to a sink (a call's window); None: the config's
+    # max_sample_requests_in_flight_per_worker where it has one (IMPALA's, APEX's), else
+    # STREAM_WINDOW.
+    window: int | None = None
+
+    def window_in(self, config: Any) -> int:
+        if self.window is not None:
+            return self.window
+        return getattr(config, "max_sample_requests_in_flight_per_worker", STREAM_WINDOW)
 
     def __post_init__(self) -> None:
         if self.fan not in FANS:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import signal
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -19,7 +18,6 @@ import psutil
 import pytest
 
 from rlmesh.algorithms.ppo import PPO, PPOConfig
-from rlmesh.config.streaming import StreamingSettings
 from rlmesh.driver.mesh import Mesh
 from rlmesh.driver.topologies import SYNC
 from rlmesh.driver.topology import Publish, Role, Stream, render
@@ -39,22 +37,12 @@ RELAYED = SYNC.plus(
     name="sync+relay")
 
 
-@dataclass(kw_only=True)
-class RelayedPPOConfig(PPOConfig, StreamingSettings):
-    """PPO's settings and the streaming group's (a stream's window is
-    ``max_sample_requests_in_flight_per_worker``), as IMPALA's and APEX's configs mix it in."""
-
-
 class RelayMesh(Mesh):
     topology = RELAYED
 
 
 class RelayedPPO(PPO):
     mesh_class = RelayMesh
-
-    def _on_started(self) -> None:
-        # A synchronous algorithm opens no streams of its own: the added one is opened here.
-        self.mesh.connect()
 
 
 def wait_for(what: Callable[[], Any], timeout: float = 30.0) -> Any:
@@ -88,7 +76,7 @@ def kill_and_wait_restart(algo: PPO, kind: str, index: int = 0) -> None:
 
 
 def test_an_added_role_is_built_fed_supervised_drawn_and_stopped(no_children_left):
-    config = (RelayedPPOConfig().environment("CartPole-v1")
+    config = (PPOConfig().environment("CartPole-v1")
               .env_runners(num_env_runners=2, rollout_fragment_length=50)
               .training(train_batch_size=100, minibatch_size=50, num_epochs=1,
                         model={"fcnet_hiddens": [8]}))
