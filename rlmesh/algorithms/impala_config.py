@@ -104,6 +104,12 @@ class ImpalaConfig(AlgorithmConfig, StreamingSettings, OptimizerSettings, Entrop
         0, "learners", ge=0,
         doc="Aggregator processes between runners and learners: each takes the fragments "
             "of its share of the runners and builds train batches; 0: the learners do.")
+    aggregators_per_node: int = setting(
+        0, "learners", ge=0,
+        doc="Aggregators on each node that has runners, each taking its own node's runners' "
+            "fragments, so only joined train batches cross the network (tree aggregation, "
+            "docs/scale.md); on one machine, this many in all. Replaces "
+            "num_aggregation_workers' count when above 0.")
 
     def _cross_checks(self) -> list[str]:
         problems = super()._cross_checks()
@@ -131,8 +137,9 @@ class ImpalaConfig(AlgorithmConfig, StreamingSettings, OptimizerSettings, Entrop
         return problems
 
     def _driver_side_cpus(self) -> float:
-        # RLlib's IMPALA: the aggregators join the driver's bundle, next to the learner.
-        return float(self.num_aggregation_workers)
+        # RLlib's IMPALA: the aggregators join the driver's bundle, next to the learner
+        # (per node ones sit beside their node's runners instead).
+        return 0.0 if self.aggregators_per_node else float(self.num_aggregation_workers)
 
     def warnings(self) -> list[str]:
         """Settings that work but are probably not what was meant."""

@@ -93,6 +93,20 @@ class SamplingSettings:
     num_gpus_per_env_runner: float = setting(
         0, "env_runners", ge=0, aliases=("num_gpus_per_worker",),
         doc="GPUs the scheduler reserves for each env runner (for policy inference).")
+    weights_relay: bool | Literal["auto"] = setting(
+        "auto", "env_runners",
+        doc="A weight relay process on each node of the runners (docs/scale.md): it takes "
+            "each new weights version from the param server once and pushes it on to its "
+            "node's runners, and answers the driver for them, so what crosses the network "
+            "per version grows with the nodes, not the runners. A runner whose relay does "
+            "not answer takes its weights from the param server meanwhile. 'auto': under "
+            "`rlmesh launch`, on each node with two runners or more; True: also on one "
+            "machine (one relay); False: none.")
+    weights_relay_fanout: int = setting(
+        8, "env_runners", ge=2,
+        doc="Relays the param server feeds directly; the next ones are fed by a relay "
+            "(a tree of this degree), so no process sends a version more than this many "
+            "times plus its node's runners.")
     rollout_fragment_length: int | Literal["auto"] = setting(
         200, "env_runners", gt=0,
         doc="Steps per env in each fragment a runner ships; 'auto' splits the train batch "

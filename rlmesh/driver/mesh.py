@@ -202,9 +202,62 @@ class Mesh:
                 self._runner_base = RunnerSpec.for_run(self.config, self.policy_specs)
             base = self._runner_base
         central = "inference" in self._actors and kind == "runner"
+        source = "param_server" if self.topology.receives_weights(kind) else None
+        relay = self.relay_of(f"env_runner-{index}") if kind == "runner" and source else None
         return dataclasses.replace(
             base, worker_index=index, inference_actor=INFERENCE_ACTOR if central else None,
-            param_server="param_server" if self.topology.receives_weights(kind) else None)
+            param_server=relay or source, weights_fallback=source if relay else None)
+
+    # --- nodes: where a launched cluster's scheduler put each actor ---
+
+    def node_of(self, name: str) -> str:
+        """The node actor ``name`` is placed on ("": this machine, or not placed)."""
+        if self.job is None:
+            return ""
+        node = self.job.placement.get(name, "")
+        return node if node in self.job.nodes else ""
+
+    def runner_nodes(self) -> dict[str, list[str]]:
+        """The training runners' names by node, in node order of first appearance ("":
+        this machine): what relays and aggregators per node are laid out by."""
+        out: dict[str, list[str]] = {}
+        role = self.topology.role("runner", self)
+        if role is None:
+            return out
+        for index, here in role.places(self):
+            if not here:
+                name = role.actor_name(index)
+                out.setdefault(self.node_of(name), []).append(name)
+        return out
+
+    def relay_plan(self) -> list[tuple[str, list[str], str]]:
+        """``(node, its runners, upstream)`` of each weight relay (weights_relay): one per
+        node with runners ("auto": under ``rlmesh launch``, each node with two or more,
+        where a relay saves a copy), the first ``weights_relay_fanout`` fed by the param
+        server, each next one by a relay before it (a tree of that degree). Fixed once
+        the job is placed."""
+        if "relay_plan" in self.args:
+            return self.args["relay_plan"]
+        mode = getattr(self.config, "weights_relay", False)
+        nodes = self.runner_nodes()
+        if mode == "auto":
+            nodes = ({n: r for n, r in nodes.items() if n and len(r) >= 2}
+                     if self.job is not None and self.job.nodes else {})
+        elif not mode:
+            nodes = {}
+        fanout = max(2, int(getattr(self.config, "weights_relay_fanout", 8)))
+        plan = [(node, runners, "param_server" if k < fanout else f"weight_relay-{k // fanout - 1}")
+                for k, (node, runners) in enumerate(nodes.items())]
+        if self.job is not None:
+            self.args["relay_plan"] = plan
+        return plan
+
+    def relay_of(self, runner: str) -> str | None:
+        """The relay serving runner ``runner`` (None: the param server itself)."""
+        for k, (_, runners, _) in enumerate(self.relay_plan()):
+            if runner in runners:
+                return f"weight_relay-{k}"
+        return None
 
     def learner_code(self) -> dict[str, Any]:
         """The code ``add_policy`` messages may name to the learners (import_path)."""
@@ -247,6 +300,9 @@ class Mesh:
         async def one(index: int, here: bool) -> Any:
             name = role.actor_name(index)
             self._kinds[name] = role.kind
+            node = role.node(self, index) if role.node is not None else None
+            if node and not here:
+                self.job.placement[name] = node
             if here:
                 self._in_driver.add(name)
             return await self.job.spawn(
@@ -283,7 +339,19 @@ class Mesh:
 
     async def _open(self, stream: Any, index: int, src: Any) -> None:
         window, declared = stream.window_in(self.config), stream.via
-        await src.call(declared, stream.sinks(index, self.names(stream.dst)), window)
+        await src.call(declared, self._sinks_of(stream, index), window)
+
+    def _sinks_of(self, stream: Any, index: int) -> list[str]:
+        """The sinks source number ``index`` of ``stream`` sends to (fan "node": one on its
+        own node, by its position among that node's sources)."""
+        sinks = self.names(stream.dst)
+        if stream.fan != "node":
+            return stream.sinks(index, sinks)
+        srcs = self.names(stream.src)
+        node = self.node_of(srcs[index])
+        mates = [n for n in srcs if self.node_of(n) == node]
+        local = [n for n in sinks if self.node_of(n) == node]
+        return stream.sinks(index, sinks, (mates.index(srcs[index]), local))
 
     def stop(self) -> None:
         """Every process of the run stopped, then the loop: the mesh is done."""
@@ -321,7 +389,7 @@ class Mesh:
         sources start new ones (what was in flight to it is lost); a pulling sink is told."""
         loop = asyncio.get_running_loop()
         for stream in self._connected:
-            srcs, dsts = self.handles(stream.src), self.names(stream.dst)
+            srcs = self.handles(stream.src)
             if stream.src == kind and stream.via.startswith("pull:") and stream.on_src_restart:
                 index, declared = self.names(kind).index(name), stream.on_src_restart
                 for h in self.handles(stream.dst):
@@ -329,11 +397,11 @@ class Mesh:
             elif stream.src == kind and not stream.via.startswith("pull:"):
                 index, declared = [h.name for h in srcs].index(name), stream.via
                 loop.create_task(self._tell(srcs[index], declared,
-                                            stream.sinks(index, dsts),
+                                            self._sinks_of(stream, index),
                                             stream.window_in(self.config)))
             elif stream.dst == kind and not stream.via.startswith("pull:"):
                 for i, src in enumerate(srcs):
-                    if stream.sinks(i, dsts) == [name]:
+                    if self._sinks_of(stream, i) == [name]:
                         loop.create_task(self._tell(src, "reset_streams", f"{name} restarted"))
 
     async def _tell(self, actor: Any, method: str, *args: Any) -> None:

@@ -9,9 +9,10 @@ import asyncio
 from typing import Any
 
 from rlmesh.driver.topology import Publish, Role, Stream, Topology
-from rlmesh.roles.specs import AggregatorSpec, LearnerSpec, ShardSpec, config_fields
+from rlmesh.roles.specs import AggregatorSpec, LearnerSpec, RelaySpec, ShardSpec, config_fields
 
 PARAM_SERVER = "rlmesh.roles.paramserver:ParamServer"
+WEIGHT_RELAY = "rlmesh.roles.weight_relay:WeightRelay"
 ENV_RUNNER = "rlmesh.roles.env_runner:EnvRunner"
 POLICY_SERVER_RUNNER = "rlmesh.roles.policy_server:PolicyServerRunner"
 ES_RUNNER = "rlmesh.roles.es_runner:ESRunner"
@@ -32,11 +33,30 @@ def policy_server_args(m: Any, i: int) -> dict[str, Any]:
     return {"config": m.runner_spec("runner", i).to_data(), "worker_index": i}
 
 
+def relay_args(m: Any, i: int) -> dict[str, Any]:
+    node, runners, upstream = m.relay_plan()[i]
+    return {"spec": RelaySpec(config={}, upstream=upstream, node=node, index=i,
+                              runners=runners, policies=list(m.policy_specs)).to_data()}
+
+
 def learner_args(m: Any, rank: int) -> dict[str, Any]:
     code = m.learner_code()
     return LearnerSpec(**config_fields(m.config), policy_specs=m.policy_specs, rank=rank,
                        world_size=max(1, m.config.num_learners), code_roots=code["_code_roots"],
                        main_script=code["_main_script"]).to_data()
+
+
+def aggregator_count(m: Any) -> int:
+    """``aggregators_per_node`` on each node with runners, else ``num_aggregation_workers``."""
+    per_node = getattr(m.config, "aggregators_per_node", 0)
+    return per_node * len(m.runner_nodes()) if per_node else m.config.num_aggregation_workers
+
+
+def aggregator_node(m: Any, j: int) -> str | None:
+    """Aggregator ``j``'s node: with aggregators_per_node, the ``j // per_node``-th node of
+    the runners (tree aggregation); else where the scheduler put it (by the driver)."""
+    per_node = getattr(m.config, "aggregators_per_node", 0)
+    return list(m.runner_nodes())[j // per_node] if per_node else None
 
 
 def aggregator_args(m: Any, j: int) -> dict[str, Any]:
@@ -73,6 +93,10 @@ def threads(n: Any) -> dict[str, str]:
 SYNC = Topology("sync", roles=(
     Role("param_server", PARAM_SERVER, count=lambda m: 1, placement="driver", single=True,
          spec=lambda m, i: {}),
+    # One per node of the runners (weights_relay): each version crosses to a node once.
+    Role("relay", WEIGHT_RELAY, count=lambda m: len(m.relay_plan()), name="weight_relay",
+         restart="helper", label="WeightRelay", spec=relay_args,
+         node=lambda m, i: m.relay_plan()[i][0]),
     # Central inference, when inference_mode resolves to it (and runners have processes).
     Role("inference", INFERENCE, count=lambda m: 1, single=True, restart="inference",
          label="Inference", when=lambda m: m.central_inference(), spec=runner_args,
@@ -95,17 +119,21 @@ SYNC = Topology("sync", roles=(
 ), publishes=(
     Publish("learner", "param_server"),
     Publish("param_server", "runner"),
+    Publish("param_server", "relay"),
+    Publish("relay", "runner"),
     Publish("param_server", "inference"),
     Publish("driver", "eval_runner"),
 ))
 
 ASYNC = SYNC.plus(
-    Role("aggregator", AGGREGATOR, count=lambda m: m.config.num_aggregation_workers,
-         phase="aggregators", restart="helper", label="Aggregator", spec=aggregator_args),
-    Stream("runner", "aggregator", "fragments", fan="mod",
-           when=lambda m: m.config.num_aggregation_workers > 0),
+    Role("aggregator", AGGREGATOR, count=aggregator_count, phase="aggregators",
+         restart="helper", label="Aggregator", spec=aggregator_args, node=aggregator_node),
+    # Each runner to an aggregator on its own node (one on each with aggregators_per_node):
+    # only joined train batches cross the network.
+    Stream("runner", "aggregator", "fragments", fan="node",
+           when=lambda m: aggregator_count(m) > 0),
     Stream("runner", "learner", "fragments", fan="all",
-           when=lambda m: m.config.num_aggregation_workers == 0),
+           when=lambda m: aggregator_count(m) == 0),
     Stream("aggregator", "learner", "train batches", fan="all", via="spec"),
     name="async").with_role("learner", ready_call="start_async")
 

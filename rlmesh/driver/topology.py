@@ -15,8 +15,9 @@ PLACEMENTS = ("process", "driver", "driver_if_none")
 # The restart policies a role may name (driver/runner_faults.py ``restart_policy``).
 RESTARTS = ("never", "runner", "helper", "shard", "inference")
 # How a stream's sources spread over its sinks: source i to sink i mod n ("mod"), every
-# source to every sink in turn ("all").
-FANS = ("mod", "all")
+# source to every sink in turn ("all"), each source to a sink on its own node, in turn among
+# them, or by "mod" where its node has none ("node": tree aggregation, the mesh's node map).
+FANS = ("mod", "all", "node")
 STREAM_WINDOW = 2  # a stream's window where neither it nor the config sets one
 
 
@@ -45,6 +46,10 @@ class Role:
     # A coroutine ``after_build(mesh, handles)`` once all are built (data-parallel learners
     # meet; a shard in the driver is handed to the learner there).
     after_build: Callable[[Any, list[Any]], Awaitable[None]] | None = None
+    # ``node(mesh, index)``: the node of a launched cluster actor ``index`` goes to (a
+    # node's relay or aggregator goes where that node's runners are); None or "": where the
+    # scheduler placed it.
+    node: Callable[[Any, int], str | None] | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.placement, str) and self.placement not in PLACEMENTS:
@@ -94,11 +99,17 @@ class Stream:
         if self.fan not in FANS:
             raise ValueError(f"stream {self.src}->{self.dst}: fan {self.fan!r} not in {FANS}")
 
-    def sinks(self, index: int, sinks: list[str]) -> list[str]:
-        """The sink names source number ``index`` (its position) sends to."""
+    def sinks(self, index: int, sinks: list[str],
+              same_node: tuple[int, list[str]] | None = None) -> list[str]:
+        """The sink names source number ``index`` (its position) sends to. For fan "node",
+        ``same_node`` is the source's position among its node's sources and its node's
+        sinks (the mesh knows the nodes)."""
         if not sinks:
             return []
-        return [sinks[index % len(sinks)]] if self.fan == "mod" else list(sinks)
+        if self.fan == "node" and same_node is not None and same_node[1]:
+            position, local = same_node
+            return [local[position % len(local)]]
+        return list(sinks) if self.fan == "all" else [sinks[index % len(sinks)]]
 
 
 @dataclass(frozen=True)
@@ -145,8 +156,9 @@ class Topology:
                         self.publishes + tuple(i for i in items if isinstance(i, Publish)))
 
     def receives_weights(self, kind: str) -> bool:
-        """Whether ``kind`` subscribes to the param server's pushes."""
-        return any(p.src == "param_server" and p.dst == kind for p in self.publishes)
+        """Whether ``kind`` subscribes to the param server's pushes (or a relay's, which
+        stands in for it on a node)."""
+        return any(p.src in ("param_server", "relay") and p.dst == kind for p in self.publishes)
 
 
 def render(topology: Topology) -> str:

@@ -91,7 +91,7 @@ class EnvRunner(FragmentStreams, MultiAgentPolicies, VersionedPolicies, Gradient
         calls=("sample", "sample_and_compute_gradients", "compute_actions", "set_weights",
                "take_weights", "get_weights", "add_policy", "remove_policy", "start_streaming",
                "reset_streams", "pop_sampled", *FILTER_CALLS, "get_spaces", "apply", "foreach_env", "call_env_method",
-               "metrics", "offline_stats", "refresh_weights"),
+               "metrics", "offline_stats", "refresh_weights", "weights_source_back"),
         test_hooks=("pid",),
     )
 
@@ -127,6 +127,7 @@ class EnvRunner(FragmentStreams, MultiAgentPolicies, VersionedPolicies, Gradient
         self.fragment_length = cfg.get_rollout_fragment_length(worker_index)
         self.complete_episodes = cfg.batch_mode == "complete_episodes"
         self._ps_name, self._ps = spec.param_server, None
+        self._ps_fallback = spec.weights_fallback
         self._inbox: dict[str, Any] = {}
         self._stats = {"num_fragments": 0, "num_weight_updates": 0, "sample_time_s": 0.0,
                        "num_fragments_lost": 0, "num_weight_pushes": 0, "num_weight_pulls": 0,
@@ -212,7 +213,7 @@ class EnvRunner(FragmentStreams, MultiAgentPolicies, VersionedPolicies, Gradient
         if self._ps is None:
             await self._refresh_weights()
         else:
-            self._keep(await self._ps.call("get_weights", self._wanted_versions()))
+            self._keep(await self._ask_weights(self._wanted_versions()))
             self._take_pushed()
         return self.version
 

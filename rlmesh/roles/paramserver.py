@@ -28,6 +28,11 @@ log = logging.getLogger(__name__)
 
 PUSH_TIMEOUT_S = 120.0  # a runner busy in a long env step answers a push when it is done
 LOOKUP_TIMEOUT_S = 1.0  # a subscriber's name: the driver's runners are known at once
+# Pushes on their way at once, over all subscribers: each holds a copy of the weights in the
+# sockets' buffers until it is taken, so 1,000 runners of a 10 MB model would hold 10 GB; the
+# rest wait their turn (always for the newest version: a waiting one never sends an old one).
+MAX_PUSHES_IN_FLIGHT = 32
+BYTES_BY_VERSION_KEPT = 16  # the newest versions whose bytes sent ``stats`` reports
 
 
 class _Subscriber:
@@ -44,7 +49,7 @@ class _Subscriber:
 class ParamServer(Actor):
     """Holds ``{policy_id: (version, weights)}``; weights are ``{name: numpy array}``."""
 
-    protocol = Protocol(calls=("set_weights", "subscribe", "get_weights",
+    protocol = Protocol(calls=("set_weights", "subscribe", "unsubscribe", "get_weights",
                                "remove_policy", "version", "stats"))
 
     def __init__(self) -> None:
@@ -56,6 +61,11 @@ class ParamServer(Actor):
         self.pushes = 0  # pushes a runner took in (each: the newer policies' weights)
         self.subscriptions = 0  # subscribe calls (a restarted runner subscribes again)
         self.failed_pushes = 0
+        # Weight bytes sent (pushes and replies that carried weights), in all and by version:
+        # what a broadcast costs this process (issue 50's "bytes leaving the param server").
+        self.bytes_sent = 0
+        self.bytes_by_version: dict[int, int] = {}
+        self._push_slots = asyncio.Semaphore(MAX_PUSHES_IN_FLIGHT)
 
     async def set_weights(self, version: int, weights: dict[str, dict[str, Any]]) -> None:
         """Publish ``{policy_id: weights}`` as ``version``, which must be newer than each
@@ -92,6 +102,7 @@ class ParamServer(Actor):
         told ``pushed: False`` and asks with ``get_weights`` instead."""
         self.subscriptions += 1
         got = self._newer(have)
+        self._count_sent(got)
         sent = {**have, **{pid: entry[0] for pid, entry in got.items()}}
         sub = self._subscribers[name] = _Subscriber(sent)
         try:
@@ -110,7 +121,21 @@ class ParamServer(Actor):
         out = self._newer(have, up_to)
         if out:
             self.fetches += 1
+            self._count_sent(out)
         return out
+
+    def unsubscribe(self, name: str) -> None:
+        """Runner ``name`` takes its weights elsewhere now (its node's relay is back): no
+        more pushes to it from here."""
+        self._subscribers.pop(name, None)
+
+    def _count_sent(self, got: dict[str, list[Any]]) -> None:
+        for version, weights in got.values():
+            size = sum(int(getattr(a, "nbytes", 0)) for a in weights.values())
+            self.bytes_sent += size
+            self.bytes_by_version[version] = self.bytes_by_version.get(version, 0) + size
+        while len(self.bytes_by_version) > BYTES_BY_VERSION_KEPT:
+            del self.bytes_by_version[min(self.bytes_by_version)]
 
     def _newer(self, have: dict[str, int], up_to: int | None = None) -> dict[str, list[Any]]:
         out = {}
@@ -152,7 +177,12 @@ class ParamServer(Actor):
                     return
                 try:
                     handle = sub.handle or await self.job.get_actor(name)
-                    await handle.call("take_weights", due, timeout=PUSH_TIMEOUT_S)
+                    async with self._push_slots:
+                        due = self._due(sub)  # the newest, after a wait for a slot
+                        if not due or self._subscribers.get(name) is not sub:
+                            return
+                        self._count_sent(due)
+                        await handle.call("take_weights", due, timeout=PUSH_TIMEOUT_S)
                 except (ActorUnavailable, RemoteError, KeyError) as exc:
                     self.failed_pushes += 1
                     log.debug("param server: no push to %s: %s", name, str(exc).splitlines()[0])
@@ -192,6 +222,8 @@ class ParamServer(Actor):
                 "subscriptions": self.subscriptions,
                 "failed_pushes": self.failed_pushes, "subscribers": sorted(self._subscribers),
                 "pushes_in_flight": sum(sub.busy for sub in self._subscribers.values()),
+                "bytes_sent": self.bytes_sent,
+                "bytes_by_version": {str(v): n for v, n in self.bytes_by_version.items()},
                 "versions": {pid: v for pid, (v, _) in self._weights.items()}}
 
 

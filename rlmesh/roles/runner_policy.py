@@ -7,6 +7,7 @@ runner calls a policy's ``compute_actions``: by the signature its author wrote."
 from __future__ import annotations
 
 import inspect
+import logging
 import sys
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -15,10 +16,17 @@ import numpy as np
 from rlmesh.policy.policy import Policy
 from rlmesh.policy.policy_spec import build_policy_from_data
 from rlmesh.rl.columns import DEFAULT_POLICY_ID
+from rlmesh.runtime import ActorUnavailable
 from rlmesh.wire.codec import EncodeError, encode
 
 if TYPE_CHECKING:
     from rlmesh.config.base import AlgorithmConfig
+
+log = logging.getLogger(__name__)
+
+# A call to a node's weight relay: it answers at once when up; past this the runner takes its
+# weights from the fallback (the param server) rather than wait for a relay being restarted.
+RELAY_TIMEOUT_S = 5.0
 
 
 def make_runner_policies(policy_specs: dict[str, dict[str, Any]], config: AlgorithmConfig,
@@ -48,6 +56,10 @@ class VersionedPolicies:
     _stats: dict[str, Any]
     _inbox: dict[str, tuple[int, dict[str, Any]]]  # pushed, not yet taken: newest per policy
     _asks = False  # the param server cannot push to this runner (see ParamServer.subscribe)
+    # Where weights come from while ``_ps_name`` (a node's relay) does not answer, and which
+    # of the two this runner is subscribed to now (RunnerSpec.weights_fallback).
+    _ps_fallback: str | None = None
+    _ps_on: str | None = None
 
     @property
     def policy(self) -> Policy:
@@ -82,17 +94,72 @@ class VersionedPolicies:
         if self._ps_name is None:
             return
         if self._ps is None:
-            self._ps = await self.job.get_actor(self._ps_name)
-            reply = await self._ps.call("subscribe", self.name, dict(self.versions))
-            self._keep(reply["weights"])
-            self._asks = not reply["pushed"]  # unreachable by name: ask before each fragment
+            await self._subscribe()
         elif self._asks:
             self._stats["num_weight_pulls"] += 1
-            self._keep(await self._ps.call("get_weights", self._wanted_versions()))
+            self._keep(await self._ask_weights(self._wanted_versions()))
         self._take_pushed(up_to)
         if up_to is not None and self.version < up_to:
             self._stats["num_weight_pulls"] += 1
-            self._take_weights(await self._ps.call("get_weights", self._wanted_versions(), up_to))
+            self._take_weights(await self._ask_weights(self._wanted_versions(), up_to))
+
+    async def _subscribe(self, skip_relay: bool = False) -> None:
+        """Subscribe where weights come from: the node's relay, or (none answering within
+        RELAY_TIMEOUT_S) the fallback, the param server. The reply brings what is newer."""
+        sources = [] if skip_relay else [self._ps_name]
+        if self._ps_fallback and self._ps_fallback != self._ps_name:
+            sources.append(self._ps_fallback)
+        for source in sources:
+            last = source == sources[-1]
+            wait = None if last else RELAY_TIMEOUT_S
+            try:
+                ps = await self.job.get_actor(source, **({} if last else {"timeout": wait}))
+                reply = await ps.call("subscribe", self.name, dict(self.versions), timeout=wait)
+            except (ActorUnavailable, KeyError) as exc:
+                if last:
+                    raise
+                log.warning("%s: weight relay %s does not answer (%s); taking weights from %s "
+                            "until it is back", self.name, source, str(exc).splitlines()[0],
+                            sources[-1])
+                self._stats["num_weight_fallbacks"] = self._stats.get("num_weight_fallbacks", 0) + 1
+                continue
+            self._ps, self._ps_on = ps, source
+            self._keep(reply["weights"])
+            self._asks = not reply["pushed"]  # unreachable by name: ask before each fragment
+            return
+
+    async def _ask_weights(self, have: dict[str, int], up_to: int | None = None) -> Any:
+        """``get_weights`` where this runner is subscribed; a relay that stopped answering
+        is left for the fallback (subscribed to at once) and the question asked there."""
+        on_relay = self._ps_on == self._ps_name and self._ps_fallback not in (None, self._ps_name)
+        args = (have,) if up_to is None else (have, up_to)
+        try:
+            return await self._ps.call("get_weights", *args,
+                                       **({"timeout": RELAY_TIMEOUT_S} if on_relay else {}))
+        except ActorUnavailable as exc:
+            if not on_relay:
+                raise
+            log.warning("%s: weight relay %s does not answer (%s); taking weights from %s "
+                        "until it is back", self.name, self._ps_name, str(exc).splitlines()[0],
+                        self._ps_fallback)
+            self._stats["num_weight_fallbacks"] = self._stats.get("num_weight_fallbacks", 0) + 1
+            await self._subscribe(skip_relay=True)
+            return await self._ps.call("get_weights", *args)
+
+    async def weights_source_back(self, relay: str) -> None:
+        """Relay ``relay`` (re)started and serves this runner: subscribe to it at the next
+        fragment boundary (a restarted relay knows no subscriber), and leave the fallback
+        if this runner was taking its weights there meanwhile."""
+        if relay != self._ps_name:
+            return
+        if self._ps is not None and self._ps_on != relay:
+            fallback = self._ps
+            try:
+                await fallback.call("unsubscribe", self.name, timeout=RELAY_TIMEOUT_S)
+            except Exception as exc:  # noqa: BLE001 - a push or two more from there is harmless
+                log.debug("%s: not unsubscribed from %s: %s", self.name, self._ps_on, exc)
+        self._ps = None
+        self._ps_on = None
 
     def _take_pushed(self, up_to: int | None = None) -> None:
         """Load what was pushed for the policies wanted now (none newer than ``up_to``);

@@ -75,6 +75,8 @@ class RunnerSpec(Spec):
     code_roots: list[str] = field(default_factory=list)
     main_script: str | None = None
     inference_actor: str | None = None  # central inference: that actor's name
+    # Where weights come from when ``param_server`` (its node's relay) cannot be reached.
+    weights_fallback: str | None = None
 
     @classmethod
     def for_run(cls, cfg: Any, policy_specs: dict[str, Any] | None, **fields: Any
@@ -151,3 +153,15 @@ class ShardSpec(Spec):
     obs_space: Any = None
     action_space: Any = None
     index: int = 0
+
+
+@dataclass(frozen=True)
+class RelaySpec(Spec):
+    """A weight relay's (roles/weight_relay.py): the actor it takes weights from (the param
+    server, or the relay above it in a tree), the node it serves and that node's runners."""
+
+    upstream: str = "param_server"
+    node: str = ""
+    index: int = 0
+    runners: list[str] = field(default_factory=list)
+    policies: list[str] = field(default_factory=list)  # the policy ids it relays from the start
