@@ -3,7 +3,9 @@
 It reports the node's resources, starts the job's actor processes on its node (each in its
 own session, tied to the agent by a lifeline), reports their exits and output, and takes
 everything down when the head goes: its stdin (the SSH session) closing, or the head's
-heartbeats stopping. ``python -m rlmesh.launcher.agent NODE HOST RUNS_ROOT JOB_ID CURVE_DIR``
+heartbeats stopping. It also keeps its actors' heartbeats (runtime/node_watch.py): it pings
+them on this machine and reports, in the poll the head makes of it, which are hung and what
+their status says, so that the head pings one process per node, not one per actor. ``python -m rlmesh.launcher.agent NODE HOST RUNS_ROOT JOB_ID CURVE_DIR``
 prints one ``RLMESH_READY {record}`` line once it serves.
 """
 
@@ -20,10 +22,19 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psutil
+import zmq
+
 from rlmesh.runtime import Actor
+from rlmesh.runtime.child_limits import MemoryGauge
+from rlmesh.runtime.diagnostics import stopped_state
+from rlmesh.runtime.node_watch import ChildWatch
 from rlmesh.runtime.protocol import Protocol
 from rlmesh.runtime.process import ChildProcess, ChildSpec, tail
 from rlmesh.runtime.run_dir import RunDir
+from rlmesh.runtime.work_counter import counter_path, take_count
+from rlmesh.wire import codec, messages as M
+from rlmesh.wire.sockets import AsyncSocket, configure, connect
 
 log = logging.getLogger(__name__)
 
@@ -31,13 +42,14 @@ READY = "RLMESH_READY "
 MAX_OUTPUT_BYTES = 64 * 1024  # of one child's new output per poll: the rest comes next time
 # No heartbeat from the head for this long: the head (or the network to it) is gone.
 HEAD_SILENCE_S = float(os.environ.get("RLMESH_HEAD_SILENCE_S", "15"))
+WATCH_TICK_S = 0.1  # how often the agent looks at its actors' heartbeats (the head's poll_s)
 
 
 class NodeAgent(Actor):
     """Starts and watches the actor processes of one node for the head."""
 
     protocol = Protocol(calls=("resources", "start_child", "poll", "signal", "stop_child",
-                               "register_name", "processes", "stacks"),
+                               "register_name", "processes", "stacks", "watch_child"),
                         test_hooks=("pid",))
 
     def __init__(self, node: str, host: str) -> None:
@@ -46,6 +58,10 @@ class NodeAgent(Actor):
         self.children: dict[str, ChildProcess] = {}
         self._offsets: dict[str, int] = {}  # bytes of each child's log already sent home
         self._counts: dict[int, tuple[float, int]] = {}  # pid -> (when, messages handled)
+        self.watches: dict[str, ChildWatch] = {}  # each child's heartbeat, kept here
+        self._pingers: dict[str, AsyncSocket] = {}
+        self._gauges: dict[str, MemoryGauge] = {}
+        self._watcher: asyncio.Task[None] | None = None
 
     def resources(self) -> dict[str, float]:
         from rlmesh.launcher.cluster_config import detect_resources
@@ -61,28 +77,113 @@ class NodeAgent(Actor):
         if old is not None:
             old.kill()
             old.cleanup()
+        self._unwatch(child_spec.name)
         child = ChildProcess(child_spec, self.job.run_dir)
         child.start()
         record = await child.wait_ready(timeout)
         self.children[child_spec.name] = child
         self._offsets[child_spec.name] = 0
+        self._watch(child_spec.name, record.pid, record.control)
         return dataclasses.asdict(record)
 
+    def watch_child(self, name: str, pid: int, interval: float, timeout: float,
+                    work_key: str = "", max_memory_mb: float = 0.0) -> bool:
+        """The head's heartbeat numbers for child ``name`` (process ``pid``): its Job's
+        interval and timeout, its restart policy's work key and memory limit (0: none).
+        False when that process is no longer watched here (it ended, or was replaced)."""
+        watch = self.watches.get(name)
+        if watch is None or watch.pid != pid:
+            return False
+        watch.configure(interval, timeout, work_key, max_memory_mb)
+        if max_memory_mb > 0 and name not in self._gauges:
+            try:
+                self._gauges[name] = MemoryGauge(pid)
+            except psutil.Error:  # dead already: the next poll reports its exit
+                pass
+        return True
+
     def poll(self) -> dict[str, Any]:
-        """Children that exited since the last poll (exit code, last lines) and every
-        child's new output."""
-        exits, output = [], {}
+        """Children that exited since the last poll (exit code, last lines, their work
+        counter where the head asked for one), every child's new output, and the heartbeat
+        of each one still running (``ChildWatch.entry``: its age, hung or not, what changed
+        of its status and memory)."""
+        exits, output, watch = [], {}, {}
+        now = time.monotonic()
         for name, child in list(self.children.items()):
             text = self._new_output(name, child)
             if text:
                 output[name] = text
             code = child.poll()
             if code is not None:
-                exits.append({"name": name, "pid": child.pid, "code": code,
-                              "lines": tail(child.log_path)})
+                ended = {"name": name, "pid": child.pid, "code": code,
+                         "lines": tail(child.log_path)}
+                key = self.watches[name].work_key if name in self.watches else ""
+                work = take_count(counter_path(self.job.run_dir.path, name, key)) if key else None
+                if work is not None:  # what it counted up to its end, for the crash window
+                    ended["work"] = work
+                exits.append(ended)
                 child.cleanup()
                 del self.children[name]
-        return {"exits": exits, "output": output}
+                self._unwatch(name)
+            elif name in self.watches:
+                watch[name] = self.watches[name].entry(now)
+        return {"exits": exits, "output": output, "watch": watch}
+
+    # --- heartbeats of the node's children ---
+
+    def _watch(self, name: str, pid: int, control: str) -> None:
+        """Ping child ``name`` from here from now on, with this agent's own heartbeat
+        numbers until the head sends its own (``watch_child``)."""
+        watch = ChildWatch(pid, self.job.heartbeat_interval, self.job.heartbeat_timeout,
+                           now=time.monotonic())
+        sock = configure(zmq.Context.instance().socket(zmq.DEALER), 1 << 20, hwm=10)
+        connect(sock, control)
+        self.watches[name] = watch
+        self._pingers[name] = AsyncSocket(sock, lambda frames: self._on_pong(watch, frames))
+        if self._watcher is None or self._watcher.done():
+            self._watcher = asyncio.get_running_loop().create_task(
+                self._watch_loop(), name="rlmesh.agent-watch")
+
+    def _unwatch(self, name: str) -> None:
+        self.watches.pop(name, None)
+        self._gauges.pop(name, None)
+        sock = self._pingers.pop(name, None)
+        if sock is not None:
+            sock.close()
+
+    def _on_pong(self, watch: ChildWatch, frames: list[Any]) -> None:
+        try:
+            msg = M.validate(codec.decode(frames, codec.Limits.with_max(1 << 20)))
+        except (codec.DecodeError, M.ProtocolError):
+            return
+        if msg["t"] == M.PONG:
+            if watch.confirm_from is not None:
+                log.warning("process %d answered a heartbeat %.1f s late", watch.pid,
+                            time.monotonic() - watch.watch.last_pong)
+            watch.pong(time.monotonic(), msg["status"])
+
+    async def _watch_loop(self) -> None:
+        """Every WATCH_TICK_S: ping the children due, mark the hung ones (with their stopped
+        state, read here on their machine), read the memory of those with a limit."""
+        while True:
+            now = time.monotonic()
+            for name, watch in list(self.watches.items()):
+                was_hung = watch.hung
+                if watch.step(now):
+                    sock = self._pingers.get(name)
+                    if sock is not None:
+                        sock.send_nowait(codec.encode(M.make(M.PING, id=1)))
+                if watch.hung and not was_hung:
+                    watch.stopped = stopped_state(watch.pid)
+                    log.warning("%s (pid %d) sent no heartbeat for %.1f s: reported hung",
+                                name, watch.pid, now - watch.watch.last_pong)
+                gauge = self._gauges.get(name)
+                if gauge is not None and now >= gauge.next_at:
+                    mb = gauge.rss_mb(now)
+                    if mb is not None:
+                        watch.mb = mb
+                        gauge.schedule(now, watch.max_memory_mb, WATCH_TICK_S)
+            await asyncio.sleep(WATCH_TICK_S)
 
     def _new_output(self, name: str, child: ChildProcess) -> str:
         try:
@@ -148,6 +249,10 @@ class NodeAgent(Actor):
         return os.getpid()
 
     async def on_stop(self) -> None:
+        if self._watcher is not None:
+            self._watcher.cancel()
+        for name in list(self.watches):
+            self._unwatch(name)
         await asyncio.gather(*(c.terminate(2.0) for c in self.children.values()),
                              return_exceptions=True)
         self.children.clear()

@@ -1,7 +1,10 @@
 """The head's view of processes on other nodes, shaped like ``ChildProcess`` so the head's
 Job supervises them as it does local ones: the node agent itself (``AgentProcess``: a local
 ssh client whose remote command is the agent) and the actors it starts (``RemoteChild``).
-``NodeLink`` is one node: its agent's handle, its children, their exits and output.
+``NodeLink`` is one node: its agent's handle, its children, their exits and output, and
+their heartbeats, which the agent keeps on its node and reports in each poll
+(runtime/node_watch.py): the head's supervisor pings the agent, not the actors behind it,
+and reads each ``RemoteChild``'s latest report instead (``take_report``).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Any, Callable
 from rlmesh.runtime import ActorUnavailable, RemoteError
 from rlmesh.runtime.process import ActorStartError, ChildSpec, describe_exit, wait_for_exit
 from rlmesh.runtime.run_dir import ProcessRecord, RunDir
+from rlmesh.wire import codec
 
 log = logging.getLogger(__name__)
 
@@ -104,8 +108,11 @@ class AgentProcess:
 
 
 class RemoteChild:
-    """An actor process an agent started on its node; exits and output come from the
-    link's polling of the agent."""
+    """An actor process an agent started on its node; exits, output and heartbeats come
+    from the link's polling of the agent."""
+
+    # The supervisor does not ping it: its agent does, and its reports come through here.
+    watched_on_node = True
 
     def __init__(self, spec: ChildSpec, run_dir: RunDir, link: "NodeLink") -> None:
         self.spec = spec
@@ -114,6 +121,34 @@ class RemoteChild:
         self.log_path = run_dir.log_path(spec.name)
         self.record: ProcessRecord | None = None
         self.code: int | None = None
+        self.final_work: int | None = None  # its work counter at its end, read on its node
+        self._report: dict[str, Any] = {}  # its agent's reports merged, with "at" (received)
+        self._fresh = False  # a report came since take_report
+
+    def watch_on_node(self, interval: float, timeout: float, work_key: str,
+                      max_memory_mb: float) -> None:
+        """Tell its agent the head's heartbeat numbers for it (node_watch.ChildWatch)."""
+        if self.record is not None and self.code is None and self.link.alive:
+            self.link.later(self.link.agent.call(
+                "watch_child", self.spec.name, self.record.pid, float(interval),
+                float(timeout), work_key, float(max_memory_mb), timeout=10))
+
+    def watched(self, at: float, entry: dict[str, Any]) -> None:
+        """Its agent's report (ChildWatch.entry), received at ``at`` (monotonic, here): what
+        it leaves out (an unchanged status, memory) stays as last reported."""
+        self._report.update(entry, at=at)
+        if "hung" not in entry:
+            self._report.pop("hung", None)
+            self._report.pop("stopped", None)
+        self._fresh = True
+
+    def take_report(self) -> dict[str, Any] | None:
+        """The latest report merged with the earlier ones, once per report received; None
+        when none came since the last call."""
+        if not self._fresh:
+            return None
+        self._fresh = False
+        return self._report
 
     @property
     def pid(self) -> int:
@@ -134,8 +169,9 @@ class RemoteChild:
         self.link.children[self.spec.name] = self
         return self.record
 
-    def exited(self, code: int, lines: list[str]) -> None:
+    def exited(self, code: int, lines: list[str], work: int | None = None) -> None:
         self.code = code
+        self.final_work = work
         if lines and not self.log_path.exists():
             self.log_path.write_text("\n".join(lines) + "\n")
 
@@ -183,6 +219,11 @@ class NodeLink:
         self.on_output = on_output  # (node, actor name, text)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._watcher: asyncio.Task[None] | None = None
+        # Supervision traffic of this link (Supervisor.traffic): polls sent, the bytes of
+        # their replies, and the heartbeat entries of children they carried.
+        self.polls = 0
+        self.poll_bytes = 0
+        self.entries = 0
 
     def make_child(self, spec: ChildSpec, run_dir: RunDir) -> RemoteChild:
         return RemoteChild(spec, run_dir, self)
@@ -206,13 +247,30 @@ class NodeLink:
             except (ActorUnavailable, RemoteError):
                 await asyncio.sleep(POLL_S)
                 continue
+            self.polls += 1
+            self.poll_bytes += sum(len(f) for f in codec.encode(got))
             for name, text in got["output"].items():
                 self.on_output(self.node, name, text)
             for ended in got["exits"]:
-                child = self.children.get(ended["name"])
-                if child is not None and child.record is not None and child.record.pid == ended["pid"]:
-                    child.exited(ended["code"], ended["lines"])
+                child = self._child(ended["name"], ended["pid"])
+                if child is not None:
+                    child.exited(ended["code"], ended["lines"], ended.get("work"))
+            now = time.monotonic()
+            for name, entry in got.get("watch", {}).items():
+                child = self._child(name, entry["pid"])
+                if child is not None:  # not a report of the process it replaced
+                    self.entries += 1
+                    child.watched(now, entry)
             await asyncio.sleep(POLL_S)
+
+    def _child(self, name: str, pid: int) -> RemoteChild | None:
+        child = self.children.get(name)
+        if child is not None and child.record is not None and child.record.pid == pid:
+            return child
+        return None
+
+    def traffic(self) -> dict[str, int]:
+        return {"polls": self.polls, "bytes": self.poll_bytes, "entries": self.entries}
 
     def lost(self, reason: str) -> None:
         """The node is gone: every child of it counts as killed."""

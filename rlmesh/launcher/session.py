@@ -160,6 +160,7 @@ class ClusterSession:
 
         handle = await job.spawn_child(spec, make, RestartPolicy(max_restarts=0), start_timeout=60)
         link = NodeLink(node, handle, self._on_output)
+        job.supervisor.traffic_sources.append(link.traffic)  # its polls: supervision traffic
         job.nodes[node] = link
         self.links[node] = link
         link.start_watching()

@@ -2,6 +2,14 @@
 
 ``RestartPolicy``, ``Watch`` and child_limits.py hold the decisions (no processes involved);
 the ``Supervisor`` task applies them to real children.
+
+A child on another node (one whose process object says ``watched_on_node``: the launcher's
+RemoteChild) is not pinged from here: its node's agent pings it on its own machine and
+reports its heartbeat age, whether it is hung, its small status and its memory in the poll
+the head makes of each agent (node_watch.py); ``Supervised.take_report`` puts those reports
+into its ``Watch`` and the same decisions follow. The driver's heartbeat traffic is thus one
+ping per agent and per local child (``Supervisor.traffic`` counts it), whatever the number
+of actors on the nodes.
 """
 
 from __future__ import annotations
@@ -92,11 +100,17 @@ class Watch:
     last_pong: float = field(default_factory=time.monotonic)
     last_ping: float = 0.0
     status: dict[str, Any] = field(default_factory=dict)
+    # Kept by the child's node agent: hung is what the agent said (it confirmed it with one
+    # more ping), not the age of its last report, whose delay is the agent's, not the child's.
+    relayed: bool = False
+    reported_hung: bool = False
 
     def due(self, now: float) -> bool:
-        return now - self.last_ping >= self.interval
+        return not self.relayed and now - self.last_ping >= self.interval
 
     def hung(self, now: float) -> bool:
+        if self.relayed:
+            return self.reported_hung
         return now - self.last_pong > self.timeout
 
     def pong(self, now: float, status: dict[str, Any]) -> None:
@@ -137,15 +151,28 @@ class Supervised:
         self.memory_warned = False  # this life
         self.slow_reported: set[str] = set()  # units of work reported slow
         self.dump_logged = False  # the last output of one death went to the log (detail)
+        self.reported_mb: float | None = None  # memory its node's agent measured, not yet applied
+        self.stopped: str | None = None  # its stopped state, as its node's agent read it
+
+    @property
+    def relayed(self) -> bool:
+        """Its heartbeat is kept by its node's agent (node_watch.py), not by pings from here."""
+        return bool(getattr(self.child, "watched_on_node", False))
 
     def connect_heartbeat(self, control_address: str) -> None:
         self.close_heartbeat()
+        self.watch.last_pong = time.monotonic()
+        self.watch.status = {}  # a previous process's status says nothing of this one
+        self.watch.relayed, self.watch.reported_hung = self.relayed, False
+        self.gauge, self.memory_warned = None, False
+        self.reported_mb, self.stopped = None, None
+        if self.relayed:  # its agent pings it, with our numbers
+            self.child.watch_on_node(self.watch.interval, self.watch.timeout,
+                                     self.policy.work_key, self.policy.max_memory_mb)
+            return
         sock = configure(zmq.Context.instance().socket(zmq.DEALER), 1 << 20, hwm=10)
         connect(sock, control_address)
         self.ping_sock = AsyncSocket(sock, self._on_pong)
-        self.watch.last_pong = time.monotonic()
-        self.watch.status = {}  # a previous process's status says nothing of this one
-        self.gauge, self.memory_warned = None, False
         if self.policy.max_memory_mb > 0 and getattr(self.child, "popen", None) is not None:
             try:  # children on other nodes are not measured from here
                 self.gauge = MemoryGauge(self.child.pid)
@@ -163,10 +190,33 @@ class Supervised:
             if work is not None:
                 self.budget.report(work)
 
-    def ping(self, now: float) -> None:
-        if self.ping_sock is not None:
-            self.watch.last_ping = now
-            self.ping_sock.send_nowait(codec.encode(M.make(M.PING, id=next(_ping_ids))))
+    def take_report(self) -> bool:
+        """Apply its node agent's latest report (RemoteChild.take_report, node_watch's
+        ChildWatch.entry) to its Watch, its death budget and its memory reading, as a pong
+        and a memory reading here would be; False when none came since the last call."""
+        report = self.child.take_report()
+        if report is None:
+            return False
+        self.watch.last_pong = report["at"] - float(report.get("age", 0.0))
+        if "status" in report:
+            self.watch.status = report["status"]
+            work = _probe_sum(report["status"], self.policy.work_key)
+            if work is not None:
+                self.budget.report(work)
+        self.watch.reported_hung = bool(report.get("hung"))
+        self.stopped = report.get("stopped")
+        if "mb" in report:
+            self.reported_mb = float(report["mb"])
+        return True
+
+    def ping(self, now: float) -> int:
+        """Send a ping; the bytes sent (0: no socket, as for a child its agent pings)."""
+        if self.ping_sock is None:
+            return 0
+        self.watch.last_ping = now
+        frames = codec.encode(M.make(M.PING, id=next(_ping_ids)))
+        self.ping_sock.send_nowait(frames)
+        return sum(len(f) for f in frames)
 
     def close_heartbeat(self) -> None:
         if self.ping_sock is not None:
@@ -194,9 +244,50 @@ class Supervisor:
         self.own_status: Callable[[], dict[str, Any]] | None = None
         self._own_slow: set[str] = set()
         self._own_checked = 0.0
+        # Supervision traffic (traffic()): pings sent, by child and by target, and the
+        # counters of the polls that bring the agents' reports (a NodeLink's traffic()).
+        self.pings_by_child: dict[str, int] = {}
+        self._sent: dict[str, list[int]] = {}  # target -> [pings, bytes]
+        self.reports_applied = 0
+        self.traffic_sources: list[Callable[[], dict[str, int]]] = []
+        self._counting_since = time.monotonic()
 
     def start(self) -> None:
+        self._counting_since = time.monotonic()
         self._task = asyncio.get_running_loop().create_task(self._run(), name="rlmesh.supervisor")
+
+    def _ping(self, sup: Supervised, now: float) -> None:
+        sent = sup.ping(now)
+        if not sent:
+            return
+        name = sup.child.spec.name
+        self.pings_by_child[name] = self.pings_by_child.get(name, 0) + 1
+        # A node agent's heartbeat is the node's; any other child pinged is on this machine.
+        target = "agents" if sup.child.spec.role == "NodeAgent" else "local"
+        counts = self._sent.setdefault(target, [0, 0])
+        counts[0] += 1
+        counts[1] += sent
+
+    def traffic(self) -> dict[str, Any]:
+        """The supervision traffic this process sent since the supervisor started: per
+        target (``agents``: node agents, ``local``: children on this machine) the pings, their
+        bytes and both per second; ``by_child``: pings per child name (a child its node's
+        agent watches gets none); ``polls``: the polls of the agents that carry their
+        children's heartbeats (count, bytes of the replies, child entries) and ``reports``:
+        those entries applied here; ``relayed``: how many children are watched that way."""
+        seconds = max(1e-9, time.monotonic() - self._counting_since)
+        pings = {target: {"messages": n, "bytes": b, "per_s": round(n / seconds, 3),
+                          "bytes_per_s": round(b / seconds, 1)}
+                 for target, (n, b) in sorted(self._sent.items())}
+        polls = {"polls": 0, "bytes": 0, "entries": 0}
+        for source in self.traffic_sources:
+            for key, value in source().items():
+                polls[key] = polls.get(key, 0) + value
+        polls["per_s"] = round(polls["polls"] / seconds, 3)
+        polls["bytes_per_s"] = round(polls["bytes"] / seconds, 1)
+        return {"seconds": round(seconds, 3), "pings": pings, "by_child": dict(self.pings_by_child),
+                "polls": polls, "reports": self.reports_applied,
+                "relayed": sum(1 for s in self.children.values() if s.relayed)}
 
     def stop(self) -> None:
         if self._task is not None:
@@ -240,7 +331,10 @@ class Supervisor:
                 code = sup.child.poll()
                 if code is not None:
                     self._lost(sup, "died", sup.child.describe_exit("died"), code)
-                elif sup.watch.hung(now):
+                    continue
+                if sup.relayed and sup.take_report():
+                    self.reports_applied += 1
+                if sup.watch.hung(now):
                     sup.restarting = True  # not polled while we take its stacks
                     asyncio.get_running_loop().create_task(self._dump_and_kill(sup, now))
                 else:
@@ -248,8 +342,11 @@ class Supervisor:
                     self._check_slow(sup.child.spec.name, sup.watch.status, sup.slow_reported)
                     if sup.gauge is not None and now >= sup.gauge.next_at:
                         self._check_memory(sup, now)
+                    elif sup.reported_mb is not None:
+                        mb, sup.reported_mb = sup.reported_mb, None
+                        self._apply_memory(sup, mb)
                     if sup.watch.due(now):
-                        sup.ping(now)
+                        self._ping(sup, now)
             if self.own_status is not None and now - self._own_checked >= 1.0:
                 self._own_checked = now
                 self._check_slow("", self.own_status(), self._own_slow)
@@ -260,19 +357,23 @@ class Supervisor:
         First one more ping and ``confirm_s`` to answer it: a pong may already wait in our
         socket unread, when it is this process that was too busy (a learner thread holding
         the GIL, an overloaded machine), and a live actor is not killed for that."""
-        last_pong = sup.watch.last_pong
-        sup.ping(time.monotonic())
-        await asyncio.sleep(self.confirm_s)
-        if sup.watch.last_pong != last_pong:
-            log.warning("%s answered a heartbeat %.1f s late; not killed (a busy machine or "
-                        "a busy supervising process)", sup.child.spec.name,
-                        sup.watch.last_pong - last_pong)
-            sup.restarting = False
-            return
+        if not sup.relayed:  # its node's agent confirmed it already, with its own ping
+            last_pong = sup.watch.last_pong
+            self._ping(sup, time.monotonic())
+            await asyncio.sleep(self.confirm_s)
+            if sup.watch.last_pong != last_pong:
+                log.warning("%s answered a heartbeat %.1f s late; not killed (a busy machine "
+                            "or a busy supervising process)", sup.child.spec.name,
+                            sup.watch.last_pong - last_pong)
+                sup.restarting = False
+                return
         child = sup.child
         dump = child.run_dir.stack_dump_path(child.spec.name, child.pid)
-        stopped = stopped_state(child.pid)  # it could not dump: the file would stay empty
-        before = dump.stat().st_size if dump.exists() and stopped is None else None
+        # It could not dump: the file would stay empty. On another node, its agent read it
+        # (the dump file is that node's: none is read here).
+        stopped = sup.stopped if sup.relayed else stopped_state(child.pid)
+        before = (dump.stat().st_size if not sup.relayed and dump.exists() and stopped is None
+                  else None)
         if before is not None:  # without the handler, the signal would just kill it
             child.signal(DUMP_SIGNAL)
             await asyncio.sleep(0.5)
@@ -305,6 +406,8 @@ class Supervisor:
         sup.causes.append(cause)
         if sup.policy.work_key:  # what it counted up to its end, where its crash left it
             work = take_count(counter_path(sup.child.run_dir.path, name, sup.policy.work_key))
+            if work is None:  # on another node, its agent read it
+                work = getattr(sup.child, "final_work", None)
             if work is not None:
                 sup.budget.report(work)
         spent = sup.budget.died()  # not None: too many deaths within its work window
@@ -346,11 +449,17 @@ class Supervisor:
         """Warn once a life at WARN_AT of its memory limit; at the limit, kill it: it is
         restarted (and counted) as a child that died, before it takes the machine's memory."""
         assert sup.gauge is not None
-        limit = sup.policy.max_memory_mb
         mb = sup.gauge.rss_mb(now)
         if mb is None:
             return  # gone: the next poll sees its exit
-        sup.gauge.schedule(now, limit, self._poll_s)
+        sup.gauge.schedule(now, sup.policy.max_memory_mb, self._poll_s)
+        self._apply_memory(sup, mb)
+
+    def _apply_memory(self, sup: Supervised, mb: float) -> None:
+        """The memory decision on a reading (here, or by the child's node agent)."""
+        limit = sup.policy.max_memory_mb
+        if limit <= 0:
+            return
         name, what = sup.child.spec.name, sup.policy.memory_limit_name
         if mb >= limit:
             sup.child.kill()
