@@ -16,7 +16,7 @@ PIP := $(PYTHON) -m pip
 # Test folders that exist: git keeps no empty folder, and pytest stops on a missing path.
 TEST_DIRS := $(wildcard tests/unit tests/conformance tests/integration tests/cluster)
 
-.PHONY: venv install install-core test test-unit bench conformance demo runtime-demo wheel-check gpu-check docs clean
+.PHONY: venv install install-core test test-unit bench scale conformance demo runtime-demo wheel-check gpu-check docs clean
 
 # $(call make-venv,DIR): reuse a torch the base python already has (--system-site-packages),
 # so no second copy is downloaded; else a plain venv.
@@ -60,6 +60,10 @@ test-unit: install
 
 bench: install
 	$(PYTHON) -m tests.benchmarks.run
+
+# The swarm (tests/scale, issue 50): simulated runners on the real control plane, N x model MB and fragment-rate sweeps, tables to build/scale.md (a benchmark, not CI).
+scale: install
+	$(PYTHON) -m tests.scale.swarm --local --sweep n-model --out build/scale.md && $(PYTHON) -m tests.scale.swarm --local --sweep rate -n 100 --out build/scale.md
 
 # RLlib's tuned examples as conformance files (tests/conformance/files): each CartPole and
 # Pendulum file trained to its own stop within its own budget, one table (docs/rllib.md).

@@ -276,6 +276,9 @@ async def _run(cfg: SwarmConfig, job: Job, node_list: list[str | None], acct_dir
             await job.spawn(Aggregator, name=name, node=node, spec=spec)
             aggregators.append(name)
             agg_node.append(node)
+    # Hosts: spread over the nodes, sims split evenly; each streams to an aggregator of its node.
+    n_hosts = cfg.host_count()
+    sims = np.array_split(np.arange(cfg.runners), n_hosts)
     relays: dict[str | None, str] = {}
     if cfg.relay:
         if not relay_available():
@@ -286,12 +289,12 @@ async def _run(cfg: SwarmConfig, job: Job, node_list: list[str | None], acct_dir
 
             for i, node in enumerate(node_list):
                 name = f"weight_relay-{i}"
-                spec = RelaySpec(config={}, node=node or "", index=i).to_data()
+                mine = [f"env_runner-{int(j)}" for h, part in enumerate(sims)
+                        if node_list[h % len(node_list)] == node for j in part]
+                spec = RelaySpec(config={}, node=node or "", index=i, runners=mine,
+                                 policies=[POLICY]).to_data()
                 await job.spawn(WeightRelay, name=name, node=node, spec=spec)
                 relays[node] = name
-    # Hosts: spread over the nodes, sims split evenly; each streams to an aggregator of its node.
-    n_hosts = cfg.host_count()
-    sims = np.array_split(np.arange(cfg.runners), n_hosts)
     fragment = make_fragment(int(cfg.fragment_kb * 1024))
     host_names = []
     t_sub = time.time()
@@ -380,7 +383,7 @@ async def _publish(cfg: SwarmConfig, job: Job, ps: Any, hosts: list[Any], pids: 
     times: list[float] = []
     while time.time() < deadline:
         await asyncio.sleep(0.05)
-        replies = await asyncio.gather(*(h.call("stats", version) for h in hosts),
+        replies = await asyncio.gather(*(h.call("stats", version, timeout=5) for h in hosts),
                                        return_exceptions=True)
         times = [t for r in replies if isinstance(r, dict) for t in r["arrivals"].get(str(version), [])]
         held = sum(v >= version for r in replies if isinstance(r, dict) for v in r["held"])
@@ -547,6 +550,7 @@ async def _main(args: argparse.Namespace) -> int:
     text = table(rows)
     print(text)
     if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
         with args.out.open("a") as f:
             f.write(f"\n<!-- {' '.join(sys.argv)} -->\n{text}")
     if args.json:

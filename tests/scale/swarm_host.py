@@ -69,7 +69,7 @@ def fragment_bytes(fragment: dict[str, Any]) -> int:
 class SimRunner(Actor):
     """What the control plane sees of one env runner: a name, a socket, ``take_weights``."""
 
-    protocol = Protocol(calls=("take_weights", "version_held"))
+    protocol = Protocol(calls=("take_weights", "version_held", "weights_source_back"))
 
     def __init__(self, host: str, index: int) -> None:
         self.host_name = host
@@ -82,6 +82,10 @@ class SimRunner(Actor):
 
     def version_held(self) -> int:
         return self.version
+
+    def weights_source_back(self, source: str) -> None:
+        """A (restarted) relay serves this sim again: subscribe there, as EnvRunner does."""
+        _hosts[self.host_name].resubscribe(self, source)
 
 
 class SwarmHost(Actor):
@@ -106,7 +110,7 @@ class SwarmHost(Actor):
         self.sims: list[SimRunner] = []
         self.arrivals: dict[int, list[float]] = {}  # version -> time each sim first held it
         self.counts = {"sent": 0, "unsent": 0, "refused": 0, "lost": 0, "pushes": 0,
-                       "polls": 0, "fallbacks": 0, "subscribed": 0}
+                       "polls": 0, "fallbacks": 0, "subscribed": 0, "resubscribed": 0}
         self._stopping = False
         self._tasks: list[asyncio.Task[None]] = []
         self._senders: dict[int, Any] = {}
@@ -141,6 +145,18 @@ class SwarmHost(Actor):
         if version > sim.version:
             sim.version = version
             self.arrivals.setdefault(version, []).append(time.time())
+
+    def resubscribe(self, sim: SimRunner, source: str) -> None:
+        async def again() -> None:
+            try:
+                handle = await self.job.get_actor(source, timeout=SOURCE_TIMEOUT_S)
+                self._keep(sim, (await handle.call("subscribe", sim.name, {POLICY: sim.version},
+                                                   timeout=SOURCE_TIMEOUT_S))["weights"])
+                self.counts["resubscribed"] += 1
+            except (KeyError, ActorUnavailable, RemoteError):
+                self.counts["fallbacks"] += 1
+
+        self._tasks.append(asyncio.ensure_future(again()))
 
     async def _subscribe(self, sim: SimRunner) -> tuple[Any, bool]:
         """Subscribe ``sim`` as VersionedPolicies does: its source, else the fallback."""
