@@ -13,9 +13,11 @@ from typing import Any, Sequence
 from rlmesh.driver.on_loop import blocking
 from rlmesh.driver.pools import Pool
 from rlmesh.driver.runner_faults import EnvCrashed
-from rlmesh.runtime import ActorUnavailable
+from rlmesh.runtime import ActorUnavailable, RemoteError
 
 log = logging.getLogger(__name__)
+
+RELAY_MARGIN_S = 5.0  # a relay's answer for its runners: their own timeout, and this
 
 
 class SampleTimeout(RuntimeError):
@@ -98,9 +100,7 @@ class RunnerPool(Pool):
             if not self.num_live():
                 raise RuntimeError("every env runner is gone (see the log for why); "
                                    "the run cannot sample")
-            got = await asyncio.gather(*(self._sample_one(r, weights_up_to)
-                                         for r in self.healthy()))
-            got = [f for f in got if f is not None]
+            got = await self._sample_round(self.healthy(), weights_up_to)
             if got:  # a round the others made: what the runners down or dying missed
                 self.fragments_missed += self.num_live() - len(got)
             if not got:
@@ -118,17 +118,63 @@ class RunnerPool(Pool):
                 break  # policy servers whose clients sent nothing in time: an idle iteration
         return fragments
 
-    async def _sample_one(self, runner: Any,
-                          weights_up_to: int | None = None) -> dict[str, Any] | None:
-        try:
-            ask = {} if weights_up_to is None else {"weights_up_to": weights_up_to}
-            fragment = await runner.call("sample", timeout=self.config.sample_timeout_s, **ask)
-        except ActorUnavailable as exc:
-            self.unavailable(runner.name, exc, "sampling with the others")
-            self._unavailable[runner.name] = exc
-            return None
-        self.env_errors(runner.name, fragment)
-        return fragment
+    async def _sample_round(self, runners: list[Any],
+                            weights_up_to: int | None = None) -> list[dict[str, Any]]:
+        """One fragment from each of ``runners`` (those that answered)."""
+        ask = {} if weights_up_to is None else {"weights_up_to": weights_up_to}
+        got = await self._each(runners, "sample", self.config.sample_timeout_s, ask)
+        fragments = []
+        for runner, outcome in zip(runners, got):
+            if isinstance(outcome, ActorUnavailable):
+                self.unavailable(runner.name, outcome, "sampling with the others")
+                self._unavailable[runner.name] = outcome
+            elif isinstance(outcome, BaseException):
+                raise outcome
+            else:
+                self.env_errors(runner.name, outcome)
+                fragments.append(outcome)
+        return fragments
+
+    async def _each(self, runners: list[Any], method: str, timeout: float | None,
+                    kwargs: dict[str, Any] | None = None) -> list[Any]:
+        """``method(**kwargs)`` on each of ``runners`` at once; each reply or exception
+        (ActorUnavailable, RemoteError) in their order. Runners a weight relay serves are
+        asked through it (``call_runners``: one message per node, so the driver's messages
+        grow with the nodes, not the runners); the others, and those of a relay that does
+        not answer, directly."""
+        kwargs = kwargs or {}
+        out: list[Any] = [None] * len(runners)
+        by_relay: dict[str, list[int]] = {}
+        direct = []
+        for i, runner in enumerate(runners):
+            relay = self.mesh.relay_of(runner.name)
+            (by_relay.setdefault(relay, []) if relay and self.mesh.is_up(relay) else direct).append(i)
+
+        async def one(i: int) -> None:
+            try:
+                out[i] = await runners[i].call(method, timeout=timeout, **kwargs)
+            except (ActorUnavailable, RemoteError) as exc:
+                out[i] = exc
+
+        async def via(relay: str, which: list[int]) -> None:
+            handle = next(h for h in self.mesh.handles("relay") if h.name == relay)
+            try:
+                replies = await handle.call(
+                    "call_runners", method, [], kwargs, timeout,
+                    [runners[i].name for i in which],
+                    timeout=None if timeout is None else timeout + RELAY_MARGIN_S)
+            except (ActorUnavailable, RemoteError) as exc:
+                log.debug("%s: %s; its runners asked directly", relay, str(exc).splitlines()[0])
+                await asyncio.gather(*(one(i) for i in which))
+                return
+            for i, (name, status, value) in zip(which, replies):
+                out[i] = (value if status == "ok" else
+                          ActorUnavailable(f"{name}: {value}") if status == "unavailable" else
+                          RemoteError(*_error_parts(value), actor=name))
+
+        await asyncio.gather(*(one(i) for i in direct),
+                             *(via(relay, which) for relay, which in by_relay.items()))
+        return out
 
     def _sample_timeout_message(self, timeout: float | None) -> str:
         """One line for ``SampleTimeout``: which runners, which env, and the setting."""
@@ -153,8 +199,7 @@ class RunnerPool(Pool):
     async def pop_sampled(self) -> list[dict[str, Any]]:
         """Episodes and env steps of every reachable streaming runner since the last call."""
         runners = self.healthy()
-        got = await asyncio.gather(*(r.call("pop_sampled", timeout=10) for r in runners),
-                                   return_exceptions=True)
+        got = await self._each(runners, "pop_sampled", 10)
         out = []
         for runner, g in zip(runners, got):
             if isinstance(g, ActorUnavailable):
@@ -230,3 +275,9 @@ class RunnerPool(Pool):
             elif isinstance(outcome, BaseException):
                 raise outcome
         return [g for g in got if not isinstance(g, BaseException)]
+
+
+def _error_parts(text: Any) -> tuple[str, str]:
+    """``(type, message)`` of a relay's ``"<type>: <message>"``."""
+    etype, _, msg = str(text).partition(": ")
+    return etype, msg

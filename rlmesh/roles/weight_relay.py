@@ -35,6 +35,10 @@ log = logging.getLogger(__name__)
 UPSTREAM_TIMEOUT_S = 10.0  # a call to the actor above: the param server answers at once
 JOIN_RETRY_S = 0.2  # between subscriptions upstream that could not be pushed to yet
 RUNNER_LOOKUP_S = 2.0  # a runner of this node by name (the driver registered it here)
+# A version a sample names that has not reached this relay: the param server pushed it when
+# it was published, so it is usually on its way; it is asked for only after this long (a
+# second copy across the network otherwise).
+PUSH_WAIT_S = 1.0
 
 
 class WeightRelay(ParamServer):
@@ -52,10 +56,12 @@ class WeightRelay(ParamServer):
         self._up: Any = None
         self._joined = asyncio.Event()
         self._catching_up = asyncio.Lock()
+        self._arrived = asyncio.Event()  # set (and replaced) at each newer version taken
         self._join_task: asyncio.Task[None] | None = None
         self.upstream_pushes = 0  # versions pushed to this relay by its upstream
         self.upstream_fetches = 0  # versions it asked for (a sample ahead of the pushes)
         self.bytes_received = 0
+        self.runner_calls = 0  # call_runners messages (each: one call on each named runner)
 
     async def on_start(self) -> None:
         self._join_task = asyncio.ensure_future(self._join())
@@ -125,6 +131,8 @@ class WeightRelay(ParamServer):
                 self._store(version, {pid: weights})
                 newer = True
         if newer:
+            self._arrived.set()
+            self._arrived = asyncio.Event()
             for name in list(self._subscribers):
                 self._kick(name)
 
@@ -138,6 +146,15 @@ class WeightRelay(ParamServer):
 
     async def _catch_up(self, up_to: int) -> None:
         async with self._catching_up:
+            deadline = asyncio.get_running_loop().time() + PUSH_WAIT_S
+            while self.version() < up_to:  # on its way, pushed: wait a little for it
+                left = deadline - asyncio.get_running_loop().time()
+                if left <= 0:
+                    break
+                try:
+                    await asyncio.wait_for(self._arrived.wait(), left)
+                except asyncio.TimeoutError:
+                    break
             if self.version() >= up_to:
                 return
             if not self._joined.is_set():
@@ -156,6 +173,7 @@ class WeightRelay(ParamServer):
         once: ``[name, "ok", reply]``, ``[name, "unavailable", why]`` (down or no answer
         within ``timeout``) or ``[name, "error", "<type>: <message>"]`` each, in order."""
         args, kwargs = list(args or ()), dict(kwargs or {})
+        self.runner_calls += 1
 
         async def one(name: str) -> list[Any]:
             try:
@@ -171,4 +189,5 @@ class WeightRelay(ParamServer):
     def stats(self) -> dict[str, Any]:
         return {**super().stats(), "node": self.node, "upstream": self.upstream,
                 "joined": self._joined.is_set(), "upstream_pushes": self.upstream_pushes,
-                "upstream_fetches": self.upstream_fetches, "bytes_received": self.bytes_received}
+                "upstream_fetches": self.upstream_fetches, "bytes_received": self.bytes_received,
+                "runner_calls": self.runner_calls}
