@@ -104,9 +104,10 @@ class SwarmConfig:
         return self.nodes == 0
 
     def host_count(self) -> int:
-        per_node = max(1, self.nodes)
-        n = self.hosts or max(per_node, -(-self.runners // 100))
-        return max(per_node, min(n, self.runners))
+        """Hosts in all: ``hosts``, else one per 100 sims; a multiple of the nodes."""
+        nodes = max(1, self.nodes)
+        n = self.hosts or -(-self.runners // 100)
+        return nodes * max(1, -(-min(n, self.runners) // nodes))
 
 
 @dataclass
@@ -185,9 +186,9 @@ class Pids:
         from rlmesh.runtime.run_dir import RunDir
 
         records = list(self.job.run_dir.processes())
-        for d in self.extra_dirs:
-            for sub in d.glob("*/procs"):
-                records += list(RunDir(sub.parent).processes())
+        for d in self.extra_dirs:  # the nodes' run directories (agents, actors there)
+            if d.is_dir():
+                records += list(RunDir(d).processes())
         for rec in records:
             if rec.name == self.job.name:
                 continue
@@ -263,9 +264,9 @@ async def _run(cfg: SwarmConfig, job: Job, node_list: list[str | None], acct_dir
                echo: Any) -> SwarmResult:
     weights_len = max(1, int(cfg.model_mb * MB) // 4)
     version = 1
-    ps = await job.spawn(ParamServer, name="param_server", node=node_list[0])
+    ps = await job.spawn(ParamServer, name="param_server")  # on the head
     await ps.call("set_weights", version, {POLICY: {"w": np.zeros(weights_len, np.float32)}})
-    await job.spawn(SinkLearner, name=LEARNER, node=node_list[0])
+    await job.spawn(SinkLearner, name=LEARNER)
     agg_spec = {"config": {"train_batch_size": cfg.batch_steps}, "learners": [LEARNER]}
     aggregators: list[str] = []
     agg_node: list[str | None] = []
@@ -306,9 +307,15 @@ async def _run(cfg: SwarmConfig, job: Job, node_list: list[str | None], acct_dir
                         if cfg.kill_fraction else None,
                         index=h, sims=[int(i) for i in sims[h]], source=relays.get(node, "param_server"),
                         sink=mine[h // len(node_list) % len(mine)], fragment_size=int(cfg.fragment_kb * 1024),
-                        fragment_rate=cfg.fragment_rate, window=cfg.window, acct_dir=str(acct_dir))
+                        fragment_rate=cfg.fragment_rate, window=cfg.window, acct_dir=str(acct_dir),
+                        hold=node is not None)
         host_names.append(name)
     hosts = [job.handles[n] for n in host_names]
+    if node_list != [None]:  # the sims' names live on their nodes: the head's param server
+        for h in hosts:  # finds them by the names registered here, as a runner's spawn does
+            for sim, address in (await h.call("addresses")).items():
+                job.run_dir.register_name(sim, address, os.getpid(), replace=True)
+        await asyncio.gather(*(h.call("go") for h in hosts))
     while sum(await asyncio.gather(*(h.call("ready") for h in hosts))) < cfg.runners:
         await asyncio.sleep(0.05)
     subscribe_s = time.time() - t_sub

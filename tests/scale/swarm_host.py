@@ -93,12 +93,13 @@ class SwarmHost(Actor):
     subscribed to ``source`` (``fallback`` when that cannot be reached) and streaming
     fragments of ``fragment_size`` bytes, ``fragment_rate`` a second each, to ``sink``."""
 
-    protocol = Protocol(calls=("stats", "stop_streams", "pid", "ready"))
+    protocol = Protocol(calls=("stats", "stop_streams", "pid", "ready", "addresses", "go"))
     spin_wait_us = 0  # many sims share this loop: never hold the core polling
 
     def __init__(self, index: int, sims: list[int], source: str = "param_server",
                  fallback: str = "param_server", sink: str = "", fragment_size: int = 4096,
-                 fragment_rate: float = 0.0, window: int = 2, acct_dir: str = "") -> None:
+                 fragment_rate: float = 0.0, window: int = 2, acct_dir: str = "",
+                 hold: bool = False) -> None:
         if fragment_rate < 0 or window < 1:
             raise ValueError(f"fragment_rate must be >= 0 and window >= 1, got "
                              f"{fragment_rate} and {window}")
@@ -114,6 +115,11 @@ class SwarmHost(Actor):
         self._stopping = False
         self._tasks: list[asyncio.Task[None]] = []
         self._senders: dict[int, Any] = {}
+        # ``hold``: the sims start once the harness calls ``go`` (it first registers their
+        # names where the param server looks them up: another node's run directory).
+        self._go = asyncio.Event()
+        if not hold:
+            self._go.set()
         ledger = Path(acct_dir or ".") / f"host-{index}.log"
         self._ledger = os.open(ledger, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
@@ -174,6 +180,7 @@ class SwarmHost(Actor):
         raise RuntimeError(f"{sim.name}: neither {self.source} nor {self.fallback} answered")
 
     async def _run(self, sim: SimRunner) -> None:
+        await self._go.wait()
         source, pushed = await self._subscribe(sim)
         poller = None if pushed else asyncio.ensure_future(self._poll(sim, source))
         try:
@@ -247,6 +254,13 @@ class SwarmHost(Actor):
     def ready(self) -> int:
         """How many sims have subscribed (the harness waits for all)."""
         return self.counts["subscribed"]
+
+    def addresses(self) -> dict[str, str]:
+        """Each sim's name and address (the harness registers them on the head)."""
+        return {s.name: self.job.handles[s.name].address for s in self.sims}
+
+    def go(self) -> None:
+        self._go.set()
 
     def pid(self) -> int:
         return os.getpid()
