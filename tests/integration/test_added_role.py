@@ -26,14 +26,14 @@ pytestmark = pytest.mark.timeout(120)
 
 # The one declaration: the roles, their counts (one relay per env runner), what reaches them.
 RELAYED = SYNC.plus(
-    Role("relay", "tests.integration.toy_roles:WeightsRelay", label="Relay", restart="helper",
+    Role("echo", "tests.integration.toy_roles:WeightsRelay", label="Relay", restart="helper",
          count=lambda m: m.config.num_env_runners,
          spec=lambda m, i: {"index": i, "param_server": "param_server"
-                            if m.topology.receives_weights("relay") else None}),
+                            if m.topology.receives_weights("echo") else None}),
     Role("tap", "tests.integration.toy_roles:Tap", count=lambda m: 1, single=True,
          label="Tap", restart="helper", spec=lambda m, i: {}),
-    Publish("param_server", "relay"),
-    Stream("relay", "tap", "weights versions"),
+    Publish("param_server", "echo"),
+    Stream("echo", "tap", "weights versions"),
     name="sync+relay")
 
 
@@ -61,10 +61,10 @@ def call(algo: PPO, actor: Any, method: str) -> Any:
 def forwarded_latest(algo: PPO) -> bool:
     """Every relay was pushed the newest version and the tap got it from each."""
     version = call(algo, algo.mesh.handles("param_server")[0], "version")
-    relays = [call(algo, r, "stats") for r in algo.mesh.handles("relay")]
+    relays = [call(algo, r, "stats") for r in algo.mesh.handles("echo")]
     got = call(algo, algo.mesh.handles("tap")[0], "stats")["got"]
     return (all(r["versions"][-1:] == [version] for r in relays)
-            and all(got.get(n, [])[-1:] == [version] for n in algo.mesh.names("relay")))
+            and all(got.get(n, [])[-1:] == [version] for n in algo.mesh.names("echo")))
 
 
 def kill_and_wait_restart(algo: PPO, kind: str, index: int = 0) -> None:
@@ -81,11 +81,11 @@ def test_an_added_role_is_built_fed_supervised_drawn_and_stopped(no_children_lef
               .training(train_batch_size=100, minibatch_size=50, num_epochs=1,
                         model={"fcnet_hiddens": [8]}))
     with RelayedPPO(config=config) as algo:
-        assert algo.mesh.names("relay") == ["relay-0", "relay-1"]  # count: num_env_runners
+        assert algo.mesh.names("echo") == ["echo-0", "echo-1"]  # count: num_env_runners
         assert algo.mesh.names("tap") == ["tap"]
         algo.train()
         wait_for(lambda: forwarded_latest(algo))
-        for relay in algo.mesh.handles("relay"):
+        for relay in algo.mesh.handles("echo"):
             stats = call(algo, relay, "stats")
             assert stats["pushed"] is True and stats["sinks"] == ["tap"]
             assert stats["versions"] == sorted(set(stats["versions"]))  # newer only
@@ -93,21 +93,21 @@ def test_an_added_role_is_built_fed_supervised_drawn_and_stopped(no_children_lef
         # A sink restarted: its sources are told (reset_streams) and stream to the new one.
         kill_and_wait_restart(algo, "tap")
         wait_for(lambda: all(call(algo, r, "stats")["resets"] >= 1
-                             for r in algo.mesh.handles("relay")))
+                             for r in algo.mesh.handles("echo")))
         algo.train()
         wait_for(lambda: forwarded_latest(algo))
 
         # A source restarted: it subscribes again and the mesh opens its stream again.
-        kill_and_wait_restart(algo, "relay", 1)
+        kill_and_wait_restart(algo, "echo", 1)
         algo.train()
         wait_for(lambda: forwarded_latest(algo))
-        assert call(algo, algo.mesh.handles("relay")[1], "stats")["resets"] == 0  # a new one
+        assert call(algo, algo.mesh.handles("echo")[1], "stats")["resets"] == 0  # a new one
 
         drawing = render(algo.mesh.topology)
-        assert 'relay["relay: WeightsRelay"]' in drawing and 'tap["tap: Tap"]' in drawing
-        assert "relay -->|weights versions, mod| tap" in drawing
-        assert "param_server -.->|weights| relay" in drawing
-        pids = [call(algo, h, "pid") for k in ("relay", "tap") for h in algo.mesh.handles(k)]
+        assert 'echo["echo: WeightsRelay"]' in drawing and 'tap["tap: Tap"]' in drawing
+        assert "echo -->|weights versions, mod| tap" in drawing
+        assert "param_server -.->|weights| echo" in drawing
+        pids = [call(algo, h, "pid") for k in ("echo", "tap") for h in algo.mesh.handles(k)]
     assert not [p for p in pids if _alive(p)]
 
 
