@@ -75,6 +75,7 @@ class Aggregator(Actor):
                 + lost["num_batches_lost"], "num_fragments_lost": lost["num_fragments_lost"],
                 "ready_batches": self.ready.qsize(),
                 "in_flight": sum(s.in_flight for s in self._streams),
+                "bytes_sent": sum(s.bytes_sent for s in self._streams),
                 "pending_env_steps": self.builder.pending_steps, "index": self.index}
 
     def pid(self) -> int:

@@ -50,7 +50,9 @@ class ActorHandle:
         self.default_timeout = timeout
         self.limits = limits
         self.ctx = ctx or zmq.Context.instance()
-        self.stats: dict[str, int] = {"calls": 0, "dropped_replies": 0}
+        # bytes_sent: of every request and stream item this handle sent (what a process
+        # puts on the network for each peer: issue 50's per-process byte counts).
+        self.stats: dict[str, int] = {"calls": 0, "dropped_replies": 0, "bytes_sent": 0}
         self._pending: dict[int, asyncio.Future[Any]] = {}
         # Timeouts: each waiting call's (deadline, method, timeout), and one timer, set for
         # the earliest deadline, instead of a timer per call (see _watch).
@@ -114,6 +116,7 @@ class ActorHandle:
             self._watch(sock.loop, call_id, msg.get("m", msg["t"]), timeout)
         try:
             frames = codec.encode(msg)
+            self.stats["bytes_sent"] += frames_nbytes(frames)
             if not sock.send_nowait(frames):
                 await sock.send(frames)  # the send queue is full: wait for room
             return await fut
@@ -282,6 +285,7 @@ class StreamSender:
         self.channel = next(_channel_ids)
         self.credits = window
         self.sent = 0
+        self.bytes_sent = 0
         self._seq = 0
         self._waiter: asyncio.Future[None] | None = None
         self._error: BaseException | None = None
@@ -300,7 +304,11 @@ class StreamSender:
         self.credits -= 1
         msg = M.make(M.STREAM, ch=self.channel, seq=self._seq, m=self.method, p=item)
         self._seq += 1
-        await self.handle._socket().send(codec.encode(msg))
+        frames = codec.encode(msg)
+        size = frames_nbytes(frames)
+        self.bytes_sent += size
+        self.handle.stats["bytes_sent"] += size
+        await self.handle._socket().send(frames)
         self.sent += 1
 
     async def flush(self) -> None:
@@ -341,3 +349,8 @@ class StreamSender:
 
     def close(self) -> None:
         self.handle._streams.pop(self.channel, None)
+
+
+def frames_nbytes(frames: Any) -> int:
+    """Bytes of a message's frames (bytes, memoryviews, arrays) as they go on the wire."""
+    return sum(memoryview(f).nbytes for f in frames)
