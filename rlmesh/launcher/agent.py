@@ -5,7 +5,8 @@ own session, tied to the agent by a lifeline), reports their exits and output, a
 everything down when the head goes: its stdin (the SSH session) closing, or the head's
 heartbeats stopping. It also keeps its actors' heartbeats (runtime/node_watch.py): it pings
 them on this machine and reports, in the poll the head makes of it, which are hung and what
-their status says, so that the head pings one process per node, not one per actor. ``python -m rlmesh.launcher.agent NODE HOST RUNS_ROOT JOB_ID CURVE_DIR``
+their status says, so that the head pings one process per node, not one per actor.
+``python -m rlmesh.launcher.agent NODE HOST RUNS_ROOT JOB_ID CURVE_DIR``
 prints one ``RLMESH_READY {record}`` line once it serves.
 """
 
