@@ -138,7 +138,8 @@ class ClusterSession:
         head's supervisor sees it (`rlmesh status` shows it)."""
         while self.job is not None and self.job.started:
             await asyncio.sleep(STATE_S)
-            self._write_state(self._names)
+            # With what the run placed by node itself (a node's relay and aggregators).
+            self._write_state({**self.job.placement, **self._names})
 
     async def _start_agent(self, job: Job, node: str) -> None:
         target = self.cluster.ssh_target(node)

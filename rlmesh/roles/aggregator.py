@@ -37,8 +37,10 @@ class Aggregator(Actor):
         self.learner_names = list(own.learners)
         self.builder = BatchBuilder(batch_size_per_learner(cfg))
         self.ready: asyncio.Queue[dict[str, Any]] = asyncio.Queue(MAX_READY)
+        # batch_bytes: the arrays of the batches sent (a batch's own size, beside the bytes
+        # it took on the wire: stats' bytes_sent).
         self.counters = {"num_fragments": 0, "num_env_steps": 0, "num_batches": 0,
-                         "num_batches_lost": 0}
+                         "num_batches_lost": 0, "batch_bytes": 0}
 
     async def on_start(self) -> None:
         handles = [await self.job.get_actor(n) for n in self.learner_names]
@@ -62,6 +64,7 @@ class Aggregator(Actor):
             try:
                 await stream.send(batch)
                 self.counters["num_batches"] += 1
+                self.counters["batch_bytes"] += _nbytes(batch)
             except (ActorUnavailable, RemoteError) as exc:
                 # A learner that died stops the run (the driver's business); keep serving.
                 self.counters["num_batches_lost"] += 1
@@ -80,3 +83,12 @@ class Aggregator(Actor):
 
     def pid(self) -> int:
         return os.getpid()
+
+
+def _nbytes(value: Any) -> int:
+    """Bytes of the arrays in ``value`` (nested dicts and lists of them)."""
+    if isinstance(value, dict):
+        return sum(_nbytes(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(_nbytes(v) for v in value)
+    return int(getattr(value, "nbytes", 0))

@@ -1,0 +1,75 @@
+"""Tree aggregation across nodes (issue 50): IMPALA with runners on three namespace nodes, an
+aggregator and a weight relay on each: every runner streams to the aggregator on its own node,
+so the sample data that crosses the network is the joined train batches alone (counted: the
+bytes the aggregators put on the wire to a learner on another node, per train batch, against
+the batch's own size), each weights version reaches a node once (the relay), and it learns
+CartPole to 450."""
+
+from __future__ import annotations
+
+import subprocess
+
+from tests.cluster.test_launch import (RLMESH, cluster_file, env,  # noqa: F401 (fixture)
+                                       results, wait_for_state)
+
+
+def node_bytes(cluster) -> dict[str, tuple[int, int]]:
+    """(sent, received) bytes of each node's network interface since it was made."""
+    out = {}
+    for name, node in cluster.nodes.items():
+        read = [subprocess.run(["ip", "netns", "exec", node.netns, "cat",
+                                f"/sys/class/net/eth0/statistics/{what}_bytes"],
+                               capture_output=True, text=True, check=True).stdout
+                for what in ("tx", "rx")]
+        out[name] = (int(read[0]), int(read[1]))
+    return out
+
+
+def test_impala_with_an_aggregator_and_a_relay_per_node_sends_only_batches_across(
+        tmp_path, netns_cluster, env):  # noqa: F811 (the fixture)
+    path = cluster_file(tmp_path, netns_cluster, stop={"episode_reward_mean": 450, "training_iteration": 60},
+                        runners=6,
+                        num_cpus_per_env_runner=0.5, aggregators_per_node=1)
+    name = path.read_text().split('"')[1]
+    before = node_bytes(netns_cluster)
+    launch = subprocess.Popen([*RLMESH, "launch", str(path)], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, env=env)
+    try:
+        # The relays and aggregators are placed by the run, once the scheduler placed the
+        # runners: the head's state names them within a few seconds.
+        placement = wait_for_state(tmp_path / "clusters" / name / "head.json", "placement",
+                                   launch, where="aggregator-2")["placement"]
+        out, _ = launch.communicate(timeout=300)
+    finally:
+        if launch.poll() is None:
+            launch.kill()
+    after = node_bytes(netns_cluster)
+    assert launch.returncode == 0, out
+    rows = results(tmp_path)
+    runner_nodes = {placement[f"env_runner-{i}"] for i in range(1, 7)}
+    assert runner_nodes == set(netns_cluster.names), placement  # runners on every node
+    learner_node = placement["learner-0"]
+    last = rows[-1]
+    aggregators = {a["index"]: a for a in last["aggregators"]}
+    assert sorted(aggregators) == [0, 1, 2]  # one per node of the runners
+    agg_nodes = {j: placement[f"aggregator-{j}"] for j in aggregators}
+    assert set(agg_nodes.values()) == set(netns_cluster.names), placement
+    # A relay on each node with two runners or more ("auto": one runner alone gains nothing).
+    runners_on = {n: sum(placement[f"env_runner-{i}"] == n for i in range(1, 7))
+                  for n in netns_cluster.names}
+    relays = {v for k, v in placement.items() if k.startswith("weight_relay-")}
+    assert relays == {n for n, count in runners_on.items() if count >= 2}, placement
+    batches = sum(a["num_batches"] for a in aggregators.values())
+    own = sum(a["batch_bytes"] for a in aggregators.values()) / batches
+    crossing = sum(a["bytes_sent"] for j, a in aggregators.items() if agg_nodes[j] != learner_node)
+    # Fragments never cross (each runner's aggregator is on its node): only batches to a
+    # learner elsewhere, each with its message's few header bytes.
+    assert crossing / batches <= 1.2 * own, (crossing / batches, own)
+    assert batches >= 6
+    assert last["num_healthy_env_runners"] == 6
+    best = max(r["episode_reward_mean"] for r in rows)
+    assert best >= 450, best  # learning as with one aggregator by the learner
+    sent = {n: after[n][0] - before[n][0] for n in after}
+    print(f"per train batch: own {own:.0f} B, sample bytes crossing nodes "
+          f"{crossing / batches:.0f} B; every byte the nodes sent (weights, heartbeats and "
+          f"log lines included): {sum(sent.values()) / batches:.0f} B; best return {best:.0f}")
