@@ -53,7 +53,8 @@ from rlmesh.roles.specs import AggregatorSpec
 from rlmesh.runtime import Job, RestartPolicy
 from rlmesh.runtime.supervisor import Supervised
 from tests.scale.sink_learner import SinkLearner
-from tests.scale.swarm_host import POLICY, SwarmHost, fragment_bytes, make_fragment
+from tests.scale.swarm_host import (POLICY, SUBSCRIBE_TIMEOUT_S, SwarmHost, fragment_bytes,
+                                    make_fragment)
 
 MB = 1 << 20
 MEMORY_BUDGET = 20 * (1 << 30)  # of the 24 GiB machine: what a run may plan to hold at once
@@ -97,6 +98,7 @@ class SwarmConfig:
     kill_fraction: float = 0.0  # of the sims, killed (whole hosts) during the run
     minutes: float = 0.0  # run at least this long (the robustness run), publishing on
     spread_timeout: float = 120.0  # a version not everywhere by then is reported as such
+    subscribe_timeout: float = 900.0  # every sim subscribed by then, or measured without
     seed: int = 0
 
     @property
@@ -316,9 +318,19 @@ async def _run(cfg: SwarmConfig, job: Job, node_list: list[str | None], acct_dir
             for sim, address in (await h.call("addresses")).items():
                 job.run_dir.register_name(sim, address, os.getpid(), replace=True)
         await asyncio.gather(*(h.call("go") for h in hosts))
-    while sum(await asyncio.gather(*(h.call("ready") for h in hosts))) < cfg.runners:
-        await asyncio.sleep(0.05)
+    deadline = t_sub + cfg.subscribe_timeout
+    while (ready := sum(await asyncio.gather(*(h.call("ready") for h in hosts)))) < cfg.runners:
+        if time.time() > deadline:
+            notes.append(f"only {ready} of {cfg.runners} sims subscribed within "
+                         f"{cfg.subscribe_timeout:.0f} s; measuring anyway")
+            break
+        await asyncio.sleep(0.2)
     subscribe_s = time.time() - t_sub
+    failures = sum(s["counts"]["subscribe_failures"] for s in
+                   await asyncio.gather(*(h.call("stats", 1 << 30) for h in hosts)))
+    if failures:
+        notes.append(f"{failures} subscribe calls failed (timed out after "
+                     f"{SUBSCRIBE_TIMEOUT_S:.0f} s) and were tried again")
     pids = Pids(job, node_dirs)
     pids.refresh()
     agg_handles = [await job.get_actor(a) for a in aggregators]
@@ -554,6 +566,7 @@ async def _main(args: argparse.Namespace) -> int:
         ok &= bool(result.account["ok"])
         results.append(result)
         rows.append(result_row(result))
+        print(table(rows[-1:]), flush=True)  # each row as it comes (a long sweep may be cut)
     text = table(rows)
     print(text)
     if args.out:

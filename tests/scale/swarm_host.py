@@ -42,6 +42,7 @@ from rlmesh.runtime.protocol import Protocol
 POLICY = "default_policy"
 FRAGMENT_T = 32  # time steps of a fragment (B = 1): its env_steps
 SOURCE_TIMEOUT_S = 10.0  # a relay not reached in this time: the sim falls back to the param server
+SUBSCRIBE_TIMEOUT_S = 60.0  # a subscribe reply carries the current weights
 POLL_S = 0.2  # a sim told ``pushed: False`` asks for newer weights this often
 
 _hosts: dict[str, "SwarmHost"] = {}  # this process's host, by actor name (sims find it here)
@@ -111,7 +112,8 @@ class SwarmHost(Actor):
         self.sims: list[SimRunner] = []
         self.arrivals: dict[int, list[float]] = {}  # version -> time each sim first held it
         self.counts = {"sent": 0, "unsent": 0, "refused": 0, "lost": 0, "pushes": 0,
-                       "polls": 0, "fallbacks": 0, "subscribed": 0, "resubscribed": 0}
+                       "polls": 0, "fallbacks": 0, "subscribed": 0, "resubscribed": 0,
+                       "subscribe_failures": 0}
         self._stopping = False
         self._tasks: list[asyncio.Task[None]] = []
         self._senders: dict[int, Any] = {}
@@ -165,19 +167,24 @@ class SwarmHost(Actor):
         self._tasks.append(asyncio.ensure_future(again()))
 
     async def _subscribe(self, sim: SimRunner) -> tuple[Any, bool]:
-        """Subscribe ``sim`` as VersionedPolicies does: its source, else the fallback."""
-        for name in dict.fromkeys((self.source, self.fallback)):
-            try:
-                source = await self.job.get_actor(name, timeout=SOURCE_TIMEOUT_S)
-                reply = await source.call("subscribe", sim.name, {POLICY: sim.version},
-                                          timeout=SOURCE_TIMEOUT_S * 6)
-            except (KeyError, ActorUnavailable, RemoteError):
-                self.counts["fallbacks"] += 1
-                continue
-            self._keep(sim, reply["weights"])
-            self.counts["subscribed"] += 1
-            return source, bool(reply["pushed"])
-        raise RuntimeError(f"{sim.name}: neither {self.source} nor {self.fallback} answered")
+        """Subscribe ``sim`` as VersionedPolicies does: its source, else the fallback; a
+        subscription that fails (a reply of N x model bytes late on a loaded machine) is
+        tried again, as a real runner would be restarted and subscribe again."""
+        while True:
+            for name in dict.fromkeys((self.source, self.fallback)):
+                try:
+                    source = await self.job.get_actor(name, timeout=SOURCE_TIMEOUT_S)
+                    reply = await source.call("subscribe", sim.name, {POLICY: sim.version},
+                                              timeout=SUBSCRIBE_TIMEOUT_S)
+                except (KeyError, ActorUnavailable, RemoteError):
+                    self.counts["subscribe_failures"] += 1
+                    continue
+                if name != self.source:
+                    self.counts["fallbacks"] += 1
+                self._keep(sim, reply["weights"])
+                self.counts["subscribed"] += 1
+                return source, bool(reply["pushed"])
+            await asyncio.sleep(1.0)
 
     async def _run(self, sim: SimRunner) -> None:
         await self._go.wait()
