@@ -183,6 +183,7 @@ class Pids:
         self.job = job
         self.extra_dirs = extra_dirs
         self.procs: dict[str, psutil.Process] = {}
+        self.peak: dict[str, float] = {}  # the largest rss_mb() seen, by key
 
     def refresh(self) -> dict[str, psutil.Process]:
         from rlmesh.runtime.run_dir import RunDir
@@ -228,6 +229,8 @@ class Pids:
             if role == "hosts":
                 total_hosts += rss
         out["hosts_total"] = total_hosts
+        for k, v in out.items():
+            self.peak[k] = max(self.peak.get(k, 0.0), v)
         return out
 
 
@@ -373,7 +376,8 @@ async def _run(cfg: SwarmConfig, job: Job, node_list: list[str | None], acct_dir
     taken1, sink1 = await agg_taken(), await sink.call("stats")
     pings = _pings - pings0
     pids.refresh()
-    rss = pids.rss_mb()
+    pids.rss_mb()
+    rss = dict(pids.peak)
     account = await _account(cfg, hosts, agg_handles, acct_dir, kills, n_hosts)
     batches = sink1["batches"] - sink0["batches"]
     return SwarmResult(
@@ -413,6 +417,7 @@ async def _publish(cfg: SwarmConfig, job: Job, ps: Any, hosts: list[Any], pids: 
     row.p50, row.p99, row.max = _percentile(lat, 50), _percentile(lat, 99), max(lat, default=float("nan"))
     pids.refresh()
     cpu1 = pids.cpu()
+    pids.rss_mb()  # sampled as the version lands: the hosts' peak
     row.cpu = {k: cpu1[k] - cpu0.get(k, 0.0) for k in cpu1}
     after = await ps.call("stats")
     if "bytes_by_version" in after:
@@ -491,7 +496,9 @@ def result_row(r: SwarmResult) -> dict[str, str]:
         "pings/s": f"{r.pings_per_s:.1f}",
         "frag/s in": f"{r.fragments_per_s:.0f}",
         "batches/s": f"{r.batches_per_s:.2f}",
-        "RSS MB PS/agg/host max/hosts": "/".join(f"{r.rss_mb.get(k, 0):.0f}" for k in
+        "KB/fragment": f"{r.fragment_bytes / 1024:.1f}",
+        "MB/batch": f"{r.bytes_per_batch / MB:.2f}",
+        "peak RSS MB PS/agg/host/hosts": "/".join(f"{r.rss_mb.get(k, 0):.0f}" for k in
                                                ("param_server", "aggregator", "hosts", "hosts_total")),
         "accounting": ("ok" if r.account["ok"] else "MISMATCH") + f" ({r.account['sent']} sent)",
     }
