@@ -410,6 +410,17 @@ class Mesh:
         except Exception as exc:
             log.warning("%s.%s failed: %s", actor.name, method, exc)
 
+    def messages_sent(self) -> dict[str, int]:
+        """What the driver's process has sent the run's actors since it started: calls
+        (requests and stream items, each handle's count), the supervisor's heartbeat pings
+        and its polls of node agents (issue 50: the driver's messages per iteration)."""
+        if self.job is None:
+            return {"calls": 0, "pings": 0, "polls": 0}
+        traffic = self.job.supervisor.traffic()
+        return {"calls": sum(h.stats["calls"] for h in list(self.job.handles.values())),
+                "pings": sum(t["messages"] for t in traffic["pings"].values()),
+                "polls": int(traffic["polls"].get("polls", 0))}
+
     def next_version(self) -> int:
         """A weights version above every one published or handed out before: weights sent
         to one runner directly (A3C) count from the same number, so a runner always takes

@@ -72,4 +72,5 @@ def test_impala_with_an_aggregator_and_a_relay_per_node_sends_only_batches_acros
     sent = {n: after[n][0] - before[n][0] for n in after}
     print(f"per train batch: own {own:.0f} B, sample bytes crossing nodes "
           f"{crossing / batches:.0f} B; every byte the nodes sent (weights, heartbeats and "
-          f"log lines included): {sum(sent.values()) / batches:.0f} B; best return {best:.0f}")
+          f"log lines included): {sum(sent.values()) / batches:.0f} B; best return {best:.0f}; "
+          f"driver messages per iteration {[r['driver_messages'] for r in rows[-3:]]}")
