@@ -13,8 +13,8 @@ publishes ``--versions`` weights versions of S MB at ``--interval`` and measures
 - bytes the param server (and each relay) sent for it: their ``stats()["bytes_by_version"]``
   where the param server has it, else pushes x model size (marked ``~``);
 - CPU seconds of each role's processes while it spread (psutil on their pids);
-- the driver's messages: its calls (``ActorHandle.stats``) and its supervisor's pings (a
-  counter wrapped around ``Supervised.ping`` in this process), per version and per second;
+- the driver's messages: its calls (``ActorHandle.stats``) and its supervision traffic
+  (``Supervisor.traffic``: heartbeat pings, polls of the node agents), per version and a second;
 
 and over the whole run the fragments/s the aggregators took in, batches/s and bytes per
 batch the learner took, and the RSS of every role. At the end the hosts stop streaming, and
@@ -51,7 +51,6 @@ from rlmesh.roles.aggregator import Aggregator
 from rlmesh.roles.paramserver import ParamServer
 from rlmesh.roles.specs import AggregatorSpec
 from rlmesh.runtime import Job, RestartPolicy
-from rlmesh.runtime.supervisor import Supervised
 from tests.scale.sink_learner import SinkLearner
 from tests.scale.swarm_host import (POLICY, SUBSCRIBE_TIMEOUT_S, SwarmHost, fragment_bytes,
                                     make_fragment)
@@ -61,22 +60,13 @@ MEMORY_BUDGET = 20 * (1 << 30)  # of the 24 GiB machine: what a run may plan to 
 HOST_RSS = 90 * MB  # a swarm host's own memory (python, numpy, zmq), measured
 LEARNER = "learner-0"
 
-_pings = 0
-
-
-def _count_pings() -> None:
-    """Count the supervisor's heartbeat pings in this process (wrapped once)."""
-    if getattr(Supervised.ping, "_counted", False):
-        return
-    original = Supervised.ping
-
-    def ping(self: Supervised, now: float) -> None:
-        global _pings
-        _pings += 1
-        original(self, now)
-
-    ping._counted = True  # type: ignore[attr-defined]
-    Supervised.ping = ping  # type: ignore[method-assign]
+def heartbeat(job: Job) -> tuple[int, int]:
+    """Supervision messages and bytes the driver's process sent so far: its heartbeat pings
+    (to local children and node agents) and its polls of the agents (``Supervisor.traffic``)."""
+    traffic = job.supervisor.traffic()
+    pings = traffic["pings"].values()
+    return (sum(t["messages"] for t in pings) + int(traffic["polls"].get("polls", 0)),
+            sum(t["bytes"] for t in pings) + int(traffic["polls"].get("bytes", 0)))
 
 
 @dataclass
@@ -137,7 +127,8 @@ class SwarmResult:
     batches_per_s: float
     bytes_per_batch: float
     fragment_bytes: int
-    pings_per_s: float
+    pings_per_s: float  # supervision messages (pings, agent polls) a second
+    heartbeat_bytes_per_s: float
     supervised: int
     rss_mb: dict[str, float]
     account: dict[str, Any]
@@ -248,7 +239,6 @@ async def run_swarm(cfg: SwarmConfig, *, job: Job | None = None, nodes: list[str
                     node_dirs: list[Path] | None = None, echo: Any = print) -> SwarmResult:
     """One swarm run in ``job`` (a started local Job is made when None) over ``nodes`` (the
     job's node names; None: this machine)."""
-    _count_pings()
     rng = random.Random(cfg.seed)
     own_job = job is None
     if job is None:
@@ -353,7 +343,7 @@ async def _run(cfg: SwarmConfig, job: Job, node_list: list[str | None], acct_dir
     kills = 0
     t_start = time.time()
     taken0, sink0 = await agg_taken(), await sink.call("stats")
-    pings0 = _pings
+    beat0 = heartbeat(job)
     rows: list[VersionRow] = []
     while True:
         elapsed = time.time() - t_start
@@ -374,7 +364,7 @@ async def _run(cfg: SwarmConfig, job: Job, node_list: list[str | None], acct_dir
             await asyncio.sleep(rest)
     seconds = time.time() - t_start
     taken1, sink1 = await agg_taken(), await sink.call("stats")
-    pings = _pings - pings0
+    beat1 = heartbeat(job)
     pids.refresh()
     pids.rss_mb()
     rss = dict(pids.peak)
@@ -384,7 +374,8 @@ async def _run(cfg: SwarmConfig, job: Job, node_list: list[str | None], acct_dir
         config=cfg, versions=rows, subscribe_s=subscribe_s, seconds=seconds,
         fragments_per_s=(taken1 - taken0) / seconds, batches_per_s=batches / seconds,
         bytes_per_batch=(sink1["bytes"] - sink0["bytes"]) / batches if batches else float("nan"),
-        fragment_bytes=fragment_bytes(fragment), pings_per_s=pings / seconds,
+        fragment_bytes=fragment_bytes(fragment), pings_per_s=(beat1[0] - beat0[0]) / seconds,
+        heartbeat_bytes_per_s=(beat1[1] - beat0[1]) / seconds,
         supervised=len(job.supervisor.children), rss_mb=rss, account=account, kills=kills,
         notes=notes)
 
@@ -398,7 +389,7 @@ async def _publish(cfg: SwarmConfig, job: Job, ps: Any, hosts: list[Any], pids: 
     relay_before = [await (await job.get_actor(r)).call("stats") for r in relays.values()]
     pids.refresh()
     cpu0 = pids.cpu()
-    calls0, pings0 = _driver_calls(job), _pings
+    calls0, beat0 = _driver_calls(job), heartbeat(job)[0]
     t0 = time.time()
     await ps.call("set_weights", version, weights)
     calls_publish = _driver_calls(job) - calls0  # what a driver itself sends to publish
@@ -431,7 +422,7 @@ async def _publish(cfg: SwarmConfig, job: Job, ps: Any, hosts: list[Any], pids: 
         by = a.get("bytes_by_version", {})
         row.relay_bytes += int(by.get(version, by.get(str(version), 0)))
     row.driver_calls = calls_publish
-    row.driver_pings = _pings - pings0
+    row.driver_pings = heartbeat(job)[0] - beat0
     return row
 
 
@@ -493,7 +484,8 @@ def result_row(r: SwarmResult) -> dict[str, str]:
         "hosts(all)": f"{cpu['hosts']:.3f}",
         "driver": f"{cpu['driver']:.3f}",
         "driver msgs/version": f"{np.median([v.driver_calls for v in r.versions]):.0f}",
-        "pings/s": f"{r.pings_per_s:.1f}",
+        "heartbeat msgs/s": f"{r.pings_per_s:.1f}",
+        "heartbeat B/s": f"{r.heartbeat_bytes_per_s:.0f}",
         "frag/s in": f"{r.fragments_per_s:.0f}",
         "batches/s": f"{r.batches_per_s:.2f}",
         "KB/fragment": f"{r.fragment_bytes / 1024:.1f}",
