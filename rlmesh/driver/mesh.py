@@ -239,6 +239,8 @@ class Mesh:
         if "relay_plan" in self.args:
             return self.args["relay_plan"]
         mode = getattr(self.config, "weights_relay", False)
+        if self.topology.role("relay") is None:  # a declaration without relays (ES)
+            mode = False
         nodes = self.runner_nodes()
         if mode == "auto":
             nodes = ({n: r for n, r in nodes.items() if n and len(r) >= 2}

@@ -94,3 +94,16 @@ def test_aggregators_per_node_sit_with_their_runners_and_take_only_theirs(meshes
     # Without aggregators_per_node: num_aggregation_workers, runner i to aggregator i mod J.
     plain = meshes({"a": 4}, num_aggregation_workers=2)
     assert aggregator_count(plain) == 2 and aggregator_node(plain, 1) is None
+
+
+def test_a_topology_without_relays_gets_none_under_any_setting(meshes):
+    from rlmesh.driver.es_mesh import ESMesh
+
+    mesh = meshes({"a": 4, "b": 4}, weights_relay=True)
+    es = ESMesh(mesh.config, {"default_policy": {}})
+    try:
+        es.job = mesh.job
+        assert es.relay_plan() == []
+        assert es.runner_spec("runner", 1).param_server == "param_server"
+    finally:
+        es.loop_thread.close()
