@@ -7,7 +7,11 @@ CartPole to 450."""
 
 from __future__ import annotations
 
+import json
+import os
+import signal
 import subprocess
+import time
 
 from tests.cluster.test_launch import (RLMESH, cluster_file, env,  # noqa: F401 (fixture)
                                        results, wait_for_state)
@@ -74,3 +78,56 @@ def test_impala_with_an_aggregator_and_a_relay_per_node_sends_only_batches_acros
           f"{crossing / batches:.0f} B; every byte the nodes sent (weights, heartbeats and "
           f"log lines included): {sum(sent.values()) / batches:.0f} B; best return {best:.0f}; "
           f"driver messages per iteration {[r['driver_messages'] for r in rows[-3:]]}")
+
+
+def test_a_killed_relay_and_node_aggregator_come_back_and_the_run_goes_on(
+        tmp_path, netns_cluster, env):  # noqa: F811 (the fixture)
+    """SIGKILL a node's relay and aggregator mid-run: the supervisor restarts both on that
+    node, its runners stream and take weights again, the run ends as asked, and the console
+    says so in a line or two, no traceback."""
+    path = cluster_file(tmp_path, netns_cluster, stop={"training_iteration": 16}, runners=6,
+                        num_cpus_per_env_runner=0.5, aggregators_per_node=1)
+    name = path.read_text().split('"')[1]
+    launch = subprocess.Popen([*RLMESH, "launch", str(path)], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, env=env)
+    try:
+        placement = wait_for_state(tmp_path / "clusters" / name / "head.json", "placement",
+                                   launch, where="aggregator-2")["placement"]
+        relay = next(k for k, v in placement.items() if k.startswith("weight_relay-"))
+        node = placement[relay]
+        aggregator = next(k for k, v in placement.items()
+                          if k.startswith("aggregator-") and v == node)
+        pids = running_pids(path, env, {relay, aggregator})
+        time.sleep(3)  # a few iterations first
+        for victim in (relay, aggregator):
+            os.kill(pids[victim], signal.SIGKILL)
+        out, _ = launch.communicate(timeout=300)
+    finally:
+        if launch.poll() is None:
+            launch.kill()
+    assert launch.returncode == 0, out
+    assert "Traceback" not in out, out
+    said = [line for line in out.splitlines() if relay in line]
+    assert 1 <= len(said) <= 2, said
+    rows = results(tmp_path)
+    assert rows[-1]["training_iteration"] == 16
+    assert rows[-1]["num_aggregator_restarts"] >= 1
+    assert rows[-1]["num_healthy_env_runners"] == 6
+    assert rows[-1]["timesteps_total"] > rows[-4]["timesteps_total"]  # sampling went on
+    assert rows[-1]["num_env_steps_trained"] > rows[-4]["num_env_steps_trained"]
+
+
+def running_pids(path, env, names: set[str], timeout: float = 60) -> dict[str, int]:
+    """The pids of the actors ``names`` once `rlmesh status` sees them all running."""
+    deadline = time.monotonic() + timeout
+    while True:
+        status = subprocess.run([*RLMESH, "status", str(path), "--json"], capture_output=True,
+                                text=True, env=env, timeout=60)
+        if status.returncode == 0:
+            nodes = json.loads(status.stdout)["nodes"]
+            pids = {r["name"]: r["pid"] for records in nodes.values() for r in records
+                    if r["name"] in names}
+            if set(pids) == names:
+                return pids
+        assert time.monotonic() < deadline, status.stdout + status.stderr
+        time.sleep(0.5)
