@@ -322,8 +322,13 @@ async def _run(cfg: SwarmConfig, job: Job, node_list: list[str | None], acct_dir
     failures = sum(s["counts"]["subscribe_failures"] for s in
                    await asyncio.gather(*(h.call("stats", 1 << 30) for h in hosts)))
     if failures:
-        notes.append(f"{failures} subscribe calls failed (timed out after "
-                     f"{SUBSCRIBE_TIMEOUT_S:.0f} s) and were tried again")
+        whys: dict[str, int] = {}
+        for st in await asyncio.gather(*(h.call("stats", 1 << 30) for h in hosts)):
+            for why, n in st["failures"].items():
+                key = why.split(" at ")[0] if "did not answer" in why else why
+                whys[key.split("'env_runner-")[0]] = whys.get(key.split("'env_runner-")[0], 0) + n
+        notes.append(f"{failures} subscribe calls failed and were tried again: "
+                     + "; ".join(f"{n} x {w}" for w, n in sorted(whys.items(), key=lambda x: -x[1])))
     pids = Pids(job, node_dirs)
     pids.refresh()
     agg_handles = [await job.get_actor(a) for a in aggregators]
@@ -523,6 +528,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--relay", action="store_true", help="one weight relay per node")
     p.add_argument("--kill-fraction", type=float, default=0.0)
     p.add_argument("--minutes", type=float, default=0.0)
+    p.add_argument("--subscribe-timeout", type=float, default=900.0,
+                   help="seconds to wait for every sim to subscribe before measuring anyway")
     p.add_argument("--sweep", choices=("n-model", "rate"), default=None,
                    help="n-model: N in 10,100,1000(,2000) x 1/10/100 MB; rate: 1/10/50 per sim")
     p.add_argument("--out", type=Path, default=None, help="append the tables (markdown) here")
@@ -539,7 +546,7 @@ def configs(args: argparse.Namespace) -> list[SwarmConfig]:
     base = dict(versions=args.versions, interval=args.interval, fragment_kb=args.fragment_kb,
                 hosts=args.hosts, aggregators=args.aggregators, relay=args.relay,
                 nodes=0 if args.local else args.nodes, kill_fraction=args.kill_fraction,
-                minutes=args.minutes)
+                minutes=args.minutes, subscribe_timeout=args.subscribe_timeout)
     return [SwarmConfig(runners=n, model_mb=m, fragment_rate=r, **base)
             for n in runners for m in models for r in rates]
 

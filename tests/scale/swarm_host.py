@@ -114,6 +114,7 @@ class SwarmHost(Actor):
         self.counts = {"sent": 0, "unsent": 0, "refused": 0, "lost": 0, "pushes": 0,
                        "polls": 0, "fallbacks": 0, "subscribed": 0, "resubscribed": 0,
                        "subscribe_failures": 0}
+        self.failures: dict[str, int] = {}  # why subscribe calls failed, and how often
         self._stopping = False
         self._tasks: list[asyncio.Task[None]] = []
         self._senders: dict[int, Any] = {}
@@ -176,8 +177,10 @@ class SwarmHost(Actor):
                     source = await self.job.get_actor(name, timeout=SOURCE_TIMEOUT_S)
                     reply = await source.call("subscribe", sim.name, {POLICY: sim.version},
                                               timeout=SUBSCRIBE_TIMEOUT_S)
-                except (KeyError, ActorUnavailable, RemoteError):
+                except (KeyError, ActorUnavailable, RemoteError) as exc:
                     self.counts["subscribe_failures"] += 1
+                    why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
+                    self.failures[why] = self.failures.get(why, 0) + 1
                     continue
                 if name != self.source:
                     self.counts["fallbacks"] += 1
@@ -255,7 +258,7 @@ class SwarmHost(Actor):
     def stats(self, since: int = 0) -> dict[str, Any]:
         """Counters, and for each version from ``since`` the times the sims first held it."""
         return {"index": self.index, "sims": len(self.sims), "counts": dict(self.counts),
-                "held": [s.version for s in self.sims],
+                "held": [s.version for s in self.sims], "failures": dict(self.failures),
                 "arrivals": {str(v): t for v, t in self.arrivals.items() if v >= since}}
 
     def ready(self) -> int:
