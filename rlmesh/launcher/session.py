@@ -262,12 +262,14 @@ class ClusterSession:
     async def shutdown(self) -> None:
         if getattr(self, "_state_task", None) is not None:
             self._state_task.cancel()
-        for link in self.links.values():
-            link.close()
+        # The job first: stopping the actors on the nodes needs the links (their exits come
+        # in the agents' polls; with the links closed first each waited out its grace).
         if self.job is not None:
             if self.job.started:
                 await self.job.shutdown()
             self.job = None
+        for link in self.links.values():
+            link.close()
         (self.state_dir / self.state_name).unlink(missing_ok=True)
 
     def close(self) -> None:

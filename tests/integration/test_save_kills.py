@@ -29,7 +29,12 @@ def _train(local: Path, iterations: int, resume: bool = False) -> list[str]:
 
 
 def _temps(local: Path) -> list[Path]:
-    return [p for p in local.rglob(".checkpoint_*") if p.is_dir()]
+    """The temporary checkpoint folders under ``local``. A run renames its folder while this
+    walks the tree (that is what the test races against): a folder gone mid-walk is gone."""
+    found = []
+    for root, dirs, _ in os.walk(local):
+        found += [Path(root) / d for d in dirs if d.startswith(".checkpoint_")]
+    return found
 
 
 def _kill_mid_save(local: Path, resume: bool) -> bool:
