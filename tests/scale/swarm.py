@@ -368,6 +368,12 @@ async def _run(cfg: SwarmConfig, job: Job, node_list: list[str | None], acct_dir
         if rest > 0:
             await asyncio.sleep(rest)
     seconds = time.time() - t_start
+    if relays:
+        fell = sum(st["on_fallback"] for st in await asyncio.gather(*(h.call("stats", 1 << 30)
+                                                                     for h in hosts)))
+        if fell:
+            notes.append(f"{fell} sims took their weights from the param server at the end "
+                         f"(their relay did not answer their subscribe in time)")
     taken1, sink1 = await agg_taken(), await sink.call("stats")
     beat1 = heartbeat(job)
     pids.refresh()

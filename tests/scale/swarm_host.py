@@ -36,13 +36,13 @@ from typing import Any
 
 import numpy as np
 
+from rlmesh.roles.runner_policy import RELAY_TIMEOUT_S
 from rlmesh.runtime import Actor, ActorUnavailable, RemoteError
 from rlmesh.runtime.protocol import Protocol
 
 POLICY = "default_policy"
 FRAGMENT_T = 32  # time steps of a fragment (B = 1): its env_steps
-SOURCE_TIMEOUT_S = 10.0  # a relay not reached in this time: the sim falls back to the param server
-SUBSCRIBE_TIMEOUT_S = 60.0  # a subscribe reply carries the current weights
+SUBSCRIBE_TIMEOUT_S = 60.0  # the param server's subscribe (a handle's default timeout)
 POLL_S = 0.2  # a sim told ``pushed: False`` asks for newer weights this often
 
 _hosts: dict[str, "SwarmHost"] = {}  # this process's host, by actor name (sims find it here)
@@ -76,6 +76,7 @@ class SimRunner(Actor):
         self.host_name = host
         self.index = index
         self.version = 0  # the newest weights version held (0: none yet)
+        self.source = ""  # where it is subscribed (its relay, or the fallback)
 
     def take_weights(self, got: dict[str, Any]) -> None:
         """A push from the param server or relay: the version is noted, the arrays dropped."""
@@ -156,36 +157,49 @@ class SwarmHost(Actor):
             self.arrivals.setdefault(version, []).append(time.time())
 
     def resubscribe(self, sim: SimRunner, source: str) -> None:
+        """Relay ``source`` (re)started: subscribe there and leave the fallback, as
+        ``VersionedPolicies.weights_source_back`` does."""
         async def again() -> None:
             try:
-                handle = await self.job.get_actor(source, timeout=SOURCE_TIMEOUT_S)
+                if sim.source and sim.source != source:
+                    old = await self.job.get_actor(sim.source, timeout=RELAY_TIMEOUT_S)
+                    await old.call("unsubscribe", sim.name, timeout=RELAY_TIMEOUT_S)
+                handle = await self.job.get_actor(source, timeout=RELAY_TIMEOUT_S)
                 self._keep(sim, (await handle.call("subscribe", sim.name, {POLICY: sim.version},
-                                                   timeout=SOURCE_TIMEOUT_S))["weights"])
+                                                   timeout=RELAY_TIMEOUT_S))["weights"])
+                sim.source = source
                 self.counts["resubscribed"] += 1
             except (KeyError, ActorUnavailable, RemoteError):
-                self.counts["fallbacks"] += 1
+                self.counts["subscribe_failures"] += 1
 
         self._tasks.append(asyncio.ensure_future(again()))
 
     async def _subscribe(self, sim: SimRunner) -> tuple[Any, bool]:
-        """Subscribe ``sim`` as VersionedPolicies does: its source, else the fallback; a
-        subscription that fails (a reply of N x model bytes late on a loaded machine) is
-        tried again, as a real runner would be restarted and subscribe again."""
+        """Subscribe ``sim`` as VersionedPolicies does: its relay within RELAY_TIMEOUT_S,
+        else (the relay does not answer) the fallback, the param server. A subscribe that
+        fails otherwise (the source answered with an error; the param server did not answer
+        within the handle's timeout) would crash a real runner, which the supervisor starts
+        again and which then subscribes again: here the sim tries again after a second."""
+        sources = list(dict.fromkeys((self.source, self.fallback)))
         while True:
-            for name in dict.fromkeys((self.source, self.fallback)):
+            for name in sources:
+                last = name == sources[-1]
+                wait = SUBSCRIBE_TIMEOUT_S if last else RELAY_TIMEOUT_S
                 try:
-                    source = await self.job.get_actor(name, timeout=SOURCE_TIMEOUT_S)
+                    source = await self.job.get_actor(name, timeout=wait)
                     reply = await source.call("subscribe", sim.name, {POLICY: sim.version},
-                                              timeout=SUBSCRIBE_TIMEOUT_S)
+                                              timeout=wait)
                 except (KeyError, ActorUnavailable, RemoteError) as exc:
                     self.counts["subscribe_failures"] += 1
                     why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
                     self.failures[why] = self.failures.get(why, 0) + 1
-                    continue
-                if name != self.source:
+                    if last or isinstance(exc, RemoteError):
+                        break  # the runner would be restarted
                     self.counts["fallbacks"] += 1
+                    continue
                 self._keep(sim, reply["weights"])
                 self.counts["subscribed"] += 1
+                sim.source = name
                 return source, bool(reply["pushed"])
             await asyncio.sleep(1.0)
 
@@ -259,6 +273,7 @@ class SwarmHost(Actor):
         """Counters, and for each version from ``since`` the times the sims first held it."""
         return {"index": self.index, "sims": len(self.sims), "counts": dict(self.counts),
                 "held": [s.version for s in self.sims], "failures": dict(self.failures),
+                "on_fallback": sum(s.source == self.fallback != self.source for s in self.sims),
                 "arrivals": {str(v): t for v, t in self.arrivals.items() if v >= since}}
 
     def ready(self) -> int:
