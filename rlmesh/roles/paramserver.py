@@ -2,8 +2,10 @@
 they were published under, announced to the runners that subscribed (pushed, never polled).
 
 Learners (or the driver, for a learner in its process) publish; each runner subscribes
-once (and again after a restart), getting the current weights in the reply, and from then on
-is sent every newer version as it is published. Backpressure: at most one push in flight per
+once (and again after a restart), is pushed the current weights at once, and from then on
+is sent every newer version as it is published. Pushes in flight are capped over all
+subscribers (a thousand runners subscribing together are sent their weights a few dozen at
+a time), and the server counts the bytes it sends by version. Backpressure: at most one push in flight per
 runner, and a runner still taking one is later sent only the newest version, never a queue.
 How often versions come is the publisher's choice (``broadcast_interval``: a learner
 publishes every N updates). The version before the newest is kept too: a batch sampled ahead
@@ -23,6 +25,7 @@ import numpy as np
 
 from rlmesh.runtime import Actor, ActorUnavailable, RemoteError
 from rlmesh.runtime.protocol import Protocol
+from rlmesh.wire.sockets import raise_fd_limit
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +36,7 @@ LOOKUP_TIMEOUT_S = 1.0  # a subscriber's name: the driver's runners are known at
 # rest wait their turn (always for the newest version: a waiting one never sends an old one).
 MAX_PUSHES_IN_FLIGHT = 32
 BYTES_BY_VERSION_KEPT = 16  # the newest versions whose bytes sent ``stats`` reports
+FD_RESERVE = 256  # descriptors beyond the subscribers' (files, the driver's own sockets)
 
 
 class _Subscriber:
@@ -95,23 +99,31 @@ class ParamServer(Actor):
 
     async def subscribe(self, name: str, have: dict[str, int]) -> dict[str, Any]:
         """Runner ``name`` (its actor name) holds ``have`` (policy id -> version) and wants
-        every newer version pushed to its ``take_weights``: ``{"weights": what is newer now
-        (as get_weights), "pushed": True}``. A runner that restarted subscribes again: its
-        old record goes. Its handle is found now, so that a push starts sending at once; a
-        runner this server cannot reach by name (an unnamed actor of another process) is
-        told ``pushed: False`` and asks with ``get_weights`` instead."""
+        every newer version pushed to its ``take_weights``. The reply is small,
+        ``{"weights": {}, "pushed": True, "versions": {policy id: newest version}}``: what is
+        newer than ``have`` follows at once as a push, under the cap on pushes in flight,
+        so a thousand runners subscribing together are sent their weights a few dozen at a
+        time, not 1,000 copies at once (the runner waits for that push before it acts). A
+        runner that restarted subscribes again: its old record goes. A runner this server
+        cannot find by name (an unnamed actor of another process) is told ``pushed: False``
+        with the newer weights in the reply, and asks with ``get_weights`` from then on."""
         self.subscriptions += 1
-        got = self._newer(have)
-        self._count_sent(got)
-        sent = {**have, **{pid: entry[0] for pid, entry in got.items()}}
-        sub = self._subscribers[name] = _Subscriber(sent)
+        raise_fd_limit(2 * len(self._subscribers) + FD_RESERVE)  # a socket (two fds) each
+        sub = self._subscribers[name] = _Subscriber(dict(have))
         try:
             sub.handle = await self.job.get_actor(name, timeout=LOOKUP_TIMEOUT_S)
         except KeyError:
             if self._subscribers.get(name) is sub:
                 del self._subscribers[name]
+            got = self._newer(have)
+            self._count_sent(got)
             return {"weights": got, "pushed": False}
-        return {"weights": got, "pushed": True}
+        except ActorUnavailable:
+            pass  # named but too busy to answer a first contact now: the push finds it later
+        if self._subscribers.get(name) is sub:
+            self._kick(name)
+        return {"weights": {}, "pushed": True,
+                "versions": {pid: v for pid, (v, _) in self._weights.items()}}
 
     def get_weights(self, have: dict[str, int], up_to: int | None = None) -> dict[str, list[Any]]:
         """``{policy_id: [version, weights]}`` for each policy of ``have`` (policy id ->

@@ -6,9 +6,11 @@ runner calls a policy's ``compute_actions``: by the signature its author wrote."
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 import sys
+import time
 from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
@@ -16,7 +18,7 @@ import numpy as np
 from rlmesh.policy.policy import Policy
 from rlmesh.policy.policy_spec import build_policy_from_data
 from rlmesh.rl.columns import DEFAULT_POLICY_ID
-from rlmesh.runtime import ActorUnavailable
+from rlmesh.runtime import ActorUnavailable, RemoteError
 from rlmesh.wire.codec import EncodeError, encode
 
 if TYPE_CHECKING:
@@ -27,6 +29,9 @@ log = logging.getLogger(__name__)
 # A call to a node's weight relay: it answers at once when up; past this the runner takes its
 # weights from the fallback (the param server) rather than wait for a relay being restarted.
 RELAY_TIMEOUT_S = 5.0
+RELAY_REPLY_TIMEOUT_S = 120.0  # a relay that answered: its weights may take long on a busy node
+RELAY_RETRY_S = 30.0  # on the fallback: how often to see whether the relay answers again
+FIRST_PUSH_WAIT_S = 60.0  # for the push a subscription announced, before asking instead
 
 
 def make_runner_policies(policy_specs: dict[str, dict[str, Any]], config: AlgorithmConfig,
@@ -83,6 +88,14 @@ class VersionedPolicies:
         for pid, (version, weights) in got.items():
             if version > max(self._inbox.get(pid, (-1,))[0], self.versions.get(pid, -1)):
                 self._inbox[pid] = (version, weights)
+        arrival = self.__dict__.get("_arrival")
+        if arrival is not None:
+            arrival.set()
+
+    def _holds(self, versions: dict[str, int]) -> bool:
+        """Whether this runner holds (or was pushed) at least ``versions`` of its policies."""
+        return all(max(self._inbox.get(pid, (-1,))[0], self.versions.get(pid, -1)) >= v
+                   for pid, v in versions.items() if pid in self.versions)
 
     async def _refresh_weights(self, up_to: int | None = None) -> None:
         """At a fragment boundary: the newest pushed weights of the policies this runner
@@ -93,6 +106,7 @@ class VersionedPolicies:
         whether or not the update it overlaps was published meanwhile (a seeded run repeats)."""
         if self._ps_name is None:
             return
+        self._retry_relay()
         if self._ps is None:
             await self._subscribe()
         elif self._asks:
@@ -105,7 +119,9 @@ class VersionedPolicies:
 
     async def _subscribe(self, skip_relay: bool = False) -> None:
         """Subscribe where weights come from: the node's relay, or (none answering within
-        RELAY_TIMEOUT_S) the fallback, the param server. The reply brings what is newer."""
+        RELAY_TIMEOUT_S) the fallback, the param server; then wait for the push of what is
+        newer (it comes on the server's cap of pushes in flight), so the first fragment
+        acts with the current weights."""
         sources = [] if skip_relay else [self._ps_name]
         if self._ps_fallback and self._ps_fallback != self._ps_name:
             sources.append(self._ps_fallback)
@@ -115,36 +131,81 @@ class VersionedPolicies:
             try:
                 ps = await self.job.get_actor(source, **({} if last else {"timeout": wait}))
                 reply = await ps.call("subscribe", self.name, dict(self.versions), timeout=wait)
-            except (ActorUnavailable, KeyError) as exc:
+            except (ActorUnavailable, KeyError, RemoteError) as exc:
                 if last:
                     raise
-                log.warning("%s: weight relay %s does not answer (%s); taking weights from %s "
-                            "until it is back", self.name, source, str(exc).splitlines()[0],
-                            sources[-1])
-                self._stats["num_weight_fallbacks"] = self._stats.get("num_weight_fallbacks", 0) + 1
+                self._fell_back(source, exc, sources[-1])
                 continue
             self._ps, self._ps_on = ps, source
             self._keep(reply["weights"])
             self._asks = not reply["pushed"]  # unreachable by name: ask before each fragment
+            if reply["pushed"]:
+                await self._first_push(reply.get("versions", {}))
             return
 
+    async def _first_push(self, versions: dict[str, int]) -> None:
+        """Until the push of ``versions`` (the server's newest when this runner subscribed)
+        has come; past FIRST_PUSH_WAIT_S they are asked for instead."""
+        if self._holds(versions):
+            return
+        arrival = self.__dict__["_arrival"] = asyncio.Event()
+        deadline = time.monotonic() + FIRST_PUSH_WAIT_S
+        try:
+            while not self._holds(versions) and time.monotonic() < deadline:
+                arrival.clear()
+                try:
+                    await asyncio.wait_for(arrival.wait(), deadline - time.monotonic())
+                except asyncio.TimeoutError:
+                    break
+        finally:
+            self.__dict__.pop("_arrival", None)
+        if not self._holds(versions):
+            self._stats["num_weight_pulls"] += 1
+            self._keep(await self._ask_weights(self._wanted_versions()))
+
+    def _fell_back(self, relay: str, exc: BaseException, fallback: str) -> None:
+        log.warning("%s: weight relay %s does not answer (%s); taking weights from %s until "
+                    "it is back", self.name, relay, str(exc).splitlines()[0], fallback)
+        self._stats["num_weight_fallbacks"] = self._stats.get("num_weight_fallbacks", 0) + 1
+        self.__dict__["_relay_retry_at"] = time.monotonic() + RELAY_RETRY_S
+
     async def _ask_weights(self, have: dict[str, int], up_to: int | None = None) -> Any:
-        """``get_weights`` where this runner is subscribed; a relay that stopped answering
-        is left for the fallback (subscribed to at once) and the question asked there."""
+        """``get_weights`` where this runner is subscribed. A relay is asked only once it
+        answers a small call within RELAY_TIMEOUT_S (its reply may take long on a busy node,
+        which is no reason to leave it); one that does not is left for the fallback
+        (subscribed to at once) and the question asked there."""
         on_relay = self._ps_on == self._ps_name and self._ps_fallback not in (None, self._ps_name)
         args = (have,) if up_to is None else (have, up_to)
+        if not on_relay:
+            return await self._ps.call("get_weights", *args)
         try:
-            return await self._ps.call("get_weights", *args,
-                                       **({"timeout": RELAY_TIMEOUT_S} if on_relay else {}))
-        except ActorUnavailable as exc:
-            if not on_relay:
-                raise
-            log.warning("%s: weight relay %s does not answer (%s); taking weights from %s "
-                        "until it is back", self.name, self._ps_name, str(exc).splitlines()[0],
-                        self._ps_fallback)
-            self._stats["num_weight_fallbacks"] = self._stats.get("num_weight_fallbacks", 0) + 1
+            await self._ps.call("version", timeout=RELAY_TIMEOUT_S)
+            return await self._ps.call("get_weights", *args, timeout=RELAY_REPLY_TIMEOUT_S)
+        except (ActorUnavailable, RemoteError) as exc:
+            self._fell_back(self._ps_name, exc, self._ps_fallback)
             await self._subscribe(skip_relay=True)
             return await self._ps.call("get_weights", *args)
+
+    def _retry_relay(self) -> None:
+        """On the fallback: every RELAY_RETRY_S, see (in the background) whether the relay
+        answers again; if so, go back to it (a relay restarted says so itself, but one that
+        was only slow to answer does not)."""
+        on_fallback = self._ps is not None and self._ps_on != self._ps_name
+        if not on_fallback or time.monotonic() < self.__dict__.get("_relay_retry_at", 0.0):
+            return
+        self.__dict__["_relay_retry_at"] = time.monotonic() + RELAY_RETRY_S
+
+        async def probe() -> None:
+            try:
+                relay = await self.job.get_actor(self._ps_name, timeout=RELAY_TIMEOUT_S)
+                await relay.call("version", timeout=RELAY_TIMEOUT_S)
+            except (ActorUnavailable, KeyError, RemoteError):
+                return
+            await self.weights_source_back(self._ps_name)
+
+        task = asyncio.ensure_future(probe())
+        self.__dict__.setdefault("_probes", set()).add(task)
+        task.add_done_callback(self.__dict__["_probes"].discard)
 
     async def weights_source_back(self, relay: str) -> None:
         """Relay ``relay`` (re)started and serves this runner: subscribe to it at the next

@@ -357,7 +357,11 @@ class Job:
             return handle
         address = await self._lookup(name, timeout)
         handle = ActorHandle(address, name, limits=self.limits)
-        await handle.connect(timeout)
+        try:
+            await handle.connect(timeout)
+        except BaseException:
+            handle.close()  # its socket, or each failed lookup would keep one open
+            raise
         self.handles[name] = handle
         return handle
 

@@ -38,6 +38,24 @@ _send = zmq.backend.Socket.send
 ZERO_COPY_MIN = 64 * 1024
 
 
+# zmq caps a context at 1,023 sockets unless told otherwise before its first one: that would
+# cap a param server or weight relay at about a thousand subscribers (one DEALER each). The
+# process's descriptor limit is the real bound (raise_fd_limit), so the context's cap is set
+# above it here, when rlmesh's socket layer is first imported (a context already started by
+# the caller keeps its own: the option only takes effect before the first socket).
+MAX_SOCKETS = 16384
+
+
+def _context_for_many_peers() -> None:
+    try:
+        zmq.Context.instance().set(zmq.MAX_SOCKETS, MAX_SOCKETS)
+    except zmq.ZMQError:  # pragma: no cover - a libzmq without the option
+        pass
+
+
+_context_for_many_peers()
+
+
 def scheme_of(address: str) -> str:
     """The transport of an address: ``inproc``, ``ipc`` or ``tcp``."""
     scheme, sep, _ = address.partition("://")

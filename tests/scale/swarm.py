@@ -52,7 +52,7 @@ from rlmesh.roles.paramserver import ParamServer
 from rlmesh.roles.specs import AggregatorSpec
 from rlmesh.runtime import Job, RestartPolicy
 from tests.scale.sink_learner import SinkLearner
-from tests.scale.swarm_host import (POLICY, SUBSCRIBE_TIMEOUT_S, SwarmHost, fragment_bytes,
+from tests.scale.swarm_host import (POLICY, SwarmHost, fragment_bytes,
                                     make_fragment)
 
 MB = 1 << 20

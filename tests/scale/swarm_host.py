@@ -6,11 +6,12 @@ what the control plane sees of a runner and nothing else: an actor with its own 
 its own name (``env_runner-<i>``, served in-process by the host's job, so the param server and
 relays reach it by name as they reach a real runner), that
 
-- subscribes to its weights source exactly as ``VersionedPolicies`` does (``subscribe(name,
-  have)``; the reply's weights kept; then ``take_weights`` pushes; ``get_weights`` polls when
-  the reply says ``pushed: False``), falls back to the param server when its node's relay
-  cannot be reached, records the wall time (``time.time()``: every namespace node is this
-  machine, one clock) at which it first held each version, and drops the arrays at once;
+- takes its weights with the real runner's code (``VersionedPolicies``, the mixin every env
+  runner uses: subscribe to its node's relay, else the param server; the first push awaited;
+  pushes kept to the next fragment boundary; the fallback left when the relay is back), with
+  a policy that loads nothing: the arrays are dropped as they arrive and the wall time
+  (``time.time()``: every namespace node is this machine, one clock) at which it first held
+  each version is noted;
 - streams fragments of a chosen size at a chosen rate to its aggregator with
   ``stream("add_fragment", window)``: fragments the real ``BatchBuilder`` accepts (time-major
   ``[T, 1, ...]`` columns, a mask of ``env_steps`` steps, ``next_obs``, no truncations).
@@ -36,14 +37,14 @@ from typing import Any
 
 import numpy as np
 
-from rlmesh.roles.runner_policy import RELAY_TIMEOUT_S
+from rlmesh.roles.runner_policy import VersionedPolicies
 from rlmesh.runtime import Actor, ActorUnavailable, RemoteError
 from rlmesh.runtime.protocol import Protocol
 
 POLICY = "default_policy"
 FRAGMENT_T = 32  # time steps of a fragment (B = 1): its env_steps
-SUBSCRIBE_TIMEOUT_S = 60.0  # the param server's subscribe (a handle's default timeout)
 POLL_S = 0.2  # a sim told ``pushed: False`` asks for newer weights this often
+IDLE_BOUNDARY_S = 1.0  # a sim that streams nothing reaches a "fragment boundary" this often
 
 _hosts: dict[str, "SwarmHost"] = {}  # this process's host, by actor name (sims find it here)
 
@@ -67,27 +68,43 @@ def fragment_bytes(fragment: dict[str, Any]) -> int:
     return sum(v.nbytes for v in fragment.values() if isinstance(v, np.ndarray))
 
 
-class SimRunner(Actor):
-    """What the control plane sees of one env runner: a name, a socket, ``take_weights``."""
+class DroppedWeights:
+    """A sim's policy: it loads nothing (the weights were dropped as they arrived)."""
+
+    def set_weights(self, weights: Any) -> None:
+        pass
+
+
+class SimRunner(VersionedPolicies, Actor):
+    """What the control plane sees of one env runner: a name, a socket, and the real
+    runner's weights logic (``VersionedPolicies``), with nothing to load."""
 
     protocol = Protocol(calls=("take_weights", "version_held", "weights_source_back"))
 
-    def __init__(self, host: str, index: int) -> None:
+    def __init__(self, host: str, index: int, source: str = "param_server",
+                 fallback: str = "param_server") -> None:
         self.host_name = host
         self.index = index
-        self.version = 0  # the newest weights version held (0: none yet)
-        self.source = ""  # where it is subscribed (its relay, or the fallback)
+        self.policies = {POLICY: DroppedWeights()}
+        self.versions = {POLICY: -1}
+        self._ps_name, self._ps = source, None
+        self._ps_fallback = fallback if fallback != source else None
+        self._inbox: dict[str, Any] = {}
+        self._stats = {"num_weight_pushes": 0, "num_weight_pulls": 0, "num_weight_updates": 0}
+        self.noted = -1  # the newest version this sim was sent (pushed or asked for)
+        self.subscriptions = 0
 
-    def take_weights(self, got: dict[str, Any]) -> None:
-        """A push from the param server or relay: the version is noted, the arrays dropped."""
-        _hosts[self.host_name].took(self, got)
+    def _keep(self, got: dict[str, list[Any]]) -> None:
+        """As a runner keeps what it is sent, less the arrays; the version's arrival noted."""
+        _hosts[self.host_name].note(self, got)
+        super()._keep({pid: [version, {}] for pid, (version, _) in got.items()})
 
     def version_held(self) -> int:
-        return self.version
+        return max(self.noted, self.version)
 
-    def weights_source_back(self, source: str) -> None:
-        """A (restarted) relay serves this sim again: subscribe there, as EnvRunner does."""
-        _hosts[self.host_name].resubscribe(self, source)
+    @property
+    def on_fallback(self) -> bool:
+        return self._ps is not None and self._ps_on != self._ps_name
 
 
 class SwarmHost(Actor):
@@ -131,7 +148,8 @@ class SwarmHost(Actor):
         _hosts[self.name] = self
         for i in self.sim_ids:
             await self.job.spawn(SimRunner, name=f"env_runner-{i}", in_process=True,
-                                 host=self.name, index=i)
+                                 host=self.name, index=i, source=self.source,
+                                 fallback=self.fallback)
             self.sims.append(self.job.local_actor(f"env_runner-{i}"))
         for sim in self.sims:
             self._tasks.append(asyncio.ensure_future(self._run(sim)))
@@ -143,84 +161,47 @@ class SwarmHost(Actor):
 
     # --- weights ---
 
-    def took(self, sim: SimRunner, got: dict[str, Any]) -> None:
-        self.counts["pushes"] += 1
-        self._keep(sim, got)
-
-    def _keep(self, sim: SimRunner, got: dict[str, Any]) -> None:
+    def note(self, sim: SimRunner, got: dict[str, Any]) -> None:
+        """``sim`` was sent ``got``: the first time it holds a version, noted."""
         entry = got.get(POLICY)
         if entry is None:
             return
+        self.counts["pushes"] += 1
         version = int(entry[0])  # entry[1], the arrays, is dropped with ``got``
-        if version > sim.version:
-            sim.version = version
+        if version > sim.noted:
+            sim.noted = version
             self.arrivals.setdefault(version, []).append(time.time())
 
-    def resubscribe(self, sim: SimRunner, source: str) -> None:
-        """Relay ``source`` (re)started: subscribe there and leave the fallback, as
-        ``VersionedPolicies.weights_source_back`` does."""
-        async def again() -> None:
-            try:
-                if sim.source and sim.source != source:
-                    old = await self.job.get_actor(sim.source, timeout=RELAY_TIMEOUT_S)
-                    await old.call("unsubscribe", sim.name, timeout=RELAY_TIMEOUT_S)
-                handle = await self.job.get_actor(source, timeout=RELAY_TIMEOUT_S)
-                self._keep(sim, (await handle.call("subscribe", sim.name, {POLICY: sim.version},
-                                                   timeout=RELAY_TIMEOUT_S))["weights"])
-                sim.source = source
-                self.counts["resubscribed"] += 1
-            except (KeyError, ActorUnavailable, RemoteError):
-                self.counts["subscribe_failures"] += 1
-
-        self._tasks.append(asyncio.ensure_future(again()))
-
-    async def _subscribe(self, sim: SimRunner) -> tuple[Any, bool]:
-        """Subscribe ``sim`` as VersionedPolicies does: its relay within RELAY_TIMEOUT_S,
-        else (the relay does not answer) the fallback, the param server. A subscribe that
-        fails otherwise (the source answered with an error; the param server did not answer
-        within the handle's timeout) would crash a real runner, which the supervisor starts
-        again and which then subscribes again: here the sim tries again after a second."""
-        sources = list(dict.fromkeys((self.source, self.fallback)))
+    async def _boundary(self, sim: SimRunner) -> None:
+        """A fragment boundary, as a runner has one: take the pushed weights (subscribing
+        first). A subscription that fails (the source answered with an error, or the param
+        server did not answer in time) would crash a real runner, which its supervisor
+        starts again and which subscribes again: here the sim tries again after a second."""
         while True:
-            for name in sources:
-                last = name == sources[-1]
-                wait = SUBSCRIBE_TIMEOUT_S if last else RELAY_TIMEOUT_S
-                try:
-                    source = await self.job.get_actor(name, timeout=wait)
-                    reply = await source.call("subscribe", sim.name, {POLICY: sim.version},
-                                              timeout=wait)
-                except (KeyError, ActorUnavailable, RemoteError) as exc:
-                    self.counts["subscribe_failures"] += 1
-                    why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
-                    self.failures[why] = self.failures.get(why, 0) + 1
-                    if last or isinstance(exc, RemoteError):
-                        break  # the runner would be restarted
-                    self.counts["fallbacks"] += 1
-                    continue
-                self._keep(sim, reply["weights"])
-                self.counts["subscribed"] += 1
-                sim.source = name
-                return source, bool(reply["pushed"])
-            await asyncio.sleep(1.0)
+            first = sim._ps is None
+            try:
+                await sim._refresh_weights()
+            except (KeyError, ActorUnavailable, RemoteError) as exc:
+                self.counts["subscribe_failures"] += 1
+                why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
+                self.failures[why] = self.failures.get(why, 0) + 1
+                sim._ps = None
+                await asyncio.sleep(1.0)
+                continue
+            if first:
+                sim.subscriptions += 1
+                self.counts["subscribed" if sim.subscriptions == 1 else "resubscribed"] += 1
+            return
 
     async def _run(self, sim: SimRunner) -> None:
         await self._go.wait()
-        source, pushed = await self._subscribe(sim)
-        poller = None if pushed else asyncio.ensure_future(self._poll(sim, source))
-        try:
-            if self.rate > 0 and self.sink:
-                await self._stream(sim)
-            elif poller is not None:
-                await poller
-        finally:
-            if poller is not None:
-                poller.cancel()
-
-    async def _poll(self, sim: SimRunner, source: Any) -> None:
-        while not self._stopping:
-            await asyncio.sleep(POLL_S)
-            self.counts["polls"] += 1
-            self._keep(sim, await source.call("get_weights", {POLICY: sim.version}))
+        await self._boundary(sim)
+        if self.rate > 0 and self.sink:
+            await self._stream(sim)
+            return
+        while not self._stopping:  # no fragments: a boundary now and then all the same
+            await asyncio.sleep(POLL_S if sim._asks else IDLE_BOUNDARY_S)
+            await self._boundary(sim)
 
     # --- fragments ---
 
@@ -237,6 +218,7 @@ class SwarmHost(Actor):
             if sender is None:
                 handle = await self.job.get_actor(self.sink, timeout=60)
                 sender = self._senders[sim.index] = handle.stream("add_fragment", self.window)
+            await self._boundary(sim)
             self._record(b"S", sim.index)
             self.counts["sent"] += 1
             try:
@@ -271,9 +253,12 @@ class SwarmHost(Actor):
 
     def stats(self, since: int = 0) -> dict[str, Any]:
         """Counters, and for each version from ``since`` the times the sims first held it."""
-        return {"index": self.index, "sims": len(self.sims), "counts": dict(self.counts),
-                "held": [s.version for s in self.sims], "failures": dict(self.failures),
-                "on_fallback": sum(s.source == self.fallback != self.source for s in self.sims),
+        counts = {**self.counts, "fallbacks": sum(s._stats.get("num_weight_fallbacks", 0)
+                                                   for s in self.sims),
+                  "polls": sum(s._stats["num_weight_pulls"] for s in self.sims)}
+        return {"index": self.index, "sims": len(self.sims), "counts": counts,
+                "held": [s.version_held() for s in self.sims], "failures": dict(self.failures),
+                "on_fallback": sum(s.on_fallback for s in self.sims),
                 "arrivals": {str(v): t for v, t in self.arrivals.items() if v >= since}}
 
     def ready(self) -> int:
