@@ -36,6 +36,8 @@ LOOKUP_TIMEOUT_S = 1.0  # a subscriber's name: the driver's runners are known at
 # rest wait their turn (always for the newest version: a waiting one never sends an old one).
 MAX_PUSHES_IN_FLIGHT = 32
 BYTES_BY_VERSION_KEPT = 16  # the newest versions whose bytes sent ``stats`` reports
+PUSH_TRIES = 4  # a push that found its runner busy or gone is tried this often
+PUSH_RETRY_S = 0.5  # the wait before try k+1 is k times this
 FD_RESERVE = 256  # descriptors beyond the subscribers' (files, the driver's own sockets)
 
 
@@ -182,6 +184,7 @@ class ParamServer(Actor):
         """Send ``name`` the newest weights until it holds them; one push at a time. A push
         that fails (the runner restarting, or too busy to answer) is tried again at the next
         publication; a restarted runner subscribes again and gets the current weights."""
+        tries = 0
         try:
             while self._subscribers.get(name) is sub:
                 due = self._due(sub)
@@ -198,7 +201,14 @@ class ParamServer(Actor):
                 except (ActorUnavailable, RemoteError, KeyError) as exc:
                     self.failed_pushes += 1
                     log.debug("param server: no push to %s: %s", name, str(exc).splitlines()[0])
-                    return
+                    tries += 1
+                    if isinstance(exc, RemoteError) or tries >= PUSH_TRIES:
+                        return  # the next publication tries again
+                    # Too busy to answer, or restarting (then it subscribes again and this
+                    # record goes): a runner left without a version until the next one
+                    # would act with older weights for a whole broadcast interval.
+                    await asyncio.sleep(PUSH_RETRY_S * tries)
+                    continue
                 self.pushes += 1
                 for pid, (version, _) in due.items():
                     sub.sent[pid] = max(sub.sent.get(pid, -1), version)
