@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import os
-import secrets
 import shutil
 import signal
-import sys
 import time
 from pathlib import Path
 from typing import Any, Awaitable, Callable
@@ -26,6 +24,7 @@ from rlmesh.launcher.cluster_config import load_cluster
 from rlmesh.launcher.remote import POLL_S
 from rlmesh.launcher.session import ClusterSession
 from rlmesh.runtime import Actor, ActorEvent, ActorUnavailable, Job, RestartPolicy
+from tests.cluster.test_launch import cluster_file
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -56,34 +55,12 @@ class Worker(Actor):
         return os.getpid()
 
 
-def cluster_toml(tmp: Path, cluster: Any) -> Path:
-    name = f"t{secrets.token_hex(3)}"
-    nodes = "\n".join(f'[[nodes]]\nname = "{n}"\nhost = "{cluster.nodes[n].address}"\n'
-                      f"resources = {{ CPU = 2, GPU = 0 }}\n" for n in cluster.names)
-    path = tmp / "cluster.toml"
-    path.write_text(f'''cluster_name = "{name}"
-[ssh]
-user = "{cluster.user}"
-identity_file = "{cluster.identity_file}"
-known_hosts = "{cluster.known_hosts}"
-connect_timeout_s = 5
-python = "{sys.executable}"
-[head]
-host = "{cluster.bridge_address}"
-{nodes}
-[job]
-run = "PPO"
-env = "CartPole-v1"
-''')
-    return path
-
-
 def run_on_cluster(tmp: Path, cluster: Any, monkeypatch: Any,
                    body: Callable[[Job, ClusterSession], Awaitable[None]]) -> None:
     """``body(job, session)`` with an agent on every node of ``cluster``; everything taken
     down after, and nothing of the job left running on any node."""
     monkeypatch.setenv("RLMESH_CLUSTERS_DIR", str(tmp / "clusters"))
-    config = load_cluster(cluster_toml(tmp, cluster))
+    config = load_cluster(cluster_file(tmp, cluster, stop={}))
     session = ClusterSession(config, echo=lambda line: None)
 
     async def main() -> None:
