@@ -267,13 +267,8 @@ class Algorithm(PolicyAccess, SaveRestore):
         self.timesteps_total += env_steps
         self.num_env_steps_trained += env_steps_trained
         self.time_total_s += elapsed
-        result = iteration_result(self, fragments, env_steps, learner_stats, elapsed,
-                                  sample_time or elapsed, elapsed if learn_time is None else learn_time)
-        # The driver's messages this iteration, by kind: what must not grow with the runners.
-        sent = self.mesh.messages_sent()
-        before, self._messages_sent = getattr(self, "_messages_sent", {}), sent
-        result["driver_messages"] = {k: v - before.get(k, 0) for k, v in sent.items()}
-        return result
+        return iteration_result(self, fragments, env_steps, learner_stats, elapsed,
+                                sample_time or elapsed, elapsed if learn_time is None else learn_time)
 
     def training_step(self) -> dict[str, dict[str, float]]:
         """Sample ``train_batch_size`` env steps, update every policy, publish the weights;

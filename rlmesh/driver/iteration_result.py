@@ -62,6 +62,9 @@ def iteration_result(algo: RunView, fragments: list[dict[str, Any]], steps: int,
         # Sampling rounds runners missed (being restarted) that the others made up for.
         "num_fragments_missed_this_iter": algo.mesh.runners.pop_fragments_missed(),
         "num_env_errors": algo.mesh.totals["num_env_errors"],
+        # What the driver sent this iteration: calls, heartbeat pings, polls of node agents
+        # (what must not grow with the runners: docs/scale.md).
+        "driver_messages": algo.mesh.messages_this_iteration(),
         "custom_metrics": summarize_custom_metrics([e.get("custom_metrics", {}) for e in new]),
         "hist_stats": summarize_hist_data(algo.episode_window),  # RLlib's, over the window
         "num_nonfinite_steps_skipped": algo.num_nonfinite_steps_skipped,

@@ -138,6 +138,7 @@ class Mesh:
         # Weights this process sent the param server (a learner here); learner actors send
         # theirs straight (publish): then this stays 0.
         self.weights_bytes_published = 0
+        self._messages_before: dict[str, int] = {}  # messages_sent at the last iteration's end
         self.totals = Totals()
         self.inference: dict[str, Any] = {"mode": "runner"}  # where actions are computed
         self.local_shard: Any = None  # APEX's one shard in this process: its ShardBuffer
@@ -422,6 +423,12 @@ class Mesh:
         return {"calls": sum(h.stats["calls"] for h in list(self.job.handles.values())),
                 "pings": sum(t["messages"] for t in traffic["pings"].values()),
                 "polls": int(traffic["polls"].get("polls", 0))}
+
+    def messages_this_iteration(self) -> dict[str, int]:
+        """``messages_sent`` since the last call (an iteration's: results' driver_messages)."""
+        sent, before = self.messages_sent(), self._messages_before
+        self._messages_before = sent
+        return {k: v - before.get(k, 0) for k, v in sent.items()}
 
     def next_version(self) -> int:
         """A weights version above every one published or handed out before: weights sent

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .supervisor import Watch
+from .supervision_data import Watch
 
 CONFIRM_S = 1.0  # as the head's Supervisor's confirm_s
 # The probe fields of a unit of work (work_clock.py) that slow_units reads.
