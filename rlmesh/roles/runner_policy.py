@@ -65,6 +65,9 @@ class VersionedPolicies:
     # of the two this runner is subscribed to now (RunnerSpec.weights_fallback).
     _ps_fallback: str | None = None
     _ps_on: str | None = None
+    _arrival: asyncio.Event | None = None  # set by each push while a first one is awaited
+    _relay_retry_at = 0.0  # on the fallback: when to see again whether the relay answers
+    _probe: asyncio.Task[None] | None = None  # that look, in the background
 
     @property
     def policy(self) -> Policy:
@@ -88,9 +91,8 @@ class VersionedPolicies:
         for pid, (version, weights) in got.items():
             if version > max(self._inbox.get(pid, (-1,))[0], self.versions.get(pid, -1)):
                 self._inbox[pid] = (version, weights)
-        arrival = self.__dict__.get("_arrival")
-        if arrival is not None:
-            arrival.set()
+        if self._arrival is not None:
+            self._arrival.set()
 
     def _holds(self, versions: dict[str, int]) -> bool:
         """Whether this runner holds (or was pushed) at least ``versions`` of its policies."""
@@ -148,7 +150,7 @@ class VersionedPolicies:
         has come; past FIRST_PUSH_WAIT_S they are asked for instead."""
         if self._holds(versions):
             return
-        arrival = self.__dict__["_arrival"] = asyncio.Event()
+        arrival = self._arrival = asyncio.Event()
         deadline = time.monotonic() + FIRST_PUSH_WAIT_S
         try:
             while not self._holds(versions) and time.monotonic() < deadline:
@@ -158,7 +160,7 @@ class VersionedPolicies:
                 except asyncio.TimeoutError:
                     break
         finally:
-            self.__dict__.pop("_arrival", None)
+            self._arrival = None
         if not self._holds(versions):
             self._stats["num_weight_pulls"] += 1
             self._keep(await self._ask_weights(self._wanted_versions()))
@@ -167,7 +169,7 @@ class VersionedPolicies:
         log.warning("%s: weight relay %s does not answer (%s); taking weights from %s until "
                     "it is back", self.name, relay, str(exc).splitlines()[0], fallback)
         self._stats["num_weight_fallbacks"] = self._stats.get("num_weight_fallbacks", 0) + 1
-        self.__dict__["_relay_retry_at"] = time.monotonic() + RELAY_RETRY_S
+        self._relay_retry_at = time.monotonic() + RELAY_RETRY_S
 
     async def _ask_weights(self, have: dict[str, int], up_to: int | None = None) -> Any:
         """``get_weights`` where this runner is subscribed. A relay is asked only once it
@@ -191,9 +193,9 @@ class VersionedPolicies:
         answers again; if so, go back to it (a relay restarted says so itself, but one that
         was only slow to answer does not)."""
         on_fallback = self._ps is not None and self._ps_on != self._ps_name
-        if not on_fallback or time.monotonic() < self.__dict__.get("_relay_retry_at", 0.0):
+        if not on_fallback or time.monotonic() < self._relay_retry_at:
             return
-        self.__dict__["_relay_retry_at"] = time.monotonic() + RELAY_RETRY_S
+        self._relay_retry_at = time.monotonic() + RELAY_RETRY_S
 
         async def probe() -> None:
             try:
@@ -203,9 +205,7 @@ class VersionedPolicies:
                 return
             await self.weights_source_back(self._ps_name)
 
-        task = asyncio.ensure_future(probe())
-        self.__dict__.setdefault("_probes", set()).add(task)
-        task.add_done_callback(self.__dict__["_probes"].discard)
+        self._probe = asyncio.ensure_future(probe())  # held: a task nobody holds may vanish
 
     async def weights_source_back(self, relay: str) -> None:
         """Relay ``relay`` (re)started and serves this runner: subscribe to it at the next
