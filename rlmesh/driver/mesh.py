@@ -139,6 +139,8 @@ class Mesh:
         # theirs straight (publish): then this stays 0.
         self.weights_bytes_published = 0
         self._messages_before: dict[str, int] = {}  # messages_sent at the last iteration's end
+        self._relay_plan: list[tuple[str, list[str], str]] | None = None  # once placed
+        self._relay_of: dict[str, str] = {}  # runner -> its relay, from that plan
         self.totals = Totals()
         self.inference: dict[str, Any] = {"mode": "runner"}  # where actions are computed
         self.local_shard: Any = None  # APEX's one shard in this process: its ShardBuffer
@@ -237,8 +239,8 @@ class Mesh:
         where a relay saves a copy), the first ``weights_relay_fanout`` fed by the param
         server, each next one by a relay before it (a tree of that degree). Fixed once
         the job is placed."""
-        if "relay_plan" in self.args:
-            return self.args["relay_plan"]
+        if self._relay_plan is not None:
+            return self._relay_plan
         mode = getattr(self.config, "weights_relay", False)
         if self.topology.role("relay") is None:  # a declaration without relays (ES)
             mode = False
@@ -251,16 +253,17 @@ class Mesh:
         fanout = max(2, int(getattr(self.config, "weights_relay_fanout", 8)))
         plan = [(node, runners, "param_server" if k < fanout else f"weight_relay-{k // fanout - 1}")
                 for k, (node, runners) in enumerate(nodes.items())]
-        if self.job is not None:
-            self.args["relay_plan"] = plan
+        if self.job is not None:  # placed: fixed from now on, with each runner's relay
+            self._relay_plan = plan
+            self._relay_of = {name: f"weight_relay-{k}"
+                              for k, (_, runners, _) in enumerate(plan) for name in runners}
         return plan
 
     def relay_of(self, runner: str) -> str | None:
         """The relay serving runner ``runner`` (None: the param server itself)."""
-        for k, (_, runners, _) in enumerate(self.relay_plan()):
-            if runner in runners:
-                return f"weight_relay-{k}"
-        return None
+        if self._relay_plan is None:
+            self.relay_plan()
+        return self._relay_of.get(runner)
 
     def learner_code(self) -> dict[str, Any]:
         """The code ``add_policy`` messages may name to the learners (import_path)."""
