@@ -54,9 +54,9 @@ if TYPE_CHECKING:
     from rlmesh.launcher.cluster_job import JobConfig
 
 __all__ = ["CLUSTER_FILE", "CURVE_DIR", "KEY_PLACEHOLDER", "KUBERNETES_KEYS", "KubernetesConfig",
-           "KubernetesError", "Names", "Toleration", "check_job_fits", "dump_manifests", "names_for",
-           "parse_kubernetes", "placeholder_keys", "pod_env", "quantity", "render", "render_file",
-           "write_manifests"]
+           "KubernetesError", "Names", "Toleration", "check_job_fits", "dump_manifests",
+           "names_for", "parse_kubernetes", "placeholder_keys", "pod_env", "quantity", "render",
+           "render_file", "write_manifests"]
 
 KUBERNETES_KEYS = ("image", "namespace", "nodes", "cpu", "memory", "gpus", "join_port",
                    "image_pull_policy", "service_account", "node_selector", "tolerations",
