@@ -56,7 +56,7 @@ if TYPE_CHECKING:
 __all__ = ["CLUSTER_FILE", "CURVE_DIR", "KEY_PLACEHOLDER", "KUBERNETES_KEYS", "KubernetesConfig",
            "KubernetesError", "Names", "Toleration", "check_job_fits", "dump_manifests",
            "names_for", "parse_kubernetes", "placeholder_keys", "pod_env", "quantity", "render",
-           "render_file", "write_manifests"]
+           "render_file", "resource_names", "write_manifests"]
 
 KUBERNETES_KEYS = ("image", "namespace", "nodes", "cpu", "memory", "gpus", "join_port",
                    "image_pull_policy", "service_account", "node_selector", "tolerations",
@@ -319,6 +319,13 @@ def names_for(cluster_name: str, nodes: int, source: str = "<cluster>") -> Names
             f"({base}-{nodes - 1}) must be at most 63 characters; use a name of at most "
             f"{room} letters, digits and '-'")
     return Names(job=base, service=base, config_map=f"{base}-cluster", secret=f"{base}-curve")
+
+
+def resource_names(cluster_name: str, nodes: int = 1) -> tuple[str, str]:
+    """(the Job's name, the Service's name) for ``cluster_name``: pod ``i`` is
+    ``<job>-<i>``, reached as ``<job>-<i>.<service>``."""
+    names = names_for(cluster_name, nodes)
+    return names.job, names.service
 
 
 # --- the manifests ----------------------------------------------------------------------------
