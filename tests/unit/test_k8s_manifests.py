@@ -111,7 +111,7 @@ def _check_names(manifests, nodes: int) -> None:
 # --- valid manifests -----------------------------------------------------------------------
 
 def test_example_validates_and_round_trips(tmp_path):
-    manifests = k8s.render_file(EXAMPLE, keys_dir=tmp_path / "keys")
+    manifests = k8s.render_path(EXAMPLE, keys_dir=tmp_path / "keys")
     _validate_all(manifests)
     _check_names(manifests, 3)
     kinds = _by_kind(manifests)
@@ -146,9 +146,9 @@ def test_example_validates_and_round_trips(tmp_path):
 
 def test_secret_holds_the_key_pair(tmp_path):
     keys = tmp_path / "keys"
-    first = _by_kind(k8s.render_file(EXAMPLE, keys_dir=keys))["Secret"]
-    again = _by_kind(k8s.render_file(EXAMPLE, keys_dir=keys))["Secret"]
-    fresh = _by_kind(k8s.render_file(EXAMPLE))["Secret"]
+    first = _by_kind(k8s.render_path(EXAMPLE, keys_dir=keys))["Secret"]
+    again = _by_kind(k8s.render_path(EXAMPLE, keys_dir=keys))["Secret"]
+    fresh = _by_kind(k8s.render_path(EXAMPLE))["Secret"]
     assert first["type"] == "Opaque" and set(first["data"]) == {PUBLIC, SECRET}
     assert again["data"] == first["data"]  # keys_dir's pair, kept
     assert fresh["data"][SECRET] != first["data"][SECRET]  # no keys_dir: a new pair
@@ -167,7 +167,7 @@ def test_gpu_pods(tmp_path):
                     '"true" }\n[[kubernetes.tolerations]]\nkey = "nvidia.com/gpu"\n'
                     'operator = "Exists"\neffect = "NoSchedule"\n',
                     "num_learners = 2\nnum_gpus_per_learner = 1")
-    manifests = k8s.render_file(path)
+    manifests = k8s.render_path(path)
     _validate_all(manifests)
     _check_names(manifests, 2)
     pod = _pod(manifests)
@@ -187,7 +187,7 @@ def test_odd_names_become_dns_labels(tmp_path, name, expected):
             'namespace = "rl-team"\nlabels = { "example.com/owner" = "me", tier = "" }\n' \
             'image_pull_policy = "Always"\npython = "/opt/venv/bin/python"\nnodes = 10\n' \
             'join_port = 4000\n'
-    manifests = k8s.render_file(_cluster(tmp_path, name, f'image = "x/y:z"\n{extra}'))
+    manifests = k8s.render_path(_cluster(tmp_path, name, f'image = "x/y:z"\n{extra}'))
     _validate_all(manifests)
     _check_names(manifests, 10)
     assert _by_kind(manifests)["Job"]["metadata"]["name"] == expected
@@ -201,7 +201,7 @@ def test_name_too_long_for_a_host_name(tmp_path):
     # 58 characters and pod 9 make a 60-character host name; pod 99999 would not fit.
     path = _cluster(tmp_path, "a" * 58, 'image = "x"\nnodes = 100000\ncpu = "1"')
     with pytest.raises(k8s.KubernetesError) as e:
-        k8s.render_file(path)
+        k8s.render_path(path)
     message = str(e.value)
     assert "\n" not in message and f"cluster_name: {'a' * 58!r}" in message
     assert "at most 57" in message
@@ -210,7 +210,7 @@ def test_name_too_long_for_a_host_name(tmp_path):
 # --- the schema refuses broken manifests (so the checks above can fail) --------------------
 
 def _broken(change) -> list[dict]:
-    manifests = k8s.render_file(EXAMPLE)
+    manifests = k8s.render_path(EXAMPLE)
     change(_by_kind(manifests))
     return manifests
 
@@ -234,13 +234,13 @@ def test_schema_refuses_broken_manifests(what, change):
 def test_older_release_refuses_success_policy():
     # 1.29's Job has no successPolicy: the version asked for is the one checked against.
     with pytest.raises(AssertionError, match="successPolicy"):
-        _validate_all([_by_kind(k8s.render_file(EXAMPLE))["Job"]], "1.29")
+        _validate_all([_by_kind(k8s.render_path(EXAMPLE))["Job"]], "1.29")
 
 
 # --- the committed example -----------------------------------------------------------------
 
 def example_text() -> str:
-    return k8s.dump_manifests(k8s.placeholder_keys(k8s.render_file(EXAMPLE)), EXAMPLE_HEADER)
+    return k8s.dump_manifests(k8s.placeholder_keys(k8s.render_path(EXAMPLE)), EXAMPLE_HEADER)
 
 
 def test_committed_example_is_current():
@@ -252,8 +252,19 @@ def test_committed_example_is_current():
     _validate_all(docs)
 
 
+def test_render_file_of_a_loaded_cluster():
+    # What `rlmesh launch --render k8s` writes: the file loaded as ClusterConfig, then the YAML.
+    from rlmesh.launcher.cluster_config import load_cluster
+
+    text = k8s.render_file(load_cluster(EXAMPLE), EXAMPLE)
+    assert text.startswith("# Rendered by `rlmesh launch --render k8s ")
+    docs = list(yaml.safe_load_all(text))
+    assert k8s.placeholder_keys(docs) == k8s.placeholder_keys(k8s.render_path(EXAMPLE))
+    _validate_all(docs)
+
+
 def test_write_manifests_keeps_the_secret_private(tmp_path):
-    manifests = k8s.render_file(EXAMPLE)
+    manifests = k8s.render_path(EXAMPLE)
     out = k8s.write_manifests(manifests, tmp_path / "rlmesh.yaml", header="made by a test")
     assert stat.S_IMODE(out.stat().st_mode) == 0o600
     text = out.read_text(encoding="utf-8")

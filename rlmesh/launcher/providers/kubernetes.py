@@ -56,7 +56,7 @@ if TYPE_CHECKING:
 __all__ = ["CLUSTER_FILE", "CURVE_DIR", "KEY_PLACEHOLDER", "KUBERNETES_KEYS", "KubernetesConfig",
            "KubernetesError", "Names", "Toleration", "check_job_fits", "dump_manifests",
            "names_for", "parse_kubernetes", "placeholder_keys", "pod_env", "quantity", "render",
-           "render_file", "resource_names", "write_manifests"]
+           "render_file", "render_path", "resource_names", "write_manifests"]
 
 KUBERNETES_KEYS = ("image", "namespace", "nodes", "cpu", "memory", "gpus", "join_port",
                    "image_pull_policy", "service_account", "node_selector", "tolerations",
@@ -75,6 +75,9 @@ ENV_HEAD_HOST = "RLMESH_HEAD_HOST"
 ENV_JOIN_PORT = "RLMESH_JOIN_PORT"
 ENV_INDEX = "JOB_COMPLETION_INDEX"
 GPU_RESOURCE = "nvidia.com/gpu"
+RENDERED_HEADER = """\
+Rendered by `rlmesh launch --render k8s {source}`;
+apply it with `kubectl apply -f <this file>`. The Secret holds the cluster's CURVE secret key: keep this file private, do not commit it."""
 KEY_PLACEHOLDER = "<rendered at launch: rlmesh launch --render k8s makes a new key pair>"
 CONFIG_MAP_LIMIT = 1 << 20  # bytes: the API server refuses a larger ConfigMap
 
@@ -518,7 +521,24 @@ def write_manifests(manifests: Sequence[dict[str, Any]], path: str | os.PathLike
     return out
 
 
-def render_file(path: str | os.PathLike[str],
+def render_file(cluster: Any, path: str | os.PathLike[str],
+                keys_dir: str | os.PathLike[str] | None = None) -> str:
+    """``rlmesh launch --render k8s``: the YAML of the manifests of ``cluster`` (a loaded
+    ClusterConfig of provider kubernetes) read from ``path``, whose text the ConfigMap holds.
+    Without ``keys_dir``, a new key pair: the Secret is its only copy."""
+    source = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise KubernetesError(f"{source}: cannot read it: {e}") from None
+    if getattr(cluster, "kubernetes", None) is None:
+        raise KubernetesError(f"{source}: no [kubernetes] table (provider = \"kubernetes\")")
+    manifests = render(text, cluster.cluster_name, cluster.kubernetes, keys_dir,
+                       job=cluster.job, source=source)
+    return dump_manifests(manifests, RENDERED_HEADER.format(source=source))
+
+
+def render_path(path: str | os.PathLike[str],
                 keys_dir: str | os.PathLike[str] | None = None) -> list[dict[str, Any]]:
     """The manifests of the cluster file at ``path``, read for what they need alone:
     ``cluster_name``, ``[kubernetes]`` and ``[job]`` (checked as ``rlmesh launch`` checks
