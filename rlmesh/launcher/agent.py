@@ -259,15 +259,19 @@ class NodeAgent(Actor):
         self.children.clear()
 
 
-async def serve(node: str, host: str, runs_root: str, job_id: str) -> None:
+async def serve(node: str, host: str, runs_root: str, job_id: str, join: str = "",
+                lifeline_fd: int | None = 0) -> None:
     from rlmesh.runtime.actor import ActorServer
     from rlmesh.runtime.job import Job
 
     run_dir = RunDir.create(job_id, Path(runs_root))
     name = f"agent-{node}"
-    # stdin is the SSH session: its end (the head's ssh client gone) is the lifeline's.
-    job = Job("tcp", name=name, role="NodeAgent", run_dir=run_dir, lifeline_fd=0, host=host,
-              ping_timeout=HEAD_SILENCE_S)
+    # stdin is the SSH session (or the srun step's, forwarded): its end (the head's client
+    # gone) is the lifeline's. A pod has none: the head's heartbeats are its lifeline.
+    # A joining agent may wait minutes for its head (pods start in any order): the head's
+    # silence counts from its join.
+    job = Job("tcp", name=name, role="NodeAgent", run_dir=run_dir, lifeline_fd=lifeline_fd,
+              host=host, ping_timeout=None if join else HEAD_SILENCE_S)
     await job.start()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, job.request_stop)
     agent = NodeAgent(node, host)
@@ -279,6 +283,15 @@ async def serve(node: str, host: str, runs_root: str, job_id: str) -> None:
     record = run_dir.read_process(name)
     print(READY + json.dumps(dataclasses.asdict(record)), flush=True)
     try:
+        if join:
+            from rlmesh.launcher.join import JoinRefused, join_head
+
+            try:
+                await join_head(join, node, record, {"host": host, **_step_info()})
+            except (JoinRefused, TimeoutError) as exc:
+                print(f"rlmesh agent: error: {exc}", file=sys.stderr, flush=True)
+                raise SystemExit(1) from None
+            job.watch_parent(HEAD_SILENCE_S)
         await job.wait_stopped()
     finally:
         await agent.on_stop()
@@ -310,11 +323,78 @@ def _ping(control: str, timeout: float) -> tuple[float | None, dict[str, Any] | 
         sock.close()
 
 
-def main() -> None:
+def _step_info() -> dict[str, Any]:
+    """What the head may want to know of where this agent runs (its srun task, its pod)."""
+    names = ("SLURM_PROCID", "SLURM_NODEID", "SLURM_STEP_ID", "JOB_COMPLETION_INDEX")
+    return {n.lower(): os.environ[n] for n in names if n in os.environ}
+
+
+def node_name(given: str) -> str:
+    """The agent's node name: ``given``, or ("-") Slurm's name for this node, else the
+    host name."""
+    if given != "-":
+        return given
+    import socket
+
+    return os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+
+
+def keys_from_env(runs_root: str, job_id: str) -> str:
+    """The cluster's CURVE keys given in the environment (``RLMESH_CLUSTER_KEY`` and
+    ``RLMESH_CLUSTER_KEY_SECRET``: the files' texts, as a Slurm step passes them to every
+    node without a shared file system) written to a folder only this user reads; its path.
+    The variables leave the environment: the actors find the folder instead."""
+    from rlmesh.wire.security import PUBLIC, SECRET
+
+    folder = Path(runs_root).expanduser() / ".keys" / job_id
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(folder, 0o700)
+    for name, var in ((PUBLIC, "RLMESH_CLUSTER_KEY"), (SECRET, "RLMESH_CLUSTER_KEY_SECRET")):
+        text = os.environ.pop(var, None)
+        if not text:
+            raise SystemExit(f"rlmesh agent: error: curve keys from the environment asked for, "
+                             f"but {var} is not set")
+        path = folder / name
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+    return str(folder)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``NODE HOST RUNS_ROOT JOB_ID CURVE_DIR`` as the SSH provider starts it; with
+    ``--join ADDRESS`` the agent joins the head there instead of being read by it (NODE "-":
+    Slurm's name for this node or the host name; HOST "auto": the address on the route to the
+    head; CURVE_DIR "env": the keys in the environment), ``--no-stdin`` for a pod."""
+    import argparse
+
     from rlmesh.runtime.job import ENV_BIND_HOST
     from rlmesh.wire.security import ENV_CURVE_DIR
 
-    node, host, runs_root, job_id, curve_dir = sys.argv[1:6]
+    p = argparse.ArgumentParser(prog="python -m rlmesh.launcher.agent")
+    p.add_argument("node")
+    p.add_argument("host")
+    p.add_argument("runs_root")
+    p.add_argument("job_id")
+    p.add_argument("curve_dir")
+    p.add_argument("--join", default="", metavar="ADDRESS",
+                   help="the head's join desk (tcp://HOST:PORT): tell it this agent serves")
+    p.add_argument("--no-stdin", action="store_true",
+                   help="stdin is no lifeline (a pod's): the head's heartbeats are")
+    args = p.parse_args(argv if argv is not None else sys.argv[1:])
+    node = node_name(args.node)
+    host = args.host
+    if host == "auto":
+        if not args.join:
+            raise SystemExit("rlmesh agent: error: HOST 'auto' needs --join (the head's address)")
+        from rlmesh.launcher.join import outward_address
+
+        host = outward_address(args.join.split("://", 1)[-1].rsplit(":", 1)[0].strip("[]"))
+    job_id = args.job_id if not args.join else f"{args.job_id}-{node}"
+    runs_root = os.path.expanduser(args.runs_root)
+    curve_dir = args.curve_dir
+    if curve_dir == "env":
+        curve_dir = keys_from_env(runs_root, job_id)
     os.environ[ENV_BIND_HOST] = host  # the children bind their sockets there too
     if curve_dir != "-":
         os.environ[ENV_CURVE_DIR] = os.path.expanduser(curve_dir)
@@ -323,7 +403,8 @@ def main() -> None:
                         format=f"%(asctime)s %(levelname)s [agent-{node}] %(name)s: %(message)s")
     import uvloop
 
-    uvloop.run(serve(node, host, runs_root, job_id))
+    uvloop.run(serve(node, host, runs_root, job_id, args.join,
+                     None if args.no_stdin else 0))
 
 
 if __name__ == "__main__":

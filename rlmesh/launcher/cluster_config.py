@@ -18,7 +18,8 @@ from typing import Any, Mapping, Sequence
 # SCRIPT_KEYS and TRAIN_KEYS are only re-exported, beside this module's SSH_KEYS and NODE_KEYS
 from rlmesh.launcher.cluster_job import SCRIPT_KEYS, TRAIN_KEYS, JobConfig, _parse_job
 from rlmesh.launcher.cluster_values import (BUILTIN_RESOURCES, NODE_RESOURCE, TOP_KEYS, _array,
-                                            _boolean, _host, _Invalid, _join, _labels, _optional,
+                                            _boolean, _host, _Invalid, _join, _labels, _misplaced,
+                                            _optional,
                                             _path, _port, _python, _resources, _show, _string,
                                             _strings, _table, _toml_text, _user)
 from rlmesh.placement.node_resources import config_hash, detect_resources
@@ -169,6 +170,11 @@ class ClusterConfig:
     env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     security: SecurityConfig = SecurityConfig()
     source: str = "<cluster>"
+    # Where the nodes come from (providers/): "ssh" lists them here; "slurm" and
+    # "kubernetes" are given them by the cluster's engine, with these tables' settings.
+    provider: str = "ssh"
+    slurm: Any = None  # providers.slurm.SlurmConfig
+    kubernetes: Any = None  # providers.kubernetes.KubernetesConfig
 
     @property
     def state_dir(self) -> Path:
@@ -272,21 +278,70 @@ def parse_cluster(data: dict[str, Any], source: str) -> ClusterConfig:
 
 
 def _parse(data: Any, source: str, base: Path) -> ClusterConfig:
-    data = _table(data, "", TOP_KEYS, required=("cluster_name", "head", "job"))
+    data = _table(data, "", TOP_KEYS, required=("cluster_name", "job"))
     name = _string(data["cluster_name"], "cluster_name", _NAME,
                    "a name of letters, digits, '-' and '_' (at most 64, no leading '-' or '_')")
+    provider = _parse_provider(data)
     ssh = _parse_ssh(data.get("ssh", {}), base)
-    head = _parse_head(data["head"])
-    nodes = tuple(_parse_node(entry, f"nodes[{i}]", base)
-                  for i, entry in enumerate(_array(data.get("nodes", []), "nodes")))
-    _check_nodes(nodes, head, ssh)
+    if provider == "ssh":
+        if "head" not in data:
+            raise _Invalid("head", "missing, and required" + _misplaced(data, "head"))
+        head = _parse_head(data["head"])
+        nodes = tuple(_parse_node(entry, f"nodes[{i}]", base)
+                      for i, entry in enumerate(_array(data.get("nodes", []), "nodes")))
+        _check_nodes(nodes, head, ssh)
+    else:
+        head, nodes = _parse_given_head(data.get("head", {}), provider), ()
     commands = _strings(data.get("setup_commands", []), "setup_commands")
     sync = tuple(_parse_sync(entry, f"sync[{i}]", base)
                  for i, entry in enumerate(_array(data.get("sync", []), "sync")))
+    slurm = kubernetes = None
+    if provider == "slurm":
+        from rlmesh.launcher.providers.slurm import parse_slurm
+
+        slurm = parse_slurm(data.get("slurm", {}))
+    if provider == "kubernetes":
+        from rlmesh.launcher.providers.kubernetes import parse_kubernetes
+
+        kubernetes = parse_kubernetes(data.get("kubernetes", {}))
     return ClusterConfig(
         cluster_name=name, head=head, job=_parse_job(data["job"], base), nodes=nodes, ssh=ssh,
         setup_commands=commands, sync=sync, env=_parse_env(data.get("env", {})),
-        security=_parse_security(data.get("security", {})), source=source)
+        security=_parse_security(data.get("security", {})), source=source, provider=provider,
+        slurm=slurm, kubernetes=kubernetes)
+
+
+def _parse_provider(data: dict[str, Any]) -> str:
+    """``provider``, and the tables that belong to other providers refused."""
+    from rlmesh.launcher.providers import PROVIDERS
+
+    provider = data.get("provider", "ssh")
+    if provider not in PROVIDERS:
+        raise _Invalid("provider", f"expected one of {', '.join(map(repr, PROVIDERS))}, got "
+                       f"{_show(provider)}")
+    for table in ("slurm", "kubernetes"):
+        if table in data and table != provider:
+            raise _Invalid(table, f"a [{table}] table, but provider is {provider!r}: set "
+                           f"provider = \"{table}\" (a top-level key) or remove the table")
+    if provider != "ssh":
+        where = "the Slurm allocation" if provider == "slurm" else "the Job's pods"
+        if "nodes" in data:
+            raise _Invalid("nodes", f"provider {provider!r} takes its nodes from {where}; "
+                           "remove the [[nodes]] entries")
+        for key in ("ssh", "sync", "setup_commands"):
+            if key in data:
+                raise _Invalid(key, f"{key} is for provider 'ssh' (provider {provider!r} has "
+                               f"no SSH to the nodes: put setup in the "
+                               f"{'batch script (slurm.setup)' if provider == 'slurm' else 'image'})")
+    return provider
+
+
+def _parse_given_head(value: Any, provider: str) -> HeadConfig:
+    """``[head]`` where the provider places the head (the batch host, pod 0): only its
+    address may be given, for a head whose nodes reach it on another network."""
+    data = _table(value, "head", ("host",))
+    host = _host(data["host"], "head.host") if "host" in data else ""
+    return HeadConfig(host=host)
 
 
 def _parse_ssh(value: Any, base: Path) -> SSHConfig:

@@ -35,6 +35,19 @@ def _stack_arguments(p: argparse.ArgumentParser) -> None:
                    help="every process on every node of this cluster instead (through its agents)")
 
 
+def _node_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--from-env", action="store_true", required=True,
+                   help="read the pod's index, cluster file, head and keys from its environment "
+                        "(JOB_COMPLETION_INDEX, RLMESH_CLUSTER_FILE, RLMESH_HEAD_HOST, "
+                        "RLMESH_JOIN_PORT, RLMESH_CURVE_DIR), as the rendered manifests set them")
+
+
+def node_main(args: argparse.Namespace) -> int:
+    from rlmesh.launcher.providers.k8s_head import from_env
+
+    return from_env()
+
+
 # The rlmesh command's table (rlmesh/__main__.py) takes these over rlmesh/cli's: stack gains
 # a cluster file.
 CLUSTER_COMMANDS: dict[str, Command] = {
@@ -51,6 +64,8 @@ CLUSTER_COMMANDS: dict[str, Command] = {
                       "nodes, resources and processes of a running cluster", _arguments("status")),
     "exec": Command("rlmesh.launcher.commands:main", "run a command on every node of the cluster",
                     _arguments("exec")),
+    "node": Command("rlmesh.launcher.commands:node_main", "a pod's part of a Kubernetes job "
+                    "(pod 0: the head; the others: an agent that joins it)", _node_arguments),
 }
 
 
@@ -74,6 +89,19 @@ def add_arguments(p: argparse.ArgumentParser, command: str) -> None:
     if command == "launch":
         p.add_argument("--resume", action="store_true",
                        help="go on from the job's newest checkpoint (as rlmesh train --resume)")
+        p.add_argument("--submit", action="store_true",
+                       help="provider slurm: write the sbatch script the file asks for, submit "
+                            "it and follow its output (the launch then runs inside the job)")
+        p.add_argument("--test-only", action="store_true",
+                       help="with --submit: ask sbatch whether it would take the script "
+                            "(sbatch --test-only), submit nothing")
+        p.add_argument("--no-follow", action="store_true",
+                       help="with --submit: print the job id and return")
+        p.add_argument("--render", choices=("k8s",), metavar="k8s",
+                       help="provider kubernetes: write the manifests (Secret, ConfigMap, "
+                            "headless Service, Indexed Job) instead of launching")
+        p.add_argument("-o", "--output", metavar="PATH",
+                       help="with --render: the file to write (default: stdout)")
     if command == "exec":
         p.add_argument("remote_command", nargs=argparse.REMAINDER, metavar="COMMAND",
                        help="the shell command to run on every node")
@@ -111,19 +139,20 @@ def _session(cluster: Any, args: argparse.Namespace) -> Any:
         raise RuntimeError(f"cluster {cluster.cluster_name!r} already has a head running (pid "
                            f"{running['pid']}); `rlmesh down {args.cluster_file}` first")
     session = ClusterSession(cluster, verbose=getattr(args, "verbose", False))
-    print(f"rlmesh: preparing {len(cluster.nodes)} nodes of {cluster.cluster_name!r} "
-          "(keys, files, setup)", file=sys.stderr)
+    print(f"rlmesh: preparing {cluster.cluster_name!r}: {session.provider.describe()}",
+          file=sys.stderr)
     session.prepare()
     return session
 
 
 def _session_or_error(cluster: Any, args: argparse.Namespace) -> Any:
-    """A prepared session, or None after saying why not (a head already up, SSH failed)."""
+    """A prepared session, or None after saying why not (a head already up, SSH failed,
+    no Slurm allocation)."""
     from rlmesh.launcher.ssh import SSHError
 
     try:
         return _session(cluster, args)
-    except (RuntimeError, SSHError) as exc:
+    except (RuntimeError, SSHError) as exc:  # ProviderError is a RuntimeError
         print(f"rlmesh {args.command}: error: {exc}", file=sys.stderr)
         return None
 
@@ -133,6 +162,8 @@ def launch(cluster: Any, args: argparse.Namespace) -> int:
     from rlmesh.config.settings import ConfigError
     from rlmesh.placement.scheduler import PlacementError
 
+    if args.submit or args.render:
+        return _submit_or_render(cluster, args)
     session = _session_or_error(cluster, args)
     if session is None:
         return EXIT_USAGE
@@ -158,6 +189,50 @@ def launch(cluster: Any, args: argparse.Namespace) -> int:
         return EXIT_USAGE
     finally:
         session.close()
+
+
+def _submit_or_render(cluster: Any, args: argparse.Namespace) -> int:
+    """``--submit`` (slurm) or ``--render k8s`` (kubernetes): nothing launched here."""
+    from rlmesh.launcher.providers import ProviderError
+
+    want = "slurm" if args.submit else "kubernetes"
+    flag = "--submit" if args.submit else "--render k8s"
+    if cluster.provider != want:
+        print(f"rlmesh launch: error: {flag} is for provider {want!r}; {args.cluster_file} has "
+              f"provider {cluster.provider!r}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        if args.render:
+            from rlmesh.launcher.providers.kubernetes import render_file
+
+            text = render_file(cluster, Path(args.cluster_file))
+            if args.output:
+                Path(args.output).write_text(text)
+                print(f"rlmesh launch: manifests written to {args.output} (kubectl apply -f "
+                      f"{args.output})", file=sys.stderr)
+            else:
+                sys.stdout.write(text)
+            return 0
+        from rlmesh.launcher.providers import slurm
+
+        script = slurm.render_sbatch(cluster, args.cluster_file, python=sys.executable,
+                                     resume=args.resume)
+        folder = cluster.state_dir / "submit"
+        if args.test_only:
+            print(slurm.submit(script, folder, test_only=True))
+            return 0
+        job_id = slurm.submit(script, folder)
+        out = (cluster.slurm.output or f"slurm-{cluster.slurm.job_name or cluster.cluster_name}"
+               f"-%j.out").replace("%j", job_id)
+        print(f"rlmesh launch: submitted Slurm job {job_id} ({folder / 'submit.sbatch'}); "
+              f"output: {folder / out}", file=sys.stderr)
+        if args.no_follow:
+            print(job_id)
+            return 0
+        return slurm.follow(job_id, folder / out)
+    except (ProviderError, ValueError) as exc:
+        print(f"rlmesh launch: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
 
 
 def _launch_sweep(cluster: Any, session: Any, args: argparse.Namespace) -> int:
@@ -342,6 +417,12 @@ def exec_command(cluster: Any, args: argparse.Namespace) -> int:
 
     from rlmesh.launcher.ssh import SSH, SSHError
 
+    if cluster.provider != "ssh":
+        hint = ("srun --overlap --jobid=<job> --nodes=<n> COMMAND inside the allocation"
+                if cluster.provider == "slurm" else "kubectl exec <pod> -- COMMAND")
+        print(f"rlmesh exec: error: exec runs over SSH (provider 'ssh'); provider "
+              f"{cluster.provider!r} has no SSH to its nodes: use {hint}", file=sys.stderr)
+        return EXIT_USAGE
     command = " ".join(args.remote_command).strip()
     if not command:
         print("rlmesh exec: error: no command given", file=sys.stderr)
@@ -372,13 +453,24 @@ def down(cluster: Any, args: argparse.Namespace) -> int:
 
     state = load_state(cluster)
     if state is not None:
-        os.kill(state["pid"], signal.SIGTERM)
+        if state.get("slurm_job") and not state.get("local", True):
+            # A head on another node of a Slurm job: its job ends it, agents and all.
+            import subprocess
+
+            subprocess.run(["scancel", str(state["slurm_job"])], check=False)
+        else:
+            os.kill(state["pid"], signal.SIGTERM)
         deadline = time.monotonic() + 15
         while load_state(cluster) is not None and time.monotonic() < deadline:
             time.sleep(0.2)
+    if cluster.provider != "ssh":
+        # The agents' lifeline is the provider's (the srun step, the head's heartbeats).
+        (cluster.state_dir / "head.json").unlink(missing_ok=True)
+        print(f"rlmesh down: {cluster.cluster_name} stopped")
+        return 0
     # Whatever survived (a head killed with SIGKILL whose agents have not yet noticed):
     # the agents of this cluster, and with them their children's lifelines.
-    pattern = f"rlmesh.launcher.agent [^ ]+ [^ ]+ [^ ]+ [^ ]+-"
+    pattern = "rlmesh.launcher.agent [^ ]+ [^ ]+ [^ ]+ [^ ]+-"
     failed = 0
     for node in cluster.nodes:
         ssh = SSH(cluster.ssh_target(node.name), cluster.state_dir / "ssh")

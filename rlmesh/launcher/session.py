@@ -1,5 +1,6 @@
-"""One cluster job's head side: prepares the nodes over SSH (CURVE keys, synced files,
-setup commands), starts an agent per node as a supervised child of the head's Job, places
+"""One cluster job's head side: has its provider (providers/) prepare the nodes (over SSH:
+CURVE keys, synced files, setup commands), starts an agent per node as a supervised child
+of the head's Job (over SSH, or joined from a Slurm step or a pod), places
 the run's actors with the scheduler, re-places runners when a node dies, and brings the
 nodes' output home prefixed by node and actor.
 """
@@ -10,27 +11,24 @@ import asyncio
 import json
 import logging
 import os
-import shlex
+import socket
 import time
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable
 
 from rlmesh.launcher.cluster_config import ClusterConfig
-from rlmesh.launcher.remote import AgentProcess, NodeLink
-from rlmesh.launcher.ssh import SSH
+from rlmesh.launcher.providers import Provider, provider_for
+from rlmesh.launcher.remote import NodeLink
 from rlmesh.placement.scheduler import Placement, PlacementError, place, replace
 from rlmesh.runtime import ActorEvent, Job, RestartPolicy
 from rlmesh.runtime.logtail import LogLines
 from rlmesh.runtime.process import ChildSpec
-from rlmesh.runtime.run_dir import runs_root
 from rlmesh.runtime.resources import PlacementGroup
-from rlmesh.wire.security import ClusterKeys, PUBLIC, SECRET, make_cluster_keys, use_keys
+from rlmesh.wire.security import ClusterKeys, make_cluster_keys, use_keys
 
 log = logging.getLogger(__name__)
 
-REMOTE_STATE = "~/.rlmesh/clusters"  # on each node: keys/ and the setup hash
 NOISY = ("WARNING", "ERROR", "CRITICAL", "Traceback", "Error", "error:")
 STATE_S = 2.0  # how often the head rewrites its state file (heartbeat ages)
 
@@ -42,7 +40,9 @@ class ClusterSession:
     def __init__(self, cluster: ClusterConfig, *, verbose: bool = False,
                  echo: Callable[[str], None] | None = None, state_name: str = "head.json",
                  used: dict[str, dict[str, float]] | None = None) -> None:
-        self.cluster = cluster
+        # The provider fills in what the file leaves to it (a Slurm allocation's nodes).
+        self.provider: Provider = provider_for(cluster)
+        self.cluster = cluster = self.provider.resolve()
         # A sweep's trial is a session of its own on the head: its own state file, and the
         # resources the sweep's other trials hold counted as taken when it places.
         self.state_name = state_name
@@ -52,8 +52,6 @@ class ClusterSession:
         self._lines = LogLines()  # which output lines are detail: the log file's, not the console's
         self.state_dir = cluster.state_dir
         self.keys: ClusterKeys | None = None
-        self.ssh = {n.name: SSH(cluster.ssh_target(n.name), self.state_dir / "ssh")
-                    for n in cluster.nodes}
         self.job: Job | None = None
         self.links: dict[str, NodeLink] = {}
         self.detected: dict[str, dict[str, float]] = {}
@@ -66,13 +64,13 @@ class ClusterSession:
     # --- before the run: nodes over SSH ---
 
     def prepare(self) -> None:
-        """CURVE keys made here and copied to every node, files synced, setup run."""
+        """CURVE keys made here, then the provider's preparation of its nodes (over SSH:
+        the keys copied, files synced, setup run)."""
         self.state_dir.mkdir(parents=True, exist_ok=True)
         if self.cluster.security.curve:
-            self.keys = make_cluster_keys(self.state_dir / "keys")
+            self.keys = self.provider.keys() or make_cluster_keys(self.state_dir / "keys")
             use_keys(self.keys)
-        with ThreadPoolExecutor(max_workers=min(16, len(self.ssh) or 1)) as pool:
-            list(pool.map(self._prepare_node, self.ssh))
+        self.provider.prepare(self.keys.directory if self.keys else None)
 
     def attach(self) -> None:
         """Use the keys a prepared session (the launch's head) made: a sweep's trial joins the
@@ -81,27 +79,7 @@ class ClusterSession:
         if self.cluster.security.curve:
             self.keys = ClusterKeys.load(self.state_dir / "keys")
             use_keys(self.keys)
-
-    def _prepare_node(self, node: str) -> None:
-        ssh = self.ssh[node]
-        remote = f"{REMOTE_STATE}/{self.cluster.cluster_name}"
-        if self.keys is not None:
-            for name in (PUBLIC, SECRET):
-                ssh.put_bytes((self.keys.directory / name).read_bytes(), f"{remote}/keys/{name}")
-        for entry in self.cluster.sync:
-            ssh.sync(entry)
-        commands = list(self.cluster.setup_commands)
-        if not commands:
-            return
-        digest = self.cluster.setup_hash()
-        marker = f"{remote}/setup.hash"
-        done = ssh.run(f"cat {marker} 2>/dev/null || true", timeout=30).stdout.decode().strip()
-        if done == digest:
-            log.info("%s: setup unchanged, skipped", node)
-            return
-        script = " && ".join(f"({c})" for c in commands)
-        ssh.run([*self._env_prefix(), "bash", "-lc", script], timeout=1800)
-        ssh.run(f"mkdir -p {remote} && echo {digest} > {marker}", timeout=30)
+        self.provider.attach(self.keys.directory if self.keys else None)
 
     # --- the run's job ---
 
@@ -121,7 +99,8 @@ class ClusterSession:
         job.supervisor.listeners.append(self._on_event)
         job.replace_node = self._replace_node
         try:
-            await asyncio.gather(*(self._start_agent(job, n) for n in self.ssh))
+            await self.provider.begin(job)
+            await asyncio.gather(*(self._start_agent(job, n.name) for n in self.cluster.nodes))
             got = await asyncio.gather(*(l.agent.call("resources", timeout=30)
                                          for l in self.links.values()))
         except BaseException:
@@ -142,35 +121,16 @@ class ClusterSession:
             self._write_state({**self.job.placement, **self._names})
 
     async def _start_agent(self, job: Job, node: str) -> None:
-        target = self.cluster.ssh_target(node)
-        curve = f"{REMOTE_STATE}/{self.cluster.cluster_name}/keys" if self.keys else "-"
-        command = [*self._env_prefix(), target.python, "-m", "rlmesh.launcher.agent", node,
-                   self.cluster.node(node).host, str(runs_root()), f"{job.job_id}-{node}", curve]
-        # "~" reaches the remote shell unquoted, so the node expands it to its own home.
-        text = " ".join(shlex.quote(c) if not c.startswith("~") else c for c in command)
         spec = ChildSpec(name=f"agent-{node}", cls_path="rlmesh.launcher.agent:NodeAgent",
                          role="NodeAgent")
-        ssh = self.ssh[node]
-
-        def make(spec: ChildSpec, run_dir: Any) -> AgentProcess:
-            import subprocess
-
-            return AgentProcess(spec, run_dir, lambda: ssh.start(
-                text, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT), node)
-
-        handle = await job.spawn_child(spec, make, RestartPolicy(max_restarts=0), start_timeout=60)
+        make = self.provider.make_agent(job, node)
+        handle = await job.spawn_child(spec, make, RestartPolicy(max_restarts=0),
+                                       start_timeout=self.provider.start_timeout)
         link = NodeLink(node, handle, self._on_output)
         job.supervisor.traffic_sources.append(link.traffic)  # its polls: supervision traffic
         job.nodes[node] = link
         self.links[node] = link
         link.start_watching()
-
-    def _env_prefix(self) -> list[str]:
-        env = {"PYTHONUNBUFFERED": "1", **dict(self.cluster.env)}
-        if "RLMESH_HEAD_SILENCE_S" in os.environ:  # how long agents wait for a silent head
-            env.setdefault("RLMESH_HEAD_SILENCE_S", os.environ["RLMESH_HEAD_SILENCE_S"])
-        return ["env", *(f"{k}={v}" for k, v in env.items())]
 
     async def job_for(self, request: list[PlacementGroup] | None) -> Job:
         """The job of a run asking for ``request``: each bundle's actor placed on a node
@@ -193,6 +153,7 @@ class ClusterSession:
                         for bi, b in enumerate(g.bundles)}
         names = {label: self._placement[key] for label, key in self._labels.items()}
         log.info("placement: %s", names)
+        self.echo(placement_table(nodes, names))
         self._names = names
         self._write_state(names)
         return names
@@ -240,7 +201,9 @@ class ClusterSession:
         """What `rlmesh status|stack|down` read to find this head and its agents."""
         assert self.job is not None
         placed = self._placement
-        state = {"pid": os.getpid(), "job_id": self.job.job_id,
+        state = {"pid": os.getpid(), "job_id": self.job.job_id, "host": socket.gethostname(),
+                 "provider": self.cluster.provider,
+                 "slurm_job": getattr(getattr(self.provider, "allocation", None), "job_id", None),
                  "run_dir": str(self.job.run_dir.path), "head": self.cluster.head.host,
                  "agents": {n: l.agent.address for n, l in self.links.items()},
                  "resources": self.detected, "placement": placement or {},
@@ -270,11 +233,11 @@ class ClusterSession:
             self.job = None
         for link in self.links.values():
             link.close()
+        await self.provider.end()
         (self.state_dir / self.state_name).unlink(missing_ok=True)
 
     def close(self) -> None:
-        for ssh in self.ssh.values():
-            ssh.close()
+        self.provider.close()
         path = self.state_dir / self.state_name
         try:
             if json.loads(path.read_text()).get("pid") == os.getpid():
@@ -286,13 +249,44 @@ class ClusterSession:
         set_job_factory(None)
 
 
+def placement_table(nodes: list[Any], names: dict[str, str]) -> str:
+    """What the scheduler placed where, one line per node (in the cluster's order): its
+    CPUs and GPUs and its actors. The same job on the same nodes prints the same table,
+    whatever the provider."""
+    by_node: dict[str, list[str]] = {}
+    for actor, node in names.items():
+        by_node.setdefault(node, []).append(actor)
+    width = max([len(n.name) for n in nodes] + [4])
+    lines = [f"rlmesh: placement of {len(names)} actors on {len(nodes)} nodes:"]
+    for n in nodes:
+        have = f"CPU {n.resources.get('CPU', 0):g} GPU {n.resources.get('GPU', 0):g}"
+        actors = sorted(by_node.get(n.name, []), key=_natural)
+        lines.append(f"  {n.name:<{width}}  {have:<16} {', '.join(actors) or '-'}")
+    return "\n".join(lines)
+
+
+def _natural(name: str) -> tuple[Any, ...]:
+    import re
+
+    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))
+
+
 def load_state(cluster: ClusterConfig) -> dict[str, Any] | None:
-    """The running head's state file, if its process is alive."""
+    """The running head's state file, if its process is alive. A head on another machine
+    (a Slurm job's batch host, beside a login node sharing the home folder) is alive while
+    it keeps rewriting the file; ``local`` says which."""
     path = Path(cluster.state_dir) / "head.json"
     try:
         state = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
+    state["local"] = state.get("host", socket.gethostname()) == socket.gethostname()
+    if not state["local"]:
+        try:
+            fresh = time.time() - path.stat().st_mtime < 10 * STATE_S
+        except OSError:
+            return None
+        return state if fresh else None
     try:
         os.kill(state["pid"], 0)
     except (ProcessLookupError, PermissionError):

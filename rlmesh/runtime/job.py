@@ -135,6 +135,13 @@ class Job:
             self.register_self()
         return self
 
+    def watch_parent(self, silence_s: float) -> None:
+        """From now on, no PING from the parent for ``silence_s`` ends this process (a node
+        agent that joined its head: the head's heartbeats begin only once it has)."""
+        assert self._control is not None
+        self._control.last_ping = time.monotonic()
+        self._control.ping_timeout = silence_s
+
     def register_self(self, address: str = "", cls: str = "") -> None:
         """Announce this process in the run directory (``rlmesh stack`` finds it there)."""
         assert self._control is not None
@@ -318,7 +325,7 @@ class Job:
         sup.close_heartbeat()
         child = sup.child
         if child.poll() is None and child.record is not None:
-            await _send_stop(child.record.control, grace)
+            await send_stop(child.record.control, grace)
             if not await child.wait_exit(grace):
                 log.warning("%s did not stop within %.1f s; terminating", child.spec.name, grace)
         await child.terminate(grace)
@@ -414,7 +421,8 @@ async def _call_hook(hook: Any) -> None:
         await result
 
 
-async def _send_stop(control: str, timeout: float) -> None:
+async def send_stop(control: str, timeout: float) -> bool:
+    """STOP to a process's control socket; True once it answered (it is stopping)."""
     done = asyncio.get_running_loop().create_future()
     sock = AsyncSocket(configure(zmq.Context.instance().socket(zmq.DEALER), 1 << 20),
                        lambda frames: done.done() or done.set_result(None))
@@ -422,7 +430,8 @@ async def _send_stop(control: str, timeout: float) -> None:
         connect(sock.sock, control)
         sock.send_nowait(codec.encode(M.make(M.STOP, id=1)))
         await asyncio.wait_for(done, timeout)
+        return True
     except asyncio.TimeoutError:
-        pass
+        return False
     finally:
         sock.close()

@@ -43,6 +43,7 @@ class Provider:
     ``make_agent(node)`` for each node, ``end()`` after the job's shutdown, ``close()``."""
 
     name = "?"
+    start_timeout = 60.0  # s for an agent to serve once started (a join waits longer)
 
     def __init__(self, cluster: "ClusterConfig") -> None:
         self.cluster = cluster
@@ -50,8 +51,16 @@ class Provider:
     def resolve(self) -> "ClusterConfig":
         return self.cluster
 
+    def keys(self) -> Any:
+        """The cluster's CURVE keys where the provider hands them out (a pod's Secret);
+        None: the head makes them."""
+        return None
+
     def prepare(self, keys_dir: Any) -> None:
         """Before any agent starts (``keys_dir``: the CURVE keys' folder, or None)."""
+
+    def attach(self, keys_dir: Any) -> None:
+        """A sweep's trial joins nodes a launch prepared: use them as they are."""
 
     async def begin(self, job: "Job") -> None:
         """On the run's loop, before the agents are asked for: start what starts them."""
