@@ -297,7 +297,7 @@ def _parse(data: Any, source: str, base: Path) -> ClusterConfig:
                  for i, entry in enumerate(_array(data.get("sync", []), "sync")))
     slurm = kubernetes = None
     if provider == "slurm":
-        from rlmesh.launcher.providers.slurm import parse_slurm
+        from rlmesh.launcher.providers.slurm_config import parse_slurm
 
         slurm = parse_slurm(data.get("slurm", {}))
     if provider == "kubernetes":
@@ -313,7 +313,7 @@ def _parse(data: Any, source: str, base: Path) -> ClusterConfig:
 
 def _parse_provider(data: dict[str, Any]) -> str:
     """``provider``, and the tables that belong to other providers refused."""
-    from rlmesh.launcher.providers import PROVIDERS
+    from rlmesh.launcher.providers.base import PROVIDERS
 
     provider = data.get("provider", "ssh")
     if provider not in PROVIDERS:

@@ -43,9 +43,26 @@ def _node_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def node_main(args: argparse.Namespace) -> int:
-    from rlmesh.launcher.providers.k8s_head import from_env
+    """``rlmesh node --from-env``: pod 0 launches the file (the head), every other pod runs
+    an agent that joins it."""
+    from rlmesh.launcher.providers.base import ProviderError
+    from rlmesh.launcher.providers.k8s_head import pod_plan
 
-    return from_env()
+    try:
+        what, argv = pod_plan()
+    except ProviderError as exc:
+        print(f"rlmesh node: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if what == "launch":
+        p = argparse.ArgumentParser(prog="rlmesh launch")
+        add_arguments(p, "launch")
+        launch_args = p.parse_args(argv)
+        launch_args.command = "launch"
+        return main(launch_args)
+    from rlmesh.launcher.agent import main as agent_main
+
+    agent_main(argv)
+    return 0
 
 
 # The rlmesh command's table (rlmesh/__main__.py) takes these over rlmesh/cli's: stack gains
@@ -193,7 +210,7 @@ def launch(cluster: Any, args: argparse.Namespace) -> int:
 
 def _submit_or_render(cluster: Any, args: argparse.Namespace) -> int:
     """``--submit`` (slurm) or ``--render k8s`` (kubernetes): nothing launched here."""
-    from rlmesh.launcher.providers import ProviderError
+    from rlmesh.launcher.providers.base import ProviderError
 
     want = "slurm" if args.submit else "kubernetes"
     flag = "--submit" if args.submit else "--render k8s"

@@ -1,7 +1,7 @@
 """The ``kubernetes`` provider's head side, and the pod's bootstrap.
 
 ``rlmesh launch --render k8s`` (providers/kubernetes.py) writes an Indexed Job whose pods each
-run ``rlmesh node --from-env``. ``from_env`` reads what Kubernetes and the manifests give the
+run ``rlmesh node --from-env``. ``pod_plan`` reads what Kubernetes and the manifests give the
 pod: its index (``JOB_COMPLETION_INDEX``), the cluster file (a ConfigMap), the head's DNS name
 (pod 0 behind the headless Service), the join port and the CURVE keys (a Secret). Pod 0 runs
 ``rlmesh launch`` of the file: the head, whose ``KubernetesProvider`` opens the join desk,
@@ -23,7 +23,7 @@ from dataclasses import replace
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from rlmesh.launcher.providers import MakeAgent, Provider, ProviderError
+from rlmesh.launcher.providers.base import MakeAgent, Provider, ProviderError
 
 log = logging.getLogger(__name__)
 
@@ -154,41 +154,29 @@ def _cpu_count(text: Any) -> float | None:
         return None
 
 
-def from_env(env: Mapping[str, str] | None = None) -> int:
-    """``rlmesh node --from-env``: what this pod runs, read from its environment."""
+def pod_plan(env: Mapping[str, str] | None = None) -> tuple[str, list[str]]:
+    """What this pod runs, read from its environment: ("launch", [cluster file]) on pod 0,
+    else ("agent", the agent's argv). ProviderError (one line) where the environment is not
+    a pod's of a rendered Job."""
     env = os.environ if env is None else env
     missing = [v for v in (ENV_INDEX, ENV_FILE, ENV_HEAD, ENV_PORT) if not env.get(v)]
     if missing:
-        print(f"rlmesh node: error: --from-env needs {', '.join(missing)} in the environment "
-              "(a pod of the Job that `rlmesh launch --render k8s` writes has them)",
-              file=sys.stderr)
-        return 2
+        raise ProviderError(f"--from-env needs {', '.join(missing)} in the environment (a pod "
+                            "of the Job that `rlmesh launch --render k8s` writes has them)")
     index = env[ENV_INDEX]
     if not index.isdigit():
-        print(f"rlmesh node: error: {ENV_INDEX}={index!r} is not a pod index", file=sys.stderr)
-        return 2
+        raise ProviderError(f"{ENV_INDEX}={index!r} is not a pod index")
     if int(index) == 0:
-        from rlmesh.__main__ import main as rlmesh_main
-
-        return int(rlmesh_main(["launch", env[ENV_FILE]]) or 0)
-    from rlmesh.launcher.agent import main as agent_main
+        return "launch", [env[ENV_FILE]]
     from rlmesh.launcher.cluster_config import ClusterConfigError, load_cluster
+    from rlmesh.runtime.run_dir import runs_root
 
     try:
         cluster = load_cluster(env[ENV_FILE])
     except ClusterConfigError as exc:
-        print(f"rlmesh node: error: {exc}", file=sys.stderr)
-        return 2
-    try:
-        head = resolve(env[ENV_HEAD])
-    except ProviderError as exc:
-        print(f"rlmesh node: error: {exc}", file=sys.stderr)
-        return 1
-    from rlmesh.runtime.run_dir import runs_root
-
+        raise ProviderError(str(exc)) from None
+    head = resolve(env[ENV_HEAD])
     curve = env.get(ENV_CURVE, "-") if cluster.security.curve else "-"
     node = socket.gethostname().split(".")[0]
-    agent_main([node, "auto", str(runs_root()), f"pod-{cluster.cluster_name}", curve,
-                "--join", f"tcp://{head}:{env[ENV_PORT]}", "--no-stdin"])
-    return 0
-
+    return "agent", [node, "auto", str(runs_root()), f"pod-{cluster.cluster_name}", curve,
+                     "--join", f"tcp://{head}:{env[ENV_PORT]}", "--no-stdin"]

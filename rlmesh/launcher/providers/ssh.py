@@ -11,7 +11,7 @@ import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from rlmesh.launcher.providers import MakeAgent, Provider
+from rlmesh.launcher.providers.base import MakeAgent, Provider
 from rlmesh.launcher.remote import AgentProcess
 from rlmesh.launcher.ssh import SSH
 from rlmesh.runtime.run_dir import runs_root
