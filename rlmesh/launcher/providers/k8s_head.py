@@ -81,7 +81,8 @@ class KubernetesProvider(Provider):
         nodes = tuple(NodeConfig(name=n, host=n, resources=MappingProxyType(dict(resources)))
                       for n in self.names)
         host = self.cluster.head.host or resolve(socket.gethostname())
-        return replace(self.cluster, nodes=nodes, head=HeadConfig(host=host))
+        self.cluster = replace(self.cluster, nodes=nodes, head=HeadConfig(host=host))
+        return self.cluster
 
     def describe(self) -> str:
         return f"{len(self.names)} pod(s) of an Indexed Job, agents joining from each pod"

@@ -227,7 +227,8 @@ class SlurmProvider(Provider):
             or addresses[a.nodes[0]]
         head = HeadConfig(host=head_host, resources=None, labels=())
         self.allocation = replace(a, addresses=MappingProxyType(addresses))
-        return replace(self.cluster, nodes=tuple(nodes), head=head)
+        self.cluster = replace(self.cluster, nodes=tuple(nodes), head=head)
+        return self.cluster
 
     def describe(self) -> str:
         a = self.allocation
