@@ -199,7 +199,10 @@ def launch(cluster: Any, args: argparse.Namespace) -> int:
 
         return run_spec(job.train_spec(), resume=args.resume)
     except PlacementError as exc:  # raised before any of the job's processes started
-        print(f"rlmesh launch: error: the job does not fit the cluster: {exc}", file=sys.stderr)
+        where = "the cluster"
+        if getattr(session.provider, "allocation", None) is not None:
+            where = f"Slurm job {session.provider.allocation.job_id}'s allocation"
+        print(f"rlmesh launch: error: the job does not fit {where}: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except ConfigError as exc:  # build() refused the config (a lambda): nothing started
         print(f"rlmesh launch: error: {exc}", file=sys.stderr)

@@ -134,18 +134,33 @@ class ClusterSession:
 
     async def job_for(self, request: list[PlacementGroup] | None) -> Job:
         """The job of a run asking for ``request``: each bundle's actor placed on a node
-        (the driver's stays here, on the head); PlacementError if it cannot fit."""
+        (the driver's stays here, on the head); PlacementError if it cannot fit, before any
+        agent starts where the provider says what the nodes have (a Slurm allocation)."""
+        if request and (self.job is None or not self.job.started):
+            self._check_fits(request)
         job = await self.start()
         if request:
             job.placement = self.place(request)
         return job
 
+    def _check_fits(self, request: list[PlacementGroup]) -> None:
+        """Place ``request`` on the nodes as the provider gave them, before their agents
+        start: a job that cannot fit the allocation is refused with nothing started. Where
+        a node's CPUs are not known yet it is left to the agents' detection; its GPUs,
+        where the job asks for none, do not matter (counted as 0)."""
+        groups = _without_driver(request)
+        asks_gpu = any(b.resources.get("GPU", 0) for g in groups for b in g.bundles)
+        guess: dict[str, dict[str, float]] = {}
+        for n in self.cluster.nodes:
+            if "CPU" not in n.resources or ("GPU" not in n.resources and asks_gpu):
+                return
+            guess[n.name] = {"GPU": 0.0, "memory": float(2 ** 60)}
+        if self.cluster.head.takes_work:
+            return
+        place(groups, self.cluster.scheduler_nodes(guess), self.used)
+
     def place(self, request: list[PlacementGroup]) -> dict[str, str]:
-        groups = []
-        for g in request:
-            bundles = tuple(b for b in g.bundles if b.label != "driver")  # the head runs it
-            if bundles:
-                groups.append(PlacementGroup(bundles, g.strategy, g.name))
+        groups = _without_driver(request)
         nodes = self.cluster.scheduler_nodes(self.detected)
         self._placement = place(groups, nodes, self.used)
         self._groups = groups
@@ -247,6 +262,16 @@ class ClusterSession:
         from rlmesh.runtime.job import set_job_factory
 
         set_job_factory(None)
+
+
+def _without_driver(request: list[PlacementGroup]) -> list[PlacementGroup]:
+    """The request's groups less the driver's bundle (the head runs the driver)."""
+    groups = []
+    for g in request:
+        bundles = tuple(b for b in g.bundles if b.label != "driver")
+        if bundles:
+            groups.append(PlacementGroup(bundles, g.strategy, g.name))
+    return groups
 
 
 def placement_table(nodes: list[Any], names: dict[str, str]) -> str:
