@@ -75,7 +75,11 @@ find_tool() {  # name, package: prints its path
     echo "$path"
 }
 
-pid_alive() { [[ -n $1 ]] && kill -0 "$1" 2>/dev/null; }
+# A zombie counts as gone: daemons are reparented to init, which may reap them late.
+pid_alive() {
+    [[ -n $1 ]] && kill -0 "$1" 2>/dev/null \
+        && [[ $(sed -n 's/.*) \(.\).*/\1/p' "/proc/$1/stat" 2>/dev/null) != Z ]]
+}
 read_pid() { cat "$1" 2>/dev/null || true; }
 env_get() { sed -n "s/^$1=//p" "$NETNS_STATE/cluster.env" 2>/dev/null; }
 node_names() { awk -F'\t' '{print $3}' "$NETNS_STATE/nodes.tsv"; }   # the netns names = hostnames
@@ -113,7 +117,10 @@ stop_pids() {
 
 # Every descendant of the pids given (children first found, then theirs).
 descendants() {
-    ps -e -o pid=,ppid= | awk -v roots=" $* " '
+    local stat
+    for stat in /proc/[0-9]*/stat; do   # "pid (comm) state ppid ...", without procps
+        sed -n 's/^\([0-9]*\) .*) . \([0-9]*\) .*/\1 \2/p' "$stat" 2>/dev/null
+    done | awk -v roots=" $* " '
         { parent[$1] = $2; pids[NR] = $1 }
         END {
             split(roots, r, " "); for (i in r) mark[r[i]] = 1
@@ -155,7 +162,9 @@ do_down() {
         for name in $(node_names); do pids+=("$(read_pid "$STATE/$name/slurmd.pid")"); done
     fi
     stop_pids "${pids[@]}"
-    stop_pids "$(read_pid "$CTLD_DIR/slurmctld.pid")"
+    # slurmctld with its slurmscriptd child (named "slurmctld: slurmscriptd", no path).
+    local ctld; ctld=$(read_pid "$CTLD_DIR/slurmctld.pid")
+    if pid_alive "$ctld"; then stop_pids "$ctld" $(descendants "$ctld"); fi
     # Step daemons (slurmstepd) and anything else still naming our files.
     mapfile -t pids < <(our_processes | grep -v -x -F "$(read_pid "$MUNGE_DIR/munged.pid")" || true)
     stop_pids "${pids[@]}"
