@@ -98,7 +98,7 @@ def stack_main(args: argparse.Namespace) -> int:
 
 def add_arguments(p: argparse.ArgumentParser, command: str) -> None:
     p.add_argument("cluster_file", metavar="CLUSTER_TOML", help="the cluster file (see "
-                   "deploy/cluster.example.toml)")
+                   "launcher/ssh/cluster.example.toml)")
     if command in ("launch", "up"):
         p.add_argument("-v", "--verbose", action="store_true",
                        help="echo every line the nodes' processes print (default: warnings "

@@ -20,6 +20,7 @@ from rlmesh.placement.scheduler import place
 from rlmesh.runtime.resources import Bundle, PlacementGroup
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+LAUNCHER = Path(__file__).resolve().parents[2] / "launcher"
 NETNS_SCRIPT = DEPLOY / "netns-cluster.sh"
 
 BASE: dict[str, Any] = {
@@ -61,10 +62,10 @@ def node(i: int, **changes: Any) -> list[dict[str, Any]]:
 
 # --- the shipped files -------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name", ["cluster.example.toml", "cluster-netns.toml",
-                                  "cluster-gpu.toml"])
-def test_deploy_files_load(name: str) -> None:
-    config = load_cluster(DEPLOY / name)
+@pytest.mark.parametrize("name", ["ssh/cluster.example.toml", "ssh/cluster-netns.toml",
+                                  "gpu/cluster-gpu.toml"])
+def test_launcher_ssh_files_load(name: str) -> None:
+    config = load_cluster(LAUNCHER / name)
     assert config.nodes and config.job.kind == "train"
     assert config.security.curve
     detected = {n: {"CPU": 2.0, "GPU": 0.0, "memory": 1e9} for n in config.needs_detection()}
@@ -72,7 +73,7 @@ def test_deploy_files_load(name: str) -> None:
 
 
 def test_example_file_mentions_every_key() -> None:
-    text = (DEPLOY / "cluster.example.toml").read_text()
+    text = (LAUNCHER / "ssh" / "cluster.example.toml").read_text()
     # [slurm] and [kubernetes] are documented by their own examples under launcher/.
     keys = set(cc.TOP_KEYS + cc.SSH_KEYS + cc.NODE_KEYS + cc.TRAIN_KEYS + cc.SCRIPT_KEYS)
     keys |= {"exclude", "src", "dst", "curve", "insecure_trusted_network"}
@@ -81,7 +82,7 @@ def test_example_file_mentions_every_key() -> None:
 
 
 def test_netns_file_matches_the_script() -> None:
-    config = load_cluster(DEPLOY / "cluster-netns.toml")
+    config = load_cluster(LAUNCHER / "ssh" / "cluster-netns.toml")
     assert config.head.host == "10.213.0.1"
     assert [(n.name, n.host) for n in config.nodes] == [
         ("node1", "10.213.0.2"), ("node2", "10.213.0.3"), ("node3", "10.213.0.4")]

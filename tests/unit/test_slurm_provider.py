@@ -125,3 +125,19 @@ def test_sbatch_script() -> None:
 def test_submit_needs_a_node_count() -> None:
     with pytest.raises(ProviderError, match="slurm.nodes"):
         render_sbatch(cluster(), "/tmp/c.toml")
+
+
+def test_the_launcher_example_loads_and_documents_every_key() -> None:
+    import re
+    from pathlib import Path
+
+    from rlmesh.launcher.cluster_config import load_cluster
+    from rlmesh.launcher.providers.slurm_config import SLURM_KEYS
+
+    path = Path(__file__).resolve().parents[2] / "launcher" / "slurm" / "cluster.toml"
+    config = load_cluster(path)
+    assert config.provider == "slurm" and config.slurm.nodes == 3
+    text = path.read_text()
+    assert not [k for k in SLURM_KEYS if not re.search(rf"(^|[\s#]){k}\b", text, re.M)]
+    script = render_sbatch(config, str(path))
+    assert "#SBATCH --cpus-per-task=2" in script
