@@ -16,12 +16,15 @@ job), and what a Slurm provider can rely on:
    stdin is not a terminal); closing srun's stdin gives every task EOF (``cat; echo got-eof``
    ends on all three). ``--input=0``: task 0 gets the data, the others EOF at once. srun with
    stdin=/dev/null: every task EOF at once.
-2. srun SIGKILLed: the step's tasks on every node are gone within ~20 ms (slurmstepd ends
-   the step when srun's I/O connection closes). SIGTERM or SIGHUP: the same (~20-40 ms),
-   srun exits 137 after "srun: forcing job termination" and one "srun: error: NODE: task
-   N: Killed" a task. One SIGINT: srun only prints the step's status ("srun: interrupt (one
-   more within 1 sec to abort)"), nothing ends; two SIGINTs within 1 s: the tasks get SIGINT
-   and srun exits 130.
+2. srun SIGKILLed: the step's tasks on every node are gone within ~20 ms. What ends them is
+   srun's second process, a child srun ("shepherd", same command line, same process group)
+   that cancels the step when its parent dies: SIGKILL to srun's whole process group (srun
+   and shepherd at once) leaves every task running (10 s watched) until the job ends or is
+   scancel'ed. So stop a step by signalling srun itself (or scancel JOB.STEP), never by
+   killpg. SIGTERM or SIGHUP to srun: the tasks end in ~20-40 ms, srun exits 137 after
+   "srun: forcing job termination" and one "srun: error: NODE: task N: Killed" a task. One
+   SIGINT: srun only prints the step's status ("srun: interrupt (one more within 1 sec to
+   abort)"), nothing ends; two SIGINTs within 1 s: the tasks get SIGINT, srun exits 130.
 3. One node's task killed (kill -9): srun prints exactly ``srun: error: <NodeName>: task <N>:
    Killed`` (``... task <N>: Exited with exit code <C>`` for an exit), and the other tasks keep
    running, srun with them (KillOnBadExit=0, --wait=0 are the defaults);
@@ -39,8 +42,9 @@ job), and what a Slurm provider can rely on:
    SLURM_NNODES=3, SLURM_NTASKS=3, SLURM_LAUNCH_NODE_IPADDR/SLURM_SRUN_COMM_HOST=the address
    srun ran at (node1's for a batch job), SLURM_CONF passed on. srun's own environment reaches
    the tasks (``FOO=1 srun ...``: FOO=1 in every task; --export=ALL is the default).
-5. ``slurm-netns.sh up`` on 3 nodes takes ~0.5 s after the netns cluster (~2 s); a trivial
-   ``srun -N3`` takes ~40 ms.
+5. ``slurm-netns.sh up`` on 3 nodes takes ~0.3 s (every node idle) after the netns cluster
+   (~1 s); ``down`` ~0.6 s; a trivial ``srun -N3 true`` ~35-40 ms; a batch job is RUNNING
+   0.02-0.9 s after sbatch (longer right after another job on the same nodes).
 """
 
 from __future__ import annotations
@@ -51,14 +55,18 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 import psutil
 import pytest
 
-from tests.cluster.conftest import (STATE_ROOT, TEST_PREFIX, NetnsCluster, on_ci,
-                                    remove_abandoned_clusters, require_netns, start_cluster)
+if TYPE_CHECKING:
+    from tests.cluster.conftest import NetnsCluster
+
+# tests/cluster/conftest.py imports this module's fixture, so this module imports conftest
+# only inside functions: either may be imported first.
 
 SLURM_SCRIPT = Path(__file__).resolve().parents[2] / "deploy" / "slurm-netns.sh"
 # What slurm-netns.sh needs, by the Debian package that has it.
@@ -74,13 +82,11 @@ FINISHED_STATES = {"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "
 
 def run_slurm_script(*args: str, check: bool = True,
                      timeout: float = 90) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(
-        ["bash", str(SLURM_SCRIPT), *args], capture_output=True, text=True, timeout=timeout
-    )
+    proc = subprocess.run(["bash", str(SLURM_SCRIPT), *args], capture_output=True, text=True,
+                          timeout=timeout, check=False)  # fmt: skip
     if check and proc.returncode != 0:
-        raise RuntimeError(
-            f"slurm-netns.sh {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}{proc.stderr}"
-        )
+        raise RuntimeError(f"slurm-netns.sh {' '.join(args)} failed ({proc.returncode}):\n"
+                           f"{proc.stdout}{proc.stderr}")  # fmt: skip
     return proc
 
 
@@ -107,10 +113,12 @@ class SlurmCluster:
         """Slurm's name of netns node ``node`` ("node1" -> "<prefix>-node1")."""
         return self.nodes.nodes[node].netns
 
-    def run(self, argv: Sequence[str], timeout: float = 30.0, **kwargs) -> subprocess.CompletedProcess[str]:
+    def run(self, argv: Sequence[str], timeout: float = 30.0,
+            **kwargs: Any) -> subprocess.CompletedProcess[str]:
         """A Slurm client command from this machine; never raises on a non-zero exit."""
         return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout,
-                              env=self.env, stdin=subprocess.DEVNULL, **kwargs)  # fmt: skip
+                              env=self.env, stdin=subprocess.DEVNULL, check=False,
+                              **kwargs)  # fmt: skip
 
     def sbatch(self, script: Path, *options: str) -> int:
         """Submit ``script``; its job id."""
@@ -193,22 +201,22 @@ def start_slurm(nodes: NetnsCluster) -> SlurmCluster:
     return SlurmCluster(nodes)
 
 
-# A daemon's command line names its cluster's files: slurm.conf (slurmctld, slurmd) or the
-# munge socket (munged), both under the cluster's state dir.
-_DAEMON_PATH = re.compile(
-    re.escape(str(STATE_ROOT)) + rf"/rlmesh-netns-({re.escape(TEST_PREFIX)}[a-z0-9-]*)/slurm/"
-)
-
-
 def remove_abandoned_slurm() -> None:
     """Take down the Slurm of test clusters whose pytest died before its teardown: its
     slurmctld and munged run in this machine's namespace, where the netns cluster's own
     down (remove_abandoned_clusters) does not look."""
+    from tests.cluster.conftest import STATE_ROOT, TEST_PREFIX
+
+    # A daemon's command line names its cluster's files: slurm.conf (slurmctld, slurmd) or
+    # the munge socket (munged), both under the cluster's state dir.
+    daemon_path = re.compile(
+        re.escape(str(STATE_ROOT)) + rf"/rlmesh-netns-({re.escape(TEST_PREFIX)}[a-z0-9-]*)/slurm/"
+    )
     prefixes = set()
     for proc in psutil.process_iter(["name", "cmdline"]):
         if proc.info["name"] not in ("slurmctld", "slurmd", "munged"):
             continue
-        found = _DAEMON_PATH.search(" ".join(proc.info["cmdline"] or ()))
+        found = daemon_path.search(" ".join(proc.info["cmdline"] or ()))
         if found:
             prefixes.add(found.group(1))
     for prefix in prefixes:
@@ -224,11 +232,14 @@ def slurm_unavailable_reason() -> str | None:
     missing = sorted({package for tool, package in SLURM_TOOLS.items()
                       if not (shutil.which(tool) or os.access(f"/usr/sbin/{tool}", os.X_OK))})
     if missing:
-        return f"Slurm not installed (apt-get install --no-install-recommends slurm-wlm munge; missing: {', '.join(missing)})"
+        return (f"Slurm not installed (apt-get install --no-install-recommends slurm-wlm munge;"
+                f" missing: {', '.join(missing)})")
     return None
 
 
 def require_slurm() -> None:
+    from tests.cluster.conftest import on_ci, require_netns
+
     require_netns()
     reason = slurm_unavailable_reason()
     if reason is None:
@@ -242,6 +253,8 @@ def require_slurm() -> None:
 def slurm_cluster() -> Iterator[SlurmCluster]:
     """Slurm on three netns nodes of its own for the whole session; both taken down at its
     end whatever happened."""
+    from tests.cluster.conftest import remove_abandoned_clusters, start_cluster
+
     require_slurm()
     remove_abandoned_slurm()
     remove_abandoned_clusters()

@@ -10,12 +10,18 @@ import re
 import signal
 import subprocess
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
 
-from tests.cluster.slurm_cluster import SlurmCluster, remove_abandoned_slurm, start_slurm
+from tests.cluster.slurm_cluster import (
+    SlurmCluster,
+    remove_abandoned_slurm,
+    start_slurm,
+)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -28,7 +34,7 @@ def write_script(path: Path, body: str, *sbatch: str) -> Path:
     return path
 
 
-def wait_for(what: str, check, timeout: float = 15.0):
+def wait_for(what: str, check: Callable[[], Any], timeout: float = 15.0) -> Any:
     """``check()`` until it returns something true; that value."""
     deadline = time.monotonic() + timeout
     while not (value := check()):
@@ -50,6 +56,24 @@ def tasks_running(slurm: SlurmCluster, job: int, *argv: str) -> dict[str, psutil
                     found[slurm.slurm_name(node)] = proc
             except psutil.Error:
                 continue
+    return found
+
+
+def three_tasks(slurm: SlurmCluster, job: int, *argv: str) -> dict[str, psutil.Process] | None:
+    """``tasks_running`` once there is one on each of the three nodes."""
+    tasks = tasks_running(slurm, job, *argv)
+    return tasks if len(tasks) == 3 else None
+
+
+def alive(procs: Iterable[psutil.Process]) -> list[psutil.Process]:
+    """Those of ``procs`` still running (a zombie has ended)."""
+    found = []
+    for proc in procs:
+        try:
+            if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc)
+        except psutil.NoSuchProcess:
+            continue
     return found
 
 
@@ -78,9 +102,10 @@ def test_srun_from_this_machine_runs_one_task_on_each_node(slurm_cluster):
 def test_a_batch_job_runs_on_node1_and_its_srun_reaches_every_node(slurm_cluster, tmp_path):
     node1 = slurm_cluster.nodes.nodes["node1"]
     body = """
-echo "batch $(hostname) $SLURMD_NODENAME $SLURM_JOB_NODELIST $SLURM_CPUS_ON_NODE $(ip -4 -o addr show eth0 | awk '{print $4}')"
-FOO=bar srun --overlap --nodes=3 --ntasks-per-node=1 --label \\
-    sh -c 'echo "task $(hostname) $SLURMD_NODENAME $SLURM_PROCID $SLURM_NODEID $SLURM_JOB_NODELIST $SLURM_CPUS_ON_NODE $FOO"'
+address=$(ip -4 -o addr show eth0 | awk '{print $4}')
+echo "batch $(hostname) $SLURMD_NODENAME $SLURM_JOB_NODELIST $SLURM_CPUS_ON_NODE $address"
+FOO=bar srun --overlap --nodes=3 --ntasks-per-node=1 --label sh -c 'echo "task $(hostname) \\
+$SLURMD_NODENAME $SLURM_PROCID $SLURM_NODEID $SLURM_JOB_NODELIST $SLURM_CPUS_ON_NODE $FOO"'
 """
     script = write_script(tmp_path / "job.sh", body, "--nodes=3", f"--output={tmp_path}/out-%j")
     job = slurm_cluster.sbatch(script)
@@ -135,7 +160,8 @@ def test_closing_sruns_stdin_gives_every_task_eof(slurm_cluster, holding_job):
     # --input=all, srun's default when its stdin is not a terminal: a line reaches every task
     # and closing the pipe ends every task's cat.
     proc = subprocess.Popen(
-        [*STEP, f"--jobid={holding_job}", "--input=all", "--label", "sh", "-c", "cat; echo got-eof"],
+        [*STEP, f"--jobid={holding_job}", "--input=all", "--label",
+         "sh", "-c", "cat; echo got-eof"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env=slurm_cluster.env,
     )  # fmt: skip
@@ -154,11 +180,10 @@ def test_srun_killed_ends_its_tasks_on_every_node(slurm_cluster, holding_job):
                             stderr=subprocess.DEVNULL, env=slurm_cluster.env)  # fmt: skip
     try:
         tasks = wait_for("a task on every node",
-                         lambda: (t := tasks_running(slurm_cluster, holding_job, "301")) and len(t) == 3 and t)
+                         lambda: three_tasks(slurm_cluster, holding_job, "301"))
         proc.kill()
         proc.wait(10)
-        wait_for("every task gone", lambda: not any(t.is_running() and t.status() != psutil.STATUS_ZOMBIE
-                                                   for t in tasks.values()))  # fmt: skip
+        wait_for("every task gone", lambda: not alive(tasks.values()))
     finally:
         proc.kill()
         proc.wait(10)
@@ -170,17 +195,19 @@ def test_one_task_killed_is_reported_by_srun_and_the_others_run_on(slurm_cluster
                             stderr=subprocess.PIPE, text=True, env=slurm_cluster.env)  # fmt: skip
     try:
         tasks = wait_for("a task on every node",
-                         lambda: (t := tasks_running(slurm_cluster, holding_job, "302")) and len(t) == 3 and t)
+                         lambda: three_tasks(slurm_cluster, holding_job, "302"))
         node2 = slurm_cluster.slurm_name("node2")
         # Draining a node does not touch a step running there.
-        drain = slurm_cluster.run(["scontrol", "update", f"nodename={node2}", "state=drain", "reason=x"])
+        drain = slurm_cluster.run(
+            ["scontrol", "update", f"nodename={node2}", "state=drain", "reason=x"]
+        )
         assert drain.returncode == 0, drain.stderr
         tasks[node2].kill()
         tasks[node2].wait(10)
         time.sleep(1.0)  # what would end the other tasks has had time to
         assert proc.poll() is None
         others = [t for name, t in tasks.items() if name != node2]
-        assert all(t.is_running() and t.status() != psutil.STATUS_ZOMBIE for t in others)
+        assert alive(others) == others
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=15)
         assert f"srun: error: {node2}: task 1: Killed" in err.splitlines()
@@ -196,7 +223,7 @@ def test_down_and_the_abandoned_sweep_leave_no_daemon_behind(netns_cluster_facto
     daemons = slurm.daemons()
     assert set(daemons) == {"slurmctld", "munged", *slurm.node_names}
     slurm.down()
-    assert not [p for p in daemons.values() if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert not alive(daemons.values())
     assert not slurm.state_dir.exists()
     # A session killed before its teardown: its owner pid is dead, the next session's sweep
     # takes its Slurm down.
@@ -206,4 +233,4 @@ def test_down_and_the_abandoned_sweep_leave_no_daemon_behind(netns_cluster_facto
     dead.wait()
     (nodes.state_dir / "owner.pid").write_text(str(dead.pid))
     remove_abandoned_slurm()
-    assert not [p for p in daemons.values() if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert not alive(daemons.values())
