@@ -204,3 +204,6 @@ def netns_cluster_factory() -> Iterator:
     finally:
         for cluster in made:
             cluster.down()
+
+
+from tests.cluster.slurm_cluster import slurm_cluster  # noqa: E402,F401  (a real Slurm on netns nodes)
