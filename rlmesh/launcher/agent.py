@@ -28,6 +28,7 @@ import zmq
 
 from rlmesh.runtime import Actor
 from rlmesh.runtime.child_limits import MemoryGauge
+from rlmesh.runtime.control import ping_control
 from rlmesh.runtime.diagnostics import stopped_state
 from rlmesh.runtime.node_watch import ChildWatch
 from rlmesh.runtime.protocol import Protocol
@@ -216,7 +217,7 @@ class NodeAgent(Actor):
         it handles per second since the last call."""
         records = [dataclasses.asdict(r) for r in self.job.run_dir.processes()]
         loop = asyncio.get_running_loop()
-        pongs = await asyncio.gather(*(loop.run_in_executor(None, _ping, r["control"], timeout)
+        pongs = await asyncio.gather(*(loop.run_in_executor(None, ping_control, r["control"], timeout)
                                        for r in records))
         now = time.monotonic()
         for record, (rtt, status) in zip(records, pongs):
@@ -297,30 +298,6 @@ async def serve(node: str, host: str, runs_root: str, job_id: str, join: str = "
         await agent.on_stop()
         server.close()
         await job.shutdown()
-
-
-def _ping(control: str, timeout: float) -> tuple[float | None, dict[str, Any] | None]:
-    """One PING to a control thread: (round trip, its status), or (None, None)."""
-    import zmq
-
-    from rlmesh.wire import codec, messages as M
-    from rlmesh.wire.sockets import connect
-
-    ctx = zmq.Context.instance()
-    sock = ctx.socket(zmq.DEALER)
-    sock.setsockopt(zmq.LINGER, 0)
-    try:
-        connect(sock, control)
-        start = time.monotonic()
-        sock.send_multipart(codec.encode(M.make(M.PING, id=1)))
-        if not sock.poll(int(timeout * 1000)):
-            return None, None
-        reply = codec.decode(sock.recv_multipart(copy=False))
-        return time.monotonic() - start, reply.get("status")
-    except Exception:
-        return None, None
-    finally:
-        sock.close()
 
 
 def _step_info() -> dict[str, Any]:

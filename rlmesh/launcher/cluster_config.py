@@ -175,6 +175,7 @@ class ClusterConfig:
     provider: str = "ssh"
     slurm: Any = None  # providers.slurm.SlurmConfig
     kubernetes: Any = None  # providers.kubernetes.KubernetesConfig
+    torchrun: Any = None  # providers.tables.TorchrunConfig
 
     @property
     def state_dir(self) -> Path:
@@ -295,9 +296,13 @@ def _parse(data: Any, source: str, base: Path) -> ClusterConfig:
     commands = _strings(data.get("setup_commands", []), "setup_commands")
     sync = tuple(_parse_sync(entry, f"sync[{i}]", base)
                  for i, entry in enumerate(_array(data.get("sync", []), "sync")))
-    slurm = kubernetes = None
+    slurm = kubernetes = torchrun = None
+    if provider == "torchrun":
+        from rlmesh.launcher.providers.tables import parse_torchrun
+
+        torchrun = parse_torchrun(data.get("torchrun", {}))
     if provider == "slurm":
-        from rlmesh.launcher.providers.slurm_config import parse_slurm
+        from rlmesh.launcher.providers.tables import parse_slurm
 
         slurm = parse_slurm(data.get("slurm", {}))
     if provider == "kubernetes":
@@ -308,7 +313,7 @@ def _parse(data: Any, source: str, base: Path) -> ClusterConfig:
         cluster_name=name, head=head, job=_parse_job(data["job"], base), nodes=nodes, ssh=ssh,
         setup_commands=commands, sync=sync, env=_parse_env(data.get("env", {})),
         security=_parse_security(data.get("security", {})), source=source, provider=provider,
-        slurm=slurm, kubernetes=kubernetes)
+        slurm=slurm, kubernetes=kubernetes, torchrun=torchrun)
 
 
 def _parse_provider(data: dict[str, Any]) -> str:
@@ -319,12 +324,13 @@ def _parse_provider(data: dict[str, Any]) -> str:
     if provider not in PROVIDERS:
         raise _Invalid("provider", f"expected one of {', '.join(map(repr, PROVIDERS))}, got "
                        f"{_show(provider)}")
-    for table in ("slurm", "kubernetes"):
+    for table in ("slurm", "kubernetes", "torchrun"):
         if table in data and table != provider:
             raise _Invalid(table, f"a [{table}] table, but provider is {provider!r}: set "
                            f"provider = \"{table}\" (a top-level key) or remove the table")
     if provider != "ssh":
-        where = "the Slurm allocation" if provider == "slurm" else "the Job's pods"
+        where = {"slurm": "the Slurm allocation", "kubernetes": "the Job's pods",
+                 "torchrun": "torchrun's processes"}[provider]
         if "nodes" in data:
             raise _Invalid("nodes", f"provider {provider!r} takes its nodes from {where}; "
                            "remove the [[nodes]] entries")
@@ -332,7 +338,7 @@ def _parse_provider(data: dict[str, Any]) -> str:
             if key in data:
                 raise _Invalid(key, f"{key} is for provider 'ssh' (provider {provider!r} has "
                                f"no SSH to the nodes: put setup in the "
-                               f"{'batch script (slurm.setup)' if provider == 'slurm' else 'image'})")
+                               f"{'batch script (slurm.setup)' if provider == 'slurm' else 'image or environment'})")
     return provider
 
 

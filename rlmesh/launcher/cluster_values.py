@@ -12,7 +12,7 @@ from typing import Any, Mapping, Sequence
 
 BUILTIN_RESOURCES = ("CPU", "GPU", "memory")  # detected on a node when the file leaves them out
 NODE_RESOURCE = "node:"  # every node offers "node:<name>" = 1, so a bundle can be pinned to it
-TOP_KEYS = ("cluster_name", "provider", "ssh", "slurm", "kubernetes", "head", "nodes",
+TOP_KEYS = ("cluster_name", "provider", "ssh", "slurm", "kubernetes", "torchrun", "head", "nodes",
             "setup_commands", "sync", "env", "security", "job")
 
 # Hosts and users reach ssh's command line: a leading "-" would be read as an option there.

@@ -181,6 +181,10 @@ def launch(cluster: Any, args: argparse.Namespace) -> int:
 
     if args.submit or args.render:
         return _submit_or_render(cluster, args)
+    if cluster.provider == "torchrun":
+        joined = _torchrun_rank(cluster)
+        if joined is not None:
+            return joined
     session = _session_or_error(cluster, args)
     if session is None:
         return EXIT_USAGE
@@ -211,6 +215,25 @@ def launch(cluster: Any, args: argparse.Namespace) -> int:
         session.close()
 
 
+def _torchrun_rank(cluster: Any) -> int | None:
+    """Under torchrun, every rank runs `rlmesh launch`: a rank other than 0 runs its node's
+    agent, which joins rank 0 (the head); None on rank 0."""
+    from rlmesh.launcher.providers.base import ProviderError
+    from rlmesh.launcher.providers.torchrun import agent_plan
+
+    try:
+        argv = agent_plan(cluster)
+    except ProviderError as exc:
+        print(f"rlmesh launch: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if argv is None:
+        return None
+    from rlmesh.launcher.agent import main as agent_main
+
+    agent_main(argv)
+    return 0
+
+
 def _submit_or_render(cluster: Any, args: argparse.Namespace) -> int:
     """``--submit`` (slurm) or ``--render k8s`` (kubernetes): nothing launched here."""
     from rlmesh.launcher.providers.base import ProviderError
@@ -227,7 +250,11 @@ def _submit_or_render(cluster: Any, args: argparse.Namespace) -> int:
 
             text = render_file(cluster, Path(args.cluster_file))
             if args.output:
-                Path(args.output).write_text(text)
+                # It holds the cluster's secret key: readable by its owner only.
+                fd = os.open(args.output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                os.fchmod(fd, 0o600)
+                with os.fdopen(fd, "w") as fh:
+                    fh.write(text)
                 print(f"rlmesh launch: manifests written to {args.output} (kubectl apply -f "
                       f"{args.output})", file=sys.stderr)
             else:

@@ -26,7 +26,7 @@ import time
 from typing import Any, Callable, Collection
 
 from rlmesh.runtime import Actor, ActorUnavailable, RemoteError
-from rlmesh.runtime.process import ActorStartError, ChildSpec, describe_exit, wait_for_exit
+from rlmesh.runtime.process import ActorStartError, ChildSpec, describe_exit
 from rlmesh.runtime.protocol import Protocol
 from rlmesh.runtime.run_dir import ProcessRecord, RunDir
 
@@ -105,7 +105,7 @@ class JoinedAgent:
         self.record: ProcessRecord | None = None
         self._exit_code = exit_code
         self._why_gone = why_gone
-        self._stopped: int | None = None  # set once its STOP was answered
+        self._stopped: int | None = None  # set once it no longer answers (wait_exit)
 
     @property
     def pid(self) -> int:
@@ -138,7 +138,24 @@ class JoinedAgent:
         self.signal_group(9)
 
     async def wait_exit(self, timeout: float) -> bool:
-        return await wait_for_exit(self.poll, timeout, 0.05)
+        """Its end, as the provider sees it, or else as its control socket does: once it no
+        longer answers a PING (a stopped agent closes it last), it has exited."""
+        from rlmesh.runtime.control import ping_control
+
+        loop = asyncio.get_running_loop()
+        deadline = time.monotonic() + timeout
+        while self.poll() is None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            if self.record is not None:
+                rtt, _ = await loop.run_in_executor(None, ping_control, self.record.control,
+                                                    min(1.0, max(left, 0.1)))
+                if rtt is None:
+                    self._stopped = 0
+                    break
+            await asyncio.sleep(min(0.1, max(left, 0)))
+        return True
 
     async def terminate(self, grace: float = 3.0) -> None:
         if self.record is not None and self.poll() is None:
@@ -150,8 +167,7 @@ class JoinedAgent:
         assert self.record is not None
         from rlmesh.runtime.job import send_stop
 
-        if await send_stop(self.record.control, timeout):
-            self._stopped = 0
+        await send_stop(self.record.control, timeout)  # its end: wait_exit sees it
 
     def cleanup(self) -> None:
         pass

@@ -18,7 +18,7 @@ import zmq
 
 from ..wire import codec, messages as M
 from ..wire.security import release
-from ..wire.sockets import bind, configure
+from ..wire.sockets import bind, configure, connect
 from .diagnostics import Diagnostics
 
 log = logging.getLogger(__name__)
@@ -126,3 +126,22 @@ class ControlThread(threading.Thread):
             if self._wake_w is not None:  # its end of file wakes the poll
                 os.close(self._wake_w)
                 self._wake_w = None
+
+
+def ping_control(control: str, timeout: float) -> tuple[float | None, dict[str, Any] | None]:
+    """One PING to a process's control socket: (its round trip in seconds, its status), or
+    (None, None) when it did not answer within ``timeout`` (gone, or not serving). Blocking."""
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    try:
+        connect(sock, control)
+        start = time.monotonic()
+        sock.send_multipart(codec.encode(M.make(M.PING, id=1)))
+        if not sock.poll(int(timeout * 1000)):
+            return None, None
+        reply = codec.decode(sock.recv_multipart(copy=False))
+        return time.monotonic() - start, reply.get("status")
+    except Exception:  # a malformed reply, an address zmq refuses: no answer
+        return None, None
+    finally:
+        sock.close()

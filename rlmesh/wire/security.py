@@ -115,8 +115,13 @@ def _start_authenticator(ctx: zmq.Context, keys: ClusterKeys) -> None:
         allowed = keys.directory / "allowed"
         allowed.mkdir(mode=0o700, exist_ok=True)
         target = allowed / PUBLIC
-        if not target.exists():
-            target.write_bytes((keys.directory / PUBLIC).read_bytes())
+        public = (keys.directory / PUBLIC).read_bytes()
+        # The pair in the folder may be new (a head with another state folder copied its
+        # own over the old one): the admitted key is always the folder's, never a stale copy.
+        if not target.exists() or target.read_bytes() != public:
+            tmp = allowed / f".{PUBLIC}.{os.getpid()}"
+            tmp.write_bytes(public)
+            os.replace(tmp, target)
         auth.configure_curve(domain="*", location=str(allowed))
         _authenticators[id(ctx)] = auth
 

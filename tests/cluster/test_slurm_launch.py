@@ -54,8 +54,7 @@ def slurm_file(tmp: Path, name: str, *, stop: dict, config: dict = PPO, nodes: i
 
 @pytest.fixture
 def env(slurm_cluster: SlurmCluster, tmp_path: Path) -> dict[str, str]:
-    return {**slurm_cluster.env, "RLMESH_CLUSTERS_DIR": str(tmp_path / "clusters"),
-            "RLMESH_HEAD_SILENCE_S": "5"}
+    return {**slurm_cluster.env, "RLMESH_CLUSTERS_DIR": str(tmp_path / "clusters")}
 
 
 def rlmesh(*args: str, env: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -223,6 +222,21 @@ def test_a_drained_node_whose_agent_dies_is_survived_as_a_lost_node(
         kill_tree(slurm_cluster.job_processes(job))
 
 
+def test_data_parallel_learners_on_two_slurm_nodes(slurm_cluster: SlurmCluster,
+                                                   env: dict[str, str], tmp_path: Path) -> None:
+    """Two learners of a whole node each: their torch.distributed group spans two nodes of
+    the allocation, rendezvousing at rank 0's node as under SSH, and PPO learns."""
+    config = {**PPO, "num_env_runners": 2, "num_learners": 2, "num_cpus_per_learner": 2}
+    path = slurm_file(tmp_path, "sldp", stop={"episode_reward_mean": 60,
+                                              "training_iteration": 60}, config=config)
+    done = rlmesh("launch", str(path), "--submit", env=env, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    table = placement_lines(done.stdout)
+    assert len({l.split()[0] for l in table[1:] if "learner-" in l}) == 2, table
+    rows = result_rows(tmp_path)
+    assert rows[-1]["episode_reward_mean"] >= 60, rows[-1]
+
+
 def test_submit_test_only_is_sbatchs_own_check(slurm_cluster: SlurmCluster,
                                                env: dict[str, str], tmp_path: Path) -> None:
     path = slurm_file(tmp_path, "sltest", stop={"training_iteration": 1},
@@ -276,16 +290,20 @@ def ssh_file(tmp: Path, name: str, nodes, *, stop: dict, config: dict) -> Path:
 
 def test_the_same_job_on_ssh_and_on_slurm_places_and_learns_the_same(
         slurm_cluster: SlurmCluster, env: dict[str, str], tmp_path: Path) -> None:
+    """Seeds fixed, one learner: the same placement and the same results, row for row. (Two
+    data-parallel learners split each batch by arrival, so their rows differ run to run on
+    any provider; test_data_parallel_learners_on_two_slurm_nodes trains them.)"""
     stop = {"episode_reward_mean": 100, "training_iteration": 60}
+    config = PPO
     runs = {}
     for provider in ("ssh", "slurm"):
         tmp = tmp_path / provider
         tmp.mkdir()
         if provider == "ssh":
-            path = ssh_file(tmp, "same-ssh", slurm_cluster.nodes, stop=stop, config=PPO)
+            path = ssh_file(tmp, "same-ssh", slurm_cluster.nodes, stop=stop, config=config)
             done = rlmesh("launch", str(path), env=env, timeout=600)
         else:
-            path = slurm_file(tmp, "same-slurm", stop=stop)
+            path = slurm_file(tmp, "same-slurm", stop=stop, config=config)
             done = rlmesh("launch", str(path), "--submit", env=env, timeout=600)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         rows = result_rows(tmp)

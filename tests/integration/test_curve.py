@@ -66,3 +66,47 @@ async def scenario_with_checks():
                 curve_secretkey=keys.secret))
         assert await handle.call("get") == 7  # the actor served on through all of it
         return handle.address, child.record.control
+
+
+def test_a_new_pair_copied_over_the_old_one_is_the_pair_admitted(tmp_path):
+    """A node's key folder gets a new pair when a head with another state folder launches the
+    same cluster: a server started there admits the new key, not the one the old pair left in
+    its allowed/ folder (an agent that refused its own head's key did not answer it)."""
+    import shutil
+
+    from rlmesh.wire.security import PUBLIC, SECRET
+
+    node = tmp_path / "node-keys"
+    make_cluster_keys(node)
+    ctx = zmq.Context()
+    old = ClusterKeys.load(node)
+    server = ctx.socket(zmq.ROUTER)
+    use_keys(old)
+    try:
+        from rlmesh.wire.security import release, secure_server
+
+        secure_server(server, "tcp://127.0.0.1:0")  # the old pair's allowed/ copy is made
+        server.close(0)
+        release(ctx)
+        fresh = make_cluster_keys(tmp_path / "head-keys")
+        for name in (PUBLIC, SECRET):
+            shutil.copy(fresh.directory / name, node / name)
+        ctx2 = zmq.Context()
+        new = ClusterKeys.load(node)
+        use_keys(new)
+        server = ctx2.socket(zmq.ROUTER)
+        secure_server(server, "tcp://127.0.0.1:0")
+        port = server.bind_to_random_port("tcp://127.0.0.1")
+        reply = answers(f"tcp://127.0.0.1:{port}", curve_serverkey=new.public,
+                        curve_publickey=new.public, curve_secretkey=new.secret)
+        # Nothing serves HELLO on a bare ROUTER: what matters is that the handshake passed,
+        # so the message reached it.
+        assert not reply
+        assert server.poll(2000), "the new pair's client was refused by the ZAP handler"
+        assert (node / "allowed" / PUBLIC).read_bytes() == (node / PUBLIC).read_bytes()
+        server.close(0)
+        release(ctx2)
+        ctx2.term()
+    finally:
+        use_keys(None)
+        ctx.term()

@@ -132,7 +132,7 @@ def test_the_launcher_example_loads_and_documents_every_key() -> None:
     from pathlib import Path
 
     from rlmesh.launcher.cluster_config import load_cluster
-    from rlmesh.launcher.providers.slurm_config import SLURM_KEYS
+    from rlmesh.launcher.providers.tables import SLURM_KEYS
 
     path = Path(__file__).resolve().parents[2] / "launcher" / "slurm" / "cluster.toml"
     config = load_cluster(path)

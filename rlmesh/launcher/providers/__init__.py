@@ -10,6 +10,8 @@ what ties the agents' lives to the head's, and how they stop. The cluster file's
 - ``kubernetes`` (``providers/kubernetes.py``): the nodes are the pods of an Indexed Job the
   launch rendered; each pod's ``rlmesh node --from-env`` starts its agent, which joins the
   head on pod 0.
+- ``torchrun`` (``providers/torchrun.py``): the nodes are the processes of a ``torchrun``
+  launch, one per node; rank 0 is the head, the others' agents join it.
 
 Whatever the provider, the head's Job supervises each agent the same way (heartbeats, a lost
 node's actors placed again) and the scheduler places the job's actors on what it was given.
@@ -39,4 +41,8 @@ def provider_for(cluster: Any) -> Provider:
         from rlmesh.launcher.providers.k8s_head import KubernetesProvider
 
         return KubernetesProvider(cluster)
+    if kind == "torchrun":
+        from rlmesh.launcher.providers.torchrun import TorchrunProvider
+
+        return TorchrunProvider(cluster)
     raise ProviderError(f"no provider {kind!r} (providers: {', '.join(PROVIDERS)})")

@@ -10,7 +10,7 @@ if TYPE_CHECKING:
     from rlmesh.runtime.process import ChildSpec
     from rlmesh.runtime.run_dir import RunDir
 
-PROVIDERS = ("ssh", "slurm", "kubernetes")
+PROVIDERS = ("ssh", "slurm", "kubernetes", "torchrun")
 
 # Makes the process object of node ``node``'s agent, for Job.spawn_child.
 MakeAgent = Callable[["ChildSpec", "RunDir"], Any]

@@ -39,7 +39,7 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from rlmesh.launcher.providers.base import MakeAgent, Provider, ProviderError
-from rlmesh.launcher.providers.slurm_config import SlurmConfig, parse_slurm
+from rlmesh.launcher.providers.tables import SlurmConfig, parse_slurm
 
 __all__ = ["Allocation", "SlurmConfig", "SlurmProvider", "expand_hostlist", "parse_slurm",
            "render_sbatch"]
@@ -362,7 +362,8 @@ class AgentStep:
 
     async def stop(self, grace: float = 10.0) -> None:
         """Close the step's stdin (every agent's lifeline), then end srun if it lingers
-        (SIGTERM: srun cancels the step on every node), then SIGKILL."""
+        (SIGTERM: srun cancels the step on every node), then SIGKILL (its shepherd then
+        cancels the step)."""
         p = self.popen
         if p is None:
             return
@@ -371,10 +372,13 @@ class AgentStep:
                 p.stdin.close()
             except OSError:
                 pass
+        # srun's own pid, never its process group: srun's "shepherd" child cancels the step
+        # when srun dies, and a group-wide SIGKILL would take the shepherd too, leaving every
+        # task running (measured on slurm 22.05: tests/cluster/slurm_cluster.py).
         for sig, wait in ((None, grace), (15, 10.0), (9, 5.0)):
             if sig is not None and p.poll() is None:
                 try:
-                    os.killpg(p.pid, sig)
+                    p.send_signal(sig)
                 except ProcessLookupError:
                     pass
             for _ in range(int(wait / 0.1)):

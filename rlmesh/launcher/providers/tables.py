@@ -1,6 +1,7 @@
-"""The cluster file's ``[slurm]`` table (provider "slurm"): what ``rlmesh launch --submit``
-asks Slurm for and how the agents' step starts, checked key by key. Kept apart from the
-provider (providers/slurm.py) so the cluster file's reader needs none of the provider."""
+"""The cluster file's provider tables, checked key by key: ``[slurm]`` (what ``rlmesh launch
+--submit`` asks Slurm for, how the agents' step starts) and ``[torchrun]``. Kept apart from
+the providers (providers/slurm.py, providers/torchrun.py) so the cluster file's reader needs
+none of them. (``[kubernetes]`` is read by providers/kubernetes.py, which renders from it.)"""
 
 from __future__ import annotations
 
@@ -69,3 +70,28 @@ def parse_slurm(value: Any, key: str = "slurm") -> SlurmConfig:
             raise _Invalid(f"{key}.sbatch_options[{i}]", f"expected an sbatch option such as "
                            f"\"--constraint=a100\", got {_show(option)}")
     return SlurmConfig(**out)
+
+
+TORCHRUN_KEYS = ("join_port", "keys_dir")
+
+
+@dataclass(frozen=True)
+class TorchrunConfig:
+    """``[torchrun]``: where the head (rank 0) takes its agents' joins, and where every rank
+    finds the cluster's CURVE keys (a folder on a file system they share)."""
+
+    join_port: int = 0  # 0: MASTER_PORT + 1
+    keys_dir: str = ""  # "": <the cluster's state folder>/torchrun-keys/ (a shared home)
+
+
+def parse_torchrun(value: Any, key: str = "torchrun") -> TorchrunConfig:
+    data = _table(value, key, TORCHRUN_KEYS)
+    out: dict[str, Any] = {}
+    if "join_port" in data:
+        v = data["join_port"]
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= 65535:
+            raise _Invalid(f"{key}.join_port", f"expected a port (0-65535), got {_show(v)}")
+        out["join_port"] = v
+    if "keys_dir" in data:
+        out["keys_dir"] = _string(data["keys_dir"], f"{key}.keys_dir")
+    return TorchrunConfig(**out)
