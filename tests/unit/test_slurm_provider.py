@@ -141,3 +141,29 @@ def test_the_launcher_example_loads_and_documents_every_key() -> None:
     assert not [k for k in SLURM_KEYS if not re.search(rf"(^|[\s#]){k}\b", text, re.M)]
     script = render_sbatch(config, str(path))
     assert "#SBATCH --cpus-per-task=2" in script
+
+
+def test_a_missing_slurm_command_is_one_line(tmp_path) -> None:
+    """`--submit` where sbatch is not on PATH, and a launch inside an allocation where srun
+    is not: each one line naming the command."""
+    import os
+    import subprocess
+    import sys
+
+    path = tmp_path / "c.toml"
+    path.write_text('cluster_name = "s"\nprovider = "slurm"\n[slurm]\nnodes = 2\n'
+                    '[job]\nrun = "PPO"\nenv = "CartPole-v1"\nstop = { training_iteration = 1 }\n')
+    env = {**os.environ, "PATH": str(tmp_path), "RLMESH_CLUSTERS_DIR": str(tmp_path / "c")}
+    done = subprocess.run([sys.executable, "-m", "rlmesh", "launch", str(path), "--submit"],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.strip() == ("rlmesh launch: error: 'sbatch' not found on PATH: the slurm "
+                                   "provider runs Slurm's own commands (install Slurm's client "
+                                   "tools, or load its module)")
+    inside = {**env, "SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "n[1-2]"}
+    done = subprocess.run([sys.executable, "-m", "rlmesh", "launch", str(path)], env=inside,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1] == (
+        "rlmesh launch: error: 'scontrol' not found on PATH: the slurm provider runs Slurm's "
+        "own commands (install Slurm's client tools, or load its module)")
