@@ -167,13 +167,18 @@ def unavailable_reason() -> str | None:
     return None
 
 
-def require_netns() -> None:
-    reason = unavailable_reason()
+def skip_unless(reason: str | None, tests: str = "the cluster tests") -> None:
+    """Skip the test for ``reason`` (None: nothing missing), except on CI, where a broken
+    environment must fail, not hide."""
     if reason is None:
         return
     if on_ci():
-        pytest.fail(f"{reason} (CI=true: the cluster tests must run on CI, not be skipped)")
+        pytest.fail(f"{reason} (CI=true: {tests} must run on CI, not be skipped)")
     pytest.skip(reason)
+
+
+def require_netns() -> None:
+    skip_unless(unavailable_reason())
 
 
 @pytest.fixture(scope="session")

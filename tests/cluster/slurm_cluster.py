@@ -238,15 +238,10 @@ def slurm_unavailable_reason() -> str | None:
 
 
 def require_slurm() -> None:
-    from tests.cluster.conftest import on_ci, require_netns
+    from tests.cluster.conftest import require_netns, skip_unless
 
     require_netns()
-    reason = slurm_unavailable_reason()
-    if reason is None:
-        return
-    if on_ci():
-        pytest.fail(f"{reason} (CI=true: the Slurm tests must run on CI, not be skipped)")
-    pytest.skip(reason)
+    skip_unless(slurm_unavailable_reason(), "the Slurm tests")
 
 
 @pytest.fixture(scope="session")

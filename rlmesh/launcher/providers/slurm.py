@@ -402,18 +402,10 @@ def render_sbatch(cluster: Any, cluster_file: str, *, python: str | None = None,
              f"#SBATCH --job-name={name}", f"#SBATCH --nodes={c.nodes}",
              "#SBATCH --ntasks-per-node=1", f"#SBATCH --time={c.time}",
              f"#SBATCH --output={c.output or f'slurm-{name}-%j.out'}"]
-    if c.cpus_per_node:
-        lines.append(f"#SBATCH --cpus-per-task={c.cpus_per_node}")
-    if c.partition:
-        lines.append(f"#SBATCH --partition={c.partition}")
-    if c.gres:
-        lines.append(f"#SBATCH --gres={c.gres}")
-    if c.gpus_per_node:
-        lines.append(f"#SBATCH --gpus-per-node={c.gpus_per_node}")
-    if c.account:
-        lines.append(f"#SBATCH --account={c.account}")
-    if c.qos:
-        lines.append(f"#SBATCH --qos={c.qos}")
+    optional = [("cpus-per-task", c.cpus_per_node), ("partition", c.partition),
+                ("gres", c.gres), ("gpus-per-node", c.gpus_per_node),
+                ("account", c.account), ("qos", c.qos)]
+    lines += [f"#SBATCH --{flag}={value}" for flag, value in optional if value]
     lines += [f"#SBATCH {option}" for option in c.sbatch_options]
     lines += ["set -euo pipefail", *c.setup,
               shlex.join([python or c.python, "-m", "rlmesh", "launch",
