@@ -276,7 +276,12 @@ def _submit_or_render(cluster: Any, args: argparse.Namespace) -> int:
         if args.no_follow:
             print(job_id)
             return 0
-        return slurm.follow(job_id, folder / out)
+        try:
+            return slurm.follow(job_id, folder / out)
+        except KeyboardInterrupt:
+            print(f"\nrlmesh launch: stopped following; Slurm job {job_id} goes on (scancel "
+                  f"{job_id} stops it; its output: {folder / out})", file=sys.stderr)
+            return 130
     except (ProviderError, ValueError) as exc:
         print(f"rlmesh launch: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
