@@ -286,6 +286,22 @@ def test_a_job_larger_than_the_allocation_is_refused_before_any_agent_starts(
     assert not (tmp_path / "results").exists() or not list((tmp_path / "results").rglob("result.json"))
 
 
+def test_launch_from_sallocs_shell_on_the_login_machine(slurm_cluster: SlurmCluster,
+                                                       env: dict[str, str], tmp_path: Path) -> None:
+    """`salloc -N 3 rlmesh launch`: the shell salloc runs is on this machine (the login
+    node), no node of the allocation; the head runs here, on this machine's address on the
+    route to the nodes, and the agents join it from the nodes."""
+    path = slurm_file(tmp_path, "slalloc", stop={"training_iteration": 2})
+    done = subprocess.run(["salloc", "-N", "3", "--cpus-per-task=2", *RLMESH, "launch",
+                           str(path)], env=env, capture_output=True, text=True, timeout=300,
+                          stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    table = placement_lines(done.stdout + done.stderr)
+    for node in slurm_cluster.node_names:
+        assert any(l.strip().startswith(node) and "env_runner" in l for l in table), table
+    assert result_rows(tmp_path)[-1]["training_iteration"] == 2
+
+
 def test_outside_an_allocation_is_one_line(tmp_path: Path) -> None:
     path = slurm_file(tmp_path, "slout", stop={"training_iteration": 1})
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}

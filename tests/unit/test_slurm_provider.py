@@ -76,6 +76,8 @@ def test_allocation_from_env() -> None:
                              "SLURM_JOB_CPUS_PER_NODE": "2(x3)", "SLURMD_NODENAME": "n1"})
     assert a.nodes == ("n1", "n2", "n3") and a.cpus == (2, 2, 2) and a.batch_host == "n1"
     assert a.gpus_per_node is None
+    # salloc's shell runs outside the allocation (a login node): no node of it is this one.
+    assert Allocation.from_env({"SLURM_JOB_ID": "18", "SLURM_JOB_NODELIST": "n1"}).batch_host is None
 
 
 def test_outside_an_allocation_is_one_line() -> None:

@@ -5,6 +5,8 @@ each started by a single ``srun`` step.
 What Slurm gives and this reads:
 - the nodes: ``SLURM_JOB_NODELIST`` expanded as ``scontrol show hostnames`` does
   (``expand_hostlist``), their addresses from ``scontrol show node`` (NodeAddr);
+- where the head is: on its node of the allocation in a batch script (``SLURMD_NODENAME``),
+  or, in salloc's shell on a login node, this machine's address on the route to the nodes;
 - their CPUs: ``SLURM_JOB_CPUS_PER_NODE`` (``"4(x2),2"``: one count per node, in order);
 - their GPUs: ``SLURM_GPUS_ON_NODE``, else the count of the job's ``--gres=gpu:N``/
   ``--gpus-per-node``; where Slurm says nothing, the agent detects the node's own devices.
@@ -140,7 +142,9 @@ class Allocation:
     nodes: tuple[str, ...]
     cpus: tuple[int, ...]
     gpus_per_node: int | None
-    batch_host: str  # the node this process runs on
+    # The allocated node this process runs on (a batch script's, an srun step's); None in
+    # salloc's shell, which runs where salloc was typed (a login node), outside the nodes.
+    batch_host: str | None
     addresses: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
     @classmethod
@@ -159,8 +163,8 @@ class Allocation:
             raise ProviderError(f"cannot read the Slurm allocation: {exc}") from None
         if not nodes:
             raise ProviderError("SLURM_JOB_NODELIST is empty: no nodes in this allocation")
-        host = env.get("SLURMD_NODENAME") or nodes[0]
-        return cls(env["SLURM_JOB_ID"], tuple(nodes), tuple(cpus), gpus_from_env(env), host)
+        return cls(env["SLURM_JOB_ID"], tuple(nodes), tuple(cpus), gpus_from_env(env),
+                   env.get("SLURMD_NODENAME") or None)
 
 
 def need_tool(name: str) -> str:
@@ -223,8 +227,15 @@ class SlurmProvider(Provider):
                 resources["GPU"] = float(a.gpus_per_node)
             nodes.append(NodeConfig(name=name, host=addresses[name],
                                     resources=MappingProxyType(resources)))
-        head_host = self.cluster.head.host or addresses.get(a.batch_host) \
-            or addresses[a.nodes[0]]
+        head_host = self.cluster.head.host
+        if not head_host and a.batch_host in addresses:
+            head_host = addresses[a.batch_host]  # a batch script: the head on its node
+        elif not head_host:
+            # salloc's shell on a login node: this machine's address on the route to the
+            # nodes (the login node is no node of the allocation).
+            from rlmesh.launcher.join import outward_address
+
+            head_host = outward_address(addresses[a.nodes[0]])
         head = HeadConfig(host=head_host, resources=None, labels=())
         self.allocation = replace(a, addresses=MappingProxyType(addresses))
         self.cluster = replace(self.cluster, nodes=tuple(nodes), head=head)
