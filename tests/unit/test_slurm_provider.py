@@ -169,3 +169,20 @@ def test_a_missing_slurm_command_is_one_line(tmp_path) -> None:
     assert done.stderr.strip().splitlines()[-1] == (
         "rlmesh launch: error: 'scontrol' not found on PATH: the slurm provider runs Slurm's "
         "own commands (install Slurm's client tools, or load its module)")
+
+
+def test_submit_and_render_are_refused_for_another_provider(tmp_path) -> None:
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parents[2] / "launcher" / "ssh" / "cluster-netns.toml"
+    env = {**os.environ, "RLMESH_CLUSTERS_DIR": str(tmp_path / "c")}
+    for flags, line in ((["--submit"], "--submit is for provider 'slurm'"),
+                        (["--render", "k8s"], "--render k8s is for provider 'kubernetes'")):
+        done = subprocess.run([sys.executable, "-m", "rlmesh", "launch", str(example), *flags],
+                              env=env, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2
+        assert done.stderr.startswith(f"rlmesh launch: error: {line}"), done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1
