@@ -266,6 +266,10 @@ def test_submit_test_only_is_sbatchs_own_check(slurm_cluster: SlurmCluster,
     assert re.search(r"Job \d+ to start at", done.stdout + done.stderr)
     script = (Path(env["RLMESH_CLUSTERS_DIR"]) / "sltest" / "submit" / "submit.sbatch").read_text()
     assert "#SBATCH --nodes=3" in script and "#SBATCH --partition=debug" in script
+    # The template an operator starts a batch script of their own from, as shipped.
+    template = Path(__file__).resolve().parents[2] / "launcher" / "slurm" / "job.sbatch"
+    checked = slurm_cluster.run(["sbatch", "--test-only", str(template)])
+    assert checked.returncode == 0 and "to start at" in checked.stderr, checked.stderr
     # More nodes than the cluster has: sbatch refuses, in one line.
     big = slurm_file(tmp_path, "slbig", stop={"training_iteration": 1}, nodes=5)
     refused = rlmesh("launch", str(big), "--submit", "--test-only", env=env, timeout=60)
