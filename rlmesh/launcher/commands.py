@@ -260,7 +260,7 @@ def _submit_or_render(cluster: Any, args: argparse.Namespace) -> int:
             else:
                 sys.stdout.write(text)
             return 0
-        from rlmesh.launcher.providers import slurm
+        from rlmesh.launcher.providers import slurm_submit as slurm
 
         script = slurm.render_sbatch(cluster, args.cluster_file, python=sys.executable,
                                      resume=args.resume)

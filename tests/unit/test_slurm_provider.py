@@ -11,7 +11,8 @@ import pytest
 from rlmesh.launcher.cluster_config import ClusterConfigError, parse_cluster
 from rlmesh.launcher.providers import ProviderError
 from rlmesh.launcher.providers.slurm import (Allocation, cpus_per_node, expand_hostlist,
-                                             gpus_from_env, render_sbatch)
+                                             gpus_from_env)
+from rlmesh.launcher.providers.slurm_submit import render_sbatch
 
 JOB = {"run": "PPO", "env": "CartPole-v1", "stop": {"training_iteration": 1}}
 
