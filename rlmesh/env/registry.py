@@ -79,15 +79,16 @@ def make_env(env_spec: Any, env_config: dict | None = None,
                          "or a registered name or 'pkg.module:make_env'")
     if handed.is_token(env_spec):
         env_spec = handed.resolve(env_spec, "env")
-    if callable(env_spec):
-        env = env_spec(env_config)
+    if isinstance(env_spec, str) and ":" in env_spec and env_spec not in registry:
+        env = _make_from_path(env_spec, env_config)
+    elif callable(env_spec) or (isinstance(env_spec, str) and env_spec in registry):
+        env = creator_for(env_spec, registry)(env_config)
     elif not isinstance(env_spec, str):
         raise TypeError(f"env must be a string (id, registered name or import path), got {env_spec!r}")
-    elif env_spec in registry:
-        env = import_object(registry[env_spec], f"registered env {env_spec!r}")(env_config)
-    elif ":" in env_spec:
-        env = _make_from_path(env_spec, env_config)
     else:
+        from rlmesh.env.gym_vector import env_config_without_vector
+
+        env_config = env_config_without_vector(env_config)
         from rlmesh.preprocessing import ale_id, atari_settings, make_atari
 
         if ale_id(env_spec) is None:  # an Atari id without ale-py
@@ -103,6 +104,29 @@ def make_env(env_spec: Any, env_config: dict | None = None,
     if not isinstance(env, gym.Env):
         raise TypeError(f"env {env_spec!r} made a {type(env).__name__}, not a gymnasium.Env")
     return env
+
+
+def creator_for(env_spec: Any, registry: dict[str, str] | None = None) -> Callable[[dict], Any]:
+    """The callable that makes ``env_spec`` from an env_config: the creator itself, a
+    registered name's, or an import path's ``"pkg.module:make"``; ValueError for an id."""
+    registry = _REGISTRY if registry is None else registry
+    if handed.is_token(env_spec):
+        env_spec = handed.resolve(env_spec, "env")
+    if callable(env_spec):
+        return env_spec
+    if isinstance(env_spec, str) and env_spec in registry:
+        return import_object(registry[env_spec], f"registered env {env_spec!r}")
+    if isinstance(env_spec, str) and ":" in env_spec:
+        module_name, _, attr = env_spec.partition(":")
+        try:
+            module = import_module(module_name, "env", env_spec)
+        except ValueError as exc:
+            raise (missing_module_error(env_spec, exc) or exc) from None
+        creator = getattr(module, attr, None)
+        if callable(creator):
+            return creator
+    raise ValueError(f"env {env_spec!r} is not a creator, a registered name or an import "
+                     "path 'pkg.module:make'")
 
 
 def missing_module_error(env_spec: str, exc: BaseException) -> EnvError | None:

@@ -173,6 +173,28 @@ class ReturnNormalizer:
         var = self.m2 / self.n if self.n > 1 else 1.0
         return max(-CLIP, min(CLIP, reward / (var + self.epsilon) ** 0.5))
 
+    def batch(self, envs: slice, rewards: np.ndarray, ended: np.ndarray,
+              skip: np.ndarray | None = None) -> np.ndarray:
+        """The same for envs ``envs`` stepped together (a vector env): their returns added to
+        the statistics as one batch (Chan's merge: what adding them one at a time gives),
+        each reward scaled by the std after it. ``skip``: steps that only reset an env
+        (next-step autoreset), left out of the statistics."""
+        if not isinstance(self.returns, np.ndarray):
+            self.returns = np.asarray(self.returns, np.float64)
+        ret = self.returns[envs] * self.gamma + rewards
+        seen = ret if skip is None else ret[~skip]
+        if len(seen):
+            n, mean = len(seen), float(seen.mean())
+            m2 = float(((seen - mean) ** 2).sum())
+            total = self.n + n
+            delta = mean - self.mean
+            self.m2 += m2 + delta * delta * self.n * n / total
+            self.mean += delta * n / total
+            self.n = total
+        self.returns[envs] = np.where(ended, 0.0, ret)
+        var = self.m2 / self.n if self.n > 1 else 1.0
+        return np.clip(rewards / (var + self.epsilon) ** 0.5, -CLIP, CLIP).astype(np.float32)
+
     def reset(self, b: int) -> None:
         """Env ``b`` starts over (a discarded episode, a recreated env)."""
         self.returns[b] = 0.0

@@ -26,6 +26,15 @@ _LOG_2PI = math.log(2 * math.pi)
 LOG_STD_MIN, LOG_STD_MAX, SQUASH_EPS = -20.0, 2.0, 1e-6
 GAUSSIAN_LOG_STD_CLIP = 20.0  # DiagGaussian.LOG_STD_CLIP (numpy: no torch import here)
 
+# The same in place (``x`` is a fresh product): a batch of thousands of observations
+# makes each temporary a copy of the whole hidden layer.
+ACTIVATIONS_INPLACE: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "tanh": lambda x: np.tanh(x, out=x),
+    "relu": lambda x: np.maximum(x, np.float32(0.0), out=x),
+    "swish": lambda x: np.multiply(x, 1.0 / (1.0 + np.exp(-x)), out=x),
+    "linear": lambda x: x,
+}
+
 ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "tanh": np.tanh,
     "relu": lambda x: np.maximum(x, 0.0),
@@ -59,6 +68,7 @@ class NumpyPolicy:
         self.obs_space, self.action_space = obs_space, action_space
         self.kind, self.num_inputs = action_dist(action_space, config["squash_actions"])
         self.activation = ACTIVATIONS[config["fcnet_activation"]]
+        self.activation_ = ACTIVATIONS_INPLACE[config["fcnet_activation"]]
         self.free_log_std = bool(config["free_log_std"])
         self.explore = explore
         self.rng = np.random.default_rng(seed)
@@ -121,8 +131,11 @@ class NumpyPolicy:
         """The model's distribution inputs ``[N, num_inputs]`` for raw observations."""
         x = self._preprocess(obs)
         for weight, bias in self._layers:
-            x = self.activation(x @ weight + bias)
-        out = x @ self._head[0] + self._head[1]
+            x = x @ weight  # a new array: the bias and the activation go in place
+            x += bias
+            x = self.activation_(x)
+        out = x @ self._head[0]
+        out += self._head[1]
         if self.free_log_std:
             out = np.concatenate([out, np.broadcast_to(self.weights["log_std"], out.shape)], -1)
         return out.astype(np.float32, copy=False)
@@ -144,10 +157,8 @@ class NumpyPolicy:
         explore = self.explore if explore is None else explore
         if self.kind == CATEGORICAL and len(inputs) == 1 and inputs.shape[1] <= 64:
             return (*self._categorical_one(inputs[0].tolist(), explore), inputs)
-        if self.kind == CATEGORICAL:  # the log-softmax serves both the draw and its logp
-            log_probs = _log_softmax(inputs)
-            actions = self._categorical(log_probs, explore)
-            return actions, log_probs[np.arange(len(actions)), actions], inputs
+        if self.kind == CATEGORICAL:
+            return (*self._categorical_batch(inputs, explore), inputs)
         actions = self.sample(inputs, explore)
         return actions, self.logp(inputs, actions), inputs
 
@@ -166,6 +177,35 @@ class NumpyPolicy:
             action = logits.index(top)
         logp = logits[action] - top - math.log(total)
         return np.array([action], np.int64), np.array([logp], np.float32)
+
+    def _categorical_batch(self, logits: np.ndarray, explore: bool
+                           ) -> tuple[np.ndarray, np.ndarray]:
+        """A batch's draws and their logp from one pass over the shifted logits (a batch of
+        thousands of envs: each numpy call over it counts)."""
+        k = logits.shape[-1]
+        if k <= 32:  # column by column: numpy's reductions over a short last axis are slow
+            top = logits[:, 0].copy()
+            for j in range(1, k):
+                np.maximum(top, logits[:, j], out=top)
+            shifted = logits - top[:, None]
+        else:
+            shifted = logits - logits.max(-1, keepdims=True)
+        weights = np.exp(shifted)
+        cdf = np.cumsum(weights, -1)
+        total = cdf[:, -1]
+        if explore:
+            u = self.rng.random(len(logits), dtype=np.float32) * total
+            if k <= 32:
+                actions = np.zeros(len(logits), np.int64)
+                for j in range(k - 1):
+                    actions += cdf[:, j] <= u
+            else:
+                actions = (cdf <= u[:, None]).sum(-1)
+                np.minimum(actions, k - 1, out=actions)
+        else:
+            actions = shifted.argmax(-1)
+        picked = np.take_along_axis(shifted, actions[:, None], -1)[:, 0]
+        return actions.astype(np.int64, copy=False), (picked - np.log(total)).astype(np.float32)
 
     def _categorical(self, log_probs: np.ndarray, explore: bool) -> np.ndarray:
         if not explore:

@@ -115,7 +115,7 @@ class EnvRunner(FragmentStreams, MultiAgentPolicies, VersionedPolicies, Gradient
         self.sampler_kind, self.sampler = make_sampler(
             self, self._create_env, spec.env_registry, seeds, self.use_vector_env,
             central=bool(self._inference_name))
-        check_rewards(self.sampler_kind, cfg)
+        check_rewards(self.sampler_kind, cfg, self.sampler)
         job = current_job()
         if job is not None:  # a blocked env step shows in the heartbeat's status
             job.diagnostics.add_probe(f"env_runner-{worker_index}", self._busy)

@@ -23,6 +23,8 @@ class FragmentBuffer:
         self.cols = {k: self._column(max(1, num_rows), spec) for k, spec in specs.items()}
         self.rows = 0
         self.trunc: list[tuple[int, int, Any]] = []  # (t, b, final obs) of truncated steps
+        # The same for a batch of envs at once (a vector env): (t, envs, their final obs).
+        self.trunc_batches: list[tuple[int, np.ndarray, np.ndarray]] = []
 
     def _column(self, rows: int, spec: ColumnSpec) -> np.ndarray:
         return np.zeros((rows, self.num_envs, *spec.shape), spec.dtype)
@@ -33,6 +35,10 @@ class FragmentBuffer:
             spec = self.specs[key] = ColumnSpec.of(values)
             col = self.cols[key] = self._column(len(self.cols[Columns.MASK]), spec)
         col[t, idx] = values
+
+    def add_truncated(self, t: int, envs: np.ndarray, final_obs: np.ndarray) -> None:
+        """Envs ``envs`` were truncated on row ``t``, their last observations ``final_obs``."""
+        self.trunc_batches.append((t, np.asarray(envs), np.asarray(final_obs)))
 
     def add_row(self) -> int:
         capacity = len(self.cols[Columns.MASK])
@@ -49,7 +55,14 @@ class FragmentBuffer:
         out: dict[str, Any] = {k: v[:T] for k, v in self.cols.items()}
         out["next_obs"] = np.asarray(np.stack(next_obs), dtype=dtype)
         trunc = [(t, b, o) for t, b, o in self.trunc if t < T - 1]
-        out["trunc_index"] = np.array([(t, b) for t, b, _ in trunc], dtype=np.int64).reshape(-1, 2)
-        out["trunc_obs"] = (np.asarray(np.stack([o for _, _, o in trunc]), dtype=dtype) if trunc
-                            else np.zeros((0, *shape), dtype))
+        index = [np.array([(t, b) for t, b, _ in trunc], dtype=np.int64).reshape(-1, 2)]
+        finals = [np.asarray(np.stack([o for _, _, o in trunc]), dtype=dtype) if trunc
+                  else np.zeros((0, *shape), dtype)]
+        for t, envs, obs in self.trunc_batches:
+            if t < T - 1:
+                index.append(np.stack([np.full(len(envs), t, np.int64),
+                                       envs.astype(np.int64)], axis=1))
+                finals.append(np.asarray(obs, dtype=dtype).reshape(len(envs), *shape))
+        out["trunc_index"] = np.concatenate(index) if len(index) > 1 else index[0]
+        out["trunc_obs"] = np.concatenate(finals) if len(finals) > 1 else finals[0]
         return out

@@ -1,11 +1,13 @@
 """Which sampler an env runner steps its envs with, chosen by what its envs are (a small
-function of: the C++ vector env? a MultiAgentEnv?), and each kind's extras: the observation
-filter and reward normalizer of gymnasium envs, the policies of a multi-agent sampler."""
+function of: a vector env, C++ Atari or any gymnasium VectorEnv? a MultiAgentEnv?), and each
+kind's extras: the observation filter and reward normalizer of gymnasium envs, the policies
+of a multi-agent sampler."""
 
 from __future__ import annotations
 
 from typing import Any, Callable
 
+from rlmesh.env.gym_vector import gym_vector_maker
 from rlmesh.env.multi_agent_env import is_multi_agent
 from rlmesh.env.vector import double_buffered, vector_maker
 from rlmesh.rl.filters import ReturnNormalizer, make_filter
@@ -15,8 +17,8 @@ from rlmesh.roles.vector_sampler import VectorEnvSampler
 
 
 def sampler_kind(vector: bool, multi_agent: bool) -> str:
-    """"vector" (Atari in the C++ vector env), "multi_agent" (a MultiAgentEnv) or "env"
-    (gymnasium envs, one agent)."""
+    """"vector" (a vector env: C++ Atari or a gymnasium VectorEnv), "multi_agent" (a
+    MultiAgentEnv) or "env" (gymnasium envs, one agent)."""
     return "vector" if vector else "multi_agent" if multi_agent else "env"
 
 
@@ -27,12 +29,20 @@ def make_sampler(runner: Any, create: Callable[[int], Any], registry: dict[str, 
     actions come from the inference actor, ``runner._central_act``)."""
     cfg = runner.config
     n = cfg.num_envs_per_env_runner
-    vector = vector_maker(cfg, registry) if vector_env else None
+    atari = vector_maker(cfg, registry) if vector_env else None
+    vector = atari or (gym_vector_maker(cfg, registry) if vector_env else None)
     if vector is not None:
-        return "vector", VectorEnvSampler(
+        sampler = VectorEnvSampler(
             vector, n, splits=2 if double_buffered(cfg, True, central) else 1, seed=seeds[0],
             callbacks=runner.callbacks, env_runner=runner, clip_rewards=cfg.clip_rewards,
-            act=runner._central_act if central else None)
+            act=runner._central_act if central else None,
+            normalize_actions=cfg.normalize_actions and not cfg.model.get("squash_actions", False),
+            clip_actions=cfg.clip_actions)
+        if atari is None:  # frames are not filtered (observation_filter refused for Atari)
+            sampler.obs_filter = make_filter(cfg.observation_filter, sampler.observation_space)
+            if cfg.normalize_rewards:
+                sampler.reward_normalizer = ReturnNormalizer(n, cfg.gamma)
+        return "vector", sampler
     double_buffered(cfg, vector=False)  # True asked without a vector env: one line
     first = [create(0)]  # built once to tell its kind, then handed out as env 0
     kind = sampler_kind(False, is_multi_agent(first[0]))
@@ -53,9 +63,11 @@ def make_sampler(runner: Any, create: Callable[[int], Any], registry: dict[str, 
     return kind, sampler
 
 
-def check_rewards(kind: str, cfg: Any) -> None:
-    """``normalize_rewards`` only where it is implemented (gymnasium envs, one agent)."""
-    if kind != "env" and cfg.normalize_rewards:
+def check_rewards(kind: str, cfg: Any, sampler: Any = None) -> None:
+    """``normalize_rewards`` only where it is implemented (gymnasium envs, one agent, one
+    at a time or as a vector env)."""
+    vector_ok = kind == "vector" and getattr(sampler, "reward_normalizer", None) is not None
+    if kind != "env" and cfg.normalize_rewards and not vector_ok:
         raise ValueError("normalize_rewards: only runners of gymnasium envs (one agent, "
                          "not the Atari vector env) normalize rewards; use clip_rewards")
 

@@ -1,7 +1,9 @@
-"""The sampling logic of an env runner over C++ vector envs (rlmesh/env/vector.py), as plain
-code tested without sockets: fragments in EnvSampler's layout, and double buffering, Sample
-Factory's split: the runner's envs in two groups, one stepping in the emulator's threads
-while the runner computes (or awaits, with central inference) the other's actions."""
+"""The sampling logic of an env runner over vector envs (ale-py's and EnvPool's C++ Atari,
+rlmesh/env/vector.py; any gymnasium VectorEnv, rlmesh/env/gym_vector.py), as plain code
+tested without sockets: fragments in EnvSampler's layout, written a whole batch at a time
+(no Python runs per env unless a callback asks for each episode), and double buffering,
+Sample Factory's split: the runner's envs in two groups, one stepping in the emulator's
+threads while the runner computes (or awaits, with central inference) the other's actions."""
 
 from __future__ import annotations
 
@@ -11,10 +13,14 @@ from typing import Any, Awaitable, Callable
 
 import numpy as np
 
+import gymnasium as gym
+
 from rlmesh.callbacks import Callbacks, Episode
+from rlmesh.env.registry import actions_for_env
 from rlmesh.policy.policy import Policy
 from rlmesh.rl.columns import Columns, env_columns, optional_columns
 from rlmesh.rl.filters import NoFilter
+from rlmesh.rl.finite import NonFiniteError, describe
 from rlmesh.roles.env_slots import RESEED_STRIDE
 from rlmesh.roles.fragment_buffer import FragmentBuffer
 from rlmesh.roles.runner_policy import call_actions
@@ -44,7 +50,9 @@ class VectorEnvSampler:
     def __init__(self, make_vector: Callable[[int], Any], num_envs: int,
                  policy: Policy | None = None, *, splits: int = 1, seed: int | None = None,
                  callbacks: Callbacks | None = None, env_runner: Any = None,
-                 clip_rewards: bool | float | None = None, act: Act | None = None) -> None:
+                 clip_rewards: bool | float | None = None, act: Act | None = None,
+                 normalize_actions: bool = True, clip_actions: bool = True,
+                 obs_filter: Any = None, reward_normalizer: Any = None) -> None:
         self.sizes = split_sizes(num_envs, splits)
         self.groups = [make_vector(n) for n in self.sizes]
         self.offsets = list(itertools.accumulate([0, *self.sizes[:-1]]))
@@ -58,11 +66,20 @@ class VectorEnvSampler:
         if callbacks is not None and type(callbacks).on_episode_step is not Callbacks.on_episode_step:
             raise VectorSamplerError(
                 f"{type(callbacks).__name__}.on_episode_step: per-step callbacks are not called "
-                "with a vector env (they would run between the emulator's threads); use "
-                "on_episode_end, or env_config atari vector False")
+                "with a vector env (the envs step as one batch); use on_episode_end, or "
+                "env_config vector False (Atari: env_config atari vector False)")
         self.env_runner = env_runner if env_runner is not None else self
         self.clip_rewards = clip_rewards
-        self.obs_filter = NoFilter()  # frames are not filtered (observation_filter refused)
+        # observation_filter (rl/filters.py) over the whole batch; normalize_rewards by the
+        # batch's returns (ReturnNormalizer.batch): both numpy over the batch.
+        self.obs_filter = obs_filter if obs_filter is not None else NoFilter()
+        self.reward_normalizer = reward_normalizer
+        self.normalize_actions, self.clip_actions = normalize_actions, clip_actions
+        space = self.action_space
+        self._int_actions = isinstance(space, gym.spaces.Discrete)
+        self._box_actions = isinstance(space, gym.spaces.Box)
+        self._float_obs = np.dtype(getattr(self.observation_space, "dtype", None)
+                                   or np.uint8).kind == "f"
         self.counters = {"num_env_steps_sampled": 0, "num_episodes": 0, "env_errors": 0,
                          "num_nonfinite_steps_skipped": 0}
         self.first_env_error: str | None = None
@@ -91,8 +108,8 @@ class VectorEnvSampler:
         if policy.get_initial_state() or set(wanted) & set(optional):
             raise VectorSamplerError(
                 f"{type(policy).__name__} asks for recurrent state or previous actions/rewards, "
-                "which the Atari vector env sampler does not keep yet; set env_config atari "
-                "vector False (or use framestack instead of use_lstm)")
+                "which the vector env sampler does not keep yet; set env_config vector False "
+                "(Atari: atari vector False, or framestack instead of use_lstm)")
         self._specs = {**env_columns(self.observation_space, self.action_space),
                        **{k: v for k, v in wanted.items() if k not in optional}}
         self._bound = policy
@@ -144,13 +161,13 @@ class VectorEnvSampler:
                 pending[g] = True
             if t + 1 >= num_steps and not (complete_episodes and live.any()):
                 break
-        finals: dict[int, np.ndarray] = {}  # envs whose episode ended on the last row
+        finals: list[tuple[np.ndarray, np.ndarray]] = []  # (envs, last obs): ended on the last row
         for g in range(len(self.groups)):
             pending[g] = False
             self._recv(g, t, buf, live, finals)
         next_obs = np.concatenate(self._obs)
-        for b, last in finals.items():
-            next_obs[b] = last
+        for envs, last in finals:
+            next_obs[envs] = last
         if complete_episodes:
             self._started = False  # envs stepped past their episode: fresh ones next time
         fragment = buf.build(next_obs)
@@ -180,12 +197,22 @@ class VectorEnvSampler:
                 cols[key][t, sl] = values
             else:
                 buf.put(key, t, sl, values)
-        self.groups[g].send(np.asarray(actions, np.int64))
+        self.groups[g].send(self._env_actions(actions))
+
+    def _env_actions(self, actions: Any) -> Any:
+        """The actions as the env steps them: integers for Discrete, Box actions rescaled
+        or clipped (normalize_actions, clip_actions), others as sampled."""
+        if self._int_actions:
+            return np.asarray(actions, np.int64)
+        if self._box_actions:
+            return actions_for_env(np.asarray(actions), self.action_space,
+                                   self.normalize_actions, self.clip_actions)
+        return actions
 
     def _recv(self, g: int, t: int, buf: FragmentBuffer, live: np.ndarray,
-              finals: dict[int, np.ndarray] | None = None) -> None:
+              finals: list[tuple[np.ndarray, np.ndarray]] | None = None) -> None:
         """Group ``g``'s step results into row ``t``; ended episodes reported, their last
-        frame kept for bootstrapping (``trunc_obs``, or ``next_obs`` on the last row)."""
+        observation kept for bootstrapping (``trunc_obs``, or ``next_obs`` on the last row)."""
         off, n = self.offsets[g], self.sizes[g]
         sl = slice(off, off + n)
         obs, reward, terminated, truncated, info = self.groups[g].recv()
@@ -198,35 +225,73 @@ class VectorEnvSampler:
                     for k, v in info.items()}
         cols = buf.cols
         reward = np.asarray(reward, np.float32)
-        cols[Columns.REWARDS][t, sl] = self._clipped(reward)
-        cols[Columns.TERMINATEDS][t, sl] = terminated
-        cols[Columns.TRUNCATEDS][t, sl] = truncated
+        done_mask = np.logical_or(terminated, truncated)
+        # One sum each: NaN or inf anywhere makes it non-finite (the exact check follows).
+        if self._float_obs and not np.isfinite(obs.sum()) and not np.isfinite(obs).all():
+            self._nonfinite(off, obs, "observation")
+        if not np.isfinite(reward.sum()) and not np.isfinite(reward).all():
+            self._nonfinite(off, reward, "reward")
         counted = live[sl]
-        resetting = info.get("reset_step")  # EnvPool: this step only reset the env
+        resetting = info.get("reset_step")  # next-step autoreset: this step only reset the env
         if resetting is not None and resetting.any():
             counted = counted & ~resetting
-            reward = np.where(resetting, 0.0, reward).astype(np.float32)
+            reward = np.where(resetting, np.float32(0.0), reward)
+        trained = reward
+        if self.reward_normalizer is not None:
+            trained = self.reward_normalizer.batch(sl, reward, done_mask, resetting)
+        cols[Columns.REWARDS][t, sl] = self._clipped(trained)
+        cols[Columns.TERMINATEDS][t, sl] = terminated
+        cols[Columns.TRUNCATEDS][t, sl] = truncated
         cols[Columns.MASK][t, sl] = counted
         self._returns[sl] += reward
         self._lengths[sl] += counted if resetting is not None else 1
-        self._obs[g] = obs
-        done = np.flatnonzero(np.logical_or(terminated, truncated))
-        if not len(done):
+        filtered = type(self.obs_filter) is not NoFilter
+        self._obs[g] = self.obs_filter(obs) if filtered else obs
+        if not done_mask.any():
             return
+        done = np.flatnonzero(done_mask)
         final = info.get("final_obs")
-        for k in done:
-            b = off + int(k)
-            last = final[k] if final is not None else obs[k]
-            if finals is not None:
-                finals[b] = last
-            elif truncated[k] and not terminated[k]:
-                buf.trunc.append((t, b, np.array(last)))
-            if live[b]:
-                self._end_episode(b)
-                if self._cut is not None and t >= self._cut:
-                    live[b] = False  # complete_episodes: done; its later rows are padding
-            else:  # complete_episodes: the episode begun past the cut is not reported
-                self._start_episode(b)
+        last = (np.asarray(final)[done] if final is not None else obs[done])
+        if filtered:
+            last = self.obs_filter(last, update=False)
+        envs = off + done
+        if finals is not None:
+            finals.append((envs, last))
+        else:
+            cut = truncated[done] & ~terminated[done]
+            if cut.any():
+                buf.add_truncated(t, envs[cut], last[cut])
+        self._end_episodes(envs, t, live)
+
+    def _nonfinite(self, off: int, values: np.ndarray, what: str) -> None:
+        rows = np.flatnonzero(~np.isfinite(values.reshape(len(values), -1)).all(axis=1))
+        b = off + int(rows[0])
+        raise NonFiniteError(f"env {b} of this runner's vector env returned a non-finite "
+                             f"{what} ({describe(values[rows[0]])}); a vector env cannot "
+                             "skip one env's episode: fix the env (or clip its values)")
+
+    def _end_episodes(self, envs: np.ndarray, t: int, live: np.ndarray) -> None:
+        """Episodes of ``envs`` ended on row ``t``: reported (those begun before a
+        complete_episodes cut), and new ones begun. Callbacks see each one; without them
+        this is a few array operations for the whole batch."""
+        if self.callbacks is not None:
+            for b in envs.tolist():
+                if live[b]:
+                    self._end_episode(b)
+                    if self._cut is not None and t >= self._cut:
+                        live[b] = False
+                else:
+                    self._start_episode(b)
+            return
+        reported = envs[live[envs]]
+        returns, lengths = self._returns[reported].tolist(), self._lengths[reported].tolist()
+        self._episodes.extend({"return": r, "length": n, "custom_metrics": {}}
+                              for r, n in zip(returns, lengths))
+        self.counters["num_episodes"] += len(reported)
+        if self._cut is not None and t >= self._cut:
+            live[reported] = False  # complete_episodes: done; its later rows are padding
+        self._returns[envs] = 0
+        self._lengths[envs] = 0
 
     def _clipped(self, reward: np.ndarray) -> np.ndarray:
         if self.clip_rewards is True:
