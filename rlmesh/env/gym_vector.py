@@ -27,6 +27,7 @@ the field that is off.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Callable
 
 import gymnasium as gym
@@ -183,8 +184,10 @@ class EnvPoolGym:
         import envpool
 
         try:
-            return envpool.make_gymnasium(self.env_id, num_envs=self.num_envs, seed=seed,
-                                          **self.kwargs)
+            with warnings.catch_warnings():  # its Box bounds are float64: gymnasium says so
+                warnings.simplefilter("ignore", UserWarning)
+                return envpool.make_gymnasium(self.env_id, num_envs=self.num_envs, seed=seed,
+                                              **self.kwargs)
         except (TypeError, ValueError, RuntimeError) as exc:
             raise VectorEnvError(f"env {self.env_id!r} in EnvPool does not take env_config "
                                  f"{sorted(self.kwargs)}: {exc}") from None
@@ -216,9 +219,9 @@ class GymVector:
                                  "sampler takes NextStep and SameStep (an env that never "
                                  "resets itself cannot run on)")
         self.same_step = mode == _SAME
-        self.single_observation_space = getattr(env, "single_observation_space",
-                                                env.observation_space)
-        self.single_action_space = getattr(env, "single_action_space", env.action_space)
+        self.single_observation_space = (getattr(env, "single_observation_space", None)
+                                         or env.observation_space)
+        self.single_action_space = getattr(env, "single_action_space", None) or env.action_space
         self._ended = np.zeros(self.num_envs, bool)
         self._actions: Any = None
         self._checked = False

@@ -120,7 +120,8 @@ class VectorEnvSampler:
     def _reset_all(self) -> None:
         for g, (env, off) in enumerate(zip(self.groups, self.offsets)):
             seed = None if self.seed is None else self.seed + off
-            self._obs[g], _ = env.reset(seed=seed)
+            obs, _ = env.reset(seed=seed)
+            self._obs[g] = obs if type(self.obs_filter) is NoFilter else self.obs_filter(obs)
         self.seed = None if self.seed is None else self.seed + RESEED_STRIDE  # a restart: new games
         self._returns[:] = 0
         self._lengths[:] = 0
