@@ -89,7 +89,8 @@ class Apex(OffPolicy):
             learners = self.mesh.learners.metrics()
         shards = self.mesh.shards.stats()
         episodes = [{"episodes": s["episodes"],
-                     "num_nonfinite_steps_skipped": s.get("num_nonfinite_steps_skipped", 0)}
+                     "num_nonfinite_steps_skipped": s.get("num_nonfinite_steps_skipped", 0),
+                     "num_episodes_unlisted": s.get("num_episodes_unlisted", 0)}
                     for s in sampled]
         result = self._finish_iteration(
             start, episodes, sum(int(s["env_steps"]) for s in sampled),

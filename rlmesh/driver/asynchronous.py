@@ -46,6 +46,7 @@ class AsyncAlgorithm(Algorithm):
         trained = sum(m["num_env_steps_trained"] for m in learners)
         episodes = [{"episodes": s["episodes"],
                      "num_nonfinite_steps_skipped": s.get("num_nonfinite_steps_skipped", 0),
+                     "num_episodes_unlisted": s.get("num_episodes_unlisted", 0),
                      **({"agent_steps": s["agent_steps"]} if "agent_steps" in s else {})}
                     for s in sampled]
         result = self._finish_iteration(start, episodes, steps, trained, _mean_stats(learners))

@@ -32,7 +32,9 @@ def iteration_result(algo: RunView, fragments: list[dict[str, Any]], steps: int,
     and trained with learner ``stats`` by policy id; adds the new episodes to its window."""
     new = [e for f in fragments for e in f["episodes"]]
     algo.episode_window.extend(new)
-    algo.episodes_total += len(new)
+    # A vector env's fragments list their last episodes only (VectorEnvSampler.episodes_listed).
+    ended = len(new) + sum(int(f.get("num_episodes_unlisted", 0)) for f in fragments)
+    algo.episodes_total += ended
     returns = [e["return"] for e in algo.episode_window]
     lengths = [e["length"] for e in algo.episode_window]
     nan = float("nan")
@@ -45,7 +47,7 @@ def iteration_result(algo: RunView, fragments: list[dict[str, Any]], steps: int,
         "episode_reward_min": float(np.min(returns)) if returns else nan,
         "episode_reward_max": float(np.max(returns)) if returns else nan,
         "episode_len_mean": float(np.mean(lengths)) if lengths else nan,
-        "episodes_this_iter": len(new),
+        "episodes_this_iter": ended,
         "episodes_total": algo.episodes_total,
         "timesteps_total": algo.timesteps_total,
         "num_env_steps_sampled": algo.timesteps_total,

@@ -38,6 +38,7 @@ def make_sampler(runner: Any, create: Callable[[int], Any], registry: dict[str, 
             act=runner._central_act if central else None,
             normalize_actions=cfg.normalize_actions and not cfg.model.get("squash_actions", False),
             clip_actions=cfg.clip_actions)
+        sampler.episodes_listed = cfg.metrics_num_episodes_for_smoothing
         if atari is None:  # frames are not filtered (observation_filter refused for Atari)
             sampler.obs_filter = make_filter(cfg.observation_filter, sampler.observation_space)
             if cfg.normalize_rewards:

@@ -53,6 +53,10 @@ class FragmentStreams:
                     self._senders = [h.stream("add_fragment", self._window) for h in handles]
                 fragment = await self._sample_now()
                 self._sampled["episodes"].extend(fragment.pop("episodes"))
+                unlisted = fragment.pop("num_episodes_unlisted", 0)
+                if unlisted:  # a vector env's: counted, not listed
+                    self._sampled["num_episodes_unlisted"] = (
+                        self._sampled.get("num_episodes_unlisted", 0) + unlisted)
                 del fragment["num_env_errors"]  # pop_sampled reports the runner's count
                 if "env_error" in fragment:  # the first one, for the driver to show
                     self._sampled["env_error"] = fragment.pop("env_error")

@@ -83,6 +83,13 @@ class VectorEnvSampler:
         self.counters = {"num_env_steps_sampled": 0, "num_episodes": 0, "env_errors": 0,
                          "num_nonfinite_steps_skipped": 0}
         self.first_env_error: str | None = None
+        # Without callbacks, the episodes a fragment lists: its last ``episodes_listed``
+        # (what results smooth over, metrics_num_episodes_for_smoothing), the others counted
+        # in ``num_episodes_unlisted``. A thousand envs end thousands of short episodes a
+        # second; a dict each, encoded and decoded, cost more than stepping them. None: all.
+        self.episodes_listed: int | None = None
+        self._ended_returns: list[np.ndarray] = []
+        self._ended_lengths: list[np.ndarray] = []
         self.stepping = -1
         self._episode_ids = itertools.count()
         self._started = False
@@ -176,6 +183,8 @@ class VectorEnvSampler:
         fragment["env_steps"] = int(fragment["mask"].sum())
         fragment["num_nonfinite_steps_skipped"] = 0
         fragment["episodes"] = self._episodes
+        if self._ended_returns:
+            self._list_episodes(fragment)
         self.counters["num_env_steps_sampled"] += fragment["env_steps"]
         return fragment
 
@@ -264,6 +273,19 @@ class VectorEnvSampler:
                 buf.add_truncated(t, envs[cut], last[cut])
         self._end_episodes(envs, t, live)
 
+    def _list_episodes(self, fragment: dict[str, Any]) -> None:
+        """The episodes ended without callbacks as the fragment's summaries: the last
+        ``episodes_listed`` of them, the rest counted."""
+        returns = np.concatenate(self._ended_returns)
+        lengths = np.concatenate(self._ended_lengths)
+        self._ended_returns, self._ended_lengths = [], []
+        keep = len(returns) if self.episodes_listed is None else self.episodes_listed
+        cut = max(0, len(returns) - keep)
+        if cut:
+            fragment["num_episodes_unlisted"] = cut
+        self._episodes.extend({"return": r, "length": n, "custom_metrics": {}} for r, n in
+                              zip(returns[cut:].tolist(), lengths[cut:].tolist()))
+
     def _nonfinite(self, off: int, values: np.ndarray, what: str) -> None:
         rows = np.flatnonzero(~np.isfinite(values.reshape(len(values), -1)).all(axis=1))
         b = off + int(rows[0])
@@ -285,9 +307,8 @@ class VectorEnvSampler:
                     self._start_episode(b)
             return
         reported = envs[live[envs]]
-        returns, lengths = self._returns[reported].tolist(), self._lengths[reported].tolist()
-        self._episodes.extend({"return": r, "length": n, "custom_metrics": {}}
-                              for r, n in zip(returns, lengths))
+        self._ended_returns.append(self._returns[reported])
+        self._ended_lengths.append(self._lengths[reported])
         self.counters["num_episodes"] += len(reported)
         if self._cut is not None and t >= self._cut:
             live[reported] = False  # complete_episodes: done; its later rows are padding

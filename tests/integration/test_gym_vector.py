@@ -32,8 +32,12 @@ def test_ppo_learns_cartpole_through_the_numpy_vector_env():
         assert algo.env_runners.foreach_env_runner(
             "apply", "tests.integration.test_gym_vector:kinds") == [["vector", 256]] * 2
         best = 0.0
-        for _ in range(25):
+        for i in range(25):
             result = algo.train()
+            if i == 0:  # ~370 episodes of ~22 steps: counted, though each fragment lists 100
+                steps = result["num_env_steps_sampled_this_iter"]
+                assert result["episodes_this_iter"] > 0.5 * steps / result["episode_len_mean"]
+                assert result["episodes_this_iter"] > 200
             best = max(best, result["episode_reward_mean"])
             if best >= 150:
                 break

@@ -402,3 +402,17 @@ def test_envpool_without_the_id_is_one_line():
     pytest.importorskip("envpool")
     with pytest.raises(VectorEnvError, match="EnvPool has no env 'NoSuchEnv-v0'"):
         gym_vector_maker(config("NoSuchEnv-v0", vector="envpool"), {})
+
+
+def test_a_fragment_lists_its_last_episodes_and_counts_the_rest():
+    s = sampler_for(config(registered_counting(2), n=4, vector="sync"), Greedy())
+    s.episodes_listed = 3
+    try:
+        f = sample(s, 10)  # 5 episodes of each of 4 envs
+        assert len(f["episodes"]) == 3 and f["num_episodes_unlisted"] == 17
+        assert s.counters["num_episodes"] == 20
+        s.episodes_listed = None
+        g = sample(s, 10)
+        assert len(g["episodes"]) == 20 and "num_episodes_unlisted" not in g
+    finally:
+        s.close()
