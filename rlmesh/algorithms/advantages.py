@@ -7,6 +7,7 @@ import torch
 
 from rlmesh.policy.recurrent import (is_recurrent, sequence_index, sequence_samples,
                                      standardized_steps, time_major_outputs)
+from rlmesh.rl.default_model import model_values
 from rlmesh.rl.gae import compute_gae
 
 
@@ -21,16 +22,16 @@ def gae_samples(model: torch.nn.Module, batch: dict[str, torch.Tensor], gamma: f
     t, b = batch["rewards"].shape
     with torch.no_grad():
         # The values the runners recorded when acting (a shared trunk: torch_policy.py),
-        # else a forward pass here.
+        # else a forward pass here (of the value trunk alone where the model has one).
         values = (batch["vf_preds"].reshape(t, b).float() if "vf_preds" in batch
-                  else model(batch["obs"].flatten(0, 1))[1].reshape(t, b))
+                  else model_values(model, batch["obs"].flatten(0, 1)).reshape(t, b))
         # V(s_{t+1}) where the fragment cannot supply it: after its last row, and at
         # truncations (the env's final observation, not the reset one).
         bootstrap = torch.zeros_like(values)
-        bootstrap[t - 1] = model(batch["next_obs"])[1]
+        bootstrap[t - 1] = model_values(model, batch["next_obs"])
         index = batch["trunc_index"]
         if len(index):
-            bootstrap[index[:, 0], index[:, 1]] = model(batch["trunc_obs"])[1]
+            bootstrap[index[:, 0], index[:, 1]] = model_values(model, batch["trunc_obs"])
         advantages, targets = compute_gae(
             batch["rewards"], values, bootstrap, batch["terminateds"], batch["truncateds"],
             gamma, lambda_)

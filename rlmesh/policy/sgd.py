@@ -118,8 +118,7 @@ class MinibatchSGD:
             cuts = (sequence_minibatches(lengths, wanted or self.env_steps, rng, parts)
                     if sequences else minibatches(n, size, rng, num_minibatches))
             for idx in cuts:
-                index = torch.as_tensor(idx, device=policy.device)
-                yield SampleBatch({k: v[index] for k, v in train.items()})
+                yield take_rows(train, idx, policy.device)
 
     def rows(self, train: Tensors) -> Iterator[Tensors]:
         """The minibatches of a ``[K, B, ...]`` batch (replay's): each leading row once,
@@ -175,6 +174,28 @@ class MinibatchSGD:
         result.update(**self.rates, num_grad_updates=len(self.steps),
                       num_env_steps_trained=self.env_steps, **policy.state)
         return result
+
+
+# Column dtypes numpy gathers (bfloat16 has no numpy dtype: torch gathers those).
+_NUMPY_TAKES = frozenset({torch.float32, torch.float64, torch.float16, torch.int64, torch.int32,
+                          torch.int16, torch.int8, torch.uint8, torch.bool})
+
+
+def take_rows(train: Tensors, idx: np.ndarray, device: torch.device) -> SampleBatch:
+    """The rows ``idx`` of every column: what ``v[idx]`` gives, new tensors. On the CPU
+    numpy's ``take`` gathers them: ~5 us a column where torch's advanced indexing took
+    15-40 us and ``index_select`` 3-13 (a [4096] minibatch of a [16384] batch), about
+    6% of a CartPole PPO update at minibatch 4096."""
+    if device.type == "cpu":
+        out = {}
+        for k, v in train.items():
+            if v.dtype in _NUMPY_TAKES and not v.requires_grad and v.device.type == "cpu":
+                out[k] = torch.from_numpy(np.take(v.numpy(), idx, axis=0))
+            else:
+                out[k] = v.index_select(0, torch.as_tensor(idx, device=v.device))
+        return SampleBatch(out)
+    index = torch.as_tensor(idx, device=device)
+    return SampleBatch({k: v.index_select(0, index) for k, v in train.items()})
 
 
 def _float32(stats: dict[str, Any]) -> dict[str, Any]:
