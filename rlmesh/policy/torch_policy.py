@@ -26,7 +26,7 @@ from rlmesh.rl.columns import (ColumnSpec, Columns, SampleBatch, action_dist_col
                                optional_columns, postprocessed_samples, space_layout)
 from rlmesh.rl.distributions import distribution_for
 from rlmesh.rl.finite import NonFiniteError
-from rlmesh.rl.default_model import build_model
+from rlmesh.rl.default_model import CPU_CHUNK_ROWS, build_model
 from rlmesh.rl.optim import Adam
 from rlmesh.rl.spec import numpy_fast_path
 
@@ -237,6 +237,8 @@ class TorchPolicy(Policy):
         ``chunk`` rows (sequences, for a recurrent model), without gradients; and the rows
         they belong to (``train_rows``), in the same order."""
         n = len(train[SEQ_MASK] if SEQ_MASK in train else next(iter(train.values())))
+        if self.device.type == "cpu" and SEQ_MASK not in train:
+            chunk = min(chunk, CPU_CHUNK_ROWS)  # big minibatches: cache-sized passes
         with torch.no_grad():
             parts = [self.model_outputs({k: v[i:i + chunk] for k, v in train.items()})
                      for i in range(0, n, max(chunk, 1))]
