@@ -13,7 +13,9 @@ clipping, the statistics). The reference is written here, CleanRL-style: the sam
 tanh MLPs, the same GAE over the time-major batch (bootstrapping from ``next_obs`` and the
 truncated steps' final observations), the same clipped surrogate, value loss and entropy
 bonus, ``torch.optim.Adam`` and ``clip_grad_norm_``, the same epochs and minibatch size,
-under the same number of torch threads.
+under the same number of torch threads. ``--reference-tanh rlmesh`` gives the reference
+rlmesh's ``Tanh`` (numpy's kernel on CPUs where torch's is several times slower, as on the
+AMD EPYC this was written on), so that the ratio is of the rest of the update.
 
 For each setting: the update's env samples per second (``T * B`` / seconds per update) of
 each side, as the median of interleaved rounds and their range, and the ratio
@@ -34,6 +36,7 @@ import torch
 from torch import nn
 
 from rlmesh.algorithms.ppo import PPOConfig
+from rlmesh.rl.layers import Tanh, numpy_tanh_pays
 from rlmesh.roles.env_runner import default_policy_specs
 from rlmesh.roles.learner import Learner
 
@@ -84,11 +87,11 @@ def rlmesh_update(cfg: PPOConfig, batch: dict[str, np.ndarray]) -> Callable[[], 
     return lambda: learner.update_from_batch(batch, timesteps=0)["default_policy"]
 
 
-def mlp(hiddens: list[int], out: int, gain: float) -> nn.Sequential:
+def mlp(hiddens: list[int], out: int, gain: float, tanh: type[nn.Module]) -> nn.Sequential:
     layers: list[nn.Module] = []
     size = 4
     for h in hiddens:
-        layers += [nn.Linear(size, h), nn.Tanh()]
+        layers += [nn.Linear(size, h), tanh()]
         size = h
     head = nn.Linear(size, out)
     nn.init.orthogonal_(head.weight, gain)
@@ -96,11 +99,12 @@ def mlp(hiddens: list[int], out: int, gain: float) -> nn.Sequential:
     return nn.Sequential(*layers, head)
 
 
-def bare_update(cfg: PPOConfig, batch: dict[str, np.ndarray]) -> Callable[[], dict[str, Any]]:
+def bare_update(cfg: PPOConfig, batch: dict[str, np.ndarray], tanh: type[nn.Module] = nn.Tanh
+                ) -> Callable[[], dict[str, Any]]:
     """The same update written directly in torch (CleanRL's ppo.py, over the time-major
     batch as it arrives)."""
     hiddens = list(cfg.model["fcnet_hiddens"])
-    pi, vf = mlp(hiddens, 2, 0.01), mlp(hiddens, 1, 1.0)
+    pi, vf = mlp(hiddens, 2, 0.01, tanh), mlp(hiddens, 1, 1.0, tanh)
     params = [*pi.parameters(), *vf.parameters()]
     opt = torch.optim.Adam(params, lr=cfg.lr, foreach=True)
     gamma, lam, clip = cfg.gamma, cfg.gae_lambda(), cfg.clip_param
@@ -192,10 +196,17 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=None, help="default 7 (3 with --quick)")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads of both sides (the learner's num_cpus_per_learner)")
+    parser.add_argument("--reference-tanh", choices=("torch", "rlmesh"), default="torch",
+                        help="the reference's activation: nn.Tanh (default), or rlmesh's Tanh "
+                             "(numpy's kernel where this CPU's torch one is slow, "
+                             "rl/layers.py): the rest of the update compared alone")
     args = parser.parse_args()
     rounds = args.rounds or (3 if args.quick else 7)
-    print(f"torch {torch.__version__}, {args.threads} thread(s), {rounds} rounds; env samples/s "
-          "of one update: median [min-max]", flush=True)
+    tanh = nn.Tanh if args.reference_tanh == "torch" else Tanh
+    torch.set_num_threads(args.threads)  # as the Learner sets it: numpy_tanh_pays reads it
+    print(f"torch {torch.__version__}, {args.threads} thread(s), {rounds} rounds, reference "
+          f"tanh: {args.reference_tanh} (rlmesh's Tanh takes numpy's kernel here: "
+          f"{numpy_tanh_pays()}); env samples/s of one update: median [min-max]", flush=True)
     print(f"{'hiddens':>10} {'T x B':>11} {'epochs':>6} {'minibatch':>9} {'rlmesh':>28} "
           f"{'bare torch':>28} {'ratio':>6}")
     for hiddens, t, b, epochs, minibatch, entropy in (QUICK if args.quick else SETTINGS):
@@ -203,7 +214,7 @@ def main() -> None:
         batch = fragment(t, b)
         fns = {"rlmesh": rlmesh_update(cfg, batch)}
         torch.set_num_threads(args.threads)  # as the Learner set it
-        fns["bare torch"] = bare_update(cfg, batch)
+        fns["bare torch"] = bare_update(cfg, batch, tanh)
         rates = measure(fns, t * b, rounds)
         med = {k: statistics.median(v) for k, v in rates.items()}
         cells = [f"{med[k]:>10,.0f} [{min(v):,.0f}-{max(v):,.0f}]" for k, v in rates.items()]

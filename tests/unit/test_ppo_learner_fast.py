@@ -39,9 +39,11 @@ def test_take_rows_is_indexing_for_every_dtype_and_copies():
 def test_model_values_are_the_forward_pass_values(share):
     torch.manual_seed(0)
     model = build_model(OBS, ACT, {"fcnet_hiddens": [16, 16], "vf_share_layers": share})
-    obs = torch.randn(33, 4)
-    with torch.no_grad():
-        assert torch.allclose(model_values(model, obs), model(obs)[1])
+    for n in (33, 20000):  # one pass; chunks of CPU_CHUNK_ROWS
+        obs = torch.randn(n, 4)
+        with torch.no_grad():
+            values = model_values(model, obs)
+            assert values.shape == (n,) and torch.allclose(values, model(obs)[1], atol=1e-6)
 
 
 def test_model_values_take_the_forward_pass_of_a_model_that_changes_it():
@@ -52,9 +54,9 @@ def test_model_values_take_the_forward_pass_of_a_model_that_changes_it():
 
     torch.manual_seed(0)
     model = Shifted(OBS, ACT, 2, {"fcnet_hiddens": [8]})
-    obs = torch.randn(5, 4)
+    obs = torch.randn(9000, 4)
     with torch.no_grad():
-        assert torch.allclose(model_values(model, obs), model(obs)[1])
+        assert torch.allclose(model_values(model, obs), model(obs)[1], atol=1e-6)
         assert (model_values(model, obs) > 50).all()
 
 
