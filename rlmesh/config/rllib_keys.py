@@ -98,7 +98,6 @@ NO_EFFECT: dict[str, str] = {
     "before_learn_on_batch": "rlmesh's learner has no such hook",
     # the new stack's machinery
     "custom_resources_for_main_process": "rlmesh schedules CPUs and GPUs only",
-    "gym_env_vectorize_mode": "each runner steps its envs in one loop, batched in inference",
     "max_requests_in_flight_per_env_runner": "in-flight requests are credited per runner",
     "merge_env_runner_states": "the driver merges filter statistics every iteration",
     "broadcast_env_runner_states": "the driver merges filter statistics every iteration",

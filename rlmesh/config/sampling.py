@@ -23,7 +23,11 @@ class SamplingSettings:
     env_config: dict = setting(
         {}, "environment",
         doc="Passed to the env: keyword arguments of gymnasium.make for a registered id, "
-            "the one argument of a factory.")
+            "the one argument of a factory. Its key 'vector' picks how a runner steps its envs "
+            "(docs/vector_envs.md): 'auto' (default: an id with a vector entry point, such as "
+            "CartPole-v1, as one vector env once a runner has 64 envs or more), True (the id's "
+            "vector entry point), 'sync'/'async' (gymnasium's Sync/AsyncVectorEnv), "
+            "'envpool', or False (one gym.Env per slot).")
     clip_rewards: bool | float | None = setting(
         None, "environment",
         doc="True: train on the reward's sign (as for Atari); a float c: clip rewards to "
@@ -33,8 +37,8 @@ class SamplingSettings:
         doc="Train on rewards divided by the running std of each env's discounted return "
             "(gamma), clipped to [-10, 10]: stable-baselines3's VecNormalize norm_reward, which "
             "rl-zoo's MuJoCo PPO settings use. Statistics are each runner's own; reported "
-            "returns stay raw. Single-agent runners stepping gymnasium envs (not the Atari "
-            "vector env).")
+            "returns stay raw. Single-agent runners stepping gymnasium envs, one at a time or "
+            "as a vector env (not the Atari vector env).")
     normalize_actions: bool = setting(
         True, "environment",
         doc="The policy acts in [-1, 1] on Box action spaces; actions are rescaled to the "
@@ -71,7 +75,14 @@ class SamplingSettings:
         doc="Env-runner processes sampling in parallel; 0 samples in the driver process.")
     num_envs_per_env_runner: int = setting(
         1, "env_runners", ge=1, aliases=("num_envs_per_worker",),
-        doc="Envs each runner steps together, with one batched forward pass per step.")
+        doc="Envs each runner steps together, with one batched forward pass per step; 64 or "
+            "more of an id with a vector entry point are one vector env (env_config vector).")
+    gym_env_vectorize_mode: str | None = setting(
+        None, "env_runners",
+        doc="RLlib's name for how a runner vectorizes its envs (gymnasium.VectorizeMode): "
+            "'sync', 'async' or 'vector_entry_point' (the same as env_config vector 'sync', "
+            "'async' or True, which wins where both are set); None: env_config vector "
+            "decides ('auto'; docs/vector_envs.md).")
     inference_mode: Literal["auto", "runner", "central"] = setting(
         "auto", "env_runners",
         doc="Where actions are computed: 'runner', each runner batches its own envs on its "
@@ -84,7 +95,7 @@ class SamplingSettings:
         "auto", "env_runners",
         doc="Each runner's envs in two halves: one steps in the vector env's threads while "
             "the runner computes the other's actions (Sample Factory's worker_num_splits=2). "
-            "Needs a vector env (env_config atari vector); 'auto': on there with central "
+            "Needs a vector env (env_config vector, or atari vector); 'auto': on there with central "
             "inference and 2 envs or more (with the runner's own pass, two half-size passes "
             "a step cost more than the overlap gains on a busy CPU; docs/atari.md).")
     num_cpus_per_env_runner: float = setting(

@@ -92,6 +92,14 @@ def gym_vector_maker(config: Any, registry: dict[str, str] | None = None
     env = config.env
     env_config = dict(config.env_config or {})
     asked = vector_setting(env_config)
+    mode = getattr(config, "gym_env_vectorize_mode", None)
+    if mode is not None and "vector" not in env_config:  # RLlib's key, gymnasium's modes
+        name = str(getattr(mode, "value", mode)).lower()
+        modes = {"sync": "sync", "async": "async", "vector_entry_point": True}
+        if name not in modes:
+            raise VectorEnvError(f"gym_env_vectorize_mode={mode!r}; valid: 'sync', 'async', "
+                                 "'vector_entry_point' (gymnasium.VectorizeMode), or None")
+        asked = modes[name]
     if asked is False:
         return None
     rest = {k: v for k, v in env_config.items() if k != "vector"}

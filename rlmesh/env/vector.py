@@ -266,5 +266,6 @@ def double_buffered(config: Any, vector: bool, central: bool = False) -> bool:
         return vector and central and config.num_envs_per_env_runner >= 2
     if asked and not vector:
         raise VectorEnvError("double_buffered_sampling=True needs a vector env (env_config "
-                             "atari vector): gymnasium envs step one at a time in the runner")
+                             "vector, or atari vector): these envs step one at a time in the "
+                             "runner")
     return bool(asked)

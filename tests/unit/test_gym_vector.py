@@ -416,3 +416,17 @@ def test_a_fragment_lists_its_last_episodes_and_counts_the_rest():
         assert len(g["episodes"]) == 20 and "num_episodes_unlisted" not in g
     finally:
         s.close()
+
+
+def test_rllibs_gym_env_vectorize_mode_picks_the_vector_env():
+    cfg = config(registered_counting(3), n=2).env_runners(gym_env_vectorize_mode="SYNC")
+    s = sampler_for(cfg, Greedy())
+    try:
+        assert s.groups[0].same_step  # gymnasium's SyncVectorEnv, same-step resets
+    finally:
+        s.close()
+    cfg = config("Acrobot-v1", n=2).env_runners(gym_env_vectorize_mode="vector_entry_point")
+    with pytest.raises(VectorEnvError, match="'Acrobot-v1' has no vector entry point"):
+        gym_vector_maker(cfg, {})
+    with pytest.raises(VectorEnvError, match="gym_env_vectorize_mode='fast'"):
+        gym_vector_maker(config().env_runners(gym_env_vectorize_mode="fast"), {})
