@@ -80,9 +80,10 @@ class SamplingSettings:
     gym_env_vectorize_mode: str | None = setting(
         None, "env_runners",
         doc="RLlib's name for how a runner vectorizes its envs (gymnasium.VectorizeMode): "
-            "'sync', 'async' or 'vector_entry_point' (the same as env_config vector 'sync', "
-            "'async' or True, which wins where both are set); None: env_config vector "
-            "decides ('auto'; docs/vector_envs.md).")
+            "'async' and 'vector_entry_point' are env_config vector 'async' and True (which "
+            "wins where both are set); 'sync', RLlib's default, and None leave it to env_config "
+            "vector ('auto': the runner's own loop over its envs, or the id's vector entry "
+            "point for 64 envs or more; docs/vector_envs.md).")
     inference_mode: Literal["auto", "runner", "central"] = setting(
         "auto", "env_runners",
         doc="Where actions are computed: 'runner', each runner batches its own envs on its "

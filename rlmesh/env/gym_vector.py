@@ -95,7 +95,9 @@ def gym_vector_maker(config: Any, registry: dict[str, str] | None = None
     mode = getattr(config, "gym_env_vectorize_mode", None)
     if mode is not None and "vector" not in env_config:  # RLlib's key, gymnasium's modes
         name = str(getattr(mode, "value", mode)).lower()
-        modes = {"sync": "sync", "async": "async", "vector_entry_point": True}
+        # RLlib's default, "sync", is what the runner's own loop over its envs does (with
+        # each env's failures recovered): "auto" decides, as without the key.
+        modes = {"sync": "auto", "async": "async", "vector_entry_point": True}
         if name not in modes:
             raise VectorEnvError(f"gym_env_vectorize_mode={mode!r}; valid: 'sync', 'async', "
                                  "'vector_entry_point' (gymnasium.VectorizeMode), or None")

@@ -34,6 +34,7 @@ NOT_COMPARED = {
     "off_policy_estimation_methods",  # [] and {} both mean none
     "enable_connectors",  # deprecated in RLlib
     "max_requests_in_flight_per_env_runner",  # credits, not RLlib's request count
+    "gym_env_vectorize_mode",  # None: RLlib's "sync" (the runner's loop) or the entry point
     "exploration_config",  # the new stack moved exploration into its modules ({})
     "replay_buffer_config",  # the new stack's episode buffers: compared below
     "q_model_config", "policy_model_config",  # the new stack's extra keys are None/[]

@@ -419,10 +419,15 @@ def test_a_fragment_lists_its_last_episodes_and_counts_the_rest():
 
 
 def test_rllibs_gym_env_vectorize_mode_picks_the_vector_env():
-    cfg = config(registered_counting(3), n=2).env_runners(gym_env_vectorize_mode="SYNC")
+    # RLlib's default, sync: the runner's own loop (few envs), or the vector entry point.
+    assert gym_vector_maker(config(n=8).env_runners(gym_env_vectorize_mode="SYNC"), {}) is None
+    assert gym_vector_maker(config(n=256).env_runners(gym_env_vectorize_mode="sync"), {})
+    cfg = config(registered_counting(3), n=2).env_runners(gym_env_vectorize_mode="async")
     s = sampler_for(cfg, Greedy())
     try:
-        assert s.groups[0].same_step  # gymnasium's SyncVectorEnv, same-step resets
+        assert s.groups[0].same_step  # gymnasium's AsyncVectorEnv, same-step resets
+        f = sample(s, 4)
+        assert [e["length"] for e in f["episodes"]] == [3, 3]
     finally:
         s.close()
     cfg = config("Acrobot-v1", n=2).env_runners(gym_env_vectorize_mode="vector_entry_point")
