@@ -266,7 +266,7 @@ class GymVector:
                                                   terminated[order], truncated[order])
         if not self._checked:
             self._check_step(obs, reward, terminated, truncated)
-        out: dict[str, Any] = {}
+        out: dict[str, Any] = {"infos": info}  # the env's own, for callbacks' last_info
         if self.same_step:
             done = np.logical_or(terminated, truncated)
             if done.any():

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import inspect
 import itertools
-from typing import Any, Awaitable, Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -63,11 +63,11 @@ class VectorEnvSampler:
         self.act = act
         self.seed = seed
         self.callbacks = callbacks
-        if callbacks is not None and type(callbacks).on_episode_step is not Callbacks.on_episode_step:
-            raise VectorSamplerError(
-                f"{type(callbacks).__name__}.on_episode_step: per-step callbacks are not called "
-                "with a vector env (the envs step as one batch); use on_episode_end, or "
-                "env_config vector False (Atari: env_config atari vector False)")
+        # Callbacks see one Episode per env, kept from its start to its end; per-step work
+        # (record_step, on_episode_step) runs only where the callbacks define a step hook.
+        self._episodes_of: list[Episode | None] = [None] * num_envs
+        self._per_step = (callbacks is not None and
+                          type(callbacks).on_episode_step is not Callbacks.on_episode_step)
         self.env_runner = env_runner if env_runner is not None else self
         self.clip_rewards = clip_rewards
         # observation_filter (rl/filters.py) over the whole batch; normalize_rewards by the
@@ -134,9 +134,9 @@ class VectorEnvSampler:
         self._lengths[:] = 0
         self._ids[:] = [next(self._episode_ids) for _ in range(self.num_envs)]
         if self.callbacks is not None:
+            first = np.concatenate(self._obs)
             for b in range(self.num_envs):
-                self.callbacks.on_episode_start(episode=Episode(b, int(self._ids[b])),
-                                                env_runner=self.env_runner, env_index=b)
+                self._new_episode(b, first[b])
         self._started = True
 
     async def sample(self, num_steps: int, complete_episodes: bool = False,
@@ -257,10 +257,13 @@ class VectorEnvSampler:
         self._lengths[sl] += counted if resetting is not None else 1
         filtered = type(self.obs_filter) is not NoFilter
         self._obs[g] = self.obs_filter(obs) if filtered else obs
+        final = info.get("final_obs")
+        if self._per_step:
+            self._step_callbacks(off, n, buf.cols[Columns.ACTIONS][t, sl], obs, reward,
+                                 done_mask, final, resetting, info.get("infos"))
         if not done_mask.any():
             return
         done = np.flatnonzero(done_mask)
-        final = info.get("final_obs")
         last = (np.asarray(final)[done] if final is not None else obs[done])
         if filtered:
             last = self.obs_filter(last, update=False)
@@ -322,15 +325,41 @@ class VectorEnvSampler:
             return np.clip(reward, -self.clip_rewards, self.clip_rewards)
         return reward
 
+    def _step_callbacks(self, off: int, n: int, actions: np.ndarray, obs: np.ndarray,
+                        reward: np.ndarray, done: np.ndarray, final: Any, resetting: Any,
+                        infos: Any) -> None:
+        """Each env's step recorded on its Episode and ``on_episode_step`` called: the
+        one-env path's per-step hook, a Python call per env (asked for by defining it)."""
+        for k in range(n):
+            b = off + k
+            episode = self._episodes_of[b]
+            if episode is None:
+                continue
+            if resetting is not None and resetting[k]:  # next-step: the reset's observation
+                episode.last_observation = obs[k]
+                continue
+            seen = final[k] if done[k] and final is not None else obs[k]
+            episode.record_step(seen, float(reward[k]), _info_of(infos, k), actions[k])
+            self.callbacks.on_episode_step(episode=episode, env_runner=self.env_runner,
+                                           env_index=b)
+
+    def _new_episode(self, b: int, observation: Any = None) -> None:
+        episode = self._episodes_of[b] = Episode(b, int(self._ids[b]), observation)
+        self.callbacks.on_episode_created(episode=episode, env_runner=self.env_runner,
+                                          env_index=b)
+        self.callbacks.on_episode_start(episode=episode, env_runner=self.env_runner,
+                                        env_index=b)
+
     def _end_episode(self, b: int) -> None:
         summary = {"return": float(self._returns[b]), "length": int(self._lengths[b]),
                    "custom_metrics": {}}
         if self.callbacks is not None:
-            episode = Episode(b, int(self._ids[b]))
+            episode = self._episodes_of[b] or Episode(b, int(self._ids[b]))
+            # The sampler's count (reset rows left out) is the episode's, steps recorded or not.
             episode.total_reward, episode.length = summary["return"], summary["length"]
             self.callbacks.on_episode_end(episode=episode, env_runner=self.env_runner,
                                           env_index=b)
-            summary["custom_metrics"] = episode.summary()["custom_metrics"]
+            summary = episode.summary()
         self._episodes.append(summary)
         self.counters["num_episodes"] += 1
         self._start_episode(b)
@@ -340,8 +369,14 @@ class VectorEnvSampler:
         self._lengths[b] = 0
         self._ids[b] = next(self._episode_ids)
         if self.callbacks is not None:
-            self.callbacks.on_episode_start(episode=Episode(b, int(self._ids[b])),
-                                            env_runner=self.env_runner, env_index=b)
+            # Its first observation comes with the next step (same-step: this one's).
+            self._new_episode(b, self._obs_of(b))
+
+    def _obs_of(self, b: int) -> Any:
+        for g, (off, n) in enumerate(zip(self.offsets, self.sizes)):
+            if off <= b < off + n and len(self._obs[g]) == n:
+                return self._obs[g][b - off]
+        return None
 
     def close(self) -> None:
         """Close the envs; a step sent and not received (a fragment cancelled at stop) is
@@ -350,3 +385,20 @@ class VectorEnvSampler:
             if self._pending[g]:
                 env.recv()
             env.close()
+
+
+def _info_of(infos: Any, k: int) -> dict:
+    """Env ``k``'s info from a vector env's dict of arrays (gymnasium's ``_key`` masks)."""
+    if not infos:
+        return {}
+    out = {}
+    for key, values in infos.items():
+        if key.startswith("_") or key in ("final_obs", "final_info"):
+            continue
+        mask = infos.get(f"_{key}")
+        if mask is None or mask[k]:
+            try:
+                out[key] = values[k]
+            except (TypeError, IndexError, KeyError):
+                out[key] = values
+    return out

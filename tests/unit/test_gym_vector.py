@@ -435,3 +435,38 @@ def test_rllibs_gym_env_vectorize_mode_picks_the_vector_env():
         gym_vector_maker(cfg, {})
     with pytest.raises(VectorEnvError, match="gym_env_vectorize_mode='fast'"):
         gym_vector_maker(config().env_runners(gym_env_vectorize_mode="fast"), {})
+
+
+class StepRecorder(Callbacks):
+    """A user's callbacks keeping per-episode data from start to end, as on the one-env path."""
+
+    def on_episode_start(self, *, episode, env_runner=None, env_index=None, **kwargs):
+        episode.user_data["seen"] = [float(episode.last_observation[0])]
+
+    def on_episode_step(self, *, episode, env_runner=None, env_index=None, **kwargs):
+        episode.user_data["seen"].append(float(episode.last_observation[0]))
+
+    def on_episode_end(self, *, episode, env_runner=None, env_index=None, **kwargs):
+        episode.custom_metrics["steps_seen"] = len(episode.user_data["seen"])
+        episode.custom_metrics["last_seen"] = episode.user_data["seen"][-1]
+        episode.custom_metrics["last_action"] = float(episode.last_action)
+
+
+@pytest.mark.parametrize("vector", ["sync", True])
+def test_step_callbacks_see_each_episode_from_start_to_end(vector):
+    if vector is True:  # next-step: CartPole's numpy env, its reset rows not steps
+        cfg, length = config(n=4, vector=True, max_episode_steps=3), 3
+    else:  # same-step: a user's env in gymnasium's SyncVectorEnv
+        cfg, length = config(registered_counting(3), n=4, vector="sync"), 3
+    s = sampler_for(cfg, Greedy(), callbacks=StepRecorder())
+    try:
+        f = sample(s, 12)
+        ended = [e for e in f["episodes"]]
+        assert ended and all(e["length"] == length for e in ended)
+        for e in ended:
+            assert e["custom_metrics"]["steps_seen"] == length + 1  # first obs + each step
+            assert e["custom_metrics"]["last_action"] == 1.0
+            if vector == "sync":
+                assert e["custom_metrics"]["last_seen"] == 3.0  # the final obs, not a reset's
+    finally:
+        s.close()

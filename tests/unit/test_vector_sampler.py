@@ -132,12 +132,27 @@ def test_bad_input_is_one_line():
     with pytest.raises(VectorSamplerError, match="at least 2 envs"):
         sampler(num_envs=1, splits=2)
 
-    class StepCounter(Callbacks):
-        def on_episode_step(self, **kwargs):
-            pass
 
-    with pytest.raises(VectorSamplerError, match="on_episode_step"):
-        sampler(num_envs=2, callbacks=StepCounter())
+
+def test_step_callbacks_run_per_env_and_step():
+    """on_episode_step, the one-env path's per-step hook, on the same Episode objects."""
+    class StepCounter(Callbacks):
+        steps = 0
+
+        def on_episode_start(self, *, episode, **kwargs):
+            episode.user_data["steps"] = 0
+
+        def on_episode_step(self, *, episode, **kwargs):
+            episode.user_data["steps"] += 1
+            StepCounter.steps += 1
+
+    s = sampler(num_envs=2, callbacks=StepCounter())
+    try:
+        sample(s, 3)
+        assert StepCounter.steps == 6
+        assert [e.user_data["steps"] for e in s._episodes_of] == [3, 3]
+    finally:
+        s.close()
 
 
 def test_envpool_backend_masks_its_reset_steps():
