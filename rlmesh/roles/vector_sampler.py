@@ -18,7 +18,7 @@ import gymnasium as gym
 from rlmesh.callbacks import Callbacks, Episode
 from rlmesh.env.registry import actions_for_env
 from rlmesh.policy.policy import Policy
-from rlmesh.rl.columns import Columns, env_columns, optional_columns
+from rlmesh.rl.columns import ColumnSpec, Columns, env_columns, optional_columns
 from rlmesh.rl.filters import NoFilter
 from rlmesh.rl.finite import NonFiniteError, describe
 from rlmesh.roles.env_slots import RESEED_STRIDE
@@ -100,6 +100,7 @@ class VectorEnvSampler:
         self._lengths = np.zeros(num_envs, np.int64)
         self._ids = np.zeros(num_envs, np.int64)
         self._specs: dict[str, Any] = {}
+        self._per_env_inputs = self._with_ids = False  # set by _bind: what the policy asks for
         self._bound: Policy | None = None
         self.versions_used: list[int] = []  # central inference: the versions acted with
         self._pending = [False] * len(self.groups)  # per group: a step sent, not received
@@ -110,16 +111,45 @@ class VectorEnvSampler:
         return self.groups
 
     def _bind(self, policy: Policy) -> None:
+        """The columns and per-env inputs ``policy`` needs, as EnvSampler keeps them, here
+        as arrays over the batch: recurrent state, previous actions and rewards, the
+        episode's id and the step's index."""
+        n = self.num_envs
         wanted = dict(policy.view_requirements)
         optional = optional_columns(self.action_space)
-        if policy.get_initial_state() or set(wanted) & set(optional):
-            raise VectorSamplerError(
-                f"{type(policy).__name__} asks for recurrent state or previous actions/rewards, "
-                "which the vector env sampler does not keep yet; set env_config vector False "
-                "(Atari: atari vector False, or framestack instead of use_lstm)")
         self._specs = {**env_columns(self.observation_space, self.action_space),
                        **{k: v for k, v in wanted.items() if k not in optional}}
+        self._initial = [np.asarray(s) for s in policy.get_initial_state()]
+        self._states = [np.repeat(s[None], n, 0) for s in self._initial]
+        for i, s in enumerate(self._initial):
+            spec = ColumnSpec(tuple(s.shape), s.dtype)
+            self._specs[Columns.state_in(i)] = self._specs[Columns.state_out(i)] = spec
+        prev = {k: optional[k] for k in (Columns.PREV_ACTIONS, Columns.PREV_REWARDS)
+                if k in wanted}
+        self._prev_values = {k: np.zeros((n, *spec.shape), spec.dtype) for k, spec in prev.items()}
+        self._steps = np.zeros(n, np.int64) if Columns.T in wanted else None
+        self._with_ids = Columns.EPS_ID in wanted
+        self._specs.update(prev)
+        self._specs.update({k: optional[k] for k in (Columns.EPS_ID, Columns.T) if k in wanted})
+        self._per_env_inputs = bool(self._states or prev or self._steps is not None
+                                    or self._with_ids)
+        if self._per_env_inputs and self.act is not None:
+            raise VectorSamplerError(
+                f"{type(policy).__name__} asks for recurrent state, previous actions/rewards "
+                "or episode counters, which central inference does not pass: set "
+                "inference_mode 'runner'")
         self._bound = policy
+
+    def _reset_inputs(self, envs: Any) -> None:
+        """Envs ``envs`` start an episode: their per-env inputs as at a reset."""
+        if not self._per_env_inputs:
+            return
+        for state, initial in zip(self._states, self._initial):
+            state[envs] = initial
+        for values in self._prev_values.values():
+            values[envs] = 0
+        if self._steps is not None:
+            self._steps[envs] = 0
 
     def restart_episodes(self) -> None:
         self._started = False
@@ -133,6 +163,7 @@ class VectorEnvSampler:
         self._returns[:] = 0
         self._lengths[:] = 0
         self._ids[:] = [next(self._episode_ids) for _ in range(self.num_envs)]
+        self._reset_inputs(slice(None))
         if self.callbacks is not None:
             first = np.concatenate(self._obs)
             for b in range(self.num_envs):
@@ -199,6 +230,8 @@ class VectorEnvSampler:
             actions, extras, version = await out if inspect.isawaitable(out) else out
             if version is not None:
                 self.versions_used.append(version)
+        elif self._per_env_inputs:
+            actions, extras = self._act_with_inputs(t, sl, obs, buf, explore)
         else:
             actions, _, extras = call_actions(self.policy, obs, explore=explore)
         cols[Columns.ACTIONS][t, sl] = actions
@@ -208,6 +241,35 @@ class VectorEnvSampler:
             else:
                 buf.put(key, t, sl, values)
         self.groups[g].send(self._env_actions(actions))
+
+    def _act_with_inputs(self, t: int, sl: slice, obs: np.ndarray, buf: FragmentBuffer,
+                         explore: bool | None) -> tuple[Any, dict[str, Any]]:
+        """``compute_actions`` with the per-env inputs the policy declared; those inputs and
+        its state outputs recorded in row ``t``."""
+        cols = buf.cols
+        states = [s[sl] for s in self._states]
+        prev = {k: v[sl] for k, v in self._prev_values.items()}
+        actions, state_outs, extras = call_actions(
+            self.policy, obs, states or None, prev.get(Columns.PREV_ACTIONS),
+            prev.get(Columns.PREV_REWARDS), explore=explore)
+        if len(state_outs or []) != len(states):
+            raise VectorSamplerError(f"{type(self.policy).__name__}.compute_actions returned "
+                                     f"{len(state_outs or [])} state outputs; "
+                                     f"get_initial_state has {len(states)}")
+        for i, (s_in, s_out) in enumerate(zip(states, state_outs or [])):
+            cols[Columns.state_in(i)][t, sl] = s_in
+            cols[Columns.state_out(i)][t, sl] = s_out
+            self._states[i][sl] = s_out
+        for key, values in prev.items():
+            cols[key][t, sl] = values
+        if self._with_ids:
+            cols[Columns.EPS_ID][t, sl] = self._ids[sl]
+        if self._steps is not None:
+            cols[Columns.T][t, sl] = self._steps[sl]
+            self._steps[sl] += 1
+        if Columns.PREV_ACTIONS in self._prev_values:
+            self._prev_values[Columns.PREV_ACTIONS][sl] = actions
+        return actions, extras
 
     def _env_actions(self, actions: Any) -> Any:
         """The actions as the env steps them: integers for Discrete, Box actions rescaled
@@ -255,6 +317,11 @@ class VectorEnvSampler:
         cols[Columns.MASK][t, sl] = counted
         self._returns[sl] += reward
         self._lengths[sl] += counted if resetting is not None else 1
+        if self._per_env_inputs:
+            if Columns.PREV_REWARDS in self._prev_values:
+                self._prev_values[Columns.PREV_REWARDS][sl] = reward
+            if resetting is not None and resetting.any():  # the new episode starts here
+                self._reset_inputs(off + np.flatnonzero(resetting))
         filtered = type(self.obs_filter) is not NoFilter
         self._obs[g] = self.obs_filter(obs) if filtered else obs
         final = info.get("final_obs")
@@ -300,6 +367,7 @@ class VectorEnvSampler:
         """Episodes of ``envs`` ended on row ``t``: reported (those begun before a
         complete_episodes cut), and new ones begun. Callbacks see each one; without them
         this is a few array operations for the whole batch."""
+        self._reset_inputs(envs)
         if self.callbacks is not None:
             for b in envs.tolist():
                 if live[b]:
@@ -317,6 +385,8 @@ class VectorEnvSampler:
             live[reported] = False  # complete_episodes: done; its later rows are padding
         self._returns[envs] = 0
         self._lengths[envs] = 0
+        if self._with_ids:  # the policy reads episode ids: new ones
+            self._ids[envs] = [next(self._episode_ids) for _ in range(len(envs))]
 
     def _clipped(self, reward: np.ndarray) -> np.ndarray:
         if self.clip_rewards is True:

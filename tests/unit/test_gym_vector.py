@@ -470,3 +470,50 @@ def test_step_callbacks_see_each_episode_from_start_to_end(vector):
                 assert e["custom_metrics"]["last_seen"] == 3.0  # the final obs, not a reset's
     finally:
         s.close()
+
+
+class CountingStatePolicy:
+    """A recurrent policy whose state counts its steps in the episode, and which reads its
+    previous action and reward and the episode's step index (as DQN's and LSTMs' do)."""
+
+    view_requirements = {"t": None, "prev_actions": None, "prev_rewards": None, "eps_id": None}
+
+    def get_initial_state(self):
+        return [np.zeros(1, np.float32)]
+
+    def compute_actions(self, obs, state_batches=None, prev_action_batch=None,
+                        prev_reward_batch=None, explore=None, **kwargs):
+        n = len(obs)
+        actions = np.full(n, 1, np.int64)
+        return actions, [state_batches[0] + 1], {"action_logp": np.zeros(n, np.float32)}
+
+
+@pytest.mark.parametrize("vector", ["sync", True])
+def test_per_env_inputs_start_over_with_each_episode(vector):
+    from rlmesh.rl.columns import ColumnSpec
+
+    policy = CountingStatePolicy()
+    policy.view_requirements = {k: ColumnSpec((), np.dtype(np.int64)) for k in ("t", "eps_id")}
+    policy.view_requirements["prev_actions"] = None
+    policy.view_requirements["prev_rewards"] = None
+    if vector is True:
+        cfg = config(n=3, vector=True, max_episode_steps=4)
+    else:
+        cfg = config(registered_counting(4), n=3, vector="sync")
+    s = sampler_for(cfg, policy)
+    try:
+        f = sample(s, 14)
+        for b in range(3):
+            live = f["mask"][:, b]
+            t_col, state = f["t"][:, b], f["state_in_0"][:, b, 0]
+            assert (state[live] == t_col[live]).all()  # the state counts the episode's steps
+            starts = np.flatnonzero(live & (t_col == 0))
+            assert len(starts) >= 2
+            for t in starts:
+                assert f["prev_actions"][t, b] == 0 and f["prev_rewards"][t, b] == 0
+                if t + 1 < 14 and live[t + 1]:
+                    assert f["prev_actions"][t + 1, b] == 1  # what it did the step before
+            ids = f["eps_id"][:, b][live]
+            assert len(set(ids.tolist())) == len(starts) + (t_col[live][0] != 0)
+    finally:
+        s.close()
