@@ -131,8 +131,15 @@ RLLIB_SPEC ?= ray[rllib]==2.60.0
 # runs on gymnasium < 1.0 and numpy < 2; ale-py 0.9.1 ships the ROMs for those.
 SF_VENV ?= .venv-sf
 SF_SPEC ?= sample-factory==2.1.1
+# PufferLib, the vector-env peer of the CartPole benchmark (tests/benchmarks/peer_puffer.py):
+# 2.0.2 is the newest with a wheel (3.0 is an sdist whose build fetches Raylib from GitHub);
+# it pins numpy 1.23, gymnasium 0.29.1 and gym 0.23 itself. Its trainer (clean_pufferl.py)
+# and configs are in neither the wheel nor the sdist: peer_puffer.py drives PufferLib's
+# vectorization, env and policy with a PPO loop of our own.
+PUFFER_VENV ?= .venv-puffer
+PUFFER_SPEC ?= pufferlib==2.0.2
 .PHONY: bench-peers
-bench-peers: $(PEERS_VENV)/.installed $(RLLIB_VENV)/.installed $(SF_VENV)/.installed
+bench-peers: $(PEERS_VENV)/.installed $(RLLIB_VENV)/.installed $(SF_VENV)/.installed $(PUFFER_VENV)/.installed
 $(PEERS_VENV)/.installed: deploy/ensure_torch.py
 	$(PY) -m venv $(PEERS_VENV)
 	$(PEERS_VENV)/bin/python deploy/ensure_torch.py
@@ -147,4 +154,9 @@ $(SF_VENV)/.installed: deploy/ensure_torch.py
 	$(PY) -m venv $(SF_VENV)
 	$(SF_VENV)/bin/python deploy/ensure_torch.py
 	$(SF_VENV)/bin/pip install '$(SF_SPEC)' 'gymnasium<1.0' 'numpy<2' 'ale-py==0.9.1'
+	touch $@
+$(PUFFER_VENV)/.installed: deploy/ensure_torch.py
+	$(PY) -m venv $(PUFFER_VENV)
+	$(PUFFER_VENV)/bin/python deploy/ensure_torch.py
+	$(PUFFER_VENV)/bin/pip install --only-binary=pufferlib '$(PUFFER_SPEC)'  # the wheel: the sdist's build downloads Raylib
 	touch $@
