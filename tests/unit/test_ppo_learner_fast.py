@@ -33,6 +33,10 @@ def test_take_rows_is_indexing_for_every_dtype_and_copies():
         assert rows[k].dtype == v.dtype and torch.equal(rows[k], want), k
     rows["f32"].fill_(7.0)  # a copy: the batch is untouched
     assert not (train["f32"] == 7.0).any()
+    grad = torch.randn(50, 2, requires_grad=True)  # torch gathers it, keeping the graph
+    assert take_rows({"g": grad}, idx, torch.device("cpu"))["g"].requires_grad
+    array = np.arange(50) * 2  # not a tensor: indexed as it is
+    assert np.array_equal(take_rows({"a": array}, idx, torch.device("cpu"))["a"], array[idx])
 
 
 @pytest.mark.parametrize("share", [False, True])
