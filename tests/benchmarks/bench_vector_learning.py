@@ -80,7 +80,7 @@ def to_target(rows: list[dict[str, Any]], target: float) -> Run:
     for row in rows:
         seconds += row["time_this_iter_s"]
         mean = row.get("episode_reward_mean")
-        if mean is not None and mean == mean and mean >= target:
+        if mean is not None and mean >= target:  # NaN (no episode yet) never is
             return Run(seconds, int(row["timesteps_total"]), float(mean), seconds)
     last = rows[-1]
     final = last.get("episode_reward_mean")
