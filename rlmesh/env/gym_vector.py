@@ -54,23 +54,6 @@ def vector_setting(env_config: dict | None) -> Any:
     return asked
 
 
-def env_config_without_vector(env_config: Any) -> Any:
-    """``env_config`` less the ``vector`` key (what a single env of the id is made with)."""
-    if not isinstance(env_config, dict) or "vector" not in env_config:
-        return env_config
-    rest = type(env_config)(env_config) if type(env_config) is dict else _copy(env_config)
-    rest.pop("vector", None)
-    return rest
-
-
-def _copy(env_config: Any) -> Any:
-    """An ``EnvContext`` (a dict subclass with the runner's indices) copied with them."""
-    out = dict.__new__(type(env_config))
-    out.update(env_config)
-    out.__dict__.update(getattr(env_config, "__dict__", {}))
-    return out
-
-
 def vector_entry_point(env_id: str) -> Any:
     """The id's gymnasium vector entry point, or None."""
     spec = gym.envs.registry.get(env_id)

@@ -86,8 +86,6 @@ def make_env(env_spec: Any, env_config: dict | None = None,
     elif not isinstance(env_spec, str):
         raise TypeError(f"env must be a string (id, registered name or import path), got {env_spec!r}")
     else:
-        from rlmesh.env.gym_vector import env_config_without_vector
-
         env_config = env_config_without_vector(env_config)
         from rlmesh.preprocessing import ale_id, atari_settings, make_atari
 
@@ -104,6 +102,24 @@ def make_env(env_spec: Any, env_config: dict | None = None,
     if not isinstance(env, gym.Env):
         raise TypeError(f"env {env_spec!r} made a {type(env).__name__}, not a gymnasium.Env")
     return env
+
+
+def env_config_without_vector(env_config: Any) -> Any:
+    """``env_config`` less the ``vector`` key (rlmesh/env/gym_vector.py): what one env of
+    a gymnasium id is made with."""
+    if not isinstance(env_config, dict) or "vector" not in env_config:
+        return env_config
+    rest = type(env_config)(env_config) if type(env_config) is dict else _copy(env_config)
+    rest.pop("vector", None)
+    return rest
+
+
+def _copy(env_config: Any) -> Any:
+    """An ``EnvContext`` (a dict subclass with the runner's indices) copied with them."""
+    out = dict.__new__(type(env_config))
+    out.update(env_config)
+    out.__dict__.update(getattr(env_config, "__dict__", {}))
+    return out
 
 
 def creator_for(env_spec: Any, registry: dict[str, str] | None = None) -> Callable[[dict], Any]:
