@@ -234,8 +234,9 @@ class TorchPolicy(Policy):
     def outputs_after_update(self, train: Tensors, chunk: int
                              ) -> tuple[torch.Tensor, torch.Tensor, Tensors]:
         """The model's ``(dist_inputs, values)`` on every train row now, in chunks of
-        ``chunk`` rows (sequences, for a recurrent model), without gradients; and the rows
-        they belong to (``train_rows``), in the same order."""
+        ``chunk`` rows (sequences, for a recurrent model; flat rows on the CPU at most
+        ``CPU_CHUNK_ROWS``), without gradients; and the rows they belong to
+        (``train_rows``), in the same order."""
         n = len(train[SEQ_MASK] if SEQ_MASK in train else next(iter(train.values())))
         if self.device.type == "cpu" and SEQ_MASK not in train:
             chunk = min(chunk, CPU_CHUNK_ROWS)  # big minibatches: cache-sized passes
