@@ -21,15 +21,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import os
 import statistics
 import time
+from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # one core per process, as runners have
 
 import gymnasium as gym  # noqa: E402
 import numpy as np  # noqa: E402
+
+from .bench_runtime import Row  # noqa: E402
 
 ENV = "CartPole-v1"
 MODEL = {"fcnet_hiddens": [64, 64], "fcnet_activation": "tanh", "vf_share_layers": False}
@@ -160,6 +164,43 @@ def table(rows: list[dict[str, Any]], runners: int) -> str:
         out.append(f"| {r['envs']:,} | {cell(r['raw'])} | {cell(r['sampler'])} | "
                    f"{cell(r['e2e'])} | {ratio:.2f}x | {cell(r['train'])} | {cell(r['one'])} |")
     return "\n".join(out)
+
+
+@dataclasses.dataclass(frozen=True)
+class VectorSizes:
+    sizes: tuple[int, ...] = (64, 1024, 4096)
+    runners: int = 2
+    rounds: int = 3
+    seconds: float = 2.0
+    iterations: int = 5
+
+
+DEFAULT = VectorSizes()
+QUICK = VectorSizes(sizes=(1024,), rounds=1, seconds=1.0, iterations=3)
+RAW = "1 process: gymnasium's CartPoleVectorEnv, random actions"
+
+
+def bench_sampling(sizes: VectorSizes, tmp: Path) -> list[Row]:
+    """``make bench``'s rows: each size's end-to-end sampling (goal: 0.25x the raw env),
+    the sampler alone and training, each over the raw vector env of the same size."""
+    rows: list[Row] = []
+    for r in measure(list(sizes.sizes), sizes.runners, sizes.rounds, sizes.seconds,
+                     sizes.iterations):
+        name = f"CartPole vector env, {sizes.runners} runners x {r['envs']} envs"
+        raw = r["raw"][0]
+        rows += [Row(name, "env steps/s end to end (fragments at the learner)", r["e2e"][0],
+                     raw, RAW, goal=0.25, higher_is_better=True),
+                 Row(name, "env steps/s, the runner's sampler alone (1 process)",
+                     r["sampler"][0], raw, RAW, higher_is_better=True),
+                 Row(name, "env steps/s while PPO trains", r["train"][0], raw, RAW,
+                     higher_is_better=True)]
+        if r["one"][0] == r["one"][0]:
+            rows.append(Row(name, "env steps/s end to end, one-env path (vector False)",
+                            r["one"][0], raw, RAW, higher_is_better=True))
+    return rows
+
+
+BENCHMARKS = {"vector_sampling": bench_sampling}
 
 
 def main() -> None:

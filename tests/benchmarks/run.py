@@ -39,7 +39,7 @@ from typing import Any
 
 from . import (bench_apex, bench_atari, bench_client, bench_curve, bench_dqn, bench_impala,
                bench_ppo, bench_rainbow, bench_runtime, bench_sac_td3, bench_scheduler,
-               bench_startup, bench_tune)
+               bench_startup, bench_tune, bench_vector)
 from .bench_runtime import Row
 
 # name -> (benchmark, its suite's default sizes, its suite's --quick sizes)
@@ -47,7 +47,7 @@ BENCHMARKS: dict[str, tuple[Any, Any, Any]] = {
     name: (fn, suite.DEFAULT, suite.QUICK)
     for suite in (bench_runtime, bench_ppo, bench_client, bench_scheduler, bench_impala,
                   bench_curve, bench_dqn, bench_rainbow, bench_sac_td3, bench_apex, bench_tune,
-                  bench_startup, bench_atari)
+                  bench_startup, bench_atari, bench_vector)
     for name, fn in suite.BENCHMARKS.items()}
 
 
