@@ -133,13 +133,8 @@ def creator_for(env_spec: Any, registry: dict[str, str] | None = None) -> Callab
     if isinstance(env_spec, str) and env_spec in registry:
         return import_object(registry[env_spec], f"registered env {env_spec!r}")
     if isinstance(env_spec, str) and ":" in env_spec:
-        module_name, _, attr = env_spec.partition(":")
-        try:
-            module = import_module(module_name, "env", env_spec)
-        except ValueError as exc:
-            raise (missing_module_error(env_spec, exc) or exc) from None
-        creator = getattr(module, attr, None)
-        if callable(creator):
+        creator = _path_creator(env_spec)
+        if creator is not None:
             return creator
     raise ValueError(f"env {env_spec!r} is not a creator, a registered name or an import "
                      "path 'pkg.module:make'")
@@ -158,15 +153,23 @@ def missing_module_error(env_spec: str, exc: BaseException) -> EnvError | None:
                     "your own code, run from its folder or add it to PYTHONPATH")
 
 
-def _make_from_path(env_spec: str, env_config: dict) -> gym.Env:
+def _path_creator(env_spec: str) -> Callable[[dict], Any] | None:
+    """The callable an import path ``"pkg.module:make"`` names (its module imported), or
+    None where the module has no such callable."""
     module_name, _, attr = env_spec.partition(":")
     try:
         module = import_module(module_name, "env", env_spec)
     except ValueError as exc:
         raise (missing_module_error(env_spec, exc) or exc) from None
     creator = getattr(module, attr, None)
-    if callable(creator):
+    return creator if callable(creator) else None
+
+
+def _make_from_path(env_spec: str, env_config: dict) -> gym.Env:
+    creator = _path_creator(env_spec)
+    if creator is not None:
         return creator(env_config)
+    module_name, _, attr = env_spec.partition(":")
     try:  # gymnasium's own "module:EnvId-v0": the import registered the id
         return gym.make(env_spec, **env_config)
     except gym.error.Error as exc:
