@@ -154,13 +154,22 @@ def gymnasium_loop_steps_per_s(num_envs: int, steps: int, seed: int) -> dict[str
 
 
 def train(backend: str, workers: int, seed: int, budget: int, threshold: float,
-          progress: bool, factory: str, max_seconds: float | None = None) -> dict[str, Any]:
+          progress: bool, factory: str, max_seconds: float | None = None,
+          overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     import pufferlib.cleanrl
     import pufferlib.environments.classic_control as cc
     import torch
     from c_gae import compute_gae  # PufferLib's compiled GAE, shipped in the wheel
 
-    cfg = TRAIN
+    cfg = {**TRAIN, **(overrides or {})}
+    per_env, rest = divmod(cfg["batch_size"], cfg["num_envs"])
+    if rest or per_env % cfg["bptt_horizon"]:
+        raise SystemExit(f"batch_size must be a multiple of num_envs ({cfg['num_envs']}) times "
+                         f"bptt_horizon ({cfg['bptt_horizon']}), got {cfg['batch_size']}")
+    if cfg["batch_size"] % cfg["minibatch_size"] or cfg["minibatch_size"] % cfg["bptt_horizon"]:
+        raise SystemExit(f"minibatch_size must divide batch_size ({cfg['batch_size']}) and be a "
+                         f"multiple of bptt_horizon ({cfg['bptt_horizon']}), "
+                         f"got {cfg['minibatch_size']}")
     np.random.seed(seed)
     torch.manual_seed(seed)
     vecenv = make_vecenv(backend, cfg["num_envs"], workers, cfg["env_batch_size"], factory)
@@ -282,7 +291,8 @@ def train(backend: str, workers: int, seed: int, budget: int, threshold: float,
             "updates": updates, "wall_s": wall_s, "collect_s": collect_s, "learn_s": learn_s,
             "train_steps_per_s": global_step / wall_s, "budget": budget,
             "stopped_by_max_seconds": out_of_time, "max_seconds": max_seconds,
-            "hyperparameters": {**TRAIN, "source": "PufferLib 2.0 config/default.ini [train] "
+            "overrides": overrides or {},
+            "hyperparameters": {**cfg, "source": "PufferLib 2.0 config/default.ini [train] "
                                 "+ config/classic_control.ini (not in the wheel: see the "
                                 "module docstring)", "policy": "pufferlib.environments."
                                 "classic_control.Policy (models.Default, hidden 64)"}}
@@ -295,6 +305,27 @@ def versions() -> dict[str, str]:
 
     return {"pufferlib": pufferlib.__version__, "torch": torch.__version__,
             "gymnasium": gymnasium.__version__, "numpy": np.__version__}
+
+
+def parse_set(text: str) -> tuple[str, Any]:
+    """``--set key=value``: one of TRAIN's keys, parsed as that key's type."""
+    key, sep, raw = text.partition("=")
+    if not sep or key not in TRAIN or key in ("num_envs", "env_batch_size",
+                                              "total_timesteps"):
+        keys = ", ".join(k for k in TRAIN if k not in ("num_envs", "env_batch_size",
+                                                         "total_timesteps"))
+        raise argparse.ArgumentTypeError(f"--set wants key=value with key one of {keys}; "
+                                         f"got {text!r}")
+    kind = type(TRAIN[key])
+    try:
+        if kind is bool:
+            if raw.lower() not in ("true", "false", "1", "0"):
+                raise ValueError(raw)
+            return key, raw.lower() in ("true", "1")
+        return key, kind(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--set {key} must be a {kind.__name__}, got {raw!r}") from None
 
 
 def positive(name: str):
@@ -327,6 +358,8 @@ def main() -> None:
     parser.add_argument("--timesteps", type=positive("--timesteps"),
                         default=TRAIN["total_timesteps"], help="training step budget")
     parser.add_argument("--threshold", type=float, default=THRESHOLD)
+    parser.add_argument("--set", type=parse_set, action="append", default=[],
+                        metavar="KEY=VALUE", help="override one of TRAIN's hyperparameters")
     parser.add_argument("--max-seconds", type=positive("--max-seconds"),
                         help="also stop training after this many seconds (reported as such)")
     parser.add_argument("--torch-threads", type=positive("--torch-threads"), default=1,
@@ -360,7 +393,8 @@ def main() -> None:
             row["ratio_to_gymnasium_loop"] = row["steps_per_s"] / ref
     if args.part in ("train", "all"):
         out["train"] = train(args.train_backend, w, args.seed, args.timesteps, args.threshold,
-                             args.progress, args.train_env, args.max_seconds)
+                             args.progress, args.train_env, args.max_seconds,
+                             dict(args.set))
     print(json.dumps(out), flush=True)
 
 
