@@ -113,7 +113,9 @@ class RunnerPool(Pool):
                 continue
             deadline = None
             fragments.extend(got)
-            steps += sum(f.get(by, f["env_steps"]) for f in got)
+            # A vector env's next-step reset rows fill the fragment as steps would: a batch
+            # of envs x fragment length is one round, as on the one-env path.
+            steps += sum(f.get(by, f["env_steps"]) + f.get("num_reset_rows", 0) for f in got)
             if all(f.get("idle") for f in got):
                 break  # policy servers whose clients sent nothing in time: an idle iteration
         return fragments

@@ -114,7 +114,7 @@ def optional_columns(action_space: gym.Space) -> dict[str, ColumnSpec]:
 FRAGMENT_KEYS = frozenset({
     "next_obs", "trunc_index", "trunc_obs", "env_steps", "episodes", "policy_version",
     "policy_lag", "policy_id", "worker_index", "idle", "policy_versions", "client_rejections",
-    "num_nonfinite_steps_skipped", "num_episodes_unlisted",
+    "num_nonfinite_steps_skipped", "num_episodes_unlisted", "num_reset_rows",
     "num_env_errors", "env_error",  # the sampler's env errors: a count, the first traceback
     "policy_batches", "agent_steps"})  # a multi-agent fragment: one fragment per policy
 

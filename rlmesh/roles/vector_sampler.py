@@ -100,6 +100,7 @@ class VectorEnvSampler:
         self._lengths = np.zeros(num_envs, np.int64)
         self._ids = np.zeros(num_envs, np.int64)
         self._specs: dict[str, Any] = {}
+        self._reset_rows = 0  # this fragment's next-step reset rows (masked out)
         self._per_env_inputs = self._with_ids = False  # set by _bind: what the policy asks for
         self._bound: Policy | None = None
         self.versions_used: list[int] = []  # central inference: the versions acted with
@@ -212,6 +213,8 @@ class VectorEnvSampler:
         fragment = buf.build(next_obs)
         fragment["num_env_errors"] = 0
         fragment["env_steps"] = int(fragment["mask"].sum())
+        if self._reset_rows:  # next-step resets: rows of the fragment, not env steps
+            fragment["num_reset_rows"], self._reset_rows = self._reset_rows, 0
         fragment["num_nonfinite_steps_skipped"] = 0
         fragment["episodes"] = self._episodes
         if self._ended_returns:
@@ -306,6 +309,7 @@ class VectorEnvSampler:
         counted = live[sl]
         resetting = info.get("reset_step")  # next-step autoreset: this step only reset the env
         if resetting is not None and resetting.any():
+            self._reset_rows += int(np.count_nonzero(resetting & counted))
             counted = counted & ~resetting
             reward = np.where(resetting, np.float32(0.0), reward)
         trained = reward

@@ -517,3 +517,13 @@ def test_per_env_inputs_start_over_with_each_episode(vector):
             assert len(set(ids.tolist())) == len(starts) + (t_col[live][0] != 0)
     finally:
         s.close()
+
+
+def test_next_step_reset_rows_are_counted_apart_from_env_steps():
+    s = sampler_for(config(n=8, vector=True, max_episode_steps=5), Greedy())
+    try:
+        f = sample(s, 12)  # each env: 5 steps, a reset row, 5 steps, a reset row
+        assert f["num_reset_rows"] == 16 and f["env_steps"] == 8 * 12 - 16
+        assert f["num_reset_rows"] + f["env_steps"] == f["mask"].size
+    finally:
+        s.close()
