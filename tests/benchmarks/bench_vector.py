@@ -203,12 +203,56 @@ def bench_sampling(sizes: VectorSizes, tmp: Path) -> list[Row]:
 BENCHMARKS = {"vector_sampling": bench_sampling}
 
 
+PUFFER_PYTHON = Path(".venv-puffer/bin/python")
+#: PufferLib's published figures (quoted, not measured here: its trainer, PufferLib 3.0's
+#: ``pufferl``, does not build offline; 2.0.2's wheel ships no trainer).
+PUFFER_QUOTED = ("PufferLib (quoted, puffer.ai blog, the 2.0 post): its C 'Ocean' envs run "
+                 ">1M steps/s on one CPU core; training at 300k-1.2M steps/s on one GPU")
+
+
+def puffer_env_rates(steps: int = 30000) -> dict[str, Any] | None:
+    """PufferLib 2.0.2's vectorization of gymnasium's CartPole, random actions (its venv,
+    ``make bench-peers``; tests/benchmarks/peer_puffer.py), or None without the venv."""
+    import json
+    import subprocess
+    import sys
+
+    if not PUFFER_PYTHON.exists():
+        return None
+    out = subprocess.run([str(PUFFER_PYTHON), "tests/benchmarks/peer_puffer.py", "--part", "env",
+                          "--env-steps", str(steps)], capture_output=True, text=True, timeout=600,
+                         check=False)
+    if out.returncode != 0:
+        print(f"  PufferLib's peer failed: {out.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
+        return None
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def peers_table(seconds: float) -> str:
+    """rlmesh at 64 envs (its vector sampler, its one-env path's sampler) beside PufferLib's
+    Serial vectorization of the same 64 gymnasium CartPoles."""
+    got = puffer_env_rates()
+    rows = ["| 64 CartPoles, random actions or rlmesh's policy, 1 process | env steps/s |",
+            "| --- | ---: |",
+            f"| rlmesh's vector sampler (numpy CartPoleVectorEnv, its [64, 64] policy) | "
+            f"{sampler_rate(64, seconds):,.0f} |"]
+    if got is None:
+        rows.append("| PufferLib 2.0.2 | not installed here (make bench-peers) |")
+    for r in (got or {}).get("env", []):
+        name = r["backend"] + (f", {r['env']} env, batch {r['batch_size']}" if "env" in r else "")
+        rows.append(f"| PufferLib {got['pufferlib']}: {name} | {r['steps_per_s']:,.0f} |")
+    rows.append(f"| {PUFFER_QUOTED} | |")
+    return "\n".join(rows)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="one round, 1 s turns")
     parser.add_argument("--sizes", default="64,1024,4096")
     parser.add_argument("--runners", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--peers", action="store_true",
+                        help="PufferLib's vectorization beside ours (its venv: make bench-peers)")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     rounds, seconds, iterations = (1, 1.0, 3) if args.quick else (args.rounds, 2.0, 5)
@@ -216,6 +260,9 @@ def main() -> None:
     print(f"\nCartPole-v1, env steps/s, median (min-max) of {rounds} rounds; training: PPO, "
           f"1 epoch of minibatches of 8192, model [64, 64] tanh\n")
     print(table(rows, args.runners))
+    if args.peers:
+        print()
+        print(peers_table(seconds))
 
 
 if __name__ == "__main__":
