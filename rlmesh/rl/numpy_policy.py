@@ -22,6 +22,7 @@ from rlmesh.rl.spec import (CATEGORICAL, SQUASHED, action_dist, check_model_conf
                             obs_size)
 
 _LOG_2PI = math.log(2 * math.pi)
+BUFFERED_ROWS = 256  # batches this large compute their hidden layers in kept buffers
 # SquashedGaussian's clamps (rlmesh.rl.distributions), which scoring on the learner repeats.
 LOG_STD_MIN, LOG_STD_MAX, SQUASH_EPS = -20.0, 2.0, 1e-6
 GAUSSIAN_LOG_STD_CLIP = 20.0  # DiagGaussian.LOG_STD_CLIP (numpy: no torch import here)
@@ -124,14 +125,19 @@ class NumpyPolicy:
         # x @ W.T + b with W.T stored contiguous, so the product runs on a plain layout.
         self._layers = [(np.ascontiguousarray(self.weights[f"{name}.weight"].T),
                          self.weights[f"{name}.bias"]) for _, name in trunk]
+        self._buffers: list[np.ndarray] | None = None
         self._head = (np.ascontiguousarray(self.weights["pi_head.weight"].T),
                       self.weights["pi_head.bias"])
 
     def dist_inputs(self, obs: np.ndarray) -> np.ndarray:
         """The model's distribution inputs ``[N, num_inputs]`` for raw observations."""
         x = self._preprocess(obs)
-        for weight, bias in self._layers:
-            x = x @ weight  # a new array: the bias and the activation go in place
+        hidden = self._hidden_buffers(len(x))
+        for i, (weight, bias) in enumerate(self._layers):
+            # Into this batch size's own buffer (a vector env's thousands of rows: a fresh
+            # array each call costs the allocator more than the product); bias and
+            # activation in place.
+            x = x @ weight if hidden is None else np.matmul(x, weight, out=hidden[i])
             x += bias
             x = self.activation_(x)
         out = x @ self._head[0]
@@ -139,6 +145,15 @@ class NumpyPolicy:
         if self.free_log_std:
             out = np.concatenate([out, np.broadcast_to(self.weights["log_std"], out.shape)], -1)
         return out.astype(np.float32, copy=False)
+
+    def _hidden_buffers(self, rows: int) -> list[np.ndarray] | None:
+        """The hidden layers' outputs for batches of ``rows`` (the last size asked for is
+        kept), for big batches only; None: fresh arrays."""
+        if rows < BUFFERED_ROWS:
+            return None
+        if self._buffers is None or len(self._buffers[0]) != rows:
+            self._buffers = [np.empty((rows, w.shape[1]), np.float32) for w, _ in self._layers]
+        return self._buffers
 
     def _preprocess(self, obs: np.ndarray) -> np.ndarray:
         if self._one_hot is not None:

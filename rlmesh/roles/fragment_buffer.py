@@ -47,13 +47,14 @@ class FragmentBuffer:
         self.rows += 1
         return self.rows - 1
 
-    def build(self, next_obs: list[Any]) -> dict[str, Any]:
+    def build(self, next_obs: list[Any] | np.ndarray) -> dict[str, Any]:
         """The fragment: columns cut to the rows used, ``next_obs``, and the final
         observations of truncated steps before the last row (the last row's is next_obs)."""
         T = self.rows
         shape, dtype = self.obs_layout.shape, self.obs_layout.dtype
         out: dict[str, Any] = {k: v[:T] for k, v in self.cols.items()}
-        out["next_obs"] = np.asarray(np.stack(next_obs), dtype=dtype)
+        out["next_obs"] = (np.array(next_obs, dtype=dtype) if isinstance(next_obs, np.ndarray)
+                           else np.asarray(np.stack(next_obs), dtype=dtype))
         trunc = [(t, b, o) for t, b, o in self.trunc if t < T - 1]
         index = [np.array([(t, b) for t, b, _ in trunc], dtype=np.int64).reshape(-1, 2)]
         finals = [np.asarray(np.stack([o for _, _, o in trunc]), dtype=dtype) if trunc
