@@ -219,7 +219,7 @@ class NumpyPolicy:
                 np.minimum(actions, k - 1, out=actions)
         else:
             actions = shifted.argmax(-1)
-        picked = np.take_along_axis(shifted, actions[:, None], -1)[:, 0]
+        picked = shifted[np.arange(len(actions)), actions]
         return actions.astype(np.int64, copy=False), (picked - np.log(total)).astype(np.float32)
 
     def _categorical(self, log_probs: np.ndarray, explore: bool) -> np.ndarray:
