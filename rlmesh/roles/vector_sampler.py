@@ -1,9 +1,10 @@
 """The sampling logic of an env runner over vector envs (ale-py's and EnvPool's C++ Atari,
 rlmesh/env/vector.py; any gymnasium VectorEnv, rlmesh/env/gym_vector.py), as plain code
 tested without sockets: fragments in EnvSampler's layout, written a whole batch at a time
-(no Python runs per env unless a callback asks for each episode), and double buffering,
-Sample Factory's split: the runner's envs in two groups, one stepping in the emulator's
-threads while the runner computes (or awaits, with central inference) the other's actions."""
+(no Python runs per env unless a callback asks for each episode; the episodes' bookkeeping
+is vector_episodes.py), and double buffering, Sample Factory's split: the runner's envs in
+two groups, one stepping in the emulator's threads while the runner computes (or awaits,
+with central inference) the other's actions."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from rlmesh.rl.finite import NonFiniteError, describe
 from rlmesh.roles.env_slots import RESEED_STRIDE
 from rlmesh.roles.fragment_buffer import FragmentBuffer
 from rlmesh.roles.runner_policy import call_actions
+from rlmesh.roles.vector_episodes import VectorEpisodes
 
 #: ``act(obs, explore) -> (actions, extras, policy version or None)``, maybe a coroutine.
 Act = Callable[[np.ndarray, Any], Any]
@@ -41,7 +43,7 @@ def split_sizes(num_envs: int, splits: int) -> list[int]:
     return [num_envs // splits + (i < num_envs % splits) for i in range(splits)]
 
 
-class VectorEnvSampler:
+class VectorEnvSampler(VectorEpisodes):
     """Steps ``num_envs`` envs as ``splits`` vector envs made by ``make_vector(n)`` and
     assembles fragments as ``EnvSampler.sample`` does (``[T, B, ...]`` columns, ``next_obs``,
     ``trunc_index``/``trunc_obs``, ``episodes``). ``act`` (central inference) replaces the
@@ -347,19 +349,6 @@ class VectorEnvSampler:
                 buf.add_truncated(t, envs[cut], last[cut])
         self._end_episodes(envs, t, live)
 
-    def _list_episodes(self, fragment: dict[str, Any]) -> None:
-        """The episodes ended without callbacks as the fragment's summaries: the last
-        ``episodes_listed`` of them, the rest counted."""
-        returns = np.concatenate(self._ended_returns)
-        lengths = np.concatenate(self._ended_lengths)
-        self._ended_returns, self._ended_lengths = [], []
-        keep = len(returns) if self.episodes_listed is None else self.episodes_listed
-        cut = max(0, len(returns) - keep)
-        if cut:
-            fragment["num_episodes_unlisted"] = cut
-        self._episodes.extend({"return": r, "length": n, "custom_metrics": {}} for r, n in
-                              zip(returns[cut:].tolist(), lengths[cut:].tolist()))
-
     def _nonfinite(self, off: int, values: np.ndarray, what: str) -> None:
         rows = np.flatnonzero(~np.isfinite(values.reshape(len(values), -1)).all(axis=1))
         b = off + int(rows[0])
@@ -367,90 +356,12 @@ class VectorEnvSampler:
                              f"{what} ({describe(values[rows[0]])}); a vector env cannot "
                              "skip one env's episode: fix the env (or clip its values)")
 
-    def _end_episodes(self, envs: np.ndarray, t: int, live: np.ndarray) -> None:
-        """Episodes of ``envs`` ended on row ``t``: reported (those begun before a
-        complete_episodes cut), and new ones begun. Callbacks see each one; without them
-        this is a few array operations for the whole batch."""
-        self._reset_inputs(envs)
-        if self.callbacks is not None:
-            for b in envs.tolist():
-                if live[b]:
-                    self._end_episode(b)
-                    if self._cut is not None and t >= self._cut:
-                        live[b] = False
-                else:
-                    self._start_episode(b)
-            return
-        reported = envs[live[envs]]
-        self._ended_returns.append(self._returns[reported])
-        self._ended_lengths.append(self._lengths[reported])
-        self.counters["num_episodes"] += len(reported)
-        if self._cut is not None and t >= self._cut:
-            live[reported] = False  # complete_episodes: done; its later rows are padding
-        self._returns[envs] = 0
-        self._lengths[envs] = 0
-        if self._with_ids:  # the policy reads episode ids: new ones
-            self._ids[envs] = [next(self._episode_ids) for _ in range(len(envs))]
-
     def _clipped(self, reward: np.ndarray) -> np.ndarray:
         if self.clip_rewards is True:
             return np.sign(reward)
         if self.clip_rewards:
             return np.clip(reward, -self.clip_rewards, self.clip_rewards)
         return reward
-
-    def _step_callbacks(self, off: int, n: int, actions: np.ndarray, obs: np.ndarray,
-                        reward: np.ndarray, done: np.ndarray, final: Any, resetting: Any,
-                        infos: Any) -> None:
-        """Each env's step recorded on its Episode and ``on_episode_step`` called: the
-        one-env path's per-step hook, a Python call per env (asked for by defining it)."""
-        for k in range(n):
-            b = off + k
-            episode = self._episodes_of[b]
-            if episode is None:
-                continue
-            if resetting is not None and resetting[k]:  # next-step: the reset's observation
-                episode.last_observation = obs[k]
-                continue
-            seen = final[k] if done[k] and final is not None else obs[k]
-            episode.record_step(seen, float(reward[k]), _info_of(infos, k), actions[k])
-            self.callbacks.on_episode_step(episode=episode, env_runner=self.env_runner,
-                                           env_index=b)
-
-    def _new_episode(self, b: int, observation: Any = None) -> None:
-        episode = self._episodes_of[b] = Episode(b, int(self._ids[b]), observation)
-        self.callbacks.on_episode_created(episode=episode, env_runner=self.env_runner,
-                                          env_index=b)
-        self.callbacks.on_episode_start(episode=episode, env_runner=self.env_runner,
-                                        env_index=b)
-
-    def _end_episode(self, b: int) -> None:
-        summary = {"return": float(self._returns[b]), "length": int(self._lengths[b]),
-                   "custom_metrics": {}}
-        if self.callbacks is not None:
-            episode = self._episodes_of[b] or Episode(b, int(self._ids[b]))
-            # The sampler's count (reset rows left out) is the episode's, steps recorded or not.
-            episode.total_reward, episode.length = summary["return"], summary["length"]
-            self.callbacks.on_episode_end(episode=episode, env_runner=self.env_runner,
-                                          env_index=b)
-            summary = episode.summary()
-        self._episodes.append(summary)
-        self.counters["num_episodes"] += 1
-        self._start_episode(b)
-
-    def _start_episode(self, b: int) -> None:
-        self._returns[b] = 0
-        self._lengths[b] = 0
-        self._ids[b] = next(self._episode_ids)
-        if self.callbacks is not None:
-            # Its first observation comes with the next step (same-step: this one's).
-            self._new_episode(b, self._obs_of(b))
-
-    def _obs_of(self, b: int) -> Any:
-        for g, (off, n) in enumerate(zip(self.offsets, self.sizes)):
-            if off <= b < off + n and len(self._obs[g]) == n:
-                return self._obs[g][b - off]
-        return None
 
     def close(self) -> None:
         """Close the envs; a step sent and not received (a fragment cancelled at stop) is
@@ -460,19 +371,3 @@ class VectorEnvSampler:
                 env.recv()
             env.close()
 
-
-def _info_of(infos: Any, k: int) -> dict:
-    """Env ``k``'s info from a vector env's dict of arrays (gymnasium's ``_key`` masks)."""
-    if not infos:
-        return {}
-    out = {}
-    for key, values in infos.items():
-        if key.startswith("_") or key in ("final_obs", "final_info"):
-            continue
-        mask = infos.get(f"_{key}")
-        if mask is None or mask[k]:
-            try:
-                out[key] = values[k]
-            except (TypeError, IndexError, KeyError):
-                out[key] = values
-    return out
