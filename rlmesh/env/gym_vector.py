@@ -225,28 +225,28 @@ class GymVector:
 
     def reset(self, *, seed: int | None = None) -> tuple[np.ndarray, dict]:
         obs, info = self.env.reset(seed=seed)
-        obs = self._order(obs, info)
+        (obs,) = self._in_order(info, obs)
         self._check("observations", obs, self.single_observation_space.shape,
                     self.single_observation_space.dtype)
         self._ended[:] = False
         return obs, {}
 
-    def _order(self, obs: np.ndarray, info: dict) -> np.ndarray:
+    def _in_order(self, info: Any, *arrays: np.ndarray) -> tuple[np.ndarray, ...]:
+        """``arrays`` in env order where the env returned them in another (EnvPool's
+        ``info["env_id"]``)."""
         ids = info.get("env_id") if isinstance(info, dict) else None
-        if ids is not None and not np.array_equal(ids, np.arange(self.num_envs)):
-            return obs[np.argsort(ids)]
-        return obs
+        if ids is None or np.array_equal(ids, np.arange(self.num_envs)):
+            return arrays
+        order = np.argsort(ids)
+        return tuple(a[order] for a in arrays)
 
     def send(self, actions: np.ndarray) -> None:
         self._actions = actions
 
     def recv(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict]:
         obs, reward, terminated, truncated, info = self.env.step(self._actions)
-        ids = info.get("env_id")
-        if ids is not None and not np.array_equal(ids, np.arange(self.num_envs)):
-            order = np.argsort(ids)
-            obs, reward, terminated, truncated = (obs[order], reward[order],
-                                                  terminated[order], truncated[order])
+        obs, reward, terminated, truncated = self._in_order(info, obs, reward, terminated,
+                                                            truncated)
         if not self._checked:
             self._check_step(obs, reward, terminated, truncated)
         out: dict[str, Any] = {"infos": info}  # the env's own, for callbacks' last_info
