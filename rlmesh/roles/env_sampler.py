@@ -49,6 +49,9 @@ class EnvSampler:
         self.action_space = self.slots[0].env.action_space
         self.policy = policy
         self.callbacks = callbacks
+        # Episodes keep their step history (episode.get_observations(...)) only where it
+        # can be read: callbacks here; connectors set it too.
+        self.keep_history = callbacks is not None
         self.env_runner = env_runner if env_runner is not None else self
         self.normalize_actions = normalize_actions
         self.clip_actions = clip_actions
@@ -269,7 +272,7 @@ class EnvSampler:
         cols["mask"][t, b] = True
         if Columns.PREV_REWARDS in self._prev_values:
             self._prev_values[Columns.PREV_REWARDS][b] = reward
-        slot.episode.record_step(raw, reward, info, action)
+        slot.episode.record_step(raw, reward, info, action, terminated, truncated)
         if (self._float_obs and type(self.obs_filter) is not NoFilter
                 and not np.isfinite(np.asarray(obs, self._obs.dtype)).all()):
             # Checked before the filter sees it: one NaN would spoil its statistics for good.
@@ -349,14 +352,14 @@ class EnvSampler:
 
     def _reset(self, b: int, start_row: int) -> None:
         slot = self.slots[b]
-        episode = Episode(b, next(self._episode_ids))
+        episode = Episode(b, next(self._episode_ids), history=self.keep_history)
         if self.callbacks is not None:
             self.callbacks.on_episode_created(episode=episode, env_runner=self.env_runner,
                                               env_index=b)
         obs, info = slot.reset_env(self.make_env, b, self.base_seeds[b], self.counters)
         if self.reward_normalizer is not None:  # a discarded episode's return ends too
             self.reward_normalizer.reset(b)
-        episode.last_observation, episode.last_info = obs, info or {}
+        episode.add_env_reset(obs, info)
         slot.episode = episode
         slot.obs = self.obs_filter(to_column(self.observation_space, obs))
         slot.start_row = start_row

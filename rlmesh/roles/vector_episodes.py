@@ -76,7 +76,8 @@ class VectorEpisodes:
                                            env_index=b)
 
     def _new_episode(self, b: int, observation: Any = None) -> None:
-        episode = self._episodes_of[b] = Episode(b, int(self._ids[b]), observation)
+        episode = self._episodes_of[b] = Episode(b, int(self._ids[b]), observation,
+                                                 history=self.keep_history and self._per_step)
         self.callbacks.on_episode_created(episode=episode, env_runner=self.env_runner,
                                           env_index=b)
         self.callbacks.on_episode_start(episode=episode, env_runner=self.env_runner,

@@ -68,6 +68,7 @@ class VectorEnvSampler(VectorEpisodes):
         # Callbacks see one Episode per env, kept from its start to its end; per-step work
         # (record_step, on_episode_step) runs only where the callbacks define a step hook.
         self._episodes_of: list[Episode | None] = [None] * num_envs
+        self.keep_history = callbacks is not None  # their get_observations(...) read it
         self._per_step = (callbacks is not None and
                           type(callbacks).on_episode_step is not Callbacks.on_episode_step)
         self.env_runner = env_runner if env_runner is not None else self

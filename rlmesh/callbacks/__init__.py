@@ -8,6 +8,7 @@ import logging
 import math
 from typing import Any, Callable
 
+from rlmesh.env.single_agent_episode import SingleAgentEpisode, _new_id
 from rlmesh.runtime.import_path import import_object
 
 log = logging.getLogger(__name__)
@@ -17,8 +18,10 @@ log = logging.getLogger(__name__)
 SINGLE_AGENT_ID = "agent0"
 
 
-class Episode:
-    """One episode of one env, as the callbacks see it while it runs.
+class Episode(SingleAgentEpisode):
+    """One episode of one env, as the callbacks see it while it runs: RLlib's new stack's
+    ``SingleAgentEpisode`` (``get_observations(-1)``, ``custom_data``, ``len(episode)``,
+    ``get_return()``...) and its older ``Episode``'s names.
 
     ``user_data`` is free for the callbacks' own state between steps; ``custom_metrics``
     (name -> number) is reported with the episode when it ends and averaged per training
@@ -26,34 +29,119 @@ class Episode:
     goes into the result's ``hist_stats`` as RLlib's does, the lists of the episodes in the
     smoothing window joined. ``last_observation_for()`` and the other ``last_*_for`` are
     RLlib's accessors (the observation as the env returned it, before any filter).
+
+    The step history the ``get_*`` read is kept only with ``history=True``, which the
+    samplers set where someone can read it (callbacks or connectors configured); without
+    it an episode costs a counter update per step.
     """
 
-    __slots__ = ("env_index", "episode_id", "length", "total_reward", "last_observation",
+    __slots__ = ("env_index", "episode_id", "length", "total_reward", "_last_obs",
                  "last_reward", "last_info", "last_action", "user_data", "custom_metrics",
-                 "hist_data")
+                 "hist_data", "history", "_uid")
     #: Whether observations and infos are dicts by agent id (MultiAgentEpisode).
     per_agent = False
 
     def __init__(self, env_index: int, episode_id: int, observation: Any = None,
-                 info: dict | None = None) -> None:
+                 info: dict | None = None, *, history: bool = False) -> None:
+        # Not SingleAgentEpisode.__init__: one of these per episode of every env, kept lean.
         self.env_index = env_index
         self.episode_id = episode_id
         self.length = 0  # steps taken so far
         self.total_reward = 0.0  # undiscounted, unclipped
-        self.last_observation = observation
+        self._last_obs = observation
         self.last_reward: float | None = None
         self.last_info: dict = info or {}
         self.last_action: Any = None
         self.user_data: dict[str, Any] = {}
         self.custom_metrics: dict[str, float] = {}
         self.hist_data: dict[str, list[float]] = {}
+        self.history = history
+        self._uid = None
+        self.agent_id = self.module_id = self.multi_agent_episode_id = None
+        self.observation_space = self.action_space = None
+        self.is_terminated = self.is_truncated = self.is_numpy = False
+        self.t_started = self._lookback = 0
+        self.custom_data = self.user_data  # RLlib's new name for the same dict
+        self.extra_model_outputs: dict[str, list] = {}
+        if history:
+            self.observations = [] if observation is None else [observation]
+            self.infos = [] if observation is None else [self.last_info]
+            self.actions, self.rewards = [], []
+        else:
+            self.observations = self.infos = self.actions = self.rewards = None
+
+    @property
+    def id_(self) -> str:  # RLlib's unique string id; made when first asked for
+        if self._uid is None:
+            self._uid = _new_id()
+        return self._uid
+
+    @property
+    def last_observation(self) -> Any:
+        return self._last_obs
+
+    @last_observation.setter
+    def last_observation(self, observation: Any) -> None:
+        """The current observation replaced (an autoreset vector env's first one)."""
+        self._last_obs = observation
+        if self.history:
+            if self.observations:
+                self.observations[-1] = observation
+            else:
+                self.observations.append(observation)
+                self.infos.append(self.last_info)
+
+    def add_env_reset(self, observation: Any, infos: dict | None = None) -> None:
+        self._last_obs, self.last_info = observation, infos or {}
+        if self.history:
+            self.observations.append(observation)
+            self.infos.append(self.last_info)
 
     def record_step(self, observation: Any, reward: float, info: dict,
-                    action: Any = None) -> None:
+                    action: Any = None, terminated: bool = False,
+                    truncated: bool = False) -> None:
         self.length += 1
         self.total_reward += reward
-        self.last_observation, self.last_reward, self.last_info = observation, reward, info
+        self._last_obs, self.last_reward, self.last_info = observation, reward, info
         self.last_action = action
+        self.is_terminated, self.is_truncated = terminated, truncated
+        if self.history:
+            self.observations.append(observation)
+            self.actions.append(action)
+            self.rewards.append(reward)
+            self.infos.append(info)
+
+    def add_env_step(self, observation: Any, action: Any, reward: float,
+                     infos: dict | None = None, *, terminated: bool = False,
+                     truncated: bool = False, extra_model_outputs: dict | None = None) -> None:
+        self.record_step(observation, reward, infos or {}, action, terminated, truncated)
+
+    def __len__(self) -> int:
+        return self.length
+
+    def get_return(self, include_hanging_rewards: bool = False) -> float:
+        return self.total_reward
+
+    def _get(self, data: Any, indices: Any, lookback_neg: bool, fill: Any) -> Any:
+        if data is None:
+            raise RuntimeError(
+                "this episode keeps no step history (only last_observation and the other "
+                "last_*): the samplers keep it where callbacks or connectors are configured")
+        return super()._get(data, indices, lookback_neg, fill)
+
+    def _set(self, data: Any, what: str, new_data: Any, at_indices: Any,
+             lookback_neg: bool) -> None:
+        if data is None:
+            raise RuntimeError(f"set_{what}: this episode keeps no step history")
+        super()._set(data, what, new_data, at_indices, lookback_neg)
+        if what == "observations" and data:
+            self._last_obs = data[-1]
+
+    def set_rewards(self, *, new_data: Any, at_indices: Any = None,
+                    neg_index_as_lookback: bool = False) -> None:
+        old = sum(self.rewards) if self.rewards is not None else 0.0
+        self._set(self.rewards, "rewards", new_data, at_indices, neg_index_as_lookback)
+        self.total_reward += float(sum(self.rewards) - old)
 
     # RLlib's per-agent accessors; a single-agent episode has the one agent "agent0".
     def last_observation_for(self, agent_id: Any = SINGLE_AGENT_ID) -> Any:
