@@ -8,6 +8,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from rlmesh.config.connectors import ConnectorSettings
 from rlmesh.config.evaluation import EvaluationSettings
 from rlmesh.config.multi_agent import MultiAgentSettings
 from rlmesh.config.offline import OfflineSettings
@@ -23,7 +24,7 @@ from rlmesh.rl.spec import custom_model_path as _custom_model_path
 
 @dataclass(kw_only=True)
 class AlgorithmConfig(SamplingSettings, EvaluationSettings, MultiAgentSettings, OfflineSettings,
-                      Settings):
+                      ConnectorSettings, Settings):
     """Settings shared by every algorithm, set by chained builders as in RLlib::
 
         PPOConfig().environment("CartPole-v1").env_runners(num_env_runners=2).training(lr=3e-4)

@@ -182,7 +182,12 @@ class Algorithm(PolicyAccess, SaveRestore):
         obs_space, action_space = spaces_of(config.to_dict()["env"], context,
                                             env_registry(), model=config.model,
                                             preprocessor_pref=config.preprocessor_pref)
-        return model_obs_space(obs_space, config.model), action_space  # framestack
+        obs_space = model_obs_space(obs_space, config.model)  # framestack
+        if config.env_to_module_connector is not None:  # what the connectors make of it
+            from rlmesh.connectors.wiring import driver_observation_space
+
+            obs_space = driver_observation_space(config, obs_space, action_space)
+        return obs_space, action_space
 
     # --- training ---
 

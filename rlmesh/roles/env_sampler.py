@@ -82,6 +82,21 @@ class EnvSampler:
         self._episodes: list[dict[str, Any]] = []
         self._specs: dict[str, ColumnSpec] = {}  # set with the policy (see _bind)
         self._bound: Policy | None = None
+        # RLlib's ConnectorV2 pipelines (connectors/wiring.py), None unless configured.
+        self.connectors: Any = None
+
+    def use_connectors(self, connectors: Any) -> None:
+        """Run env-to-module and module-to-env connectors (``RunnerConnectors``): the
+        observations the policy sees, and fragments store, become the pipeline's output
+        (its space is this sampler's ``observation_space`` from now on)."""
+        self.connectors = connectors
+        self.env_observation_space = self.observation_space
+        self.observation_space = connectors.output_observation_space
+        layout = space_layout(self.observation_space)
+        self._obs = np.zeros((len(self.slots), *layout.shape), layout.dtype)
+        self._nested = is_nested(self.observation_space)
+        self._float_obs = layout.dtype.kind == "f"
+        self._started = False
 
     def _bind(self, policy: Policy) -> None:
         """The columns and per-env state ``policy`` needs: its declared columns, its
@@ -175,6 +190,10 @@ class EnvSampler:
             actions, extras = self._act_with_inputs(t, idx, obs, buf, explore)
         else:  # the common case: nothing but the observations, one call, no per-row extras
             actions, _, extras = self._compute(obs, None, None, None, explore)
+        if self.connectors is not None and self.connectors.module_to_env is not None:
+            actions, for_env = self.connectors.actions(active, actions)
+        else:
+            for_env = actions
         cols["actions"][t, idx] = actions
         for key, values in extras.items():
             col = cols.get(key)
@@ -182,7 +201,7 @@ class EnvSampler:
                 buf.put(key, t, idx, values)
             else:
                 col[t, idx] = values
-        env_actions = actions_for_env(actions, self.action_space, self.normalize_actions,
+        env_actions = actions_for_env(for_env, self.action_space, self.normalize_actions,
                                       self.clip_actions)
         ended = set()
         self.steps_taken[0] += len(active)  # before the steps: a crash in one is counted
@@ -259,7 +278,7 @@ class EnvSampler:
             return False
         self.stepping = -1
         slot.errors_in_a_row = 0
-        obs = to_column(self.observation_space, raw) if self._nested else raw
+        obs = to_column(self.observation_space, raw) if self._nested and self.connectors is None else raw
         reward = float(reward)
         if not -FLOAT32_MAX <= reward <= FLOAT32_MAX:  # NaN fails both; beyond is inf in float32
             return self._nonfinite(b, t, buf, f"reward ({reward})")
@@ -273,6 +292,10 @@ class EnvSampler:
         if Columns.PREV_REWARDS in self._prev_values:
             self._prev_values[Columns.PREV_REWARDS][b] = reward
         slot.episode.record_step(raw, reward, info, action, terminated, truncated)
+        if self.connectors is not None:  # the env-to-module pipeline makes what the policy sees
+            obs = self.connectors.step(b, raw, buf.cols["actions"][t, b], reward, info,
+                                       terminated, truncated)
+            obs = to_column(self.observation_space, obs) if self._nested else obs
         if (self._float_obs and type(self.obs_filter) is not NoFilter
                 and not np.isfinite(np.asarray(obs, self._obs.dtype)).all()):
             # Checked before the filter sees it: one NaN would spoil its statistics for good.
@@ -361,6 +384,8 @@ class EnvSampler:
             self.reward_normalizer.reset(b)
         episode.add_env_reset(obs, info)
         slot.episode = episode
+        if self.connectors is not None:
+            obs = self.connectors.reset(b, obs, info)
         slot.obs = self.obs_filter(to_column(self.observation_space, obs))
         slot.start_row = start_row
         self._obs[b] = slot.obs

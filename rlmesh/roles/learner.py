@@ -73,7 +73,19 @@ class Learner(LearnerHooks):
         # Updates asked for with async_update: run in order on one thread of their own.
         self._executor: ThreadPoolExecutor | None = None
         self._pending: list[Future] = []
+        self.learner_connector = self._build_learner_connector()
         self.build()
+
+    def _build_learner_connector(self) -> Any:
+        """RLlib's learner connector pipeline (``learner_connector``; connectors/wiring.py),
+        its input spaces the first policy's; None unless configured."""
+        if getattr(self.config, "learner_connector", None) is None or not self.policies:
+            return None
+        from rlmesh.connectors import wiring
+
+        first = next(iter(self.policies.values()))
+        return wiring.learner(self.config, getattr(first, "observation_space", None),
+                              getattr(first, "action_space", None))
 
     def _built(self, pid: str, spec: dict[str, Any]) -> Any:
         extra = {"device": str(self.device)} if _is_torch_policy(spec) else {}  # theirs only
@@ -112,6 +124,10 @@ class Learner(LearnerHooks):
         else:
             batches = policy_batches(batch, self.policies, self.removed)
             batches, _ = self._preprocess_train_data(batch=batches, episodes=None)
+        if self.learner_connector is not None:  # before the losses, advantages included
+            from rlmesh.connectors.wiring import run_learner_connector
+
+            batches = run_learner_connector(self.learner_connector, batches, self.module)
         timesteps = _env_steps(timesteps)
         out = {}
         for pid, batch in batches.items():

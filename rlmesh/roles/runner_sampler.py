@@ -31,6 +31,14 @@ def make_sampler(runner: Any, create: Callable[[int], Any], registry: dict[str, 
     n = cfg.num_envs_per_env_runner
     atari = vector_maker(cfg, registry) if vector_env else None
     vector = atari or (gym_vector_maker(cfg, registry) if vector_env else None)
+    connected = has_connectors(cfg)
+    if vector is not None and connected:
+        asked = (cfg.env_config or {}).get("vector", "auto") if isinstance(cfg.env_config, dict) else "auto"
+        if atari is not None or asked != "auto":
+            raise ValueError("env_to_module_connector / module_to_env_connector: connectors run "
+                             "on runners stepping gymnasium envs one at a time; drop "
+                             f"env_config vector={asked!r} (or the Atari vector env) to use them")
+        vector = None  # "auto" picked a vector env: stepped one env at a time instead
     if vector is not None:
         sampler = VectorEnvSampler(
             vector, n, splits=2 if double_buffered(cfg, True, central) else 1, seed=seeds[0],
@@ -57,11 +65,33 @@ def make_sampler(runner: Any, create: Callable[[int], Any], registry: dict[str, 
                   normalize_actions=cfg.normalize_actions and not cfg.model.get("squash_actions", False),
                   clip_actions=cfg.clip_actions, clip_rewards=cfg.clip_rewards,
                   on_nonfinite=cfg.on_nonfinite)
+    if connected and kind != "env":
+        raise ValueError("env_to_module_connector / module_to_env_connector: a MultiAgentEnv's "
+                         "runner does not run connectors yet; map observations inside the env")
+    if connected:
+        sampler.use_connectors(runner_connectors(cfg, sampler))
     if kind == "env":
         sampler.obs_filter = make_filter(cfg.observation_filter, sampler.observation_space)
         if cfg.normalize_rewards:
             sampler.reward_normalizer = ReturnNormalizer(n, cfg.gamma)
     return kind, sampler
+
+
+def has_connectors(cfg: Any) -> bool:
+    return (getattr(cfg, "env_to_module_connector", None) is not None
+            or getattr(cfg, "module_to_env_connector", None) is not None)
+
+
+def runner_connectors(cfg: Any, sampler: Any) -> Any:
+    """The runner's env-to-module and module-to-env pipelines (connectors/wiring.py),
+    built by the config's factories with the runner's first env."""
+    from rlmesh.connectors import wiring
+
+    env = sampler.slots[0].env
+    obs_space, act_space = sampler.observation_space, sampler.action_space
+    return wiring.RunnerConnectors(wiring.env_to_module(cfg, env, obs_space, act_space),
+                                   wiring.module_to_env(cfg, env, obs_space, act_space),
+                                   len(sampler.slots), obs_space, act_space)
 
 
 def check_rewards(kind: str, cfg: Any, sampler: Any = None) -> None:
