@@ -9,7 +9,7 @@ from rlmesh.config.base import AlgorithmConfig, ConfigError
 __all__ = ["ALGORITHMS", "Algorithm", "AlgorithmConfig", "ConfigError", "PPO", "PPOConfig",
            "build_algorithm", "get_algorithm_class", "get_config_class"]
 
-_LAZY = {"PPO": "rlmesh.algorithms.ppo", "Algorithm": "rlmesh.driver.algorithm",
+_LAZY = {"PPO": "rlmesh.algorithms.ppo.ppo", "Algorithm": "rlmesh.driver.algorithm",
          "build_algorithm": "rlmesh.algorithms.algorithm_template"}
 
 

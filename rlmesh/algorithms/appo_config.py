@@ -23,7 +23,7 @@ class APPOConfig(ImpalaConfig, GAESettings, defaults=_APPO_DEFAULTS):
     with ``vtrace=False`` only; V-trace has its own targets.
     """
 
-    algorithm_path = "rlmesh.algorithms.appo:APPO"
+    algorithm_path = "rlmesh.algorithms.appo.appo:APPO"
 
     clip_param: float = setting(
         0.4, "training", gt=0,

@@ -50,7 +50,7 @@ class PPOConfig(AlgorithmConfig, GAESettings, EntropySchedule, defaults=_PPO_DEF
     """
 
     #: The algorithm build() makes from this config.
-    algorithm_path = "rlmesh.algorithms.ppo:PPO"
+    algorithm_path = "rlmesh.algorithms.ppo.ppo:PPO"
 
     use_kl_loss: bool = setting(
         False, "training",

@@ -93,6 +93,19 @@ class AlgorithmConfig(SamplingSettings, EvaluationSettings, MultiAgentSettings, 
             "rlmesh.policy.Policy (or its import path 'pkg.module:MyPolicy'). None: the "
             "algorithm's own (PPOTorchPolicy for PPO, ...). See docs/policies.md.")
 
+    module_spec: dict | None = setting(
+        None, "rl_module",
+        doc="RLlib's rl_module_spec as plain data (set it with "
+            ".rl_module(rl_module_spec=RLModuleSpec(...)) or a MultiRLModuleSpec, one module per "
+            "policy id): the policies' network is that RLModule, acting with "
+            "forward_exploration/forward_inference and training with forward_train. None, or "
+            "the algorithm's default module class: the default model. docs/new_api_stack.md.")
+    module_model_config: dict = setting(
+        {}, "rl_module", merge=True,
+        doc="The keys of RLlib's model_config that rlmesh's model does not read: a user's "
+            "RLModule gets them in self.model_config (with the model keys and its spec's "
+            "model_config over them). Without an RLModule they are an error.")
+
     # --- learners ---
     num_learners: int = setting(
         0, "learners", ge=0, aliases=("num_learner_workers",),
@@ -252,7 +265,9 @@ class AlgorithmConfig(SamplingSettings, EvaluationSettings, MultiAgentSettings, 
         return self._set("training", kwargs)
 
     def rl_module(self, **kwargs):
-        """Set the policy class (see ``fields_table("rl_module")``)."""
+        """Set the policy class, or RLlib's ``rl_module_spec`` (an RLModuleSpec or
+        MultiRLModuleSpec) and ``model_config`` (see ``fields_table("rl_module")`` and
+        docs/new_api_stack.md)."""
         return self._set("rl_module", kwargs)
 
     def learners(self, **kwargs):
@@ -397,6 +412,8 @@ class AlgorithmConfig(SamplingSettings, EvaluationSettings, MultiAgentSettings, 
         problems = []
         try:  # an unknown model key names the closest one, before any process starts
             _check_model_config(self.model)
+            if self.module_model_config and self.module_spec is None:
+                _check_model_config(self.module_model_config)  # only a module reads them
         except ValueError as e:
             problems.append(f"model: {e}")
         if self.lr_schedule is not None:

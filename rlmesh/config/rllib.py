@@ -189,12 +189,36 @@ def _output_config(value, d, cls):
 
 
 def _model_config(value, d, cls):
-    """The new stack's ``model_config`` (a dict; DefaultModelConfig's fields) is ``model``."""
+    """The new stack's ``model_config`` (a dict; DefaultModelConfig's fields) is ``model``;
+    keys rlmesh's model does not read are kept for a user's RLModule (module_model_config),
+    and are an error without one (the config's checks)."""
     if hasattr(value, "__dataclass_fields__"):  # DefaultModelConfig(...) from a script
         import dataclasses
 
         value = dataclasses.asdict(value)
-    return {"model": value}, None
+    if not isinstance(value, dict):
+        return {"model": value}, None
+    from rlmesh.rl.spec import MODEL_DEFAULTS
+
+    out = {"model": {k: v for k, v in value.items() if k in MODEL_DEFAULTS}}
+    rest = {k: v for k, v in value.items() if k not in MODEL_DEFAULTS}
+    if rest:
+        out["module_model_config"] = rest
+    return out, None
+
+
+def _rl_module_spec(value, d, cls):
+    """RLlib's ``rl_module_spec`` as plain data (module_spec); the algorithm's default module
+    class, or none, is the default model with the spec's model_config."""
+    from rlmesh.policy.module_model import policy_overrides, spec_to_data
+
+    try:
+        data = spec_to_data(value)
+    except (TypeError, ValueError) as e:
+        raise Refused(f"rl_module_spec: {e}") from None
+    if data is None or "rl_module_specs" in data or "shared" in data:
+        return {"module_spec": data}, None
+    return policy_overrides(data), None
 
 
 def _scheduled(key: str, schedule_key: str) -> Callable:
@@ -392,6 +416,8 @@ TRANSLATIONS: dict[str, Callable] = {
         _old_replay_key("prioritized_replay_beta_annealing_timesteps"),
     "_train_batch_size_per_learner": _renamed("train_batch_size_per_learner"),
     "_model_config": _model_config,
+    "rl_module_spec": _rl_module_spec,
+    "_rl_module_spec": _rl_module_spec,
     "num_aggregator_actors_per_learner": _renamed("num_aggregation_workers", "no effect"),
     "target_update_frequency": _renamed("target_network_update_freq"),
     "circular_buffer_iterations_per_batch": _renamed("num_epochs"),

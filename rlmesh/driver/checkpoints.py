@@ -40,6 +40,8 @@ import torch
 
 from rlmesh.runtime.import_path import code_names, is_file
 from rlmesh.env.registry import env_registry
+from rlmesh.policy.module_model import modules_to_save
+from rlmesh.policy.module_state import write_modules
 from rlmesh.runtime import handed
 
 if TYPE_CHECKING:
@@ -173,6 +175,9 @@ def _write_into(tmp: Path, algo: RunView, learner_state: dict[str, Any],
     with open(tmp / STATE, "wb") as fh:
         fh.write(buffer.getbuffer())
     (tmp / META).write_bytes(msgpack.packb(meta, use_bin_type=True))
+    # A user's RLModules also in RLlib's layout, for RLModule.from_checkpoint (module_state.py)
+    write_modules(tmp, _plain(modules_to_save(algo.config, specs)),
+                  learner_state.get("policies", {}))
     _fsync_dir(tmp)
 
 

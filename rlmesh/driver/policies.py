@@ -13,6 +13,7 @@ from rlmesh.config.multi_agent import mapping_function, policies_as_data
 from rlmesh.config.settings import ConfigError
 from rlmesh.env.multi_agent_env import is_multi_agent
 from rlmesh.env.registry import EnvContext, env_registry, make_env
+from rlmesh.policy.module_model import module_specs_by_policy, policy_overrides
 from rlmesh.policy.policy_spec import PolicySpec
 from rlmesh.rl.columns import DEFAULT_POLICY_ID
 from rlmesh.roles.multi_agent_sampler import MultiAgentEpisode, map_agent
@@ -33,7 +34,8 @@ def multi_agent_specs(config: AlgorithmConfig, default_class: Any, env: Any) -> 
     """``{policy_id: spec data}`` of a multi-agent env: the config's policies (none: one
     default_policy), each on the spaces of the first agent mapped to it unless its spec
     gives them. A mapping to an unknown policy id is a one-line error here, at build()."""
-    entries = policies_as_data(config.policies or [DEFAULT_POLICY_ID])
+    entries = policies_as_data(config.policies or _module_ids(config) or [DEFAULT_POLICY_ID])
+    _give_modules(config, entries)
     mapping = mapping_function(config, entries)
     spaces: dict[str, tuple[Any, Any]] = {}
     episode = MultiAgentEpisode(0, 0)
@@ -52,6 +54,24 @@ def multi_agent_specs(config: AlgorithmConfig, default_class: Any, env: Any) -> 
                              "PolicySpec(observation_space=..., action_space=...)")
         out[pid] = spec.resolved(default_class, obs_space, act_space).to_data(config)
     return out
+
+
+def _module_ids(config: AlgorithmConfig) -> list[str]:
+    """The module ids of a MultiRLModuleSpec: the policies when the config names none."""
+    data = config.module_spec
+    return sorted(data["rl_module_specs"]) if data and "rl_module_specs" in data else []
+
+
+def _give_modules(config: AlgorithmConfig, entries: dict[str, dict[str, Any]]) -> None:
+    """Each policy's RLModule (module id = policy id) into its config overrides."""
+    if config.module_spec is None:
+        return
+    try:
+        specs = module_specs_by_policy(config.module_spec, entries)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    for pid, data in entries.items():
+        data["config"] = {**data["config"], **policy_overrides(specs.get(pid))}
 
 
 def specs_or_none(algo: RunView, default_class: Any) -> dict[str, dict[str, Any]] | None:

@@ -29,6 +29,11 @@ from rlmesh.rl.finite import NonFiniteError
 from rlmesh.rl.default_model import CPU_CHUNK_ROWS, build_model
 from rlmesh.rl.optim import Adam
 from rlmesh.rl.spec import numpy_fast_path
+from rlmesh.policy.module_model import build_module_model, is_default_module, single_spec
+from rlmesh.rl.columns import DEFAULT_POLICY_ID
+
+#: The RLModule a spec without module_class builds when the policy takes a module anyway.
+_DEFAULT_MODULE = "rlmesh.models.default_modules:DefaultPPOTorchRLModule"
 
 logger = logging.getLogger("rlmesh.policy")
 
@@ -57,6 +62,7 @@ class TorchPolicy(Policy):
         self.device = torch.device(device)
         self.squash = bool(config.model.get("squash_actions", False))
         self.dist_class, self.num_dist_inputs = distribution_for(action_space, self.squash)
+        self._check_takes_module(config)
         self.model = self.make_model().to(self.device)
         self.action_dtype = space_layout(action_space).dtype  # actions as the column stores them
         self.view_requirements = {**action_dist_columns(self.num_dist_inputs),
@@ -79,9 +85,34 @@ class TorchPolicy(Policy):
 
     # --- construction (override to change) ---
 
+    #: Whether this policy's loss trains a value function (an RLModule must then give values).
+    trains_values = True
+
     def make_model(self) -> torch.nn.Module:
-        """The default actor-critic model, or ``model.custom_model`` (``rl/default_model.py``)."""
+        """The default actor-critic model, ``model.custom_model`` (``rl/default_model.py``),
+        or the config's RLModule (``module_spec``, policy/module_model.py)."""
+        data = self.module_data(self.config)
+        if data is not None:
+            model_config = {**self.config.model, **getattr(self.config, "module_model_config", {})}
+            return build_module_model(data, self.observation_space, self.action_space,
+                                      model_config, _DEFAULT_MODULE, self.trains_values)
         return build_model(self.observation_space, self.action_space, self.config.model)
+
+    @staticmethod
+    def module_data(config: Any) -> dict[str, Any] | None:
+        """The user's RLModule spec this policy builds (None: rlmesh's model). A policy of a
+        multi-agent run gets its own through its config; a single-agent run takes the
+        module of ``default_policy`` from a MultiRLModuleSpec."""
+        data = single_spec(getattr(config, "module_spec", None), DEFAULT_POLICY_ID)
+        return None if is_default_module(data) else data
+
+    def _check_takes_module(self, config: Any) -> None:
+        if getattr(config, "module_spec", None) is None:
+            return
+        if type(self).make_model is not TorchPolicy.make_model:
+            raise ValueError(f"{type(self).__name__} builds its own networks (make_model), so it "
+                             "takes no rl_module_spec; PPO, APPO, IMPALA, PG, A2C and A3C do "
+                             "(docs/new_api_stack.md)")
 
     def _recurrent_columns(self) -> dict[str, ColumnSpec]:
         optional = optional_columns(self.action_space)
@@ -114,6 +145,7 @@ class TorchPolicy(Policy):
         flat = (config.model.get("custom_model") is None and not config.model.get("use_lstm")
                 if observation_space is None
                 else numpy_fast_path(observation_space, action_space, config.model))
+        flat = flat and getattr(config, "module_spec", None) is None  # a module acts in torch
         if default_acting and flat:
             return class_path(NumpyMLPPolicy)
         return class_path(cls)
@@ -131,7 +163,8 @@ class TorchPolicy(Policy):
         explore = self.config.explore if explore is None else explore
         state_out: list[np.ndarray] = []
         values = None
-        with torch.no_grad():
+        acting = getattr(self.model, "acting", None)  # an RLModule: forward_exploration/inference
+        with torch.no_grad(), (acting(explore) if acting is not None else _FULL_PRECISION):
             obs = torch.as_tensor(np.asarray(obs_batch), device=self.device)
             if self.recurrent:
                 inputs, state_out = self._step_recurrent(obs, state_batches, prev_action_batch,

@@ -42,6 +42,19 @@ class Columns:
     BOOTSTRAP_VALUES = "bootstrap_values"  # V(s_{t+1}) of the true next obs, see compute_gae
     ADVANTAGES = "advantages"
     VALUE_TARGETS = "value_targets"
+    # RLlib's new-stack keys of a module's input batch and output dict (RLModule).
+    ACTIONS_FOR_ENV = "actions_for_env"
+    AGENT_ID = "agent_id"
+    MODULE_ID = "module_id"
+    ACTION_PROB = "action_prob"
+    # A stateful module reads its state as batch[STATE_IN] (a dict of [B, ...] tensors)
+    # and returns the next one as out[STATE_OUT].
+    STATE_IN = "state_in"
+    STATE_OUT = "state_out"
+    EMBEDDINGS = "embeddings"  # the encoder's features; a value function may reuse them
+    VALUES_BOOTSTRAPPED = "values_bootstrapped"
+    INTRINSIC_REWARDS = "intrinsic_rewards"
+    LOSS_MASK = "loss_mask"
 
     @staticmethod
     def state_in(i: int) -> str:
@@ -116,7 +129,8 @@ FRAGMENT_KEYS = frozenset({
     "policy_lag", "policy_id", "worker_index", "idle", "policy_versions", "client_rejections",
     "num_nonfinite_steps_skipped", "num_episodes_unlisted", "num_reset_rows",
     "num_env_errors", "env_error",  # the sampler's env errors: a count, the first traceback
-    "policy_batches", "agent_steps"})  # a multi-agent fragment: one fragment per policy
+    "policy_batches", "agent_steps",  # a multi-agent fragment: one fragment per policy
+    "runner_metrics"})  # what the runner's MetricsLogger took since the last fragment
 
 
 def time_major_keys(fragment: dict[str, Any]) -> list[str]:

@@ -89,7 +89,7 @@ def test_rllib_defaults_match_rllibs_own(stack, name):
 
 @pytest.mark.parametrize("config, message", [
     ({"soft_horizon": True}, "soft_horizon: rlmesh cannot honour soft_horizon=True"),
-    ({"_rl_module_spec": "x"}, "set policy_class"),
+    ({"_rl_module_spec": "x"}, "rl_module_spec: expected an RLModuleSpec or a MultiRLModuleSpec"),
     ({"callbacks_on_episode_end": "pkg:fn"}, "define a callbacks class with the method "
                                              "on_episode_end"),
     ({"optimizer": {"max_weight_sync_delay": 400}}, "only APEX's optimizer dict"),

@@ -28,7 +28,7 @@ def test_policies_in_every_form_become_plain_data_that_round_trips():
         "c": (None, None, None, {"gamma": 0.5}),
     }, policy_mapping_fn=to_b, policies_to_train=only_even)
     data = cfg.to_dict()
-    assert data["policies"]["b"]["policy_class"] == "rlmesh.algorithms.ppo:PPOTorchPolicy"
+    assert data["policies"]["b"]["policy_class"] == "rlmesh.algorithms.ppo.ppo:PPOTorchPolicy"
     assert data["policies"]["b"]["observation_space"]["type"] == "Box"
     assert data["policies"]["c"]["config"] == {"gamma": 0.5}
     assert data["policy_mapping_fn"] == f"{__name__}:to_b"

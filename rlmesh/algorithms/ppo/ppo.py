@@ -33,7 +33,7 @@ class PPO(Algorithm):
     to the runners."""
 
     config_class = PPOConfig
-    default_policy_class = "rlmesh.algorithms.ppo:PPOTorchPolicy"
+    default_policy_class = "rlmesh.algorithms.ppo.ppo:PPOTorchPolicy"
 
     def training_step(self) -> dict[str, dict[str, float]]:
         """Sample ``train_batch_size`` env steps -> update the learners (each policy's

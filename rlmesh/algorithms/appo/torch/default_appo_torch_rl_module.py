@@ -1,0 +1,5 @@
+"""RLlib's ``ray.rllib.algorithms.appo.torch.default_appo_torch_rl_module`` (rlmesh/models/default_modules.py)."""
+
+from rlmesh.models.default_modules import APPOTorchRLModule, DefaultAPPOTorchRLModule
+
+__all__ = ["APPOTorchRLModule", "DefaultAPPOTorchRLModule"]
