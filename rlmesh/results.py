@@ -179,7 +179,10 @@ def is_new_stack_duplicate(flat_key: str) -> bool:
     """A flat key of the env_runners group (or its evaluation/ twin), whose values the
     result holds under rlmesh's own keys too: TensorBoard plots each value once."""
     rest = flat_key.removeprefix("evaluation/")
-    return rest.startswith(NEW_STACK_GROUP + "/") or rest == "num_env_steps_sampled_lifetime"
+    # The group's other keys (a callback's metrics_logger values) are its own: plotted.
+    return (rest.startswith(NEW_STACK_GROUP + "/")
+            and rest[len(NEW_STACK_GROUP) + 1:] in _NEW_STACK_GROUP_KEYS
+            or rest == "num_env_steps_sampled_lifetime")
 
 
 def as_number(value: Any) -> float | None:

@@ -177,6 +177,29 @@ class Episode(SingleAgentEpisode):
         return out
 
 
+def runner_metrics_logger(env_runner: Any) -> Any:
+    """``env_runner.metrics`` when it is a MetricsLogger (an EnvRunner's), else a logger of
+    the sampler's own (a sampler used without a runner, as tests do)."""
+    from rlmesh.utils.metrics.metrics_logger import MetricsLogger
+
+    logger = getattr(env_runner, "metrics", None)
+    return logger if isinstance(logger, MetricsLogger) else MetricsLogger(track_pending=True)
+
+
+def hook_arguments(sampler: Any, env_index: int, env: Any) -> dict[str, Any]:
+    """The keyword arguments every episode hook of env ``env_index`` gets (RLlib's new
+    stack's): ``env_runner``, ``env_index``, ``metrics_logger``, ``env`` (as the user's
+    creator built it where the runner knows it), ``rl_module`` (the policy's model, or
+    None). Made once per episode, not per step."""
+    user_env = _user_env(sampler.env_runner, env_index) if sampler.env_runner is not sampler \
+        else None
+    policy = getattr(sampler, "policy", None)
+    return {"env_runner": sampler.env_runner, "env_index": env_index,
+            "metrics_logger": sampler.metrics_logger,
+            "env": user_env if user_env is not None else env,
+            "rl_module": getattr(policy, "model", None)}
+
+
 def _numbers(metrics: dict[str, Any]) -> dict[str, float]:
     out = {}
     for name, value in metrics.items():

@@ -50,6 +50,7 @@ from rlmesh.rl.filters import make_filter
 from rlmesh.config.learner_gpus import check_learner_gpus
 from rlmesh.runtime.import_path import stop_if_importing_script
 from rlmesh.runtime.logtail import LogTail, level_number
+from rlmesh.utils.metrics.metrics_logger import MetricsLogger
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +85,8 @@ class Algorithm(PolicyAccess, SaveRestore):
         # The learners' counts of skipped batches (see iteration_result).
         self.nonfinite_counts: dict[str, int] = {}
         self.time_total_s = 0.0
+        # RLlib's algorithm.metrics: the driver's MetricsLogger (on_train_result's).
+        self.metrics = MetricsLogger()
         # The episodes results smooth over (metrics_num_episodes_for_smoothing).
         self.episode_window: deque[dict[str, Any]] = deque(
             maxlen=config.metrics_num_episodes_for_smoothing)
@@ -208,7 +211,10 @@ class Algorithm(PolicyAccess, SaveRestore):
         log.debug("iteration %d: %d env steps in %.2f s", self.iteration,
                   result.get("num_env_steps_sampled_this_iter", 0), result.get("time_this_iter_s", 0))
         if self.callbacks is not None:
-            self.callbacks.on_train_result(algorithm=self, result=result)
+            self.callbacks.on_train_result(algorithm=self, result=result,
+                                           metrics_logger=self.metrics)
+            if self.metrics.stats:  # what it logged, at the result's top level
+                _merge_into(result, self.metrics.reduce())
         return result
 
     def evaluate(self) -> dict[str, Any]:
@@ -385,3 +391,11 @@ class Algorithm(PolicyAccess, SaveRestore):
     def __exit__(self, *exc: Any) -> None:
         self.stop()
 
+
+def _merge_into(result: dict, logged: dict) -> None:
+    """The nested ``logged`` values into ``result``, dicts merged key by key."""
+    for key, value in logged.items():
+        if isinstance(value, dict) and isinstance(result.get(key), dict):
+            _merge_into(result[key], value)
+        else:
+            result[key] = value

@@ -14,7 +14,7 @@ import numpy as np
 from rlmesh.driver import policies
 from rlmesh.callbacks import summarize_custom_metrics, summarize_hist_data
 from rlmesh.env.registry import space_from_data
-from rlmesh.results import new_stack_group
+from rlmesh.results import NEW_STACK_GROUP, new_stack_group
 
 if TYPE_CHECKING:
     from rlmesh.driver.run_view import RunView
@@ -80,7 +80,26 @@ def iteration_result(algo: RunView, fragments: list[dict[str, Any]], steps: int,
     # RLlib's new-stack names of the same values (results.py says why both)
     result["num_env_steps_sampled_lifetime"] = algo.timesteps_total
     result.update(new_stack_group(result))
+    logged = runner_metrics(algo, fragments)
+    if logged:  # the callbacks' metrics_logger values, beside the episode statistics
+        result.setdefault(NEW_STACK_GROUP, {}).update(logged)
     return result
+
+
+def runner_metrics(algo: Any, fragments: list[dict[str, Any]]) -> dict[str, Any]:
+    """The env runners' MetricsLogger values that came with ``fragments``, merged into the
+    driver's logger of them (``algo.env_runner_metrics``, made when first needed) and
+    reduced: {} while none was ever logged, at no cost."""
+    states = [f["runner_metrics"] for f in fragments if f.get("runner_metrics")]
+    logger = getattr(algo, "env_runner_metrics", None)
+    if logger is None:
+        if not states:
+            return {}
+        from rlmesh.utils.metrics.metrics_logger import MetricsLogger
+
+        logger = algo.env_runner_metrics = MetricsLogger()
+    logger.merge_and_log_n_dicts(states)
+    return logger.reduce()
 
 
 def _policy_lag(fragments: list[dict[str, Any]]) -> dict[str, float]:

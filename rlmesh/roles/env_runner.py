@@ -9,6 +9,7 @@ streaming, metrics, calls into the envs.
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import logging
 import os
@@ -27,6 +28,7 @@ from rlmesh.preprocessing import wrap_for_model
 from rlmesh.rl.columns import DEFAULT_POLICY_ID
 from rlmesh.rl.spec import numpy_fast_path
 from rlmesh.runtime.work_counter import counter_path, shared_count
+from rlmesh.utils.metrics.metrics_logger import RunnerMetricsLogger
 from rlmesh.roles.env_sampler import SEED_STRIDE
 from rlmesh.roles.gradient_runner import GradientRunner  # A3C's call
 from rlmesh.roles.obs_filters import FILTER_CALLS, ObsFilterCalls
@@ -104,6 +106,9 @@ class EnvRunner(FragmentStreams, MultiAgentPolicies, VersionedPolicies, Gradient
         cfg = self.config = spec.settings()
         self.worker_index = worker_index = spec.worker_index
         self.callbacks = load_callbacks(cfg.callbacks_class)
+        # RLlib's env_runner.metrics: the callbacks' MetricsLogger, its values shipped with
+        # each fragment; called, still the runner's counters (the ``metrics`` call).
+        self.metrics = RunnerMetricsLogger(functools.partial(type(self).metrics, self))
         # Each env as the user's creator (or gym.make) built it, before rlmesh's wrappers
         # (horizon, the model's): what foreach_env and the callbacks' info["env"] hand out.
         self._user_envs: dict[int, gym.Env] = {}
@@ -152,7 +157,8 @@ class EnvRunner(FragmentStreams, MultiAgentPolicies, VersionedPolicies, Gradient
             env = gym.wrappers.TimeLimit(env, max_episode_steps=cfg.horizon)
         env = wrap_for_model(self.wrap_env(env, i), cfg.model)
         if self.callbacks is not None:
-            self.callbacks.on_environment_created(env_runner=self, env=env, env_context=context)
+            self.callbacks.on_environment_created(env_runner=self, env=env, env_context=context,
+                                                  metrics_logger=self.metrics)
         return env
 
     def _make_policies(self, specs: dict[str, Any] | None, own_process: bool) -> None:
@@ -263,8 +269,12 @@ class EnvRunner(FragmentStreams, MultiAgentPolicies, VersionedPolicies, Gradient
         if self.callbacks is not None:
             self.callbacks.on_postprocess_trajectory(
                 env_runner=self, policy_id=self.policy_id, policies=self.policies,
-                postprocessed_batch=fragment)
-            self.callbacks.on_sample_end(env_runner=self, samples=fragment)
+                postprocessed_batch=fragment, metrics_logger=self.metrics)
+            self.callbacks.on_sample_end(env_runner=self, samples=fragment,
+                                         metrics_logger=self.metrics)
+        logged = self.metrics.pending_state()
+        if logged:  # what the callbacks logged since the last fragment, for the driver
+            fragment["runner_metrics"] = logged
         if self.output_writer is not None and read is None:  # what the callbacks left
             self.output_writer.write(fragment, getattr(self.sampler, "last_owners", None))
         return fragment

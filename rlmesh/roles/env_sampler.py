@@ -12,7 +12,7 @@ from typing import Any, Callable
 import gymnasium as gym
 import numpy as np
 
-from rlmesh.callbacks import Callbacks, Episode
+from rlmesh.callbacks import Callbacks, Episode, hook_arguments, runner_metrics_logger
 from rlmesh.env.registry import actions_for_env
 from rlmesh.policy.policy import Policy
 from rlmesh.rl.columns import ColumnSpec, Columns, env_columns, optional_columns, space_layout
@@ -53,6 +53,9 @@ class EnvSampler:
         # can be read: callbacks here; connectors set it too.
         self.keep_history = callbacks is not None
         self.env_runner = env_runner if env_runner is not None else self
+        # The runner's MetricsLogger (env_runner.metrics), the callbacks' metrics_logger.
+        self.metrics_logger = runner_metrics_logger(env_runner)
+        self._hook_args: list[dict[str, Any]] = [{} for _ in range(num_envs)]
         self.normalize_actions = normalize_actions
         self.clip_actions = clip_actions
         self.clip_rewards = clip_rewards
@@ -302,8 +305,7 @@ class EnvSampler:
             return self._nonfinite(b, t, buf, f"observation ({describe(obs)})")
         obs = self._next_obs[b] = self.obs_filter(obs)
         if self.callbacks is not None:
-            self.callbacks.on_episode_step(episode=slot.episode, env_runner=self.env_runner,
-                                           env_index=b)
+            self.callbacks.on_episode_step(episode=slot.episode, **self._hook_args[b])
         if not (terminated or truncated):
             slot.obs = obs
             self._store_obs(b, obs)
@@ -357,7 +359,7 @@ class EnvSampler:
     def _end_episode(self, b: int) -> None:
         episode = self.slots[b].episode
         if self.callbacks is not None:
-            self.callbacks.on_episode_end(episode=episode, env_runner=self.env_runner, env_index=b)
+            self.callbacks.on_episode_end(episode=episode, **self._hook_args[b])
         self._episodes.append(episode.summary())
         self.counters["num_episodes"] += 1
 
@@ -377,8 +379,8 @@ class EnvSampler:
         slot = self.slots[b]
         episode = Episode(b, next(self._episode_ids), history=self.keep_history)
         if self.callbacks is not None:
-            self.callbacks.on_episode_created(episode=episode, env_runner=self.env_runner,
-                                              env_index=b)
+            hook_args = self._hook_args[b] = hook_arguments(self, b, slot.env)
+            self.callbacks.on_episode_created(episode=episode, **hook_args)
         obs, info = slot.reset_env(self.make_env, b, self.base_seeds[b], self.counters)
         if self.reward_normalizer is not None:  # a discarded episode's return ends too
             self.reward_normalizer.reset(b)
@@ -399,5 +401,6 @@ class EnvSampler:
         if Columns.EPS_ID in counters:
             counters[Columns.EPS_ID][b] = slot.episode.episode_id
         if self.callbacks is not None:
-            self.callbacks.on_episode_start(episode=slot.episode, env_runner=self.env_runner,
-                                            env_index=b)
+            # The env may be a new one (recreated after an error in reset_env).
+            hook_args = self._hook_args[b] = hook_arguments(self, b, slot.env)
+            self.callbacks.on_episode_start(episode=slot.episode, **hook_args)

@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from rlmesh.callbacks import Callbacks, Episode
+from rlmesh.callbacks import Callbacks, Episode, hook_arguments, runner_metrics_logger
 from rlmesh.env.multi_agent_env import ALL
+from rlmesh.env.multi_agent_episode import MultiAgentEpisode as RLlibMultiAgentEpisode
 from rlmesh.env.registry import actions_for_env
 from rlmesh.policy.policy import Policy
 from rlmesh.rl.columns import Columns, space_layout
@@ -29,18 +30,49 @@ class UnknownPolicyError(ValueError):
     """The policy mapping function named a policy id that is not configured."""
 
 
-class MultiAgentEpisode(Episode):
+class MultiAgentEpisode(RLlibMultiAgentEpisode, Episode):
     """One episode of a multi-agent env: what ``Episode`` holds (summed over agents) plus
-    each agent's return and policy; the object ``policy_mapping_fn`` receives."""
+    each agent's return and policy; the object ``policy_mapping_fn`` receives. RLlib's new
+    stack's ``MultiAgentEpisode`` too (``agent_episodes``, ``get_observations(-1)`` by agent,
+    ``module_for``), its per-agent history kept where callbacks read it (``agent_history``)."""
 
     __slots__ = ("agent_rewards", "policy_for")
     per_agent = True  # last_observation_for(agent_id) looks the agent up
 
     def __init__(self, env_index: int, episode_id: int, observation: Any = None,
-                 info: dict | None = None) -> None:
-        super().__init__(env_index, episode_id, observation, info)
+                 info: dict | None = None, *, history: bool = False) -> None:
+        Episode.__init__(self, env_index, episode_id, observation, info)
+        self._multi_init(None, None, None)
+        self.agent_history = history  # Episode's own (single-agent) lists stay off
         self.agent_rewards: dict[Any, float] = {}
         self.policy_for: dict[Any, str] = {}  # agent id -> policy id, fixed for the episode
+
+    @property
+    def last_observation(self) -> Any:  # by agent id; the history is in agent_episodes
+        return self._last_obs
+
+    @last_observation.setter
+    def last_observation(self, observation: Any) -> None:
+        self._last_obs = observation
+
+    def module_for(self, agent_id: Any) -> Any:
+        return self.policy_for.get(agent_id)
+
+    def __len__(self) -> int:
+        return self.length
+
+    def get_return(self, include_hanging_rewards: bool = False) -> float:
+        return self.total_reward
+
+    def _by_agent(self, what: str, indices: Any, agent_ids: Any, **kwargs: Any) -> dict:
+        if not self.agent_history:
+            raise RuntimeError(
+                "this episode keeps no step history (only last_observation and the other "
+                "last_*): the samplers keep it where callbacks or connectors are configured")
+        for aid, episode in self.agent_episodes.items():  # policies are mapped after the reset
+            if episode.module_id is None:
+                episode.module_id = self.policy_for.get(aid)
+        return super()._by_agent(what, indices, agent_ids, **kwargs)
 
     def summary(self) -> dict[str, Any]:
         return {**super().summary(),
@@ -114,7 +146,10 @@ class MultiAgentSampler:
         self.policies = policies or {}
         self.mapping_fn = mapping_fn
         self.callbacks = callbacks
+        self.keep_history = callbacks is not None  # episodes' get_observations(...) read it
         self.env_runner = env_runner if env_runner is not None else self
+        self.metrics_logger = runner_metrics_logger(env_runner)  # the hooks' metrics_logger
+        self._hook_args: list[dict[str, Any]] = [{} for _ in range(num_envs)]
         self.normalize_actions, self.clip_actions = normalize_actions, clip_actions
         self.clip_rewards = clip_rewards
         env0 = self.slots[0].env.unwrapped
@@ -222,9 +257,11 @@ class MultiAgentSampler:
         self.stepping = -1
         episode = slot.episode
         episode.record_step(obs, self._add_rewards(slot, rewards), infos)
+        if episode.agent_history:
+            episode.add_env_step(obs, actions, rewards, infos, terminateds=terms,
+                                 truncateds=truncs)
         if self.callbacks is not None:
-            self.callbacks.on_episode_step(episode=episode, env_runner=self.env_runner,
-                                           env_index=b)
+            self.callbacks.on_episode_step(episode=episode, **self._hook_args[b])
         all_done = bool(terms.get(ALL) or truncs.get(ALL))
         slot.obs = {}
         trajs = slot.trajs
@@ -347,18 +384,19 @@ class MultiAgentSampler:
 
     def _reset(self, b: int) -> None:
         slot = self.slots[b]
-        episode = MultiAgentEpisode(b, next(self._episode_ids))
+        episode = MultiAgentEpisode(b, next(self._episode_ids), history=self.keep_history)
         if self.callbacks is not None:  # before the reset, as in the single-agent sampler
-            self.callbacks.on_episode_created(episode=episode, env_runner=self.env_runner,
-                                              env_index=b)
+            self._hook_args[b] = hook_arguments(self, b, slot.env)
+            self.callbacks.on_episode_created(episode=episode, **self._hook_args[b])
         obs, infos = slot.env.reset(seed=slot.seed)
         slot.seed = None
         episode.last_observation, episode.last_info = obs, infos or {}
+        if episode.agent_history:
+            episode.add_env_reset(observations=obs, infos=infos)
         slot.episode = episode
         slot.trajs, slot.states, slot.obs = {}, {}, {}
         if self.callbacks is not None:
-            self.callbacks.on_episode_start(episode=slot.episode, env_runner=self.env_runner,
-                                            env_index=b)
+            self.callbacks.on_episode_start(episode=slot.episode, **self._hook_args[b])
         for aid, o in obs.items():
             self._join(slot, aid)
             slot.obs[aid] = self._column(aid, o)
@@ -367,8 +405,7 @@ class MultiAgentSampler:
         slot = self.slots[b]
         slot.ended = True
         if self.callbacks is not None:
-            self.callbacks.on_episode_end(episode=slot.episode, env_runner=self.env_runner,
-                                          env_index=b)
+            self.callbacks.on_episode_end(episode=slot.episode, **self._hook_args[b])
         self._episodes.append(slot.episode.summary())
         self.counters["num_episodes"] += 1
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from rlmesh.callbacks import Callbacks, Episode
+from rlmesh.callbacks import Callbacks, Episode, hook_arguments
 
 
 class VectorEpisodes:
@@ -72,16 +72,14 @@ class VectorEpisodes:
                 continue
             seen = final[k] if done[k] and final is not None else obs[k]
             episode.record_step(seen, float(reward[k]), _info_of(infos, k), actions[k])
-            self.callbacks.on_episode_step(episode=episode, env_runner=self.env_runner,
-                                           env_index=b)
+            self.callbacks.on_episode_step(episode=episode, **self._hook_args[b])
 
     def _new_episode(self, b: int, observation: Any = None) -> None:
         episode = self._episodes_of[b] = Episode(b, int(self._ids[b]), observation,
                                                  history=self.keep_history and self._per_step)
-        self.callbacks.on_episode_created(episode=episode, env_runner=self.env_runner,
-                                          env_index=b)
-        self.callbacks.on_episode_start(episode=episode, env_runner=self.env_runner,
-                                        env_index=b)
+        hook_args = self._hook_args[b] = hook_arguments(self, b, self._env_of(b))
+        self.callbacks.on_episode_created(episode=episode, **hook_args)
+        self.callbacks.on_episode_start(episode=episode, **hook_args)
 
     def _end_episode(self, b: int) -> None:
         summary = {"return": float(self._returns[b]), "length": int(self._lengths[b]),
@@ -90,8 +88,8 @@ class VectorEpisodes:
             episode = self._episodes_of[b] or Episode(b, int(self._ids[b]))
             # The sampler's count (reset rows left out) is the episode's, steps recorded or not.
             episode.total_reward, episode.length = summary["return"], summary["length"]
-            self.callbacks.on_episode_end(episode=episode, env_runner=self.env_runner,
-                                          env_index=b)
+            self.callbacks.on_episode_end(
+                episode=episode, **(self._hook_args[b] or hook_arguments(self, b, self._env_of(b))))
             summary = episode.summary()
         self._episodes.append(summary)
         self.counters["num_episodes"] += 1
@@ -104,6 +102,13 @@ class VectorEpisodes:
         if self.callbacks is not None:
             # Its first observation comes with the next step (same-step: this one's).
             self._new_episode(b, self._obs_of(b))
+
+    def _env_of(self, b: int) -> Any:
+        """The vector env that steps env ``b`` (its sub-envs may not be gym.Env objects)."""
+        for group, off, n in zip(self.groups, self.offsets, self.sizes):
+            if off <= b < off + n:
+                return group
+        return None
 
     def _obs_of(self, b: int) -> Any:
         for g, (off, n) in enumerate(zip(self.offsets, self.sizes)):

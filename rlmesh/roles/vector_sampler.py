@@ -16,7 +16,7 @@ import numpy as np
 
 import gymnasium as gym
 
-from rlmesh.callbacks import Callbacks, Episode
+from rlmesh.callbacks import Callbacks, Episode, runner_metrics_logger
 from rlmesh.env.registry import actions_for_env
 from rlmesh.policy.policy import Policy
 from rlmesh.rl.columns import ColumnSpec, Columns, env_columns, optional_columns
@@ -72,6 +72,8 @@ class VectorEnvSampler(VectorEpisodes):
         self._per_step = (callbacks is not None and
                           type(callbacks).on_episode_step is not Callbacks.on_episode_step)
         self.env_runner = env_runner if env_runner is not None else self
+        self.metrics_logger = runner_metrics_logger(env_runner)  # the hooks' metrics_logger
+        self._hook_args: list[dict[str, Any]] = [{} for _ in range(num_envs)]
         self.clip_rewards = clip_rewards
         # observation_filter (rl/filters.py) over the whole batch; normalize_rewards by the
         # batch's returns (ReturnNormalizer.batch): both numpy over the batch.

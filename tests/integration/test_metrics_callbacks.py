@@ -1,0 +1,107 @@
+"""RLlib new-stack callbacks ported by their imports: a MetricsLogger value logged per episode
+in the env runners reaches result["env_runners"], result.json and TensorBoard; the
+episodes' getters work in real single- and multi-agent runs; on_train_result's
+metrics_logger lands at the result's top level."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from rlmesh.algorithms import PPOConfig
+from rlmesh.callbacks.callbacks import RLlibCallback
+from rlmesh.env.multi_agent_episode import MultiAgentEpisode
+from rlmesh.env.single_agent_episode import SingleAgentEpisode
+from rlmesh.results import ResultLogger
+from rlmesh.utils.metrics import ENV_RUNNER_RESULTS, EPISODE_RETURN_MEAN
+
+from tests.integration.test_video import tensorboard_tags
+
+
+class PoleAngle(RLlibCallback):
+    """The brief's example, as an RLlib user writes it (plus checks of what it is handed)."""
+
+    def on_episode_start(self, *, episode, env_runner, metrics_logger, env, env_index,
+                         **kwargs):
+        assert isinstance(episode, SingleAgentEpisode)
+        assert len(episode) == 0 and len(episode.get_observations()) == 1
+        assert env is not None and metrics_logger is env_runner.metrics
+
+    def on_episode_step(self, *, episode, env_runner, metrics_logger, env, env_index,
+                        rl_module=None, **kwargs):
+        episode.custom_data.setdefault("angles", []).append(
+            abs(episode.get_observations(-1)[2]))
+        # The history the getters read: one observation more than actions.
+        assert len(episode.get_observations()) == len(episode.get_actions()) + 1 == len(episode) + 1
+
+    def on_episode_end(self, *, episode, metrics_logger, **kwargs):
+        assert episode.is_done and len(episode.custom_data["angles"]) == len(episode)
+        assert episode.get_return() == sum(episode.get_rewards())
+        metrics_logger.log_value("pole_angle", float(np.mean(episode.custom_data["angles"])),
+                                 reduce="mean", window=50)
+        metrics_logger.log_value("episodes_seen", 1, reduce="sum")
+
+    def on_train_result(self, *, algorithm, metrics_logger, result, **kwargs):
+        metrics_logger.log_value("train_result_calls", 1, reduce="sum")
+
+
+def test_pole_angle_reaches_result_json_and_tensorboard(tmp_path):
+    config = (PPOConfig().environment("CartPole-v1")
+              .env_runners(num_env_runners=2, num_envs_per_env_runner=2,
+                           rollout_fragment_length=100)
+              .training(train_batch_size=400, minibatch_size=200, num_epochs=1)
+              .callbacks(PoleAngle))
+    logger = ResultLogger(tmp_path)
+    with config.build() as algo:
+        results = [algo.train() for _ in range(3)]
+        for result in results:
+            logger.log(result)
+    logger.close()
+    last = results[-1]
+    group = last[ENV_RUNNER_RESULTS]
+    # A mean of absolute pole angles: positive, below CartPole's 0.21 rad termination angle.
+    assert 0.0 < group["pole_angle"] < 0.21
+    assert EPISODE_RETURN_MEAN in group
+    # A lifetime sum over both runners: every episode that ended, counted once.
+    assert group["episodes_seen"] == last["episodes_total"]
+    assert last["train_result_calls"] == 3
+    rows = [json.loads(line) for line in (tmp_path / "result.json").read_text().splitlines()]
+    assert len(rows) == 3 and rows[-1][ENV_RUNNER_RESULTS]["pole_angle"] == group["pole_angle"]
+    tags = {tag for tag, kind in tensorboard_tags(tmp_path) if kind == "scalar"}
+    assert any(tag.endswith("env_runners/pole_angle") for tag in tags), sorted(tags)[:20]
+
+
+class AgentReturns(RLlibCallback):
+    """Multi-agent getters in a real run: each agent's observations and rewards."""
+
+    def on_episode_step(self, *, episode, metrics_logger, **kwargs):
+        assert isinstance(episode, MultiAgentEpisode)
+        last = episode.get_observations(-1)
+        assert last and set(last) <= episode.agent_ids
+        for aid, agent in episode.agent_episodes.items():
+            assert len(agent.get_observations()) == len(agent) + 1
+            assert agent.module_id == episode.module_for(aid)
+
+    def on_episode_end(self, *, episode, metrics_logger, **kwargs):
+        per_agent = sum(sum(e.get_rewards()) for e in episode.agent_episodes.values())
+        assert abs(per_agent - episode.get_return()) < 1e-6
+        metrics_logger.log_value("agents_per_episode", len(episode.agent_ids), reduce="max")
+        for aid, agent in episode.agent_episodes.items():
+            metrics_logger.log_value(("agent_steps", str(aid)), len(agent), window=10)
+
+
+def test_multi_agent_episode_getters_in_a_real_run():
+    # Episodes of 20 steps: "stayer" acts in each, "leaver" in the first 3 (multi_agent_envs.py).
+    config = (PPOConfig().environment("tests.integration.multi_agent_envs:make_early_leaver")
+              .multi_agent(policies={"stayer", "leaver"},
+                           policy_mapping_fn="tests.integration.multi_agent_envs:by_agent")
+              .env_runners(num_env_runners=1, rollout_fragment_length=40)
+              .training(train_batch_size=80, minibatch_size=40, num_epochs=1)
+              .callbacks(AgentReturns))
+    with config.build() as algo:
+        algo.train()
+        result = algo.train()
+    group = result[ENV_RUNNER_RESULTS]
+    assert group["agents_per_episode"] == 2
+    assert group["agent_steps"] == {"stayer": 20.0, "leaver": 3.0}
