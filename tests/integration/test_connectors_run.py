@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 
 import numpy as np
+import pytest
 
 from rlmesh.algorithms import PPOConfig
 from rlmesh.connectors.connector_v2 import ConnectorV2
@@ -121,3 +122,22 @@ def test_lambda_factories_reach_a_runner_process():
     # weights) and the learner trained on them
     assert result["timesteps_total"] >= 400
     assert result["info"]["learner"]["default_policy"]["num_env_steps_trained"] >= 400
+
+
+def test_vector_envs_step_one_at_a_time_or_are_refused_in_one_line():
+    flat = lambda env: FlattenObservations()  # noqa: E731
+    # 64 CartPoles would be one vector env ("auto"): with connectors, stepped one by one
+    config = (PPOConfig().environment("CartPole-v1")
+              .env_runners(num_env_runners=0, num_envs_per_env_runner=64,
+                           env_to_module_connector=flat)
+              .training(train_batch_size=1280, minibatch_size=640, num_epochs=1)
+              .evaluation(evaluation_interval=1, evaluation_duration=2))
+    with built(config) as algo:
+        result = algo.train()
+    assert result["env_runners"]["episode_len_mean"] > 5
+    assert result["evaluation"]["env_runners"]["episode_len_mean"] > 5  # evaluation runs them too
+    config = (PPOConfig().environment("CartPole-v1", env_config={"vector": True})
+              .env_runners(num_env_runners=0, env_to_module_connector=flat))
+    with pytest.raises(ValueError, match=r"^env_to_module_connector / module_to_env_connector: "
+                       "connectors run on runners stepping gymnasium envs one at a time"):
+        config.build().stop()
