@@ -176,13 +176,16 @@ def new_stack_group(result: dict) -> dict[str, Any]:
 
 
 def is_new_stack_duplicate(flat_key: str) -> bool:
-    """A flat key of the env_runners group (or its evaluation/ twin), whose values the
-    result holds under rlmesh's own keys too: TensorBoard plots each value once."""
+    """A flat key of the env_runners or learners group (or its evaluation/ twin), whose
+    values the result holds under rlmesh's own keys too: TensorBoard plots each value once."""
     rest = flat_key.removeprefix("evaluation/")
     # The group's other keys (a callback's metrics_logger values) are its own: plotted.
+    # learners/<module id>/... are info/learner/<policy id>/...; learners/__all_modules__/
+    # is the learners' own.
     return (rest.startswith(NEW_STACK_GROUP + "/")
             and rest[len(NEW_STACK_GROUP) + 1:] in _NEW_STACK_GROUP_KEYS
-            or rest == "num_env_steps_sampled_lifetime")
+            or rest == "num_env_steps_sampled_lifetime"
+            or rest.startswith("learners/") and not rest.startswith("learners/__all_modules__/"))
 
 
 def as_number(value: Any) -> float | None:

@@ -80,10 +80,30 @@ def iteration_result(algo: RunView, fragments: list[dict[str, Any]], steps: int,
     # RLlib's new-stack names of the same values (results.py says why both)
     result["num_env_steps_sampled_lifetime"] = algo.timesteps_total
     result.update(new_stack_group(result))
+    learners = learner_group(learner_info)
+    if learners:  # RLlib's result["learners"][module_id][key]
+        result["learners"] = learners
     logged = runner_metrics(algo, fragments)
     if logged:  # the callbacks' metrics_logger values, beside the episode statistics
         result.setdefault(NEW_STACK_GROUP, {}).update(logged)
     return result
+
+
+def learner_group(learner_info: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """RLlib's ``learners`` group: each policy's statistics (its update's, and what a
+    Learner hook logged for it in ``self.metrics``) by module id, and under
+    ``__all_modules__`` the values logged for no one module. The per-module values are
+    info/learner's (TensorBoard plots them once: results.is_new_stack_duplicate)."""
+    prefix = "__all_modules__/"
+    group: dict[str, dict[str, Any]] = {}
+    for pid, stats in learner_info.items():
+        if not stats:
+            continue
+        group[pid] = {k: v for k, v in stats.items() if not k.startswith(prefix)}
+        for key, value in stats.items():
+            if key.startswith(prefix):
+                group.setdefault(prefix[:-1], {})[key[len(prefix):]] = value
+    return group
 
 
 def runner_metrics(algo: Any, fragments: list[dict[str, Any]]) -> dict[str, Any]:

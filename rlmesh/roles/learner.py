@@ -150,6 +150,7 @@ class Learner(LearnerHooks):
             except torch.OutOfMemoryError as e:
                 raise LearnerOutOfMemory(self._out_of_memory(pid, batch, kwargs, e)) from e
             out[pid] = {**stats, **added, "num_nonfinite_batches_skipped": self.num_nonfinite_batches_skipped[pid]}
+        self.metrics_into(out)  # what the hooks logged in self.metrics
         self.num_updates += 1
         log.debug("update %d of %s", self.num_updates, ", ".join(
             f"{pid} ({s.get('num_env_steps_trained', '?')} samples)" for pid, s in out.items()))

@@ -32,6 +32,29 @@ class LearnerHooks:
         self._loss_stats: dict[str, dict[str, Any]] = {}
         self._steps: dict[str, tuple[Any, torch.Tensor, dict[str, Any]]] = {}  # in progress
         self._applied: dict[str, bool] = {}
+        # RLlib's Learner.metrics: what a hook logs (self.metrics.log_value(...)), reduced
+        # after each update into its statistics (metrics_into).
+        from rlmesh.utils.metrics.metrics_logger import MetricsLogger
+
+        self.metrics = MetricsLogger()
+
+    def metrics_into(self, out: dict[str, dict[str, Any]]) -> None:
+        """What the hooks logged in ``self.metrics`` into the update's statistics ``out``
+        (numbers only): a key below a module id into that policy's, ``(module_id, "x")``
+        as "x"; any other key (``ALL_MODULES``'s) into each updated policy's as
+        "__all_modules__/<key>" (the driver's result["learners"][ALL_MODULES])."""
+        if not self.metrics.stats or not out:
+            return
+        for path, value in _leaves(self.metrics.reduce(), ()):
+            if not isinstance(value, (int, float)):
+                continue
+            if path[0] in self.policies and len(path) > 1:
+                if path[0] in out:  # (a module not updated now reports with its next update)
+                    out[path[0]]["/".join(map(str, path[1:]))] = value
+            else:
+                rest = path[1:] if path[0] == ALL_MODULES and len(path) > 1 else path
+                for stats in out.values():
+                    stats[f"{ALL_MODULES}/" + "/".join(map(str, rest))] = value
 
     def build(self) -> None:
         """Called once the policies are built (RLlib's ``Learner.build``): set up what the
@@ -177,3 +200,14 @@ class ForwardOutputs(Mapping):
 
     def __len__(self) -> int:
         return len(self._outputs())
+
+
+ALL_MODULES = "__all_modules__"  # rlmesh.utils.metrics.ALL_MODULES
+
+
+def _leaves(tree: dict, path: tuple) -> Iterator[tuple[tuple, Any]]:
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            yield from _leaves(value, path + (key,))
+        else:
+            yield path + (key,), value

@@ -11,10 +11,12 @@ import numpy as np
 
 from rlmesh.algorithms import PPOConfig
 from rlmesh.callbacks.callbacks import RLlibCallback
+from rlmesh.core.learner import Learner
 from rlmesh.env.multi_agent_episode import MultiAgentEpisode
 from rlmesh.env.single_agent_episode import SingleAgentEpisode
 from rlmesh.results import ResultLogger
-from rlmesh.utils.metrics import ENV_RUNNER_RESULTS, EPISODE_RETURN_MEAN
+from rlmesh.utils.metrics import (ALL_MODULES, ENV_RUNNER_RESULTS, EPISODE_RETURN_MEAN,
+                                  LEARNER_RESULTS)
 
 from tests.integration.test_video import tensorboard_tags
 
@@ -105,3 +107,38 @@ def test_multi_agent_episode_getters_in_a_real_run():
     group = result[ENV_RUNNER_RESULTS]
     assert group["agents_per_episode"] == 2
     assert group["agent_steps"] == {"stayer": 20.0, "leaver": 3.0}
+
+
+class LoggingLearner(Learner):
+    """A user's Learner logging into self.metrics from its loss, per module and for all."""
+
+    def compute_loss_for_module(self, *, module_id, config, batch, fwd_out):
+        loss = super().compute_loss_for_module(module_id=module_id, config=config, batch=batch,
+                                               fwd_out=fwd_out)
+        self.metrics.log_value((module_id, "batch_rows"), len(batch["value_targets"]),
+                               reduce="max")
+        self.metrics.log_value((ALL_MODULES, "loss_calls"), 1, reduce="sum",
+                               clear_on_reduce=True)
+        return loss
+
+
+def test_learner_metrics_reach_result_learners(tmp_path):
+    config = (PPOConfig().environment("CartPole-v1")
+              .env_runners(num_env_runners=1, rollout_fragment_length=100)
+              .training(train_batch_size=200, minibatch_size=50, num_epochs=2,
+                        learner_class=LoggingLearner)
+              .learners(num_learners=1))
+    logger = ResultLogger(tmp_path)
+    with config.build() as algo:
+        result = algo.train()
+        logger.log(result)
+    logger.close()
+    learners = result[LEARNER_RESULTS]
+    assert learners["default_policy"]["batch_rows"] == 50
+    # 200 rows in minibatches of 50, two epochs: 8 loss calls in the iteration
+    assert learners[ALL_MODULES]["loss_calls"] == 8
+    assert "total_loss" in learners["default_policy"]  # the update's own statistics too
+    assert result["info"]["learner"]["default_policy"]["batch_rows"] == 50
+    tags = {tag for tag, kind in tensorboard_tags(tmp_path)}
+    assert any(t.endswith("learners/__all_modules__/loss_calls") for t in tags)
+    assert not any("learners/default_policy" in t for t in tags)  # plotted once, as info/learner
