@@ -155,6 +155,9 @@ class EnvSampler:
             raise RuntimeError("EnvSampler has no policy")
         if self._bound is not self.policy:
             self._bind(self.policy)
+        if self.connectors is not None:  # what connectors are given as rl_module and explore
+            self.connectors.rl_module = getattr(self.policy, "model", self.policy)
+            self.connectors.explore = explore
         buf = FragmentBuffer(num_steps, len(self.slots), self._specs)
         skipped = self.counters["num_nonfinite_steps_skipped"]
         for slot in self.slots:

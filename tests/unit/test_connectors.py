@@ -313,3 +313,22 @@ def test_module_to_env_actions_for_env_reach_the_env_and_actions_are_stored():
     within = ~ended[:-1]  # row t+1 continues row t's episode
     assert within.sum() > 20 and (v[1:][within] < v[:-1][within]).all()  # pushed left each step
     assert len(frag["episodes"]) >= 2  # a cart pushed one way falls within ~10 steps
+
+
+class Records(ConnectorV2):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.calls = []
+
+    def __call__(self, *, rl_module, batch, episodes, explore=None, **kwargs):
+        self.calls.append((rl_module, explore, len(episodes[0])))
+        return batch
+
+
+def test_runner_connectors_get_the_policy_and_explore():
+    rec = Records()
+    policy = RecordingPolicy()
+    s = connected_sampler(lambda env: rec, num_envs=1, policy=policy)
+    s.sample(3, explore=False)
+    assert {(m is policy, e) for m, e, _ in rec.calls} == {(True, False)}  # no .model: itself
+    assert [n for _, _, n in rec.calls][:4] == [0, 1, 2, 3]  # the reset, then each step
