@@ -332,3 +332,20 @@ def test_runner_connectors_get_the_policy_and_explore():
     s.sample(3, explore=False)
     assert {(m is policy, e) for m, e, _ in rec.calls} == {(True, False)}  # no .model: itself
     assert [n for _, _, n in rec.calls][:4] == [0, 1, 2, 3]  # the reset, then each step
+
+
+def test_mean_std_filter_flushes_what_it_saw_for_a_global_copy():
+    space = gym.spaces.Box(-10, 10, (1,), np.float32)
+    runner, global_copy = MeanStdFilter(space, TWO), MeanStdFilter(space, TWO)
+    for x in (1.0, 2.0, 3.0):
+        ep = RunnerEpisode()
+        ep.add_env_reset(np.array([x]))
+        run(runner, ep)
+    global_copy.merge_buffer(runner.flush())
+    assert global_copy.stats.n == 3 and runner.flush()["n"] == 0
+    ep = RunnerEpisode()
+    ep.add_env_reset(np.array([5.0]))
+    run(runner, ep)  # seen after the flush: kept on top of the global state it takes
+    runner.set_state(global_copy.get_state())
+    assert runner.stats.n == 4
+    np.testing.assert_allclose(runner.stats.mean, [2.75])

@@ -131,7 +131,9 @@ class MeanStdFilter(ConnectorV2):
     connector has seen (``de_mean_to_zero``, ``de_std_to_one``), clipped to
     ``[-clip_by_value, clip_by_value]``, as float32 (rlmesh's RunningStat). Box
     observations. Its statistics are its runner's own; ``get_state`` / ``set_state`` /
-    ``merge_states`` carry them."""
+    ``merge_states`` carry them, and ``flush`` / ``merge_buffer`` are rl/filters.py's
+    MeanStdFilter's (what a runner saw since its last flush, for a global copy to merge;
+    ``set_state`` keeps that part on top of the global statistics)."""
 
     def __init__(self, input_observation_space: gym.Space | None = None,
                  input_action_space: gym.Space | None = None, *, multi_agent: bool = False,
@@ -143,6 +145,7 @@ class MeanStdFilter(ConnectorV2):
         self.de_mean, self.de_std, self.clip = de_mean_to_zero, de_std_to_one, clip_by_value
         self.update_stats = update_stats
         self.stats: RunningStat | None = None
+        self.buffer: RunningStat | None = None
         super().__init__(input_observation_space, input_action_space, **kwargs)
 
     def recompute_output_observation_space(self, input_observation_space, input_action_space):
@@ -151,6 +154,7 @@ class MeanStdFilter(ConnectorV2):
                              f"{input_observation_space} (put FlattenObservations before it)")
         if self.stats is None or self.stats.mean.shape != input_observation_space.shape:
             self.stats = RunningStat(input_observation_space.shape)
+            self.buffer = RunningStat(input_observation_space.shape)
         c = np.inf if self.clip is None else float(self.clip)
         return gym.spaces.Box(-c, c, input_observation_space.shape, np.float32)
 
@@ -158,6 +162,7 @@ class MeanStdFilter(ConnectorV2):
         obs = np.asarray(obs, np.float64)
         if update:
             self.stats.push(obs[None])
+            self.buffer.push(obs[None])
         out = obs
         if self.de_mean:
             out = out - self.stats.mean
@@ -181,6 +186,19 @@ class MeanStdFilter(ConnectorV2):
     def set_state(self, state: dict[str, Any]) -> None:
         if state:
             self.stats = RunningStat.from_data(state)
+            if self.buffer is not None:
+                self.stats.merge(self.buffer)
+
+    def flush(self) -> dict[str, Any]:
+        """The statistics gathered since the last flush, and a fresh buffer."""
+        data = self.buffer.to_data()
+        self.buffer = RunningStat(self.buffer.mean.shape)
+        return data
+
+    def merge_buffer(self, data: dict[str, Any] | None) -> None:
+        """A global copy takes in one runner's flushed statistics."""
+        if data:
+            self.stats.merge(RunningStat.from_data(data))
 
     def merge_states(self, states: list[dict[str, Any]]) -> dict[str, Any]:
         """The statistics of every state's observations together (each runner saw its own)."""
@@ -198,6 +216,7 @@ class MeanStdFilter(ConnectorV2):
     def reset_state(self) -> None:
         if self.stats is not None:
             self.stats = RunningStat(self.stats.mean.shape)
+            self.buffer = RunningStat(self.stats.mean.shape)
 
 
 class FrameStackingEnvToModule(ConnectorV2):
