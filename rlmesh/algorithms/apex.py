@@ -90,7 +90,8 @@ class Apex(OffPolicy):
         shards = self.mesh.shards.stats()
         episodes = [{"episodes": s["episodes"],
                      "num_nonfinite_steps_skipped": s.get("num_nonfinite_steps_skipped", 0),
-                     "num_episodes_unlisted": s.get("num_episodes_unlisted", 0)}
+                     "num_episodes_unlisted": s.get("num_episodes_unlisted", 0),
+                     **({"runner_metrics": s["runner_metrics"]} if "runner_metrics" in s else {})}
                     for s in sampled]
         result = self._finish_iteration(
             start, episodes, sum(int(s["env_steps"]) for s in sampled),

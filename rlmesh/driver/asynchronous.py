@@ -47,7 +47,8 @@ class AsyncAlgorithm(Algorithm):
         episodes = [{"episodes": s["episodes"],
                      "num_nonfinite_steps_skipped": s.get("num_nonfinite_steps_skipped", 0),
                      "num_episodes_unlisted": s.get("num_episodes_unlisted", 0),
-                     **({"agent_steps": s["agent_steps"]} if "agent_steps" in s else {})}
+                     **({"agent_steps": s["agent_steps"]} if "agent_steps" in s else {}),
+                     **({"runner_metrics": s["runner_metrics"]} if "runner_metrics" in s else {})}
                     for s in sampled]
         result = self._finish_iteration(start, episodes, steps, trained, _mean_stats(learners))
         result.update(self._pipeline_metrics(learners, sampled, aggregators))

@@ -16,7 +16,7 @@ import numpy as np
 
 from rlmesh.callbacks import summarize_custom_metrics
 from rlmesh.config.base import AlgorithmConfig
-from rlmesh.results import new_stack_group
+from rlmesh.results import NEW_STACK_GROUP, new_stack_group
 from rlmesh.roles.specs import RunnerSpec
 
 if TYPE_CHECKING:
@@ -143,7 +143,15 @@ def summarize(got: list[dict[str, Any]], iteration: int, elapsed: float) -> dict
         "training_iteration": iteration,
         "time_s": elapsed,
     }
-    return {**result, **new_stack_group(result)}  # RLlib's new-stack names too
+    result.update(new_stack_group(result))  # RLlib's new-stack names too
+    states = [g["runner_metrics"] for g in got if g.get("runner_metrics")]
+    if states:  # the callbacks' metrics_logger values of this evaluation
+        from rlmesh.utils.metrics.metrics_logger import MetricsLogger
+
+        logger = MetricsLogger()
+        logger.merge_and_log_n_dicts(states)
+        result.setdefault(NEW_STACK_GROUP, {}).update(logger.reduce())
+    return result
 
 
 def default_video_dir(algo: RunView) -> str:

@@ -101,7 +101,9 @@ class EvalRunner(EnvRunner):
         log.debug("evaluated: %d episodes, %d partial, %d env steps%s", len(finished),
                   len(capped) + len(running), steps, " (out of time)" if timed_out else "")
         return {"episodes": finished, "partial_episodes": capped + running, "env_steps": steps,
-                "timed_out": timed_out, "videos": videos, "worker_index": self.worker_index}
+                "timed_out": timed_out, "videos": videos, "worker_index": self.worker_index,
+                # what the callbacks' metrics_logger took (evaluation/env_runners/...)
+                "runner_metrics": self.metrics.pending_state()}
 
 
 def video_stem(video_dir: str | Path, iteration: int, worker_index: int) -> str:

@@ -58,6 +58,10 @@ class FragmentStreams:
                     self._sampled["num_episodes_unlisted"] = (
                         self._sampled.get("num_episodes_unlisted", 0) + unlisted)
                 del fragment["num_env_errors"]  # pop_sampled reports the runner's count
+                logged = fragment.pop("runner_metrics", None)
+                if logged:  # the callbacks' metrics_logger values, replayed in order
+                    self._sampled.setdefault("runner_metrics", {"items": []})["items"].extend(
+                        logged["items"])
                 if "env_error" in fragment:  # the first one, for the driver to show
                     self._sampled["env_error"] = fragment.pop("env_error")
                 self._sampled["env_steps"] += fragment["env_steps"]

@@ -142,3 +142,33 @@ def test_learner_metrics_reach_result_learners(tmp_path):
     tags = {tag for tag, kind in tensorboard_tags(tmp_path)}
     assert any(t.endswith("learners/__all_modules__/loss_calls") for t in tags)
     assert not any("learners/default_policy" in t for t in tags)  # plotted once, as info/learner
+
+
+class StepCounter(RLlibCallback):
+    def on_episode_end(self, *, episode, metrics_logger, env_runner, **kwargs):
+        metrics_logger.log_value("episode_len_seen", len(episode), reduce="max", window=1000)
+        metrics_logger.log_value("runner_kind", 1.0 if env_runner.in_evaluation else 0.0,
+                                 reduce="max", window=1000)
+
+
+def test_streaming_runners_and_evaluation_runners_metrics():
+    """APPO's runners stream fragments to the learner: their values still reach the
+    driver; evaluation runners' go to result["evaluation"]["env_runners"]."""
+    from rlmesh.algorithms.appo_config import APPOConfig
+
+    config = (APPOConfig().environment("CartPole-v1")
+              .env_runners(num_env_runners=1, rollout_fragment_length=50)
+              .training(train_batch_size=200)
+              .reporting(min_time_s_per_iteration=1)
+              .evaluation(evaluation_interval=1, evaluation_duration=2,
+                          evaluation_num_env_runners=1)
+              .callbacks(StepCounter))
+    with config.build() as algo:
+        for _ in range(10):
+            result = algo.train()
+            if ENV_RUNNER_RESULTS in result and "episode_len_seen" in result[ENV_RUNNER_RESULTS]:
+                break
+    group = result[ENV_RUNNER_RESULTS]
+    assert group["episode_len_seen"] >= 8 and group["runner_kind"] == 0.0
+    evaluation = result["evaluation"][ENV_RUNNER_RESULTS]
+    assert evaluation["runner_kind"] == 1.0 and evaluation["episode_len_seen"] >= 8
