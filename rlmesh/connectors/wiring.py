@@ -211,6 +211,23 @@ class RunnerConnectors:
                                  "the space of what __call__ produces")
         return _module_obs(batch, ep)
 
+    def _stateful(self) -> list[tuple[str, Any]]:
+        pipeline = self.env_to_module
+        return [] if pipeline is None else [
+            (f"{i:02d}_{type(c).__name__}", c) for i, c in enumerate(pipeline.connectors)
+            if hasattr(c, "flush") and hasattr(c, "merge_buffer")]
+
+    def flush_filters(self) -> dict[str, Any]:
+        """What each stateful connector saw since the last flush, by position and class."""
+        return {key: c.flush() for key, c in self._stateful()
+                if getattr(c, "buffer", 0) is not None}
+
+    def set_filter_states(self, state: dict[str, Any]) -> None:
+        """The driver's merged statistics, each connector's own on top."""
+        for key, c in self._stateful():
+            if state.get(key):
+                c.set_state(state[key])
+
     def actions(self, rows: list[int], actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The module's actions of envs ``rows`` through the module-to-env pipeline:
         ``(actions to store, actions for the envs)``."""
@@ -262,3 +279,32 @@ def driver_observation_space(config: Any, obs_space: gym.Space, act_space: gym.S
         return module_observation_space(config, env, obs_space, act_space)
     finally:
         env.close()
+
+
+class ConnectorFilterStats:
+    """The driver's global statistics of the runners' stateful env-to-module connectors
+    (MeanStdFilter), by the connector's position in the pipeline: each runner's flushed
+    statistics merged in, the result handed back to every runner (sync_filters), as the
+    observation filter's are."""
+
+    def __init__(self) -> None:
+        from rlmesh.rl.filters import RunningStat
+
+        self._cls = RunningStat
+        self.stats: dict[str, Any] = {}
+
+    def merge_buffer(self, update: dict[str, Any] | None) -> None:
+        for key, data in (update or {}).items():
+            if not data:
+                continue
+            stat = self._cls.from_data(data)
+            if key in self.stats:
+                self.stats[key].merge(stat)
+            else:
+                self.stats[key] = stat
+
+    def get_state(self) -> dict[str, Any]:
+        return {key: stat.to_data() for key, stat in self.stats.items()}
+
+    def set_state(self, state: dict[str, Any] | None) -> None:
+        self.stats = {key: self._cls.from_data(data) for key, data in (state or {}).items()}

@@ -46,6 +46,7 @@ from rlmesh.policy.policy import Policy
 from rlmesh.preprocessing import model_obs_space
 from rlmesh.policy.policy_spec import PolicySpec
 from rlmesh.rl.columns import DEFAULT_POLICY_ID, merge_by_policy
+from rlmesh.connectors.wiring import ConnectorFilterStats
 from rlmesh.rl.filters import make_filter
 from rlmesh.config.learner_gpus import check_learner_gpus
 from rlmesh.runtime.import_path import stop_if_importing_script
@@ -97,6 +98,8 @@ class Algorithm(PolicyAccess, SaveRestore):
         self.training_watch = TrainingWatch(self)  # a run whose learner never updates
         # The global observation filter: every runner's statistics merged (sync_filters).
         self.obs_filter = make_filter(config.observation_filter, self.obs_space)
+        # The env-to-module connectors' statistics, every runner's merged (sync_filters).
+        self.connector_filters = ConnectorFilterStats()
         self.last_checkpoint: str | None = None
         # The trial folder (rlmesh train sets it): evaluation videos go to its videos/.
         self.logdir: str | None = None
@@ -318,6 +321,8 @@ class Algorithm(PolicyAccess, SaveRestore):
         it back to them (RLlib does it after every training step)."""
         if self.config.observation_filter != "NoFilter":
             self.mesh.runners.sync_filters(self.obs_filter)
+        if self.config.env_to_module_connector is not None:  # MeanStdFilter connectors
+            self.mesh.runners.sync_connector_filters(self.connector_filters)
 
     @property
     def timesteps_sampled(self) -> int:

@@ -266,6 +266,19 @@ class RunnerPool(Pool):
         await self._on_each(runners, lambda r: r.call("set_filter_state", state),
                             "it syncs when back")
 
+    @blocking
+    async def sync_connector_filters(self, global_stats: Any) -> None:
+        """As ``sync_filters``, for the statistics of the runners' env-to-module connectors
+        (``global_stats``: connectors/wiring.py's ConnectorFilterStats)."""
+        runners = self.healthy()
+        updates = await self._on_each(runners, lambda r: r.call("get_connector_filter_updates"),
+                                      "its statistics wait")
+        for update in updates:
+            global_stats.merge_buffer(update)
+        state = global_stats.get_state()
+        await self._on_each(runners, lambda r: r.call("set_connector_filter_state", state),
+                            "it syncs when back")
+
     async def _on_each(self, runners: list[Any], call: Any, going_on: str) -> list[Any]:
         """``call(runner)`` on every runner at once; the replies of those that answered. A
         runner gone meanwhile is left out (``unavailable``, ``going_on``); any other error

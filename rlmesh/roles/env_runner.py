@@ -31,7 +31,7 @@ from rlmesh.runtime.work_counter import counter_path, shared_count
 from rlmesh.utils.metrics.metrics_logger import RunnerMetricsLogger
 from rlmesh.roles.env_sampler import SEED_STRIDE
 from rlmesh.roles.gradient_runner import GradientRunner  # A3C's call
-from rlmesh.roles.obs_filters import FILTER_CALLS, ObsFilterCalls
+from rlmesh.roles.obs_filters import CONNECTOR_FILTER_CALLS, FILTER_CALLS, ObsFilterCalls
 from rlmesh.roles.policy_changes import MultiAgentPolicies
 from rlmesh.roles.runner_policy import VersionedPolicies, make_runner_policies
 from rlmesh.roles.runner_sampler import bind, check_rewards, make_sampler
@@ -92,7 +92,7 @@ class EnvRunner(FragmentStreams, MultiAgentPolicies, VersionedPolicies, Gradient
     protocol = Protocol(
         calls=("sample", "sample_and_compute_gradients", "compute_actions", "set_weights",
                "take_weights", "get_weights", "add_policy", "remove_policy", "start_streaming",
-               "reset_streams", "pop_sampled", *FILTER_CALLS, "get_spaces", "apply", "foreach_env", "call_env_method",
+               "reset_streams", "pop_sampled", *FILTER_CALLS, *CONNECTOR_FILTER_CALLS, "get_spaces", "apply", "foreach_env", "call_env_method",
                "metrics", "offline_stats", "refresh_weights", "weights_source_back"),
         test_hooks=("pid",),
     )

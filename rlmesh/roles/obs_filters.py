@@ -10,6 +10,8 @@ from rlmesh.rl.filters import NoFilter
 
 # The names a role using the mixin serves, for its ``Protocol(calls=...)``.
 FILTER_CALLS = ("get_filter_updates", "set_filter_state", "get_filter_state")
+# Those of env runners, whose samplers may run env-to-module connectors.
+CONNECTOR_FILTER_CALLS = ("get_connector_filter_updates", "set_connector_filter_state")
 
 
 class ObsFilterCalls:
@@ -28,3 +30,15 @@ class ObsFilterCalls:
 
     def get_filter_state(self) -> dict[str, Any] | None:
         return self.obs_filter.get_state()
+
+    # The statistics of env-to-module connectors (MeanStdFilter; connectors/wiring.py),
+    # merged by the driver as the observation filter's are.
+
+    def get_connector_filter_updates(self) -> dict[str, Any]:
+        connectors = getattr(getattr(self, "sampler", None), "connectors", None)
+        return {} if connectors is None else connectors.flush_filters()
+
+    def set_connector_filter_state(self, state: dict[str, Any]) -> None:
+        connectors = getattr(getattr(self, "sampler", None), "connectors", None)
+        if connectors is not None:
+            connectors.set_filter_states(state)

@@ -141,3 +141,21 @@ def test_vector_envs_step_one_at_a_time_or_are_refused_in_one_line():
     with pytest.raises(ValueError, match=r"^env_to_module_connector / module_to_env_connector: "
                        "connectors run on runners stepping gymnasium envs one at a time"):
         config.build().stop()
+
+
+def filter_count(env_runner):
+    """The sample count of the runner's first MeanStdFilter connector."""
+    return env_runner.sampler.connectors.env_to_module.connectors[0].stats.n
+
+
+def test_mean_std_filter_statistics_are_merged_across_runners_each_iteration():
+    config = (PPOConfig().environment("CartPole-v1")
+              .env_runners(num_env_runners=2, env_to_module_connector=lambda env: MeanStdFilter())
+              .training(train_batch_size=400, minibatch_size=200, num_epochs=1))
+    with built(config) as algo:
+        algo.train()
+        counts = algo.env_runners.foreach_env_runner(filter_count)
+        merged = algo.connector_filters.get_state()["00_MeanStdFilter"]["n"]
+    assert len(counts) == 2 and merged >= 400
+    # each runner holds every runner's statistics (plus what it saw since the sync)
+    assert all(c >= merged for c in counts), (counts, merged)
