@@ -176,3 +176,10 @@ def test_env_sampler_episode_history_matches_the_fragment():
     # without callbacks no history is kept
     bare = EnvSampler(lambda i: gym.make("CartPole-v1"), 1, seeds=[0])
     assert not bare.keep_history
+
+
+def test_rllib_import_paths_name_one_class():
+    from rlmesh.algorithms.callbacks import DefaultCallbacks
+    from rlmesh.callbacks.callbacks import RLlibCallback
+
+    assert DefaultCallbacks is RLlibCallback is Callbacks
