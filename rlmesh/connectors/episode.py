@@ -223,8 +223,10 @@ class ColumnEpisode(RunnerEpisode):
             if column in batch:
                 setattr(self, name, _ColumnList(batch[column], start, stop, b))
         self.infos = [{}] * (stop - start)
-        self.is_terminated = bool(done and batch["terminateds"][stop - 1, b])
-        self.is_truncated = bool(done and batch["truncateds"][stop - 1, b])
+        self.is_terminated = bool(done and "terminateds" in batch
+                                  and batch["terminateds"][stop - 1, b])
+        self.is_truncated = bool(done and not self.is_terminated and "truncateds" in batch
+                                 and batch["truncateds"][stop - 1, b])
 
     def __len__(self) -> int:
         return self.stop - self.start
@@ -236,11 +238,20 @@ class ColumnEpisode(RunnerEpisode):
 def column_episodes(batch: dict[str, Any], observation_space: gym.Space | None = None,
                     action_space: gym.Space | None = None) -> list[ColumnEpisode]:
     """A time-major batch ``[T, B]`` split into episode views: each env column cut after
-    each terminated or truncated row, padding (``mask`` False) left out."""
+    each terminated or truncated row, padding (``mask`` False) left out. Flat samples
+    ``[N]`` (a replay buffer's transitions) are one-step views each."""
     rewards = np.asarray(batch["rewards"])
+    if rewards.ndim == 1:  # independent transitions: views of [N, 1] reshapes write through
+        n = len(rewards)
+        batch = {k: v.reshape(n, 1, *np.shape(v)[1:]) for k, v in batch.items()
+                 if k in ("obs", "actions", "rewards") and isinstance(v, np.ndarray)
+                 and len(v) == n}
+        batch["terminateds"] = batch["truncateds"] = np.ones((n, 1), bool)
+        return column_episodes(batch, observation_space, action_space)
     T, B = rewards.shape[:2]
     mask = np.asarray(batch.get("mask", np.ones((T, B), bool)), bool)
-    ends = np.asarray(batch["terminateds"], bool) | np.asarray(batch["truncateds"], bool)
+    ends = np.asarray(batch.get("terminateds", np.zeros((T, B), bool)), bool) | \
+        np.asarray(batch.get("truncateds", np.zeros((T, B), bool)), bool)
     out = []
     for b in range(B):
         start = None

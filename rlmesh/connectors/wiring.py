@@ -251,7 +251,7 @@ def run_learner_connector(pipeline: ConnectorPipelineV2, batches: dict[str, Any]
     episodes are views over them (column_episodes), writes go into the batches."""
     episodes = []
     for pid, batch in batches.items():
-        if isinstance(batch, dict) and "rewards" in batch and "terminateds" in batch:
+        if isinstance(batch, dict) and "rewards" in batch:
             for name in ("rewards", "obs"):  # writable, and theirs to change
                 if name in batch and isinstance(batch[name], np.ndarray):
                     batch[name] = np.array(batch[name])

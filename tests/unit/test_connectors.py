@@ -349,3 +349,13 @@ def test_mean_std_filter_flushes_what_it_saw_for_a_global_copy():
     runner.set_state(global_copy.get_state())
     assert runner.stats.n == 4
     np.testing.assert_allclose(runner.stats.mean, [2.75])
+
+
+def test_flat_replay_samples_are_one_step_episodes_that_write_through():
+    batch = {"rewards": np.array([1.0, 2.0, 3.0], np.float32),
+             "obs": np.zeros((3, 4), np.float32), "actions": np.array([0, 1, 0])}
+    eps = column_episodes(batch)
+    assert [len(e) for e in eps] == [1, 1, 1]
+    assert eps[1].get_actions(-1) == 1 and eps[2].get_observations(-1).shape == (4,)
+    eps[2].set_rewards(new_data=[-3.0])
+    assert batch["rewards"].tolist() == [1.0, 2.0, -3.0]
