@@ -176,8 +176,7 @@ def _write_into(tmp: Path, algo: RunView, learner_state: dict[str, Any],
         fh.write(buffer.getbuffer())
     (tmp / META).write_bytes(msgpack.packb(meta, use_bin_type=True))
     # A user's RLModules also in RLlib's layout, for RLModule.from_checkpoint (module_state.py)
-    write_modules(tmp, _plain(modules_to_save(algo.config, specs)),
-                  learner_state.get("policies", {}))
+    write_modules(tmp, modules_to_save(algo.config, specs), learner_state.get("policies", {}))
     _fsync_dir(tmp)
 
 

@@ -207,6 +207,7 @@ class ModuleModel(nn.Module):
 
     use_prev_action = False
     use_prev_reward = False
+    max_seq_len = 20  # model_config's max_seq_len (build_module_model)
 
     def __init__(self, module: Any, num_outputs: int, needs_values: bool = True) -> None:
         super().__init__()
@@ -278,7 +279,7 @@ class ModuleModel(nn.Module):
         out = self._run(batch)
         values = (self._values(batch, out) if self.needs_values
                   else torch.zeros(len(out[Columns.ACTION_DIST_INPUTS])))
-        return out[Columns.ACTION_DIST_INPUTS], values.reshape(-1)
+        return out[Columns.ACTION_DIST_INPUTS], _per_row(values, obs)
 
     def policy_inputs(self, obs: Any) -> torch.Tensor:
         """What acting needs: the distribution inputs only."""
@@ -289,8 +290,8 @@ class ModuleModel(nn.Module):
         batch = {Columns.OBS: obs}
         compute = getattr(self.module, "compute_values", None)
         if compute is not None:
-            return compute(batch).reshape(-1)
-        return self._values(batch, self._run(batch)).reshape(-1)
+            return _per_row(compute(batch), obs)
+        return _per_row(self._values(batch, self._run(batch)), obs)
 
     # --- the recurrent contract ---
 
@@ -316,6 +317,14 @@ class ModuleModel(nn.Module):
                       else torch.zeros(obs.shape[:2]))
         return (out[Columns.ACTION_DIST_INPUTS], values,
                 [state_out[k] for k in self.state_keys])
+
+
+def _per_row(values: torch.Tensor, obs: Any) -> torch.Tensor:
+    """Values with one entry per observation row (``[N]``, or ``[T, B]`` for time-major
+    observations): a trailing axis of 1 (``[N, 1]``) dropped."""
+    if values.dim() > 1 and values.shape[-1] == 1:
+        values = values.squeeze(-1)
+    return values
 
 
 def _own(method: str) -> str:
@@ -354,6 +363,7 @@ def check_module_model(model: ModuleModel, obs_space: gym.Space) -> None:
                     model.forward_seq(obs[:, None], states)
         else:
             dist_inputs, values = model(obs)
+            _check_train_shapes(model, dist_inputs, values)
             for explore in (True, False):
                 with model.acting(explore):
                     acted = model.policy_inputs(obs)
@@ -363,11 +373,16 @@ def check_module_model(model: ModuleModel, obs_space: gym.Space) -> None:
                             f"{name}.{method}: for 2 observations {Columns.ACTION_DIST_INPUTS!r} "
                             f"must have shape (2, {n}) (what the action space's distribution "
                             f"takes), got {tuple(acted.shape)}")
+    _check_train_shapes(model, dist_inputs, values)
+
+
+def _check_train_shapes(model: ModuleModel, dist_inputs: torch.Tensor, values: Any) -> None:
+    name, n = model.module_name, model.num_outputs
     if tuple(dist_inputs.shape) != (2, n):
         raise ValueError(f"{name}._forward_train: for 2 observations "
                          f"{Columns.ACTION_DIST_INPUTS!r} must have shape (2, {n}) (what the "
                          f"action space's distribution takes), got {tuple(dist_inputs.shape)}")
-    if model.needs_values and tuple(values.reshape(-1).shape) != (2,):
+    if model.needs_values and tuple(values.shape) != (2,):
         raise ValueError(f"{name}: for 2 observations the values ({Columns.VF_PREDS!r} or "
                          f"compute_values) must have 2 entries, got shape {tuple(values.shape)}")
 
@@ -384,6 +399,7 @@ def build_module_model(data: dict[str, Any], obs_space: gym.Space, action_space:
     _, num_outputs = distribution_for(action_space, bool(checked["squash_actions"]))
     module = build_module(data, obs_space, action_space, model_config, default_class)
     model = ModuleModel(module, num_outputs, needs_values)
+    model.max_seq_len = int(checked["max_seq_len"])  # a stateful module's training sequences
     check_module_model(model, obs_space)
     return model
 

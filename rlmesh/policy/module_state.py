@@ -41,7 +41,16 @@ def write_modules(checkpoint: Path, modules: dict[str, dict[str, Any]],
         buffer = io.BytesIO()
         torch.save(state, buffer)
         (folder / STATE_FILE).write_bytes(buffer.getbuffer())
-        (folder / SPEC_FILE).write_bytes(msgpack.packb(spec, use_bin_type=True))
+        (folder / SPEC_FILE).write_bytes(msgpack.packb(_plain(spec), use_bin_type=True))
+
+
+def _plain(data: Any) -> Any:
+    """``data`` with numpy arrays (a Box space's bounds) as lists, for msgpack."""
+    if isinstance(data, dict):
+        return {k: _plain(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [_plain(v) for v in data]
+    return data.tolist() if hasattr(data, "tolist") else data
 
 
 def read_module_state(path: str | Path) -> dict[str, Any]:
