@@ -109,7 +109,8 @@ class TorchPolicy(Policy):
     def _check_takes_module(self, config: Any) -> None:
         if getattr(config, "module_spec", None) is None:
             return
-        if type(self).make_model is not TorchPolicy.make_model:
+        if (type(self).make_model is not TorchPolicy.make_model
+                and not getattr(type(self), "takes_rl_modules", False)):
             raise ValueError(f"{type(self).__name__} builds its own networks (make_model), so it "
                              "takes no rl_module_spec; PPO, APPO, IMPALA, PG, A2C and A3C do "
                              "(docs/new_api_stack.md)")
