@@ -98,6 +98,7 @@ class PrevActionsPrevRewards(ConnectorV2):
         if input_action_space is None:
             raise ValueError("PrevActionsPrevRewards needs the action space")
         act = _flat_space(input_action_space)
+        self._action_width = act.shape[0]
         n = self.n_prev_actions
         return gym.spaces.Dict({
             self.ORIG_OBS_KEY: input_observation_space,
@@ -110,8 +111,7 @@ class PrevActionsPrevRewards(ConnectorV2):
                  metrics=None, **kwargs):
         if self.as_learner_connector:  # the stored observations hold them already
             return batch
-        act_space = self.input_action_space
-        width = _flat_space(act_space).shape[0]
+        width = self._action_width
         for ep in self.single_agent_episode_iterator(episodes):
             n, m = self.n_prev_actions, self.n_prev_rewards
             actions = ep.get_actions(slice(-n, None), fill=0, one_hot_discrete=True) if n else []
