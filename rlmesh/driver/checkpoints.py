@@ -165,6 +165,9 @@ def _write_into(tmp: Path, algo: RunView, learner_state: dict[str, Any],
         # observation_filter statistics by policy id ({n, mean, m2}; None for NoFilter)
         "filters": _plain({"default_policy": obs_filter.get_state() if obs_filter else None}),
     }
+    connector_filters = getattr(algo, "connector_filters", None)
+    if connector_filters is not None and connector_filters.stats:  # MeanStdFilter connectors'
+        meta["connector_filters"] = _plain(connector_filters.get_state())
     registered = env_registry().get(algo.config.env) if isinstance(algo.config.env, str) else None
     if handed.is_token(registered):  # a lambda: written by its token, restored by name
         meta["handed_env"] = {"name": algo.config.env, "creator": registered}

@@ -55,6 +55,10 @@ class SaveRestore:
         self.obs_filter.flush()  # the restored statistics are global already
         if self.config.observation_filter != "NoFilter":
             self.mesh.runners.foreach("set_filter_state", self.obs_filter.get_state())
+        if meta.get("connector_filters") and self.config.env_to_module_connector is not None:
+            self.connector_filters.set_state(meta["connector_filters"])
+            self.mesh.runners.foreach("set_connector_filter_state",
+                                      self.connector_filters.get_state())
         self.learner_group.publish()
         if self.callbacks is not None:
             self.callbacks.on_checkpoint_loaded(algorithm=self)

@@ -159,3 +159,20 @@ def test_mean_std_filter_statistics_are_merged_across_runners_each_iteration():
     assert len(counts) == 2 and merged >= 400
     # each runner holds every runner's statistics (plus what it saw since the sync)
     assert all(c >= merged for c in counts), (counts, merged)
+
+
+def test_mean_std_filter_statistics_are_checkpointed_and_restored(tmp_path):
+    config = (PPOConfig().environment("CartPole-v1")
+              .env_runners(num_env_runners=0, env_to_module_connector=lambda env: MeanStdFilter())
+              .training(train_batch_size=400, minibatch_size=200, num_epochs=1))
+    with built(config) as algo:
+        algo.train()
+        saved = algo.connector_filters.get_state()["00_MeanStdFilter"]
+        algo.save(str(tmp_path))
+    with built(config) as algo:
+        algo.restore(str(tmp_path))
+        restored = algo.connector_filters.get_state()["00_MeanStdFilter"]
+        (count,) = algo.env_runners.foreach_env_runner(filter_count)
+    assert restored["n"] == saved["n"] >= 400
+    np.testing.assert_allclose(restored["mean"], saved["mean"])
+    assert count >= saved["n"]  # the runner took them (a fresh one had only its first resets)
