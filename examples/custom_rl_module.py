@@ -101,6 +101,7 @@ def config(run: str = "PPO", seed: int = 0):
                 .training(train_batch_size=500, lr=0.001, gamma=0.99, clip_param=0.4,
                           use_kl_loss=False, vf_loss_coeff=0.5, entropy_coeff=0.0,
                           grad_clip=40.0)
+                .reporting(min_time_s_per_iteration=1)
                 .rl_module(rl_module_spec=spec).debugging(seed=seed))
     from rlmesh.algorithms.ppo import PPOConfig
 
