@@ -222,6 +222,9 @@ class RunnerConnectors:
         return {key: c.flush() for key, c in self._stateful()
                 if getattr(c, "buffer", 0) is not None}
 
+    def filter_states(self) -> dict[str, Any]:
+        return {key: c.get_state() for key, c in self._stateful()}
+
     def set_filter_states(self, state: dict[str, Any]) -> None:
         """The driver's merged statistics, each connector's own on top."""
         for key, c in self._stateful():

@@ -97,7 +97,8 @@ class EvaluationGroup:
         self._version += 1
         amounts = split(self.config.evaluation_duration, len(names))
         return PendingEvaluation(iteration, self.mesh.eval_runners.evaluate(
-            self._version, algo.get_weights(), algo.obs_filter.get_state(), amounts, stems))
+            self._version, algo.get_weights(), algo.obs_filter.get_state(), amounts, stems,
+            algo.connector_filters.get_state() if hasattr(algo, "connector_filters") else None))
 
     def finish(self, pending: PendingEvaluation) -> dict[str, Any]:
         """The metrics of an evaluation ``begin`` started (see ``summarize``; callbacks'

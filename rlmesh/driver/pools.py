@@ -139,27 +139,32 @@ class EvalPool(Pool):
 
     @started
     async def evaluate(self, version: int, weights: dict[str, Any], filter_state: Any,
-                       amounts: list[int], stems: list[str | None]
+                       amounts: list[int], stems: list[str | None],
+                       connector_state: dict[str, Any] | None = None
                        ) -> tuple[list[dict[str, Any]], float]:
         """Started now: each evaluation runner takes ``weights`` (under ``version``) and
-        the filter state, then evaluates its amount (``amounts``, in runner order; 0: it
+        the filter states (the env-to-module connectors' too), then evaluates its amount (``amounts``, in runner order; 0: it
         sits this one out), its videos named from its stem. The future's result: the
         replies of the runners that answered, and the seconds it took."""
         start = time.perf_counter()
-        calls = [self._evaluate_on(r, version, weights, filter_state, amount, stem)
+        calls = [self._evaluate_on(r, version, weights, filter_state, amount, stem,
+                                   connector_state)
                  for r, amount, stem in zip(self.handles, amounts, stems) if amount]
         got = [g for g in await asyncio.gather(*calls) if g is not None]
         return got, time.perf_counter() - start
 
     async def _evaluate_on(self, runner: Any, version: int, weights: dict[str, Any],
-                           filter_state: Any, amount: int,
-                           stem: str | None) -> dict[str, Any] | None:
+                           filter_state: Any, amount: int, stem: str | None,
+                           connector_state: dict[str, Any] | None = None
+                           ) -> dict[str, Any] | None:
         cfg = self.mesh.config
         try:
             for pid, w in weights.items():
                 await runner.call("set_weights", version, w, pid)
             if cfg.observation_filter != "NoFilter":
                 await runner.call("set_filter_state", filter_state)
+            if connector_state:  # MeanStdFilter connectors: the training runners' statistics
+                await runner.call("set_connector_filter_state", connector_state)
             return await runner.call("evaluate", cfg.evaluation_duration_unit, amount,
                                      cfg.evaluation_sample_timeout_s, stem,
                                      timeout=cfg.evaluation_sample_timeout_s + EVAL_CALL_MARGIN_S)

@@ -11,7 +11,8 @@ from rlmesh.rl.filters import NoFilter
 # The names a role using the mixin serves, for its ``Protocol(calls=...)``.
 FILTER_CALLS = ("get_filter_updates", "set_filter_state", "get_filter_state")
 # Those of env runners, whose samplers may run env-to-module connectors.
-CONNECTOR_FILTER_CALLS = ("get_connector_filter_updates", "set_connector_filter_state")
+CONNECTOR_FILTER_CALLS = ("get_connector_filter_updates", "set_connector_filter_state",
+                          "get_connector_filter_state")
 
 
 class ObsFilterCalls:
@@ -37,6 +38,10 @@ class ObsFilterCalls:
     def get_connector_filter_updates(self) -> dict[str, Any]:
         connectors = getattr(getattr(self, "sampler", None), "connectors", None)
         return {} if connectors is None else connectors.flush_filters()
+
+    def get_connector_filter_state(self) -> dict[str, Any]:
+        connectors = getattr(getattr(self, "sampler", None), "connectors", None)
+        return {} if connectors is None else connectors.filter_states()
 
     def set_connector_filter_state(self, state: dict[str, Any]) -> None:
         connectors = getattr(getattr(self, "sampler", None), "connectors", None)

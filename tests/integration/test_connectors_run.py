@@ -176,3 +176,20 @@ def test_mean_std_filter_statistics_are_checkpointed_and_restored(tmp_path):
     assert restored["n"] == saved["n"] >= 400
     np.testing.assert_allclose(restored["mean"], saved["mean"])
     assert count >= saved["n"]  # the runner took them (a fresh one had only its first resets)
+
+
+def test_evaluation_runners_take_the_merged_filter_statistics():
+    config = (PPOConfig().environment("CartPole-v1")
+              .env_runners(num_env_runners=1, env_to_module_connector=lambda env: MeanStdFilter())
+              .training(train_batch_size=400, minibatch_size=200, num_epochs=1)
+              .evaluation(evaluation_interval=1, evaluation_num_env_runners=1,
+                          evaluation_duration=1))
+    with built(config) as algo:
+        result = algo.train()
+        merged = algo.connector_filters.get_state()["00_MeanStdFilter"]["n"]
+        pool = algo.mesh.eval_runners
+        state = pool.loop.run(pool[0].call("get_connector_filter_state"))["00_MeanStdFilter"]
+    assert "evaluation" in result and merged >= 400
+    # the evaluation runner took the training runners' merged statistics before evaluating
+    # (alone, it would have seen one short episode)
+    assert state["n"] >= merged, (state["n"], merged)
