@@ -228,7 +228,15 @@ class Callbacks:
     and ``on_checkpoint_loaded`` in the driver; the env, episode and sample hooks in the env
     runner process that steps the env (``env_runner`` is that EnvRunner:
     ``env_runner.worker_index``, ``env_runner.envs``; evaluation runners included,
-    ``env_runner.in_evaluation`` True); ``on_learn_on_batch`` in the learner. A method
+    ``env_runner.in_evaluation`` True); ``on_learn_on_batch`` in the learner.
+
+    RLlib's new stack's arguments come too: ``metrics_logger`` (the env runner's
+    ``env_runner.metrics``, a MetricsLogger whose values reach ``result["env_runners"]``;
+    in ``on_train_result`` the driver's ``algorithm.metrics``, reaching the result's top
+    level), and for the episode hooks ``env`` (that index's env as the user's creator built
+    it; the vector env under a vector sampler) and ``rl_module`` (the policy's model).
+    ``episode`` is a ``SingleAgentEpisode`` (multi-agent: a ``MultiAgentEpisode``) whose
+    ``get_observations(-1)`` and other getters read its steps so far. A method
     whose name is not a hook is an error (a misspelled hook would never run). Name the
     class by import path (``"my_pkg.cb:MyCallbacks"``) or pass it, defined at module
     level, to ``config.callbacks(...)``.
