@@ -193,3 +193,14 @@ def test_evaluation_runners_take_the_merged_filter_statistics():
     # the evaluation runner took the training runners' merged statistics before evaluating
     # (alone, it would have seen one short episode)
     assert state["n"] >= merged, (state["n"], merged)
+
+
+def test_a_multi_agent_env_refuses_connectors_in_one_line():
+    config = (PPOConfig().environment("tests.integration.multi_agent_envs:make_early_leaver")
+              .multi_agent(policies={"stayer", "leaver"},
+                           policy_mapping_fn="tests.integration.multi_agent_envs:by_agent")
+              .env_runners(num_env_runners=0,
+                           env_to_module_connector=lambda env: FlattenObservations()))
+    with pytest.raises(ValueError, match=r"^env_to_module_connector / module_to_env_connector: "
+                                         "a MultiAgentEnv's runner does not run connectors yet"):
+        config.build().stop()
