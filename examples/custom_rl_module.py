@@ -3,8 +3,8 @@ encoder whose features feed a policy head and a value head, written as an RLlib 
 one; only the imports differ (``ray.rllib`` -> ``rlmesh``). ``ConvActorCritic`` is the same
 idea with a small conv encoder, for image observations.
 
-    python examples/custom_rl_module.py              # PPO to a mean return of 450
-    python examples/custom_rl_module.py --run APPO   # APPO to 150
+    python -m examples.custom_rl_module              # PPO to a mean return of 450
+    python -m examples.custom_rl_module --run APPO   # APPO to 150
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
 as RLlib's docs write one. Runners carry each env's state; learners train on sequences of
 ``model_config["max_seq_len"]`` steps from the state recorded at their start.
 
-    python examples/lstm_rl_module.py      # to a mean return of 450
+    python -m examples.lstm_rl_module      # to a mean return of 450 (from the repository root)
 """
 
 from __future__ import annotations

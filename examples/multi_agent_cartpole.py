@@ -2,7 +2,7 @@
 acting with one shared policy or with a policy each. The run stops at a combined return
 (the sum over the agents) of 600, as RLlib's example does.
 
-    python examples/multi_agent_cartpole.py --num-policies 2 --num-agents 2
+    python -m examples.multi_agent_cartpole --num-policies 2 --num-agents 2   # from the repository root
 """
 
 from __future__ import annotations

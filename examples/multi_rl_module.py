@@ -2,7 +2,7 @@
 with policy ``p<i mod 2>``, each policy with its own module (module id = policy id). ``p0``
 is examples/custom_rl_module.py's MLP, ``p1`` the same class at another width.
 
-    python examples/multi_rl_module.py     # to a combined return of 600
+    python -m examples.multi_rl_module     # to a combined return of 600 (from the repository root)
 """
 
 from __future__ import annotations

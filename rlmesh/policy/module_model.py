@@ -281,6 +281,15 @@ class ModuleModel(nn.Module):
                   else torch.zeros(len(out[Columns.ACTION_DIST_INPUTS])))
         return out[Columns.ACTION_DIST_INPUTS], _per_row(values, obs)
 
+    def train_outputs(self, obs: Any) -> dict[str, Any]:
+        """``forward_train``'s whole output dict (a user's Learner reads it as ``fwd_out``),
+        with the values under ``Columns.VF_PREDS`` where the algorithm trains them."""
+        batch = {Columns.OBS: obs}
+        out = dict(self._run(batch))
+        if self.needs_values and Columns.VF_PREDS not in out:
+            out[Columns.VF_PREDS] = _per_row(self._values(batch, out), obs)
+        return out
+
     def policy_inputs(self, obs: Any) -> torch.Tensor:
         """What acting needs: the distribution inputs only."""
         return self._run({Columns.OBS: obs})[Columns.ACTION_DIST_INPUTS]

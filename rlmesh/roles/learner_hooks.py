@@ -14,6 +14,8 @@ import numpy as np
 import torch
 
 from rlmesh.policy.device_check import learner_scope
+from rlmesh.policy.module_model import module_of
+from rlmesh.policy.recurrent import SEQ_MASK
 from rlmesh.policy.torch_policy import TorchPolicy
 
 
@@ -64,7 +66,8 @@ class LearnerHooks:
     def module(self) -> dict[str, torch.nn.Module]:
         """Each torch policy's model by policy id (RLlib's MultiRLModule:
         ``self.module[module_id].parameters()``)."""
-        return {pid: p.model for pid, p in self.policies.items() if isinstance(p, TorchPolicy)}
+        return {pid: module_of(p.model) or p.model for pid, p in self.policies.items()
+                if isinstance(p, TorchPolicy)}
 
     def compute_loss_for_module(self, *, module_id: str, config: Any, batch: dict[str, Any],
                                 fwd_out: Mapping[str, torch.Tensor]) -> Any:
@@ -186,6 +189,9 @@ class ForwardOutputs(Mapping):
         self._out: dict[str, torch.Tensor] | None = None
 
     def _outputs(self) -> dict[str, torch.Tensor]:
+        if self._out is None and hasattr(self._policy.model, "train_outputs") and (
+                SEQ_MASK not in self._batch):  # an RLModule: its forward_train's dict
+            self._out = self._policy.model.train_outputs(self._batch["obs"])
         if self._out is None:
             out = self._policy.model_outputs(self._batch)
             self._out = ({"action_dist_inputs": out[0], "vf_preds": out[1]}

@@ -20,7 +20,7 @@ from torch import nn
 from examples import custom_rl_module, lstm_rl_module, multi_rl_module
 from rlmesh.algorithms import Algorithm
 from rlmesh.algorithms.ppo import PPOConfig
-from rlmesh.config.settings import ConfigError
+from rlmesh.core.learner import Learner
 from rlmesh.core.columns import Columns
 from rlmesh.core.rl_module.rl_module import RLModule, RLModuleSpec
 from rlmesh.core.rl_module.torch import TorchRLModule
@@ -163,3 +163,31 @@ def test_a_module_checkpoint_restores_rolls_out_and_exports(tmp_path):
                           "--trust-code"], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.lower().count("episode") >= 2, out.stdout
+
+
+class ModuleLossLearner(Learner):
+    """A user's loss on a module run, written as RLlib's: ``self.module[module_id]`` is the
+    RLModule, ``fwd_out`` its forward_train output."""
+
+    def compute_loss_for_module(self, *, module_id, config, batch, fwd_out):
+        module = self.module[module_id]
+        if not isinstance(module, custom_rl_module.MLPActorCritic):
+            raise TypeError(f"self.module[{module_id!r}] is {type(module).__name__}")
+        loss = super().compute_loss_for_module(module_id=module_id, config=config, batch=batch,
+                                               fwd_out=fwd_out)
+        embeddings = fwd_out[Columns.EMBEDDINGS]
+        self.metrics.log_value((module_id, "embedding_norm"), float(embeddings.detach().norm(dim=-1).mean()))
+        return loss + 1e-4 * embeddings.pow(2).mean()
+
+
+def test_a_users_learner_reads_the_module_and_its_outputs():
+    config = (custom_rl_module.config("PPO")
+              .env_runners(num_env_runners=1, num_envs_per_env_runner=2, sample_async=False)
+              .training(train_batch_size=200, minibatch_size=100, num_epochs=2,
+                        learner_class=ModuleLossLearner))
+    algo = config.build()
+    try:
+        result = algo.train()
+    finally:
+        algo.stop()
+    assert result["learners"]["default_policy"]["embedding_norm"] > 0
