@@ -14,7 +14,6 @@ from torch import nn
 from examples.custom_rl_module import ConvActorCritic, MLPActorCritic
 from examples.lstm_rl_module import LSTMActorCritic
 from rlmesh.algorithms.appo import APPOConfig
-from rlmesh.algorithms.dqn import DQNConfig, DQNTorchPolicy
 from rlmesh.algorithms.ppo import PPOConfig, PPOTorchPolicy
 from rlmesh.config.settings import ConfigError
 from rlmesh.core.columns import Columns
@@ -174,8 +173,14 @@ def test_a_spec_that_is_not_one_is_one_line():
 
 
 def test_an_algorithm_with_its_own_networks_refuses_a_module():
-    with pytest.raises(ValueError, match="DQNTorchPolicy builds its own networks"):
-        policy(RLModuleSpec(module_class=MLPActorCritic), DQNConfig, DQNTorchPolicy)
+    from rlmesh.algorithms.ddpg import DDPGTorchPolicy
+    from rlmesh.algorithms.ddpg_config import DDPGConfig
+
+    box = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+    config = DDPGConfig().environment("Pendulum-v1").rl_module(
+        rl_module_spec=RLModuleSpec(module_class=MLPActorCritic))
+    with pytest.raises(ValueError, match="DDPGTorchPolicy builds its own networks"):
+        DDPGTorchPolicy(OBS, box, config)
 
 
 # --- which pass runs where ---
