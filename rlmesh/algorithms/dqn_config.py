@@ -39,7 +39,7 @@ class DQNConfig(OffPolicyConfig, defaults=_DQN_DEFAULTS):
     """
 
     #: The algorithm build() makes from this config.
-    algorithm_path = "rlmesh.algorithms.dqn:DQN"
+    algorithm_path = "rlmesh.algorithms.dqn.dqn:DQN"
 
     double_q: bool = setting(
         True, "training",

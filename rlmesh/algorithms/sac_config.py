@@ -33,7 +33,7 @@ class SACConfig(OffPolicyConfig, defaults=_SAC_DEFAULTS):
     """
 
     #: The algorithm build() makes from this config.
-    algorithm_path = "rlmesh.algorithms.sac:SAC"
+    algorithm_path = "rlmesh.algorithms.sac.sac:SAC"
 
     twin_q: bool = setting(
         True, "training",

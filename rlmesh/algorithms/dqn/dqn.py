@@ -105,17 +105,28 @@ class DQNTorchPolicy(OffPolicyTorchPolicy):
                                                device=self.device)
                         if config.num_atoms > 1 else None)
 
+    #: A user's RLModule is the Q network (``policy/q_module_model.py``).
+    takes_rl_modules = True
+
     def make_model(self) -> nn.Module:
+        """DQN's ``QModel``, or the config's RLModule giving Q-values (``qf_preds``)."""
         cfg = self.config
+        data = self.module_data(cfg)
+        if data is not None:
+            from rlmesh.policy.q_module_model import build_q_module_model
+
+            return build_q_module_model(data, self.observation_space, self.action_space, cfg)
         return QModel(self.observation_space, int(self.action_space.n), cfg.model, cfg.hiddens,
                       cfg.dueling, cfg.noisy, cfg.sigma0, cfg.num_atoms, cfg.v_min, cfg.v_max)
 
     @classmethod
     def runner_class(cls, config: DQNConfig, observation_space: gym.Space | None = None,
                      action_space: gym.Space | None = None) -> str:
-        """Numpy acting for the default Q network on a flat observation; else this class."""
+        """Numpy acting for the default Q network on a flat observation; else this class
+        (a user's RLModule acts in torch)."""
         default = (cls.compute_actions is DQNTorchPolicy.compute_actions
-                   and cls.make_model is DQNTorchPolicy.make_model)
+                   and cls.make_model is DQNTorchPolicy.make_model
+                   and getattr(config, "module_spec", None) is None)
         flat = (observation_space is not None
                 and numpy_fast_path(observation_space, action_space, config.model))
         return NUMPY_RUNNER if default and flat else class_path(cls)

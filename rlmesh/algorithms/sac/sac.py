@@ -58,8 +58,20 @@ class SACTorchPolicy(StochasticActorPolicy):
         self.rng = np.random.default_rng()
         self.timestep = 0  # steps acted with exploration on this copy (random_timesteps)
 
+    #: The spec of DefaultSACTorchRLModule itself is SAC's own networks (config/rllib.py
+    #: folds it away); any other module is refused in make_model, in SAC's words.
+    takes_rl_modules = True
+
     def make_model(self) -> nn.Module:
         cfg = self.config
+        data = self.module_data(cfg)
+        if data is not None:
+            name = str(data.get("module_class") or "a spec with spaces or load_state_path")
+            raise ConfigError(
+                f"rl_module_spec: {type(self).__name__} builds SAC's own networks and takes "
+                f"DefaultSACTorchRLModule itself only (set them with policy_model_config, "
+                f"q_model_config, twin_q and model_config), got {name.rpartition(':')[2]}; a "
+                "module of your own runs with DQN, PPO, APPO, IMPALA, PG, A2C or A3C")
         pm, qm = cfg.policy_model_config, cfg.q_model_config
         outputs = int(self.action_space.n) if self.discrete else 2 * len(self.low)
         actor = StochasticActor(self.observation_space, outputs, pm["fcnet_hiddens"],

@@ -1,0 +1,273 @@
+"""DQN's and SAC's RLModules (RLlib's new stack): RLlib's import paths, the default classes
+folding into today's networks (numpy runners included), a user's Q module as DQN's Q network
+(its contract, its Q-values in the loss and in acting) and each bad module as one line.
+Real policies and gymnasium spaces; the run is tests/integration/test_rl_module_dqn.py."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from rlmesh.algorithms.dqn import DQNConfig, DQNTorchPolicy, QModel
+from rlmesh.algorithms.dqn.torch.default_dqn_torch_rl_module import (QF_PREDS,
+                                                                     DefaultDQNTorchRLModule)
+from rlmesh.algorithms.dqn.torch.dqn_rainbow_torch_rl_module import DQNRainbowTorchRLModule
+from rlmesh.algorithms.sac import SACConfig, SACTorchPolicy
+from rlmesh.algorithms.sac.torch.default_sac_torch_rl_module import DefaultSACTorchRLModule
+from rlmesh.config.settings import ConfigError
+from rlmesh.core.columns import Columns
+from rlmesh.core.rl_module.rl_module import RLModuleSpec
+from rlmesh.core.rl_module.torch import TorchRLModule
+from rlmesh.policy.q_module_model import QModuleModel
+
+OBS = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
+ACT = gym.spaces.Discrete(2)
+BOX_ACT = gym.spaces.Box(-2.0, 2.0, (1,), np.float32)
+
+
+class LinearQ(TorchRLModule):
+    """QNetAPI: Q-values from one linear layer."""
+
+    def setup(self):
+        self.q = nn.Linear(4, 2)
+
+    def compute_q_values(self, batch):
+        return {QF_PREDS: self.q(batch[Columns.OBS])}
+
+    def _forward(self, batch, **kwargs):
+        return self.compute_q_values(batch)
+
+
+class TrainOnlyQ(TorchRLModule):
+    """No compute_q_values: its Q-values are _forward_train's qf_preds."""
+
+    def setup(self):
+        self.q = nn.Linear(4, 2)
+
+    def _forward_train(self, batch, **kwargs):
+        return {QF_PREDS: self.q(batch[Columns.OBS]) + 100.0}
+
+
+class WideDefault(DefaultDQNTorchRLModule):
+    """A subclass of the default keeping its passes."""
+
+
+class NoQ(TorchRLModule):
+    def setup(self):
+        self.q = nn.Linear(4, 2)
+
+    def compute_q_values(self, batch):
+        return {"q": self.q(batch[Columns.OBS])}
+
+
+class WrongWidthQ(TorchRLModule):
+    def setup(self):
+        self.q = nn.Linear(4, 3)
+
+    def _forward(self, batch, **kwargs):
+        return {QF_PREDS: self.q(batch[Columns.OBS])}
+
+
+class NotADict(TorchRLModule):
+    def setup(self):
+        self.q = nn.Linear(4, 2)
+
+    def compute_q_values(self, batch):
+        return self.q(batch[Columns.OBS])
+
+
+def dqn(spec=None, **training) -> DQNConfig:
+    config = DQNConfig().environment("CartPole-v1").training(**training)
+    return config if spec is None else config.rl_module(rl_module_spec=spec)
+
+
+def dqn_policy(spec, **training) -> DQNTorchPolicy:
+    return DQNTorchPolicy(OBS, ACT, dqn(spec, **training))
+
+
+# --- RLlib's import paths ---
+
+def test_rllibs_import_paths_name_the_default_modules():
+    from rlmesh.algorithms.dqn.torch import DefaultDQNTorchRLModule as via_package
+    from rlmesh.algorithms.sac.torch.sac_torch_rl_module import SACTorchRLModule
+    from rlmesh.models import default_modules
+
+    assert via_package is DefaultDQNTorchRLModule is DQNRainbowTorchRLModule
+    assert DefaultDQNTorchRLModule is default_modules.DefaultDQNTorchRLModule
+    assert SACTorchRLModule is DefaultSACTorchRLModule is default_modules.DefaultSACTorchRLModule
+    # the algorithm packages still export what they did as modules
+    assert DQNConfig.algorithm_path == "rlmesh.algorithms.dqn.dqn:DQN"
+    assert SACConfig.algorithm_path == "rlmesh.algorithms.sac.sac:SAC"
+    from rlmesh.runtime.import_path import import_object
+
+    assert import_object(DQNConfig.algorithm_path).__name__ == "DQN"
+    assert import_object(SACConfig.algorithm_path).__name__ == "SAC"
+    # checkpoints written before the move name the classes by the package
+    assert import_object("rlmesh.algorithms.dqn:DQNTorchPolicy") is DQNTorchPolicy
+    assert import_object("rlmesh.algorithms.sac:SACTorchPolicy") is SACTorchPolicy
+
+
+# --- the default classes are today's networks ---
+
+@pytest.mark.parametrize("module_class", [
+    DefaultDQNTorchRLModule,
+    "rlmesh.algorithms.dqn.torch.default_dqn_torch_rl_module:DefaultDQNTorchRLModule",
+    DQNRainbowTorchRLModule])
+def test_the_default_dqn_module_is_dqns_own_network(module_class):
+    config = dqn(RLModuleSpec(module_class=module_class, model_config={"fcnet_hiddens": [16]}))
+    assert config.module_spec is None and config.model["fcnet_hiddens"] == [16]
+    p = DQNTorchPolicy(OBS, ACT, config)
+    assert type(p.model) is QModel and p.model.trunk[0].out_features == 16
+    assert DQNTorchPolicy.runner_class(config, OBS, ACT).endswith("NumpyQPolicy")
+
+
+def test_the_default_dqn_module_computes_what_qmodel_does():
+    settings = dict(hiddens=[8], dueling=True, num_atoms=1)
+    config = dqn(**settings)
+    p = DQNTorchPolicy(OBS, ACT, config)
+    module = RLModuleSpec(module_class=DefaultDQNTorchRLModule, observation_space=OBS,
+                          action_space=ACT, model_config={**config.model, **settings}).build()
+    module.qf.load_state_dict(p.model.state_dict())  # the same layers, the same names
+    obs = torch.as_tensor(np.stack([OBS.sample() for _ in range(5)]))
+    q = module.compute_q_values({Columns.OBS: obs})[QF_PREDS]
+    assert torch.allclose(q, p.model.q_values(obs))
+    acted = module.forward_inference({Columns.OBS: obs})
+    assert torch.equal(acted[Columns.ACTIONS], q.argmax(-1))
+    # TargetNetworkAPI: a frozen copy that follows only when told
+    module.make_target_networks()
+    (online, target), = module.get_target_network_pairs()
+    assert online is module.qf and not any(t.requires_grad for t in target.parameters())
+    assert torch.allclose(module.forward_target({Columns.OBS: obs})[QF_PREDS], q)
+
+
+def test_the_default_dqn_module_gives_the_return_distribution_with_atoms():
+    module = RLModuleSpec(module_class=DefaultDQNTorchRLModule, observation_space=OBS,
+                          action_space=ACT,
+                          model_config={"num_atoms": 5, "v_min": -1.0, "v_max": 1.0}).build()
+    obs = torch.zeros(3, 4)
+    dist = module.compute_advantage_distribution({Columns.OBS: obs})
+    assert dist["qf_logits"].shape == (3, 2, 5) and dist["atoms"].tolist() == [-1, -0.5, 0, 0.5, 1]
+    assert torch.allclose(dist["qf_probs"].sum(-1), torch.ones(3, 2))
+    q = module.forward_train({Columns.OBS: obs})[QF_PREDS]
+    assert torch.allclose(q, (dist["qf_probs"] * dist["atoms"]).sum(-1), atol=1e-6)
+
+
+@pytest.mark.parametrize("action_space", [BOX_ACT, ACT])
+def test_the_default_sac_module_is_sacs_own_networks(action_space):
+    config = (SACConfig().environment("Pendulum-v1")
+              .training(q_model_config={"fcnet_hiddens": [8]})
+              .rl_module(rl_module_spec=RLModuleSpec(module_class=DefaultSACTorchRLModule)))
+    assert config.module_spec is None
+    p = SACTorchPolicy(OBS, action_space, config)
+    assert set(p.model.keys()) == {"actor", "q"}
+    assert SACTorchPolicy.runner_class(config, OBS, action_space).endswith("NumpySACPolicy")
+    # The module built from the same settings holds the same layers under pi / qf.
+    module = RLModuleSpec(module_class=DefaultSACTorchRLModule, observation_space=OBS,
+                          action_space=action_space,
+                          model_config={"q_model_config": {"fcnet_hiddens": [8]}}).build()
+    module.pi.load_state_dict(p.model["actor"].state_dict())
+    module.qf.load_state_dict(p.model["q"].state_dict())
+    obs = torch.as_tensor(np.stack([OBS.sample() for _ in range(3)]))
+    dist_inputs = module.forward_exploration({Columns.OBS: obs})[Columns.ACTION_DIST_INPUTS]
+    assert torch.allclose(dist_inputs, p.model["actor"](obs))
+    actions = torch.zeros(3, 1) if action_space is BOX_ACT else None
+    out = module.compute_q_values({Columns.OBS: obs, Columns.ACTIONS: actions})
+    q1, q2 = p.model["q"](obs, actions)
+    assert torch.allclose(out["qf_preds"], q1) and torch.allclose(out["qf_twin_preds"], q2)
+
+
+class MySAC(DefaultSACTorchRLModule):
+    pass
+
+
+def test_sac_refuses_a_module_other_than_its_default_in_one_line():
+    config = SACConfig().environment("Pendulum-v1").rl_module(
+        rl_module_spec=RLModuleSpec(module_class=MySAC))
+    with pytest.raises(ConfigError) as err:
+        SACTorchPolicy(OBS, BOX_ACT, config)
+    message = str(err.value)
+    assert "DefaultSACTorchRLModule itself only" in message and "got MySAC" in message
+    assert "\n" not in message
+
+
+# --- a user's Q module ---
+
+@pytest.mark.parametrize("module_class", [LinearQ, TrainOnlyQ, WideDefault])
+def test_a_users_q_module_is_dqns_q_network_and_acts_in_torch(module_class):
+    config = dqn(RLModuleSpec(module_class=module_class), hiddens=[8])
+    p = DQNTorchPolicy(OBS, ACT, config)
+    assert isinstance(p.model, QModuleModel) and type(p.model.module) is module_class
+    assert DQNTorchPolicy.runner_class(config, OBS, ACT).endswith(":DQNTorchPolicy")
+    obs = torch.as_tensor(np.stack([OBS.sample() for _ in range(6)]))
+    q = p.model.q_values(obs)
+    if module_class is TrainOnlyQ:
+        assert torch.allclose(q, p.model.module.q(obs) + 100.0)
+    elif module_class is WideDefault:  # DQN's settings reach the module's model_config
+        assert p.model.module.qf.a_branch[0].out_features == 8
+    greedy = p.compute_actions(obs.numpy(), explore=False)[0]
+    assert np.array_equal(greedy, q.argmax(-1).numpy())
+
+
+def test_a_users_q_module_learns_through_dqns_loss_and_target():
+    p = dqn_policy(RLModuleSpec(module_class=LinearQ), train_batch_size=8).for_learning()
+    assert isinstance(p.target_model, QModuleModel)
+    rng = np.random.default_rng(0)
+    mb = {"obs": torch.as_tensor(rng.uniform(-1, 1, (8, 4)), dtype=torch.float32),
+          "next_obs": torch.as_tensor(rng.uniform(-1, 1, (8, 4)), dtype=torch.float32),
+          "actions": torch.as_tensor(rng.integers(0, 2, 8)),
+          "rewards": torch.ones(8), "discounts": torch.full((8,), 0.99),
+          "weights": torch.ones(8)}
+    before = p.model.module.q.weight.detach().clone()
+    loss, stats = p.loss(mb)
+    loss.backward()
+    grad = p.model.module.q.weight.grad
+    assert grad is not None and grad.abs().sum() > 0
+    assert stats["td_error"].shape == (8,)
+    p.optimizer.step()
+    assert not torch.equal(p.model.module.q.weight, before)
+    # the target copy did not move with it
+    assert torch.equal(p.target_model.module.q.weight, before)
+
+
+def test_a_users_q_module_reaches_checkpoints_by_its_weights():
+    p = dqn_policy(RLModuleSpec(module_class=LinearQ))
+    keys = set(p.model.state_dict())
+    assert keys == {"module.q.weight", "module.q.bias"}  # module_state.py's "module." prefix
+
+
+@pytest.mark.parametrize("module_class, words", [
+    (NoQ, "NoQ.compute_q_values returned no 'qf_preds'"),
+    (WrongWidthQ, "WrongWidthQ._forward_train: for 2 observations 'qf_preds' must be a tensor "
+                  "of shape (2, 2)"),
+    (NotADict, "NotADict.compute_q_values returned Tensor; return a dict with 'qf_preds'"),
+])
+def test_a_q_module_missing_what_dqn_needs_is_one_line(module_class, words):
+    with pytest.raises((TypeError, ValueError)) as err:
+        dqn_policy(RLModuleSpec(module_class=module_class))
+    assert words in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("training, words", [
+    ({"num_atoms": 51}, "num_atoms: a user's RLModule (LinearQ) runs DQN with num_atoms=1 only"),
+    ({"noisy": True}, "noisy: a user's RLModule (LinearQ) runs DQN without noisy nets"),
+])
+def test_distributional_or_noisy_dqn_refuse_a_users_module_in_one_line(training, words):
+    with pytest.raises(ConfigError) as err:
+        dqn_policy(RLModuleSpec(module_class=LinearQ), **training)
+    assert words in str(err.value) and "\n" not in str(err.value)
+    # the same settings with DQN's own network build
+    dqn_policy(RLModuleSpec(module_class=DefaultDQNTorchRLModule), **training)
+
+
+def test_a_module_that_is_no_torch_module_is_refused_for_dqn():
+    from rlmesh.core.rl_module.rl_module import RLModule
+
+    class Plain(RLModule):
+        def compute_q_values(self, batch):
+            return {QF_PREDS: torch.zeros(len(batch[Columns.OBS]), 2)}
+
+    with pytest.raises(TypeError, match="Plain is not a torch.nn.Module"):
+        dqn_policy(RLModuleSpec(module_class=Plain))
