@@ -26,7 +26,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("driver", ("rlmesh.driver", "rlmesh.results", "rlmesh.result_rows")),
     ("roles", ("rlmesh.roles", "rlmesh.named_actors")),
     ("config", ("rlmesh.config", "rlmesh.callbacks", "rlmesh.client", "rlmesh.offline",
-                "rlmesh.utils")),
+                "rlmesh.utils", "rlmesh.connectors")),
     ("policy", ("rlmesh.policy", "rlmesh.models", "rlmesh.evaluation")),
     ("envs", ("rlmesh.env", "rlmesh.preprocessing", "rlmesh.video")),
     ("rl", ("rlmesh.rl",)),
