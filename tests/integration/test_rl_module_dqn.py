@@ -58,3 +58,29 @@ def test_dqn_with_a_users_q_module_learns_cartpole(tmp_path):
     with torch.no_grad():
         q = module.compute_q_values({Columns.OBS: torch.as_tensor(obs)})[QF_PREDS]
     assert q.argmax(-1).tolist() == greedy
+
+
+# Two policies, one module each: p0 a user's Q module, p1 DQN's default module (its own
+# QModel). ~3k env steps.
+@pytest.mark.timeout(300)
+def test_multi_agent_dqn_trains_a_users_q_module_beside_the_default_one():
+    from rlmesh.algorithms.dqn.torch.default_dqn_torch_rl_module import DefaultDQNTorchRLModule
+    from rlmesh.algorithms.dqn import QModel
+    from rlmesh.core.rl_module.multi_rl_module import MultiRLModuleSpec
+    from rlmesh.policy.q_module_model import QModuleModel
+    from tests.integration.test_multi_agent_dqn import two_cartpoles
+
+    spec = MultiRLModuleSpec(rl_module_specs={
+        "p0": RLModuleSpec(module_class=MLPQ, model_config={"q_width": 32}),
+        "p1": RLModuleSpec(module_class=DefaultDQNTorchRLModule)})
+    with two_cartpoles().rl_module(rl_module_spec=spec).build() as algo:
+        assert isinstance(algo.get_policy("p0").model, QModuleModel)
+        assert type(algo.get_policy("p1").model) is QModel
+        before = algo.get_weights()
+        for _ in range(3):
+            result = algo.train()
+        after = algo.get_weights()
+    for pid in ("p0", "p1"):
+        assert np.isfinite(result["info"]["learner"][pid]["total_loss"])
+        assert any(not np.array_equal(before[pid][k], after[pid][k]) for k in before[pid])
+    assert "module.net.0.weight" in after["p0"]
