@@ -328,6 +328,9 @@ def load_callbacks(callbacks: str | type | dict | None) -> Callbacks | None:
     functions: a ``FunctionCallbacks``), or None."""
     if callbacks is None:
         return None
+    if isinstance(callbacks, dict) and HOOK_FUNCTIONS in callbacks:
+        base = load_callbacks(callbacks.get("class"))
+        return HookFunctions(base, callbacks[HOOK_FUNCTIONS])
     if isinstance(callbacks, dict):
         return FunctionCallbacks.from_dict(callbacks)
     cls = import_object(callbacks, "callbacks class") if isinstance(callbacks, str) else callbacks
@@ -336,6 +339,69 @@ def load_callbacks(callbacks: str | type | dict | None) -> Callbacks | None:
                         "rlmesh.callbacks.Callbacks")
     check_hooks(cls)
     return cls()
+
+
+#: The key under which ``config.callbacks(on_episode_end=fn, ...)`` keeps its functions.
+HOOK_FUNCTIONS = "hook_functions"
+
+
+def hook_functions_setting(callbacks_class: Any, functions: dict[str, Any]) -> dict[str, Any]:
+    """RLlib 2.40's ``config.callbacks(callbacks_class, on_episode_end=fn, ...)`` as one
+    setting: the class (or None) and, by hook, its functions as import paths (a lambda as
+    a token this machine's processes are handed). One line for a name that is no hook."""
+    import difflib
+
+    from rlmesh.config.multi_agent import function_path
+    from rlmesh.config.settings import ConfigError
+
+    out: dict[str, list[str]] = {}
+    for hook, fns in functions.items():
+        if hook not in HOOKS:
+            close = difflib.get_close_matches(hook, HOOKS, n=1, cutoff=0.5)
+            hint = f"did you mean {close[0]!r}?" if close else f"the hooks are {', '.join(HOOKS)}"
+            raise ConfigError(f"callbacks: {hook}= is not a callback hook; {hint}")
+        if fns is None:
+            continue
+        for fn in fns if isinstance(fns, (list, tuple)) else [fns]:
+            if not (callable(fn) or isinstance(fn, str)):
+                raise ConfigError(f"callbacks: {hook} is {fn!r}, not a function")
+            out.setdefault(hook, []).append(fn if isinstance(fn, str)
+                                            else function_path(fn, f"callbacks {hook}"))
+    if isinstance(callbacks_class, dict) and HOOK_FUNCTIONS in callbacks_class:
+        merged = {k: list(v) for k, v in callbacks_class[HOOK_FUNCTIONS].items()}
+        for hook, paths in out.items():
+            merged.setdefault(hook, []).extend(paths)
+        return {"class": callbacks_class.get("class"), HOOK_FUNCTIONS: merged}
+    return {"class": callbacks_class, HOOK_FUNCTIONS: out}
+
+
+class HookFunctions(Callbacks):
+    """A callbacks class (or none) with functions run after each of its hooks, each
+    called with the hook's keyword arguments (RLlib 2.40's ``config.callbacks(
+    on_episode_end=fn)``: ``def fn(*, episode, metrics_logger, **kwargs)``)."""
+
+    def __init__(self, base: Callbacks | None, functions: dict[str, list[str]]) -> None:
+        self.base = base
+        self.functions = {hook: [import_object(f, f"callbacks {hook}") if isinstance(f, str)
+                                 else f for f in fns] for hook, fns in functions.items()}
+
+    def _run(self, hook: str, kwargs: dict[str, Any]) -> None:
+        if self.base is not None:
+            getattr(self.base, hook)(**kwargs)
+        for fn in self.functions.get(hook, ()):
+            fn(**kwargs)
+
+
+def _forward_hook(name: str) -> Callable[..., None]:
+    def hook(self: HookFunctions, **kwargs: Any) -> None:
+        self._run(name, kwargs)
+
+    hook.__name__ = hook.__qualname__ = name
+    return hook
+
+
+for _name in HOOKS:
+    setattr(HookFunctions, _name, _forward_hook(_name))
 
 
 #: The keys of RLlib's older ``"callbacks": {...}`` dict, each a function of one info dict.

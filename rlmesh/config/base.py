@@ -283,7 +283,15 @@ class AlgorithmConfig(SamplingSettings, EvaluationSettings, MultiAgentSettings, 
         return self._set("framework", {"framework": framework, **kwargs})
 
     def callbacks(self, callbacks_class=_UNSET, **kwargs):
-        """Set the callbacks class (see ``fields_table("callbacks")``)."""
+        """Set the callbacks class (see ``fields_table("callbacks")``), and RLlib 2.40's
+        functions by hook (``on_episode_end=fn`` or a list of them), each called with the
+        hook's keyword arguments after the class's own hook."""
+        hooks = {k: kwargs.pop(k) for k in list(kwargs) if k.startswith("on_")}
+        if hooks:
+            from rlmesh.callbacks import hook_functions_setting
+
+            base = self.callbacks_class if callbacks_class is _UNSET else callbacks_class
+            callbacks_class = hook_functions_setting(base, hooks)
         return self._set("callbacks", {"callbacks_class": callbacks_class, **kwargs})
 
     def reporting(self, **kwargs):

@@ -172,3 +172,42 @@ def test_streaming_runners_and_evaluation_runners_metrics():
     assert group["episode_len_seen"] >= 8 and group["runner_kind"] == 0.0
     evaluation = result["evaluation"][ENV_RUNNER_RESULTS]
     assert evaluation["runner_kind"] == 1.0 and evaluation["episode_len_seen"] >= 8
+
+
+def pole_angle_fn(*, episode, metrics_logger, **kwargs):
+    metrics_logger.log_value("fn_pole_angle", float(np.abs(episode.get_observations(-1)[2])),
+                             reduce="mean")
+
+
+class CountsEpisodes(RLlibCallback):
+    def on_episode_end(self, *, metrics_logger, **kwargs):
+        metrics_logger.log_value("class_episodes", 1, reduce="sum")
+
+
+def test_hook_functions_run_after_the_class_hooks_on_the_runners():
+    """RLlib 2.40's config.callbacks(cls, on_episode_end=fn): a module-level function and a
+    lambda (handed to the runner process), each called with the hook's keyword arguments."""
+    config = (PPOConfig().environment("CartPole-v1").env_runners(num_env_runners=1)
+              .training(train_batch_size=400, minibatch_size=200, num_epochs=1)
+              .callbacks(CountsEpisodes, on_episode_end=[
+                  pole_angle_fn,
+                  lambda *, episode, metrics_logger, **kw: metrics_logger.log_value(
+                      "fn_length", len(episode), reduce="max")]))
+    algo = config.build()
+    try:
+        result = algo.train()
+    finally:
+        algo.stop()
+    runners = result["env_runners"]
+    assert 0 < runners["fn_pole_angle"] < 0.3  # CartPole ends past 0.21 rad
+    assert runners["fn_length"] >= 8 and runners["class_episodes"] >= 1
+
+
+def test_a_hook_function_under_a_wrong_name_is_one_line():
+    import pytest
+
+    from rlmesh.config.settings import ConfigError
+
+    with pytest.raises(ConfigError, match="on_episode_ended= is not a callback hook; did you "
+                                          "mean 'on_episode_end'"):
+        PPOConfig().callbacks(on_episode_ended=pole_angle_fn)
