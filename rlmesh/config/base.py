@@ -16,6 +16,7 @@ from rlmesh.config.sampling import SamplingSettings
 from rlmesh.config.schedules import validate_schedule, value_at
 from rlmesh.config.settings import (  # noqa: F401  (ConfigError, Setting, GROUPS: public here)
     _UNSET, GROUPS, ConfigError, Setting, Settings, _jsonable, setting,
+    _names as _setting_names,
 )
 from rlmesh.rl.spec import MODEL_DEFAULTS
 from rlmesh.rl.spec import check_model_config as _check_model_config
@@ -286,7 +287,9 @@ class AlgorithmConfig(SamplingSettings, EvaluationSettings, MultiAgentSettings, 
         """Set the callbacks class (see ``fields_table("callbacks")``), and RLlib 2.40's
         functions by hook (``on_episode_end=fn`` or a list of them), each called with the
         hook's keyword arguments after the class's own hook."""
-        hooks = {k: kwargs.pop(k) for k in list(kwargs) if k.startswith("on_")}
+        settings = _setting_names(type(self))
+        hooks = {k: kwargs.pop(k) for k in list(kwargs)
+                 if k.startswith("on_") and k not in settings}  # on_nonfinite is a setting
         if hooks:
             from rlmesh.callbacks import hook_functions_setting
 
