@@ -116,7 +116,9 @@ def checked_episodes(episodes: Any) -> list[dict[str, Any]]:
     TypeError ``episode_batches`` would raise."""
     if isinstance(episodes, Mapping) or not isinstance(episodes, (list, tuple)) or not episodes:
         episode_batches(episodes)  # raises, naming what to pass
-    return [dict(e) if isinstance(e, Mapping) else e for e in episodes]
+    return [dict(e) if isinstance(e, Mapping)
+            else episode_columns(e) if hasattr(e, "extra_model_outputs") else e
+            for e in episodes]
 
 
 def _is_fragment(e: Any) -> bool:
@@ -124,10 +126,37 @@ def _is_fragment(e: Any) -> bool:
     return isinstance(e, Mapping) and ("policy_batches" in e or np.ndim(e.get(Columns.MASK)) == 2)
 
 
+def episode_columns(e: Any) -> dict[str, Any]:
+    """A SingleAgentEpisode (RLlib's, rlmesh.env.single_agent_episode) as ``{column:
+    per-step array}``: its steps past the lookback, the observation before each
+    (``obs``) and after it (``new_obs``), done flags on its last step, its extra model
+    outputs (action_logp, vf_preds, ...) where every step has one, ``policy_id`` its
+    ``module_id`` where set."""
+    n, start = len(e), len(e.actions) - len(e)
+    obs = np.asarray(e.observations[start:])
+    out: dict[str, Any] = {Columns.OBS: obs[:n], NEW_OBS: obs[1:n + 1],
+                           Columns.ACTIONS: np.asarray(e.actions[start:]),
+                           Columns.REWARDS: np.asarray(e.rewards[start:], np.float32),
+                           Columns.TERMINATEDS: np.zeros(n, bool),
+                           Columns.TRUNCATEDS: np.zeros(n, bool)}
+    if n:
+        out[Columns.TERMINATEDS][-1] = e.is_terminated
+        out[Columns.TRUNCATEDS][-1] = e.is_truncated
+    for key, values in e.extra_model_outputs.items():
+        values = values[start:]
+        if len(values) == n and all(v is not None for v in values):
+            out[key] = np.asarray(values)
+    if e.module_id is not None:
+        out[POLICY_ID] = [e.module_id] * n
+    return out
+
+
 def _episode(e: Any, i: int) -> dict[str, np.ndarray]:
+    if hasattr(e, "get_observations") and hasattr(e, "extra_model_outputs"):
+        e = episode_columns(e)  # RLlib's SingleAgentEpisode
     if not isinstance(e, Mapping):
         raise TypeError(f"update_from_episodes: episode {i} is {type(e).__name__}, not "
-                        "{column: per-step array}")
+                        "a SingleAgentEpisode or {column: per-step array}")
     missing = [k for k in EPISODE_COLUMNS if k not in e]
     if missing:
         raise ValueError(f"update_from_episodes: episode {i} lacks {missing}; an episode has "

@@ -121,6 +121,31 @@ def test_update_from_episodes_by_keyword_and_position(algo):
     assert stats["default_policy"]["num_env_steps_trained"] == steps
 
 
+def test_update_from_episodes_takes_single_agent_episodes(algo):
+    """The pull request's own input: SingleAgentEpisode objects, here two CartPole episodes
+    played with the run's policy (its action_logp and dist inputs as extra model outputs)."""
+    import gymnasium as gym
+
+    from rlmesh.env.single_agent_episode import SingleAgentEpisode
+
+    policy, env, episodes = algo.get_policy(), gym.make("CartPole-v1"), []
+    for seed in (0, 1):
+        obs, info = env.reset(seed=seed)
+        episode = SingleAgentEpisode()
+        episode.add_env_reset(obs, info)
+        done = False
+        while not done:
+            actions, _, extras = policy.compute_actions(obs[None])
+            obs, reward, terminated, truncated, info = env.step(int(actions[0]))
+            done = terminated or truncated
+            episode.add_env_step(obs, int(actions[0]), reward, info, terminated=terminated,
+                                 truncated=truncated,
+                                 extra_model_outputs={k: v[0] for k, v in extras.items()})
+        episodes.append(episode)
+    stats = algo.learner_group.update_from_episodes(episodes=episodes, num_iters=1)
+    assert stats["default_policy"]["num_env_steps_trained"] == sum(len(e) for e in episodes)
+
+
 def test_async_update_hands_back_finished_updates_on_a_later_call(algo):
     group, batch = algo.learner_group, merge_fragments(algo.fragments)
     first = group.update_from_batch(batch, async_update=True, num_iters=1)
