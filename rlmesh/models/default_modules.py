@@ -181,8 +181,9 @@ class DefaultSACTorchRLModule(TorchRLModule, QNetAPI, _TargetCopies):
     """SAC's default module: SAC's actor (``self.pi``: a squashed Gaussian's mean and
     log-std, or logits for Discrete actions) and its twin Q networks (``self.qf``), built
     as SAC's policy builds them from model_config's ``policy_model_config``,
-    ``q_model_config``, ``twin_q`` and rlmesh's encoder keys. SAC takes this class only
-    (its spec = SAC's own networks, numpy runners included), not a subclass."""
+    ``q_model_config``, ``twin_q`` and rlmesh's encoder keys. Its spec is SAC's own
+    networks (numpy runners included); a subclass (or any module with these passes and
+    ``compute_q_values``) runs through ``policy/sac_module_model.py``."""
 
     def setup(self) -> None:
         from rlmesh.rl.actor_q import StochasticActor, TwinQ

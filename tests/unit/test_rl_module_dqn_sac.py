@@ -1,6 +1,7 @@
 """DQN's and SAC's RLModules (RLlib's new stack): RLlib's import paths, the default classes
 folding into today's networks (numpy runners included), a user's Q module as DQN's Q network
-(its contract, its Q-values in the loss and in acting) and each bad module as one line.
+and a user's SAC module as SAC's actor and critics (their contracts, the losses, the targets)
+and each bad module as one line.
 Real policies and gymnasium spaces; the run is tests/integration/test_rl_module_dqn.py."""
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from rlmesh.core.columns import Columns
 from rlmesh.core.rl_module.rl_module import RLModuleSpec
 from rlmesh.core.rl_module.torch import TorchRLModule
 from rlmesh.policy.q_module_model import QModuleModel
+from rlmesh.policy.sac_module_model import SACModuleModel
 
 OBS = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
 ACT = gym.spaces.Discrete(2)
@@ -180,17 +182,127 @@ def test_the_default_sac_module_is_sacs_own_networks(action_space):
 
 
 class MySAC(DefaultSACTorchRLModule):
-    pass
+    """A subclass of SAC's default: not folded into SAC's own networks, it runs as a module."""
 
 
-def test_sac_refuses_a_module_other_than_its_default_in_one_line():
-    config = SACConfig().environment("Pendulum-v1").rl_module(
+class LinearSAC(TorchRLModule):
+    """An actor and one critic of its own (Box actions of one dim)."""
+
+    def setup(self):
+        self.pi = nn.Linear(4, 2)
+        self.qf = nn.Linear(5, 1)
+
+    def _forward(self, batch, **kwargs):
+        return {Columns.ACTION_DIST_INPUTS: self.pi(batch[Columns.OBS])}
+
+    def compute_q_values(self, batch):
+        x = torch.cat([batch[Columns.OBS], batch[Columns.ACTIONS]], -1)
+        return {QF_PREDS: self.qf(x).squeeze(-1)}
+
+
+class SharedTrunkSAC(LinearSAC):
+    def compute_q_values(self, batch):
+        out = super().compute_q_values(batch)
+        return {QF_PREDS: out[QF_PREDS] + self.pi(batch[Columns.OBS])[:, 0]}
+
+
+class NoCriticSAC(TorchRLModule):
+    def setup(self):
+        self.pi = nn.Linear(4, 2)
+
+    def _forward(self, batch, **kwargs):
+        return {Columns.ACTION_DIST_INPUTS: self.pi(batch[Columns.OBS])}
+
+
+class WideActorSAC(LinearSAC):
+    def setup(self):
+        super().setup()
+        self.pi = nn.Linear(4, 3)
+
+
+def sac_config(spec=None, **training):
+    net = {"fcnet_hiddens": [16, 16]}
+    config = SACConfig().environment("Pendulum-v1").training(
+        q_model_config=net, policy_model_config=net, train_batch_size=8, **training)
+    return config if spec is None else config.rl_module(rl_module_spec=spec)
+
+
+def sac_batch(discrete, n=8):
+    rng = np.random.default_rng(0)
+    return {"obs": torch.as_tensor(rng.uniform(-1, 1, (n, 4)), dtype=torch.float32),
+            "next_obs": torch.as_tensor(rng.uniform(-1, 1, (n, 4)), dtype=torch.float32),
+            "actions": (torch.as_tensor(rng.integers(0, 2, n)) if discrete
+                        else torch.as_tensor(rng.uniform(-1, 1, (n, 1)), dtype=torch.float32)),
+            "rewards": torch.ones(n), "discounts": torch.full((n,), 0.99)}
+
+
+@pytest.mark.parametrize("action_space", [BOX_ACT, ACT])
+def test_a_sac_module_trains_as_sacs_own_networks_with_the_same_weights(action_space):
+    own = SACTorchPolicy(OBS, action_space, sac_config()).for_learning()
+    config = sac_config(RLModuleSpec(module_class=MySAC))
+    assert SACTorchPolicy.runner_class(config, OBS, action_space).endswith(":SACTorchPolicy")
+    p = SACTorchPolicy(OBS, action_space, config).for_learning()
+    assert isinstance(p.model, SACModuleModel)
+    assert all(k == "log_alpha" or k.startswith("module.") for k in p.model.state_dict())
+    p.model.module.pi.load_state_dict(own.model["actor"].state_dict())
+    p.model.module.qf.load_state_dict(own.model["q"].state_dict())
+    p.target_model.module.qf.load_state_dict(own.target_model.state_dict())
+    mb = sac_batch(action_space is ACT)
+    torch.manual_seed(1)
+    own_loss, own_stats = own.loss(mb)
+    torch.manual_seed(1)
+    loss, stats = p.loss(mb)
+    assert torch.allclose(loss, own_loss, atol=1e-5)
+    for key in ("critic_loss", "actor_loss", "alpha_loss"):
+        assert torch.allclose(stats[key], own_stats[key], atol=1e-5), key
+    # one optimizer each: the actor's parameters and the critics' apart
+    actor, critic = (set(map(id, p.model[k].parameters())) for k in ("actor", "q"))
+    assert actor and critic and not actor & critic
+    assert {id(q) for q in p.q_params} == critic
+
+
+def test_a_sac_modules_target_critics_follow_and_its_actor_is_no_target():
+    p = SACTorchPolicy(OBS, BOX_ACT, sac_config(RLModuleSpec(module_class=LinearSAC))).for_learning()
+    with torch.no_grad():
+        p.model.module.qf.weight.add_(1.0)
+        p.model.module.pi.weight.add_(1.0)
+    target_pi = p.target_model.module.pi.weight.clone()
+    before = p.target_model.module.qf.weight.clone()
+    p.update_target(0.5)
+    online = p.model.module.qf.weight
+    assert torch.allclose(p.target_model.module.qf.weight, (before + online) / 2)
+    assert torch.equal(p.target_model.module.pi.weight, target_pi)
+    # a single critic: no qf_twin_preds, the min is that critic
+    obs, actions = torch.zeros(3, 4), torch.zeros(3, 1)
+    assert torch.equal(p.model["q"].min(obs, actions), p.model["q"](obs, actions)[0])
+    # the runners' weights are the module's (they act with it in torch)
+    assert set(p.get_weights()) == {"module.pi.weight", "module.pi.bias", "module.qf.weight",
+                                    "module.qf.bias", "_timestep"}
+
+
+@pytest.mark.parametrize("module_class, words", [
+    (SharedTrunkSAC, "SharedTrunkSAC: SAC steps the actor and the critics with separate "
+                     "optimizers, but both read ['pi.bias', 'pi.weight']"),
+    (NoCriticSAC, "NoCriticSAC has no compute_q_values(batch)"),
+    (WideActorSAC, "WideActorSAC._forward_exploration: for 2 observations "
+                   "'action_dist_inputs' must have shape (2, 2)"),
+])
+def test_a_sac_module_missing_what_sac_needs_is_one_line(module_class, words):
+    with pytest.raises((TypeError, ValueError)) as err:
+        SACTorchPolicy(OBS, BOX_ACT, sac_config(RLModuleSpec(module_class=module_class)))
+    assert words in str(err.value) and "\n" not in str(err.value)
+
+
+def test_cql_refuses_a_module_in_one_line():
+    from rlmesh.algorithms.cql import CQLTorchPolicy
+    from rlmesh.algorithms.cql_config import CQLConfig
+
+    config = CQLConfig().environment("Pendulum-v1").rl_module(
         rl_module_spec=RLModuleSpec(module_class=MySAC))
     with pytest.raises(ConfigError) as err:
-        SACTorchPolicy(OBS, BOX_ACT, config)
+        CQLTorchPolicy(OBS, BOX_ACT, config)
     message = str(err.value)
-    assert "DefaultSACTorchRLModule itself only" in message and "got MySAC" in message
-    assert "\n" not in message
+    assert "CQLTorchPolicy builds networks beyond SAC's" in message and "\n" not in message
 
 
 # --- a user's Q module ---

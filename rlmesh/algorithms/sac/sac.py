@@ -24,6 +24,7 @@ from rlmesh.algorithms.ddpg import bootstrap_discount, td_loss
 from rlmesh.algorithms.off_policy import OffPolicy
 from rlmesh.algorithms.sac_config import SACConfig
 from rlmesh.config.base import ConfigError
+from rlmesh.policy.policy import class_path
 from rlmesh.rl.action_noise import uniform_actions
 from rlmesh.rl.actor_q import StochasticActor, TwinQ, frozen
 from rlmesh.rl.optim import Adam
@@ -58,20 +59,32 @@ class SACTorchPolicy(StochasticActorPolicy):
         self.rng = np.random.default_rng()
         self.timestep = 0  # steps acted with exploration on this copy (random_timesteps)
 
-    #: The spec of DefaultSACTorchRLModule itself is SAC's own networks (config/rllib.py
-    #: folds it away); any other module is refused in make_model, in SAC's words.
+    #: A user's RLModule is the actor and the critics (``policy/sac_module_model.py``).
     takes_rl_modules = True
 
+    @classmethod
+    def runner_class(cls, config: SACConfig, observation_space: gym.Space | None = None,
+                     action_space: gym.Space | None = None) -> str:
+        """The numpy runner for SAC's own actor on a flat observation; a user's RLModule
+        acts in torch (this class)."""
+        if getattr(config, "module_spec", None) is not None:
+            return class_path(cls)
+        return super().runner_class(config, observation_space, action_space)
+
     def make_model(self) -> nn.Module:
+        """SAC's own networks, or the config's RLModule giving them (its actor's
+        distribution inputs and compute_q_values' ``qf_preds`` / ``qf_twin_preds``)."""
         cfg = self.config
         data = self.module_data(cfg)
         if data is not None:
-            name = str(data.get("module_class") or "a spec with spaces or load_state_path")
-            raise ConfigError(
-                f"rl_module_spec: {type(self).__name__} builds SAC's own networks and takes "
-                f"DefaultSACTorchRLModule itself only (set them with policy_model_config, "
-                f"q_model_config, twin_q and model_config), got {name.rpartition(':')[2]}; a "
-                "module of your own runs with DQN, PPO, APPO, IMPALA, PG, A2C or A3C")
+            if type(self).make_model is not SACTorchPolicy.make_model:
+                raise ConfigError(
+                    f"rl_module_spec: {type(self).__name__} builds networks beyond SAC's "
+                    f"(make_model) and takes no RLModule; SAC does (its RLModule gives the "
+                    f"actor and the critics), and DQN, PPO, APPO, IMPALA, PG, A2C, A3C")
+            from rlmesh.policy.sac_module_model import build_sac_module_model
+
+            return build_sac_module_model(data, self.observation_space, self.action_space, cfg)
         pm, qm = cfg.policy_model_config, cfg.q_model_config
         outputs = int(self.action_space.n) if self.discrete else 2 * len(self.low)
         actor = StochasticActor(self.observation_space, outputs, pm["fcnet_hiddens"],
