@@ -15,7 +15,7 @@ from typing import Any
 # import for add_policy.
 # Version 6 (issue 49): roles are started with a typed spec (roles/specs.py) instead of
 # config dicts carrying underscore keys.
-PROTOCOL_VERSION = 8
+PROTOCOL_VERSION = 9
 
 # --- data plane: handle <-> actor (DEALER -> ROUTER) ---
 HELLO = "hello"  # handle -> actor at connect; reply HELLO_OK (or ERROR on version mismatch)
