@@ -114,7 +114,7 @@ class _TargetCopies(TargetNetworkAPI):
 
 
 class DefaultDQNTorchRLModule(TorchRLModule, QNetAPI, _TargetCopies):
-    """DQN's default module: rlmesh's Q network (``algorithms/dqn/dqn.py: QModel``, dueling,
+    """DQN's default module: rlmesh's Q network (``rl/q_network.py: QModel``, dueling,
     noisy and distributional heads) as ``self.qf``, built from model_config's rlmesh model
     keys and DQN's keys (``DQN_MODULE_DEFAULTS``). Every pass returns ``QF_PREDS``
     (``[B, num_actions]``) and, distributional, ``QF_LOGITS`` / ``QF_PROBS`` / ``ATOMS``;
@@ -129,9 +129,11 @@ class DefaultDQNTorchRLModule(TorchRLModule, QNetAPI, _TargetCopies):
         return self.model_config.get(key, DQN_MODULE_DEFAULTS[key])
 
     def build_q_network(self) -> nn.Module:
-        from rlmesh.algorithms.dqn.dqn import QModel, check_discrete
+        from rlmesh.rl.q_network import QModel
 
-        check_discrete(self.action_space)
+        if not hasattr(self.action_space, "n"):
+            raise ValueError(f"{type(self).__name__}: DQN needs a Discrete action space, got "
+                             f"{self.action_space}")
         s = self.dqn_setting
         return QModel(self.observation_space, int(self.action_space.n),
                       rlmesh_model_keys(self.model_config), list(s("hiddens")), bool(s("dueling")),

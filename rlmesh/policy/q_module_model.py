@@ -18,7 +18,6 @@ import gymnasium as gym
 import torch
 from torch import nn
 
-from rlmesh.config.base import ConfigError
 from rlmesh.models.default_modules import DQN_MODULE_DEFAULTS, QF_PREDS
 from rlmesh.rl.columns import Columns
 
@@ -71,12 +70,12 @@ def check_q_settings(data: dict[str, Any], config: Any) -> None:
     num_atoms = own.get("num_atoms", config.num_atoms)
     noisy = own.get("noisy", config.noisy)
     if num_atoms != 1:
-        raise ConfigError(f"num_atoms: a user's RLModule ({name}) runs DQN with num_atoms=1 "
+        raise ValueError(f"num_atoms: a user's RLModule ({name}) runs DQN with num_atoms=1 "
                           f"only (its 'qf_preds' are Q-values), got {num_atoms}; distributional "
                           "DQN runs with DQN's own network (no rl_module_spec, or "
                           "DefaultDQNTorchRLModule itself)")
     if noisy:
-        raise ConfigError(f"noisy: a user's RLModule ({name}) runs DQN without noisy nets; "
+        raise ValueError(f"noisy: a user's RLModule ({name}) runs DQN without noisy nets; "
                           "noisy=True runs with DQN's own network (no rl_module_spec, or "
                           "DefaultDQNTorchRLModule itself)")
 

