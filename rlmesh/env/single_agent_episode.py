@@ -20,9 +20,42 @@ from __future__ import annotations
 import uuid
 from typing import Any, Iterable
 
+import gymnasium as gym
 import numpy as np
 
 _NO_FILL = object()
+
+
+class _Padded:
+    """Stands in for a filled-in position while ``one_hot_discrete`` converts entries."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<padded>"
+
+
+_PADDED = _Padded()
+
+
+def one_hot(value: Any, space: Any) -> Any:
+    """A Discrete (or MultiDiscrete) ``value`` of ``space`` as a one-hot float32 vector (the
+    MultiDiscrete parts' vectors joined); other spaces' values as they are."""
+    if isinstance(space, gym.spaces.Discrete):
+        out = np.zeros(int(space.n), np.float32)
+        out[int(value) - int(space.start)] = 1.0
+        return out
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        return np.concatenate([np.eye(int(n), dtype=np.float32)[int(v)]
+                               for v, n in zip(np.ravel(value), space.nvec.ravel())])
+    return value
+
+
+def _one_hot_entry(value: Any, space: Any) -> np.ndarray:
+    if value is _PADDED:  # no action (or observation) there: no category set
+        size = int(space.n) if isinstance(space, gym.spaces.Discrete) else int(space.nvec.sum())
+        return np.zeros(size, np.float32)
+    return one_hot(value, space)
 
 
 def _new_id() -> str:
@@ -137,7 +170,11 @@ class SingleAgentEpisode:
 
     # --- getters ------------------------------------------------------------------------
     def get_observations(self, indices: Any = None, *, neg_index_as_lookback: bool = False,
-                         fill: Any = None, **kwargs: Any) -> Any:
+                         fill: Any = None, one_hot_discrete: bool = False,
+                         **kwargs: Any) -> Any:
+        if one_hot_discrete:
+            return self._get_one_hot(self.observations, self.observation_space, indices,
+                                     neg_index_as_lookback, fill)
         return self._get(self.observations, indices, neg_index_as_lookback, fill)
 
     def get_infos(self, indices: Any = None, *, neg_index_as_lookback: bool = False,
@@ -145,7 +182,10 @@ class SingleAgentEpisode:
         return self._get(self.infos, indices, neg_index_as_lookback, fill)
 
     def get_actions(self, indices: Any = None, *, neg_index_as_lookback: bool = False,
-                    fill: Any = None, **kwargs: Any) -> Any:
+                    fill: Any = None, one_hot_discrete: bool = False, **kwargs: Any) -> Any:
+        if one_hot_discrete:
+            return self._get_one_hot(self.actions, self.action_space, indices,
+                                     neg_index_as_lookback, fill)
         return self._get(self.actions, indices, neg_index_as_lookback, fill)
 
     def get_rewards(self, indices: Any = None, *, neg_index_as_lookback: bool = False,
@@ -159,6 +199,21 @@ class SingleAgentEpisode:
             raise KeyError(f"extra model output {key!r}: the episode has "
                            f"{sorted(self.extra_model_outputs) or 'none'}")
         return self._get(self.extra_model_outputs[key], indices, neg_index_as_lookback, fill)
+
+    def _get_one_hot(self, data: Any, space: Any, indices: Any, lookback_neg: bool,
+                     fill: Any) -> Any:
+        """``_get`` with Discrete / MultiDiscrete entries as one-hot float32 vectors (other
+        spaces' entries as they are); a position filled in (``fill``) is all zeros, no
+        category set. The conversion touches only the entries asked for."""
+        if not isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)):
+            return self._get(data, indices, lookback_neg, fill)
+        # Filled positions are told apart by identity: a marker stands in for them.
+        got = self._get(data, indices, lookback_neg, None if fill is None else _PADDED)
+        if indices is None or isinstance(indices, slice) or (
+                not isinstance(indices, (int, np.integer)) and isinstance(indices, Iterable)):
+            out = [_one_hot_entry(v, space) for v in got]
+            return _stack(out) if self.is_numpy else out
+        return _one_hot_entry(got, space)
 
     def get_state(self) -> dict[str, Any]:
         """Everything as plain data (``from_state`` rebuilds the episode)."""
@@ -263,6 +318,8 @@ class SingleAgentEpisode:
         return _stack(out) if self.is_numpy else out
 
     def _fill_like(self, data: Any, fill: Any) -> Any:
+        if fill is _PADDED:  # one_hot_discrete's marker (_get_one_hot)
+            return fill
         if len(data):
             sample = data[0]
             if isinstance(sample, np.ndarray):

@@ -93,6 +93,9 @@ class EnvSampler:
         observations the policy sees, and fragments store, become the pipeline's output
         (its space is this sampler's ``observation_space`` from now on)."""
         self.connectors = connectors
+        # Connectors read and rewrite each env's own episode (the callbacks' one), so it
+        # keeps its step history (one episode's worth: a new one per reset).
+        self.keep_history = True
         self.env_observation_space = self.observation_space
         self.observation_space = connectors.output_observation_space
         layout = space_layout(self.observation_space)
@@ -297,10 +300,13 @@ class EnvSampler:
         cols["mask"][t, b] = True
         if Columns.PREV_REWARDS in self._prev_values:
             self._prev_values[Columns.PREV_REWARDS][b] = reward
-        slot.episode.record_step(raw, reward, info, action, terminated, truncated)
-        if self.connectors is not None:  # the env-to-module pipeline makes what the policy sees
-            obs = self.connectors.step(b, raw, buf.cols["actions"][t, b], reward, info,
-                                       terminated, truncated)
+        if self.connectors is None:
+            slot.episode.record_step(raw, reward, info, action, terminated, truncated)
+        else:  # the env-to-module pipeline makes what the policy sees, in the episode itself
+            # The module's action (before module-to-env and unsquashing), as RLlib records.
+            slot.episode.record_step(raw, reward, info, buf.cols["actions"][t, b], terminated,
+                                     truncated)
+            obs = self.connectors.observe(b)
             obs = to_column(self.observation_space, obs) if self._nested else obs
         if (self._float_obs and type(self.obs_filter) is not NoFilter
                 and not np.isfinite(np.asarray(obs, self._obs.dtype)).all()):
@@ -389,8 +395,11 @@ class EnvSampler:
             self.reward_normalizer.reset(b)
         episode.add_env_reset(obs, info)
         slot.episode = episode
-        if self.connectors is not None:
-            obs = self.connectors.reset(b, obs, info)
+        if self.connectors is not None:  # the pipeline reads (and rewrites) this episode
+            episode.observation_space = self.env_observation_space
+            episode.action_space = self.action_space
+            self.connectors.episodes[b] = episode
+            obs = self.connectors.observe(b)
         slot.obs = self.obs_filter(to_column(self.observation_space, obs))
         slot.start_row = start_row
         self._obs[b] = slot.obs

@@ -12,9 +12,14 @@ import numpy as np
 import pytest
 
 from rlmesh.algorithms import PPOConfig
+from rlmesh.callbacks import Callbacks
 from rlmesh.connectors.connector_v2 import ConnectorV2
-from rlmesh.connectors.env_to_module import (FlattenObservations, MeanStdFilter,
-                                             PrevActionsPrevRewards)
+from rlmesh.connectors.env_to_module import (
+    FlattenObservations,
+    MeanStdFilter,
+    PrevActionsPrevRewards,
+)
+from rlmesh.env.single_agent_episode import SingleAgentEpisode
 
 
 class RecordBatch(ConnectorV2):
@@ -69,6 +74,34 @@ def test_prev_actions_and_flatten_widen_the_policys_observations_and_the_stored_
     assert (one_hot.sum(-1) == 1).mean() > 0.9
     # the previous reward: CartPole's 1 after the first step of each episode
     assert set(np.unique(obs[..., 6][mask])) == {0.0, 1.0}
+
+
+class SeeWhatTheModuleSees(Callbacks):
+    """Reports, per episode, the width of the newest observation the callbacks read, and
+    whether every step's episode was a SingleAgentEpisode holding one observation more
+    than its steps (the smallest of each over the episode's steps)."""
+
+    def on_episode_step(self, *, episode, **kwargs):
+        m = episode.custom_metrics
+        width = float(np.shape(episode.get_observations(-1))[0])
+        is_sae = float(isinstance(episode, SingleAgentEpisode))
+        bounded = float(len(episode.get_observations()) == len(episode) + 1)
+        m["obs_width"] = min(m.get("obs_width", width), width)
+        m["is_single_agent_episode"] = min(m.get("is_single_agent_episode", 1.0), is_sae)
+        m["history_is_the_episodes"] = min(m.get("history_is_the_episodes", 1.0), bounded)
+
+
+def test_callbacks_read_the_episode_the_connectors_rewrote():
+    config = ppo(env_to_module_connector=lambda env: [PrevActionsPrevRewards(),
+                                                      FlattenObservations()])
+    config.callbacks(SeeWhatTheModuleSees)
+    with built(config) as algo:
+        result = algo.train()
+    metrics = result["custom_metrics"]
+    # CartPole's 4 numbers, the previous action one-hot (2), the previous reward (1)
+    assert metrics["obs_width_mean"] == 7.0 and metrics["obs_width_max"] == 7.0
+    assert metrics["is_single_agent_episode_mean"] == 1.0
+    assert metrics["history_is_the_episodes_mean"] == 1.0
 
 
 def test_mean_std_filter_normalises_what_the_module_sees():

@@ -11,16 +11,23 @@ import numpy as np
 import pytest
 
 from rlmesh.algorithms import PPOConfig
+from rlmesh.callbacks import Callbacks, Episode
 from rlmesh.connectors import wiring
 from rlmesh.connectors.connector_pipeline_v2 import ConnectorPipelineV2
 from rlmesh.connectors.connector_v2 import ConnectorV2
-from rlmesh.connectors.env_to_module import (EnvToModulePipeline, FlattenObservations,
-                                             FrameStackingEnvToModule, MeanStdFilter,
-                                             PrevActionsPrevRewards, NumpyToTensor,
-                                             SingleAgentObservationPreprocessor)
+from rlmesh.connectors.env_to_module import (
+    EnvToModulePipeline,
+    FlattenObservations,
+    FrameStackingEnvToModule,
+    MeanStdFilter,
+    NumpyToTensor,
+    PrevActionsPrevRewards,
+    SingleAgentObservationPreprocessor,
+)
 from rlmesh.connectors.episode import RunnerEpisode, column_episodes
 from rlmesh.connectors.learner import GeneralAdvantageEstimation
 from rlmesh.connectors.module_to_env import NormalizeAndClipActions
+from rlmesh.env.single_agent_episode import SingleAgentEpisode
 from rlmesh.policy.policy import Policy
 from rlmesh.rl.columns import action_dist_columns
 from rlmesh.roles.env_sampler import EnvSampler
@@ -226,11 +233,24 @@ def test_column_episodes_split_at_ends_and_padding_and_write_through():
     eps = column_episodes(batch)
     assert [(e.env_index, e.start, e.stop) for e in eps] == [(0, 0, 2), (0, 2, 5), (1, 0, 4)]
     assert eps[0].is_terminated and eps[2].is_truncated and not eps[1].is_done
-    assert eps[1].get_rewards() == [4.0, 6.0, 8.0]
+    assert all(isinstance(e, SingleAgentEpisode) for e in eps)
+    assert eps[1].get_rewards().tolist() == [4.0, 6.0, 8.0]  # arrays, as numpy'd episodes
     assert eps[1].get_rewards(-1) == 8.0
+    assert eps[1].get_rewards(slice(-2, None)).tolist() == [6.0, 8.0]
+    assert eps[1].get_rewards(slice(-4, None), fill=0.0).tolist() == [0.0, 4.0, 6.0, 8.0]
+    assert eps[1].get_rewards([0, -1]).tolist() == [4.0, 8.0]
+    assert [float(r) for r in eps[1].rewards] == [4.0, 6.0, 8.0]  # the view iterates
+    assert eps[1].get_return() == 18.0
     eps[1].set_rewards(new_data=[-1.0, -2.0, -3.0])
     assert batch["rewards"][2:, 0].tolist() == [-1.0, -2.0, -3.0]
     assert batch["rewards"][2:, 1].tolist() == [5.0, 7.0, 9.0]
+    assert eps[1].get_return() == -6.0
+    eps[2].set_rewards(new_data=10.0, at_indices=-1)  # one row, written into the batch
+    assert batch["rewards"][3, 1] == 10.0
+    eps[2].set_observations(new_data=[np.ones(3)] * 2, at_indices=slice(0, 2))
+    assert batch["obs"][:2, 1].tolist() == [[1.0] * 3] * 2 and batch["obs"][2, 1].sum() == 0
+    with pytest.raises(IndexError):
+        eps[0].get_rewards(2)
 
 
 # --- a real sampler ---
@@ -284,6 +304,48 @@ class DeclaresWrong(ConnectorV2):
         for ep in episodes:
             ep.set_observations(new_data=np.zeros(3, np.float32), at_indices=-1)
         return batch
+
+
+class StepRecorder(Callbacks):
+    """Keeps, per step, the episode object, its newest observation, its history length."""
+
+    def __init__(self):
+        super().__init__()
+        self.steps = []
+
+    def on_episode_step(self, *, episode, env_index, **kwargs):
+        self.steps.append((env_index, episode, episode.get_observations(-1),
+                           len(episode.get_observations()), len(episode)))
+
+
+def test_sampler_connectors_rewrite_the_callbacks_own_episode():
+    rec = StepRecorder()
+    s = connected_sampler(lambda env: [PrevActionsPrevRewards(), FlattenObservations()],
+                          num_envs=1)
+    s.callbacks = rec
+    fragment = s.sample(60)
+    _, episode, obs, _, _ = rec.steps[0]
+    assert isinstance(episode, SingleAgentEpisode) and isinstance(episode, Episode)
+    assert s.keep_history  # connectors keep the history even without callbacks
+    # the callbacks read what the connectors wrote: the module's 7 numbers, not the env's 4
+    assert obs.shape == (7,) and episode.last_observation_for().shape == (7,)
+    np.testing.assert_array_equal(obs, fragment["obs"][1, 0])
+    # one episode per env and reset (CartPole ends well within 60 steps): each step's
+    # history is that episode's own, one observation more than its steps
+    assert all(h == n + 1 for _, _, _, h, n in rec.steps)
+    assert len({id(e) for _, e, _, _, _ in rec.steps}) == fragment["terminateds"][:, 0].sum() + 1
+    assert s.connectors.episodes[0] is s.slots[0].episode
+    # its actions are the module's, one-hot for PrevActionsPrevRewards
+    last = s.slots[0].episode
+    assert last.get_actions(-1, one_hot_discrete=True).tolist() in ([1.0, 0.0], [0.0, 1.0])
+
+
+def test_without_callbacks_or_connectors_episodes_record_no_history():
+    bare = EnvSampler(lambda i: gym.make("CartPole-v1"), 1, RecordingPolicy(), seeds=[0])
+    bare.sample(5)
+    assert not bare.keep_history and bare.slots[0].episode.observations is None
+    with pytest.raises(RuntimeError, match="no step history"):
+        bare.slots[0].episode.get_observations(-1)
 
 
 def test_connector_output_not_its_declared_space_is_one_line():

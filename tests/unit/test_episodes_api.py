@@ -99,6 +99,36 @@ def test_state_round_trip_and_numpy():
     assert e.get_rewards([0, 2]).tolist() == [1.0, 3.0]
 
 
+def test_one_hot_discrete_getters():
+    e = SingleAgentEpisode(observation_space=gym.spaces.MultiDiscrete([2, 3]),
+                           action_space=gym.spaces.Discrete(3, start=1))
+    e.add_env_reset(np.array([1, 2]))
+    e.add_env_step(np.array([0, 0]), 3, 1.0)
+    e.add_env_step(np.array([1, 1]), 1, 1.0)
+    assert e.get_actions(-1, one_hot_discrete=True).tolist() == [1, 0, 0]  # start=1
+    assert e.get_actions(-1) == 1  # as stored without it
+    assert [a.tolist() for a in e.get_actions(one_hot_discrete=True)] == [[0, 0, 1], [1, 0, 0]]
+    # positions before the start are filled with zeros: no category set
+    padded = e.get_actions(slice(-3, None), fill=0, one_hot_discrete=True)
+    assert [a.tolist() for a in padded] == [[0, 0, 0], [0, 0, 1], [1, 0, 0]]
+    assert e.get_actions(-5, fill=0, one_hot_discrete=True).tolist() == [0, 0, 0]
+    assert [a.tolist() for a in e.get_actions([0, -1], one_hot_discrete=True)] == \
+        [[0, 0, 1], [1, 0, 0]]
+    assert e.get_observations(0, one_hot_discrete=True).tolist() == [0, 1, 0, 0, 1]
+    e.to_numpy()
+    stacked = e.get_actions(slice(-3, None), fill=0, one_hot_discrete=True)
+    assert isinstance(stacked, np.ndarray) and stacked.tolist() == padded_list(padded)
+    # a space that is not discrete: entries as they are
+    box = SingleAgentEpisode(action_space=gym.spaces.Box(-1, 1, (2,)))
+    box.add_env_reset(np.zeros(1))
+    box.add_env_step(np.zeros(1), np.array([0.5, -0.5]), 0.0)
+    assert box.get_actions(-1, one_hot_discrete=True).tolist() == [0.5, -0.5]
+
+
+def padded_list(arrays):
+    return [a.tolist() for a in arrays]
+
+
 def test_callbacks_episode_is_a_single_agent_episode_with_old_names():
     e = Episode(0, 7, history=True)
     assert isinstance(e, SingleAgentEpisode)
