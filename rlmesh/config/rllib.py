@@ -218,7 +218,35 @@ def _rl_module_spec(value, d, cls):
         raise Refused(f"rl_module_spec: {e}") from None
     if data is None or "rl_module_specs" in data or "shared" in data:
         return {"module_spec": data}, None
-    return policy_overrides(data), None
+    _check_default_family(data, cls)
+    out = policy_overrides(data)
+    # a default module's model_config keys that are this algorithm's settings (DQN's
+    # dueling, hiddens; SAC's twin_q) are those settings
+    own = _own_spellings(cls)
+    rest = out.get("module_model_config", {})
+    for key in [k for k in rest if k in own]:
+        out[key] = rest.pop(key)
+    if "module_model_config" in out and not rest:
+        del out["module_model_config"]
+    return out, None
+
+
+def _check_default_family(data: dict, cls) -> None:
+    """Refused: one algorithm's default module given to another (PPO given DQN's would
+    silently build PPO's own network)."""
+    from rlmesh.models.default_modules import default_module_family
+
+    family = default_module_family(data.get("module_class") or "")
+    if family is None:
+        return
+    names = {c.__name__ for c in cls.__mro__}
+    mine = "dqn" if "DQNConfig" in names else "sac" if "SACConfig" in names else "actor_critic"
+    if family != mine:
+        name = data["module_class"].rpartition(":")[2]
+        raise Refused(f"rl_module_spec: {name} is the default module of "
+                      f"{ {'dqn': 'DQN', 'sac': 'SAC', 'actor_critic': 'PPO, APPO and IMPALA'}[family]}, "
+                      f"not of {cls.__name__.removesuffix('Config')}: leave module_class unset "
+                      "for the algorithm's own, or give a module of your own")
 
 
 def _scheduled(key: str, schedule_key: str) -> Callable:

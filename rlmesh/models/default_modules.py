@@ -232,6 +232,22 @@ _RLLIB_PATHS = (
     "rlmesh.algorithms.sac.torch.default_sac_torch_rl_module:DefaultSACTorchRLModule",
     "rlmesh.algorithms.sac.torch.sac_torch_rl_module:SACTorchRLModule")
 
+#: The algorithms each default class is the default network of, by its class's name.
+_FAMILIES = {"DefaultActorCriticTorchRLModule": "actor_critic", "DefaultPPOTorchRLModule":
+             "actor_critic", "PPOTorchRLModule": "actor_critic", "DefaultAPPOTorchRLModule":
+             "actor_critic", "APPOTorchRLModule": "actor_critic", "DefaultDQNTorchRLModule": "dqn",
+             "DQNRainbowTorchRLModule": "dqn", "DefaultSACTorchRLModule": "sac",
+             "SACTorchRLModule": "sac"}
+
+
+def default_module_family(path: str) -> str | None:
+    """``"actor_critic"``, ``"dqn"`` or ``"sac"`` for a default class's import path (the
+    algorithms whose own network it is); None for any other class."""
+    if path not in DEFAULT_MODULE_PATHS:
+        return None
+    return _FAMILIES.get(path.rpartition(":")[2])
+
+
 #: Each default class by import path: given in a spec, the policy builds its own model.
 DEFAULT_MODULE_PATHS = frozenset(
     [f"{__name__}:{cls.__name__}" for cls in (DefaultActorCriticTorchRLModule,

@@ -156,13 +156,19 @@ def modules_to_save(config: Any, policy_specs: dict[str, dict[str, Any]]) -> dic
                 else single_spec(getattr(config, "module_spec", None), pid))
         if is_default_module(data):
             continue
-        model = {**config.model, **overrides.get("model", {})}
-        extra = {**getattr(config, "module_model_config", {}),
-                 **overrides.get("module_model_config", {})}
+        policy_config = config
+        if overrides:
+            policy_config = config.copy()
+            policy_config.update_from_dict(overrides)
+        from rlmesh.runtime.import_path import import_object
+
+        cls = import_object(spec["policy_class"], "policy class")
+        base = (cls.module_model_config(policy_config) if hasattr(cls, "module_model_config")
+                else dict(policy_config.model))
         out[pid] = {"module_class": data["module_class"],
                     "observation_space": data.get("observation_space") or spec["observation_space"],
                     "action_space": data.get("action_space") or spec["action_space"],
-                    "model_config": {**model, **extra, **(data.get("model_config") or {})}}
+                    "model_config": {**base, **(data.get("model_config") or {})}}
     return out
 
 

@@ -103,6 +103,13 @@ def _reached(module: nn.Module, output: torch.Tensor) -> list[str]:
     return [n for (n, _), g in zip(named, grads) if g is not None]
 
 
+def sac_model_config(config: Any) -> dict[str, Any]:
+    """What a SAC module gets as model_config (its spec's own over it): SAC's network
+    settings (twin_q, q_model_config, ...), rlmesh's model keys and the other model_config keys."""
+    return {**{k: getattr(config, k) for k in SAC_MODULE_DEFAULTS},
+            **config.model, **getattr(config, "module_model_config", {})}
+
+
 def build_sac_module_model(data: dict[str, Any], obs_space: gym.Space,
                            action_space: gym.Space, config: Any) -> SACModuleModel:
     """``data``'s module on these spaces as SAC's networks, its outputs checked on two
@@ -110,9 +117,8 @@ def build_sac_module_model(data: dict[str, Any], obs_space: gym.Space,
     from rlmesh.policy.module_model import build_module
     from rlmesh.rl.default_model import sample_obs_batch
 
-    model_config = {**{k: getattr(config, k) for k in SAC_MODULE_DEFAULTS},
-                    **config.model, **getattr(config, "module_model_config", {})}
-    module = build_module(data, obs_space, action_space, model_config, DEFAULT_SAC_MODULE)
+    module = build_module(data, obs_space, action_space, sac_model_config(config),
+                          DEFAULT_SAC_MODULE)
     name = type(module).__name__
     if not isinstance(module, nn.Module):
         raise TypeError(f"RLModule {name} is not a torch.nn.Module: subclass "

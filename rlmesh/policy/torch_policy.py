@@ -93,10 +93,17 @@ class TorchPolicy(Policy):
         or the config's RLModule (``module_spec``, policy/module_model.py)."""
         data = self.module_data(self.config)
         if data is not None:
-            model_config = {**self.config.model, **getattr(self.config, "module_model_config", {})}
             return build_module_model(data, self.observation_space, self.action_space,
-                                      model_config, _DEFAULT_MODULE, self.trains_values)
+                                      self.module_model_config(self.config), _DEFAULT_MODULE,
+                                      self.trains_values)
         return build_model(self.observation_space, self.action_space, self.config.model)
+
+    @staticmethod
+    def module_model_config(config: Any) -> dict[str, Any]:
+        """What a user's RLModule gets as ``self.model_config`` under its spec's own: the
+        model keys, then RLlib's other model_config keys (an algorithm with networks of its
+        own adds its network settings: DQN's hiddens, SAC's q_model_config)."""
+        return {**config.model, **getattr(config, "module_model_config", {})}
 
     @staticmethod
     def module_data(config: Any) -> dict[str, Any] | None:
@@ -112,7 +119,8 @@ class TorchPolicy(Policy):
         if (type(self).make_model is not TorchPolicy.make_model
                 and not getattr(type(self), "takes_rl_modules", False)):
             raise ValueError(f"{type(self).__name__} builds its own networks (make_model), so it "
-                             "takes no rl_module_spec; PPO, APPO, IMPALA, PG, A2C and A3C do "
+                             "takes no rl_module_spec; PPO, APPO, IMPALA, PG, A2C, A3C, DQN and "
+                             "SAC do "
                              "(docs/new_api_stack.md)")
 
     def _recurrent_columns(self) -> dict[str, ColumnSpec]:

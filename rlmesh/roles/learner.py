@@ -127,7 +127,8 @@ class Learner(LearnerHooks):
         if self.learner_connector is not None:  # before the losses, advantages included
             from rlmesh.connectors.wiring import run_learner_connector
 
-            batches = run_learner_connector(self.learner_connector, batches, self.module)
+            batches = run_learner_connector(self.learner_connector, batches, self.module,
+                                            metrics=self.metrics)
         timesteps = _env_steps(timesteps)
         out = {}
         for pid, batch in batches.items():

@@ -275,3 +275,53 @@ def test_appo_takes_a_module_too():
     p = policy(RLModuleSpec(module_class=MLPActorCritic), APPOConfig,
                __import__("rlmesh.algorithms.appo", fromlist=["APPOTorchPolicy"]).APPOTorchPolicy)
     assert isinstance(p.model, ModuleModel)
+
+
+def test_a_module_dir_keeps_the_algorithms_network_settings(tmp_path):
+    """A subclass of DQN's default module reads DQN's settings (hiddens): the checkpoint's
+    module dir holds them, so RLModule.from_checkpoint builds the same network."""
+    from rlmesh.algorithms.dqn import DQNConfig, DQNTorchPolicy
+    from rlmesh.algorithms.dqn.torch.default_dqn_torch_rl_module import DefaultDQNTorchRLModule
+    from rlmesh.env.registry import space_to_data
+    from rlmesh.policy.module_model import modules_to_save
+    from rlmesh.policy.policy import class_path
+
+    class_name = "tests.unit.test_rl_module:OwnDQNModule"
+    config = (DQNConfig().environment("CartPole-v1").training(hiddens=[32])
+              .rl_module(rl_module_spec=RLModuleSpec(module_class=OwnDQNModule)))
+    p = DQNTorchPolicy(OBS, ACT, config)
+    specs = {"default_policy": {"policy_class": class_path(DQNTorchPolicy), "config": {},
+                                "observation_space": space_to_data(OBS),
+                                "action_space": space_to_data(ACT)}}
+    saved = modules_to_save(config, specs)
+    assert saved["default_policy"]["module_class"] == class_name
+    assert saved["default_policy"]["model_config"]["hiddens"] == [32]
+    write_modules(tmp_path, saved, {"default_policy": p.get_state()})
+    module = RLModule.from_checkpoint(tmp_path / MODULES_DIR / "default_policy")
+    assert isinstance(module, OwnDQNModule) and isinstance(module, DefaultDQNTorchRLModule)
+    obs = torch.zeros(2, 4)
+    assert torch.allclose(module.compute_q_values({Columns.OBS: obs})["qf_preds"],
+                          p.model.module.compute_q_values({Columns.OBS: obs})["qf_preds"],
+                          atol=1e-6)
+
+
+from rlmesh.algorithms.dqn.torch.default_dqn_torch_rl_module import (  # noqa: E402
+    DefaultDQNTorchRLModule as _DefaultDQN)
+
+
+class OwnDQNModule(_DefaultDQN):
+    """DQN's default Q network as a user's subclass (it runs through the module's passes)."""
+
+
+def test_a_default_modules_settings_become_the_algorithms_and_another_algorithm_refuses_it():
+    from rlmesh.algorithms.dqn import DQNConfig
+
+    config = DQNConfig().rl_module(rl_module_spec=RLModuleSpec(
+        module_class=_DefaultDQN, model_config={"dueling": False, "fcnet_hiddens": [32]}))
+    assert config.dueling is False and config.model["fcnet_hiddens"] == [32]
+    assert config.module_spec is None
+    config.validate()
+    with pytest.raises(ConfigError) as err:
+        PPOConfig().rl_module(rl_module_spec=RLModuleSpec(module_class=_DefaultDQN))
+    assert ("DefaultDQNTorchRLModule is the default module of DQN, not of PPO"
+            in str(err.value)) and "\n" not in str(err.value)

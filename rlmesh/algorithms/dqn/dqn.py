@@ -50,6 +50,12 @@ class DQNTorchPolicy(OffPolicyTorchPolicy):
     #: A user's RLModule is the Q network (``policy/q_module_model.py``).
     takes_rl_modules = True
 
+    @staticmethod
+    def module_model_config(config: Any) -> dict[str, Any]:
+        from rlmesh.policy.q_module_model import dqn_model_config
+
+        return dqn_model_config(config)
+
     def make_model(self) -> nn.Module:
         """DQN's ``QModel``, or the config's RLModule giving Q-values (``qf_preds``)."""
         cfg = self.config

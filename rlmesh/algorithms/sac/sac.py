@@ -62,6 +62,12 @@ class SACTorchPolicy(StochasticActorPolicy):
     #: A user's RLModule is the actor and the critics (``policy/sac_module_model.py``).
     takes_rl_modules = True
 
+    @staticmethod
+    def module_model_config(config: Any) -> dict[str, Any]:
+        from rlmesh.policy.sac_module_model import sac_model_config
+
+        return sac_model_config(config)
+
     @classmethod
     def runner_class(cls, config: SACConfig, observation_space: gym.Space | None = None,
                      action_space: gym.Space | None = None) -> str:
