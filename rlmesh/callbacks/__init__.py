@@ -122,17 +122,16 @@ class Episode(SingleAgentEpisode):
     def get_return(self, include_hanging_rewards: bool = False) -> float:
         return self.total_reward
 
-    def _get(self, data: Any, indices: Any, lookback_neg: bool, fill: Any) -> Any:
-        if data is None:
-            raise RuntimeError(
+    def _no_data(self, what: str) -> Exception:
+        # The getters' and setters' error when no history is kept (their data is None).
+        if what == "get":
+            return RuntimeError(
                 "this episode keeps no step history (only last_observation and the other "
                 "last_*): the samplers keep it where callbacks or connectors are configured")
-        return super()._get(data, indices, lookback_neg, fill)
+        return RuntimeError(f"{what}: this episode keeps no step history")
 
     def _set(self, data: Any, what: str, new_data: Any, at_indices: Any,
              lookback_neg: bool) -> None:
-        if data is None:
-            raise RuntimeError(f"set_{what}: this episode keeps no step history")
         super()._set(data, what, new_data, at_indices, lookback_neg)
         if what == "observations" and data:
             self._last_obs = data[-1]

@@ -278,8 +278,21 @@ class SingleAgentEpisode:
             return self._lookback + i
         return self._lookback + i if lookback_neg else len(data) + i
 
+    def _no_data(self, what: str) -> Exception:
+        """The error for data this episode does not keep (the callbacks' Episode without
+        step history keeps none)."""
+        return TypeError(f"{what}: this episode holds no such data")
+
     def _get(self, data: Any, indices: Any, lookback_neg: bool, fill: Any) -> Any:
-        n = len(data)
+        try:
+            n = len(data)
+        except TypeError:  # None: data not kept (no cost when it is)
+            raise self._no_data("get") from None
+        if type(indices) is int and fill is None and not lookback_neg:
+            # The connectors' and callbacks' usual get_*(-1), once per step: the plain case.
+            pos = self._lookback + indices if indices >= 0 else n + indices
+            if self._lookback <= pos < n:
+                return data[pos]
         if indices is None:
             return data[self._lookback:]
         if isinstance(indices, (int, np.integer)):
@@ -330,7 +343,17 @@ class SingleAgentEpisode:
 
     def _set(self, data: Any, what: str, new_data: Any, at_indices: Any,
              lookback_neg: bool) -> None:
-        n = len(data)
+        try:
+            n = len(data)
+        except TypeError:
+            raise self._no_data(f"set_{what}") from None
+        if type(at_indices) is int:  # set_*(at_indices=-1), once per step: the plain case
+            pos = self._position(data, at_indices, lookback_neg)
+            if not 0 <= pos < n:
+                raise IndexError(f"set_{what}: index {at_indices} is outside the episode's "
+                                 f"{n} entries")
+            data[pos] = new_data
+            return
         if at_indices is None:
             positions = list(range(self._lookback, n))
             values = list(new_data)
