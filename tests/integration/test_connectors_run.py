@@ -237,3 +237,25 @@ def test_a_multi_agent_env_refuses_connectors_in_one_line():
     with pytest.raises(ValueError, match=r"^env_to_module_connector / module_to_env_connector: "
                                          "a MultiAgentEnv's runner does not run connectors yet"):
         config.build().stop()
+
+
+def test_the_curiosity_example_shapes_rewards_and_logs_its_bonus():
+    from examples import count_based_curiosity
+
+    algo = count_based_curiosity.config(beta=0.1).training(train_batch_size=512,
+                                                           minibatch_size=256).build()
+    try:
+        result = algo.train()
+    finally:
+        algo.stop()
+    learner = result["learners"]["__all_modules__"]
+    assert 0 < learner["curiosity_bonus_mean"] <= 0.1  # beta / sqrt(visits)
+    assert learner["curiosity_states_seen"] >= 2
+
+
+def test_the_frame_stacking_example_learns_cartpole_without_velocities():
+    from examples import frame_stacking_connector
+
+    result = frame_stacking_connector.train(frame_stacking_connector.config(), stop_reward=100,
+                                            max_env_steps=60_000, log=False)
+    assert result["episode_reward_mean"] >= 100, result["episode_reward_mean"]
