@@ -326,6 +326,8 @@ class SingleAgentEpisode:
         if fill is None:
             a, b = max(a, 0), min(b, len(data))
             return data[a:b:step] if a < b else data[0:0]
+        if 0 <= a < b <= len(data):  # nothing to fill in (FrameStacking's usual case)
+            return data[a:b:step]
         out = [data[p] if 0 <= p < len(data) else self._fill_like(data, fill)
                for p in range(a, b, step)]
         return _stack(out) if self.is_numpy else out
