@@ -211,3 +211,16 @@ def test_a_hook_function_under_a_wrong_name_is_one_line():
     with pytest.raises(ConfigError, match="on_episode_ended= is not a callback hook; did you "
                                           "mean 'on_episode_end'"):
         PPOConfig().callbacks(on_episode_ended=pole_angle_fn)
+
+
+def test_the_metrics_callback_example_writes_its_metrics(tmp_path):
+    from examples import metrics_callback
+
+    results = metrics_callback.train(str(tmp_path), iterations=2, log=False)
+    rows = [json.loads(line) for line in (tmp_path / "result.json").read_text().splitlines()]
+    assert len(rows) == 2
+    runners = rows[-1][ENV_RUNNER_RESULTS]
+    assert 0.0 < runners["pole_angle"] < 0.21
+    assert runners["longest_episode"] == results[-1][ENV_RUNNER_RESULTS]["longest_episode"] >= 8
+    tags = {tag for tag, kind in tensorboard_tags(tmp_path) if kind == "scalar"}
+    assert any(tag.endswith("env_runners/pole_angle") for tag in tags)
