@@ -28,7 +28,9 @@ class Episode(SingleAgentEpisode):
     iteration (``<name>_mean``, ``_min``, ``_max``); ``hist_data`` (name -> list of numbers)
     goes into the result's ``hist_stats`` as RLlib's does, the lists of the episodes in the
     smoothing window joined. ``last_observation_for()`` and the other ``last_*_for`` are
-    RLlib's accessors (the observation as the env returned it, before any filter).
+    RLlib's accessors (the observation as the env returned it, before any filter; with
+    env-to-module connectors configured, what they rewrote it to: they are handed this
+    episode, as RLlib's are).
 
     The step history the ``get_*`` read is kept only with ``history=True``, which the
     samplers set where someone can read it (callbacks or connectors configured); without
