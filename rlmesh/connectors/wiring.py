@@ -17,7 +17,7 @@ import numpy as np
 
 from rlmesh.connectors.connector_pipeline_v2 import ConnectorPipelineV2
 from rlmesh.connectors.connector_v2 import ConnectorV2
-from rlmesh.connectors.episode import RunnerEpisode, column_episodes
+from rlmesh.connectors.episode import column_episodes
 
 KEYS = ("env_to_module_connector", "module_to_env_connector", "learner_connector")
 _SIGNATURES = {"env_to_module_connector": "(env) or (env, spaces, device)",
@@ -154,10 +154,17 @@ def _module_obs(batch: dict[str, Any], episode: Any) -> Any:
     return obs[0] if hasattr(obs, "shape") and np.ndim(obs) >= 1 else obs
 
 
+def _short(space: Any) -> str:
+    """A space in a few words (a Box's bounds left out)."""
+    if isinstance(space, gym.spaces.Box):
+        return f"Box(shape={space.shape}, {space.dtype})"
+    return str(space)
+
+
 class RunnerConnectors:
-    """A runner's pipelines and one running episode per env (what the env-to-module
-    connectors read); the first output of each connector is checked against the space it
-    declared."""
+    """A runner's pipelines and each env's running episode (the sampler's own, the
+    callbacks' SingleAgentEpisode, set at each reset); the first output of each connector
+    is checked against the space it declared."""
 
     def __init__(self, env_to_module: ConnectorPipelineV2 | None,
                  module_to_env: ConnectorPipelineV2 | None, num_envs: int,
@@ -165,25 +172,15 @@ class RunnerConnectors:
         self.env_to_module = env_to_module
         self.module_to_env = module_to_env
         self.obs_space, self.act_space = obs_space, act_space
-        self.episodes = [RunnerEpisode(obs_space, act_space) for _ in range(num_envs)]
+        self.episodes: list[Any] = [None] * num_envs  # the sampler's, from each reset
         self._checked = False
         self.explore: bool | None = None
         self.rl_module: Any = None
+        self.metrics: Any = None  # the runner's MetricsLogger (RLlib's metrics=)
 
     @property
     def output_observation_space(self) -> gym.Space:
         return self.obs_space if self.env_to_module is None else self.env_to_module.observation_space
-
-    def reset(self, b: int, obs: Any, info: dict | None) -> Any:
-        ep = self.episodes[b] = RunnerEpisode(self.obs_space, self.act_space)
-        ep.add_env_reset(obs, info)
-        return self.observe(b)
-
-    def step(self, b: int, obs: Any, action: Any, reward: float, info: dict | None,
-             terminated: bool, truncated: bool) -> Any:
-        self.episodes[b].add_env_step(obs, action, reward, info, terminated=terminated,
-                                      truncated=truncated)
-        return self.observe(b)
 
     def observe(self, b: int) -> Any:
         """Env ``b``'s newest observation through the env-to-module pipeline."""
@@ -194,15 +191,27 @@ class RunnerConnectors:
             self._checked = True
             return self._first_call(ep)
         batch = self.env_to_module(rl_module=self.rl_module, batch={}, episodes=[ep],
-                                   explore=self.explore, shared_data={})
+                                   explore=self.explore, shared_data={}, metrics=self.metrics)
         return _module_obs(batch, ep)
 
-    def _first_call(self, ep: RunnerEpisode) -> Any:
+    def _first_call(self, ep: Any) -> Any:
         batch: dict[str, Any] = {}
         shared: dict[str, Any] = {}
-        for c in self.env_to_module.connectors:
-            out = c(rl_module=self.rl_module, batch=batch, episodes=[ep], explore=self.explore,
-                    shared_data=shared)
+        for i, c in enumerate(self.env_to_module.connectors):
+            try:
+                out = c(rl_module=self.rl_module, batch=batch, episodes=[ep],
+                        explore=self.explore, shared_data=shared, metrics=self.metrics)
+            except (ValueError, TypeError, IndexError, KeyError) as e:
+                raise ValueError(
+                    f"env_to_module_connector: connector {type(c).__name__} (number {i + 1} "
+                    f"of the pipeline) failed on its first call: {type(e).__name__}: "
+                    f"{str(e).strip().splitlines()[0] if str(e).strip() else ''}; it was "
+                    f"built for {_short(c.input_observation_space)} (what the connectors "
+                    "before it "
+                    f"declared) and the episode's last observation has shape "
+                    f"{np.shape(ep.get_observations(-1))}: a connector that reads the "
+                    "episode goes before one that puts its output in the batch "
+                    "(FrameStackingEnvToModule)") from None
             batch = batch if out is None else out
             problem = _declared_mismatch(c.observation_space, _module_obs(batch, ep))
             if problem is not None:

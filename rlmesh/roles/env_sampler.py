@@ -93,6 +93,7 @@ class EnvSampler:
         observations the policy sees, and fragments store, become the pipeline's output
         (its space is this sampler's ``observation_space`` from now on)."""
         self.connectors = connectors
+        connectors.metrics = self.metrics_logger  # the connectors' metrics=, as RLlib's
         # Connectors read and rewrite each env's own episode (the callbacks' one), so it
         # keeps its step history (one episode's worth: a new one per reset).
         self.keep_history = True

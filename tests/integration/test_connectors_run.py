@@ -259,3 +259,21 @@ def test_the_frame_stacking_example_learns_cartpole_without_velocities():
     result = frame_stacking_connector.train(frame_stacking_connector.config(), stop_reward=100,
                                             max_env_steps=60_000, log=False)
     assert result["episode_reward_mean"] >= 100, result["episode_reward_mean"]
+
+
+def test_a_connector_reading_the_episode_after_one_writing_the_batch_is_one_line():
+    """MeanStdFilter after FrameStackingEnvToModule: the stack is in the batch, the filter
+    reads the episode's 2-wide observation with statistics for 8. One line naming both."""
+    from rlmesh.connectors.env_to_module import FrameStackingEnvToModule, MeanStdFilter
+    from rlmesh.env.stateless import StatelessCartPole
+
+    config = (PPOConfig().environment(StatelessCartPole)
+              .env_runners(num_env_runners=0, env_to_module_connector=lambda env: [
+                  FrameStackingEnvToModule(num_frames=4), MeanStdFilter()])
+              .training(train_batch_size=200, minibatch_size=100))
+    with pytest.raises(Exception) as err:
+        with config.build() as algo:
+            algo.train()
+    line = str(err.value).strip().splitlines()[0]
+    assert "MeanStdFilter (number 2 of the pipeline) failed on its first call" in line, line
+    assert "Box(shape=(8,), float32)" in line and "has shape (2,)" in line
