@@ -30,25 +30,9 @@ def config(seed: int = 0) -> PPOConfig:
             .debugging(seed=seed))
 
 
-def train(cfg: PPOConfig, stop_reward: float = 450.0, max_env_steps: int = 300_000,
-          log: bool = True) -> dict:
-    algo = cfg.build()
-    try:
-        if log:
-            print("the policy sees", algo.get_policy().observation_space)
-        while True:
-            result = algo.train()
-            if log:
-                print(f"env steps {result['timesteps_total']:7d} return "
-                      f"{result['episode_reward_mean']:6.1f}")
-            if (result["episode_reward_mean"] >= stop_reward
-                    or result["timesteps_total"] >= max_env_steps):
-                return result
-    finally:
-        algo.stop()
-
-
 if __name__ == "__main__":
+    from examples.custom_rl_module import train  # until the return, printing each iteration
+
     parser = argparse.ArgumentParser()
     parser.add_argument("--seed", type=int, default=0)
-    train(config(parser.parse_args().seed))
+    train(config(parser.parse_args().seed), 450.0)

@@ -174,6 +174,16 @@ def modules_to_save(config: Any, policy_specs: dict[str, dict[str, Any]]) -> dic
 
 # --- the module as a model ---
 
+def torch_module_name(module: Any) -> str:
+    """The module's class name; TypeError in one line when it is no torch module (the
+    learner trains its parameters)."""
+    name = type(module).__name__
+    if not isinstance(module, nn.Module):
+        raise TypeError(f"RLModule {name} is not a torch.nn.Module: subclass "
+                        "rlmesh.core.rl_module.torch.TorchRLModule")
+    return name
+
+
 def build_module(data: dict[str, Any], obs_space: gym.Space, action_space: gym.Space,
                  model_config: dict[str, Any], default_class: Any) -> Any:
     """The module ``data`` describes, on the policy's spaces (a spec's own spaces win)."""
@@ -217,10 +227,7 @@ class ModuleModel(nn.Module):
 
     def __init__(self, module: Any, num_outputs: int, needs_values: bool = True) -> None:
         super().__init__()
-        name = type(module).__name__
-        if not isinstance(module, nn.Module):
-            raise TypeError(f"RLModule {name} is not a torch.nn.Module: subclass "
-                            "rlmesh.core.rl_module.torch.TorchRLModule")
+        name = torch_module_name(module)
         self.module = module
         self.module_name = name
         self.num_outputs = num_outputs

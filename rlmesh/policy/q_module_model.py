@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from rlmesh.models.default_modules import DQN_MODULE_DEFAULTS, QF_PREDS
+from rlmesh.policy.module_model import torch_module_name
 from rlmesh.rl.columns import Columns
 
 #: The module a DQN spec without module_class builds (given spaces or load_state_path).
@@ -32,10 +33,7 @@ class QModuleModel(nn.Module):
 
     def __init__(self, module: Any, num_actions: int) -> None:
         super().__init__()
-        name = type(module).__name__
-        if not isinstance(module, nn.Module):
-            raise TypeError(f"RLModule {name} is not a torch.nn.Module: subclass "
-                            "rlmesh.core.rl_module.torch.TorchRLModule")
+        name = torch_module_name(module)
         self.module = module
         self.module_name = name
         self.num_actions = num_actions

@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from rlmesh.models.default_modules import QF_PREDS, QF_TWIN_PREDS, SAC_MODULE_DEFAULTS
+from rlmesh.policy.module_model import torch_module_name
 from rlmesh.rl.columns import Columns
 
 #: The pass the actor is (by name: a literal call of it reads to tests/unit/
@@ -119,10 +120,7 @@ def build_sac_module_model(data: dict[str, Any], obs_space: gym.Space,
 
     module = build_module(data, obs_space, action_space, sac_model_config(config),
                           DEFAULT_SAC_MODULE)
-    name = type(module).__name__
-    if not isinstance(module, nn.Module):
-        raise TypeError(f"RLModule {name} is not a torch.nn.Module: subclass "
-                        "rlmesh.core.rl_module.torch.TorchRLModule")
+    name = torch_module_name(module)
     if not callable(getattr(module, "compute_q_values", None)):
         raise TypeError(f"{name} has no compute_q_values(batch): SAC's critics are "
                         f"{QF_PREDS!r} (and {QF_TWIN_PREDS!r} for twin Q) of "

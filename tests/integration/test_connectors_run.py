@@ -254,11 +254,13 @@ def test_the_curiosity_example_shapes_rewards_and_logs_its_bonus():
 
 
 def test_the_frame_stacking_example_learns_cartpole_without_velocities():
-    from examples import frame_stacking_connector
+    from examples import custom_rl_module, frame_stacking_connector
 
-    result = frame_stacking_connector.train(frame_stacking_connector.config(), stop_reward=100,
-                                            max_env_steps=60_000, log=False)
+    config = frame_stacking_connector.config()
+    result = custom_rl_module.train(config, 100.0, max_env_steps=60_000, log=False)
     assert result["episode_reward_mean"] >= 100, result["episode_reward_mean"]
+    with config.env_runners(num_env_runners=0).build() as algo:  # 4 frames x 2 values
+        assert algo.get_policy().observation_space.shape == (8,)
 
 
 def test_a_connector_reading_the_episode_after_one_writing_the_batch_is_one_line():
