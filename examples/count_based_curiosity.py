@@ -78,26 +78,12 @@ def config(beta: float = 0.1, seed: int = 0) -> PPOConfig:
             .debugging(seed=seed))
 
 
-def train(cfg: PPOConfig, max_env_steps: int = 300_000, log: bool = True) -> dict:
-    """Train until the mean return (1 when the goal is reached) passes 0.9."""
-    algo = cfg.build()
-    try:
-        while True:
-            result = algo.train()
-            if log:
-                learner = result["learners"].get("__all_modules__", {})
-                print(f"env steps {result['timesteps_total']:7d} return "
-                      f"{result['episode_reward_mean']:.2f} states seen "
-                      f"{learner.get('curiosity_states_seen', '-')}")
-            if result["episode_reward_mean"] >= 0.9 or result["timesteps_total"] >= max_env_steps:
-                return result
-    finally:
-        algo.stop()
-
-
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--beta", type=float, default=0.1)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    train(config(args.beta, args.seed))
+    from examples.custom_rl_module import train  # until the return, printing each iteration
+
+    result = train(config(args.beta, args.seed), 0.9)
+    print("the learner's metrics:", result["learners"].get("__all_modules__"))

@@ -41,7 +41,7 @@ import torch
 from rlmesh.runtime.import_path import code_names, is_file
 from rlmesh.env.registry import env_registry
 from rlmesh.policy.module_model import modules_to_save
-from rlmesh.policy.module_state import write_modules
+from rlmesh.policy.module_state import plain_data as _plain, write_modules
 from rlmesh.runtime import handed
 
 if TYPE_CHECKING:
@@ -344,15 +344,6 @@ def _is_main_script(file: str) -> bool:
     """Whether ``file`` is the script this process runs (then nothing new would run)."""
     main = sys.modules.get("__main__")
     return bool(getattr(main, "__file__", None)) and os.path.abspath(main.__file__) == file
-
-
-def _plain(data: Any) -> Any:
-    """``data`` with numpy arrays (a Box space's bounds) as lists, for msgpack."""
-    if isinstance(data, dict):
-        return {k: _plain(v) for k, v in data.items()}
-    if isinstance(data, (list, tuple)):
-        return [_plain(v) for v in data]
-    return data.tolist() if hasattr(data, "tolist") else data
 
 
 def _fsync_dir(path: Path) -> None:

@@ -260,9 +260,7 @@ class RunnerPool(Pool):
         runners = self.healthy()
         updates = await self._on_each(runners, lambda r: r.call("get_filter_updates"),
                                       "its statistics wait")
-        for update in updates:
-            obs_filter.merge_buffer(update)
-        state = obs_filter.get_state()
+        state = _merged(obs_filter, updates)
         await self._on_each(runners, lambda r: r.call("set_filter_state", state),
                             "it syncs when back")
 
@@ -273,9 +271,7 @@ class RunnerPool(Pool):
         runners = self.healthy()
         updates = await self._on_each(runners, lambda r: r.call("get_connector_filter_updates"),
                                       "its statistics wait")
-        for update in updates:
-            global_stats.merge_buffer(update)
-        state = global_stats.get_state()
+        state = _merged(global_stats, updates)
         await self._on_each(runners, lambda r: r.call("set_connector_filter_state", state),
                             "it syncs when back")
 
@@ -296,3 +292,11 @@ def _error_parts(text: Any) -> tuple[str, str]:
     """``(type, message)`` of a relay's ``"<type>: <message>"``."""
     etype, _, msg = str(text).partition(": ")
     return etype, msg
+
+
+def _merged(stats: Any, updates: list[Any]) -> Any:
+    """``updates`` (the runners' statistics since the last sync) merged into the driver's
+    ``stats``; the merged state, which goes back to every runner."""
+    for update in updates:
+        stats.merge_buffer(update)
+    return stats.get_state()

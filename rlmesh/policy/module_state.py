@@ -41,15 +41,15 @@ def write_modules(checkpoint: Path, modules: dict[str, dict[str, Any]],
         buffer = io.BytesIO()
         torch.save(state, buffer)
         (folder / STATE_FILE).write_bytes(buffer.getbuffer())
-        (folder / SPEC_FILE).write_bytes(msgpack.packb(_plain(spec), use_bin_type=True))
+        (folder / SPEC_FILE).write_bytes(msgpack.packb(plain_data(spec), use_bin_type=True))
 
 
-def _plain(data: Any) -> Any:
+def plain_data(data: Any) -> Any:
     """``data`` with numpy arrays (a Box space's bounds) as lists, for msgpack."""
     if isinstance(data, dict):
-        return {k: _plain(v) for k, v in data.items()}
+        return {k: plain_data(v) for k, v in data.items()}
     if isinstance(data, (list, tuple)):
-        return [_plain(v) for v in data]
+        return [plain_data(v) for v in data]
     return data.tolist() if hasattr(data, "tolist") else data
 
 
