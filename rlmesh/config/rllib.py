@@ -192,7 +192,9 @@ def _model_config(value, d, cls):
     """The new stack's ``model_config`` (a dict; DefaultModelConfig's fields) is ``model``;
     keys rlmesh's model does not read are kept for a user's RLModule (module_model_config),
     and are an error without one (the config's checks)."""
-    if hasattr(value, "__dataclass_fields__"):  # DefaultModelConfig(...) from a script
+    if hasattr(value, "given"):  # DefaultModelConfig(...): the fields the user set
+        value = value.given()
+    elif hasattr(value, "__dataclass_fields__"):  # a dataclass of the user's own
         import dataclasses
 
         value = dataclasses.asdict(value)

@@ -325,3 +325,22 @@ def test_a_default_modules_settings_become_the_algorithms_and_another_algorithm_
         PPOConfig().rl_module(rl_module_spec=RLModuleSpec(module_class=_DefaultDQN))
     assert ("DefaultDQNTorchRLModule is the default module of DQN, not of PPO"
             in str(err.value)) and "\n" not in str(err.value)
+
+
+def test_rllibs_default_model_config_passes_what_the_user_set():
+    from rlmesh.core.rl_module.default_model_config import DefaultModelConfig
+
+    config = PPOConfig().environment("CartPole-v1").rl_module(model_config=DefaultModelConfig(
+        fcnet_hiddens=[32], head_fcnet_hiddens=[16], vf_share_layers=False))
+    assert config.model["fcnet_hiddens"] == [32]
+    assert config.model["post_fcnet_hiddens"] == [16]  # RLlib's head is rlmesh's post_fcnet
+    assert config.model["vf_share_layers"] is False and config.module_model_config == {}
+    config.validate()
+    with pytest.raises(ConfigError, match="unknown model_config key 'fcnet_kernel_initializer'"):
+        PPOConfig().rl_module(model_config=DefaultModelConfig(
+            fcnet_kernel_initializer="xavier_uniform_")).validate()
+    # a module reads what rlmesh's model does not
+    module = ppo(RLModuleSpec(module_class=MLPActorCritic)).rl_module(
+        model_config=DefaultModelConfig(fcnet_kernel_initializer="xavier_uniform_"))
+    assert module.module_model_config == {"fcnet_kernel_initializer": "xavier_uniform_"}
+    module.validate()
