@@ -444,6 +444,9 @@ class AlgorithmConfig(SamplingSettings, EvaluationSettings, MultiAgentSettings, 
         problems += self._sequence_checks()
         problems += self._offline_checks()
         problems += self._evaluation_checks()
+        connectors = self._connector_checks()
+        if connectors:  # said in their own words, not as data that does not cross
+            return problems + connectors
         try:  # the config crosses process boundaries as plain data, never pickled
             self.to_dict()
         except ConfigError as e:

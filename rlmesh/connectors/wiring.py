@@ -34,6 +34,9 @@ def _factory(value: Any, key: str) -> Callable[..., Any]:
         from rlmesh.runtime.import_path import import_object
 
         value = import_object(value, key)
+    if isinstance(value, type) and issubclass(value, ConnectorV2):  # the class itself
+        cls = value
+        return lambda *args: cls()  # its spaces come from the pipeline
     if not callable(value):
         raise TypeError(f"{key}: expected a function {_SIGNATURES[key]} returning connectors, "
                         f"got {type(value).__name__}")

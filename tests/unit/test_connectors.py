@@ -421,3 +421,19 @@ def test_flat_replay_samples_are_one_step_episodes_that_write_through():
     assert eps[1].get_actions(-1) == 1 and eps[2].get_observations(-1).shape == (4,)
     eps[2].set_rewards(new_data=[-3.0])
     assert batch["rewards"].tolist() == [1.0, 2.0, -3.0]
+
+
+def test_a_connector_class_is_its_own_factory_and_an_instance_is_one_line():
+    from rlmesh.config.settings import ConfigError
+
+    made = wiring._factory(MeanStdFilter, "env_to_module_connector")(gym.make("CartPole-v1"))
+    assert type(made) is MeanStdFilter and made.input_observation_space is None
+    PPOConfig().env_runners(env_to_module_connector=MeanStdFilter).validate()
+    with pytest.raises(ConfigError) as err:
+        PPOConfig().env_runners(env_to_module_connector=[MeanStdFilter(),
+                                                         FlattenObservations()]).validate()
+    line = str(err.value).splitlines()[-1].strip()
+    assert line == ("env_to_module_connector: got MeanStdFilter, FlattenObservations made here, "
+                    "which the runners' and learners' processes cannot take; give the function "
+                    "that makes them (RLlib's form): env_to_module_connector=lambda env: "
+                    "[MeanStdFilter(), FlattenObservations()]"), line
