@@ -24,7 +24,7 @@ import argparse
 import collections
 import math
 
-from rlmesh.algorithms.ppo import PPOConfig
+from rlmesh.algorithms import PPOConfig  # no torch here: the connector crosses to processes that need none
 from rlmesh.connectors.connector_v2 import ConnectorV2
 
 
