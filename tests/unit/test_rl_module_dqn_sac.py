@@ -20,7 +20,7 @@ from rlmesh.algorithms.sac import SACConfig, SACTorchPolicy
 from rlmesh.algorithms.sac.torch.default_sac_torch_rl_module import DefaultSACTorchRLModule
 from rlmesh.config.settings import ConfigError
 from rlmesh.core.columns import Columns
-from rlmesh.core.rl_module.rl_module import RLModuleSpec
+from rlmesh.core.rl_module.rl_module import RLModule, RLModuleSpec
 from rlmesh.core.rl_module.torch import TorchRLModule
 from rlmesh.policy.q_module_model import QModuleModel
 from rlmesh.policy.sac_module_model import SACModuleModel
@@ -374,12 +374,14 @@ def test_distributional_or_noisy_dqn_refuse_a_users_module_in_one_line(training,
     dqn_policy(RLModuleSpec(module_class=DefaultDQNTorchRLModule), **training)
 
 
+class Plain(RLModule):
+    """At module level: a class defined in a test would be handed (with torch) to every later
+    child process of the test session, and runners that must not import torch would."""
+
+    def compute_q_values(self, batch):
+        return {QF_PREDS: torch.zeros(len(batch[Columns.OBS]), 2)}
+
+
 def test_a_module_that_is_no_torch_module_is_refused_for_dqn():
-    from rlmesh.core.rl_module.rl_module import RLModule
-
-    class Plain(RLModule):
-        def compute_q_values(self, batch):
-            return {QF_PREDS: torch.zeros(len(batch[Columns.OBS]), 2)}
-
     with pytest.raises(TypeError, match="Plain is not a torch.nn.Module"):
         dqn_policy(RLModuleSpec(module_class=Plain))
