@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rlmesh.algorithms.ddpg_config import DDPGConfig
-from rlmesh.algorithms.dqn_config import EXPLORATION_DEFAULTS, DQNConfig
+from rlmesh.algorithms.dqn_config import EXPLORATION_DEFAULTS, DQNConfig, _rllib_dqn
 from rlmesh.config.base import setting
 from rlmesh.config.streaming import StreamingSettings
 
@@ -72,8 +72,10 @@ class ApexSettings(StreamingSettings):
 
 
 # RLlib's ApexDQNConfig values for settings DQN declares (its CartPole example's scale:
-# RLlib's 2M-transition buffer and 50k warm-up steps are for Atari).
+# RLlib's 2M-transition buffer and 50k warm-up steps are for Atari); DQN's other settings
+# take RLlib's values, not rlmesh's tuned DQN defaults.
 _APEX_DQN_DEFAULTS = {
+    **_rllib_dqn(),
     "num_env_runners": 2,  # RLlib's 32, for a cluster
     "n_step": 3,
     "train_batch_size": 512,
@@ -81,7 +83,8 @@ _APEX_DQN_DEFAULTS = {
     "target_network_update_freq": 50_000,
     "num_steps_sampled_before_learning_starts": 50_000,
     "min_sample_timesteps_per_iteration": 25_000,
-    "exploration_config": {**EXPLORATION_DEFAULTS, "type": "PerWorkerEpsilonGreedy"},
+    "exploration_config": {**EXPLORATION_DEFAULTS, "final_epsilon": 0.02,
+                           "type": "PerWorkerEpsilonGreedy"},
     "replay_buffer_config": {"type": "MultiAgentPrioritizedReplayBuffer", "capacity": 2_000_000,
                              "prioritized_replay_alpha": 0.6, "prioritized_replay_beta": 0.4,
                              "prioritized_replay_eps": 1e-6, "worker_side_prioritization": True},

@@ -6,13 +6,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rlmesh.algorithms.dqn_config import DQNConfig
+from rlmesh.algorithms.dqn_config import DQNConfig, _rllib_dqn
 from rlmesh.algorithms.off_policy_config import REPLAY_DEFAULTS
 from rlmesh.rl.spec import MODEL_DEFAULTS
 
 # RLlib's SimpleQConfig.__init__ values (its other ones equal DQN's), and the plain Q
-# network its SimpleQTorchPolicy builds: the default fcnet with one output per action.
+# network its SimpleQTorchPolicy builds: the default fcnet with one output per action. DQN's
+# other settings take RLlib's values too, not rlmesh's tuned DQN defaults.
 _SIMPLE_Q_DEFAULTS = {
+    **_rllib_dqn(),
     "double_q": False,
     "dueling": False,
     "hiddens": [],

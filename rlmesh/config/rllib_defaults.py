@@ -19,6 +19,18 @@ _PPO = {
     "model": {"fcnet_hiddens": [256, 256], "fcnet_activation": "tanh", "vf_share_layers": False},
 }
 
+# rlmesh's DQN is tuned for what a user types first (dqn_config.py says why); RLlib's is
+# not. SimpleQ and APEX keep these values as their own defaults.
+RLLIB_DQN = {
+    "num_env_runners": 0, "lr": 5e-4, "lr_schedule": None, "train_batch_size": 32,
+    "rollout_fragment_length": 4, "training_intensity": None, "grad_clip": 40.0,
+    "n_step": 1, "hiddens": [256],
+    "replay_buffer_config": {"capacity": 50_000,
+                             "prioritized_replay_beta_annealing_timesteps": 0},
+    "exploration_config": {"final_epsilon": 0.02},
+    "model": {"fcnet_activation": "tanh"},
+}
+
 COMMON_DEFAULTS = {
     # RLlib passes Box actions to the env unclipped (normalize_actions rescales them into the
     # bounds already); the classic stack's models share one trunk between policy and value.
@@ -33,6 +45,8 @@ ALGORITHM_DEFAULTS = {
     # The classic stack (RLlib's YAML tuned examples, Ray 2.0-2.9).
     "old": {
         "PPOConfig": _PPO,
+        "DQNConfig": RLLIB_DQN,
+        "SimpleQConfig": {},  # SimpleQ's own defaults are RLlib's
         "A2CConfig": {"min_time_s_per_iteration": 10},
         "A3CConfig": {},
         "ImpalaConfig": {"learner_queue_size": 16},
@@ -46,5 +60,6 @@ ALGORITHM_DEFAULTS = {
                            "training_intensity": 1, "tau": 0.002},
     },
     # The new stack (Ray 2.10 on).
-    "new": {"PPOConfig": _PPO, "SACConfig": {"min_time_s_per_iteration": 1}},
+    "new": {"PPOConfig": _PPO, "DQNConfig": RLLIB_DQN, "SimpleQConfig": {}, "ApexDQNConfig": {},
+            "SACConfig": {"min_time_s_per_iteration": 1}},
 }
