@@ -4,6 +4,7 @@ advantage estimator of ``vtrace=False``) on top of IMPALA's, in RLlib's names.""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from rlmesh.config.base import setting
 from rlmesh.algorithms.gae_config import GAESettings
@@ -32,6 +33,17 @@ class APPOConfig(ImpalaConfig, GAESettings, defaults=_APPO_DEFAULTS):
     target_network_update_freq: int = setting(
         1, "training", ge=1,
         doc="Updates between two copies of the policy into the target network.")
+    surrogate_anchor: Literal["auto", "target", "behaviour"] = setting(
+        "auto", "training",
+        doc="With vtrace=True, the policy the surrogate's ratio (and the KL term) refers to: "
+            "'target' (RLlib's APPO): the target network, reached through the behaviour "
+            "policy as pi/mu * clip(mu/target, 0, 2); 'behaviour': the policy that sampled "
+            "each action (pi/mu, as PPO), V-trace still correcting the value targets and "
+            "advantages toward the target network; 'auto': 'behaviour' for Box (Gaussian) "
+            "actions, 'target' for the others. A Gaussian's density ratio at a stale action "
+            "is far from 1, so against the target network the clip stops bounding the "
+            "update and the policy collapses (docs/benchmark_log.md, 'V-trace on continuous "
+            "actions'). vtrace=False always uses the behaviour policy.")
     use_kl_loss: bool = setting(
         False, "training",
         doc="Add kl_coeff x KL(target network || policy) to the loss, kl_coeff adapting "

@@ -1,9 +1,13 @@
 """APPO: PPO's clipped surrogate on IMPALA's asynchronous pipeline, with V-trace advantages.
 
 A target network, a copy of the policy refreshed every ``target_network_update_freq``
-updates, is the policy V-trace corrects toward and the anchor of the surrogate's ratio, so
-the ratio stays near 1 however old the runners' weights are. Optionally a KL term to the
-target network, its coefficient adapting toward ``kl_target``.
+updates, is the policy V-trace corrects toward. With discrete actions it is also the anchor
+of the surrogate's ratio (RLlib's form), so the ratio stays near 1 however old the runners'
+weights are; with Box actions (``surrogate_anchor`` 'auto') the ratio is to the behaviour
+policy, as PPO's: a Gaussian's density ratio at a stale action is far from 1, and against
+the target network the clip stopped bounding the update (docs/benchmark_log.md, "V-trace on
+continuous actions"). Optionally a KL term to the anchor, its coefficient adapting toward
+``kl_target``.
 
 With ``vtrace=False`` (RLlib's cartpole-appo.yaml) it is PPO on each fragment as it comes:
 GAE advantages and value targets from the learner's critic (``use_gae``, ``lambda``,
@@ -13,8 +17,10 @@ GAE advantages and value targets from the learner's critic (``use_gae``, ``lambd
 from __future__ import annotations
 
 import copy
+import functools
 from typing import Any
 
+import gymnasium as gym
 import torch
 
 from rlmesh.algorithms.appo_config import APPOConfig
@@ -39,6 +45,18 @@ def target_model(policy: Any) -> torch.nn.Module:
 class APPOTorchPolicy(ImpalaTorchPolicy):
     """APPO's part of a learner update: V-trace toward the target network (or GAE),
     clipped surrogate, value loss, entropy, optional KL."""
+
+    @functools.cached_property
+    def anchored_to_behaviour(self) -> bool:
+        """Whether the surrogate's ratio and the KL term refer to the behaviour policy
+        (``vtrace=False``; ``surrogate_anchor`` 'behaviour', or 'auto' with Box actions)
+        rather than to the target network."""
+        cfg = self.config
+        if not cfg.vtrace:
+            return True
+        if cfg.surrogate_anchor == "auto":
+            return isinstance(self.action_space, gym.spaces.Box)
+        return cfg.surrogate_anchor == "behaviour"
 
     def on_policy_targets(self, batch: dict[str, torch.Tensor], values: torch.Tensor,
                           bootstrap: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -100,17 +118,22 @@ class APPOTorchPolicy(ImpalaTorchPolicy):
             behaviour_inputs = mb["action_dist_inputs"].flatten(0, 1)
         dist = self.dist_class.from_inputs(dist_inputs)
         logp = dist.logp(actions)
-        # The ratio to the target network, through the behaviour policy: pi/mu * mu/target,
-        # the second factor clipped to [0, 2] as in RLlib so a stale sample cannot blow it up
-        # (with vtrace=False the anchor is the behaviour policy: that factor is 1).
-        is_ratio = torch.exp(behaviour - old_logp).clamp(0.0, 2.0)
-        ratio = (is_ratio * torch.exp(logp - behaviour))[mask]
+        if self.anchored_to_behaviour:  # pi/mu, PPO's ratio (the log-ratio bounded: no inf)
+            ratio = torch.exp((logp - behaviour).clamp(-20.0, 20.0))[mask]
+            anchor_inputs = behaviour_inputs
+        else:
+            # The ratio to the target network, through the behaviour policy: pi/mu *
+            # mu/target, the second factor clipped to [0, 2] as in RLlib so a stale sample
+            # cannot blow it up.
+            is_ratio = torch.exp(behaviour - old_logp).clamp(0.0, 2.0)
+            ratio = (is_ratio * torch.exp(logp - behaviour))[mask]
+            anchor_inputs = mb["old_dist_inputs"]
         adv = adv[mask]
         surrogate = torch.min(adv * ratio,
                               adv * torch.clamp(ratio, 1 - cfg.clip_param, 1 + cfg.clip_param))
         policy_loss = -surrogate.mean()
         vf_loss, entropy, stats = loss_terms(self, dist, values, vs, mask, behaviour_inputs)
-        kl = self.dist_class.from_inputs(mb["old_dist_inputs"]).kl(dist)[mask].mean()
+        kl = self.dist_class.from_inputs(anchor_inputs).kl(dist)[mask].mean()
         coeff = self.config.entropy_coeff_at(self.global_timestep)
         total = policy_loss - coeff * entropy
         if cfg.vtrace or cfg.use_critic:
