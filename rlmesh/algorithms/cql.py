@@ -28,7 +28,7 @@ from rlmesh.algorithms.ddpg import bootstrap_discount
 from rlmesh.algorithms.offline_replay import OfflineReplay
 from rlmesh.algorithms.sac import SACTorchPolicy
 from rlmesh.config.base import ConfigError
-from rlmesh.rl.actor_q import frozen
+from rlmesh.rl.actor_q import EnsembleLinear, TwinQ, frozen
 from rlmesh.rl.optim import Adam
 
 __all__ = ["CQL", "CQLConfig", "CQLTorchPolicy", "DiscreteCQLTorchPolicy"]
@@ -74,24 +74,27 @@ class CQLTorchPolicy(SACTorchPolicy):
     # --- learner side ---
 
     def loss(self, mb: Tensors) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        cfg, m, n = self.config, self.model, len(mb["obs"])
+        cfg, m = self.config, self.model
         alpha = m.log_alpha.detach().exp()
-        # a ~ pi(.|s) (with gradients, for the actor) and a' ~ pi(.|s') in one pass.
-        inputs = m["actor"](torch.cat([mb["obs"], mb["next_obs"]]))
-        both, both_logp = self.dist_class.from_inputs(inputs).rsample_with_logp()
-        actions, logp = both[:n], both_logp[:n]
+        # a ~ pi(.|s) with gradients (the actor's loss), a' ~ pi(.|s') without (the backup):
+        # two passes, as SAC's. Their distribution inputs, repeated, also give the
+        # conservative term its policy actions (no actor pass over the repeated states).
+        inputs = m["actor"](mb["obs"])
+        actions, logp = self.dist_class.from_inputs(inputs).rsample_with_logp()
         with torch.no_grad():
-            next_value = self.target_model.min(mb["next_obs"], both[n:])
+            next_inputs = m["actor"](mb["next_obs"])
+            next_actions, next_logp = self.dist_class.from_inputs(next_inputs).rsample_with_logp()
+            next_value = self.target_model.min(mb["next_obs"], next_actions)
             if not cfg.deterministic_backup:
-                next_value = next_value - alpha * both_logp[n:]
+                next_value = next_value - alpha * next_logp
             target = mb["rewards"] + bootstrap_discount(self, mb) * next_value
-        q_data, gaps = self.data_q_and_gaps(mb)
+        q_data, gaps = self.data_q_and_gaps(mb, torch.cat([inputs.detach(), next_inputs]))
         weights = mb.get("weights", torch.ones_like(target))
         # Squared TD errors as the paper's code (MSE: min_q_weight is relative to it).
         td = sum((weights * (q - target).pow(2)).mean() for q in q_data)
         conservative, stats = self.conservative_loss(gaps)
         critic_loss = td + conservative
-        actor_loss = self.actor_loss(mb, inputs[:n], actions, logp, alpha)
+        actor_loss = self.actor_loss(mb, inputs, actions, logp, alpha)
         # alpha rises while the policy's entropy is below the target, falls above it.
         alpha_loss = m.log_alpha * (-logp.detach() - self.target_entropy).mean()
         total = critic_loss + actor_loss + alpha_loss + stats.pop("alpha_prime_loss", 0.0)
@@ -101,21 +104,23 @@ class CQLTorchPolicy(SACTorchPolicy):
                        "mean_q": q_data[0].detach().mean(), **stats,
                        "td_error": (q_data[0] - target).detach()}
 
-    def data_q_and_gaps(self, mb: Tensors) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    def data_q_and_gaps(self, mb: Tensors, policy_inputs: torch.Tensor
+                        ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         """Each critic's Q(s, a_data) ``[B]`` and conservative gap (a scalar):
         temperature x mean_s logsumexp_a (Q(s, a) - log mu(a)) / temperature - mean Q(s,
         a_data), over ``num_actions`` random actions and as many of the policy's at s and
-        at s'. One critic pass over the data's and all those actions."""
+        at s' (drawn from ``policy_inputs``, the actor's distribution inputs at obs and at
+        next_obs, ``[2B, .]``). One critic pass over the data's and all those actions."""
         cfg, obs, b, k = self.config, mb["obs"], len(mb["obs"]), self.config.num_actions
         with torch.no_grad():  # the term trains the critics, not the actor
-            states = torch.cat([obs, mb["next_obs"]]).repeat_interleave(k, 0)  # [2Bk]
-            dist = self.dist_class.from_inputs(self.model["actor"](states))
-            policy_actions, policy_logp = dist.rsample_with_logp()
+            dist = self.dist_class.from_inputs(policy_inputs.repeat_interleave(k, 0))
+            policy_actions, policy_logp = dist.rsample_with_logp()  # [2Bk]: at s, at s'
             random = self._low + torch.rand_like(policy_actions[:b * k]) * self._range
         obs_k = obs.repeat_interleave(k, 0)
         data_actions = mb["actions"].reshape(b, -1)
-        qs = self.model["q"](torch.cat([obs, obs_k, obs_k, obs_k]),
-                             torch.cat([data_actions, random, policy_actions]))
+        qs = member_q(self.model["q"], torch.cat([obs, obs_k, obs_k, obs_k]),
+                      torch.cat([data_actions, random.reshape(b * k, -1),
+                                 policy_actions.reshape(2 * b * k, -1)]))
         log_mu = torch.cat([policy_logp.new_full((b * k,), self._log_uniform), policy_logp])
         t = cfg.temperature
         q_data, gaps = [], []
@@ -153,6 +158,30 @@ class CQLTorchPolicy(SACTorchPolicy):
         with frozen(self.q_params):  # the actor's loss moves the actor only
             q_pi = self.model["q"].min(mb["obs"], actions)
         return (alpha * logp - q_pi).mean()
+
+
+def member_q(q: TwinQ, obs: torch.Tensor, actions: torch.Tensor) -> list[torch.Tensor]:
+    """``q(obs, actions)`` (each critic's Q ``[N]``) computed one critic at a time, each
+    layer a plain matmul on that critic's slice of the ensemble's weights, the last one a
+    matrix-vector product, ReLU in place. The same values as the ensemble's batched pass;
+    on the conservative term's many rows (3 x num_actions x B) it costs less (fwd + bwd of
+    7,936 rows at [256, 256], one thread: 77-85 against 100 ms): the batched matmul's
+    weight gradient copies its transposed input, the head's input gradient (an outer
+    product) runs as a batched matmul of inner size 1, and each new activation is
+    another large buffer to allocate."""
+    encoders = q.encoders if not q.shared_encoder else [q.encoders[0]] * q.members
+    shared = q.encoders[0](obs) if q.shared_encoder else None
+    actions = actions.reshape(len(actions), -1)
+    out = []
+    for i, encoder in enumerate(encoders):
+        x = torch.cat([shared if shared is not None else encoder(obs), actions], -1)
+        for layer in q.trunk:
+            if isinstance(layer, EnsembleLinear):
+                x = torch.addmm(layer.bias[i], x, layer.weight[i])
+            else:  # in place on the matmul's output (its backward does not read it)
+                x = torch.relu_(x) if isinstance(layer, nn.ReLU) else layer(x)
+        out.append(torch.mv(x, q.head.weight[i, :, 0]) + q.head.bias[i, 0])
+    return out
 
 
 class CQL(OfflineReplay):

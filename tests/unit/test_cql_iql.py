@@ -145,6 +145,67 @@ def test_discrete_cql_lowers_q_of_actions_the_data_did_not_take():
     assert bool((q[:, 1] < q[:, 0]).all()) and float((q[:, 0] - q[:, 1]).mean()) > 0.5, q[:5]
 
 
+def squashed_draw(inputs, z):
+    """tanh(u), u ~ N(mean, std) given the standard normal draw z, and log pi(tanh(u)):
+    the Gaussian's density less log(1 - tanh(u)^2) (actions in [-1, 1])."""
+    mean, log_std = inputs.chunk(2, -1)
+    std = log_std.clamp(-20.0, 2.0).exp()
+    u = mean + std * z
+    logp = torch.distributions.Normal(mean, std).log_prob(u) - torch.log(1 - torch.tanh(u) ** 2)
+    return torch.tanh(u), logp.sum(-1)
+
+
+def one_q(q, c, obs, action):
+    """Critic c's Q of one state and action, through the critics' batched forward."""
+    return float(q(obs[None], action[None])[c][0])
+
+
+def test_cqls_losses_are_the_papers_terms_written_out_state_by_state():
+    """CQL(H) by its formula, one state and one critic at a time, through the critics'
+    batched forward, against the loss rlmesh computes, from the same random draws: the
+    seeded generator gives them in the order the loss takes them (a ~ pi(s), a' ~ pi(s'),
+    num_actions policy draws at each s then at each s', the uniform actions)."""
+    b, k, t, w, dims = 5, 3, 0.5, 5.0, 2
+    box = gym.spaces.Box(-1.0, 1.0, (dims,), np.float32)
+    torch.manual_seed(0)
+    policy = cql_policy(box, bc_iters=0, num_actions=k, temperature=t, min_q_weight=w)
+    mb = {key: torch.as_tensor(v) for key, v in fixed_batch(
+        np.random.default_rng(1).uniform(-1, 1, (b, dims)).astype(np.float32),
+        rewards=np.arange(b), n=b).items()}
+    mb["discounts"][:] = 0.9
+    policy.state["num_grad_steps"] = 1  # as update() counts a step before its loss: past BC
+    torch.manual_seed(7)
+    _, stats = policy.loss(mb)
+
+    torch.manual_seed(7)
+    actor, q, q_target = policy.model["actor"], policy.model["q"], policy.target_model
+    with torch.no_grad():
+        pi, logp = squashed_draw(actor(mb["obs"]), torch.randn(b, dims))
+        next_pi, _ = squashed_draw(actor(mb["next_obs"]), torch.randn(b, dims))
+        z = torch.randn(2, b, k, dims)  # at s, at s'
+        uniform = torch.rand(b, k, dims) * 2 - 1
+        target = mb["rewards"] + 0.9 * torch.minimum(*q_target(mb["next_obs"], next_pi))
+        td, gaps = 0.0, []
+        for c in range(2):
+            data_q = [one_q(q, c, mb["obs"][i], mb["actions"][i]) for i in range(b)]
+            td += float(np.mean([(data_q[i] - float(target[i])) ** 2 for i in range(b)]))
+            soft_max = []
+            for i in range(b):
+                s = mb["obs"][i]
+                scores = [one_q(q, c, s, uniform[i, j]) + dims * np.log(2.0) for j in range(k)]
+                for source, at in enumerate((mb["obs"][i], mb["next_obs"][i])):
+                    acts, logps = squashed_draw(actor(at[None]).expand(k, -1), z[source, i])
+                    scores += [one_q(q, c, s, acts[j]) - float(logps[j]) for j in range(k)]
+                soft_max.append(t * np.log(np.sum(np.exp(np.array(scores) / t))))
+            gaps.append(np.mean(soft_max) - np.mean(data_q))
+        actor_loss = float((1.0 * logp - torch.minimum(*q(mb["obs"], pi))).mean())
+    assert float(stats["td_loss"]) == pytest.approx(td, rel=1e-4)
+    assert float(stats["cql_gap"]) == pytest.approx(np.mean(gaps), rel=1e-4, abs=1e-5)
+    assert float(stats["cql_loss"]) == pytest.approx(w * sum(gaps), rel=1e-4, abs=1e-5)
+    assert float(stats["critic_loss"]) == pytest.approx(td + w * sum(gaps), rel=1e-4)
+    assert float(stats["actor_loss"]) == pytest.approx(actor_loss, rel=1e-4, abs=1e-5)
+
+
 # --- IQL ---
 
 
