@@ -180,7 +180,8 @@ def member_q(q: TwinQ, obs: torch.Tensor, actions: torch.Tensor) -> list[torch.T
                 x = torch.addmm(layer.bias[i], x, layer.weight[i])
             else:  # in place on the matmul's output (its backward does not read it)
                 x = torch.relu_(x) if isinstance(layer, nn.ReLU) else layer(x)
-        out.append(torch.mv(x, q.head.weight[i, :, 0]) + q.head.bias[i, 0])
+        head = q.head.weight[i, :, 0].to(x.dtype)  # mv is not autocast: bf16 x, f32 w
+        out.append(torch.mv(x, head) + q.head.bias[i, 0])
     return out
 
 

@@ -42,9 +42,11 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-def cql_policy(action_space=BOX, obs_space=OBS, **training):
+def cql_policy(action_space=BOX, obs_space=OBS, autocast=None, **training):
     cfg = CQLConfig().training(q_model_config=SMALL, policy_model_config=SMALL, **training)
     cfg.offline_data(input=DATA)
+    if autocast:
+        cfg.learners(torch_autocast=autocast)
     cfg.validate()
     discrete = isinstance(action_space, gym.spaces.Discrete)
     cls = DiscreteCQLTorchPolicy if discrete else CQLTorchPolicy
@@ -85,10 +87,10 @@ def q_mean(policy, obs, actions):
 # --- CQL ---
 
 
-@pytest.mark.parametrize("weight", [0.0, 5.0])
-def test_the_conservative_term_lowers_q_of_actions_the_data_did_not_take(weight):
+@pytest.mark.parametrize("weight, autocast", [(0.0, None), (5.0, None), (5.0, "bf16")])
+def test_the_conservative_term_lowers_q_of_actions_the_data_did_not_take(weight, autocast):
     torch.manual_seed(0)
-    policy = cql_policy(min_q_weight=weight, bc_iters=0)
+    policy = cql_policy(min_q_weight=weight, bc_iters=0, autocast=autocast)
     b = fixed_batch(np.full((64, 1), 0.5, np.float32))  # every logged action 0.5, reward 0
     train(policy, b, 150)
     # The actor acts in [-1, 1] (normalize_actions): -0.9 is far from anything logged.
