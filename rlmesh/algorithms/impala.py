@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import gymnasium as gym
 import torch
 
 from rlmesh.driver.asynchronous import AsyncAlgorithm
@@ -162,6 +163,15 @@ def loss_terms(policy: Any, dist: Any, values: torch.Tensor, vs: torch.Tensor,
                               "vf_explained_var": explained_variance(vs[mask], values[mask])}
 
 
+def centered(policy: Any, advantages: torch.Tensor) -> torch.Tensor:
+    """The (valid) policy-gradient advantages, less their mean where ``center_advantages``
+    says so ('auto': Box actions)."""
+    setting = policy.config.center_advantages
+    if setting == "auto":
+        setting = isinstance(policy.action_space, gym.spaces.Box)
+    return advantages - advantages.mean() if setting and advantages.numel() > 1 else advantages
+
+
 class ImpalaTorchPolicy(TorchPolicy):
     """IMPALA's learner side: V-trace targets toward the current policy (or A3C's returns),
     the policy-gradient loss weighted by their advantages, the value loss and the entropy
@@ -214,7 +224,7 @@ class ImpalaTorchPolicy(TorchPolicy):
             values, vs, pg_advantages = values.flatten(), vs.flatten(), pg_advantages.flatten()
             logp = logp.flatten()
             behaviour_inputs = mb["action_dist_inputs"].flatten(0, 1)
-        policy_loss = -(logp[mask] * pg_advantages[mask]).mean()
+        policy_loss = -(logp[mask] * centered(self, pg_advantages[mask])).mean()
         vf_loss, entropy, stats = loss_terms(self, dist, values, vs, mask, behaviour_inputs)
         coeff = self.config.entropy_coeff_at(self.global_timestep)
         total = policy_loss + cfg.vf_loss_coeff * vf_loss - coeff * entropy

@@ -4,7 +4,7 @@ queue, replay, broadcasts, aggregators) and of IMPALA's V-trace loss, in RLlib's
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from rlmesh.config.base import AlgorithmConfig, setting
 from rlmesh.config.entropy import EntropySchedule
@@ -52,6 +52,15 @@ class ImpalaConfig(AlgorithmConfig, StreamingSettings, OptimizerSettings, Entrop
     vtrace_clip_pg_rho_threshold: float = setting(
         1.0, "training", gt=0,
         doc="Clip of the importance weights in the policy-gradient advantages.")
+    center_advantages: bool | Literal["auto"] = setting(
+        "auto", "training",
+        doc="Subtract each minibatch's mean from the policy-gradient advantages (a constant "
+            "baseline: no bias, less variance). 'auto': for Box (Gaussian) actions only. "
+            "Before the critic has learned the returns' scale, every advantage has the same "
+            "sign; a Gaussian lowers the density of every sampled action by widening, and its "
+            "log_std ran to the clip within 40k steps of RLlib's pendulum-appo.yaml, where "
+            "nothing moves it back (docs/benchmark_log.md, 'V-trace on continuous actions'). "
+            "A softmax has no such direction, so discrete actions keep RLlib's loss.")
     vtrace_drop_last_ts: bool = setting(
         False, "training",
         doc="True: drop each fragment's last step and bootstrap from its observation (older "

@@ -26,8 +26,8 @@ import torch
 from rlmesh.algorithms.appo_config import APPOConfig
 from rlmesh.algorithms.ppo import adapt_kl_coeff
 from rlmesh.algorithms.impala import (
-    IMPALA, ImpalaTorchPolicy, drop_last_step, evaluate, forward, gae_targets, loss_terms,
-    targets, train_samples, valid_rows, whole_batch)
+    IMPALA, ImpalaTorchPolicy, centered, drop_last_step, evaluate, forward, gae_targets,
+    loss_terms, targets, train_samples, valid_rows, whole_batch)
 from rlmesh.policy.recurrent import is_recurrent, time_major_outputs
 from rlmesh.rl.gae import discounted_returns
 
@@ -128,7 +128,7 @@ class APPOTorchPolicy(ImpalaTorchPolicy):
             is_ratio = torch.exp(behaviour - old_logp).clamp(0.0, 2.0)
             ratio = (is_ratio * torch.exp(logp - behaviour))[mask]
             anchor_inputs = mb["old_dist_inputs"]
-        adv = adv[mask]
+        adv = centered(self, adv[mask])
         surrogate = torch.min(adv * ratio,
                               adv * torch.clamp(ratio, 1 - cfg.clip_param, 1 + cfg.clip_param))
         policy_loss = -surrogate.mean()

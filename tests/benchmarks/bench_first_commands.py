@@ -1,0 +1,139 @@
+"""What a user types first, with the defaults alone, beside the best tuned peer (issue 54).
+
+RLlib's docs open with ``rlmesh train --run DQN --env CartPole-v1`` (the seeds' first
+command). Each task below runs that command with nothing but a seed and a stop, against
+stable-baselines3 with rl-baselines3-zoo's tuned hyperparameters for the same env, seed by
+seed, taking turns, each side in a process of its own. Both sides stop on the same rule: the
+mean return of the last 100 training episodes at the threshold (rlmesh checks it after each
+iteration, SB3's stopper after each rollout), or the budget. Per seed: env steps to the
+threshold and wall seconds from process start to exit; then mean +- std over the seeds and
+the ratios. A side that ran out its budget without reaching the threshold reports its budget
+and its wall, so a ratio against it is a bound, and says so.
+
+``python -m tests.benchmarks.bench_first_commands [--tasks dqn-cartpole] [--seeds 0 1 2]``.
+Needs ``make bench-peers`` for the peer's side. Measured, never asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .bench_ppo import PEERS_PYTHON, PEERS_READY, _results, _train_cmd
+from .bench_runtime import ROOT
+from .ppo_sides import started
+
+BENCH = ROOT / "tests" / "benchmarks"
+
+
+@dataclass(frozen=True)
+class Task:
+    run: str  # rlmesh's --run
+    env: str
+    threshold: float
+    budget: int  # env steps, both sides
+    peer: list[str]  # the peer's command after its python, --seed/--threshold/--timesteps added
+    peer_name: str
+
+
+TASKS = {
+    # rl-zoo's dqn.yml CartPole-v1 entry (peer_sb3_dqn.py), its epsilon schedule kept in env
+    # steps over the longer budget.
+    "dqn-cartpole": Task("DQN", "CartPole-v1", 450.0, 150_000,
+                         [str(BENCH / "peer_sb3_dqn.py"), "learn"],
+                         "stable-baselines3 DQN, rl-zoo's CartPole-v1 hyperparameters"),
+}
+
+
+def rlmesh_side(task: Task, seed: int, tmp: Path) -> dict[str, Any]:
+    local_dir = tmp / f"{task.run}-{task.env}-{seed}"
+    args = ["--run", task.run, "--env", task.env, "--seed", str(seed), "--local-dir",
+            str(local_dir), "--stop", json.dumps({"episode_reward_mean": task.threshold,
+                                                  "timesteps_total": task.budget})]
+    t0 = time.perf_counter()
+    with started(_train_cmd(*args), stdout=subprocess.DEVNULL) as (proc, _):
+        code = proc.wait()
+    wall = time.perf_counter() - t0
+    results = _results(local_dir)
+    if code != 0 or not results:
+        raise RuntimeError(f"rlmesh train {' '.join(args)} exited with {code}")
+    last = results[-1]
+    return {"wall": wall, "steps": last["timesteps_total"],
+            "solved": last["episode_reward_mean"] >= task.threshold,
+            "mean": last["episode_reward_mean"]}
+
+
+def peer_side(task: Task, seed: int) -> dict[str, Any]:
+    cmd = [str(PEERS_PYTHON), *task.peer, "--seed", str(seed), "--threshold",
+           str(task.threshold), "--timesteps", str(task.budget)]
+    t0 = time.perf_counter()
+    with started(cmd, stdout=subprocess.PIPE, text=True) as (proc, _):
+        out, _ = proc.communicate()
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} exited with {proc.returncode}")
+    got = json.loads(out.strip().splitlines()[-1])
+    return {"wall": wall, "steps": got["timesteps"], "solved": got["solved"],
+            "mean": got.get("episode_reward_mean"), "best": got.get("best_mean")}
+
+
+def _spread(values: list[float]) -> str:
+    if len(values) < 2:
+        return f"{values[0]:,.0f}"
+    return f"{statistics.mean(values):,.0f} ± {statistics.stdev(values):,.0f}"
+
+
+def report(name: str, task: Task, runs: list[tuple[int, dict, dict]]) -> None:
+    print(f"\n### {name}: `rlmesh train --run {task.run} --env {task.env}` to "
+          f"{task.threshold:g} (training mean of the last 100 episodes), budget "
+          f"{task.budget:,} env steps; peer: {task.peer_name}\n")
+    print("| seed | rlmesh env steps | rlmesh s | peer env steps | peer s | steps ratio | "
+          "wall ratio |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for seed, ours, theirs in runs:
+        bound = "" if theirs["solved"] else " (peer unsolved: <)"
+        mark = lambda r: "" if r["solved"] else " (not reached)"  # noqa: E731
+        print(f"| {seed} | {ours['steps']:,}{mark(ours)} | {ours['wall']:.1f} | "
+              f"{theirs['steps']:,}{mark(theirs)} | {theirs['wall']:.1f} | "
+              f"{ours['steps'] / theirs['steps']:.2f}x{bound} | "
+              f"{ours['wall'] / theirs['wall']:.2f}x{bound} |")
+    steps = [r[1]["steps"] for r in runs], [r[2]["steps"] for r in runs]
+    walls = [r[1]["wall"] for r in runs], [r[2]["wall"] for r in runs]
+    unsolved = sum(not r[2]["solved"] for r in runs)
+    bound = f" (the peer did not reach it on {unsolved} seed(s): bounds)" if unsolved else ""
+    print(f"| mean ± std | {_spread(steps[0])} | {_spread(walls[0])} | {_spread(steps[1])} | "
+          f"{_spread(walls[1])} | {sum(steps[0]) / sum(steps[1]):.2f}x | "
+          f"{sum(walls[0]) / sum(walls[1]):.2f}x |{bound}")
+    print(f"\nrlmesh reached {task.threshold:g} on {sum(r[1]['solved'] for r in runs)} of "
+          f"{len(runs)} seeds; the peer on {len(runs) - unsolved} (its best means: "
+          f"{[r[2].get('best') for r in runs]})")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", default=",".join(TASKS))
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    args = parser.parse_args()
+    if not PEERS_READY.exists():
+        raise SystemExit("the peers' venv is missing: make bench-peers")
+    with tempfile.TemporaryDirectory(prefix="rlmesh-first-") as tmp:
+        for name in args.tasks.split(","):
+            task = TASKS[name]
+            runs = []
+            for seed in args.seeds:  # take turns, seed by seed
+                ours = rlmesh_side(task, seed, Path(tmp))
+                theirs = peer_side(task, seed)
+                print(f"  {name} seed {seed}: rlmesh {ours}, peer {theirs}", flush=True)
+                runs.append((seed, ours, theirs))
+            report(name, task, runs)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,121 @@
+"""V-trace on Box (Gaussian) actions (issue 54): APPO's surrogate refers to the behaviour
+policy there ('auto'), and IMPALA's and APPO's policy-gradient advantages are centred, so a
+batch whose advantages all share one sign cannot widen the Gaussian by itself. Discrete
+actions keep RLlib's loss. Learner objects without processes; the runs are in
+tests/integration/test_vtrace_pendulum.py."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from rlmesh.algorithms.appo import APPOConfig, APPOTorchPolicy, target_model
+from rlmesh.algorithms.impala import ImpalaConfig, ImpalaTorchPolicy, centered
+from rlmesh.rl.batch import to_tensors
+
+OBS = gym.spaces.Box(-np.inf, np.inf, (3,), np.float32)
+BOX = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+DISCRETE = gym.spaces.Discrete(2)
+
+
+def learner(cls, hooks, action_space, **training):
+    config = cls().training(**{"model": {"fcnet_hiddens": [8], "vf_share_layers": False},
+                               **training}).debugging(seed=0)
+    torch.manual_seed(0)
+    return hooks(OBS, action_space, config).for_learning()
+
+
+def batch_of(lrn, t: int = 5, b: int = 4, reward: float = -10.0) -> dict:
+    """A fragment sampled by the learner's own policy, every reward ``reward``."""
+    rng = np.random.default_rng(0)
+    obs = rng.normal(size=(t, b, 3)).astype(np.float32)
+    with torch.no_grad():
+        inputs, _ = lrn.model(torch.as_tensor(obs).flatten(0, 1))
+        dist = lrn.dist_class.from_inputs(inputs)
+        actions = dist.sample()
+        logp = dist.logp(actions)
+    f = {"obs": obs, "actions": actions.reshape(t, b, *actions.shape[1:]).numpy(),
+         "action_logp": logp.reshape(t, b).numpy(),
+         "action_dist_inputs": inputs.reshape(t, b, -1).numpy(),
+         "rewards": np.full((t, b), reward, np.float32),
+         "terminateds": np.zeros((t, b), bool), "truncateds": np.zeros((t, b), bool),
+         "mask": np.ones((t, b), bool), "next_obs": rng.normal(size=(b, 3)).astype(np.float32),
+         "trunc_index": np.zeros((0, 2), np.int64), "trunc_obs": np.zeros((0, 3), np.float32)}
+    return to_tensors(f, lrn.device)
+
+
+def move_target_network(lrn) -> None:
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in target_model(lrn).parameters():
+            p.add_(torch.randn(p.shape, generator=gen))
+
+
+@pytest.mark.parametrize("space,anchor", [(BOX, "auto"), (DISCRETE, "behaviour")])
+def test_the_surrogate_refers_to_the_behaviour_policy(space, anchor):
+    """The target network far from the policy that sampled: against the behaviour policy
+    (which the learner still is) nothing is clipped."""
+    lrn = learner(APPOConfig, APPOTorchPolicy, space, surrogate_anchor=anchor)
+    assert lrn.anchored_to_behaviour
+    batch = batch_of(lrn)
+    move_target_network(lrn)
+    _, stats = lrn.loss(lrn.prepare_batch(batch))
+    assert float(stats["clip_fraction"]) == 0.0
+    assert abs(float(stats["mean_kl_loss"])) < 1e-6  # the KL term's reference is the same
+
+
+@pytest.mark.parametrize("space,anchor", [(DISCRETE, "auto"), (BOX, "target")])
+def test_the_surrogate_refers_to_the_target_network(space, anchor):
+    lrn = learner(APPOConfig, APPOTorchPolicy, space, surrogate_anchor=anchor)
+    assert not lrn.anchored_to_behaviour
+    batch = batch_of(lrn)
+    move_target_network(lrn)
+    _, stats = lrn.loss(lrn.prepare_batch(batch))
+    assert float(stats["clip_fraction"]) > 0.0
+    assert float(stats["mean_kl_loss"]) > 1e-3
+
+
+def test_without_vtrace_the_anchor_is_always_the_behaviour_policy():
+    lrn = learner(APPOConfig, APPOTorchPolicy, DISCRETE, vtrace=False, surrogate_anchor="target")
+    assert lrn.anchored_to_behaviour
+
+
+def test_surrogate_anchor_refuses_other_values():
+    with pytest.raises(Exception, match="surrogate_anchor"):
+        APPOConfig().training(surrogate_anchor="newest").validate()
+
+
+def log_std_gradient(cls, hooks, space, **training) -> float:
+    """The gradient of the policy loss alone on the log_std output's bias, every reward
+    -10 and an untrained critic (so every advantage is about -10 / (1 - gamma))."""
+    lrn = learner(cls, hooks, space, entropy_coeff=0.0, **training)
+    train = lrn.prepare_batch(batch_of(lrn))
+    _, stats = lrn.loss(train)
+    lrn.model.zero_grad()
+    loss, _ = lrn.loss(train)
+    policy_only = loss - lrn.config.vf_loss_coeff * stats["vf_loss"]
+    policy_only.backward(inputs=[p for p in lrn.model.parameters()])
+    bias = [p for name, p in lrn.model.named_parameters() if p.grad is not None
+            and p.dim() == 1 and p.shape[0] == 2][0]  # the policy head's [mean, log_std]
+    return float(bias.grad[1])
+
+
+@pytest.mark.parametrize("cls,hooks", [(ImpalaConfig, ImpalaTorchPolicy),
+                                       (APPOConfig, APPOTorchPolicy)])
+def test_one_signed_advantages_do_not_widen_a_gaussian_once_centred(cls, hooks):
+    raw = log_std_gradient(cls, hooks, BOX, center_advantages=False)
+    auto = log_std_gradient(cls, hooks, BOX)  # 'auto': centred for Box actions
+    # Every sampled action is made less likely: the raw loss widens the Gaussian
+    # (descending the gradient raises log_std).
+    assert raw < 0
+    assert abs(auto) < abs(raw) / 5
+
+
+def test_centering_is_for_box_actions_unless_asked():
+    adv = torch.tensor([1.0, 2.0, 3.0])
+    for space, setting, want in [(BOX, "auto", [-1.0, 0.0, 1.0]), (DISCRETE, "auto", [1.0, 2.0, 3.0]),
+                                 (DISCRETE, True, [-1.0, 0.0, 1.0]), (BOX, False, [1.0, 2.0, 3.0])]:
+        lrn = learner(ImpalaConfig, ImpalaTorchPolicy, space, center_advantages=setting)
+        torch.testing.assert_close(centered(lrn, adv), torch.tensor(want))
