@@ -118,9 +118,14 @@ class CQLTorchPolicy(SACTorchPolicy):
             random = self._low + torch.rand_like(policy_actions[:b * k]) * self._range
         obs_k = obs.repeat_interleave(k, 0)
         data_actions = mb["actions"].reshape(b, -1)
-        qs = member_q(self.model["q"], torch.cat([obs, obs_k, obs_k, obs_k]),
-                      torch.cat([data_actions, random.reshape(b * k, -1),
-                                 policy_actions.reshape(2 * b * k, -1)]))
+        states = torch.cat([obs, obs_k, obs_k, obs_k])
+        taken = torch.cat([data_actions, random.reshape(b * k, -1),
+                           policy_actions.reshape(2 * b * k, -1)])
+        # On the CPU one critic at a time (member_q: what it saves is the CPU kernels');
+        # elsewhere the ensemble's batched pass, as before (half the kernel launches; the
+        # per-critic pass was not measured on a GPU).
+        qs = (member_q(self.model["q"], states, taken) if obs.device.type == "cpu"
+              else self.model["q"](states, taken))
         log_mu = torch.cat([policy_logp.new_full((b * k,), self._log_uniform), policy_logp])
         t = cfg.temperature
         q_data, gaps = [], []
