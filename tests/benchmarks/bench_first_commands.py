@@ -41,14 +41,35 @@ class Task:
     budget: int  # env steps, both sides
     peer: list[str]  # the peer's command after its python, --seed/--threshold/--timesteps added
     peer_name: str
+    peer_budget: int | None = None  # where a longer budget would change the peer's settings
 
 
+SB3_PPO = [str(BENCH / "peer_sb3.py")]
 TASKS = {
     # rl-zoo's dqn.yml CartPole-v1 entry (peer_sb3_dqn.py), its epsilon schedule kept in env
     # steps over the longer budget.
     "dqn-cartpole": Task("DQN", "CartPole-v1", 450.0, 150_000,
                          [str(BENCH / "peer_sb3_dqn.py"), "learn"],
                          "stable-baselines3 DQN, rl-zoo's CartPole-v1 hyperparameters"),
+    # rl-zoo's ppo.yml entries (peer_sb3.py): CartPole (8 envs x 32 steps, 20 epochs, lr and
+    # clip falling linearly over the budget) and Pendulum (4 envs x 1024, gSDE).
+    # (rl-zoo's CartPole schedules run to 0 over the budget: the peer keeps rl-zoo's 100k.)
+    "ppo-cartpole": Task("PPO", "CartPole-v1", 475.0, 300_000, [*SB3_PPO, "--env", "cartpole"],
+                         "stable-baselines3 PPO, rl-zoo's CartPole-v1 hyperparameters",
+                         peer_budget=100_000),
+    "ppo-pendulum": Task("PPO", "Pendulum-v1", -250.0, 1_000_000,
+                         [*SB3_PPO, "--env", "pendulum"],
+                         "stable-baselines3 PPO, rl-zoo's Pendulum-v1 hyperparameters"),
+    # SB3 has no APPO: the best tuned peer on the task is its PPO.
+    "appo-cartpole": Task("APPO", "CartPole-v1", 475.0, 1_000_000,
+                          [*SB3_PPO, "--env", "cartpole"],
+                          "stable-baselines3 PPO (no APPO there), rl-zoo's CartPole-v1 "
+                          "hyperparameters", peer_budget=100_000),
+    # rl-zoo's sac.yml Pendulum entry (peer_sb3_offpolicy.py), the same 100-episode window.
+    "sac-pendulum": Task("SAC", "Pendulum-v1", -250.0, 100_000,
+                         [str(BENCH / "peer_sb3_offpolicy.py"), "--algo", "sac", "--window",
+                          "100"],
+                         "stable-baselines3 SAC, rl-zoo's Pendulum-v1 hyperparameters"),
 }
 
 
@@ -72,7 +93,7 @@ def rlmesh_side(task: Task, seed: int, tmp: Path) -> dict[str, Any]:
 
 def peer_side(task: Task, seed: int) -> dict[str, Any]:
     cmd = [str(PEERS_PYTHON), *task.peer, "--seed", str(seed), "--threshold",
-           str(task.threshold), "--timesteps", str(task.budget)]
+           str(task.threshold), "--timesteps", str(task.peer_budget or task.budget)]
     t0 = time.perf_counter()
     with started(cmd, stdout=subprocess.PIPE, text=True) as (proc, _):
         out, _ = proc.communicate()
@@ -81,7 +102,8 @@ def peer_side(task: Task, seed: int) -> dict[str, Any]:
         raise RuntimeError(f"{' '.join(cmd)} exited with {proc.returncode}")
     got = json.loads(out.strip().splitlines()[-1])
     return {"wall": wall, "steps": got["timesteps"], "solved": got["solved"],
-            "mean": got.get("episode_reward_mean"), "best": got.get("best_mean")}
+            "mean": got.get("episode_reward_mean"),
+            "best": got.get("best_mean", got.get("episode_reward_mean"))}
 
 
 def _spread(values: list[float]) -> str:
