@@ -9,11 +9,13 @@ median of interleaved rounds; SAC's step from the same run for scale.
 
 The bare step is laid out as CORL's continuous CQL: a plain ``nn.Sequential`` actor and two
 critics (and their targets), three Adams; the conservative term's policy actions drawn by the
-actor on the states repeated ``num_actions`` times, each critic run once per source (random
-actions, pi(s), pi(s')) on the repeated states, logsumexp over the 3 x num_actions scores less
-their log-densities; the actor's, the temperature's and the critics' losses each backpropagated
-and stepped. rlmesh's is ``CQLTorchPolicy.update`` fed ``[K, B]`` batches, as the learner does.
-Measured, never asserted: ratio = rlmesh's speed / bare torch's (above 1: rlmesh faster).
+actor on the states repeated ``num_actions`` times (a second bare row runs the actor once per
+state and repeats its outputs, as rlmesh does: the same distribution), each critic run once
+per source (random actions, pi(s), pi(s')) on the repeated states, logsumexp over the
+3 x num_actions scores less their log-densities; the actor's, the temperature's and the
+critics' losses each backpropagated and stepped. rlmesh's is ``CQLTorchPolicy.update`` fed
+``[K, B]`` batches, as the learner does. Measured, never asserted: ratio = rlmesh's speed /
+bare torch's (above 1: rlmesh faster).
 """
 
 from __future__ import annotations
@@ -84,10 +86,11 @@ def mlp(inputs: int, outputs: int) -> nn.Sequential:
 class BareCQL:
     """rlmesh's CQL loss with its defaults, written directly in torch (see the module doc)."""
 
-    def __init__(self, num_actions: int, min_q_weight: float = 5.0, temperature: float = 1.0,
-                 gamma: float = 0.99, tau: float = 0.005):
+    def __init__(self, num_actions: int, draw_once: bool = False, min_q_weight: float = 5.0,
+                 temperature: float = 1.0, gamma: float = 0.99, tau: float = 0.005):
         self.k, self.weight, self.temp, self.gamma, self.tau = (num_actions, min_q_weight,
                                                                 temperature, gamma, tau)
+        self.draw_once = draw_once  # the actor once per state, its outputs repeated
         self.actor = mlp(OBS_DIM, 2 * ACT_DIM)
         self.critics = [mlp(OBS_DIM + ACT_DIM, 1), mlp(OBS_DIM + ACT_DIM, 1)]
         self.targets = copy.deepcopy(self.critics)
@@ -100,9 +103,15 @@ class BareCQL:
         self.target_entropy = -float(ACT_DIM)
         self.log_uniform = -ACT_DIM * math.log(2.0)  # uniform density on [-1, 1]^6
 
-    def policy(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """A tanh-squashed Gaussian sample and its log-density."""
-        mean, log_std = self.actor(obs).chunk(2, -1)
+    def policy(self, obs: torch.Tensor, repeat: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+        """A tanh-squashed Gaussian sample and its log-density; ``repeat`` samples per state
+        (each state's row repeated before the actor, as CORL, or after it, ``draw_once``)."""
+        if repeat > 1 and not self.draw_once:
+            obs = obs.repeat_interleave(repeat, 0)
+        inputs = self.actor(obs)
+        if repeat > 1 and self.draw_once:
+            inputs = inputs.repeat_interleave(repeat, 0)
+        mean, log_std = inputs.chunk(2, -1)
         log_std = log_std.clamp(-20.0, 2.0)
         u = mean + log_std.exp() * torch.randn_like(mean)
         logp = (-0.5 * ((u - mean) / log_std.exp()).pow(2) - log_std
@@ -129,8 +138,8 @@ class BareCQL:
             target = rewards + discounts * next_q
             repeated = obs.repeat_interleave(k, 0)
             random = torch.empty(b * k, ACT_DIM).uniform_(-1.0, 1.0)
-            cur_a, cur_logp = self.policy(repeated)
-            nxt_a, nxt_logp = self.policy(next_obs.repeat_interleave(k, 0))
+            cur_a, cur_logp = self.policy(obs, k)
+            nxt_a, nxt_logp = self.policy(next_obs, k)
         critic_loss = 0.0
         for critic in self.critics:
             q_data = self.q(critic, obs, actions)
@@ -148,8 +157,8 @@ class BareCQL:
             torch._foreach_lerp_(self.target_params, self.critic_params, self.tau)
 
 
-def bare_call(num_actions: int, k: int) -> Callable[[], int]:
-    learner = BareCQL(num_actions)
+def bare_call(num_actions: int, k: int, draw_once: bool = False) -> Callable[[], int]:
+    learner = BareCQL(num_actions, draw_once)
     data = {key: torch.from_numpy(v) for key, v in dataset().items()}
     discount = (~data["terminateds"]).float() * data["discounts"]
 
@@ -189,7 +198,8 @@ def main() -> None:
     torch.manual_seed(0)
     k = min(args.k, args.steps)
     fns = {"rlmesh CQL": rlmesh_call(cql_policy(args.num_actions), k),
-           "bare torch CQL": bare_call(args.num_actions, k)}
+           "bare torch CQL": bare_call(args.num_actions, k),
+           "bare torch CQL, actor once per state": bare_call(args.num_actions, k, True)}
     if not args.no_sac:
         fns["rlmesh SAC"] = rlmesh_call(sac_policy(), k)
     times = ms_per_step(fns, args.rounds, max(1, args.steps // k))
@@ -203,7 +213,9 @@ def main() -> None:
     for name, v in ms.items():
         print(f"| {name} | {v:.1f} | {min(times[name]):.1f}-{max(times[name]):.1f} | "
               f"{bare / v:.2f}x speed |", flush=True)
-    print(f"ratio (rlmesh CQL speed / bare torch CQL speed): {bare / ms['rlmesh CQL']:.2f}")
+    print(f"ratio (rlmesh CQL speed / bare torch CQL speed): {bare / ms['rlmesh CQL']:.2f}; "
+          f"against the bare step drawing from the actor once per state (as rlmesh): "
+          f"{ms['bare torch CQL, actor once per state'] / ms['rlmesh CQL']:.2f}")
 
 
 if __name__ == "__main__":
