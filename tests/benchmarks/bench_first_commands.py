@@ -21,14 +21,13 @@ import json
 import statistics
 import subprocess
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .bench_ppo import PEERS_PYTHON, PEERS_READY, _results, _train_cmd
 from .bench_runtime import ROOT
-from .ppo_sides import started
+from .ppo_sides import peer_json, run_timed
 
 BENCH = ROOT / "tests" / "benchmarks"
 
@@ -78,10 +77,7 @@ def rlmesh_side(task: Task, seed: int, tmp: Path) -> dict[str, Any]:
     args = ["--run", task.run, "--env", task.env, "--seed", str(seed), "--local-dir",
             str(local_dir), "--stop", json.dumps({"episode_reward_mean": task.threshold,
                                                   "timesteps_total": task.budget})]
-    t0 = time.perf_counter()
-    with started(_train_cmd(*args), stdout=subprocess.DEVNULL) as (proc, _):
-        code = proc.wait()
-    wall = time.perf_counter() - t0
+    code, _, wall = run_timed(_train_cmd(*args), stdout=subprocess.DEVNULL)
     results = _results(local_dir)
     if code != 0 or not results:
         raise RuntimeError(f"rlmesh train {' '.join(args)} exited with {code}")
@@ -94,13 +90,7 @@ def rlmesh_side(task: Task, seed: int, tmp: Path) -> dict[str, Any]:
 def peer_side(task: Task, seed: int) -> dict[str, Any]:
     cmd = [str(PEERS_PYTHON), *task.peer, "--seed", str(seed), "--threshold",
            str(task.threshold), "--timesteps", str(task.peer_budget or task.budget)]
-    t0 = time.perf_counter()
-    with started(cmd, stdout=subprocess.PIPE, text=True) as (proc, _):
-        out, _ = proc.communicate()
-    wall = time.perf_counter() - t0
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} exited with {proc.returncode}")
-    got = json.loads(out.strip().splitlines()[-1])
+    got, wall = peer_json(cmd)
     return {"wall": wall, "steps": got["timesteps"], "solved": got["solved"],
             "mean": got.get("episode_reward_mean"),
             "best": got.get("best_mean", got.get("episode_reward_mean"))}

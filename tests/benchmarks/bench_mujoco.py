@@ -23,7 +23,7 @@ from typing import Any
 
 from .bench_ppo import PEERS_PYTHON, _results, _train_cmd
 from .bench_runtime import ROOT
-from .ppo_sides import started
+from .ppo_sides import peer_json, run_timed
 
 PEER = ROOT / "tests" / "benchmarks" / "peer_sb3_mujoco.py"
 TUNED = ROOT / "rlmesh" / "tuned_examples"
@@ -46,10 +46,7 @@ def rlmesh_run(algo: str, env_id: str, seed: int, timesteps: int, tmp: Path,
         config.update(output=output, output_format="parquet")
     cmd = _train_cmd("-f", str(tuned_file(algo, env_id)), "--local-dir", str(local_dir),
                      "--seed", str(seed), "--stop", stop, "--config", json.dumps(config))
-    t0 = time.perf_counter()
-    with started(cmd, stdout=subprocess.DEVNULL) as (proc, _):
-        code = proc.wait()
-    wall = time.perf_counter() - t0
+    code, _, wall = run_timed(cmd, stdout=subprocess.DEVNULL)
     results = _results(local_dir)
     if code != 0 or not results:
         raise RuntimeError(f"{' '.join(cmd)} exited {code}")
@@ -62,13 +59,7 @@ def sb3_run(algo: str, env_id: str, seed: int, timesteps: int) -> dict[str, Any]
     python = os.environ.get("PEERS_PYTHON", str(PEERS_PYTHON))
     cmd = [python, str(PEER), "--algo", algo, "--env", env_id, "--seed", str(seed),
            "--timesteps", str(timesteps), "--window", str(WINDOW)]
-    t0 = time.perf_counter()
-    with started(cmd, stdout=subprocess.PIPE, text=True) as (proc, _):
-        out, _ = proc.communicate()
-    wall = time.perf_counter() - t0
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}")
-    got = json.loads(out.strip().splitlines()[-1])
+    got, wall = peer_json(cmd)
     return {"wall": wall, "timesteps": got["timesteps"], "return": got["episode_reward_mean"],
             "inside": got["learn_s"], "version": got["stable_baselines3"],
             "threads": got["torch_threads"]}

@@ -6,6 +6,7 @@ drives them).
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -78,6 +79,23 @@ def started(cmd: list[str], **kwargs: Any) -> Iterator[tuple[subprocess.Popen, s
         yield proc, descendants
     finally:
         _stop_tree(proc, descendants)
+
+
+def run_timed(cmd: list[str], **kwargs: Any) -> tuple[int, str | None, float]:
+    """Run ``cmd`` to its end under ``started``: (exit code, its stdout when piped, wall
+    seconds from start to exit)."""
+    t0 = time.perf_counter()
+    with started(cmd, **kwargs) as (proc, _):
+        out, _ = proc.communicate()
+    return proc.returncode, out, time.perf_counter() - t0
+
+
+def peer_json(cmd: list[str]) -> tuple[dict[str, Any], float]:
+    """A peer script's last stdout line as JSON, and its wall seconds; a failed run raises."""
+    code, out, wall = run_timed(cmd, stdout=subprocess.PIPE, text=True)
+    if code != 0:
+        raise RuntimeError(f"{' '.join(cmd)} exited with {code}")
+    return json.loads(out.strip().splitlines()[-1]), wall
 
 
 class SamplerPeer:
