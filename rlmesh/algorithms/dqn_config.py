@@ -26,11 +26,13 @@ EXPLORATION_TYPES = ("EpsilonGreedy", "PerWorkerEpsilonGreedy", "SoftQ")
 # heads on a [256, 256] ReLU trunk, lr 1e-3 falling to 1e-4 by 40k steps (fast early, then
 # small steps that keep a good policy from being unlearned), epsilon to 0.01. RLlib's
 # values (config/rllib_defaults.py's RLLIB_DQN) are what RLlib's files get, and SimpleQ's and
-# APEX's defaults.
+# APEX's defaults. An lr set away from the default replaces the default schedule (lr_at).
+DEFAULT_LR = 1e-3
+DEFAULT_LR_SCHEDULE = [[0, 1e-3], [40_000, 1e-4]]
 _DQN_DEFAULTS = {
     "num_env_runners": 1,
-    "lr": 1e-3,
-    "lr_schedule": [[0, 1e-3], [40_000, 1e-4]],
+    "lr": DEFAULT_LR,
+    "lr_schedule": DEFAULT_LR_SCHEDULE,
     "train_batch_size": 64,
     "rollout_fragment_length": 256,
     "training_intensity": 32,
@@ -114,6 +116,14 @@ class DQNConfig(OffPolicyConfig, defaults=_DQN_DEFAULTS):
             "0.4 ** (1 + 7 (i - 1) / (N - 1)) instead. Type 'SoftQ': no epsilon, actions "
             "drawn from softmax(Q / 'temperature') (default 1.0). A dict given updates the "
             "current one key by key.")
+
+    def lr_at(self, timestep: int) -> float:
+        """As AlgorithmConfig's, but a learning rate set away from DQN's default wins over
+        the default schedule: ``.training(lr=2.3e-3)`` trains at 2.3e-3, where RLlib's rule
+        (a schedule replaces lr) would keep the default decay the user never asked for."""
+        if self.lr_schedule == DEFAULT_LR_SCHEDULE and self.lr != DEFAULT_LR:
+            return self.lr
+        return super().lr_at(timestep)
 
     def _cross_checks(self) -> list[str]:
         problems = super()._cross_checks()

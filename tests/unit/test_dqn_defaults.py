@@ -61,3 +61,16 @@ def test_an_rllib_dqn_file_gets_rllibs_defaults():
     out = with_rllib_defaults(DQNConfig, dict(file_config), file_config, "auto", "a file")
     merged = DQNConfig().update_from_dict(out).to_dict()
     assert merged["lr"] == 5e-4 and merged["n_step"] == 1 and merged["hiddens"] == [256]
+
+
+def test_a_learning_rate_set_by_the_user_wins_over_the_default_schedule():
+    default = DQNConfig()
+    assert default.lr_at(0) == 1e-3 and default.lr_at(40_000) == pytest.approx(1e-4)
+    assert default.lr_at(20_000) == pytest.approx(5.5e-4)
+    mine = DQNConfig().training(lr=2.3e-3)
+    assert mine.lr_at(0) == mine.lr_at(100_000) == 2.3e-3
+    # A schedule of the user's own replaces lr, as in RLlib.
+    scheduled = DQNConfig().training(lr=2.3e-3, lr_schedule=[[0, 1e-2], [10, 1e-2]])
+    assert scheduled.lr_at(5) == pytest.approx(1e-2)
+    # ... and RLlib's files (no schedule) train at their lr.
+    assert DQNConfig.rllib_defaults().training(lr=1e-4).lr_at(50_000) == 1e-4
