@@ -27,7 +27,7 @@ def cartpole_config(**training) -> DQNConfig:
             .training(**{"lr": 2.3e-3, "train_batch_size": 64, "training_intensity": 16.0,
                          "num_steps_sampled_before_learning_starts": 1000,
                          "target_network_update_freq": 10, "grad_clip": 10.0, "double_q": False,
-                         "dueling": False, "hiddens": [],
+                         "dueling": False, "hiddens": [], "n_step": 1,
                          "replay_buffer_config": {"type": "MultiAgentReplayBuffer",
                                                   "capacity": 50_000},
                          "model": {"fcnet_hiddens": [64, 64], "fcnet_activation": "relu"},
