@@ -25,7 +25,6 @@ import copy
 import math
 import os
 import statistics
-import time
 from collections.abc import Callable
 
 import gymnasium as gym
@@ -37,6 +36,8 @@ from torch import nn
 from rlmesh.algorithms.cql import CQLTorchPolicy
 from rlmesh.algorithms.cql_config import CQLConfig
 from rlmesh.algorithms.sac import SACConfig, SACTorchPolicy
+
+from .bench_grad_step import cpu_ms_rounds
 
 OBS_DIM, ACT_DIM, BATCH, HIDDEN, DATASET = 17, 6, 256, 256, 50_000
 OBS = gym.spaces.Box(-np.inf, np.inf, (OBS_DIM,), np.float32)
@@ -172,20 +173,6 @@ def bare_call(num_actions: int, k: int, draw_once: bool = False) -> Callable[[],
     return call
 
 
-def ms_per_step(fns: dict[str, Callable[[], int]], rounds: int, reps: int) -> dict[str, list]:
-    """CPU ms per gradient step of each function, one figure per interleaved round."""
-    times: dict[str, list[float]] = {name: [] for name in fns}
-    for fn in fns.values():
-        fn()  # warm up
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            start, steps = time.process_time(), 0
-            for _ in range(reps):
-                steps += fn()
-            times[name].append((time.process_time() - start) / steps * 1e3)
-    return times
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7)
@@ -202,7 +189,7 @@ def main() -> None:
            "bare torch CQL, actor once per state": bare_call(args.num_actions, k, True)}
     if not args.no_sac:
         fns["rlmesh SAC"] = rlmesh_call(sac_policy(), k)
-    times = ms_per_step(fns, args.rounds, max(1, args.steps // k))
+    times = cpu_ms_rounds(fns, args.rounds, max(1, args.steps // k))
     ms = {name: statistics.median(v) for name, v in times.items()}
     print(f"CQL step, num_actions {args.num_actions}, batch {BATCH}, [{HIDDEN}, {HIDDEN}], "
           f"obs {OBS_DIM} act {ACT_DIM}, 1 torch thread, median of {args.rounds} rounds "

@@ -80,8 +80,10 @@ def bare_update(batch: dict[str, np.ndarray], minibatch: int, clip: float = 0.2)
     return update
 
 
-def ms_per_step(fns: dict[str, Callable[[], int]], rounds: int, reps: int = 3) -> dict[str, float]:
-    """Median over interleaved rounds of each update's CPU ms per gradient step."""
+def cpu_ms_rounds(fns: dict[str, Callable[[], int]], rounds: int, reps: int = 3
+                  ) -> dict[str, list[float]]:
+    """Each update's CPU ms per gradient step, one figure per interleaved round (each
+    function returns the gradient steps it made)."""
     times: dict[str, list[float]] = {k: [] for k in fns}
     for fn in fns.values():
         fn()  # warm up
@@ -91,7 +93,12 @@ def ms_per_step(fns: dict[str, Callable[[], int]], rounds: int, reps: int = 3) -
             for _ in range(reps):
                 steps += fn()
             times[name].append((time.process_time() - start) / steps * 1e3)
-    return {k: statistics.median(v) for k, v in times.items()}
+    return times
+
+
+def ms_per_step(fns: dict[str, Callable[[], int]], rounds: int, reps: int = 3) -> dict[str, float]:
+    """Median over interleaved rounds of each update's CPU ms per gradient step."""
+    return {k: statistics.median(v) for k, v in cpu_ms_rounds(fns, rounds, reps).items()}
 
 
 def main() -> None:
