@@ -122,7 +122,10 @@ def main() -> None:
     if args.versions:
         print(json.dumps(versions()))
         return
+    import torch
     from stable_baselines3 import PPO
+
+    torch.set_num_threads(1)  # as rlmesh's learner; torch's default 2 spin on a loaded machine
     from stable_baselines3.common.env_util import make_vec_env
 
     if args.env == "cartpole":
