@@ -28,7 +28,7 @@ from rlmesh.algorithms.ddpg import bootstrap_discount
 from rlmesh.algorithms.offline_replay import OfflineReplay
 from rlmesh.algorithms.sac import SACTorchPolicy
 from rlmesh.config.base import ConfigError
-from rlmesh.rl.actor_q import EnsembleLinear, TwinQ, frozen
+from rlmesh.rl.actor_q import frozen
 from rlmesh.rl.optim import Adam
 
 __all__ = ["CQL", "CQLConfig", "CQLTorchPolicy", "DiscreteCQLTorchPolicy"]
@@ -121,10 +121,10 @@ class CQLTorchPolicy(SACTorchPolicy):
         states = torch.cat([obs, obs_k, obs_k, obs_k])
         taken = torch.cat([data_actions, random.reshape(b * k, -1),
                            policy_actions.reshape(2 * b * k, -1)])
-        # On the CPU one critic at a time (member_q: what it saves is the CPU kernels');
+        # On the CPU one critic at a time (TwinQ.one_by_one: what it saves is the CPU kernels');
         # elsewhere the ensemble's batched pass, as before (half the kernel launches; the
         # per-critic pass was not measured on a GPU).
-        qs = (member_q(self.model["q"], states, taken) if obs.device.type == "cpu"
+        qs = (self.model["q"].one_by_one(states, taken) if obs.device.type == "cpu"
               else self.model["q"](states, taken))
         log_mu = torch.cat([policy_logp.new_full((b * k,), self._log_uniform), policy_logp])
         t = cfg.temperature
@@ -163,31 +163,6 @@ class CQLTorchPolicy(SACTorchPolicy):
         with frozen(self.q_params):  # the actor's loss moves the actor only
             q_pi = self.model["q"].min(mb["obs"], actions)
         return (alpha * logp - q_pi).mean()
-
-
-def member_q(q: TwinQ, obs: torch.Tensor, actions: torch.Tensor) -> list[torch.Tensor]:
-    """``q(obs, actions)`` (each critic's Q ``[N]``) computed one critic at a time, each
-    layer a plain matmul on that critic's slice of the ensemble's weights, the last one a
-    matrix-vector product, ReLU in place. The same values as the ensemble's batched pass;
-    on the conservative term's many rows (3 x num_actions x B) it costs less (fwd + bwd of
-    7,936 rows at [256, 256], one thread: 77-85 against 100 ms): the batched matmul's
-    weight gradient copies its transposed input, the head's input gradient (an outer
-    product) runs as a batched matmul of inner size 1, and each new activation is
-    another large buffer to allocate."""
-    encoders = q.encoders if not q.shared_encoder else [q.encoders[0]] * q.members
-    shared = q.encoders[0](obs) if q.shared_encoder else None
-    actions = actions.reshape(len(actions), -1)
-    out = []
-    for i, encoder in enumerate(encoders):
-        x = torch.cat([shared if shared is not None else encoder(obs), actions], -1)
-        for layer in q.trunk:
-            if isinstance(layer, EnsembleLinear):
-                x = torch.addmm(layer.bias[i], x, layer.weight[i])
-            else:  # in place on the matmul's output (its backward does not read it)
-                x = torch.relu_(x) if isinstance(layer, nn.ReLU) else layer(x)
-        head = q.head.weight[i, :, 0].to(x.dtype)  # mv is not autocast: bf16 x, f32 w
-        out.append(torch.mv(x, head) + q.head.bias[i, 0])
-    return out
 
 
 class CQL(OfflineReplay):
