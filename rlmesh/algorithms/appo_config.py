@@ -7,11 +7,38 @@ from dataclasses import dataclass
 from typing import Literal
 
 from rlmesh.config.base import setting
+from rlmesh.rl.spec import MODEL_DEFAULTS
 from rlmesh.algorithms.gae_config import GAESettings
 from rlmesh.algorithms.impala_config import ImpalaConfig
 
-# RLlib's APPOConfig.__init__ values for settings IMPALA already declares.
-_APPO_DEFAULTS = {"learner_queue_size": 16}
+# rlmesh's APPO is tuned for what a user types first (issue 54: ``rlmesh train --run APPO
+# --env CartPole-v1``); RLlib's values are config/rllib_defaults.py's RLLIB_APPO, what RLlib's
+# files and ``--defaults rllib`` get. Measured on CartPole to 475, seeds 0-2 (2-core VM,
+# docs/benchmark_log.md "APPO's defaults"): RLlib's values had not reached it at 400k (204 at
+# 456k; 431 at 1.08M in an earlier run); these took 97k-110k. Each batch is trained on
+# several times, as PPO does, so the pipeline is kept short and the ratio is PPO's:
+_APPO_DEFAULTS = {
+    # 8 passes over each batch (1): a sample is learned from 8 times before it is dropped,
+    # as PPO's epochs. 4 passes with a queue of 2: 123k-409k steps; 8 with the anchor below
+    # and 500-step batches: 118k-266k.
+    "num_epochs": 8,
+    # 256-step batches of 32-step fragments (500 of 50): a fresher policy samples each
+    # batch (97k-110k; 128-step batches 130k-203k).
+    "train_batch_size": 256,
+    "rollout_fragment_length": 32,
+    # One batch waiting and one fragment in flight per runner (16 and 2): runners wait for
+    # the learner instead of sampling ahead of it with a policy 50-90 updates old.
+    "learner_queue_size": 1,
+    "max_sample_requests_in_flight_per_worker": 1,
+    # (The ratio to the policy that sampled, surrogate_anchor below, goes with the passes.)
+    # twice RLlib's 5e-4, no entropy bonus (0.01), a [64, 64] value branch of its own
+    # (RLlib's [256, 256] shared): cartpole-appo.yaml's measured values.
+    "lr": 1e-3,
+    "entropy_coeff": 0.0,
+    "model": {**MODEL_DEFAULTS, "fcnet_hiddens": [64, 64], "vf_share_layers": False},
+    # 1 s iterations (10): results, and stop rules, every second.
+    "min_time_s_per_iteration": 1.0,
+}
 
 
 @dataclass(kw_only=True)
@@ -33,8 +60,12 @@ class APPOConfig(ImpalaConfig, GAESettings, defaults=_APPO_DEFAULTS):
     target_network_update_freq: int = setting(
         1, "training", ge=1,
         doc="Updates between two copies of the policy into the target network.")
+    # 'behaviour' (RLlib's: the target network, 'auto' here). Over num_epochs 8 the target
+    # network moves with every update, so its clip bounds nothing across the passes (one
+    # CartPole seed of 3 collapsed to a return of 9 at 405k env steps; 161k and 175k the
+    # others, against 97k-110k).
     surrogate_anchor: Literal["auto", "target", "behaviour"] = setting(
-        "auto", "training",
+        "behaviour", "training",
         doc="With vtrace=True, the policy the surrogate's ratio (and the KL term) refers to: "
             "'target' (RLlib's APPO): the target network, reached through the behaviour "
             "policy as pi/mu * clip(mu/target, 0, 2); 'behaviour': the policy that sampled "
@@ -43,7 +74,9 @@ class APPOConfig(ImpalaConfig, GAESettings, defaults=_APPO_DEFAULTS):
             "actions, 'target' for the others. A Gaussian's density ratio at a stale action "
             "is far from 1, so against the target network the clip stops bounding the "
             "update and the policy collapses (docs/benchmark_log.md, 'V-trace on continuous "
-            "actions'). vtrace=False always uses the behaviour policy.")
+            "actions'). vtrace=False always uses the behaviour policy. Default 'behaviour' "
+            "(RLlib's defaults: 'auto'): with num_epochs > 1 the target network moves with "
+            "every pass, so its clip would not bound the passes together.")
     use_kl_loss: bool = setting(
         False, "training",
         doc="Add kl_coeff x KL(target network || policy) to the loss, kl_coeff adapting "

@@ -31,6 +31,17 @@ RLLIB_DQN = {
     "model": {"fcnet_activation": "tanh"},
 }
 
+# rlmesh's APPO is tuned for what a user types first (appo_config.py says why); RLlib's, one
+# pass over 500-step batches behind a queue of 16, is built for throughput. RLlib 2.60's new
+# stack keeps one fragment in flight per runner.
+RLLIB_APPO = {
+    "num_epochs": 1, "train_batch_size": 500, "rollout_fragment_length": 50,
+    "learner_queue_size": 16, "max_sample_requests_in_flight_per_worker": 2,
+    "surrogate_anchor": "auto", "lr": 5e-4, "entropy_coeff": 0.01,
+    "model": {"fcnet_hiddens": [256, 256], "fcnet_activation": "tanh", "vf_share_layers": True},
+    "min_time_s_per_iteration": 10,
+}
+
 COMMON_DEFAULTS = {
     # RLlib passes Box actions to the env unclipped (normalize_actions rescales them into the
     # bounds already); the classic stack's models share one trunk between policy and value.
@@ -50,6 +61,7 @@ ALGORITHM_DEFAULTS = {
         "A2CConfig": {"min_time_s_per_iteration": 10},
         "A3CConfig": {},
         "ImpalaConfig": {"learner_queue_size": 16},
+        "APPOConfig": RLLIB_APPO,
         "SACConfig": {"min_time_s_per_iteration": 1, "min_sample_timesteps_per_iteration": 100},
         "ESConfig": {"eval_prob": 0.03, "num_env_runners": 10},
         "ARSConfig": {"model": {"fcnet_hiddens": [256, 256]}},
@@ -61,5 +73,6 @@ ALGORITHM_DEFAULTS = {
     },
     # The new stack (Ray 2.10 on).
     "new": {"PPOConfig": _PPO, "DQNConfig": RLLIB_DQN, "SimpleQConfig": {}, "ApexDQNConfig": {},
+            "APPOConfig": {**RLLIB_APPO, "max_sample_requests_in_flight_per_worker": 1},
             "SACConfig": {"min_time_s_per_iteration": 1}},
 }
