@@ -36,6 +36,22 @@ def test_the_first_command_learns_cartpole_with_dqns_defaults(tmp_path):
     assert params["training_intensity"] == 32 and params["n_step"] == 3  # rlmesh's defaults
 
 
+@pytest.mark.timeout(300)
+def test_appos_first_command_learns_cartpole_with_its_defaults(tmp_path):
+    """RLlib's values (one pass over batches sampled far ahead of the learner) had not reached
+    475 by 1M env steps; the defaults reach it in 80k-260k (docs/benchmark_log.md "APPO's
+    defaults"). Asynchronous runs differ from run to run even on one seed, and a dip on the
+    way is common: a low bar, a generous budget."""
+    rows = rlmesh_train(tmp_path, "--run", "APPO", "--env", "CartPole-v1", "--seed", "0",
+                        "--stop", json.dumps({"episode_reward_mean": 150,
+                                              "timesteps_total": 300_000}))
+    assert rows[-1]["episode_reward_mean"] >= 150, [r["episode_reward_mean"] for r in rows]
+    params = json.loads(next(tmp_path.glob("*/*/params.json")).read_text())
+    assert params["num_epochs"] == 8 and params["surrogate_anchor"] == "behaviour"
+    # the short pipeline: batches trained by a policy a few updates newer than the sampler's
+    assert rows[-1]["policy_lag_mean"] < 50, rows[-1]["policy_lag_mean"]
+
+
 def learner_stats(row: dict) -> dict:
     return row["info"]["learner"]["default_policy"]
 
