@@ -19,6 +19,10 @@ _CQL_DEFAULTS = {
                             "entropy_learning_rate": 1e-4},
     "replay_buffer_config": {"type": "MultiAgentReplayBuffer"},
     "num_steps_sampled_before_learning_starts": 0,
+    # SAC's sampling pipeline as it was (SAC's own defaults changed in issue 54); offline,
+    # only evaluation samples.
+    "rollout_fragment_length": 1,
+    "training_intensity": None,
 }
 
 

@@ -42,6 +42,16 @@ RLLIB_APPO = {
     "min_time_s_per_iteration": 10,
 }
 
+# rlmesh's SAC is tuned for what a user types first (sac_config.py says why). CQL, built on
+# SAC's config, keeps its own (an entry of its own below stops the inheritance).
+RLLIB_SAC = {
+    "rollout_fragment_length": 1, "training_intensity": None,
+    "num_steps_sampled_before_learning_starts": 1500,
+    "replay_buffer_config": {"type": "MultiAgentPrioritizedReplayBuffer"},
+    "optimization_config": {"actor_learning_rate": 3e-4, "critic_learning_rate": 3e-4,
+                            "entropy_learning_rate": 3e-4},
+}
+
 COMMON_DEFAULTS = {
     # RLlib passes Box actions to the env unclipped (normalize_actions rescales them into the
     # bounds already); the classic stack's models share one trunk between policy and value.
@@ -62,7 +72,9 @@ ALGORITHM_DEFAULTS = {
         "A3CConfig": {},
         "ImpalaConfig": {"learner_queue_size": 16},
         "APPOConfig": RLLIB_APPO,
-        "SACConfig": {"min_time_s_per_iteration": 1, "min_sample_timesteps_per_iteration": 100},
+        "SACConfig": {"min_time_s_per_iteration": 1, "min_sample_timesteps_per_iteration": 100,
+                      **RLLIB_SAC},
+        "CQLConfig": {"min_time_s_per_iteration": 1, "min_sample_timesteps_per_iteration": 100},
         "ESConfig": {"eval_prob": 0.03, "num_env_runners": 10},
         "ARSConfig": {"model": {"fcnet_hiddens": [256, 256]}},
         # APEX asks for 32 runners: oversubscribed on a small machine, as the file meant.
@@ -74,5 +86,6 @@ ALGORITHM_DEFAULTS = {
     # The new stack (Ray 2.10 on).
     "new": {"PPOConfig": _PPO, "DQNConfig": RLLIB_DQN, "SimpleQConfig": {}, "ApexDQNConfig": {},
             "APPOConfig": {**RLLIB_APPO, "max_sample_requests_in_flight_per_worker": 1},
-            "SACConfig": {"min_time_s_per_iteration": 1}},
+            "SACConfig": {"min_time_s_per_iteration": 1, **RLLIB_SAC},
+            "CQLConfig": {"min_time_s_per_iteration": 1}},
 }
