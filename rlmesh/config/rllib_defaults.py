@@ -15,7 +15,7 @@ from __future__ import annotations
 _PPO = {
     "lr": 5e-5, "train_batch_size": 4000, "minibatch_size": 128, "num_epochs": 30,
     "grad_clip": None, "lambda": 1.0, "use_kl_loss": True, "kl_coeff": 0.2, "kl_target": 0.01,
-    "vf_loss_coeff": 1.0, "clip_param": 0.3, "vf_clip_param": 10.0,
+    "vf_loss_coeff": 1.0, "clip_param": 0.3, "vf_clip_param": 10.0, "normalize_rewards": False,
     "model": {"fcnet_hiddens": [256, 256], "fcnet_activation": "tanh", "vf_share_layers": False},
 }
 

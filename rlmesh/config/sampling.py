@@ -32,13 +32,14 @@ class SamplingSettings:
         None, "environment",
         doc="True: train on the reward's sign (as for Atari); a float c: clip rewards to "
             "[-c, c]; None or False: raw rewards.")
-    normalize_rewards: bool = setting(
+    normalize_rewards: bool | Literal["auto"] = setting(
         False, "environment",
         doc="Train on rewards divided by the running std of each env's discounted return "
             "(gamma), clipped to [-10, 10]: stable-baselines3's VecNormalize norm_reward, which "
             "rl-zoo's MuJoCo PPO settings use. Statistics are each runner's own; reported "
             "returns stay raw. Single-agent runners stepping gymnasium envs, one at a time or "
-            "as a vector env (not the Atari vector env).")
+            "as a vector env (not the Atari vector env). 'auto' (PPO's default): on for Box "
+            "actions where rlmesh implements it, off otherwise.")
     normalize_actions: bool = setting(
         True, "environment",
         doc="The policy acts in [-1, 1] on Box action spaces; actions are rescaled to the "

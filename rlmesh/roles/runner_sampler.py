@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+import gymnasium as gym
+
 from rlmesh.env.gym_vector import gym_vector_maker
 from rlmesh.env.multi_agent_env import is_multi_agent
 from rlmesh.env.vector import double_buffered, vector_maker
@@ -49,7 +51,7 @@ def make_sampler(runner: Any, create: Callable[[int], Any], registry: dict[str, 
         sampler.episodes_listed = cfg.metrics_num_episodes_for_smoothing
         if atari is None:  # frames are not filtered (observation_filter refused for Atari)
             sampler.obs_filter = make_filter(cfg.observation_filter, sampler.observation_space)
-            if cfg.normalize_rewards:
+            if rewards_normalized(cfg, sampler.action_space):
                 sampler.reward_normalizer = ReturnNormalizer(n, cfg.gamma)
         return "vector", sampler
     double_buffered(cfg, vector=False)  # True asked without a vector env: one line
@@ -72,9 +74,19 @@ def make_sampler(runner: Any, create: Callable[[int], Any], registry: dict[str, 
         sampler.use_connectors(runner_connectors(cfg, sampler))
     if kind == "env":
         sampler.obs_filter = make_filter(cfg.observation_filter, sampler.observation_space)
-        if cfg.normalize_rewards:
+        if rewards_normalized(cfg, sampler.action_space):
             sampler.reward_normalizer = ReturnNormalizer(n, cfg.gamma)
     return kind, sampler
+
+
+def rewards_normalized(cfg: Any, action_space: gym.Space) -> bool:
+    """``normalize_rewards`` for a runner whose envs act in ``action_space``: 'auto' (PPO's
+    default) is on for Box actions, as CleanRL's continuous-action PPO normalizes and its
+    discrete one does not, and only where rlmesh implements it (the callers: gymnasium envs,
+    one agent; elsewhere 'auto' stays off without a word)."""
+    if cfg.normalize_rewards == "auto":
+        return isinstance(action_space, gym.spaces.Box)
+    return bool(cfg.normalize_rewards)
 
 
 def has_connectors(cfg: Any) -> bool:
@@ -98,7 +110,7 @@ def check_rewards(kind: str, cfg: Any, sampler: Any = None) -> None:
     """``normalize_rewards`` only where it is implemented (gymnasium envs, one agent, one
     at a time or as a vector env)."""
     vector_ok = kind == "vector" and getattr(sampler, "reward_normalizer", None) is not None
-    if kind != "env" and cfg.normalize_rewards and not vector_ok:
+    if kind != "env" and cfg.normalize_rewards is True and not vector_ok:
         raise ValueError("normalize_rewards: only runners of gymnasium envs (one agent, "
                          "not the Atari vector env) normalize rewards; use clip_rewards")
 

@@ -52,6 +52,18 @@ def test_appos_first_command_learns_cartpole_with_its_defaults(tmp_path):
     assert rows[-1]["policy_lag_mean"] < 50, rows[-1]["policy_lag_mean"]
 
 
+@pytest.mark.timeout(300)
+def test_ppos_first_command_learns_pendulum_with_its_defaults(tmp_path):
+    """PPO's defaults normalize rewards on Box actions ('auto'); without, Pendulum stood at
+    -414 after 1M env steps, with, -250 came at 67,584 (docs/benchmark_log.md)."""
+    rows = rlmesh_train(tmp_path, "--run", "PPO", "--env", "Pendulum-v1", "--seed", "0",
+                        "--stop", json.dumps({"episode_reward_mean": -700,
+                                              "timesteps_total": 150_000}))
+    assert rows[-1]["episode_reward_mean"] >= -700, [r["episode_reward_mean"] for r in rows]
+    params = json.loads(next(tmp_path.glob("*/*/params.json")).read_text())
+    assert params["normalize_rewards"] == "auto"
+
+
 def learner_stats(row: dict) -> dict:
     return row["info"]["learner"]["default_policy"]
 
