@@ -35,8 +35,8 @@ RLLIB_DQN = {
 # pass over 500-step batches behind a queue of 16, is built for throughput. RLlib 2.60's new
 # stack keeps one fragment in flight per runner.
 RLLIB_APPO = {
-    "num_epochs": 1, "train_batch_size": 500, "rollout_fragment_length": 50,
-    "learner_queue_size": 16, "max_sample_requests_in_flight_per_worker": 2,
+    "num_epochs": 1, "minibatch_size": None, "train_batch_size": 500,
+    "rollout_fragment_length": 50, "learner_queue_size": 16, "max_sample_requests_in_flight_per_worker": 2,
     "surrogate_anchor": "auto", "lr": 5e-4, "entropy_coeff": 0.01,
     "model": {"fcnet_hiddens": [256, 256], "fcnet_activation": "tanh", "vf_share_layers": True},
     "min_time_s_per_iteration": 10,
@@ -45,6 +45,7 @@ RLLIB_APPO = {
 # rlmesh's SAC is tuned for what a user types first (sac_config.py says why). CQL, built on
 # SAC's config, keeps its own (an entry of its own below stops the inheritance).
 RLLIB_SAC = {
+    "min_time_s_per_iteration": 1, "min_sample_timesteps_per_iteration": 100,
     "rollout_fragment_length": 1, "training_intensity": None,
     "num_steps_sampled_before_learning_starts": 1500,
     "replay_buffer_config": {"type": "MultiAgentPrioritizedReplayBuffer"},
@@ -72,8 +73,7 @@ ALGORITHM_DEFAULTS = {
         "A3CConfig": {},
         "ImpalaConfig": {"learner_queue_size": 16},
         "APPOConfig": RLLIB_APPO,
-        "SACConfig": {"min_time_s_per_iteration": 1, "min_sample_timesteps_per_iteration": 100,
-                      **RLLIB_SAC},
+        "SACConfig": RLLIB_SAC,
         "CQLConfig": {"min_time_s_per_iteration": 1, "min_sample_timesteps_per_iteration": 100},
         "ESConfig": {"eval_prob": 0.03, "num_env_runners": 10},
         "ARSConfig": {"model": {"fcnet_hiddens": [256, 256]}},
@@ -86,6 +86,6 @@ ALGORITHM_DEFAULTS = {
     # The new stack (Ray 2.10 on).
     "new": {"PPOConfig": _PPO, "DQNConfig": RLLIB_DQN, "SimpleQConfig": {}, "ApexDQNConfig": {},
             "APPOConfig": {**RLLIB_APPO, "max_sample_requests_in_flight_per_worker": 1},
-            "SACConfig": {"min_time_s_per_iteration": 1, **RLLIB_SAC},
-            "CQLConfig": {"min_time_s_per_iteration": 1}},
+            "SACConfig": RLLIB_SAC,
+            "CQLConfig": {"min_time_s_per_iteration": 1, "min_sample_timesteps_per_iteration": 100}},
 }

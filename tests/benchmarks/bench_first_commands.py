@@ -10,7 +10,9 @@ threshold and wall seconds from process start to exit; then mean +- std over the
 the ratios. A side that ran out its budget without reaching the threshold reports its budget
 and its wall, so a ratio against it is a bound, and says so.
 
-``python -m tests.benchmarks.bench_first_commands [--tasks dqn-cartpole] [--seeds 0 1 2]``.
+``python -m tests.benchmarks.bench_first_commands [--tasks dqn-cartpole] [--seeds 0 1 2]
+[--config JSON] [--rlmesh-only]`` (``--config``: rlmesh's side with those keys changed, a
+sweep of the defaults).
 Needs ``make bench-peers`` for the peer's side. Measured, never asserted.
 """
 
@@ -74,11 +76,14 @@ TASKS = {
 }
 
 
-def rlmesh_side(task: Task, seed: int, tmp: Path) -> dict[str, Any]:
+def rlmesh_side(task: Task, seed: int, tmp: Path, config: str | None = None
+                ) -> dict[str, Any]:
     local_dir = tmp / f"{task.run}-{task.env}-{seed}"
     args = ["--run", task.run, "--env", task.env, "--seed", str(seed), "--local-dir",
             str(local_dir), "--stop", json.dumps({"episode_reward_mean": task.threshold,
                                                   "timesteps_total": task.budget})]
+    if config:  # a sweep's point: the defaults with these keys changed
+        args += ["--config", config]
     code, _, wall = run_timed(_train_cmd(*args), stdout=subprocess.DEVNULL)
     results = _results(local_dir)
     if code != 0 or not results:
@@ -134,19 +139,27 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", default=",".join(TASKS))
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--config", help="JSON of keys to change on rlmesh's side (a sweep "
+                        "of the defaults); the first command alone without it")
+    parser.add_argument("--rlmesh-only", action="store_true",
+                        help="skip the peer (a sweep's runs)")
     args = parser.parse_args()
-    if not PEERS_READY.exists():
+    if not args.rlmesh_only and not PEERS_READY.exists():
         raise SystemExit("the peers' venv is missing: make bench-peers")
     with tempfile.TemporaryDirectory(prefix="rlmesh-first-") as tmp:
         for name in args.tasks.split(","):
             task = TASKS[name]
             runs = []
             for seed in args.seeds:  # take turns, seed by seed
-                ours = rlmesh_side(task, seed, Path(tmp))
+                ours = rlmesh_side(task, seed, Path(tmp), args.config)
+                if args.rlmesh_only:
+                    print(f"  {name} seed {seed}: rlmesh {ours}", flush=True)
+                    continue
                 theirs = peer_side(task, seed)
                 print(f"  {name} seed {seed}: rlmesh {ours}, peer {theirs}", flush=True)
                 runs.append((seed, ours, theirs))
-            report(name, task, runs)
+            if runs:
+                report(name, task, runs)
 
 
 if __name__ == "__main__":

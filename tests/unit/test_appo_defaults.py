@@ -15,10 +15,10 @@ from rlmesh.algorithms.impala_config import ImpalaConfig
 from rlmesh.cli.train import with_rllib_defaults
 
 ROOT = Path(__file__).resolve().parents[2]
-PIPELINE = ("num_epochs", "train_batch_size", "rollout_fragment_length", "learner_queue_size",
+PIPELINE = ("num_epochs", "minibatch_size", "train_batch_size", "rollout_fragment_length", "learner_queue_size",
             "max_sample_requests_in_flight_per_worker", "surrogate_anchor", "lr",
             "entropy_coeff", "min_time_s_per_iteration")
-RLLIB = {"num_epochs": 1, "train_batch_size": 500, "rollout_fragment_length": 50,
+RLLIB = {"num_epochs": 1, "minibatch_size": None, "train_batch_size": 500, "rollout_fragment_length": 50,
          "learner_queue_size": 16, "surrogate_anchor": "auto", "lr": 5e-4, "entropy_coeff": 0.01,
          "min_time_s_per_iteration": 10}
 
@@ -30,7 +30,8 @@ def pick(config, keys=PIPELINE) -> dict:
 
 def test_rlmesh_appo_defaults_are_the_measured_cartpole_ones():
     assert pick(APPOConfig()) == {
-        "num_epochs": 8, "train_batch_size": 256, "rollout_fragment_length": 32,
+        "num_epochs": 8, "minibatch_size": 32, "train_batch_size": 256,
+        "rollout_fragment_length": 32,
         "learner_queue_size": 1, "max_sample_requests_in_flight_per_worker": 1,
         "surrogate_anchor": "behaviour", "lr": 1e-3, "entropy_coeff": 0.0,
         "min_time_s_per_iteration": 1.0}
@@ -57,7 +58,7 @@ def test_rllibs_appo_file_gets_rllibs_defaults():
     file_config = next(iter(raw.values()))["config"]
     out = with_rllib_defaults(APPOConfig, dict(file_config), file_config, "auto", "a file")
     merged = pick(APPOConfig().update_from_dict(out))
-    for key in ("learner_queue_size", "surrogate_anchor"):
+    for key in ("learner_queue_size", "surrogate_anchor", "minibatch_size"):
         assert merged[key] == RLLIB[key], key
     assert merged["num_epochs"] == file_config.get("num_epochs", file_config.get(
         "num_sgd_iter", RLLIB["num_epochs"]))
@@ -74,3 +75,6 @@ def test_tuned_appo_files_keep_the_pipeline_they_were_measured_with(name):
     assert merged["max_sample_requests_in_flight_per_worker"] == 2
     if "cartpole" in name:  # discrete: RLlib's anchor and one pass, as measured
         assert merged["surrogate_anchor"] == "auto" and merged["num_epochs"] == 1
+        assert merged["minibatch_size"] is None  # the whole batch
+    else:
+        assert merged["minibatch_size"] == 256
