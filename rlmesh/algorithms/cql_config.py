@@ -23,6 +23,7 @@ _CQL_DEFAULTS = {
     # only evaluation samples.
     "rollout_fragment_length": 1,
     "training_intensity": None,
+    "min_sample_timesteps_per_iteration": 1000,
 }
 
 

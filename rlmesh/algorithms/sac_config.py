@@ -31,6 +31,11 @@ _SAC_DEFAULTS = {
     "target_network_update_freq": 0,
     # Uniform replay (RLlib's is prioritized), as SB3's, CleanRL's and the SAC paper's.
     "replay_buffer_config": {"type": "MultiAgentReplayBuffer", "capacity": 1_000_000},
+    # Iterations of 200 env steps, one Pendulum episode (off-policy's 1000; RLlib's SAC:
+    # 100 and at least 1 s). Stop rules are checked after each iteration, so 1000-step
+    # iterations rounded the env steps to a target up by as much as 1000 (SB3 checks after
+    # each episode). pendulum-sac.yaml's value; the MuJoCo files state their own 1000.
+    "min_sample_timesteps_per_iteration": 200,
 }
 
 

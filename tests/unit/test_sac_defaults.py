@@ -71,3 +71,15 @@ def test_tuned_sac_files_set_what_the_defaults_changed(path):
                "num_steps_sampled_before_learning_starts", "replay_buffer_config",
                "optimization_config"} - set(file_config)
     assert not missing, missing
+
+
+def test_sac_iterations_are_an_episode_of_pendulum_and_rllibs_stay_rllibs():
+    """Stop rules are read after each iteration: rlmesh's SAC reads them every 200 env steps
+    (one Pendulum episode), RLlib's every 100 (and 1 s), both stacks."""
+    assert SACConfig().min_sample_timesteps_per_iteration == 200
+    for stack in ("old", "new"):
+        config = SACConfig.rllib_defaults(stack)
+        assert (config.min_sample_timesteps_per_iteration, config.min_time_s_per_iteration) \
+            == (100, 1)
+        assert CQLConfig.rllib_defaults(stack).min_sample_timesteps_per_iteration == 100
+    assert CQLConfig().min_sample_timesteps_per_iteration == 1000  # unchanged
