@@ -22,7 +22,7 @@ _APPO_DEFAULTS = {
     # as PPO's epochs. 4 passes with a queue of 2: 123k-409k steps; 8 with the anchor below
     # and 500-step batches: 118k-266k.
     "num_epochs": 8,
-    # ... in minibatches of 32 (the whole batch): 64 gradient steps per 256 env steps, a
+    # ... in minibatches of 32 (RLlib's: the whole batch): 64 gradient steps per 256 env steps, a
     # quarter of an env step per gradient step (PPO's defaults: 160 per 2048; SB3's rl-zoo
     # CartPole: 20 per 256). Seeds 0-5: 54k-78k env steps, mean 66k (whole batches 97k-118k;
     # 64: 80k-87k on seeds 0-2; 32 at 4 or 6 passes: 96k-148k, 65k-145k).
