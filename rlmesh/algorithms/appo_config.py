@@ -4,10 +4,10 @@ advantage estimator of ``vtrace=False``) on top of IMPALA's, in RLlib's names.""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from rlmesh.config.base import setting
-from rlmesh.rl.spec import MODEL_DEFAULTS
+from rlmesh.rl.spec import MODEL_DEFAULTS, has_image
 from rlmesh.algorithms.gae_config import GAESettings
 from rlmesh.algorithms.impala_config import ImpalaConfig
 
@@ -18,15 +18,8 @@ from rlmesh.algorithms.impala_config import ImpalaConfig
 # 456k; 431 at 1.08M in an earlier run); these took 97k-110k. Each batch is trained on
 # several times, as PPO does, so the pipeline is kept short and the ratio is PPO's:
 _APPO_DEFAULTS = {
-    # 8 passes over each batch (1): a sample is learned from 8 times before it is dropped,
-    # as PPO's epochs. 4 passes with a queue of 2: 123k-409k steps; 8 with the anchor below
-    # and 500-step batches: 118k-266k.
-    "num_epochs": 8,
-    # ... in minibatches of 32 (RLlib's: the whole batch): 64 gradient steps per 256 env steps, a
-    # quarter of an env step per gradient step (PPO's defaults: 160 per 2048; SB3's rl-zoo
-    # CartPole: 20 per 256). Seeds 0-5: 54k-78k env steps, mean 66k (whole batches 97k-118k;
-    # 64: 80k-87k on seeds 0-2; 32 at 4 or 6 passes: 96k-148k, 65k-145k).
-    "minibatch_size": 32,
+    # num_epochs, minibatch_size and entropy_coeff: 'auto', by the observations (the fields
+    # below, and _BY_OBSERVATIONS).
     # 256-step batches of 32-step fragments (500 of 50): a fresher policy samples each
     # batch (97k-110k; 128-step batches 130k-203k).
     "train_batch_size": 256,
@@ -36,13 +29,30 @@ _APPO_DEFAULTS = {
     "learner_queue_size": 1,
     "max_sample_requests_in_flight_per_worker": 1,
     # (The ratio to the policy that sampled, surrogate_anchor below, goes with the passes.)
-    # twice RLlib's 5e-4, no entropy bonus (0.01), a [64, 64] value branch of its own
-    # (RLlib's [256, 256] shared): cartpole-appo.yaml's measured values.
+    # twice RLlib's 5e-4, a [64, 64] value branch of its own (RLlib's [256, 256] shared):
+    # cartpole-appo.yaml's measured values.
     "lr": 1e-3,
-    "entropy_coeff": 0.0,
     "model": {**MODEL_DEFAULTS, "fcnet_hiddens": [64, 64], "vf_share_layers": False},
     # 1 s iterations (10): results, and stop rules, every second.
     "min_time_s_per_iteration": 1.0,
+}
+
+
+# The defaults that depend on the observations, as (vector observations, images): what
+# 'auto' resolves to once the env's spaces are known (for_observations). Vectors (an MLP):
+# CartPole's measured values. 8 passes over each batch, as PPO's epochs (4 passes with a
+# queue of 2: 123k-409k env steps to 475), in minibatches of 32 (RLlib's: the whole batch):
+# 64 gradient steps per 256 env steps (PPO's defaults: 160 per 2048; SB3's rl-zoo CartPole:
+# 20 per 256); seeds 0-5: 54k-78k env steps, mean 66k (whole batches 97k-118k; 64: 80k-87k
+# on seeds 0-2; 32 at 4 or 6 passes: 96k-148k, 65k-145k); no entropy bonus (0.01: 139k and
+# 142k on seeds 0-1). Images (a conv net): RLlib's values. On MinAtar Breakout the vectors'
+# values made the learner the bottleneck (350 env steps/s against 2,200-2,800) and the policy
+# deterministic (entropy < 0.025 by 30k env steps), for no better return at 200k
+# (docs/benchmark_log.md, "APPO's defaults on MinAtar Breakout").
+_BY_OBSERVATIONS: dict[str, tuple[object, object]] = {
+    "num_epochs": (8, 1),
+    "minibatch_size": (32, None),
+    "entropy_coeff": (0.0, 0.01),
 }
 
 
@@ -91,6 +101,34 @@ class APPOConfig(ImpalaConfig, GAESettings, defaults=_APPO_DEFAULTS):
         0.01, "training", gt=0,
         doc="KL per update that the adaptive kl_coeff aims for: x1.5 above twice the "
             "target, x0.5 below half of it.")
+
+    num_epochs: int | Literal["auto"] = setting(
+        "auto", "training", ge=1, aliases=("num_sgd_iter",),
+        doc="Passes over each train batch (the learner replays each batch this many "
+            "times). 'auto' (RLlib's default: 1): 8 for vector observations, 1 for images "
+            "(a conv net), resolved when the env's spaces are known.")
+    minibatch_size: int | None | Literal["auto"] = setting(
+        "auto", "training", gt=0, aliases=("sgd_minibatch_size",),
+        doc="Env steps per gradient step; None: the whole train batch at once. 'auto' "
+            "(RLlib's default: None): 32 for vector observations, the whole batch for "
+            "images (a conv net).")
+    entropy_coeff: float | Literal["auto"] = setting(
+        "auto", "training", ge=0,
+        doc="Weight of the entropy bonus subtracted from the loss. 'auto' (RLlib's "
+            "default: 0.01): 0 for vector observations, 0.01 for images (a conv net).")
+
+    def for_observations(self, spaces: list[Any]) -> "APPOConfig":
+        """This config with each 'auto' above resolved: the images' value when any of
+        ``spaces`` (the policies' observation spaces) has an image a conv net reads, the
+        vectors' otherwise; itself when nothing is 'auto'."""
+        auto = [name for name in _BY_OBSERVATIONS if getattr(self, name) == "auto"]
+        if not auto:
+            return self
+        images = any(has_image(space) for space in spaces)
+        resolved = self.copy()
+        for name in auto:
+            setattr(resolved, name, _BY_OBSERVATIONS[name][images])
+        return resolved
 
     def _cross_checks(self) -> list[str]:
         problems = super()._cross_checks()

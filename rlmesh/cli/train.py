@@ -16,7 +16,7 @@ from pathlib import Path
 
 from rlmesh.driver.algorithm_registry import ALGORITHMS
 from rlmesh.tune.experiment import (DEFAULT_STOP, TrainSpec, build_algorithm, canonical_keys,
-                                    config_class, deep_merge, make_config, parse_stop)
+                                    config_class, deep_merge, make_config, parse_stop, used_config)
 from rlmesh.tune.train_loop import (EXIT_FAILED, EXIT_SIGINT, EXIT_USAGE, WRITE_ERRNOS,
                                     UsageError, _one_line, _train_loop, _trial_id,
                                     check_evaluation_stop, env_error_message, evaluation_line,
@@ -287,6 +287,9 @@ def run_spec(spec: TrainSpec, resume: bool = False, trust_code: bool = False) ->
             experiment = spec.experiment or default_experiment_name(spec.run, spec.env)
             trial_dir, trial_id = make_trial_dir(spec.local_dir, experiment, spec.run, spec.env)
         algo.logdir = str(trial_dir)  # evaluation videos go to its videos/
+        # params.json: what the run uses, the defaults that depend on the env's
+        # observations resolved ('auto', config.for_observations)
+        config_dict = used_config(algo, config).to_dict()
         # Saves of earlier runs killed mid-write left temp folders in their own trials.
         remove_stale_under(trial_dir.parent.parent, depth=2)
         logger = ResultLogger(trial_dir, config_dict, resume=resume,

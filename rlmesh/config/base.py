@@ -412,6 +412,13 @@ class AlgorithmConfig(SamplingSettings, EvaluationSettings, MultiAgentSettings, 
         """CPUs of processes placed with the driver besides it (IMPALA's aggregators)."""
         return 0
 
+    def for_observations(self, spaces: list[Any]) -> "AlgorithmConfig":
+        """This config with the defaults that depend on the observations resolved (an
+        algorithm's 'auto' values: APPOConfig's), given the policies' observation spaces;
+        the algorithm does this once it knows the env's spaces. Itself when nothing
+        depends on them."""
+        return self
+
     def lr_at(self, timestep: int) -> float:
         """The learning rate after ``timestep`` env steps sampled."""
         return value_at(self.lr_schedule, timestep) if self.lr_schedule else self.lr
@@ -433,7 +440,7 @@ class AlgorithmConfig(SamplingSettings, EvaluationSettings, MultiAgentSettings, 
             except ValueError as e:
                 problems.append(f"lr_schedule: {e}")
         per_learner = self.train_batch_size_per_learner or self.train_batch_size
-        if self.minibatch_size is not None and self.minibatch_size > per_learner:
+        if isinstance(self.minibatch_size, int) and self.minibatch_size > per_learner:
             problems.append(f"minibatch_size: expected <= the train batch per learner "
                             f"({per_learner}), got {self.minibatch_size}")
         envs = max(1, self.num_env_runners) * self.num_envs_per_env_runner

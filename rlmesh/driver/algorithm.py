@@ -41,7 +41,7 @@ from rlmesh.driver.trainer_args import trainer_config
 from rlmesh.callbacks import load_callbacks
 from rlmesh.config.batch_memory import check_batch_memory
 from rlmesh.config.base import AlgorithmConfig
-from rlmesh.env.registry import EnvContext, as_space, env_registry, spaces_of
+from rlmesh.env.registry import EnvContext, as_space, env_registry, space_from_data, spaces_of
 from rlmesh.policy.policy import Policy
 from rlmesh.preprocessing import model_obs_space
 from rlmesh.policy.policy_spec import PolicySpec
@@ -94,6 +94,10 @@ class Algorithm(PolicyAccess, SaveRestore):
         self.num_agent_steps_sampled = 0
         self.obs_space, self.action_space = self._spaces(config)
         self.policy_specs = self._policy_specs()
+        # Defaults that depend on the observations ('auto'): resolved before any process
+        # sees the config, from every policy's observation space.
+        config = self.config = config.for_observations(
+            [space_from_data(s["observation_space"]) for s in self.policy_specs.values()])
         self.entropy_warned: set[str] = set()  # policies warned of (warn_entropy_collapse)
         self.training_watch = TrainingWatch(self)  # a run whose learner never updates
         # The global observation filter: every runner's statistics merged (sync_filters).

@@ -49,7 +49,10 @@ class Policy:
     def __init__(self, observation_space: gym.Space, action_space: gym.Space, config: Any) -> None:
         self.observation_space = observation_space
         self.action_space = action_space
-        self.config = config
+        # A config built outside an algorithm may hold defaults that depend on the
+        # observations ('auto'); this policy's resolve them (the algorithm's already did).
+        resolve = getattr(config, "for_observations", None)
+        self.config = resolve([observation_space]) if resolve is not None else config
         self.global_timestep = 0
 
     # --- runner side ---

@@ -176,6 +176,16 @@ def image_shape(space: gym.Space) -> tuple[int, int, int] | None:
     return (shape[2], shape[0], shape[1])
 
 
+def has_image(space: gym.Space) -> bool:
+    """Whether ``space`` is, or holds in a Dict or Tuple, an image leaf (``image_shape``):
+    what the default model reads with a conv net."""
+    if isinstance(space, gym.spaces.Dict):
+        return any(has_image(s) for s in space.spaces.values())
+    if isinstance(space, gym.spaces.Tuple):
+        return any(has_image(s) for s in space.spaces)
+    return image_shape(space) is not None
+
+
 def default_conv_filters(space: gym.Space) -> list:
     """Conv filters for an image of this size: the Nature DQN stack from 64 pixels up
     (84x84, 64x64), a smaller one for 42x42, two 3x3 layers for small grids (MinAtar's

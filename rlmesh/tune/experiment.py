@@ -83,6 +83,13 @@ def make_config(spec: TrainSpec):
     return config
 
 
+def used_config(algo, config):
+    """The config ``algo`` runs with: its own, where defaults that depend on the env's
+    observations are resolved (config.for_observations); ``config`` for a stand-in without one."""
+    used = getattr(algo, "config", None)
+    return used if hasattr(used, "to_dict") else config
+
+
 def build_algorithm(config):
     """Start the algorithm (tests replace this to train without processes). Its env
     runners' interpreters start first, so that their imports overlap the driver's (torch)."""

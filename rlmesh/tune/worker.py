@@ -73,7 +73,7 @@ def main(spec_path: str, parent_pid: int) -> int:
     os.dup2(log.fileno(), 2)
     sys.stdout = sys.stderr = log
     from rlmesh.tune import train_loop as experiments
-    from rlmesh.tune.experiment import TrainSpec, build_algorithm, make_config
+    from rlmesh.tune.experiment import TrainSpec, build_algorithm, make_config, used_config
     from rlmesh.results import ResultLogger
 
     spec = TrainSpec(run=data["run"], env=data["config"].get("env"), config=data["config"],
@@ -111,14 +111,16 @@ def main(spec_path: str, parent_pid: int) -> int:
     # A trial resumed from its own checkpoint does its later iterations again: their rows go.
     # PBT's exploit (a donor's copy, "checkpoint_N_from_<trial>") keeps the trial's history.
     own = bool(data.get("restore")) and re.fullmatch(r"checkpoint_\d+", Path(data["restore"]).name)
-    logger = ResultLogger(trial_dir, config.to_dict(), resume=bool(data.get("restore")),
+    # params.json: what the trial uses ('auto' defaults resolved from the env's spaces)
+    used = used_config(algo, config).to_dict()
+    logger = ResultLogger(trial_dir, used, resume=bool(data.get("restore")),
                           resumed_at=algo.iteration if own else None)
     if data.get("trackers"):  # one tracker run per trial, grouped by the experiment
         from rlmesh.tune.trackers import TrackedLogger
 
         logger = TrackedLogger(logger, data["trackers"], trial_dir.name,
                                data.get("experiment") or trial_dir.parent.name,
-                               config.to_dict(), trial_dir)
+                               used, trial_dir)
     control = PipeControl(out, sys.stdin)
     try:
         return experiments._train_loop(algo, spec, trial_dir, data["trial_id"], _Quiet(),

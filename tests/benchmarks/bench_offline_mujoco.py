@@ -61,7 +61,8 @@ def settings(algo: str) -> dict[str, Any]:
 
 
 def run(algo: str, data: str, env_id: str, steps: int, seed: int, episodes: int,
-        eval_every: int, eval_envs: int = 10) -> dict[str, Any]:
+        eval_every: int, eval_envs: int = 10,
+        overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     """``steps`` gradient steps of ``algo`` on ``data`` (whole iterations of
     ``STEPS_PER_ITER``), ``episodes`` greedy episodes every ``eval_every`` of them: the curve
     ``[[gradient steps, mean return], ...]``, its last point the run's return."""
@@ -74,7 +75,7 @@ def run(algo: str, data: str, env_id: str, steps: int, seed: int, episodes: int,
                           # the episodes side by side: one policy call a step for all
                           evaluation_config={"num_envs_per_env_runner": eval_envs})
               .debugging(seed=seed))
-    config = config.update_from_dict(settings(algo))
+    config = config.update_from_dict({**settings(algo), **(overrides or {})})
     algo_obj = config.build()
     t0, updates, curve, evaluating = time.perf_counter(), 0, [], 0.0
     try:
@@ -140,7 +141,8 @@ def table(log: str, data: str | None = None) -> str:
         for line in f:
             r = json.loads(line)
             if "algo" in r and "curve" in r and (data is None or r["data"] == data):
-                runs[(r["algo"], r["gradient_steps"], r["seed"])] = r
+                label = r["algo"] + (f" {json.dumps(r['config'])}" if r.get("config") else "")
+                runs[(label, r["gradient_steps"], r["seed"])] = r
     if not runs:
         return f"no runs with curves in {log}" + (f" on {data}" if data else "")
     groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
@@ -192,6 +194,9 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=10, help="greedy evaluation episodes")
     parser.add_argument("--iql-reward-scale", action="store_true",
                         help="IQL learns from a copy with the IQL paper's reward scaling")
+    parser.add_argument("--config", type=json.loads, default={}, metavar="JSON",
+                        help="keys changed from the settings below, for every algorithm run "
+                             "(a sweep: recorded in each log line)")
     parser.add_argument("--log", default=str(ROOT / "docs" / "benchmarks" / "offline_mujoco.jsonl"))
     parser.add_argument("--table", metavar="LOG",
                         help="print the tables of the runs in LOG (of DATA only, if given)")
@@ -216,8 +221,10 @@ def main() -> None:
             data = args.data
             if algo == "IQL" and args.iql_reward_scale:
                 data = iql_scaled_copy(args.data, info, Path(args.data + "-iql-scaled"))
-            got = run(algo, data, args.env, args.steps, seed, args.episodes, args.eval_every)
+            got = run(algo, data, args.env, args.steps, seed, args.episodes, args.eval_every,
+                      overrides=args.config)
             report({"algo": algo + (" (rewards scaled)" if data != args.data else ""),
+                    **({"config": args.config} if args.config else {}),
                     "seed": seed, "gradient_steps": args.steps, "eval_every": args.eval_every,
                     **got, "normalized": normalized(args.env, got["return"]), **dataset,
                     **version, "load_average": os.getloadavg()[0]}, args.log)

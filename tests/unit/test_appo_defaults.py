@@ -7,12 +7,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import gymnasium as gym
+import numpy as np
 import pytest
 import yaml
 
 from rlmesh.algorithms.appo_config import APPOConfig
 from rlmesh.algorithms.impala_config import ImpalaConfig
 from rlmesh.cli.train import with_rllib_defaults
+from rlmesh.config.base import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 PIPELINE = ("num_epochs", "minibatch_size", "train_batch_size", "rollout_fragment_length", "learner_queue_size",
@@ -28,8 +31,15 @@ def pick(config, keys=PIPELINE) -> dict:
     return {k: data[k] for k in keys}
 
 
+VECTOR = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
+IMAGE = gym.spaces.Box(0, 255, (10, 10, 4), np.uint8)  # MinAtar's grid, channels last
+
+
 def test_rlmesh_appo_defaults_are_the_measured_cartpole_ones():
-    assert pick(APPOConfig()) == {
+    auto = APPOConfig()
+    assert (auto.num_epochs, auto.minibatch_size, auto.entropy_coeff) == ("auto",) * 3
+    auto.validate()
+    assert pick(auto.for_observations([VECTOR])) == {
         "num_epochs": 8, "minibatch_size": 32, "train_batch_size": 256,
         "rollout_fragment_length": 32,
         "learner_queue_size": 1, "max_sample_requests_in_flight_per_worker": 1,
@@ -37,6 +47,52 @@ def test_rlmesh_appo_defaults_are_the_measured_cartpole_ones():
         "min_time_s_per_iteration": 1.0}
     model = APPOConfig().model
     assert model["fcnet_hiddens"] == [64, 64] and model["vf_share_layers"] is False
+
+
+@pytest.mark.parametrize("space", [
+    IMAGE,
+    gym.spaces.Box(0, 255, (4, 84, 84), np.uint8),  # a frame stack, channels first
+    gym.spaces.Dict({"image": gym.spaces.Box(0, 255, (7, 7, 3), np.uint8),
+                     "direction": gym.spaces.Discrete(4)}),  # MiniGrid's
+])
+def test_images_get_rllibs_learner_share_and_entropy_bonus(space):
+    """A conv net at 64 gradient steps per 256 env steps made the learner the bottleneck on
+    MinAtar and, with no entropy bonus, the policy deterministic by 30k env steps."""
+    resolved = APPOConfig().for_observations([space])
+    assert (resolved.num_epochs, resolved.minibatch_size,
+            resolved.entropy_coeff) == (1, None, 0.01)
+    # the rest of rlmesh's pipeline stays
+    assert (resolved.train_batch_size, resolved.learner_queue_size) == (256, 1)
+
+
+def test_any_policy_with_images_gets_the_image_values_and_set_values_stay():
+    assert APPOConfig().for_observations([VECTOR, IMAGE]).num_epochs == 1
+    given = APPOConfig().training(num_epochs=3, entropy_coeff=0.002)
+    resolved = given.for_observations([IMAGE])
+    assert (resolved.num_epochs, resolved.minibatch_size,
+            resolved.entropy_coeff) == (3, None, 0.002)
+    assert given.num_epochs == 3 and given.minibatch_size == "auto"  # a copy: given unchanged
+    settled = APPOConfig().training(num_epochs=2, minibatch_size=64, entropy_coeff=0.0)
+    assert settled.for_observations([IMAGE]) is settled
+
+
+def test_a_policy_built_outside_an_algorithm_resolves_auto_from_its_space():
+    from rlmesh.algorithms.appo.appo import APPOTorchPolicy
+
+    config = APPOConfig().environment("CartPole-v1")
+    policy = APPOTorchPolicy(VECTOR, gym.spaces.Discrete(2), config)
+    assert (policy.config.num_epochs, policy.config.minibatch_size) == (8, 32)
+    image_policy = APPOTorchPolicy(IMAGE, gym.spaces.Discrete(3), config)
+    assert (image_policy.config.num_epochs, image_policy.config.entropy_coeff) == (1, 0.01)
+
+
+def test_auto_is_only_what_appo_resolves():
+    from rlmesh.algorithms.ppo_config import PPOConfig
+
+    with pytest.raises(ConfigError, match="num_epochs"):
+        PPOConfig().training(num_epochs="auto").validate()
+    with pytest.raises(ConfigError, match="entropy_coeff"):
+        ImpalaConfig().training(entropy_coeff="auto").validate()
 
 
 @pytest.mark.parametrize("stack, in_flight", [("old", 2), ("new", 1)])
