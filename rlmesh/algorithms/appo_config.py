@@ -3,6 +3,7 @@ advantage estimator of ``vtrace=False``) on top of IMPALA's, in RLlib's names.""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -56,6 +57,14 @@ _BY_OBSERVATIONS: dict[str, tuple[object, object]] = {
 }
 
 
+def _auto(name: str, doc: str) -> Any:
+    """ImpalaConfig's setting ``name`` declared again with the default 'auto' (the type
+    widened where it is declared): the same group, key, aliases and bounds."""
+    meta = {f.name: f for f in dataclasses.fields(ImpalaConfig)}[name].metadata
+    return setting("auto", meta["group"], doc=doc, key=meta["key"], aliases=meta["aliases"],
+                   ge=meta["ge"], gt=meta["gt"], le=meta["le"], merge=meta["merge"])
+
+
 @dataclass(kw_only=True)
 class APPOConfig(ImpalaConfig, GAESettings, defaults=_APPO_DEFAULTS):
     """Asynchronous PPO, configured as in RLlib::
@@ -102,20 +111,19 @@ class APPOConfig(ImpalaConfig, GAESettings, defaults=_APPO_DEFAULTS):
         doc="KL per update that the adaptive kl_coeff aims for: x1.5 above twice the "
             "target, x0.5 below half of it.")
 
-    num_epochs: int | Literal["auto"] = setting(
-        "auto", "training", ge=1, aliases=("num_sgd_iter",),
-        doc="Passes over each train batch (the learner replays each batch this many "
-            "times). 'auto' (RLlib's default: 1): 8 for vector observations, 1 for images "
-            "(a conv net), resolved when the env's spaces are known.")
-    minibatch_size: int | None | Literal["auto"] = setting(
-        "auto", "training", gt=0, aliases=("sgd_minibatch_size",),
-        doc="Env steps per gradient step; None: the whole train batch at once. 'auto' "
-            "(RLlib's default: None): 32 for vector observations, the whole batch for "
-            "images (a conv net).")
-    entropy_coeff: float | Literal["auto"] = setting(
-        "auto", "training", ge=0,
-        doc="Weight of the entropy bonus subtracted from the loss. 'auto' (RLlib's "
-            "default: 0.01): 0 for vector observations, 0.01 for images (a conv net).")
+    num_epochs: int | Literal["auto"] = _auto(
+        "num_epochs",
+        "Passes over each train batch (the learner replays each batch this many times). "
+        "'auto' (RLlib's default: 1): 8 for vector observations, 1 for images (a conv "
+        "net), resolved when the env's spaces are known.")
+    minibatch_size: int | None | Literal["auto"] = _auto(
+        "minibatch_size",
+        "Env steps per gradient step; None: the whole train batch at once. 'auto' (RLlib's "
+        "default: None): 32 for vector observations, the whole batch for images (a conv net).")
+    entropy_coeff: float | Literal["auto"] = _auto(
+        "entropy_coeff",
+        "Weight of the entropy bonus subtracted from the loss. 'auto' (RLlib's default: "
+        "0.01): 0 for vector observations, 0.01 for images (a conv net).")
 
     def for_observations(self, spaces: list[Any]) -> "APPOConfig":
         """This config with each 'auto' above resolved: the images' value when any of
