@@ -32,7 +32,6 @@ class AsyncAlgorithm(Algorithm):
     def _on_started(self) -> None:
         self.mesh.build("aggregators")  # Algorithm then connects: the learners' update
         # loops (their ready call), then the runners' streams
-        self._updates_seen = 0
 
     def training_iteration(self) -> dict[str, Any]:
         """One iteration: at least ``min_time_s_per_iteration`` seconds and one update."""
@@ -58,9 +57,9 @@ class AsyncAlgorithm(Algorithm):
         cfg = self.config
         time.sleep(cfg.min_time_s_per_iteration or 0)
         while True:
-            updates = self._ask(self.mesh.learners.on_rank0, "num_updates")
-            if updates > self._updates_seen:
-                self._updates_seen = updates
+            # An update whose statistics the metrics below will read (not only its gradient
+            # step: under load the iteration could otherwise report nothing trained).
+            if self._ask(self.mesh.learners.on_rank0, "updates_reported") > 0:
                 return
             if time.perf_counter() - start > cfg.learner_queue_timeout + 30:
                 raise LearnerFailed(f"no update in {cfg.learner_queue_timeout + 30:.0f} s")

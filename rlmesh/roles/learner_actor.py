@@ -50,8 +50,8 @@ class LearnerActor(Actor):
     protocol = Protocol(
         calls=("update", "apply_gradients", "start_async", "start_replay",
                "replay_shard_restarted", "add_fragment", "dp_listen", "set_dp_address",
-               "publish", "pop_metrics", "num_updates", "get_weights", "set_weights",
-               "add_policy", "remove_policy", "get_state", "set_state"),
+               "publish", "pop_metrics", "num_updates", "updates_reported", "get_weights",
+               "set_weights", "add_policy", "remove_policy", "get_state", "set_state"),
         streams=("add_fragment", "add_batch"),
         test_hooks=("weight_digests", "pid"),
     )
@@ -89,6 +89,9 @@ class LearnerActor(Actor):
         self.version = 0  # policy version: +1 per update and per set_weights/set_state
         self.publisher = WeightPublisher(None, rank)  # its param server: on_start (rank 0)
         self._report = Report()
+        # The update thread adds to the report while the driver's pop_metrics swaps it: an
+        # update counts in exactly one report, and updates_reported says what the next holds.
+        self._report_lock = threading.Lock()
         # Data-parallel learners: a digest of the weights after each recent update, so a
         # test can check that every rank holds the same weights at every version.
         self._digests: deque[tuple[int, str]] = deque(maxlen=512)
@@ -218,8 +221,9 @@ class LearnerActor(Actor):
                 batch, is_new = self.source.next(self.version, self._dp_timeout)
                 started = time.perf_counter()
                 self._update(batch, is_new)
-                self._report.wait_s += started - waited
-                self._report.busy_s += time.perf_counter() - started
+                with self._report_lock:
+                    self._report.wait_s += started - waited
+                    self._report.busy_s += time.perf_counter() - started
         except InputClosed:
             return
         except Exception as exc:
@@ -244,7 +248,8 @@ class LearnerActor(Actor):
             if self.world_size > 1:
                 self._digests.append((self.learner.num_updates, self._digest()))
         self.source.trained(batch, stats)  # (its own statistics out first: APEX's TD errors)
-        self._report.add(stats, lag, int(batch["env_steps"]) if is_new else 0)
+        with self._report_lock:
+            self._report.add(stats, lag, int(batch["env_steps"]) if is_new else 0)
         if snapshot is not None:
             self._loop.call_soon_threadsafe(self.publisher.offer, snapshot)
 
@@ -312,7 +317,8 @@ class LearnerActor(Actor):
         """What happened since the last call; raises the update thread's error, if any."""
         if self._error is not None:
             raise LearnerStopped(f"learner {self.rank} stopped: {self._error}")
-        report, self._report = self._report, Report()
+        with self._report_lock:
+            report, self._report = self._report, Report()
         return {**report.summary(), **self.source.metrics(), "rank": self.rank,
                 "policy_version": self.version,
                 "num_weights_published": self.publisher.num_published}
@@ -321,6 +327,15 @@ class LearnerActor(Actor):
         if self._error is not None:
             raise LearnerStopped(f"learner {self.rank} stopped: {self._error}")
         return self.learner.num_updates
+
+    def updates_reported(self) -> int:
+        """Updates the next ``pop_metrics`` will report (with their statistics and env
+        steps). ``num_updates`` counts an update as its gradient step ends, before its
+        statistics reach the report: an iteration that waited on it could read none."""
+        if self._error is not None:
+            raise LearnerStopped(f"learner {self.rank} stopped: {self._error}")
+        with self._report_lock:
+            return self._report.updates
 
     def _digest(self) -> str:
         h = hashlib.sha1()

@@ -15,7 +15,9 @@ from typing import Any
 # import for add_policy.
 # Version 6 (issue 49): roles are started with a typed spec (roles/specs.py) instead of
 # config dicts carrying underscore keys.
-PROTOCOL_VERSION = 9
+# Version 10: learners serve updates_reported (what the next pop_metrics reports), which an
+# asynchronous iteration waits on.
+PROTOCOL_VERSION = 10
 
 # --- data plane: handle <-> actor (DEALER -> ROUTER) ---
 HELLO = "hello"  # handle -> actor at connect; reply HELLO_OK (or ERROR on version mismatch)

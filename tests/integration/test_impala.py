@@ -226,3 +226,69 @@ def test_cli_resume_goes_on_from_the_newest_checkpoint(tmp_path):
                            "--local-dir", str(local), "--resume"],
                           capture_output=True, text=True, timeout=120)
     assert none.returncode == 2 and "no checkpoint of APPO" in none.stderr
+
+
+def test_an_update_counts_in_the_report_the_driver_waited_for(monkeypatch):
+    """An asynchronous iteration waits for ``updates_reported`` > 0, then reads
+    ``pop_metrics``: the update must be in that report with its env steps. The learner counts
+    ``num_updates`` as the gradient step ends, before the statistics reach the report (the
+    source's ``trained`` runs between; slowed here to hold the gap open), so waiting on
+    ``num_updates`` could read an iteration with nothing trained (CI saw 0 under load)."""
+    import asyncio
+    import threading
+    import time
+
+    import gymnasium as gym
+    import uvloop
+
+    from rlmesh.algorithms.impala import ImpalaTorchPolicy
+    from rlmesh.policy.policy_spec import PolicySpec
+    from rlmesh.roles.learner_input import StreamSource
+    from rlmesh.runtime import Job
+    from tests.benchmarks.impala_actors import cartpole_fragment
+
+    in_trained = threading.Event()
+    trained = StreamSource.trained
+
+    def slow_trained(self, batch, stats):
+        in_trained.set()
+        time.sleep(1.0)
+        return trained(self, batch, stats)
+
+    monkeypatch.setattr(StreamSource, "trained", slow_trained)
+    cfg = cartpole(train_batch_size=400)
+    env = gym.make("CartPole-v1")
+    specs = {"default_policy": PolicySpec(ImpalaTorchPolicy).resolved(
+        None, env.observation_space, env.action_space).to_data(cfg)}
+
+    async def main():
+        async with Job("inproc") as job:
+            await job.spawn("tests.integration.envs_for_tests:RecordingParamServer",
+                            name="param_server")
+            learner = await job.spawn("rlmesh.roles.learner_actor:LearnerActor",
+                                      config=cfg.to_dict(),
+                                      config_cls="rlmesh.algorithms.impala_config:ImpalaConfig",
+                                      policy_specs=specs, name="learner-0")
+            await learner.call("start_async")
+            await learner.call("publish")
+            # 50 x 8 steps: a batch of 400, one update (more would wait behind the slow one)
+            await learner.call("add_fragment", cartpole_fragment(seed=0))
+            for _ in range(600):
+                if in_trained.is_set():
+                    break
+                await asyncio.sleep(0.01)
+            in_the_gap = (await learner.call("num_updates"),
+                          await learner.call("updates_reported"))
+            for _ in range(600):
+                if await learner.call("updates_reported") > 0:
+                    break
+                await asyncio.sleep(0.02)
+            return in_the_gap, await learner.call("pop_metrics"), \
+                await learner.call("updates_reported")
+
+    (stepped, reported), metrics, after = uvloop.run(main())
+    assert (stepped, reported) == (1, 0)  # the gradient step done, its statistics not yet
+    assert metrics["num_updates"] == 1 and metrics["num_env_steps_trained"] == 400
+    assert metrics["stats"]["default_policy"]["policy_loss"] == metrics["stats"][
+        "default_policy"]["policy_loss"]  # a number, not NaN
+    assert after == 0  # popped: the next iteration waits for a new update

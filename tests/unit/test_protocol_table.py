@@ -34,7 +34,8 @@ UNDECLARED = {
 # a role's calls, kinds, requests or replies is a new protocol: bump PROTOCOL_VERSION.
 FINGERPRINTS = {2: "14f5ee7c6b1709c8", 3: "e107a26dc06f7250", 4: "b8313f061e0ae69a",
                 5: "da1b681346d14006", 6: "6a80e3f62936f1ed",
-                7: "05b5e44b3ca10654", 8: "98062f917405da16", 9: "72b5463f019153c8"}
+                7: "05b5e44b3ca10654", 8: "98062f917405da16", 9: "72b5463f019153c8",
+                10: "4985e155b6a2e71b"}
 # Receivers whose ``tell`` is not an actor's (an optuna study, files).
 NOT_HANDLES = ("study",)
 # The calling forms themselves (a stream's items name the call the stream was opened for).
