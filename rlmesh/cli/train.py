@@ -19,7 +19,7 @@ from rlmesh.tune.experiment import (DEFAULT_STOP, TrainSpec, build_algorithm, ca
                                     config_class, deep_merge, make_config, parse_stop, used_config)
 from rlmesh.tune.train_loop import (EXIT_FAILED, EXIT_SIGINT, EXIT_USAGE, WRITE_ERRNOS,
                                     UsageError, _one_line, _train_loop, _trial_id,
-                                    check_evaluation_stop, env_error_message, evaluation_line,
+                                    check_evaluation_stop, env_error_message,
                                     policy_error_message, resume_into, write_error)
 
 # The role in brackets: [driver] here, [env_runner-1], [learner-0], ... from other processes.

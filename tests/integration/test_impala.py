@@ -6,7 +6,6 @@ and aggregators are replaced, a dead learner stops the run naming the checkpoint
 from __future__ import annotations
 
 import json
-import logging
 import math
 import os
 import signal
