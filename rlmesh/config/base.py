@@ -117,7 +117,10 @@ class AlgorithmConfig(SamplingSettings, EvaluationSettings, MultiAgentSettings, 
         doc="GPUs per learner; 0 trains on CPU.")
     num_cpus_per_learner: int | Literal["auto"] = setting(
         "auto", "learners", ge=0, aliases=("num_cpus_per_learner_worker",),
-        doc="CPUs per learner; 'auto': 1 on CPU, 0 when the learner has a GPU.")
+        doc="CPUs per learner (its torch threads on CPU); 'auto': 1 on CPU, 0 when the "
+            "learner has a GPU; a CPU learner in the driver with no runner process sampling "
+            "meanwhile (num_learners and num_env_runners 0) takes the driver's cores "
+            "(learner_threads).")
     learner_rendezvous_private_only: bool = setting(
         True, "learners",
         doc="Data-parallel learners on several nodes meet at rank 0's node address over "
@@ -407,6 +410,25 @@ class AlgorithmConfig(SamplingSettings, EvaluationSettings, MultiAgentSettings, 
                 for i in range(1, self.evaluation_num_env_runners + 1)), "SPREAD",
                 "evaluation_runners"))
         return groups
+
+    def learner_threads(self, in_driver: bool = False) -> int:
+        """torch threads of a CPU learner: ``num_cpus_per_learner``, or for 'auto' one (the
+        CPU RLlib reserves per learner: in a mesh on few cores a learner's OpenMP threads
+        spin against the runners'). A learner in the driver (``in_driver``) while nothing
+        else of the run computes (no env runner processes, no evaluation in parallel: the
+        driver samples between updates) takes every physical core this process may use,
+        ``OMP_NUM_THREADS`` where set (the tune and launch workers set 1), as torch's
+        default would: SAC's [256, 256] step on Pendulum ran 1.5x faster with two threads
+        than one on 2 cores (docs/benchmark_log.md)."""
+        if self.num_cpus_per_learner != "auto":
+            return max(1, int(self.num_cpus_per_learner))
+        alone = (in_driver and self.num_env_runners == 0
+                 and not (self.evaluation_parallel_to_training and self.evaluation_num_env_runners))
+        if not alone:
+            return 1
+        from rlmesh.runtime.process import process_cores
+
+        return process_cores()
 
     def _driver_side_cpus(self) -> float:
         """CPUs of processes placed with the driver besides it (IMPALA's aggregators)."""

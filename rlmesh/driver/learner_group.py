@@ -10,6 +10,7 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
+import torch
 
 from rlmesh.rl.columns import shard_batch
 from rlmesh.roles.learner import BOTH, Learner, deprecated_update, learner_class_of
@@ -35,6 +36,8 @@ class LearnerGroup:
             # As a learner process would choose: no quiet fall-back to the CPU.
             device = learner_device(config.num_gpus_per_learner, 0, config.fake_gpus)
             self.local = learner_class(config, policy_specs, str(device))
+            if device.type == "cpu":  # alone in the driver between its samples: its cores
+                torch.set_num_threads(config.learner_threads(in_driver=True))
         self._pending: list[Future] = []  # the learner actors' asynchronous updates
 
     def start(self) -> None:

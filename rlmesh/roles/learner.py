@@ -54,9 +54,9 @@ class Learner(LearnerHooks):
         self.device = torch.device(device)
         # torch's default of a thread per core made an update of a small MLP 5-30x slower
         # on 2 cores (OpenMP threads spinning against the env runners and the event loop);
-        # "auto" is one thread, as RLlib reserves one CPU per learner by default.
-        threads = config.num_cpus_per_learner
-        torch.set_num_threads(1 if threads == "auto" else max(1, int(threads)))
+        # "auto" is one thread, as RLlib reserves one CPU per learner by default. The
+        # driver's own learner may take more (LearnerGroup: learner_threads(in_driver)).
+        torch.set_num_threads(config.learner_threads())
         self.policies: dict[str, Any] = {}
         self._init_hooks()
         for pid, spec in policy_specs.items():

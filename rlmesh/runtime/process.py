@@ -68,6 +68,19 @@ ONE_THREAD_PER_LIBRARY = {
 }
 
 
+def process_cores() -> int:
+    """The numeric threads one process may use alone, as torch's default counts them:
+    ``OMP_NUM_THREADS`` where set, else the physical cores, no more than the CPUs this
+    process may run on (a container's or taskset's affinity)."""
+    told = os.environ.get("OMP_NUM_THREADS", "").strip()
+    if told.isdigit() and int(told) > 0:
+        return int(told)
+    import psutil
+
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, min(cpus or 1, psutil.cpu_count(logical=False) or cpus or 1))
+
+
 class ActorStartError(RuntimeError):
     """A child process exited or timed out before it was ready."""
 
