@@ -36,12 +36,14 @@ def tuned_file(algo: str, env_id: str) -> Path:
 
 
 def rlmesh_run(algo: str, env_id: str, seed: int, timesteps: int, tmp: Path,
-               output: str | None = None) -> dict[str, Any]:
+               output: str | None = None, threads: int = 1) -> dict[str, Any]:
     """``output``: also write every sampled step there (Parquet), e.g. a SAC run's replay as
-    the offline benchmark's medium-replay dataset."""
+    the offline benchmark's medium-replay dataset. ``threads``: the learner's torch threads
+    (``num_cpus_per_learner``; 0: rlmesh's 'auto')."""
     local_dir = tmp / f"{algo}-{env_id}-{seed}"
     stop = json.dumps({"timesteps_total": timesteps})
-    config: dict[str, Any] = {"metrics_num_episodes_for_smoothing": WINDOW}
+    config: dict[str, Any] = {"metrics_num_episodes_for_smoothing": WINDOW,
+                              "num_cpus_per_learner": threads or "auto"}
     if output:
         config.update(output=output, output_format="parquet")
     cmd = _train_cmd("-f", str(tuned_file(algo, env_id)), "--local-dir", str(local_dir),
@@ -52,13 +54,15 @@ def rlmesh_run(algo: str, env_id: str, seed: int, timesteps: int, tmp: Path,
         raise RuntimeError(f"{' '.join(cmd)} exited {code}")
     last = results[-1]
     return {"wall": wall, "timesteps": last["timesteps_total"],
-            "return": last["episode_reward_mean"], "inside": last["time_total_s"]}
+            "return": last["episode_reward_mean"], "inside": last["time_total_s"],
+            "threads": threads or "auto"}
 
 
-def sb3_run(algo: str, env_id: str, seed: int, timesteps: int) -> dict[str, Any]:
+def sb3_run(algo: str, env_id: str, seed: int, timesteps: int, threads: int = 1
+            ) -> dict[str, Any]:
     python = os.environ.get("PEERS_PYTHON", str(PEERS_PYTHON))
     cmd = [python, str(PEER), "--algo", algo, "--env", env_id, "--seed", str(seed),
-           "--timesteps", str(timesteps), "--window", str(WINDOW)]
+           "--timesteps", str(timesteps), "--window", str(WINDOW), "--threads", str(threads)]
     got, wall = peer_json(cmd)
     return {"wall": wall, "timesteps": got["timesteps"], "return": got["episode_reward_mean"],
             "inside": got["learn_s"], "version": got["stable_baselines3"],
@@ -73,6 +77,9 @@ def main() -> None:
     parser.add_argument("--sides", default="rlmesh,sb3")
     parser.add_argument("--log", default=str(ROOT / "docs" / "benchmarks" / "mujoco_runs.jsonl"))
     parser.add_argument("--tmp", default="/tmp/bench_mujoco")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads of both sides' learners (0: each side's default; "
+                             "1, the rows' setting: the two can run side by side)")
     parser.add_argument("--output", help="rlmesh's runs write their samples under OUTPUT/"
                                          "<algo>-<env>-<seed> (Parquet)")
     args = parser.parse_args()
@@ -83,8 +90,10 @@ def main() -> None:
             for side in sides:  # take turns, run by run, so load drifts hit both
                 load0 = os.getloadavg()[0]
                 out = args.output and f"{args.output}/{algo}-{env_id}-{seed}"
-                got = (rlmesh_run(algo, env_id, seed, args.timesteps, Path(args.tmp), out)
-                       if side == "rlmesh" else sb3_run(algo, env_id, seed, args.timesteps))
+                got = (rlmesh_run(algo, env_id, seed, args.timesteps, Path(args.tmp), out,
+                                  args.threads)
+                       if side == "rlmesh" else sb3_run(algo, env_id, seed, args.timesteps,
+                                                        args.threads))
                 line = {"side": side, "algo": algo, "env": env_id, "seed": seed,
                         "budget": args.timesteps, **got,
                         "load": round((load0 + os.getloadavg()[0]) / 2, 2)}

@@ -65,7 +65,7 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=10)
     parser.add_argument("--timesteps", type=int, default=100_000)
     parser.add_argument("--threads", type=int, default=1,
-                        help="torch threads; 1 as rlmesh's learner (0: torch's default of one "
+                        help="torch threads; 1 as bench_mujoco's rows (0: torch's default of one "
                              "per core, which spins against any other load on 2 cores)")
     args = parser.parse_args()
     import stable_baselines3
