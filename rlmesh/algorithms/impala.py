@@ -163,13 +163,37 @@ def loss_terms(policy: Any, dist: Any, values: torch.Tensor, vs: torch.Tensor,
                               "vf_explained_var": explained_variance(vs[mask], values[mask])}
 
 
-def centered(policy: Any, advantages: torch.Tensor) -> torch.Tensor:
-    """The (valid) policy-gradient advantages, less their mean where ``center_advantages``
-    says so ('auto': Box actions)."""
+def centered(policy: Any, advantages: torch.Tensor, rhos: torch.Tensor | None = None
+             ) -> torch.Tensor:
+    """The (valid) policy-gradient advantages, less a constant baseline where
+    ``center_advantages`` says so ('auto': Box actions).
+
+    ``rhos``: the importance weights already in ``advantages`` (V-trace's ``rho_pg * (q -
+    V)``). The baseline then goes inside them, ``rho_pg * (q - V - b)`` with ``b`` their
+    self-normalised mean ``sum(rho_pg (q - V)) / sum(rho_pg)``: subtracting a plain mean
+    outside would give a stale sample (``rho`` near 0) the weight ``-b`` with no importance
+    weight, and the gradient of a narrow Gaussian's log-density there grows as ``1/sigma^2``.
+    On-policy (every ``rho`` 1) both are the plain mean."""
     setting = policy.config.center_advantages
     if setting == "auto":
         setting = isinstance(policy.action_space, gym.spaces.Box)
-    return advantages - advantages.mean() if setting and advantages.numel() > 1 else advantages
+    if not setting or advantages.numel() <= 1:
+        return advantages
+    if rhos is None:
+        return advantages - advantages.mean()
+    return advantages - rhos * (advantages.sum() / rhos.sum().clamp(min=1e-8))
+
+
+def pg_rhos(policy: Any, behaviour_logp: torch.Tensor, target_logp: torch.Tensor
+            ) -> torch.Tensor | None:
+    """V-trace's clipped importance weights of the policy-gradient advantages (the ones
+    ``vtrace`` puts in them); None without V-trace."""
+    cfg = policy.config
+    if not cfg.vtrace:
+        return None
+    ratios = torch.exp(target_logp.to(behaviour_logp.dtype) - behaviour_logp)
+    threshold = cfg.vtrace_clip_pg_rho_threshold
+    return ratios if threshold is None else ratios.clamp(max=threshold)
 
 
 class ImpalaTorchPolicy(TorchPolicy):
@@ -201,7 +225,9 @@ class ImpalaTorchPolicy(TorchPolicy):
         with torch.no_grad():
             target_logp, values, bootstrap = evaluate(self, batch, self.model)
             vs, pg_advantages = targets(self, batch, target_logp, values, bootstrap)
-        return train_samples(self, batch, vs=vs, pg_advantages=pg_advantages)
+            rhos = pg_rhos(self, batch["action_logp"], target_logp)
+        extra = {} if rhos is None else {"pg_rhos": rhos}
+        return train_samples(self, batch, vs=vs, pg_advantages=pg_advantages, **extra)
 
     def loss(self, mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         cfg = self.config
@@ -210,7 +236,7 @@ class ImpalaTorchPolicy(TorchPolicy):
             mb = self.train_rows(mb)
             dist = self.dist_class.from_inputs(dist_inputs)
             logp = dist.logp(mb["actions"])
-            vs, pg_advantages = mb["vs"], mb["pg_advantages"]
+            vs, pg_advantages, rhos = mb["vs"], mb["pg_advantages"], mb.get("pg_rhos")
             behaviour_inputs = mb["action_dist_inputs"]
             mask: torch.Tensor | slice = slice(None)
         else:  # the whole time-major batch
@@ -220,11 +246,14 @@ class ImpalaTorchPolicy(TorchPolicy):
             with torch.no_grad():
                 vs, pg_advantages = targets(self, mb, logp.detach(), values.detach(),
                                             bootstrap.detach())
+                rhos = pg_rhos(self, mb["action_logp"], logp.detach())
             mask = valid_rows(mb["mask"].bool().flatten())
+            rhos = None if rhos is None else rhos.flatten()
             values, vs, pg_advantages = values.flatten(), vs.flatten(), pg_advantages.flatten()
             logp = logp.flatten()
             behaviour_inputs = mb["action_dist_inputs"].flatten(0, 1)
-        policy_loss = -(logp[mask] * centered(self, pg_advantages[mask])).mean()
+        advantages = centered(self, pg_advantages[mask], None if rhos is None else rhos[mask])
+        policy_loss = -(logp[mask] * advantages).mean()
         vf_loss, entropy, stats = loss_terms(self, dist, values, vs, mask, behaviour_inputs)
         coeff = self.config.entropy_coeff_at(self.global_timestep)
         total = policy_loss + cfg.vf_loss_coeff * vf_loss - coeff * entropy

@@ -60,7 +60,9 @@ class ImpalaConfig(AlgorithmConfig, StreamingSettings, OptimizerSettings, Entrop
             "sign; a Gaussian lowers the density of every sampled action by widening, and its "
             "log_std ran to the clip within 40k steps of RLlib's pendulum-appo.yaml, where "
             "nothing moves it back (docs/benchmark_log.md, 'V-trace on continuous actions'). "
-            "A softmax has no such direction, so discrete actions keep RLlib's loss.")
+            "A softmax has no such direction, so discrete actions keep RLlib's loss. Under "
+            "IMPALA's V-trace the baseline is weighted as the advantages are (rho_pg), so a "
+            "stale sample keeps its near-zero weight.")
     vtrace_drop_last_ts: bool = setting(
         False, "training",
         doc="True: drop each fragment's last step and bootstrap from its observation (older "

@@ -1,8 +1,9 @@
 """V-trace on Box (Gaussian) actions (issue 54): APPO's surrogate refers to the behaviour
 policy there ('auto'), and IMPALA's and APPO's policy-gradient advantages are centred, so a
-batch whose advantages all share one sign cannot widen the Gaussian by itself. Discrete
-actions keep RLlib's loss. Learner objects without processes; the runs are in
-tests/integration/test_vtrace_pendulum.py."""
+batch whose advantages all share one sign cannot widen the Gaussian by itself; under
+IMPALA's V-trace the baseline sits inside the importance weights. Discrete actions keep
+RLlib's loss. Learner objects without processes; the run is
+tests/integration/test_learning_defaults.py::test_appo_with_vtrace_learns_pendulum."""
 
 from __future__ import annotations
 
@@ -119,3 +120,55 @@ def test_centering_is_for_box_actions_unless_asked():
                                  (DISCRETE, True, [-1.0, 0.0, 1.0]), (BOX, False, [1.0, 2.0, 3.0])]:
         lrn = learner(ImpalaConfig, ImpalaTorchPolicy, space, center_advantages=setting)
         torch.testing.assert_close(centered(lrn, adv), torch.tensor(want))
+
+
+def test_under_vtrace_the_baseline_goes_inside_the_importance_weights():
+    """V-trace's advantages are ``rho * (q - V)``; the baseline must be weighted alike, or a
+    stale sample (``rho`` near 0, where a narrow Gaussian's log-density has a gradient of
+    order 1/sigma^2) gets the baseline's full weight."""
+    lrn = learner(ImpalaConfig, ImpalaTorchPolicy, BOX)
+    rhos = torch.tensor([1.0, 1.0, 0.0])
+    adv = rhos * torch.tensor([1.0, 3.0, 5.0])
+    # b = sum(rho (q - V)) / sum(rho) = 2; the stale third sample keeps its zero weight
+    torch.testing.assert_close(centered(lrn, adv, rhos), torch.tensor([-1.0, 1.0, 0.0]))
+    assert float(centered(lrn, adv)[2]) == pytest.approx(-4 / 3)  # the plain mean's weight
+    on_policy = torch.tensor([1.0, 2.0, 3.0])  # every rho 1: the plain mean
+    torch.testing.assert_close(centered(lrn, on_policy, torch.ones(3)), centered(lrn, on_policy))
+
+
+def stale_mix_gradient(minibatch: bool, fresh_only: bool = False) -> torch.Tensor:
+    """The policy-gradient term's gradient (no entropy, no value loss) on a batch of 4 envs
+    x 5 steps: envs 0-1 sampled by the learner's own narrow Gaussian (std e^-4: rho 1),
+    envs 2-3 stale (their actions 1.0 away, 25 std, where the runners' broad policy gave
+    them log-density 0: rho about e^-300). ``fresh_only``: envs 0-1 alone."""
+    lrn = learner(ImpalaConfig, ImpalaTorchPolicy, BOX, entropy_coeff=0.0,
+                  minibatch_size=(10 if fresh_only else 20) if minibatch else None)
+    with torch.no_grad():
+        head = [p for p in lrn.model.parameters() if p.dim() == 1 and p.shape[0] == 2][0]
+        head.add_(torch.tensor([0.0, -4.0]))
+    batch = batch_of(lrn)
+    batch["actions"][:, 2:] += 1.0
+    batch["action_logp"][:, 2:] = 0.0
+    if fresh_only:
+        batch = {k: (v[:, :2] if v.dim() >= 2 and v.shape[:2] == (5, 4) else
+                     v[:2] if k == "next_obs" else v) for k, v in batch.items()}
+    lrn.model.zero_grad()
+    loss, stats = lrn.loss(lrn.prepare_batch(batch))
+    (loss - lrn.config.vf_loss_coeff * stats["vf_loss"]).backward()
+    return torch.cat([p.grad.flatten() for p in lrn.model.parameters() if p.grad is not None])
+
+
+@pytest.mark.parametrize("minibatch", [False, True], ids=["whole-batch", "minibatches"])
+def test_stale_gaussian_samples_add_nothing_to_impalas_centred_policy_gradient(minibatch,
+                                                                               monkeypatch):
+    """With the baseline inside the weights the stale envs change nothing: the gradient is
+    the fresh envs' alone, halved by the mean over twice the samples. Centred outside (the
+    plain mean, as before) they got the baseline's weight at a log-density whose gradient
+    is of order 1/sigma^2."""
+    import rlmesh.algorithms.impala as impala
+
+    mixed, fresh = stale_mix_gradient(minibatch), stale_mix_gradient(minibatch, fresh_only=True)
+    torch.testing.assert_close(mixed, fresh / 2, rtol=1e-4, atol=1e-6)
+    monkeypatch.setattr(impala, "pg_rhos", lambda *args: None)  # the plain mean, outside
+    before = stale_mix_gradient(minibatch)
+    assert float(before.abs().max()) > 10 * float(mixed.abs().max())
