@@ -14,6 +14,7 @@ import torch
 
 from rlmesh.rl.columns import shard_batch
 from rlmesh.roles.learner import BOTH, Learner, deprecated_update, learner_class_of
+from rlmesh.roles.thread_choice import ThreadChoice
 from rlmesh.roles.train_data import checked_episodes, episode_batches, policy_batches, shard_episodes
 
 if TYPE_CHECKING:
@@ -37,7 +38,12 @@ class LearnerGroup:
             device = learner_device(config.num_gpus_per_learner, 0, config.fake_gpus)
             self.local = learner_class(config, policy_specs, str(device))
             if device.type == "cpu":  # alone in the driver between its samples: its cores
-                torch.set_num_threads(config.learner_threads(in_driver=True))
+                threads = config.learner_threads(in_driver=True)
+                if threads > 1 and config.num_cpus_per_learner == "auto":
+                    # faster on idle cores, far slower on busy ones: timed as it trains
+                    self.local.thread_choice = ThreadChoice((1, threads))
+                else:
+                    torch.set_num_threads(threads)
         self._pending: list[Future] = []  # the learner actors' asynchronous updates
 
     def start(self) -> None:

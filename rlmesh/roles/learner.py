@@ -20,6 +20,7 @@ from rlmesh.policy.policy_spec import build_policy_from_data
 from rlmesh.policy.torch_policy import TorchPolicy
 from rlmesh.roles.learner_hooks import LearnerHooks, install_hooks
 from rlmesh.roles.policy_changes import checked_policy_id, checked_settings, checked_spec, take_settings
+from rlmesh.roles.thread_choice import ThreadChoice
 from rlmesh.roles.train_data import episode_batches, policy_batches
 from rlmesh.rl.finite import NonFiniteError, describe, first_nonfinite_column
 from rlmesh.runtime.work_clock import WorkClock
@@ -63,6 +64,8 @@ class Learner(LearnerHooks):
             self.policies[pid] = self._built(pid, spec)
         self.callbacks = load_callbacks(config.callbacks_class)
         self.num_updates = 0
+        # The driver's learner computing alone: its torch threads chosen by timing updates.
+        self.thread_choice: ThreadChoice | None = None
         # How long updates take, for the heartbeat: one far longer than usual is reported
         # (stuck_learner_warn_s; the learner actor or LearnerGroup registers the probe).
         self.update_clock = WorkClock("update", config.stuck_learner_warn_s)
@@ -131,6 +134,8 @@ class Learner(LearnerHooks):
                                             metrics=self.metrics)
         timesteps = _env_steps(timesteps)
         out = {}
+        choice = getattr(self, "thread_choice", None)  # (a subclass may skip our __init__)
+        started = choice.begin() if choice is not None else 0.0
         for pid, batch in batches.items():
             if not trainable(self.config, pid, self.main_script) or pid in self.removed:
                 continue  # acts, never learns (policies_to_train); or sampled before removal
@@ -151,6 +156,8 @@ class Learner(LearnerHooks):
             except torch.OutOfMemoryError as e:
                 raise LearnerOutOfMemory(self._out_of_memory(pid, batch, kwargs, e)) from e
             out[pid] = {**stats, **added, "num_nonfinite_batches_skipped": self.num_nonfinite_batches_skipped[pid]}
+        if choice is not None:
+            choice.end(started, sum(int(s.get("num_env_steps_trained", 0)) for s in out.values()))
         self.metrics_into(out)  # what the hooks logged in self.metrics
         self.num_updates += 1
         log.debug("update %d of %s", self.num_updates, ", ".join(
