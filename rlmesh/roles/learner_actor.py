@@ -88,6 +88,8 @@ class LearnerActor(Actor):
         self._error: str | None = None
         self.version = 0  # policy version: +1 per update and per set_weights/set_state
         self.publisher = WeightPublisher(None, rank)  # its param server: on_start (rank 0)
+        self.publisher.on_idle = self._offer_owed
+        self._owed: int | None = None  # a due version not snapshotted: the publisher was busy
         self._report = Report()
         # The update thread adds to the report while the driver's pop_metrics swaps it: an
         # update counts in exactly one report, and updates_reported says what the next holds.
@@ -242,9 +244,12 @@ class LearnerActor(Actor):
             self.version += 1
             # A snapshot only while none is waiting or on its way (it would wait behind
             # it): copying the weights every update cost APEX's small DQN ~6% of its updates.
-            due = (self.rank == 0 and self.version % self.config.broadcast_interval == 0
-                   and self.publisher.idle)
-            snapshot = (self.version, self.learner.get_weights()) if due else None
+            due = self.rank == 0 and self.version % self.config.broadcast_interval == 0
+            snapshot = (self.version, self.learner.get_weights()) \
+                if due and self.publisher.idle else None
+            # Skipped while another was on its way: offered when that send ends, if no
+            # update came since (the last version of a stream must not stay unpublished).
+            self._owed = self.version if due and snapshot is None else None
             if self.world_size > 1:
                 self._digests.append((self.learner.num_updates, self._digest()))
         self.source.trained(batch, stats)  # (its own statistics out first: APEX's TD errors)
@@ -252,6 +257,22 @@ class LearnerActor(Actor):
             self._report.add(stats, lag, int(batch["env_steps"]) if is_new else 0)
         if snapshot is not None:
             self._loop.call_soon_threadsafe(self.publisher.offer, snapshot)
+        elif self._owed is not None:  # the send may have ended while the lock was held
+            self._loop.call_soon_threadsafe(self._offer_owed)
+
+    def _offer_owed(self) -> None:
+        """The publisher is idle again: the due version skipped meanwhile, if the model is
+        still at it (an update running now, or since, takes its own decision)."""
+        if self._owed is None or self._owed != self.version or not self.publisher.idle:
+            return  # (not idle: this runs again when that send ends)
+        if not self._lock.acquire(blocking=False):
+            return
+        try:
+            if self._owed == self.version:
+                self._owed = None
+                self.publisher.offer((self.version, self.learner.get_weights()))
+        finally:
+            self._lock.release()
 
     # --- data-parallel rendezvous: rank 0 listens on its node, the driver tells every rank ---
 

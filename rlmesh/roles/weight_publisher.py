@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import Any, Callable
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +27,9 @@ class WeightPublisher:
         self._outbox_ready = asyncio.Event()
         self._sending = False  # a snapshot on its way to the param server
         self._published_event = asyncio.Event()
+        # Called (on the loop) when a send ends with nothing waiting: the learner's chance to
+        # offer a due snapshot it skipped while this one was on its way.
+        self.on_idle: Callable[[], None] | None = None
 
     @property
     def idle(self) -> bool:
@@ -58,6 +61,8 @@ class WeightPublisher:
             finally:
                 self._sending = False
             self._published_event.set()
+            if self._outbox is None and self.on_idle is not None:
+                self.on_idle()
 
     async def send(self, version: int, weights: dict[str, Any]) -> None:
         """Straight to the param server (a synchronous run: no update loop publishes)."""
