@@ -45,36 +45,43 @@ def train_until(algo, reward: float, iterations: int) -> tuple[float, dict]:
     return best, result
 
 
+async def inproc_learner(job, cfg):
+    """A recording param server and an IMPALA learner actor as tasks of ``job`` (inproc),
+    the learner's update loop started and its first weights published: (param server,
+    learner, the first version)."""
+    import gymnasium as gym
+
+    from rlmesh.algorithms.impala import ImpalaTorchPolicy
+    from rlmesh.policy.policy_spec import PolicySpec
+
+    env = gym.make("CartPole-v1")
+    specs = {"default_policy": PolicySpec(ImpalaTorchPolicy).resolved(
+        None, env.observation_space, env.action_space).to_data(cfg)}
+    ps = await job.spawn("tests.integration.envs_for_tests:RecordingParamServer",
+                         name="param_server")
+    learner = await job.spawn("rlmesh.roles.learner_actor:LearnerActor", config=cfg.to_dict(),
+                              config_cls="rlmesh.algorithms.impala_config:ImpalaConfig",
+                              policy_specs=specs, name="learner-0")
+    await learner.call("start_async")
+    return ps, learner, await learner.call("publish")
+
+
 @pytest.mark.parametrize("interval", [1, 3])
 def test_weights_go_out_every_broadcast_interval_updates(interval):
     """The learner publishes after every ``broadcast_interval``-th update (and once at
     the start), in order; what it publishes is the weights of that version."""
     import asyncio
 
-    import gymnasium as gym
     import uvloop
 
     from rlmesh.runtime import Job
     from tests.benchmarks.impala_actors import cartpole_fragment
 
-    from rlmesh.algorithms.impala import ImpalaTorchPolicy
-    from rlmesh.policy.policy_spec import PolicySpec
-
     cfg = cartpole(broadcast_interval=interval, train_batch_size=400)
-    config = cfg.to_dict()
-    env = gym.make("CartPole-v1")
-    specs = {"default_policy": PolicySpec(ImpalaTorchPolicy).resolved(
-        None, env.observation_space, env.action_space).to_data(cfg)}
 
     async def main():
         async with Job("inproc") as job:
-            ps = await job.spawn("tests.integration.envs_for_tests:RecordingParamServer",
-                                 name="param_server")
-            learner = await job.spawn("rlmesh.roles.learner_actor:LearnerActor", config=config,
-                                      config_cls="rlmesh.algorithms.impala_config:ImpalaConfig",
-                                      policy_specs=specs, name="learner-0")
-            await learner.call("start_async")
-            first = await learner.call("publish")
+            ps, learner, first = await inproc_learner(job, cfg)
             for i in range(10):  # a fragment of 50 x 8 steps is a batch of 400: 10 updates
                 await learner.call("add_fragment", cartpole_fragment(seed=i))
             for _ in range(600):
@@ -237,11 +244,8 @@ def test_an_update_counts_in_the_report_the_driver_waited_for(monkeypatch):
     import threading
     import time
 
-    import gymnasium as gym
     import uvloop
 
-    from rlmesh.algorithms.impala import ImpalaTorchPolicy
-    from rlmesh.policy.policy_spec import PolicySpec
     from rlmesh.roles.learner_input import StreamSource
     from rlmesh.runtime import Job
     from tests.benchmarks.impala_actors import cartpole_fragment
@@ -256,20 +260,10 @@ def test_an_update_counts_in_the_report_the_driver_waited_for(monkeypatch):
 
     monkeypatch.setattr(StreamSource, "trained", slow_trained)
     cfg = cartpole(train_batch_size=400)
-    env = gym.make("CartPole-v1")
-    specs = {"default_policy": PolicySpec(ImpalaTorchPolicy).resolved(
-        None, env.observation_space, env.action_space).to_data(cfg)}
 
     async def main():
         async with Job("inproc") as job:
-            await job.spawn("tests.integration.envs_for_tests:RecordingParamServer",
-                            name="param_server")
-            learner = await job.spawn("rlmesh.roles.learner_actor:LearnerActor",
-                                      config=cfg.to_dict(),
-                                      config_cls="rlmesh.algorithms.impala_config:ImpalaConfig",
-                                      policy_specs=specs, name="learner-0")
-            await learner.call("start_async")
-            await learner.call("publish")
+            _, learner, _ = await inproc_learner(job, cfg)
             # 50 x 8 steps: a batch of 400, one update (more would wait behind the slow one)
             await learner.call("add_fragment", cartpole_fragment(seed=0))
             for _ in range(600):
@@ -300,11 +294,8 @@ def test_the_last_update_is_published_when_the_publisher_was_busy_at_it(monkeypa
     a busy publisher: before, the last version stayed unpublished when no update followed."""
     import asyncio
 
-    import gymnasium as gym
     import uvloop
 
-    from rlmesh.algorithms.impala import ImpalaTorchPolicy
-    from rlmesh.policy.policy_spec import PolicySpec
     from rlmesh.runtime import Job
     from tests.benchmarks.impala_actors import cartpole_fragment
     from tests.integration.envs_for_tests import RecordingParamServer
@@ -317,20 +308,10 @@ def test_the_last_update_is_published_when_the_publisher_was_busy_at_it(monkeypa
 
     monkeypatch.setattr(RecordingParamServer, "set_weights", slow_set_weights)
     cfg = cartpole(broadcast_interval=1, train_batch_size=400)
-    env = gym.make("CartPole-v1")
-    specs = {"default_policy": PolicySpec(ImpalaTorchPolicy).resolved(
-        None, env.observation_space, env.action_space).to_data(cfg)}
 
     async def main():
         async with Job("inproc") as job:
-            ps = await job.spawn("tests.integration.envs_for_tests:RecordingParamServer",
-                                 name="param_server")
-            learner = await job.spawn("rlmesh.roles.learner_actor:LearnerActor",
-                                      config=cfg.to_dict(),
-                                      config_cls="rlmesh.algorithms.impala_config:ImpalaConfig",
-                                      policy_specs=specs, name="learner-0")
-            await learner.call("start_async")
-            first = await learner.call("publish")
+            ps, learner, first = await inproc_learner(job, cfg)
             for i in range(10):
                 await learner.call("add_fragment", cartpole_fragment(seed=i))
             for _ in range(600):
