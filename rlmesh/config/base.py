@@ -119,8 +119,9 @@ class AlgorithmConfig(SamplingSettings, EvaluationSettings, MultiAgentSettings, 
         "auto", "learners", ge=0, aliases=("num_cpus_per_learner_worker",),
         doc="CPUs per learner (its torch threads on CPU); 'auto': 1 on CPU, 0 when the "
             "learner has a GPU; a CPU learner in the driver with no runner process sampling "
-            "meanwhile (num_learners and num_env_runners 0) takes the driver's cores "
-            "(learner_threads).")
+            "meanwhile (num_learners and num_env_runners 0) times one thread against the "
+            "driver's cores as it trains and keeps the faster (learner_threads, "
+            "roles/thread_choice.py).")
     learner_rendezvous_private_only: bool = setting(
         True, "learners",
         doc="Data-parallel learners on several nodes meet at rank 0's node address over "
@@ -416,10 +417,11 @@ class AlgorithmConfig(SamplingSettings, EvaluationSettings, MultiAgentSettings, 
         CPU RLlib reserves per learner: in a mesh on few cores a learner's OpenMP threads
         spin against the runners'). A learner in the driver (``in_driver``) while nothing
         else of the run computes (no env runner processes, no evaluation in parallel: the
-        driver samples between updates) takes every physical core this process may use,
+        driver samples between updates) may take every physical core this process may use,
         ``OMP_NUM_THREADS`` where set (the tune and launch workers set 1), as torch's
         default would: SAC's [256, 256] step on Pendulum ran 1.5x faster with two threads
-        than one on 2 cores (docs/benchmark_log.md)."""
+        than one on 2 idle cores, and 3-4x slower on busy ones, so with 'auto' LearnerGroup
+        times both counts as it trains (ThreadChoice; docs/benchmark_log.md)."""
         if self.num_cpus_per_learner != "auto":
             return max(1, int(self.num_cpus_per_learner))
         alone = (in_driver and self.num_env_runners == 0
