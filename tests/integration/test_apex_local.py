@@ -9,10 +9,13 @@ import math
 import os
 import signal
 import time
+from pathlib import Path
 
+import numpy as np
 import psutil
 import pytest
 
+from rlmesh.algorithms.off_policy import REPLAY_FILE
 from tests.integration.test_apex import cartpole_config
 
 
@@ -70,8 +73,16 @@ def test_one_local_shard_learns_survives_a_runner_kill_and_checkpoints_its_buffe
         assert victim not in algo.env_runners.foreach_env_runner("pid")
         assert after[-1]["num_learner_updates"] > 0
         assert after[-1]["replay_buffer_num_added"] > shard["num_added"]
+        # The runners keep streaming while the checkpoint is written: it holds the buffer as
+        # it was at one moment between these two reads (CI once saw 50 more after it).
+        live = algo.mesh.local_shard.buffer
+        before = live.num_added
         path = algo.save(tmp_path / "ckpt")
-        saved = len(algo.mesh.local_shard.buffer), algo.mesh.local_shard.buffer.num_added
+        after = live.num_added
+        with np.load(Path(path) / REPLAY_FILE) as data:
+            saved = int(data["size"]), int(data["num_added"])
+        assert before <= saved[1] <= after, (before, saved, after)
+        assert saved[0] == saved[1], "the buffer is far below its capacity: nothing written over"
 
     with config.build() as again:
         again.restore(path)
