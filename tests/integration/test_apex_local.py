@@ -76,12 +76,12 @@ def test_one_local_shard_learns_survives_a_runner_kill_and_checkpoints_its_buffe
         # The runners keep streaming while the checkpoint is written: it holds the buffer as
         # it was at one moment between these two reads (CI once saw 50 more after it).
         live = algo.mesh.local_shard.buffer
-        before = live.num_added
+        added_before = live.num_added
         path = algo.save(tmp_path / "ckpt")
-        after = live.num_added
+        added_after = live.num_added
         with np.load(Path(path) / REPLAY_FILE) as data:
             saved = int(data["size"]), int(data["num_added"])
-        assert before <= saved[1] <= after, (before, saved, after)
+        assert added_before <= saved[1] <= added_after, (added_before, saved, added_after)
         assert saved[0] == saved[1], "the buffer is far below its capacity: nothing written over"
 
     with config.build() as again:
