@@ -102,6 +102,14 @@ class ImpalaConfig(AlgorithmConfig, StreamingSettings, OptimizerSettings, Entrop
         1, "training", ge=1,
         doc="Train batches the learner cycles through; with num_sgd_iter > 1 each is "
             "trained on num_sgd_iter times before it is replaced.")
+    epochs_in_update: bool = setting(
+        False, "training",
+        doc="True: the learner makes its num_epochs passes over a train batch inside one "
+            "update, as RLlib's new-stack Learner does (targets computed once, one "
+            "target-network sync and one weights broadcast per batch). False (RLlib's old "
+            "stack): each pass is an update of its own, the batch replayed from the "
+            "minibatch buffer, its targets recomputed and the weights published after "
+            "every pass.")
     replay_proportion: float = setting(
         0.0, "training", ge=0,
         doc="Replayed train batches mixed in per new one (0.5: one replayed per two new).")

@@ -240,7 +240,11 @@ class LearnerActor(Actor):
         lag = self.version - np.asarray(batch["policy_versions"])
         timesteps = self.source.timesteps()
         with self._lock:
-            stats = self.learner.update_from_batch(batch["policies"], timesteps, num_epochs=1)
+            # The passes over the batch: here (epochs_in_update), or LearnerInput's replays.
+            in_update = getattr(self.config, "epochs_in_update", False)
+            epochs = self.config.num_epochs if in_update else 1
+            stats = self.learner.update_from_batch(batch["policies"], timesteps,
+                                                   num_epochs=epochs)
             self.version += 1
             # A snapshot only while none is waiting or on its way (it would wait behind
             # it): copying the weights every update cost APEX's small DQN ~6% of its updates.

@@ -236,7 +236,8 @@ class StreamSource:
                  stopped: Callable[[], bool] = lambda: False) -> None:
         self.queue = BatchQueue(cfg.learner_queue_size)
         self.input = LearnerInput(
-            self._take, buffer_size=cfg.minibatch_buffer_size, num_passes=cfg.num_epochs,
+            self._take, buffer_size=cfg.minibatch_buffer_size,
+            num_passes=1 if getattr(cfg, "epochs_in_update", False) else cfg.num_epochs,
             replay_proportion=cfg.replay_proportion, replay_slots=cfg.replay_buffer_num_slots,
             max_policy_lag=cfg.max_policy_lag,
             seed=None if cfg.seed is None else cfg.seed + 7 * rank)

@@ -139,6 +139,21 @@ def test_appo_learns_cartpole_with_a_learner_process_and_replay():
         assert stats["num_target_updates"] > 0
 
 
+def test_appo_epochs_in_update_make_every_pass_inside_one_update():
+    """epochs_in_update (RLlib's new-stack Learner): the num_epochs passes over a batch are
+    one update, so one policy version, one target sync and one broadcast per batch, and
+    each batch counts its env steps once, as PPO's do; without it each pass is an update."""
+    config = cartpole(APPOConfig, num_epochs=3, minibatch_size=100, epochs_in_update=True)
+    with config.build() as algo:
+        results = [algo.train() for _ in range(3)]
+    stats = results[-1]["info"]["learner"]["default_policy"]
+    assert stats["num_grad_updates"] == 12  # 3 passes over 400 env steps in minibatches of 100
+    trained = results[-1]["num_env_steps_trained"]
+    updates = sum(r["num_learner_updates"] for r in results)
+    assert trained == 400 * updates <= results[-1]["num_env_steps_sampled"]
+    assert np.isfinite(stats["entropy"]) and np.isfinite(stats["vf_explained_var"])
+
+
 def test_data_parallel_learners_hold_identical_weights_after_every_update():
     config = (cartpole(train_batch_size=800, opt_type="rmsprop")
               .learners(num_learners=2, num_gpus_per_learner=1)

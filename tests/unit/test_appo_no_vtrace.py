@@ -104,7 +104,8 @@ def test_appo_surrogate_is_to_the_behaviour_policy_with_the_learners_gae():
         a = train["pg_advantages"]
         want = -torch.min(a * ratio, a * ratio.clamp(0.8, 1.2)).mean()
     assert float(stats["policy_loss"]) == pytest.approx(float(want), rel=1e-5)
-    assert float(stats["clip_fraction"]) == 1.0  # every ratio is e^0.5 > 1.2
+    # (the clip fraction of minibatches: once per update, on the whole batch)
+    assert float(lrn.update_stats(train, 4)["clip_fraction"]) == 1.0  # every ratio e^0.5 > 1.2
     assert float(stats["mean_kl_loss"]) == pytest.approx(0.0, abs=1e-6)  # KL to the behaviour
 
 

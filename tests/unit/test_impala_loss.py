@@ -4,6 +4,8 @@ the optimizers, schedules and the after_train_step hook."""
 
 from __future__ import annotations
 
+import copy
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -147,12 +149,48 @@ def test_one_pass_over_the_whole_batch_equals_one_full_minibatch(cls, hooks, pad
                                        (APPOConfig, APPOTorchPolicy)])
 def test_behaviour_kl_is_zero_on_policy_and_grows_with_the_lag(cls, hooks):
     lrn = learner(cls, hooks)
+
+    def behaviour_kl(batch) -> float:
+        train = lrn.prepare_batch(batch)
+        if "vs" in train:  # APPO's minibatches: once per update, on the whole batch
+            return float(lrn.update_stats(train, len(train["vs"]))["behaviour_kl"])
+        return float(lrn.loss(train)[1]["behaviour_kl"])
     batch = on_policy_batch(lrn)
-    _, on = lrn.loss(lrn.prepare_batch(batch))
-    assert abs(float(on["behaviour_kl"])) < 1e-6
+    assert abs(behaviour_kl(batch)) < 1e-6
     stale = dict(batch, action_dist_inputs=batch["action_dist_inputs"] + torch.tensor([2.0, -2.0]))
-    _, off = lrn.loss(lrn.prepare_batch(stale))
-    assert float(off["behaviour_kl"]) > 0.1
+    assert behaviour_kl(stale) > 0.1
+
+
+@pytest.mark.parametrize("anchor", ["behaviour", "target"])
+def test_appo_minibatch_statistics_are_the_whole_batchs_after_the_passes(anchor):
+    """With minibatches APPO's diagnostics (entropy, the KLs, the clip fraction, the value
+    function's explained variance) come from one pass over the batch after the update,
+    not from every step: they are the policy's as it now stands against the batch."""
+    lrn = learner(APPOConfig, APPOTorchPolicy, minibatch_size=6, num_epochs=2,
+                  surrogate_anchor=anchor, use_kl_loss=True, clip_param=0.1)
+    batch = {k: v.numpy() for k, v in on_policy_batch(lrn).items()}
+    batch["action_logp"] = batch["action_logp"] - 0.3  # off-policy: ratios away from 1
+    target_before = copy.deepcopy(target_model(lrn))
+    stats = lrn.update(batch, 0)
+    assert stats["num_grad_updates"] == 6  # 18 samples in minibatches of 6, two passes
+    obs = torch.as_tensor(batch["obs"]).flatten(0, 1)
+    actions = torch.as_tensor(batch["actions"]).flatten()
+    with torch.no_grad():
+        inputs, _ = lrn.model(obs)
+        dist = lrn.dist_class.from_inputs(inputs)
+        behaviour = lrn.dist_class.from_inputs(
+            torch.as_tensor(batch["action_dist_inputs"]).flatten(0, 1))
+        old = (behaviour if anchor == "behaviour"
+               else lrn.dist_class.from_inputs(target_before(obs)[0]))
+        mu = torch.as_tensor(batch["action_logp"]).flatten()
+        ratio = torch.exp(dist.logp(actions) - mu)
+        if anchor == "target":
+            ratio = ratio * torch.exp(mu - old.logp(actions)).clamp(0.0, 2.0)
+    assert stats["entropy"] == pytest.approx(float(dist.entropy().mean()), rel=1e-5)
+    assert stats["behaviour_kl"] == pytest.approx(float(behaviour.kl(dist).mean()), rel=1e-4)
+    assert stats["mean_kl_loss"] == pytest.approx(float(old.kl(dist).mean()), rel=1e-4, abs=1e-7)
+    assert stats["clip_fraction"] == pytest.approx(float(((ratio - 1).abs() > 0.1).float().mean()))
+    assert -1.0 <= stats["vf_explained_var"] <= 1.0 and stats["cur_kl_coeff"] > 0
 
 
 def test_a_collapsed_discrete_policy_is_warned_about_once(caplog):

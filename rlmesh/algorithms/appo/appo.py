@@ -27,7 +27,8 @@ from rlmesh.algorithms.appo_config import APPOConfig
 from rlmesh.algorithms.ppo import adapt_kl_coeff
 from rlmesh.algorithms.impala import (
     IMPALA, ImpalaTorchPolicy, centered, drop_last_step, evaluate, forward, gae_targets,
-    loss_terms, targets, train_samples, valid_rows, whole_batch)
+    targets, train_samples, valid_rows, whole_batch)
+from rlmesh.policy.learner_stats import entropy_of, explained_variance
 from rlmesh.policy.recurrent import is_recurrent, time_major_outputs
 from rlmesh.rl.gae import discounted_returns
 
@@ -97,9 +98,20 @@ class APPOTorchPolicy(ImpalaTorchPolicy):
         return train_samples(self, batch, vs=vs, pg_advantages=pg_advantages, old_logp=old_logp,
                              old_dist_inputs=old_inputs.reshape(t, b, -1))
 
+    def ratio(self, logp: torch.Tensor, behaviour: torch.Tensor, old_logp: torch.Tensor
+              ) -> torch.Tensor:
+        """The surrogate's ratio at each sample: pi/mu to the behaviour policy (PPO's; the
+        log-ratio bounded, so no inf), or to the target network through the behaviour
+        policy, pi/mu * mu/target, the second factor clipped to [0, 2] as in RLlib so that a
+        stale sample cannot blow it up."""
+        if self.anchored_to_behaviour:
+            return torch.exp((logp - behaviour).clamp(-20.0, 20.0))
+        return torch.exp(behaviour - old_logp).clamp(0.0, 2.0) * torch.exp(logp - behaviour)
+
     def loss(self, mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         cfg = self.config
-        if "vs" in mb:  # a flat minibatch (or sequences) with its targets
+        flat = "vs" in mb
+        if flat:  # a flat minibatch (or sequences) with its targets
             dist_inputs, values = self.model_outputs(mb)
             mb = self.train_rows(mb)
             mask: torch.Tensor | slice = slice(None)
@@ -117,34 +129,54 @@ class APPOTorchPolicy(ImpalaTorchPolicy):
             behaviour, old_logp = mb["action_logp"].flatten(), mb["old_logp"].flatten()
             behaviour_inputs = mb["action_dist_inputs"].flatten(0, 1)
         dist = self.dist_class.from_inputs(dist_inputs)
-        logp = dist.logp(actions)
-        if self.anchored_to_behaviour:  # pi/mu, PPO's ratio (the log-ratio bounded: no inf)
-            ratio = torch.exp((logp - behaviour).clamp(-20.0, 20.0))[mask]
-            anchor_inputs = behaviour_inputs
-        else:
-            # The ratio to the target network, through the behaviour policy: pi/mu *
-            # mu/target, the second factor clipped to [0, 2] as in RLlib so a stale sample
-            # cannot blow it up.
-            is_ratio = torch.exp(behaviour - old_logp).clamp(0.0, 2.0)
-            ratio = (is_ratio * torch.exp(logp - behaviour))[mask]
-            anchor_inputs = mb["old_dist_inputs"]
+        ratio = self.ratio(dist.logp(actions), behaviour, old_logp)[mask]
+        anchor_inputs = (behaviour_inputs if self.anchored_to_behaviour
+                         else mb["old_dist_inputs"])
         adv = centered(self, adv[mask])
         surrogate = torch.min(adv * ratio,
                               adv * torch.clamp(ratio, 1 - cfg.clip_param, 1 + cfg.clip_param))
         policy_loss = -surrogate.mean()
-        vf_loss, entropy, stats = loss_terms(self, dist, values, vs, mask, behaviour_inputs)
-        kl = self.dist_class.from_inputs(anchor_inputs).kl(dist)[mask].mean()
         coeff = self.config.entropy_coeff_at(self.global_timestep)
-        total = policy_loss - coeff * entropy
+        total = policy_loss
+        vf_loss = 0.5 * (values[mask] - vs[mask]).pow(2).mean()
         if cfg.vtrace or cfg.use_critic:
             total = total + cfg.vf_loss_coeff * vf_loss
-        if cfg.use_kl_loss:
-            total = total + self.state.setdefault("cur_kl_coeff", cfg.kl_coeff) * kl
-        with torch.no_grad():
-            clipped = ((ratio - 1).abs() > cfg.clip_param).float().mean()
-        return total, {"total_loss": total.detach(), "policy_loss": policy_loss.detach(),
-                       "entropy_coeff": coeff, "mean_kl_loss": kl.detach(),
-                       "clip_fraction": clipped, **stats}
+        stats = {"policy_loss": policy_loss.detach(), "vf_loss": vf_loss.detach(),
+                 "entropy_coeff": coeff}
+        if coeff or not flat:
+            entropy = entropy_of(dist)[mask].mean()
+            total = total - coeff * entropy
+            stats["entropy"] = entropy.detach()
+        if cfg.use_kl_loss or not flat:
+            kl = self.dist_class.from_inputs(anchor_inputs).kl(dist)[mask].mean()
+            if cfg.use_kl_loss:
+                total = total + self.state.setdefault("cur_kl_coeff", cfg.kl_coeff) * kl
+            stats["mean_kl_loss"] = kl.detach()
+        stats["total_loss"] = total.detach()
+        if not flat:  # no update_stats for a whole batch: its statistics come from here
+            with torch.no_grad():
+                stats.update(
+                    clip_fraction=((ratio - 1).abs() > cfg.clip_param).float().mean(),
+                    behaviour_kl=self.dist_class.from_inputs(behaviour_inputs).kl(dist)[mask].mean(),
+                    vf_explained_var=explained_variance(vs[mask], values[mask]))
+        return total, stats
+
+    def update_stats(self, train: dict[str, torch.Tensor], chunk: int) -> dict[str, Any]:
+        """Minibatches' statistics, once per update on the whole batch after its passes
+        (PPO's way: on every minibatch step they cost a dozen ops and a forward pass over
+        the anchor): the entropy, the KL from the anchor (what the adaptive KL coefficient
+        reads, as in the PPO paper) and from the behaviour policy, the fraction of samples
+        outside the clip range and the value function's explained variance."""
+        dist_inputs, values, rows = self.outputs_after_update(train, chunk)
+        dist = self.dist_class.from_inputs(dist_inputs)
+        ratio = self.ratio(dist.logp(rows["actions"]), rows["action_logp"], rows["old_logp"])
+        behaviour = self.dist_class.from_inputs(rows["action_dist_inputs"])
+        anchor = (behaviour if self.anchored_to_behaviour
+                  else self.dist_class.from_inputs(rows["old_dist_inputs"]))
+        return {"entropy": entropy_of(dist).mean(), "mean_kl_loss": anchor.kl(dist).mean(),
+                "behaviour_kl": behaviour.kl(dist).mean(),
+                "clip_fraction": ((ratio - 1).abs() > self.config.clip_param).float().mean(),
+                "vf_explained_var": explained_variance(rows["vs"], values)}
 
     def after_update(self, stats: dict[str, float]) -> None:
         cfg = self.config
