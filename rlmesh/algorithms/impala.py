@@ -85,7 +85,8 @@ def targets(policy: Any, batch: dict[str, torch.Tensor], target_logp: torch.Tens
         return policy.on_policy_targets(batch, values, bootstrap)
     return vtrace(batch["action_logp"], target_logp, batch["rewards"], values, bootstrap,
                   batch["terminateds"], batch["truncateds"], cfg.gamma,
-                  cfg.vtrace_clip_rho_threshold, cfg.vtrace_clip_pg_rho_threshold)
+                  cfg.vtrace_clip_rho_threshold, cfg.vtrace_clip_pg_rho_threshold,
+                  lambda_=cfg.vtrace_lambda)
 
 
 def gae_targets(batch: dict[str, torch.Tensor], values: torch.Tensor, bootstrap: torch.Tensor,

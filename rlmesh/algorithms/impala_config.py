@@ -52,6 +52,12 @@ class ImpalaConfig(AlgorithmConfig, StreamingSettings, OptimizerSettings, Entrop
     vtrace_clip_pg_rho_threshold: float = setting(
         1.0, "training", gt=0,
         doc="Clip of the importance weights in the policy-gradient advantages.")
+    vtrace_lambda: float = setting(
+        1.0, "training", ge=0, le=1,
+        doc="V-trace's lambda (the IMPALA paper's remark 2, rlax's lambda_): the traces c_t "
+            "scaled by it, trading the targets' variance for bias as GAE's lambda does; "
+            "on-policy, vs - V are GAE's advantages at this lambda. 1 (RLlib's V-trace, "
+            "which has none): the n-step returns.")
     center_advantages: bool | Literal["auto"] = setting(
         "auto", "training",
         doc="Subtract each minibatch's mean from the policy-gradient advantages (a constant "
@@ -105,10 +111,11 @@ class ImpalaConfig(AlgorithmConfig, StreamingSettings, OptimizerSettings, Entrop
     epochs_in_update: bool = setting(
         False, "training",
         doc="True: the learner makes its num_epochs passes over a train batch inside one "
-            "update, as RLlib's new-stack Learner does (targets computed once, one "
-            "target-network sync and one weights broadcast per batch). False (RLlib's old "
-            "stack): each pass is an update of its own, the batch replayed from the "
-            "minibatch buffer, its targets recomputed and the weights published after "
+            "update, as PPO's update does (targets computed once, one target-network sync "
+            "and one weights broadcast per batch). False (RLlib's APPO and IMPALA): each "
+            "pass is an update of its own, the batch replayed from the minibatch buffer "
+            "(so with minibatch_buffer_size > 1 the passes over a batch are interleaved "
+            "with other batches'), its targets recomputed and the weights published after "
             "every pass.")
     replay_proportion: float = setting(
         0.0, "training", ge=0,

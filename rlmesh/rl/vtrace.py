@@ -25,6 +25,7 @@ def vtrace(
     clip_rho_threshold: float | None = 1.0,
     clip_pg_rho_threshold: float | None = 1.0,
     clip_c_threshold: float | None = 1.0,
+    lambda_: float = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(vs, pg_advantages)`` for ``[T, B]`` fragments (any trailing shape, all alike).
 
@@ -35,12 +36,14 @@ def vtrace(
     ``clip_rho_threshold`` and ``c_t`` at ``clip_c_threshold`` (None: no clipping):
 
         delta_t = rho_t (r_t + gamma V_next(t) - V(s_t))
-        vs_t - V(s_t) = delta_t + gamma c_t (1 - done_t) (vs_{t+1} - V(s_{t+1}))
+        vs_t - V(s_t) = delta_t + gamma lambda c_t (1 - done_t) (vs_{t+1} - V(s_{t+1}))
         pg_advantage_t = rho_pg_t (r_t + gamma vs_next(t) - V(s_t))
 
     where ``vs_next(t)`` is ``vs_{t+1}`` inside an episode and ``V_next(t)`` at its end,
     and ``rho_pg`` is ``pi/mu`` clipped at ``clip_pg_rho_threshold``. On-policy (``pi = mu``,
-    thresholds >= 1) ``vs`` are the n-step returns bootstrapped where the data stops.
+    thresholds >= 1) ``vs`` are the n-step returns bootstrapped where the data stops (with
+    ``lambda_`` < 1, the paper's remark 2: ``c_t`` scaled by it, and on-policy ``vs - V``
+    are GAE's advantages at that lambda, ``vs`` TD(lambda)'s returns).
     Call under ``torch.no_grad()`` or with detached inputs.
     """
     _check_shapes(values, where="vtrace", behaviour_logp=behaviour_logp, target_logp=target_logp,
@@ -58,7 +61,7 @@ def vtrace(
     deltas = rhos * (rewards + gamma * next_values - values)
 
     inside = (~(terminated | truncated)).to(dtype)  # the recursion goes on to t + 1
-    carry = gamma * cs * inside
+    carry = gamma * lambda_ * cs * inside
     vs = values + discounted_backward(deltas, carry)  # the corrections vs_t - V(s_t)
     # vs_next(t): vs_{t+1} inside the episode and fragment, V_next(t) at either edge.
     vs_next = torch.cat([vs[1:], bootstrap_values[-1:]], dim=0)

@@ -49,8 +49,10 @@ def test_appos_first_command_learns_cartpole_with_its_defaults(tmp_path):
     params = json.loads(next(tmp_path.glob("*/*/params.json")).read_text())
     assert params["num_epochs"] == 8 and params["surrogate_anchor"] == "behaviour"
     assert params["minibatch_size"] == 32 and params["entropy_coeff"] == 0.0  # 'auto', vectors
-    # the learner's minibatches: 8 of 32 per 256-step batch and pass
-    assert rows[-1]["info"]["learner"]["default_policy"]["num_grad_updates"] == 8.0
+    # the learner's minibatches: 8 of 32 per 256-step batch and pass, the 8 passes in one
+    # update (epochs_in_update)
+    assert params["epochs_in_update"] is True
+    assert rows[-1]["info"]["learner"]["default_policy"]["num_grad_updates"] == 64.0
     # the short pipeline: batches trained by a policy a few updates newer than the sampler's
     assert rows[-1]["policy_lag_mean"] < 50, rows[-1]["policy_lag_mean"]
 

@@ -20,10 +20,10 @@ from rlmesh.config.base import ConfigError
 ROOT = Path(__file__).resolve().parents[2]
 PIPELINE = ("num_epochs", "minibatch_size", "train_batch_size", "rollout_fragment_length", "learner_queue_size",
             "max_sample_requests_in_flight_per_worker", "surrogate_anchor", "lr",
-            "entropy_coeff", "min_time_s_per_iteration")
+            "entropy_coeff", "min_time_s_per_iteration", "epochs_in_update")
 RLLIB = {"num_epochs": 1, "minibatch_size": None, "train_batch_size": 500, "rollout_fragment_length": 50,
          "learner_queue_size": 16, "surrogate_anchor": "auto", "lr": 5e-4, "entropy_coeff": 0.01,
-         "min_time_s_per_iteration": 10}
+         "min_time_s_per_iteration": 10, "epochs_in_update": False}
 
 
 def pick(config, keys=PIPELINE) -> dict:
@@ -44,7 +44,7 @@ def test_rlmesh_appo_defaults_are_the_measured_cartpole_ones():
         "rollout_fragment_length": 32,
         "learner_queue_size": 1, "max_sample_requests_in_flight_per_worker": 1,
         "surrogate_anchor": "behaviour", "lr": 1e-3, "entropy_coeff": 0.0,
-        "min_time_s_per_iteration": 1.0}
+        "min_time_s_per_iteration": 1.0, "epochs_in_update": True}
     model = APPOConfig().model
     assert model["fcnet_hiddens"] == [64, 64] and model["vf_share_layers"] is False
 

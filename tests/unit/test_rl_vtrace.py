@@ -11,7 +11,7 @@ from rlmesh.rl import compute_gae
 from rlmesh.rl.vtrace import vtrace
 
 
-def reference(mu, pi, r, v, boot, term, trunc, gamma, rho_bar, pg_bar, c_bar):
+def reference(mu, pi, r, v, boot, term, trunc, gamma, rho_bar, pg_bar, c_bar, lam=1.0):
     """v_s = V(x_s) + sum_{t>=s} gamma^(t-s) (prod_{i=s}^{t-1} c_i) delta_t over the steps
     of s's episode left in the fragment; one env column at a time, in float64."""
     T = len(r)
@@ -35,7 +35,7 @@ def reference(mu, pi, r, v, boot, term, trunc, gamma, rho_bar, pg_bar, c_bar):
             total += weight * delta[t]
             if done[t]:
                 break
-            weight *= gamma * c[t]
+            weight *= gamma * lam * c[t]
         vs[s] = v[s] + total
     adv = np.zeros(T)
     for s in range(T):
@@ -70,6 +70,25 @@ def test_matches_the_papers_definition(thresholds, seed):
                                     term[:, b], trunc[:, b], gamma, rho_bar, pg_bar, c_bar)
         np.testing.assert_allclose(vs[:, b].numpy(), ref_vs, rtol=1e-10, atol=1e-10)
         np.testing.assert_allclose(adv[:, b].numpy(), ref_adv, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("lam", [0.0, 0.8])
+def test_lambda_scales_the_traces_as_the_papers_remark(lam):
+    """c_i = lambda min(c_bar, rho_i) (the IMPALA paper's remark 2); on-policy vs - V is then
+    GAE's advantage at that lambda and vs TD(lambda)'s return."""
+    mu, pi, r, v, boot, term, trunc = fragment(seed=6)
+    vs, adv = vtrace(*map(torch.as_tensor, (mu, pi, r, v, boot, term, trunc)), 0.95,
+                     lambda_=lam)
+    for b in range(r.shape[1]):
+        ref_vs, ref_adv = reference(mu[:, b], pi[:, b], r[:, b], v[:, b], boot[:, b],
+                                    term[:, b], trunc[:, b], 0.95, 1.0, 1.0, 1.0, lam)
+        np.testing.assert_allclose(vs[:, b].numpy(), ref_vs, rtol=1e-10, atol=1e-10)
+        np.testing.assert_allclose(adv[:, b].numpy(), ref_adv, rtol=1e-10, atol=1e-10)
+    args = [torch.as_tensor(x) for x in (r, v, boot, term, trunc)]
+    on, _ = vtrace(torch.as_tensor(mu), torch.as_tensor(mu), *args, 0.95, lambda_=lam)
+    gae_adv, targets = compute_gae(*args, 0.95, lam)
+    torch.testing.assert_close(on, targets)
+    torch.testing.assert_close(on - torch.as_tensor(v), gae_adv)
 
 
 def test_on_policy_it_is_n_step_returns():
