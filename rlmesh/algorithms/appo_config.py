@@ -32,10 +32,10 @@ _APPO_DEFAULTS = {
     # (The ratio to the policy that sampled, surrogate_anchor below, goes with the passes.)
     # The passes inside one update, as PPO's (RLlib's APPO, and IMPALA: each pass an
     # update of its own, replayed from the minibatch buffer): the targets, the target
-    # network's sync and the weights' broadcast once per batch, not once per pass. An update of 256 env steps
-    # (8 passes of minibatches of 32, one thread) 91-104 ms against 134-147 ms; CartPole to
-    # 475, seeds 0-2: 0.47 s per 1,000 env steps against 0.72 (docs/benchmark_log.md,
-    # "APPO's passes inside one update").
+    # network's sync and the weights' broadcast once per batch, not once per pass. An
+    # update of 256 env steps (8 passes of minibatches of 32, one thread): 91-104 ms
+    # against 134-147 ms; CartPole to 475, seeds 0-2: 0.47 s per 1,000 env steps against
+    # 0.72 (docs/benchmark_log.md, "APPO's passes inside one update").
     "epochs_in_update": True,
     # twice RLlib's 5e-4, a [64, 64] value branch of its own (RLlib's [256, 256] shared):
     # cartpole-appo.yaml's measured values.

@@ -26,7 +26,7 @@ import numpy as np
 
 from rlmesh.runtime.import_path import SentCode, import_object, named_roots
 from rlmesh.roles.learner import learner_class_of
-from rlmesh.roles.learner_input import StreamSource
+from rlmesh.roles.learner_input import StreamSource, passes_per_update
 from rlmesh.roles.learner_report import Report
 from rlmesh.roles.learner_source import DirectSource, InputClosed, LearnerSource
 from rlmesh.roles.replay_input import ReplaySource
@@ -240,11 +240,8 @@ class LearnerActor(Actor):
         lag = self.version - np.asarray(batch["policy_versions"])
         timesteps = self.source.timesteps()
         with self._lock:
-            # The passes over the batch: here (epochs_in_update), or LearnerInput's replays.
-            in_update = getattr(self.config, "epochs_in_update", False)
-            epochs = self.config.num_epochs if in_update else 1
             stats = self.learner.update_from_batch(batch["policies"], timesteps,
-                                                   num_epochs=epochs)
+                                                   num_epochs=passes_per_update(self.config))
             self.version += 1
             # A snapshot only while none is waiting or on its way (it would wait behind
             # it): copying the weights every update cost APEX's small DQN ~6% of its updates.

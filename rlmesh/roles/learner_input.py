@@ -31,6 +31,13 @@ def batch_size_per_learner(cfg: AlgorithmConfig) -> int:
     return -(-cfg.train_batch_size // max(1, cfg.num_learners))
 
 
+def passes_per_update(cfg: AlgorithmConfig) -> int:
+    """The passes over its batch each update makes: ``num_epochs`` with
+    ``epochs_in_update``; otherwise 1, ``LearnerInput`` replaying the batch a pass an update
+    (RLlib's way; every config without the setting: APEX's replay)."""
+    return cfg.num_epochs if getattr(cfg, "epochs_in_update", False) else 1
+
+
 class LearnerQueueTimeout(RuntimeError):
     """No train batch reached the learner within ``learner_queue_timeout``."""
 
@@ -237,7 +244,7 @@ class StreamSource:
         self.queue = BatchQueue(cfg.learner_queue_size)
         self.input = LearnerInput(
             self._take, buffer_size=cfg.minibatch_buffer_size,
-            num_passes=1 if getattr(cfg, "epochs_in_update", False) else cfg.num_epochs,
+            num_passes=cfg.num_epochs // passes_per_update(cfg),  # those updates do not make
             replay_proportion=cfg.replay_proportion, replay_slots=cfg.replay_buffer_num_slots,
             max_policy_lag=cfg.max_policy_lag,
             seed=None if cfg.seed is None else cfg.seed + 7 * rank)

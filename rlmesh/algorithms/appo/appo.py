@@ -155,9 +155,10 @@ class APPOTorchPolicy(ImpalaTorchPolicy):
         stats["total_loss"] = total.detach()
         if not flat:  # no update_stats for a whole batch: its statistics come from here
             with torch.no_grad():
+                behaviour_kl = self.dist_class.from_inputs(behaviour_inputs).kl(dist)[mask]
                 stats.update(
                     clip_fraction=((ratio - 1).abs() > cfg.clip_param).float().mean(),
-                    behaviour_kl=self.dist_class.from_inputs(behaviour_inputs).kl(dist)[mask].mean(),
+                    behaviour_kl=behaviour_kl.mean(),
                     vf_explained_var=explained_variance(vs[mask], values[mask]))
         return total, stats
 
