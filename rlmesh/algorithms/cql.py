@@ -7,7 +7,9 @@ on actions the data did not take and up on those it did:
 the logsumexp over ``num_actions`` uniformly random actions and ``num_actions`` of the
 policy's at s and at s' (each Q taken at s, less the log-density it was drawn with: CQL(H)).
 With ``lagrangian`` its weight is tuned so that the gap stays near ``lagrangian_thresh``.
-The actor is SAC's, cloning the data's actions for its first ``bc_iters`` gradient steps.
+The actor is SAC's, cloning the data's actions for its first ``bc_iters`` gradient steps
+(then, with ``bc_blend_iters``, moving from the one loss to the other over that many).
+``importance_sampling=False`` leaves the log-densities out of the logsumexp.
 
 Discrete actions: DQN's loss plus the same term, exact over the actions (``cql_discrete.py``).
 The dataset is the replay (``offline_replay.py``); evaluation runners play the policy.
@@ -126,7 +128,8 @@ class CQLTorchPolicy(SACTorchPolicy):
         # per-critic pass was not measured on a GPU).
         qs = (self.model["q"].one_by_one(states, taken) if obs.device.type == "cpu"
               else self.model["q"](states, taken))
-        log_mu = torch.cat([policy_logp.new_full((b * k,), self._log_uniform), policy_logp])
+        log_mu = (torch.cat([policy_logp.new_full((b * k,), self._log_uniform), policy_logp])
+                  if cfg.importance_sampling else 0.0)
         t = cfg.temperature
         q_data, gaps = [], []
         for q in qs:
@@ -156,13 +159,18 @@ class CQLTorchPolicy(SACTorchPolicy):
     def actor_loss(self, mb: Tensors, inputs: torch.Tensor, actions: torch.Tensor,
                    logp: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
         """SAC's actor loss; for the first ``bc_iters`` gradient steps, behaviour cloning
-        (the data's actions' log-likelihood) with the same entropy term."""
-        if self.grad_steps() <= self.config.bc_iters:
-            data_logp = self.dist_class.from_inputs(inputs).logp(mb["actions"])
-            return (alpha * logp - data_logp).mean()
-        with frozen(self.q_params):  # the actor's loss moves the actor only
-            q_pi = self.model["q"].min(mb["obs"], actions)
-        return (alpha * logp - q_pi).mean()
+        (the data's actions' log-likelihood) with the same entropy term; then, over
+        ``bc_blend_iters`` steps, the one weighed into the other linearly."""
+        cfg = self.config
+        share = min(1.0, (self.grad_steps() - cfg.bc_iters) / (cfg.bc_blend_iters + 1))
+        if share > 0:
+            with frozen(self.q_params):  # the actor's loss moves the actor only
+                q_pi = self.model["q"].min(mb["obs"], actions)
+        if share >= 1:
+            return (alpha * logp - q_pi).mean()
+        data_logp = self.dist_class.from_inputs(inputs).logp(mb["actions"])
+        cloning = (alpha * logp - data_logp).mean()
+        return cloning if share <= 0 else (1 - share) * cloning + share * (alpha * logp - q_pi).mean()
 
 
 class CQL(OfflineReplay):

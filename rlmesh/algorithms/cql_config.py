@@ -1,6 +1,7 @@
 """CQLConfig: conservative Q-learning's settings in RLlib's CQLConfig names (bc_iters,
 temperature, num_actions, lagrangian, lagrangian_thresh, min_q_weight, deterministic_backup)
-over everything of SACConfig, and how much an offline iteration trains."""
+and two of rlmesh's own (bc_blend_iters, importance_sampling) over everything of SACConfig,
+and how much an offline iteration trains."""
 
 from __future__ import annotations
 
@@ -47,6 +48,18 @@ class CQLConfig(SACConfig, OfflineReplayConfig, defaults=_CQL_DEFAULTS):
         doc="Gradient steps at the start in which the actor clones the data's actions "
             "(maximises their log-likelihood, with SAC's entropy term) instead of "
             "maximising Q; the critics train as usual meanwhile.")
+    bc_blend_iters: int = setting(
+        0, "training", ge=0,
+        doc="Gradient steps after bc_iters over which the actor's loss moves linearly from "
+            "cloning to SAC's (Q-maximising) loss; 0 (RLlib's CQL): at once. A clone that "
+            "turns to the critics at once can follow their gradient out of the data's "
+            "actions faster than the conservative term pushes Q down there.")
+    importance_sampling: bool = setting(
+        True, "training",
+        doc="True (CQL(H), the paper's code's default): in the logsumexp each sampled "
+            "action's Q less the log-density it was drawn with; False (the paper's code's "
+            "other version): the sampled actions' Q as they are, so that a policy which has "
+            "narrowed keeps its own actions in the term (a peaked density takes them out).")
     temperature: float = setting(
         1.0, "training", gt=0,
         doc="Temperature of the conservative term's logsumexp over actions: "

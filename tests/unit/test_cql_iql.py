@@ -122,6 +122,31 @@ def test_for_bc_iters_steps_the_actor_clones_the_logged_actions():
     assert abs(mode() - 0.8) < abs(before - 0.8) and abs(mode() - 0.8) < 0.2, (before, mode())
 
 
+def test_after_bc_iters_the_actors_loss_moves_from_cloning_to_q_over_bc_blend_iters():
+    """At each step of the blend the actor's loss is (1 - w) x cloning + w x SAC's loss, w
+    rising linearly to 1 after bc_blend_iters steps; the same draws on each side."""
+    b, bc, blend = 16, 10, 3
+    torch.manual_seed(0)
+    policy = cql_policy(bc_iters=bc, bc_blend_iters=blend)
+    mb = {key: torch.as_tensor(v) for key, v in fixed_batch(
+        np.random.default_rng(1).uniform(-1, 1, (b, 1)).astype(np.float32), n=b).items()}
+
+    def actor_loss_at(step: int) -> float:
+        policy.state["num_grad_steps"] = step
+        torch.manual_seed(7)
+        return float(policy.loss(mb)[1]["actor_loss"])
+
+    cloning, sac = actor_loss_at(bc), actor_loss_at(bc + blend + 1)
+    assert actor_loss_at(0) == pytest.approx(cloning) and abs(cloning - sac) > 0.1
+    for j in range(1, blend + 1):
+        w = j / (blend + 1)
+        assert actor_loss_at(bc + j) == pytest.approx((1 - w) * cloning + w * sac, rel=1e-5)
+    assert actor_loss_at(bc + 100) == pytest.approx(sac)
+    # bc_blend_iters 0 (RLlib's CQL): the step after bc_iters is SAC's loss already.
+    policy.config.bc_blend_iters = 0
+    assert actor_loss_at(bc + 1) == pytest.approx(sac)
+
+
 def test_the_deterministic_backup_leaves_the_entropy_out_of_the_target():
     torch.manual_seed(0)
     b = fixed_batch(np.zeros((64, 1), np.float32))
@@ -162,15 +187,18 @@ def one_q(q, c, obs, action):
     return float(q(obs[None], action[None])[c][0])
 
 
-def test_cqls_losses_are_the_papers_terms_written_out_state_by_state():
+@pytest.mark.parametrize("densities", [True, False], ids=["CQL(H)", "no-densities"])
+def test_cqls_losses_are_the_papers_terms_written_out_state_by_state(densities):
     """CQL(H) by its formula, one state and one critic at a time, through the critics'
     batched forward, against the loss rlmesh computes, from the same random draws: the
     seeded generator gives them in the order the loss takes them (a ~ pi(s), a' ~ pi(s'),
-    num_actions policy draws at each s then at each s', the uniform actions)."""
+    num_actions policy draws at each s then at each s', the uniform actions). Without
+    ``importance_sampling`` the logsumexp takes the sampled actions' Q as they are."""
     b, k, t, w, dims = 5, 3, 0.5, 5.0, 2
     box = gym.spaces.Box(-1.0, 1.0, (dims,), np.float32)
     torch.manual_seed(0)
-    policy = cql_policy(box, bc_iters=0, num_actions=k, temperature=t, min_q_weight=w)
+    policy = cql_policy(box, bc_iters=0, num_actions=k, temperature=t, min_q_weight=w,
+                        importance_sampling=densities)
     mb = {key: torch.as_tensor(v) for key, v in fixed_batch(
         np.random.default_rng(1).uniform(-1, 1, (b, dims)).astype(np.float32),
         rewards=np.arange(b), n=b).items()}
@@ -194,10 +222,13 @@ def test_cqls_losses_are_the_papers_terms_written_out_state_by_state():
             soft_max = []
             for i in range(b):
                 s = mb["obs"][i]
-                scores = [one_q(q, c, s, uniform[i, j]) + dims * np.log(2.0) for j in range(k)]
+                # The uniform density on [-1, 1]^dims is 2^-dims.
+                scores = [one_q(q, c, s, uniform[i, j]) + densities * dims * np.log(2.0)
+                          for j in range(k)]
                 for source, at in enumerate((mb["obs"][i], mb["next_obs"][i])):
                     acts, logps = squashed_draw(actor(at[None]).expand(k, -1), z[source, i])
-                    scores += [one_q(q, c, s, acts[j]) - float(logps[j]) for j in range(k)]
+                    scores += [one_q(q, c, s, acts[j]) - densities * float(logps[j])
+                               for j in range(k)]
                 soft_max.append(t * np.log(np.sum(np.exp(np.array(scores) / t))))
             gaps.append(np.mean(soft_max) - np.mean(data_q))
         actor_loss = float((1.0 * logp - torch.minimum(*q(mb["obs"], pi))).mean())
