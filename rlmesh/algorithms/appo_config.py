@@ -48,7 +48,11 @@ _APPO_DEFAULTS = {
 
 # The defaults that depend on the observations, as (vector observations, images): what
 # 'auto' resolves to once the env's spaces are known (for_observations). Vectors (an MLP):
-# CartPole's measured values. 8 passes over each batch, as PPO's epochs (4 passes with a
+# CartPole's measured values. 6 passes since the advantages lost V-trace's second importance
+# weight and the batches their extra lag (docs/benchmark_log.md, "APPO: one importance
+# weight, one batch ahead": seeds 0-5, 60k-75k env steps, mean 66k, 19-24 s; 8 passes
+# 55k-116k, mean 85k, 22-45 s; minibatches of 64, 57k-85k, mean 73k). Before that: 8 passes
+# over each batch, as PPO's epochs (4 passes with a
 # queue of 2: 123k-409k env steps to 475), in minibatches of 32 (RLlib's: the whole batch):
 # 64 gradient steps per 256 env steps (PPO's defaults: 160 per 2048; SB3's rl-zoo CartPole:
 # 20 per 256); seeds 0-5: 54k-78k env steps, mean 66k (whole batches 97k-118k; 64: 80k-87k
@@ -58,7 +62,7 @@ _APPO_DEFAULTS = {
 # deterministic (entropy < 0.025 by 30k env steps), for no better return at 200k
 # (docs/benchmark_log.md, "APPO's defaults on MinAtar Breakout").
 _BY_OBSERVATIONS: dict[str, tuple[object, object]] = {
-    "num_epochs": (8, 1),
+    "num_epochs": (6, 1),
     "minibatch_size": (32, None),
     "entropy_coeff": (0.0, 0.01),
 }
@@ -108,6 +112,16 @@ class APPOConfig(ImpalaConfig, GAESettings, defaults=_APPO_DEFAULTS):
             "actions'). vtrace=False always uses the behaviour policy. Default 'behaviour' "
             "(RLlib's defaults: 'auto'): with num_epochs > 1 the target network moves with "
             "every pass, so its clip would not bound the passes together.")
+    vtrace_pg_rho: bool | Literal["auto"] = setting(
+        "auto", "training",
+        doc="Whether V-trace's policy-gradient advantages are weighted by pi/mu clipped at "
+            "vtrace_clip_pg_rho_threshold (RLlib's APPO, and IMPALA, always). 'auto': only "
+            "when the surrogate's ratio is to the target network; with the behaviour anchor "
+            "the ratio pi/mu already weighs each sample to the behaviour policy, and the "
+            "second weight discounted every action the policy has since made less likely "
+            "(CartPole to 475 with APPO's defaults, seeds 0-2: 60k-68k env steps without it, "
+            "69k-122k with it; docs/benchmark_log.md, 'APPO: one importance weight, one "
+            "batch ahead'). RLlib's defaults: True.")
     use_kl_loss: bool = setting(
         False, "training",
         doc="Add kl_coeff x KL(target network || policy) to the loss, kl_coeff adapting "
@@ -121,7 +135,7 @@ class APPOConfig(ImpalaConfig, GAESettings, defaults=_APPO_DEFAULTS):
     num_epochs: int | Literal["auto"] = _auto(
         "num_epochs",
         "Passes over each train batch (the learner replays each batch this many times). "
-        "'auto' (RLlib's default: 1): 8 for vector observations, 1 for images (a conv "
+        "'auto' (RLlib's default: 1): 6 for vector observations, 1 for images (a conv "
         "net), resolved when the env's spaces are known.")
     minibatch_size: int | None | Literal["auto"] = _auto(
         "minibatch_size",

@@ -86,7 +86,7 @@ def targets(policy: Any, batch: dict[str, torch.Tensor], target_logp: torch.Tens
     return vtrace(batch["action_logp"], target_logp, batch["rewards"], values, bootstrap,
                   batch["terminateds"], batch["truncateds"], cfg.gamma,
                   cfg.vtrace_clip_rho_threshold, cfg.vtrace_clip_pg_rho_threshold,
-                  lambda_=cfg.vtrace_lambda)
+                  lambda_=cfg.vtrace_lambda, pg_rho=policy.pg_rho)
 
 
 def gae_targets(batch: dict[str, torch.Tensor], values: torch.Tensor, bootstrap: torch.Tensor,
@@ -201,6 +201,10 @@ class ImpalaTorchPolicy(TorchPolicy):
     """IMPALA's learner side: V-trace targets toward the current policy (or A3C's returns),
     the policy-gradient loss weighted by their advantages, the value loss and the entropy
     bonus."""
+
+    #: Whether V-trace's policy-gradient advantages carry the clipped rho_pg (IMPALA's
+    #: loss has no other importance weight: always).
+    pg_rho = True
 
     def make_optimizer(self) -> Any:
         return make_optimizer(self)

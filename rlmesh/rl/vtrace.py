@@ -26,6 +26,7 @@ def vtrace(
     clip_pg_rho_threshold: float | None = 1.0,
     clip_c_threshold: float | None = 1.0,
     lambda_: float = 1.0,
+    pg_rho: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(vs, pg_advantages)`` for ``[T, B]`` fragments (any trailing shape, all alike).
 
@@ -43,7 +44,9 @@ def vtrace(
     and ``rho_pg`` is ``pi/mu`` clipped at ``clip_pg_rho_threshold``. On-policy (``pi = mu``,
     thresholds >= 1) ``vs`` are the n-step returns bootstrapped where the data stops (with
     ``lambda_`` < 1, the paper's remark 2: ``c_t`` scaled by it, and on-policy ``vs - V``
-    are GAE's advantages at that lambda, ``vs`` TD(lambda)'s returns).
+    are GAE's advantages at that lambda, ``vs`` TD(lambda)'s returns). ``pg_rho=False``
+    leaves ``rho_pg`` out of the advantages, for a loss whose ratio pi/mu already weighs
+    each sample to the behaviour policy (APPO's behaviour anchor).
     Call under ``torch.no_grad()`` or with detached inputs.
     """
     _check_shapes(values, where="vtrace", behaviour_logp=behaviour_logp, target_logp=target_logp,
@@ -67,5 +70,5 @@ def vtrace(
     vs_next = torch.cat([vs[1:], bootstrap_values[-1:]], dim=0)
     vs_next = torch.where(inside.bool(), vs_next, next_values)
     vs_next[-1] = next_values[-1]
-    pg_advantages = pg_rhos * (rewards + gamma * vs_next - values)
-    return vs, pg_advantages
+    pg_advantages = rewards + gamma * vs_next - values
+    return vs, (pg_rhos * pg_advantages if pg_rho else pg_advantages)

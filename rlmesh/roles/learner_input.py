@@ -137,11 +137,21 @@ class BatchQueue:
         self._loop: asyncio.AbstractEventLoop | None = None
 
     async def put(self, item: Any) -> None:
+        await self._semaphore().acquire()
+        self._items.put(item)
+
+    async def room(self) -> None:
+        """Returns once an item would be queued at once (fewer than ``maxsize`` queued),
+        taking nothing: a single caller's next ``put`` then does not wait."""
+        room = self._semaphore()
+        await room.acquire()
+        room.release()
+
+    def _semaphore(self) -> asyncio.Semaphore:
         if self._room is None:
             self._loop = asyncio.get_running_loop()
             self._room = asyncio.Semaphore(self.maxsize)
-        await self._room.acquire()
-        self._items.put(item)
+        return self._room
 
     def get(self, timeout: float) -> Any:
         """The oldest item; ``queue.Empty`` after ``timeout`` seconds without one."""
@@ -249,17 +259,27 @@ class StreamSource:
             max_policy_lag=cfg.max_policy_lag,
             seed=None if cfg.seed is None else cfg.seed + 7 * rank)
         self.builder = BatchBuilder(batch_size_per_learner(cfg))
+        self._gate = asyncio.Lock()  # the fragments join the builder one at a time
         self.world_size, self.stopped = world_size, stopped
         self._received_steps = 0
 
     # --- the event loop's side: the stream calls ---
 
     async def add_fragment(self, fragment: dict[str, Any]) -> None:
-        """A runner's fragment; a train batch goes to the queue once enough have come."""
-        batch = self.builder.add(fragment)  # junk: a ValueError back to its sender, counted
-        self._received_steps += int(fragment["env_steps"])
-        if batch is not None:
-            await self.queue.put(batch)
+        """A runner's fragment; a train batch goes to the queue once enough have come.
+
+        While the queue is full no fragment joins the next batch: every runner's call
+        waits (its credit held), not only the one whose fragment completed a batch. Else
+        the others would go on filling one more batch behind it, and each batch would be
+        trained two to three updates after the policy that sampled it was published
+        (APPO's CartPole defaults: a policy lag of 3.4 updates with a queue of one; about
+        1 now, as the queue's size says)."""
+        async with self._gate:
+            await self.queue.room()
+            batch = self.builder.add(fragment)  # junk: a ValueError back to its sender, counted
+            self._received_steps += int(fragment["env_steps"])
+            if batch is not None:
+                await self.queue.put(batch)  # there is room: at once
 
     async def add_batch(self, batch: dict[str, Any]) -> None:
         """A train batch an aggregator joined (see ``BatchBuilder``)."""

@@ -47,14 +47,17 @@ def test_appos_first_command_learns_cartpole_with_its_defaults(tmp_path):
                                               "timesteps_total": 300_000}))
     assert rows[-1]["episode_reward_mean"] >= 150, [r["episode_reward_mean"] for r in rows]
     params = json.loads(next(tmp_path.glob("*/*/params.json")).read_text())
-    assert params["num_epochs"] == 8 and params["surrogate_anchor"] == "behaviour"
+    assert params["num_epochs"] == 6 and params["surrogate_anchor"] == "behaviour"
+    assert params["vtrace_pg_rho"] == "auto"  # no rho in the advantages beside pi/mu
     assert params["minibatch_size"] == 32 and params["entropy_coeff"] == 0.0  # 'auto', vectors
-    # the learner's minibatches: 8 of 32 per 256-step batch and pass, the 8 passes in one
+    # the learner's minibatches: 8 of 32 per 256-step batch and pass, the 6 passes in one
     # update (epochs_in_update)
     assert params["epochs_in_update"] is True
-    assert rows[-1]["info"]["learner"]["default_policy"]["num_grad_updates"] == 64.0
-    # the short pipeline: batches trained by a policy a few updates newer than the sampler's
-    assert rows[-1]["policy_lag_mean"] < 50, rows[-1]["policy_lag_mean"]
+    assert rows[-1]["info"]["learner"]["default_policy"]["num_grad_updates"] == 48.0
+    # the short pipeline: with one batch queued, no fragment joins the next batch while
+    # it waits (StreamSource.add_fragment), so batches are trained one to two updates
+    # after the sampler's policy (3.4 before)
+    assert rows[-1]["policy_lag_mean"] < 2.5, rows[-1]["policy_lag_mean"]
 
 
 @pytest.mark.timeout(300)

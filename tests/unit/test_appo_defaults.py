@@ -40,7 +40,7 @@ def test_rlmesh_appo_defaults_are_the_measured_cartpole_ones():
     assert (auto.num_epochs, auto.minibatch_size, auto.entropy_coeff) == ("auto",) * 3
     auto.validate()
     assert pick(auto.for_observations([VECTOR])) == {
-        "num_epochs": 8, "minibatch_size": 32, "train_batch_size": 256,
+        "num_epochs": 6, "minibatch_size": 32, "train_batch_size": 256,
         "rollout_fragment_length": 32,
         "learner_queue_size": 1, "max_sample_requests_in_flight_per_worker": 1,
         "surrogate_anchor": "behaviour", "lr": 1e-3, "entropy_coeff": 0.0,
@@ -81,7 +81,7 @@ def test_a_policy_built_outside_an_algorithm_resolves_auto_from_its_space():
 
     config = APPOConfig().environment("CartPole-v1")
     policy = APPOTorchPolicy(VECTOR, gym.spaces.Discrete(2), config)
-    assert (policy.config.num_epochs, policy.config.minibatch_size) == (8, 32)
+    assert (policy.config.num_epochs, policy.config.minibatch_size) == (6, 32)
     image_policy = APPOTorchPolicy(IMAGE, gym.spaces.Discrete(3), config)
     assert (image_policy.config.num_epochs, image_policy.config.entropy_coeff) == (1, 0.01)
 

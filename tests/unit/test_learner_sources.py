@@ -44,6 +44,31 @@ def test_a_stream_joins_fragments_into_batches_for_the_update_loop():
         source.next(version=5, timeout=1.0)
 
 
+def test_while_a_batch_waits_no_runners_fragment_joins_the_next_one():
+    """One batch queued (learner_queue_size 1) and two runners: the fragment that would
+    start the next batch waits, its sender's call held, until the learner takes the queued
+    batch; before, it joined the next batch at once, and the batches trained lagged the
+    sampler by a batch more than the queue's size."""
+    cfg = ImpalaConfig().training(train_batch_size=20, learner_queue_size=1)
+
+    async def scenario() -> None:
+        source = StreamSource(cfg)
+        for version in (3, 4):  # runner A's and runner B's: a batch, queued
+            await source.add_fragment(versioned(5, 2, version))
+        late = asyncio.ensure_future(source.add_fragment(versioned(5, 2, 5)))
+        await asyncio.sleep(0.05)
+        assert not late.done() and source.builder.pending_steps == 0
+        batch, _ = await asyncio.to_thread(source.next, 5, 1.0)  # the learner takes it
+        await asyncio.wait_for(late, 1.0)
+        assert batch["policy_versions"].tolist() == [3, 4]
+        assert source.builder.pending_steps == 10  # the waiting fragment, in the next batch
+        # a fragment that fills the next batch is queued at once: there is room
+        await asyncio.wait_for(source.add_fragment(versioned(5, 2, 6)), 1.0)
+        assert source.queue.qsize() == 1 and source.builder.pending_steps == 0
+
+    asyncio.run(scenario())
+
+
 def test_replay_batches_send_their_td_errors_to_their_shard_and_not_to_the_report():
     shards = filled_shards()
     sent, gone = [], []

@@ -91,6 +91,21 @@ def test_lambda_scales_the_traces_as_the_papers_remark(lam):
     torch.testing.assert_close(on - torch.as_tensor(v), gae_adv)
 
 
+@pytest.mark.parametrize("pg_bar", [1.0, 0.5])
+def test_without_pg_rho_the_advantages_are_the_same_td_errors_unweighted(pg_bar):
+    """pg_rho=False (APPO's behaviour anchor, whose ratio pi/mu is the weight already):
+    r + gamma vs_next - V, the same value targets; times the clipped rho they are the
+    paper's advantages again."""
+    mu, pi, r, v, boot, term, trunc = fragment(seed=5)
+    args = [torch.as_tensor(x) for x in (mu, pi, r, v, boot, term, trunc)]
+    vs, adv = vtrace(*args, 0.95, clip_pg_rho_threshold=pg_bar)
+    vs_plain, plain = vtrace(*args, 0.95, clip_pg_rho_threshold=pg_bar, pg_rho=False)
+    torch.testing.assert_close(vs_plain, vs)
+    rho = torch.exp(torch.as_tensor(pi - mu)).clamp(max=pg_bar)
+    assert not torch.allclose(plain, adv)
+    torch.testing.assert_close(plain * rho, adv)
+
+
 def test_on_policy_it_is_n_step_returns():
     mu, _, r, v, boot, term, trunc = fragment(seed=4, off_policy=False)
     term[:, -1] = trunc[:, -1] = False  # one column where the episode runs past the fragment

@@ -13,8 +13,9 @@ import pytest
 import torch
 
 from rlmesh.algorithms.appo import APPOConfig, APPOTorchPolicy, target_model
-from rlmesh.algorithms.impala import ImpalaConfig, ImpalaTorchPolicy, centered
+from rlmesh.algorithms.impala import ImpalaConfig, ImpalaTorchPolicy, centered, evaluate
 from rlmesh.rl.batch import to_tensors
+from rlmesh.rl.vtrace import vtrace
 
 OBS = gym.spaces.Box(-np.inf, np.inf, (3,), np.float32)
 BOX = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
@@ -90,6 +91,38 @@ def test_the_surrogate_refers_to_the_target_network(space, anchor):
 def test_without_vtrace_the_anchor_is_always_the_behaviour_policy():
     lrn = learner(APPOConfig, APPOTorchPolicy, DISCRETE, vtrace=False, surrogate_anchor="target")
     assert lrn.anchored_to_behaviour
+
+
+@pytest.mark.parametrize("space,anchor,setting,weighted", [
+    (DISCRETE, "behaviour", "auto", False),  # pi/mu is the importance weight already
+    (BOX, "auto", "auto", False),
+    (DISCRETE, "auto", "auto", True),  # the target network's ratio has none of its own
+    (DISCRETE, "target", "auto", True),
+    (DISCRETE, "behaviour", True, True),  # as set (RLlib's defaults: True)
+    (DISCRETE, "target", False, False),
+])
+def test_vtraces_pg_rho_goes_with_the_anchor_unless_set(space, anchor, setting, weighted):
+    lrn = learner(APPOConfig, APPOTorchPolicy, space, surrogate_anchor=anchor,
+                  vtrace_pg_rho=setting)
+    assert lrn.pg_rho is weighted
+    batch = batch_of(lrn)
+    move_target_network(lrn)  # the target's rho far from 1
+    with torch.no_grad():
+        train = lrn.prepare_batch(batch)
+        _, values, bootstrap = evaluate(lrn, batch, lrn.model)
+        old_logp = lrn.anchor(batch)[1]
+        ref = vtrace(batch["action_logp"], old_logp, batch["rewards"], values, bootstrap,
+                     batch["terminateds"], batch["truncateds"], lrn.config.gamma,
+                     pg_rho=weighted)[1]
+    torch.testing.assert_close(train["pg_advantages"], ref.flatten())
+    assert ImpalaTorchPolicy.pg_rho is True  # IMPALA's loss has no other weight
+
+
+def test_rllibs_appo_defaults_keep_the_rho_in_the_advantages():
+    from rlmesh.config.rllib_defaults import RLLIB_APPO
+
+    assert RLLIB_APPO["vtrace_pg_rho"] is True
+    assert APPOConfig().vtrace_pg_rho == "auto"
 
 
 def test_surrogate_anchor_refuses_other_values():

@@ -59,6 +59,14 @@ class APPOTorchPolicy(ImpalaTorchPolicy):
             return isinstance(self.action_space, gym.spaces.Box)
         return cfg.surrogate_anchor == "behaviour"
 
+    @functools.cached_property
+    def pg_rho(self) -> bool:  # type: ignore[override]
+        """Whether V-trace's advantages carry rho_pg (``vtrace_pg_rho``; 'auto': only when
+        the ratio is to the target network, which has no weight to the behaviour policy
+        of its own; pi/mu, the behaviour anchor's ratio, already is that weight)."""
+        setting = self.config.vtrace_pg_rho
+        return not self.anchored_to_behaviour if setting == "auto" else bool(setting)
+
     def on_policy_targets(self, batch: dict[str, torch.Tensor], values: torch.Tensor,
                           bootstrap: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``vtrace=False``: GAE's ``(value_targets, advantages)`` at ``lambda`` (1 without
