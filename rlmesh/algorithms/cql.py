@@ -162,15 +162,15 @@ class CQLTorchPolicy(SACTorchPolicy):
         (the data's actions' log-likelihood) with the same entropy term; then, over
         ``bc_blend_iters`` steps, the one weighed into the other linearly."""
         cfg = self.config
-        share = min(1.0, (self.grad_steps() - cfg.bc_iters) / (cfg.bc_blend_iters + 1))
+        share = min(1.0, max(0.0, (self.grad_steps() - cfg.bc_iters) / (cfg.bc_blend_iters + 1)))
+        sac = cloning = 0.0
         if share > 0:
             with frozen(self.q_params):  # the actor's loss moves the actor only
-                q_pi = self.model["q"].min(mb["obs"], actions)
-        if share >= 1:
-            return (alpha * logp - q_pi).mean()
-        data_logp = self.dist_class.from_inputs(inputs).logp(mb["actions"])
-        cloning = (alpha * logp - data_logp).mean()
-        return cloning if share <= 0 else (1 - share) * cloning + share * (alpha * logp - q_pi).mean()
+                sac = (alpha * logp - self.model["q"].min(mb["obs"], actions)).mean()
+        if share < 1:
+            data_logp = self.dist_class.from_inputs(inputs).logp(mb["actions"])
+            cloning = (alpha * logp - data_logp).mean()
+        return (1 - share) * cloning + share * sac
 
 
 class CQL(OfflineReplay):
