@@ -26,6 +26,7 @@ from rlmesh.offline.reader import DatasetError, OfflineDataset, open_input, reso
 from rlmesh.offline.records import ACTION_PROB, NEW_OBS
 from rlmesh.rl.action_noise import action_bounds
 from rlmesh.rl.columns import DEFAULT_POLICY_ID, Columns
+from rlmesh.rl.filters import MeanStdFilter, NoFilter, make_filter
 from rlmesh.rl.nstep import nstep_transitions
 from rlmesh.rl.replay import PrioritizedReplayBuffer, ReplayBuffer, transition_columns
 
@@ -44,6 +45,20 @@ def dataset_transitions(dataset: OfflineDataset, n_step: int, gamma: float
                  "next_obs": new_obs}
         parts.append(nstep_transitions(steps, n_step, gamma, cut=True)[0])
     return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+
+
+def dataset_filter(dataset: OfflineDataset, config: OfflineReplayConfig, obs_space: gym.Space
+                   ) -> NoFilter:
+    """``observation_filter`` for learning from a dataset: 'MeanStdFilter' takes the mean
+    and std of every observation in it, and they stay fixed (nothing is sampled to update
+    them), as the offline literature's state normalisation (CORL's ``normalize``, d3rlpy's
+    observation scaler). 'NoFilter': observations as recorded."""
+    obs_filter = make_filter(config.observation_filter, obs_space)
+    if isinstance(obs_filter, MeanStdFilter):
+        shape = obs_filter.shape
+        for e in dataset.episodes:
+            obs_filter.rs.push(np.asarray(e[Columns.OBS]).reshape(-1, *shape))
+    return obs_filter
 
 
 def check_action_range(dataset: OfflineDataset, action_space: gym.Space,
@@ -101,10 +116,18 @@ class OfflineReplay(Algorithm):
         if cfg.off_policy_estimation_methods:
             self._check_estimable()
         transitions = dataset_transitions(self.dataset, cfg.n_step, cfg.gamma)
+        self.dataset_filter = dataset_filter(self.dataset, cfg, obs_space)
+        for column in ("obs", "next_obs"):  # as the evaluation runners will see them
+            transitions[column] = self.dataset_filter(transitions[column], update=False)
         self.replay = self._replay_of(len(transitions["rewards"]), obs_space, action_space)
         self.replay.add(transitions)
         self.replays = {DEFAULT_POLICY_ID: self.replay}
         return specs
+
+    def _initial_obs_filter(self) -> Any:
+        """The filter fitted on the dataset (``dataset_filter``): the evaluation runners,
+        ``compute_single_action``, checkpoints and exports normalise as training did."""
+        return self.dataset_filter
 
     def _replay_of(self, size: int, obs_space: gym.Space, action_space: gym.Space
                    ) -> ReplayBuffer:

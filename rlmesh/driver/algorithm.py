@@ -101,7 +101,7 @@ class Algorithm(PolicyAccess, SaveRestore):
         self.entropy_warned: set[str] = set()  # policies warned of (warn_entropy_collapse)
         self.training_watch = TrainingWatch(self)  # a run whose learner never updates
         # The global observation filter: every runner's statistics merged (sync_filters).
-        self.obs_filter = make_filter(config.observation_filter, self.obs_space)
+        self.obs_filter = self._initial_obs_filter()
         # The env-to-module connectors' statistics, every runner's merged (sync_filters).
         self.connector_filters = ConnectorFilterStats()
         self.last_checkpoint: str | None = None
@@ -166,6 +166,10 @@ class Algorithm(PolicyAccess, SaveRestore):
         spec = PolicySpec(self.config.policy_class).resolved(default, self.obs_space,
                                                              self.action_space)
         return {DEFAULT_POLICY_ID: spec.to_data(self.config)}
+
+    def _initial_obs_filter(self) -> Any:
+        """The global observation filter at the start (``observation_filter``'s, empty)."""
+        return make_filter(self.config.observation_filter, self.obs_space)
 
     def _follow_logs(self) -> LogTail | None:
         """With log_level INFO or DEBUG, every process's records in this one's logging
