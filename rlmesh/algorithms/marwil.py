@@ -14,11 +14,13 @@ from typing import Any
 import numpy as np
 import torch
 
+from rlmesh.config.base import ConfigError
 from rlmesh.driver.algorithm import Algorithm
 from rlmesh.driver.trainer_args import trainer_config
 from rlmesh.driver.env_runner_group import synchronous_parallel_sample
 from rlmesh.algorithms.marwil_config import MARWILConfig
 from rlmesh.offline.estimators import estimate
+from rlmesh.offline.filtering import dataset_filter, filtered
 from rlmesh.offline.reader import common_columns, open_input
 from rlmesh.policy.recurrent import (is_recurrent, sequence_index, sequence_samples,
                                      time_major_outputs)
@@ -122,7 +124,18 @@ class MARWIL(Algorithm):
         self.sources = open_input(config, self.input_spaces,
                                   first_file_only=config.num_env_runners > 0)
         self.sharded = config.num_env_runners > 0 and any(d for _, d in self.sources)
+        if self.sharded and config.observation_filter != "NoFilter":
+            raise ConfigError(f"observation_filter {config.observation_filter!r} normalises a "
+                              "dataset the driver reads (num_env_runners 0): with env runners "
+                              "each reads a shard of it, which the filter does not see; set "
+                              "num_env_runners to 0 or observation_filter to 'NoFilter'")
         super().__init__(config)
+
+    def _initial_obs_filter(self) -> Any:
+        """``observation_filter`` starts from the statistics of the data read here (the
+        driver normalises what it reads with them; runners sampling beside it add theirs)."""
+        return dataset_filter([d for _, d in self.sources if d is not None],
+                              self.config.observation_filter, self.obs_space)
 
     def training_step(self) -> dict[str, dict[str, float]]:
         cfg, fragments, sampled = self.config, [], False
@@ -133,7 +146,8 @@ class MARWIL(Algorithm):
                     fragments += synchronous_parallel_sample(self.env_runners, max_env_steps=steps)
                 sampled = True
             else:  # multi-agent: each policy its share, from its own agents' trajectories
-                read = [dataset.sample(steps, policy_id=pid) for pid in self.input_spaces]
+                read = [filtered(dataset.sample(steps, policy_id=pid), self.obs_filter)
+                        for pid in self.input_spaces]
                 self.env_runners.record([_read_count(f) for f in read])
                 fragments += read
         if self.sharded:  # the runners' shards (and envs, in a mix) by the shares
@@ -174,7 +188,8 @@ class MARWIL(Algorithm):
             # single-agent runs only; with env runners, on the episodes of each source's
             # first file, which the driver read to check the data
             if methods and None in self.input_spaces:
-                episodes = datasets[0].draw(self.config.off_policy_estimation_episodes)
+                episodes = [filtered(e, self.obs_filter) for e in
+                            datasets[0].draw(self.config.off_policy_estimation_episodes)]
                 result["off_policy_estimation"] = estimate(
                     methods, self.get_policy(), episodes, self.config.gamma)
         return result

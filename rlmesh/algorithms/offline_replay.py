@@ -22,11 +22,11 @@ from rlmesh.driver.algorithm import Algorithm
 from rlmesh.driver.trainer_args import trainer_config
 from rlmesh.env.registry import as_space
 from rlmesh.offline.estimators import estimate
+from rlmesh.offline.filtering import dataset_filter, filtered
 from rlmesh.offline.reader import DatasetError, OfflineDataset, open_input, resolve_files
 from rlmesh.offline.records import ACTION_PROB, NEW_OBS
 from rlmesh.rl.action_noise import action_bounds
 from rlmesh.rl.columns import DEFAULT_POLICY_ID, Columns
-from rlmesh.rl.filters import MeanStdFilter, NoFilter, make_filter
 from rlmesh.rl.nstep import nstep_transitions
 from rlmesh.rl.replay import PrioritizedReplayBuffer, ReplayBuffer, transition_columns
 
@@ -45,20 +45,6 @@ def dataset_transitions(dataset: OfflineDataset, n_step: int, gamma: float
                  "next_obs": new_obs}
         parts.append(nstep_transitions(steps, n_step, gamma, cut=True)[0])
     return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
-
-
-def dataset_filter(dataset: OfflineDataset, config: OfflineReplayConfig, obs_space: gym.Space
-                   ) -> NoFilter:
-    """``observation_filter`` for learning from a dataset: 'MeanStdFilter' takes the mean
-    and std of every observation in it, and they stay fixed (nothing is sampled to update
-    them), as the offline literature's state normalisation (CORL's ``normalize``, d3rlpy's
-    observation scaler). 'NoFilter': observations as recorded."""
-    obs_filter = make_filter(config.observation_filter, obs_space)
-    if isinstance(obs_filter, MeanStdFilter):
-        shape = obs_filter.shape
-        for e in dataset.episodes:
-            obs_filter.rs.push(np.asarray(e[Columns.OBS]).reshape(-1, *shape))
-    return obs_filter
 
 
 def check_action_range(dataset: OfflineDataset, action_space: gym.Space,
@@ -116,7 +102,7 @@ class OfflineReplay(Algorithm):
         if cfg.off_policy_estimation_methods:
             self._check_estimable()
         transitions = dataset_transitions(self.dataset, cfg.n_step, cfg.gamma)
-        self.dataset_filter = dataset_filter(self.dataset, cfg, obs_space)
+        self.dataset_filter = dataset_filter([self.dataset], cfg.observation_filter, obs_space)
         for column in ("obs", "next_obs"):  # as the evaluation runners will see them
             transitions[column] = self.dataset_filter(transitions[column], update=False)
         self.replay = self._replay_of(len(transitions["rewards"]), obs_space, action_space)
@@ -170,7 +156,8 @@ class OfflineReplay(Algorithm):
         result["offline"]["num_transitions"] = len(self.replay)
         methods = self.config.off_policy_estimation_methods
         if methods:
-            episodes = self.dataset.draw(self.config.off_policy_estimation_episodes)
+            episodes = [filtered(e, self.obs_filter) for e in
+                        self.dataset.draw(self.config.off_policy_estimation_episodes)]
             result["off_policy_estimation"] = estimate(methods, self.get_policy(), episodes,
                                                        self.config.gamma)
         return result

@@ -222,8 +222,9 @@ class SamplingSettings:
             "every observation sampled so far, clipped to [-10, 10] (Box observations). Each "
             "runner updates its copy as it samples; the driver merges all runners' new "
             "statistics every iteration and syncs them back; checkpoints keep them and "
-            "compute_single_action, rollout and the policy client apply them. 'NoFilter': "
-            "observations as the env gives them.")
+            "compute_single_action, rollout and the policy client apply them. Learning from "
+            "a dataset (CQL, IQL, MARWIL, BC), the statistics are the data's, held "
+            "(docs/offline.md). 'NoFilter': observations as the env gives them.")
     enable_connectors: Literal[True] = setting(
         True, "env_runners",
         doc="RLlib's switch for its runner-side connectors; here observations are always "

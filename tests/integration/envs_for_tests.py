@@ -194,3 +194,38 @@ class RepeatFirstEnv(gym.Env):
         done = self.t >= self.length
         reward = float(done and int(action) == self.symbol)
         return self._obs(), reward, done, False, {}
+
+
+class FarPointEnv(gym.Env):
+    """Observations far from the origin: ``center`` (default [1000, -500]) plus a standard
+    normal draw each step. The best action is ``tanh(n0 - n1)`` of that draw ``n``; the
+    reward is minus the squared miss, over ``length`` steps (25). A network reading the
+    raw numbers sees its tanh units saturated; one reading them normalised learns the task.
+    ``expert_action(obs)`` is the best action (how a dataset for it is made)."""
+
+    action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+    observation_space = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
+
+    def __init__(self, env_config: dict | None = None) -> None:
+        config = dict(env_config or {})
+        self.center = np.asarray(config.get("center", [1000.0, -500.0]), np.float32)
+        self.length = int(config.get("length", 25))
+        self.t, self.obs = 0, self.center
+
+    def expert_action(self, obs: np.ndarray) -> np.ndarray:
+        n = np.asarray(obs, np.float32) - self.center
+        return np.tanh(n[..., :1] - n[..., 1:2]).astype(np.float32)
+
+    def _draw(self) -> np.ndarray:
+        self.obs = (self.center + self.np_random.standard_normal(2)).astype(np.float32)
+        return self.obs
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._draw(), {}
+
+    def step(self, action):
+        miss = float(np.clip(action, -1, 1)[0] - self.expert_action(self.obs)[0])
+        self.t += 1
+        return self._draw(), -miss * miss, False, self.t >= self.length, {}
