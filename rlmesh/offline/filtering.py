@@ -29,10 +29,14 @@ def dataset_filter(datasets: list[OfflineDataset], name: str, obs_space: gym.Spa
     return obs_filter
 
 
+# Observation columns of an episode (obs, new_obs) and of a fragment read from one (obs,
+# the bootstrap observations next_obs and trunc_obs).
+OBS_COLUMNS = (Columns.OBS, NEW_OBS, Columns.NEXT_OBS, "trunc_obs")
+
+
 def filtered(rows: dict[str, Any], obs_filter: NoFilter) -> dict[str, Any]:
     """``rows`` (an episode, a fragment) with its observations as the policy reads them:
-    ``obs`` and ``new_obs`` through ``obs_filter``, without updating it; the rest shared."""
+    each of ``OBS_COLUMNS`` through ``obs_filter``, without updating it; the rest shared."""
     if type(obs_filter) is NoFilter:
         return rows
-    return {k: obs_filter(v, update=False) if k in (Columns.OBS, NEW_OBS) else v
-            for k, v in rows.items()}
+    return {k: obs_filter(v, update=False) if k in OBS_COLUMNS else v for k, v in rows.items()}

@@ -121,3 +121,21 @@ def test_a_dataset_read_by_env_runners_refuses_the_filter_in_one_line(far_data):
         build("MARWIL", far_data, "MeanStdFilter", num_env_runners=1, evaluation_interval=None)
     assert "observation_filter" in str(e.value) and "num_env_runners" in str(e.value)
     assert "\n" not in str(e.value)
+
+
+def test_a_fragment_read_has_every_observation_column_normalised(far_data):
+    """MARWIL's fragments carry the observations its returns bootstrap from (``next_obs``)
+    beside ``obs``: both go through the filter, the rest stays as read."""
+    from rlmesh.offline.filtering import dataset_filter, filtered
+    from rlmesh.offline.reader import OfflineDataset
+
+    data = OfflineDataset(far_data["path"], shuffle=False)
+    obs_filter = dataset_filter([data], "MeanStdFilter", FarPointEnv.observation_space)
+    fragment = data.sample(100)
+    out = filtered(fragment, obs_filter)
+    assert len(fragment["next_obs"]) == fragment["obs"].shape[1]  # an episode a column
+    for key in ("obs", "next_obs"):
+        expected = (fragment[key] - far_data["mean"]) / far_data["std"]
+        np.testing.assert_allclose(out[key], expected, atol=1e-4)
+    assert out["actions"] is fragment["actions"]
+    assert obs_filter.get_state()["n"] == far_data["n"]  # reading did not update it
