@@ -61,10 +61,15 @@ _APPO_DEFAULTS = {
 # values made the learner the bottleneck (350 env steps/s against 2,200-2,800) and the policy
 # deterministic (entropy < 0.025 by 30k env steps), for no better return at 200k
 # (docs/benchmark_log.md, "APPO's defaults on MinAtar Breakout").
+# clip_param: PPO's 0.2 (SB3's) for vectors, RLlib's 0.4 for images. CartPole to 475 with
+# the other defaults, 2-core VM (docs/benchmark_log.md, "APPO's clip, and twelve seeds
+# beside SB3"): 0.4 over 18 runs of seeds 0-5, 69.4k env steps on average; 0.2 over 12
+# runs, 64.0k; 0.3 over 6, 82.8k.
 _BY_OBSERVATIONS: dict[str, tuple[object, object]] = {
     "num_epochs": (6, 1),
     "minibatch_size": (32, None),
     "entropy_coeff": (0.0, 0.01),
+    "clip_param": (0.2, 0.4),
 }
 
 
@@ -88,10 +93,12 @@ class APPOConfig(ImpalaConfig, GAESettings, defaults=_APPO_DEFAULTS):
 
     algorithm_path = "rlmesh.algorithms.appo.appo:APPO"
 
-    clip_param: float = setting(
-        0.4, "training", gt=0,
-        doc="The surrogate's ratio to the target network is clipped to [1 - clip_param, "
-            "1 + clip_param].")
+    clip_param: float | Literal["auto"] = setting(
+        "auto", "training", gt=0,
+        doc="The surrogate's ratio (to the policy surrogate_anchor names) is clipped to "
+            "[1 - clip_param, 1 + clip_param]. 'auto' (RLlib's default: 0.4): 0.2, PPO's, "
+            "for vector observations, 0.4 for images (a conv net), resolved when the env's "
+            "spaces are known.")
     target_network_update_freq: int = setting(
         1, "training", ge=1,
         doc="Updates between two copies of the policy into the target network.")

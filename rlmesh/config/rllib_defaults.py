@@ -39,6 +39,7 @@ RLLIB_APPO = {
     "rollout_fragment_length": 50, "learner_queue_size": 16,
     "max_sample_requests_in_flight_per_worker": 2,
     "surrogate_anchor": "auto", "vtrace_pg_rho": True, "lr": 5e-4, "entropy_coeff": 0.01,
+    "clip_param": 0.4,
     "epochs_in_update": False,
     "model": {"fcnet_hiddens": [256, 256], "fcnet_activation": "tanh", "vf_share_layers": True},
     "min_time_s_per_iteration": 10,

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 
@@ -60,11 +59,18 @@ def train(exp: dict, seed: int) -> dict:
     import ray
     from ray.tune.registry import get_trainable_cls
 
+    from peer_rllib_async import logical_cpus
+
     trainable = get_trainable_cls(exp["run"])  # an algorithm RLlib no longer has: at once
-    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
     config = trainable.get_default_config()
-    config = config.update_from_dict({**(exp.get("config") or {}), "seed": seed})
+    keys = dict(exp.get("config") or {})
+    model = keys.pop("model", None) or {}
+    config = config.update_from_dict({**keys, "seed": seed})
     config = config.environment(exp["env"])
+    ignored = new_stack_model(config, model)
+    # one logical CPU per env runner and learner actor: ray waits forever for an actor
+    # that does not fit (IMPALA's 2 runners and its learner actor on a 2-core machine)
+    ray.init(num_cpus=logical_cpus(config), include_dashboard=False, log_to_driver=False)
     stop = {NEW_KEYS.get(k, k): v for k, v in (exp.get("stop") or {}).items()}
     algo = config.build()
     start = time.perf_counter()
@@ -72,12 +78,35 @@ def train(exp: dict, seed: int) -> dict:
         while True:
             result = flat(algo.train())
             done = [k for k, v in stop.items() if k in result and result[k] >= v]
-            line = summary(result, time.perf_counter() - start, done)
+            line = {**summary(result, time.perf_counter() - start, done),
+                    **({"model_keys_ignored": ignored} if ignored else {})}
             if done:
                 return line
             print(json.dumps({**line, "partial": True}, default=float), flush=True)
     finally:
         algo.stop()
+
+
+def new_stack_model(config, model: dict) -> list[str]:
+    """The file's ``model`` keys given to RLlib the way its new API stack reads them:
+    ``config.model`` (what ``update_from_dict`` fills) is the old stack's and the new
+    stack's RLModules never read it, so a file's ``fcnet_hiddens`` would be dropped in
+    silence. The keys ``DefaultModelConfig`` has go to ``rl_module(model_config=...)``; on
+    the old stack, or for keys it lacks, ``config.training(model=...)``. Returns the keys
+    the new stack ignores."""
+    if not model:
+        return []
+    if not config.enable_rl_module_and_learner:
+        config.training(model=model)
+        return []
+    import dataclasses
+
+    from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
+
+    known = {f.name for f in dataclasses.fields(DefaultModelConfig)}
+    config.rl_module(model_config=DefaultModelConfig(
+        **{k: v for k, v in model.items() if k in known}))
+    return sorted(k for k in model if k not in known)
 
 
 def summary(result: dict, seconds: float, done: list) -> dict:

@@ -20,10 +20,10 @@ from rlmesh.config.base import ConfigError
 ROOT = Path(__file__).resolve().parents[2]
 PIPELINE = ("num_epochs", "minibatch_size", "train_batch_size", "rollout_fragment_length", "learner_queue_size",
             "max_sample_requests_in_flight_per_worker", "surrogate_anchor", "lr",
-            "entropy_coeff", "min_time_s_per_iteration", "epochs_in_update")
+            "entropy_coeff", "min_time_s_per_iteration", "epochs_in_update", "clip_param")
 RLLIB = {"num_epochs": 1, "minibatch_size": None, "train_batch_size": 500, "rollout_fragment_length": 50,
          "learner_queue_size": 16, "surrogate_anchor": "auto", "lr": 5e-4, "entropy_coeff": 0.01,
-         "min_time_s_per_iteration": 10, "epochs_in_update": False}
+         "min_time_s_per_iteration": 10, "epochs_in_update": False, "clip_param": 0.4}
 
 
 def pick(config, keys=PIPELINE) -> dict:
@@ -37,14 +37,15 @@ IMAGE = gym.spaces.Box(0, 255, (10, 10, 4), np.uint8)  # MinAtar's grid, channel
 
 def test_rlmesh_appo_defaults_are_the_measured_cartpole_ones():
     auto = APPOConfig()
-    assert (auto.num_epochs, auto.minibatch_size, auto.entropy_coeff) == ("auto",) * 3
+    assert (auto.num_epochs, auto.minibatch_size, auto.entropy_coeff,
+            auto.clip_param) == ("auto",) * 4
     auto.validate()
     assert pick(auto.for_observations([VECTOR])) == {
         "num_epochs": 6, "minibatch_size": 32, "train_batch_size": 256,
         "rollout_fragment_length": 32,
         "learner_queue_size": 1, "max_sample_requests_in_flight_per_worker": 1,
         "surrogate_anchor": "behaviour", "lr": 1e-3, "entropy_coeff": 0.0,
-        "min_time_s_per_iteration": 1.0, "epochs_in_update": True}
+        "min_time_s_per_iteration": 1.0, "epochs_in_update": True, "clip_param": 0.2}
     model = APPOConfig().model
     assert model["fcnet_hiddens"] == [64, 64] and model["vf_share_layers"] is False
 
@@ -60,19 +61,21 @@ def test_images_get_rllibs_learner_share_and_entropy_bonus(space):
     MinAtar and, with no entropy bonus, the policy deterministic by 30k env steps."""
     resolved = APPOConfig().for_observations([space])
     assert (resolved.num_epochs, resolved.minibatch_size,
-            resolved.entropy_coeff) == (1, None, 0.01)
+            resolved.entropy_coeff, resolved.clip_param) == (1, None, 0.01, 0.4)
     # the rest of rlmesh's pipeline stays
     assert (resolved.train_batch_size, resolved.learner_queue_size) == (256, 1)
 
 
 def test_any_policy_with_images_gets_the_image_values_and_set_values_stay():
     assert APPOConfig().for_observations([VECTOR, IMAGE]).num_epochs == 1
-    given = APPOConfig().training(num_epochs=3, entropy_coeff=0.002)
+    given = APPOConfig().training(num_epochs=3, entropy_coeff=0.002, clip_param=0.3)
     resolved = given.for_observations([IMAGE])
     assert (resolved.num_epochs, resolved.minibatch_size,
-            resolved.entropy_coeff) == (3, None, 0.002)
+            resolved.entropy_coeff, resolved.clip_param) == (3, None, 0.002, 0.3)
     assert given.num_epochs == 3 and given.minibatch_size == "auto"  # a copy: given unchanged
-    settled = APPOConfig().training(num_epochs=2, minibatch_size=64, entropy_coeff=0.0)
+    assert given.for_observations([VECTOR]).clip_param == 0.3
+    settled = APPOConfig().training(num_epochs=2, minibatch_size=64, entropy_coeff=0.0,
+                                    clip_param=0.2)
     assert settled.for_observations([IMAGE]) is settled
 
 
