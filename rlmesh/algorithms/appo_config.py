@@ -62,9 +62,9 @@ _APPO_DEFAULTS = {
 # deterministic (entropy < 0.025 by 30k env steps), for no better return at 200k
 # (docs/benchmark_log.md, "APPO's defaults on MinAtar Breakout").
 # clip_param: PPO's 0.2 (SB3's) for vectors, RLlib's 0.4 for images. CartPole to 475 with
-# the other defaults, 2-core VM (docs/benchmark_log.md, "APPO's clip, and twelve seeds
-# beside SB3"): 0.4 over 18 runs of seeds 0-5, 69.4k env steps on average; 0.2 over 12
-# runs, 64.0k; 0.3 over 6, 82.8k.
+# the other defaults, 2-core VM (docs/benchmark_log.md, "APPO's clip, twelve seeds beside
+# SB3, ..."): 0.4 over 18 runs of seeds 0-5, 69.4k env steps on average; 0.2 over 12 runs,
+# 64.0k; 0.3 over 6, 82.8k. Then seeds 0-11 beside SB3's PPO: 63.4k against its 71.4k.
 _BY_OBSERVATIONS: dict[str, tuple[object, object]] = {
     "num_epochs": (6, 1),
     "minibatch_size": (32, None),
