@@ -91,9 +91,9 @@ def new_stack_model(config, model: dict) -> list[str]:
     """The file's ``model`` keys given to RLlib the way its new API stack reads them:
     ``config.model`` (what ``update_from_dict`` fills) is the old stack's and the new
     stack's RLModules never read it, so a file's ``fcnet_hiddens`` would be dropped in
-    silence. The keys ``DefaultModelConfig`` has go to ``rl_module(model_config=...)``; on
-    the old stack, or for keys it lacks, ``config.training(model=...)``. Returns the keys
-    the new stack ignores."""
+    silence. On the new stack the keys ``DefaultModelConfig`` has go to
+    ``rl_module(model_config=...)`` and the others are returned (reported with the result);
+    on the old stack all go to ``config.training(model=...)``."""
     if not model:
         return []
     if not config.enable_rl_module_and_learner:
