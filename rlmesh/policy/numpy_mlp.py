@@ -32,9 +32,12 @@ class NumpyMLPPolicy(Policy):
     def compute_actions(self, obs_batch: np.ndarray, state_batches: Any = None,
                         prev_action_batch: Any = None, prev_reward_batch: Any = None,
                         explore: bool | None = None, timestep: int | None = None,
+                        noise: np.ndarray | None = None,
                         **kwargs: Any) -> tuple[np.ndarray, list[np.ndarray], dict[str, np.ndarray]]:
-        actions, logp, inputs = self.net(obs_batch, explore)
+        actions, logp, inputs = self.net(obs_batch, explore, noise)
         return actions, [], {Columns.ACTION_LOGP: logp, Columns.ACTION_DIST_INPUTS: inputs}
+
+    compute_actions.takes_held_noise = True  # noise: a Gaussian's draws the sampler holds
 
     def score_actions(self, obs_batch: np.ndarray, actions: np.ndarray) -> dict[str, np.ndarray]:
         inputs = self.net.dist_inputs(obs_batch)

@@ -168,6 +168,7 @@ class TorchPolicy(Policy):
     def compute_actions(self, obs_batch: np.ndarray, state_batches: Any = None,
                         prev_action_batch: Any = None, prev_reward_batch: Any = None,
                         explore: bool | None = None, timestep: int | None = None,
+                        noise: np.ndarray | None = None,
                         **kwargs: Any) -> tuple[np.ndarray, list[np.ndarray], dict[str, np.ndarray]]:
         explore = self.config.explore if explore is None else explore
         state_out: list[np.ndarray] = []
@@ -181,13 +182,29 @@ class TorchPolicy(Policy):
             else:
                 inputs, values = self._acting_outputs(obs)
             dist = self.dist_class.from_inputs(inputs)
-            actions = dist.sample() if explore else dist.deterministic_sample()
+            if not explore:
+                actions = dist.deterministic_sample()
+            elif noise is not None:
+                actions = self._sample_with(dist, noise)
+            else:
+                actions = dist.sample()
             logp = dist.logp(actions)
         extras = {Columns.ACTION_LOGP: logp.cpu().numpy().astype(np.float32, copy=False),
                   Columns.ACTION_DIST_INPUTS: inputs.cpu().numpy().astype(np.float32, copy=False)}
         if values is not None:
             extras[Columns.VF_PREDS] = values.cpu().numpy().astype(np.float32, copy=False)
         return actions.cpu().numpy().astype(self.action_dtype, copy=False), state_out, extras
+
+    compute_actions.takes_held_noise = True  # noise: a Gaussian's draws the sampler holds
+
+    def _sample_with(self, dist: Any, noise: np.ndarray) -> torch.Tensor:
+        """Actions from the sampler's held standard-normal draws (``noise_hold_steps``)."""
+        if not hasattr(dist, "sample_with"):
+            raise ValueError(f"noise_hold_steps: held noise moves a Gaussian's draws; "
+                             f"{type(dist).__name__} (this policy's action distribution) is "
+                             "not one, set noise_hold_steps=1")
+        return dist.sample_with(torch.as_tensor(noise, dtype=dist.mean.dtype,
+                                                device=dist.mean.device).reshape(dist.mean.shape))
 
     def _acting_outputs(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The distribution inputs, and the values where they come almost free: the default

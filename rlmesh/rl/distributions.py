@@ -119,7 +119,12 @@ class DiagGaussian(Distribution):
 
     def rsample(self) -> torch.Tensor:
         """A sample that gradients flow through (the reparameterisation trick)."""
-        return _shaped(self, self.mean + self.std * torch.randn_like(self.mean))
+        return self.sample_with(torch.randn_like(self.mean))
+
+    def sample_with(self, noise: torch.Tensor) -> torch.Tensor:
+        """The action ``mean + std * noise`` for standard-normal draws ``noise`` of the
+        flat shape ``[..., d]`` (a runner's held noise, ``noise_hold_steps``)."""
+        return _shaped(self, self.mean + self.std * noise)
 
     def deterministic_sample(self) -> torch.Tensor:
         return _shaped(self, self.mean)
@@ -182,7 +187,11 @@ class SquashedGaussian(Distribution):
         return self.rsample().detach()
 
     def rsample(self) -> torch.Tensor:
-        return _shaped(self, self._squash(self.mean + self.std * torch.randn_like(self.mean)))
+        return self.sample_with(torch.randn_like(self.mean))
+
+    def sample_with(self, noise: torch.Tensor) -> torch.Tensor:
+        """The squashed ``mean + std * noise`` for standard-normal draws ``noise``."""
+        return _shaped(self, self._squash(self.mean + self.std * noise))
 
     def deterministic_sample(self) -> torch.Tensor:
         return _shaped(self, self._squash(self.mean))

@@ -162,19 +162,20 @@ class NumpyPolicy:
         obs = np.asarray(obs, np.float32)
         return obs if obs.ndim == 2 else obs.reshape(len(obs), -1)
 
-    def __call__(self, obs: np.ndarray, explore: bool | None = None
-                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        return self.act(self.dist_inputs(obs), explore)
+    def __call__(self, obs: np.ndarray, explore: bool | None = None,
+                 noise: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return self.act(self.dist_inputs(obs), explore, noise)
 
-    def act(self, inputs: np.ndarray, explore: bool | None = None
-            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(actions, logp, inputs)`` drawn from distribution inputs ``[N, num_inputs]``."""
+    def act(self, inputs: np.ndarray, explore: bool | None = None,
+            noise: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(actions, logp, inputs)`` drawn from distribution inputs ``[N, num_inputs]``;
+        ``noise``: a Gaussian's standard-normal draws ``[N, d]`` to use (held ones)."""
         explore = self.explore if explore is None else explore
         if self.kind == CATEGORICAL and len(inputs) == 1 and inputs.shape[1] <= 64:
             return (*self._categorical_one(inputs[0].tolist(), explore), inputs)
         if self.kind == CATEGORICAL:
             return (*self._categorical_batch(inputs, explore), inputs)
-        actions = self.sample(inputs, explore)
+        actions = self.sample(inputs, explore, noise)
         return actions, self.logp(inputs, actions), inputs
 
     def _categorical_one(self, logits: list[float], explore: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -230,13 +231,17 @@ class NumpyPolicy:
         u = self.rng.random((len(log_probs), 1)) * cdf[:, -1:]
         return np.minimum((cdf <= u).sum(-1), log_probs.shape[-1] - 1)
 
-    def sample(self, inputs: np.ndarray, explore: bool = True) -> np.ndarray:
+    def sample(self, inputs: np.ndarray, explore: bool = True,
+               noise: np.ndarray | None = None) -> np.ndarray:
         """Actions drawn from the distributions ``inputs`` describe (their modes without
-        ``explore``), in the dtype fragments store them in."""
+        ``explore``), in the dtype fragments store them in. A Gaussian's standard-normal
+        draws are ``noise`` where given (a runner's held noise), fresh ones otherwise."""
         if self.kind == CATEGORICAL:
             return self._categorical(_log_softmax(inputs), explore).astype(np.int64)
         mean, log_std = self._gaussian_params(inputs)
-        u = mean + np.exp(log_std) * self.rng.standard_normal(mean.shape) if explore else mean
+        if explore and noise is None:
+            noise = self.rng.standard_normal(mean.shape)
+        u = mean + np.exp(log_std) * np.reshape(noise, mean.shape) if explore else mean
         if self.kind == SQUASHED:
             u = self.low + (np.tanh(u) + 1.0) * self.half_range
         return u.astype(np.float32)

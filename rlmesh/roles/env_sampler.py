@@ -23,6 +23,7 @@ from rlmesh.roles.env_slots import MAX_STEP_ERRORS_IN_A_ROW, EnvError, EnvSlot
 # Runners and tests import the seed strides from here, with the sampler that uses them.
 from rlmesh.roles.env_slots import RESEED_STRIDE, SEED_STRIDE  # noqa: F401
 from rlmesh.roles.fragment_buffer import FragmentBuffer
+from rlmesh.roles.held_noise import HeldNoise
 from rlmesh.roles.runner_policy import actions_caller
 
 log = logging.getLogger(__name__)
@@ -36,8 +37,8 @@ class EnvSampler:
                  callbacks: Callbacks | None = None, env_runner: Any = None,
                  normalize_actions: bool = True, clip_actions: bool = True,
                  clip_rewards: bool | float | None = None, on_nonfinite: str = "raise",
-                 obs_filter: Any = None, reward_normalizer: ReturnNormalizer | None = None
-                 ) -> None:
+                 obs_filter: Any = None, reward_normalizer: ReturnNormalizer | None = None,
+                 noise_hold: int = 1) -> None:
         self.make_env = make_env
         # observation_filter (rl/filters.py): applied, and its statistics updated, as each
         # observation comes from an env; fragments hold the filtered observations.
@@ -87,6 +88,8 @@ class EnvSampler:
         self._bound: Policy | None = None
         # RLlib's ConnectorV2 pipelines (connectors/wiring.py), None unless configured.
         self.connectors: Any = None
+        # noise_hold_steps: each env's draw for a Gaussian policy, held (roles/held_noise.py).
+        self.held_noise = HeldNoise.for_space(self.action_space, num_envs, noise_hold, seeds[0])
 
     def use_connectors(self, connectors: Any) -> None:
         """Run env-to-module and module-to-env connectors (``RunnerConnectors``): the
@@ -108,6 +111,8 @@ class EnvSampler:
     def _bind(self, policy: Policy) -> None:
         """The columns and per-env state ``policy`` needs: its declared columns, its
         recurrent state (``get_initial_state``), previous actions and rewards if declared."""
+        if self.held_noise is not None:
+            self.held_noise.check(policy)
         self._bound = policy
         self._compute = actions_caller(policy)  # by the signature its author wrote
         n = len(self.slots)
@@ -196,10 +201,11 @@ class EnvSampler:
         cols = buf.cols
         idx: Any = active if len(active) < len(self.slots) else slice(None)
         obs = cols["obs"][t, idx] = self._obs[idx]
+        noise = self.held_noise.draws(idx) if self.held_noise is not None else None
         if self._per_env_inputs:  # recurrent state, previous actions/rewards, counters
-            actions, extras = self._act_with_inputs(t, idx, obs, buf, explore)
+            actions, extras = self._act_with_inputs(t, idx, obs, buf, explore, noise)
         else:  # the common case: nothing but the observations, one call, no per-row extras
-            actions, _, extras = self._compute(obs, None, None, None, explore)
+            actions, _, extras = self._compute(obs, None, None, None, explore, noise)
         if self.connectors is not None and self.connectors.module_to_env is not None:
             actions, for_env = self.connectors.actions(active, actions)
         else:
@@ -244,7 +250,8 @@ class EnvSampler:
         return False
 
     def _act_with_inputs(self, t: int, idx: Any, obs: np.ndarray, buf: FragmentBuffer,
-                         explore: bool | None) -> tuple[Any, dict[str, Any]]:
+                         explore: bool | None, noise: np.ndarray | None = None
+                         ) -> tuple[Any, dict[str, Any]]:
         """``compute_actions`` with the per-env inputs the policy declared, and those inputs
         and its state outputs recorded in row ``t``."""
         cols = buf.cols
@@ -252,7 +259,7 @@ class EnvSampler:
         prev = {k: v[idx] for k, v in self._prev_values.items()}
         actions, state_outs, extras = self._compute(
             obs, states or None, prev.get(Columns.PREV_ACTIONS), prev.get(Columns.PREV_REWARDS),
-            explore)
+            explore, noise)
         if states:
             self._record_states(buf, t, idx, states, state_outs)
         for key, values in prev.items():
@@ -404,6 +411,8 @@ class EnvSampler:
         slot.obs = self.obs_filter(to_column(self.observation_space, obs))
         slot.start_row = start_row
         self._obs[b] = slot.obs
+        if self.held_noise is not None:
+            self.held_noise.restart(b)
         for state, initial in zip(self._states, self._initial):
             state[b] = initial
         for values in self._prev_values.values():

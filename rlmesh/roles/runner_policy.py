@@ -257,8 +257,8 @@ class VersionedPolicies:
         return self.policies[policy_id].get_weights()
 
 
-#: ``caller(obs, state_batches, prev_action_batch, prev_reward_batch, explore)``.
-ActionsCaller = Callable[[Any, Any, Any, Any, Any], tuple[Any, list[Any], dict[str, Any]]]
+#: ``caller(obs, state_batches, prev_action_batch, prev_reward_batch, explore, noise=None)``.
+ActionsCaller = Callable[..., tuple[Any, list[Any], dict[str, Any]]]
 
 
 def actions_caller(policy: Policy) -> ActionsCaller:
@@ -271,7 +271,11 @@ def actions_caller(policy: Policy) -> ActionsCaller:
     method = policy.compute_actions
     own = type(policy).compute_actions.__module__.startswith(("rlmesh.policy.", "rlmesh.algorithms."))
     if own and type(policy).compute_actions.__module__ != "rlmesh.policy.template_calls":
-        return lambda obs, s, pa, pr, explore: method(obs, s, pa, pr, explore=explore)
+        def own_call(obs: Any, s: Any, pa: Any, pr: Any, explore: Any, noise: Any = None) -> Any:
+            if noise is None:
+                return method(obs, s, pa, pr, explore=explore)
+            return method(obs, s, pa, pr, explore=explore, noise=noise)
+        return own_call
     params = list(inspect.signature(method).parameters.values())
     if any(p.kind is p.VAR_POSITIONAL for p in params):
         positional = 4
@@ -282,7 +286,11 @@ def actions_caller(policy: Policy) -> ActionsCaller:
     torch_policy = _is_torch_policy(policy)
     seen: set[str] = set()
 
-    def call(obs: Any, states: Any, prev_actions: Any, prev_rewards: Any, explore: Any) -> Any:
+    def call(obs: Any, states: Any, prev_actions: Any, prev_rewards: Any, explore: Any,
+             noise: Any = None) -> Any:
+        if noise is not None:
+            raise TypeError(f"{name} does not take held noise (noise_hold_steps > 1): only "
+                            "rlmesh's own policies draw from it")
         args = (obs, states, prev_actions, prev_rewards)
         if positional < 4 and any(a is not None for a in args[positional:]):
             raise TypeError(f"{name} takes {positional} inputs; this policy declares recurrent "
@@ -296,13 +304,22 @@ def actions_caller(policy: Policy) -> ActionsCaller:
 
 
 def call_actions(policy: Policy, obs: Any, states: Any = None, prev_actions: Any = None,
-                 prev_rewards: Any = None, explore: Any = None) -> tuple[Any, list[Any], dict[str, Any]]:
+                 prev_rewards: Any = None, explore: Any = None,
+                 noise: Any = None) -> tuple[Any, list[Any], dict[str, Any]]:
     """``policy.compute_actions`` through its ``actions_caller``, made once per policy object
-    (the samplers that hold no caller of their own: vector, multi-agent, central inference)."""
+    (the samplers that hold no caller of their own: vector, multi-agent, central inference);
+    ``noise``: held standard-normal draws for a Gaussian policy (``takes_held_noise``)."""
     caller = policy.__dict__.get("_rlmesh_actions_caller")
     if caller is None:
         caller = policy.__dict__["_rlmesh_actions_caller"] = actions_caller(policy)
-    return caller(obs, states, prev_actions, prev_rewards, explore)
+    return caller(obs, states, prev_actions, prev_rewards, explore, noise)
+
+
+def takes_held_noise(policy: Policy) -> bool:
+    """Whether ``policy.compute_actions`` draws a Gaussian's actions from the ``noise`` a
+    sampler holds (``noise_hold_steps``): rlmesh's own ``compute_actions`` that say so; an
+    override in a subclass does not inherit the mark."""
+    return bool(getattr(type(policy).compute_actions, "takes_held_noise", False))
 
 
 def _is_torch_policy(policy: Policy) -> bool:

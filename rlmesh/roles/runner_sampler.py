@@ -47,7 +47,7 @@ def make_sampler(runner: Any, create: Callable[[int], Any], registry: dict[str, 
             callbacks=runner.callbacks, env_runner=runner, clip_rewards=cfg.clip_rewards,
             act=runner._central_act if central else None,
             normalize_actions=cfg.normalize_actions and not cfg.model.get("squash_actions", False),
-            clip_actions=cfg.clip_actions)
+            clip_actions=cfg.clip_actions, noise_hold=cfg.noise_hold_steps)
         sampler.episodes_listed = cfg.metrics_num_episodes_for_smoothing
         if atari is None:  # frames are not filtered (observation_filter refused for Atari)
             sampler.obs_filter = make_filter(cfg.observation_filter, sampler.observation_space)
@@ -62,11 +62,16 @@ def make_sampler(runner: Any, create: Callable[[int], Any], registry: dict[str, 
         return first.pop() if i == 0 and first else create(i)
 
     cls = MultiAgentSampler if kind == "multi_agent" else EnvSampler
+    hold = cfg.noise_hold_steps
+    if cls is MultiAgentSampler and hold > 1:
+        raise ValueError(f"noise_hold_steps={hold}: held noise is drawn for single-agent envs "
+                         "so far; a MultiAgentEnv's runner draws fresh noise each step (set 1)")
     # Squashed actions are in the bounds already: stepped as drawn, never rescaled.
     sampler = cls(make, n, seeds=seeds, callbacks=runner.callbacks, env_runner=runner,
                   normalize_actions=cfg.normalize_actions and not cfg.model.get("squash_actions", False),
                   clip_actions=cfg.clip_actions, clip_rewards=cfg.clip_rewards,
-                  on_nonfinite=cfg.on_nonfinite)
+                  on_nonfinite=cfg.on_nonfinite,
+                  **({} if cls is MultiAgentSampler else {"noise_hold": hold}))
     if connected and kind != "env":
         raise ValueError("env_to_module_connector / module_to_env_connector: a MultiAgentEnv's "
                          "runner does not run connectors yet; map observations inside the env")

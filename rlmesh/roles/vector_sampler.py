@@ -24,6 +24,7 @@ from rlmesh.rl.filters import NoFilter
 from rlmesh.rl.finite import NonFiniteError, describe
 from rlmesh.roles.env_slots import RESEED_STRIDE
 from rlmesh.roles.fragment_buffer import FragmentBuffer
+from rlmesh.roles.held_noise import HeldNoise
 from rlmesh.roles.runner_policy import call_actions
 from rlmesh.roles.vector_episodes import VectorEpisodes
 
@@ -54,7 +55,8 @@ class VectorEnvSampler(VectorEpisodes):
                  callbacks: Callbacks | None = None, env_runner: Any = None,
                  clip_rewards: bool | float | None = None, act: Act | None = None,
                  normalize_actions: bool = True, clip_actions: bool = True,
-                 obs_filter: Any = None, reward_normalizer: Any = None) -> None:
+                 obs_filter: Any = None, reward_normalizer: Any = None,
+                 noise_hold: int = 1) -> None:
         self.sizes = split_sizes(num_envs, splits)
         self.groups = [make_vector(n) for n in self.sizes]
         self.offsets = list(itertools.accumulate([0, *self.sizes[:-1]]))
@@ -111,6 +113,12 @@ class VectorEnvSampler(VectorEpisodes):
         self.versions_used: list[int] = []  # central inference: the versions acted with
         self._pending = [False] * len(self.groups)  # per group: a step sent, not received
         self._cut: int | None = None
+        # noise_hold_steps: each env's draw for a Gaussian policy, held (roles/held_noise.py).
+        self.held_noise = HeldNoise.for_space(space, num_envs, noise_hold, seed)
+        if self.held_noise is not None and act is not None:
+            raise VectorSamplerError(
+                f"noise_hold_steps={noise_hold}: the inference actor draws the actions and "
+                "holds no noise per env; set inference_mode 'runner' or noise_hold_steps=1")
 
     @property
     def envs(self) -> list[Any]:
@@ -139,6 +147,8 @@ class VectorEnvSampler(VectorEpisodes):
         self._specs.update({k: optional[k] for k in (Columns.EPS_ID, Columns.T) if k in wanted})
         self._per_env_inputs = bool(self._states or prev or self._steps is not None
                                     or self._with_ids)
+        if self.held_noise is not None:
+            self.held_noise.check(policy)
         if self._per_env_inputs and self.act is not None:
             raise VectorSamplerError(
                 f"{type(policy).__name__} asks for recurrent state, previous actions/rewards "
@@ -148,6 +158,8 @@ class VectorEnvSampler(VectorEpisodes):
 
     def _reset_inputs(self, envs: Any) -> None:
         """Envs ``envs`` start an episode: their per-env inputs as at a reset."""
+        if self.held_noise is not None:
+            self.held_noise.restart(envs)
         if not self._per_env_inputs:
             return
         for state, initial in zip(self._states, self._initial):
@@ -233,15 +245,16 @@ class VectorEnvSampler(VectorEpisodes):
         cols = buf.cols
         cols[Columns.OBS][t, sl] = self._obs[g]  # the one copy of the frames
         obs = cols[Columns.OBS][t, sl]
+        noise = self.held_noise.draws(sl) if self.held_noise is not None else None
         if self.act is not None:
             out = self.act(obs, explore)
             actions, extras, version = await out if inspect.isawaitable(out) else out
             if version is not None:
                 self.versions_used.append(version)
         elif self._per_env_inputs:
-            actions, extras = self._act_with_inputs(t, sl, obs, buf, explore)
+            actions, extras = self._act_with_inputs(t, sl, obs, buf, explore, noise)
         else:
-            actions, _, extras = call_actions(self.policy, obs, explore=explore)
+            actions, _, extras = call_actions(self.policy, obs, explore=explore, noise=noise)
         cols[Columns.ACTIONS][t, sl] = actions
         for key, values in extras.items():
             if key in cols:
@@ -251,7 +264,8 @@ class VectorEnvSampler(VectorEpisodes):
         self.groups[g].send(self._env_actions(actions))
 
     def _act_with_inputs(self, t: int, sl: slice, obs: np.ndarray, buf: FragmentBuffer,
-                         explore: bool | None) -> tuple[Any, dict[str, Any]]:
+                         explore: bool | None, noise: np.ndarray | None = None
+                         ) -> tuple[Any, dict[str, Any]]:
         """``compute_actions`` with the per-env inputs the policy declared; those inputs and
         its state outputs recorded in row ``t``."""
         cols = buf.cols
@@ -259,7 +273,7 @@ class VectorEnvSampler(VectorEpisodes):
         prev = {k: v[sl] for k, v in self._prev_values.items()}
         actions, state_outs, extras = call_actions(
             self.policy, obs, states or None, prev.get(Columns.PREV_ACTIONS),
-            prev.get(Columns.PREV_REWARDS), explore=explore)
+            prev.get(Columns.PREV_REWARDS), explore=explore, noise=noise)
         if len(state_outs or []) != len(states):
             raise VectorSamplerError(f"{type(self.policy).__name__}.compute_actions returned "
                                      f"{len(state_outs or [])} state outputs; "
